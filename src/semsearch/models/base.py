@@ -1,0 +1,189 @@
+"""The model protocol, the registry that names models, and ``rank`` (queries -> run).
+
+Every model ranks documents of a collection it has indexed: ``index`` prepares the collection
+(term statistics, or document embeddings), ``score`` scores given candidates per query (re-ranking
+a run or a query's judged documents), ``retrieve`` returns the top-k of the whole collection.
+Models save to a directory — a ``config.json`` naming the registered model plus npz/safetensors
+weights — and never use pickle."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..progress import track
+from ..types import Run
+
+CONFIG = "config.json"
+
+
+class ModelDirError(ValueError):
+    """A model directory that is missing, corrupt, or holds a different model than expected."""
+
+
+class Model(ABC):
+    """A ranking model over an indexed collection (see module docstring)."""
+
+    name: ClassVar[str] = ""
+
+    @abstractmethod
+    def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        """Prepare the collection to rank: ``doc_ids[i]`` has text ``texts[i]``."""
+
+    @property
+    @abstractmethod
+    def doc_ids(self) -> Sequence[str]:
+        """The indexed collection's ids, in index order."""
+
+    @abstractmethod
+    def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """For each query text, float scores of its candidate doc ids (higher = more relevant)."""
+
+    def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
+        """Top-``k`` (doc id, score) of the whole collection per query, best first.
+        The default scores every document; models with an index override it."""
+        ids = list(self.doc_ids)
+        out = []
+        for scores in self.score(queries, [ids] * len(queries)):
+            top = np.lexsort((np.arange(len(ids)), -scores))[:k]
+            out.append([(ids[i], float(scores[i])) for i in top])
+        return out
+
+    def params(self) -> dict[str, Any]:
+        """Hyper-parameters (JSON-serialisable) that ``with_params`` accepts."""
+        return {}
+
+    def with_params(self, **params: Any) -> "Model":
+        """A copy with other hyper-parameters, sharing whatever does not depend on them."""
+        if params:
+            raise ValueError(f"{self.name} has no parameters {sorted(params)}")
+        return self
+
+    @abstractmethod
+    def save(self, path: str | Path) -> None:
+        """Write the model (and its indexed collection, if any) to directory ``path``."""
+
+    @classmethod
+    @abstractmethod
+    def load(cls, path: str | Path) -> "Model":
+        """Read a model written by ``save``."""
+
+
+_REGISTRY: dict[str, Callable[..., Model]] = {}
+
+
+def register(name: str) -> Callable[[type[Model]], type[Model]]:
+    """Class decorator: make a model constructible by ``name`` from the CLI and experiment specs."""
+
+    def deco(cls: type[Model]) -> type[Model]:
+        if name in _REGISTRY:
+            raise ValueError(f"model name {name!r} registered twice")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def model_names() -> list[str]:
+    _import_builtin_models()
+    return sorted(_REGISTRY)
+
+
+def create_model(name: str, **params: Any) -> Model:
+    """A new, unindexed model by registered name."""
+    _import_builtin_models()
+    try:
+        cls = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; registered: {', '.join(sorted(_REGISTRY))}") from None
+    return cls(**params)
+
+
+def load_model(path: str | Path) -> Model:
+    """Load any saved model directory (its config.json names the registered class)."""
+    _import_builtin_models()
+    config = read_config(path)
+    name = config.get("model")
+    if name not in _REGISTRY:
+        raise ModelDirError(f"{path}: config.json names unknown model {name!r}")
+    return _REGISTRY[name].load(path)
+
+
+def resolve_model(name_or_dir: str, **params: Any) -> Model:
+    """A saved model directory if ``name_or_dir`` is one, else a new model by registered name."""
+    p = Path(name_or_dir)
+    if (p / CONFIG).exists():
+        model = load_model(p)
+        return model.with_params(**params) if params else model
+    if p.exists() and p.is_dir():
+        raise ModelDirError(f"{p}: a directory without {CONFIG}; not a saved model")
+    return create_model(name_or_dir, **params)
+
+
+def write_config(path: str | Path, config: dict[str, Any]) -> None:
+    """Write ``config.json`` into model directory ``path`` (created if needed)."""
+    d = Path(path)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def read_config(path: str | Path, expect: str | None = None) -> dict[str, Any]:
+    """Read ``config.json`` of a model directory; ``expect`` checks the registered model name."""
+    f = Path(path) / CONFIG
+    try:
+        config = json.loads(f.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelDirError(f"{path}: not a model directory (no {CONFIG})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelDirError(f"{f}: unreadable model config ({e})") from None
+    if not isinstance(config, dict) or "model" not in config:
+        raise ModelDirError(f"{f}: model config has no 'model' field")
+    if expect is not None and config["model"] != expect:
+        raise ModelDirError(f"{path}: holds a {config['model']!r} model, not {expect!r}")
+    return config
+
+
+def rank(
+    model: Model,
+    queries: Mapping[str, str],
+    candidates: Mapping[str, Sequence[str]] | None = None,
+    *,
+    k: int | None = None,
+    batch_size: int = 1024,
+    progress: str | None = None,
+) -> Run:
+    """Rank ``queries`` (id -> text) into a run: re-rank ``candidates`` (query id -> doc ids) when
+    given — queries without candidates get an empty ranking — else retrieve the collection's top-k."""
+    if candidates is None and k is None:
+        raise ValueError("full-collection retrieval needs k")
+    qids = list(queries)
+    run: Run = {}
+    batches = range(0, len(qids), batch_size)
+    for start in track(batches, progress or f"ranking with {model.name}", total=len(batches)) if progress else batches:
+        chunk = qids[start : start + batch_size]
+        texts = [queries[q] for q in chunk]
+        if candidates is None:
+            for q, hits in zip(chunk, model.retrieve(texts, k)):  # type: ignore[arg-type]
+                run[q] = dict(hits)
+        else:
+            cands = [list(candidates.get(q, ())) for q in chunk]
+            for q, docs, scores in zip(chunk, cands, model.score(texts, cands)):
+                run[q] = {d: float(s) for d, s in zip(docs, scores)}
+                if k is not None and len(docs) > k:
+                    run[q] = dict(top_k(run[q], k))
+    return run
+
+
+def top_k(scores: Mapping[str, float], k: int) -> list[tuple[str, float]]:
+    """The ``k`` best (doc id, score), ties broken by doc id ascending (the project's convention)."""
+    return sorted(scores.items(), key=lambda ds: (-ds[1], ds[0]))[:k]
+
+
+def _import_builtin_models() -> None:
+    from . import lexical  # noqa: F401  (registers bm25, ulm, tfidf, random)

@@ -1,0 +1,401 @@
+"""Lexical baselines over a sparse inverted index: BM25, unigram language model (query
+likelihood with Dirichlet or Jelinek-Mercer smoothing), TF-IDF cosine (VSM); plus a seeded
+random order as the floor every table should show.
+
+Scoring is "eager" (as bm25s): at index time every (document, term) pair gets its model weight,
+stored term-major (an inverted index as a CSR matrix); a batch of queries is then one sparse
+matrix product ``Q @ W`` and a top-k per row. Re-ranking and full retrieval share that path."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..text import Analyzer, Vocabulary, count_matrix
+from .base import Model, ModelDirError, read_config, register, write_config
+
+_INDEX_NPZ = "lexical.npz"
+_INDEX_JSON = "lexical.json"
+
+
+@dataclass(frozen=True)
+class CollectionStats:
+    """The background statistics lexical weights use: number of documents, document and
+    collection frequency per term, mean document length. Usually the indexed collection's own;
+    see ``LexicalIndex.stats`` for taking them from a subset."""
+
+    n_docs: int
+    df: np.ndarray
+    cf: np.ndarray
+    avgdl: float
+
+
+class LexicalIndex:
+    """Analysed term counts of a collection (CSR, documents x terms) and derived statistics."""
+
+    def __init__(self, analyzer: Analyzer, vocab: Vocabulary, doc_ids: Sequence[str], counts: sp.csr_matrix):
+        if counts.shape != (len(doc_ids), len(vocab)):
+            raise ValueError(f"count matrix {counts.shape} does not match {len(doc_ids)} docs x {len(vocab)} terms")
+        self.analyzer = analyzer
+        self.vocab = vocab
+        self.doc_ids = list(doc_ids)
+        self.counts = counts
+
+    @classmethod
+    def build(cls, doc_ids: Sequence[str], texts: Sequence[str], analyzer: Analyzer | None = None) -> "LexicalIndex":
+        if len(doc_ids) != len(texts):
+            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        if len(set(doc_ids)) != len(doc_ids):
+            raise ValueError("duplicate document ids")
+        analyzer = analyzer or Analyzer()
+        tokens = [analyzer(t) for t in texts]
+        vocab = Vocabulary.build(tokens)
+        return cls(analyzer, vocab, doc_ids, count_matrix([vocab.encode(t) for t in tokens], len(vocab)))
+
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    @cached_property
+    def doc_len(self) -> np.ndarray:
+        return np.asarray(self.counts.sum(axis=1), dtype=np.float64).ravel()
+
+    @cached_property
+    def df(self) -> np.ndarray:
+        return np.bincount(self.counts.indices, minlength=len(self.vocab)).astype(np.float64)
+
+    @cached_property
+    def cf(self) -> np.ndarray:
+        return np.bincount(self.counts.indices, weights=self.counts.data, minlength=len(self.vocab))
+
+    def stats(self, exclude: Sequence[int] | np.ndarray | None = None) -> CollectionStats:
+        """Statistics of the collection, or of the collection without documents ``exclude``
+        (positions). Excluding a query's own judged pool estimates unbiased background statistics
+        when the corpus is itself a union of per-query pools (TREC DL's texts): see
+        ``experiments`` option ``stats = "exclude-query-pool"``."""
+        if exclude is None or len(exclude) == 0:
+            return CollectionStats(len(self), self.df, self.cf, float(self.doc_len.mean()) if len(self) else 0.0)
+        keep = np.ones(len(self), dtype=bool)
+        keep[np.asarray(exclude, dtype=np.int64)] = False
+        sub = self.counts[keep]
+        df = np.bincount(sub.indices, minlength=len(self.vocab)).astype(np.float64)
+        cf = np.bincount(sub.indices, weights=sub.data, minlength=len(self.vocab))
+        return CollectionStats(int(keep.sum()), df, cf, float(self.doc_len[keep].mean()) if keep.any() else 0.0)
+
+    @cached_property
+    def nnz_rows(self) -> np.ndarray:
+        """Document index of every stored (document, term) count."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.counts.indptr))
+
+    @cached_property
+    def position(self) -> dict[str, int]:
+        return {d: i for i, d in enumerate(self.doc_ids)}
+
+    @cached_property
+    def id_order(self) -> np.ndarray:
+        """Rank of each document's id in sorted order: the tie-breaker (doc id ascending)."""
+        order = np.empty(len(self), dtype=np.int64)
+        order[np.argsort(np.array(self.doc_ids, dtype=object), kind="stable")] = np.arange(len(self))
+        return order
+
+    def query_counts(self, queries: Sequence[str]) -> sp.csr_matrix:
+        """Queries -> CSR (n x terms) counts; terms outside the collection are dropped."""
+        return count_matrix([self.vocab.encode(self.analyzer(q)) for q in queries], len(self.vocab))
+
+    def save(self, path: Path) -> None:
+        np.savez_compressed(
+            path / _INDEX_NPZ, indptr=self.counts.indptr, indices=self.counts.indices, data=self.counts.data
+        )
+        meta = {"analyzer": self.analyzer.config(), "terms": self.vocab.terms, "doc_ids": self.doc_ids}
+        (path / _INDEX_JSON).write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> "LexicalIndex":
+        try:
+            meta = json.loads((path / _INDEX_JSON).read_text(encoding="utf-8"))
+            with np.load(path / _INDEX_NPZ, allow_pickle=False) as z:
+                shape = (len(meta["doc_ids"]), len(meta["terms"]))
+                counts = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=shape)
+            return cls(Analyzer.from_config(meta["analyzer"]), Vocabulary(meta["terms"]), meta["doc_ids"], counts)
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            raise ModelDirError(f"{path}: corrupt or missing lexical index ({e})") from None
+
+
+class LexicalModel(Model):
+    """Shared machinery: subclasses give per-(doc, term) weights, query weights and an optional
+    per-document addend (multiplied per query by ``_addend_scale``)."""
+
+    def __init__(self, analyzer: str | Analyzer = "paper", **params: Any):
+        self.analyzer = Analyzer.named(analyzer) if isinstance(analyzer, str) else analyzer
+        self._params = self._check_params(**params)
+        self._index: LexicalIndex | None = None
+        self._stats: CollectionStats | None = None
+
+    # -- parameters -----------------------------------------------------------------------
+    defaults: dict[str, float] = {}
+
+    def _check_params(self, **params: Any) -> dict[str, float]:
+        unknown = set(params) - set(self.defaults)
+        if unknown:
+            raise ValueError(f"{self.name}: unknown parameters {sorted(unknown)}; known: {sorted(self.defaults)}")
+        merged = {**self.defaults, **{k: float(v) for k, v in params.items()}}
+        self._validate(merged)
+        return merged
+
+    def _validate(self, p: dict[str, float]) -> None:
+        pass
+
+    def params(self) -> dict[str, Any]:
+        return dict(self._params)
+
+    def with_params(self, **params: Any) -> "LexicalModel":
+        clone = type(self)(self.analyzer, **{**self._params, **params})
+        if self._index is not None:
+            clone.use_index(self._index)
+        clone._stats = self._stats
+        return clone
+
+    def with_stats(self, stats: CollectionStats | None) -> "LexicalModel":
+        """A copy that weights terms with other background statistics (None: the index's own)."""
+        clone = self.with_params()
+        clone._stats = stats
+        return clone
+
+    # -- collection -----------------------------------------------------------------------
+    def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        self.use_index(LexicalIndex.build(doc_ids, texts, self.analyzer))
+
+    def use_index(self, index: LexicalIndex) -> None:
+        """Rank over an already built index (shared between models with the same analyzer)."""
+        if index.analyzer != self.analyzer:
+            raise ValueError(f"index analyzer {index.analyzer} differs from the model's {self.analyzer}")
+        self._index = index
+        self._stats = None
+        self.__dict__.pop("_postings", None)
+        self.__dict__.pop("_addend", None)
+
+    @property
+    def lexical_index(self) -> LexicalIndex:
+        if self._index is None:
+            raise RuntimeError(f"{self.name}: no collection indexed; call index() first")
+        return self._index
+
+    @property
+    def doc_ids(self) -> Sequence[str]:
+        return self.lexical_index.doc_ids
+
+    @cached_property
+    def _postings(self) -> sp.csr_matrix:
+        """Term-major weights (terms x documents): the inverted index the queries multiply."""
+        ix = self.lexical_index
+        st = self._stats or ix.stats()
+        w = ix.counts.copy()
+        w.data = self._doc_weights(ix, st, ix.counts.data.astype(np.float64), ix.nnz_rows, ix.counts.indices).astype(np.float32)
+        w.eliminate_zeros()
+        return w.T.tocsr()
+
+    @cached_property
+    def _addend(self) -> np.ndarray | None:
+        return self._doc_addend(self.lexical_index)
+
+    def _doc_weights(
+        self, ix: LexicalIndex, st: CollectionStats, tf: np.ndarray, docs: np.ndarray, terms: np.ndarray
+    ) -> np.ndarray:
+        """Weight of each stored (document, term) count; ``tf``, ``docs``, ``terms`` are per non-zero."""
+        raise NotImplementedError
+
+    def _query_weights(self, ix: LexicalIndex, qcounts: sp.csr_matrix) -> sp.csr_matrix:
+        return qcounts
+
+    def _doc_addend(self, ix: LexicalIndex) -> np.ndarray | None:
+        return None
+
+    # -- scoring ---------------------------------------------------------------------------
+    def _scores(self, queries: Sequence[str]) -> tuple[sp.csr_matrix, np.ndarray]:
+        """Sparse (queries x documents) matched-term scores and each query's addend scale."""
+        ix = self.lexical_index
+        qc = ix.query_counts(queries)
+        scale = np.asarray(qc.sum(axis=1), dtype=np.float64).ravel()
+        q = self._query_weights(ix, qc).astype(np.float32)
+        return (q @ self._postings).tocsr(), scale
+
+    def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        if len(queries) != len(candidates):
+            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        ix = self.lexical_index
+        s, scale = self._scores(queries)
+        addend = self._addend
+        out = []
+        dense = np.zeros(len(ix), dtype=np.float64)
+        for i, docs in enumerate(candidates):
+            try:
+                pos = np.fromiter((ix.position[d] for d in docs), dtype=np.int64, count=len(docs))
+            except KeyError as e:
+                raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
+            lo, hi = s.indptr[i], s.indptr[i + 1]
+            dense[s.indices[lo:hi]] = s.data[lo:hi]
+            row = dense[pos]
+            if addend is not None:
+                row = row + scale[i] * addend[pos]
+            out.append(row)
+            dense[s.indices[lo:hi]] = 0.0
+        return out
+
+    def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
+        """Top-k among documents that match at least one query term (as Lucene/Anserini)."""
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        ix = self.lexical_index
+        s, scale = self._scores(queries)
+        addend, id_order, ids = self._addend, ix.id_order, ix.doc_ids
+        out = []
+        for i in range(len(queries)):
+            lo, hi = s.indptr[i], s.indptr[i + 1]
+            docs, sc = s.indices[lo:hi], s.data[lo:hi].astype(np.float64)
+            if addend is not None:
+                sc = sc + scale[i] * addend[docs]
+            if len(sc) > k:
+                keep = sc >= np.partition(sc, len(sc) - k)[len(sc) - k]
+                docs, sc = docs[keep], sc[keep]
+            top = np.lexsort((id_order[docs], -sc))[:k]
+            out.append([(ids[docs[j]], float(sc[j])) for j in top])
+        return out
+
+    # -- persistence ------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        d = Path(path)
+        write_config(d, {"model": self.name, "params": self._params, "analyzer": self.analyzer.config()})
+        self.lexical_index.save(d)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "LexicalModel":
+        d = Path(path)
+        cfg = read_config(d, expect=cls.name)
+        model = cls(Analyzer.from_config(cfg.get("analyzer", {})), **cfg.get("params", {}))
+        model.use_index(LexicalIndex.load(d))
+        return model
+
+
+@register("bm25")
+class BM25(LexicalModel):
+    """Okapi BM25 with Lucene's idf, log(1 + (N − df + 0.5)/(df + 0.5)), and tf saturation
+    tf / (tf + k1·(1 − b + b·|d|/avgdl)); query terms count as often as they occur."""
+
+    defaults = {"k1": 0.9, "b": 0.4}
+
+    def _validate(self, p: dict[str, float]) -> None:
+        if p["k1"] < 0 or not 0 <= p["b"] <= 1:
+            raise ValueError(f"bm25 needs k1 >= 0 and 0 <= b <= 1, got {p}")
+
+    def _doc_weights(self, ix, st, tf, docs, terms):  # type: ignore[no-untyped-def]
+        k1, b = self._params["k1"], self._params["b"]
+        idf = np.log1p((st.n_docs - st.df + 0.5) / (st.df + 0.5))
+        norm = k1 * (1.0 - b + b * ix.doc_len[docs] / max(st.avgdl, 1e-9))
+        return idf[terms] * tf / (tf + norm)
+
+
+@register("ulm")
+class UnigramLM(LexicalModel):
+    """Query likelihood with a unigram document model (Zhai & Lafferty 2001), rank-equivalent form.
+
+    Dirichlet (``mu`` > 0): Σ_q∈d log(1 + tf/(μ·p(q|C))) + |Q|·log(μ/(|d| + μ)).
+    Jelinek-Mercer (``mu`` = 0, ``lam`` in (0, 1)): Σ_q∈d log(1 + (1−λ)·tf/(λ·|d|·p(q|C))).
+    Query terms absent from the collection add the same constant to every document and are dropped."""
+
+    defaults = {"mu": 2000.0, "lam": 0.0}
+
+    def _validate(self, p: dict[str, float]) -> None:
+        if (p["mu"] > 0) == (p["lam"] > 0):
+            raise ValueError(f"ulm takes exactly one of mu > 0 (Dirichlet) or lam in (0,1) (Jelinek-Mercer), got {p}")
+        if p["mu"] < 0 or not 0 <= p["lam"] < 1:
+            raise ValueError(f"ulm needs mu >= 0 and 0 <= lam < 1, got {p}")
+
+    def with_params(self, **params: Any) -> "UnigramLM":
+        if "lam" in params and params["lam"] > 0 and "mu" not in params:
+            params["mu"] = 0.0  # switching to Jelinek-Mercer
+        if "mu" in params and params["mu"] > 0 and "lam" not in params:
+            params["lam"] = 0.0
+        return super().with_params(**params)  # type: ignore[return-value]
+
+    def _doc_weights(self, ix, st, tf, docs, terms):  # type: ignore[no-untyped-def]
+        # A term the background never saw gets half a count, so log(0) cannot occur.
+        p_c = np.maximum(st.cf, 0.5) / max(st.cf.sum(), 1.0)
+        mu, lam = self._params["mu"], self._params["lam"]
+        if mu > 0:
+            return np.log1p(tf / (mu * p_c[terms]))
+        return np.log1p((1.0 - lam) * tf / (lam * ix.doc_len[docs] * p_c[terms]))
+
+    def _doc_addend(self, ix: LexicalIndex) -> np.ndarray | None:
+        mu = self._params["mu"]
+        return np.log(mu / (ix.doc_len + mu)) if mu > 0 else None
+
+
+@register("tfidf")
+class TfIdf(LexicalModel):
+    """Vector space model: cosine of (1 + log tf)·idf vectors, idf = log(N/df) (both sides)."""
+
+    def _idf(self, st: CollectionStats) -> np.ndarray:
+        return np.log(max(st.n_docs, 1) / np.maximum(st.df, 0.5))
+
+    def _doc_weights(self, ix, st, tf, docs, terms):  # type: ignore[no-untyped-def]
+        w = (1.0 + np.log(tf)) * self._idf(st)[terms]
+        norms = np.sqrt(np.bincount(docs, weights=w * w, minlength=len(ix)))
+        return w / np.maximum(norms[docs], 1e-12)
+
+    def _query_weights(self, ix: LexicalIndex, qcounts: sp.csr_matrix) -> sp.csr_matrix:
+        q = qcounts.astype(np.float64)
+        q.data = (1.0 + np.log(q.data)) * self._idf(self._stats or ix.stats())[q.indices]
+        norms = np.sqrt(np.asarray(q.multiply(q).sum(axis=1)).ravel())
+        return sp.diags(1.0 / np.maximum(norms, 1e-12)) @ q
+
+
+@register("random")
+class RandomOrder(Model):
+    """A reproducible random score per (seed, query, document): the floor of every table."""
+
+    def __init__(self, seed: int = 0):
+        self.seed = int(seed)
+        self._ids: list[str] = []
+
+    def params(self) -> dict[str, Any]:
+        return {"seed": self.seed}
+
+    def with_params(self, **params: Any) -> "RandomOrder":
+        clone = RandomOrder(**{**self.params(), **params})
+        clone._ids = self._ids
+        return clone
+
+    def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        self._ids = list(doc_ids)
+
+    @property
+    def doc_ids(self) -> Sequence[str]:
+        return self._ids
+
+    def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        out = []
+        for q, docs in zip(queries, candidates):
+            out.append(np.array([_unit_hash(f"{self.seed}\x00{q}\x00{d}") for d in docs]))
+        return out
+
+    def save(self, path: str | Path) -> None:
+        write_config(path, {"model": self.name, "params": self.params(), "doc_ids": self._ids})
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RandomOrder":
+        cfg = read_config(path, expect=cls.name)
+        m = cls(**cfg.get("params", {}))
+        m._ids = list(cfg.get("doc_ids", []))
+        return m
+
+
+def _unit_hash(s: str) -> float:
+    """A stable float in [0, 1) from a string (Python's hash() is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "big") / 2**64

@@ -1,0 +1,75 @@
+"""Text normalisation as in the papers (CLSM §5.1): lower-case, punctuation removed,
+white-space tokens, numbers kept, no stemming. An optional English analyzer (Porter stemming and
+Lucene's stop words) exists for BEIR-comparable lexical baselines."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+_TOKEN = re.compile(r"[^\W_]+")
+
+# Lucene's EnglishAnalyzer default stop set (what Anserini/Pyserini use).
+LUCENE_STOPWORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then "
+    "there these they this to was will with".split()
+)
+
+
+def normalize(text: str) -> str:
+    """Lower-case and replace punctuation with spaces, keeping letters and digits (any script)."""
+    return " ".join(tokenize(text))
+
+
+def tokenize(text: str) -> list[str]:
+    """The papers' tokens: maximal runs of letters/digits of the lower-cased text."""
+    return _TOKEN.findall(text.lower())
+
+
+@dataclass(frozen=True)
+class Analyzer:
+    """Text -> terms. ``stem``: a Snowball algorithm name ("porter", "english") or None;
+    ``stopwords``: drop Lucene's English stop words. The default is the papers' normalisation."""
+
+    stem: str | None = None
+    stopwords: bool = False
+    _cache: dict[str, str] = field(default_factory=dict, compare=False, repr=False, hash=False)
+
+    @classmethod
+    def named(cls, name: str) -> "Analyzer":
+        """``paper`` (default normalisation) or ``english`` (Porter stemming + stop words, as Anserini)."""
+        if name == "paper":
+            return cls()
+        if name == "english":
+            return cls(stem="porter", stopwords=True)
+        raise ValueError(f"unknown analyzer {name!r}; use 'paper' or 'english'")
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "Analyzer":
+        return cls(stem=config.get("stem"), stopwords=bool(config.get("stopwords", False)))
+
+    def config(self) -> dict[str, Any]:
+        return {"stem": self.stem, "stopwords": self.stopwords}
+
+    @cached_property
+    def _stemmer(self):  # type: ignore[no-untyped-def]
+        import Stemmer  # PyStemmer: Snowball stemmers in C
+
+        return Stemmer.Stemmer(self.stem)
+
+    def __call__(self, text: str) -> list[str]:
+        tokens = tokenize(text)
+        if self.stopwords:
+            tokens = [t for t in tokens if t not in LUCENE_STOPWORDS]
+        if self.stem:
+            cache = self._cache
+            out = []
+            for t in tokens:
+                s = cache.get(t)
+                if s is None:
+                    s = cache[t] = self._stemmer.stemWord(t)
+                out.append(s)
+            tokens = out
+        return tokens

@@ -1,0 +1,139 @@
+"""Letter-trigram word hashing (DSSM, Huang et al. 2013 §3.2; CLSM §3.1).
+
+Each word is wrapped in boundary marks, ``#cat#``, and split into letter trigrams
+(``#ca``, ``cat``, ``at#``). A text becomes the bag (sum) of its words' trigram ids. The result is
+kept sparse — a scipy CSR matrix, or the ``(ids, weights, offsets)`` arrays that
+``torch.nn.EmbeddingBag`` takes — so memory grows with the number of non-zeros, never with
+vocabulary × texts (the dense-vector pitfall peers hit)."""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .normalize import tokenize
+
+DEFAULT_MAX_WORDS = 64
+"""Texts are truncated to their first 64 words before hashing (titles average ~8 words)."""
+
+
+def word_trigrams(word: str) -> list[str]:
+    """``cat`` -> ``['#ca', 'cat', 'at#']``; a one-letter word gives ``['#a#']``."""
+    w = f"#{word}#"
+    return [w[i : i + 3] for i in range(len(w) - 2)]
+
+
+@dataclass(frozen=True)
+class Bags:
+    """Ragged bags in the layout ``torch.nn.EmbeddingBag(mode="sum")`` takes: text ``i`` owns
+    ``ids[offsets[i]:offsets[i+1]]`` with ``weights`` (counts) as ``per_sample_weights``."""
+
+    ids: np.ndarray  # int64
+    weights: np.ndarray  # float32
+    offsets: np.ndarray  # int64, length n + 1 (drop the last for EmbeddingBag)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+
+class TrigramHasher:
+    """A fixed letter-trigram vocabulary and the hashing of texts onto it.
+
+    Trigrams not in the vocabulary are dropped (counted in ``unknown`` by ``transform``): a model
+    can only weight what it saw in training. Words are hashed once and cached."""
+
+    def __init__(self, trigrams: Sequence[str], max_words: int = DEFAULT_MAX_WORDS):
+        self.trigrams = list(trigrams)
+        self.index = {t: i for i, t in enumerate(self.trigrams)}
+        if len(self.index) != len(self.trigrams):
+            raise ValueError("trigram vocabulary has duplicates")
+        self.max_words = max_words
+        self._cache: dict[str, tuple[int, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self.trigrams)
+
+    @classmethod
+    def fit(
+        cls,
+        texts: Iterable[str],
+        *,
+        max_size: int | None = None,
+        min_count: int = 1,
+        max_words: int = DEFAULT_MAX_WORDS,
+    ) -> "TrigramHasher":
+        """Vocabulary from training texts: most frequent trigrams first (ties alphabetical)."""
+        words: Counter[str] = Counter()
+        for text in texts:
+            words.update(tokenize(text)[:max_words])
+        counts: Counter[str] = Counter()
+        for w, c in words.items():
+            for t in word_trigrams(w):
+                counts[t] += c
+        items = sorted((tc for tc in counts.items() if tc[1] >= min_count), key=lambda tc: (-tc[1], tc[0]))
+        if max_size is not None:
+            items = items[:max_size]
+        if not items:
+            raise ValueError("no trigrams in the training texts (all empty?)")
+        return cls([t for t, _ in items], max_words=max_words)
+
+    def word_ids(self, word: str) -> tuple[int, ...]:
+        """Trigram ids of one normalised word (repeats kept: ``#aaa#`` has ``aaa`` once per position)."""
+        ids = self._cache.get(word)
+        if ids is None:
+            index = self.index
+            ids = tuple(index[t] for t in word_trigrams(word) if t in index)
+            self._cache[word] = ids
+        return ids
+
+    def words(self, text: str) -> list[str]:
+        """The normalised words of ``text``, truncated to ``max_words``."""
+        return tokenize(text)[: self.max_words]
+
+    def transform(self, texts: Sequence[str], *, chunk: int = 100_000) -> sp.csr_matrix:
+        """Texts -> CSR (n x V) float32 trigram counts. Works in chunks to bound temporary memory."""
+        parts = [self._transform_chunk(texts[i : i + chunk]) for i in range(0, len(texts), chunk)]
+        if not parts:
+            return sp.csr_matrix((0, len(self)), dtype=np.float32)
+        return parts[0] if len(parts) == 1 else sp.vstack(parts, format="csr")
+
+    def _transform_chunk(self, texts: Sequence[str]) -> sp.csr_matrix:
+        cols = array("i")
+        lengths = np.empty(len(texts), dtype=np.int64)
+        for r, text in enumerate(texts):
+            start = len(cols)
+            for w in self.words(text):
+                cols.extend(self.word_ids(w))
+            lengths[r] = len(cols) - start
+        col = np.frombuffer(cols, dtype=np.int32) if len(cols) else np.zeros(0, dtype=np.int32)
+        row = np.repeat(np.arange(len(texts), dtype=np.int32), lengths)
+        m = sp.coo_matrix(
+            (np.ones(len(col), dtype=np.float32), (row, col)), shape=(len(texts), len(self))
+        ).tocsr()  # sums duplicates, sorts indices
+        return m
+
+    def bags(self, texts: Sequence[str]) -> Bags:
+        """Texts -> ``Bags`` for ``EmbeddingBag``: the CSR arrays, unique ids with counts per text."""
+        m = self.transform(texts)
+        return Bags(m.indices.astype(np.int64), m.data.astype(np.float32), m.indptr.astype(np.int64))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(
+            json.dumps({"max_words": self.max_words, "trigrams": self.trigrams}, ensure_ascii=False),
+            encoding="utf-8",
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TrigramHasher":
+        try:
+            cfg = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls(cfg["trigrams"], max_words=int(cfg["max_words"]))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}: not a trigram vocabulary ({e})") from e
