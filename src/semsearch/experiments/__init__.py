@@ -1,0 +1,9 @@
+"""Paper tables as declarative specs, and the runner behind ``semsearch reproduce``."""
+
+from .runner import Check, ExperimentResult, run_experiment
+from .spec import ExperimentSpec, ModelSpec, SpecError, get_spec, load_spec, spec_paths
+
+__all__ = [
+    "Check", "ExperimentResult", "ExperimentSpec", "ModelSpec", "SpecError", "get_spec", "load_spec",
+    "run_experiment", "spec_paths",
+]

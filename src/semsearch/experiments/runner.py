@@ -1,0 +1,229 @@
+"""Run an experiment spec: rank, tune, evaluate, tabulate beside the paper, check expectations."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..data import BeirDataset, open_dataset, ranked, read_run, write_run
+from ..evaluation import EvalResult, ResultTable, canonical_metric, cross_validate, evaluate, tune
+from ..models import LexicalModel, Model, rank, resolve_model
+from ..models.lexical import LexicalIndex
+from ..progress import track
+from ..text import Analyzer
+from ..types import Qrels, Run
+from .spec import ExperimentSpec, ModelSpec
+
+
+@dataclass(frozen=True)
+class Check:
+    """One expectation of the spec against what we measured."""
+
+    label: str
+    metric: str
+    value: float
+    low: float
+    high: float
+
+    @property
+    def ok(self) -> bool:
+        return self.low <= self.value <= self.high
+
+
+@dataclass
+class ExperimentResult:
+    spec: ExperimentSpec
+    table: ResultTable
+    chosen: dict[str, list[dict[str, Any]]]  # label -> parameter setting(s) used (one per CV fold)
+    tuning: dict[str, dict[str, float]]  # label -> setting -> tuning-metric mean (dev) / fold means (CV)
+    checks: list[Check]
+    seconds: float
+    runs: dict[str, Run] = field(repr=False, default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def to_markdown(self) -> str:
+        s = self.spec
+        lines = [
+            f"# {s.title}", "",
+            f"Source: {s.source}. Data: `{s.dataset}` split `{s.split}`, candidates `{s.candidates}`, "
+            f"fields `{s.fields}`; tuning: `{s.tune}` on {s.tune_metric}.", "",
+        ]
+        if s.notes:
+            lines += [s.notes.strip(), ""]
+        lines += [self.table.to_markdown(columns=s.metrics), "Parameters used:", ""]
+        for label, settings in self.chosen.items():
+            shown = "; ".join(json.dumps(p, sort_keys=True) for p in settings) or "—"
+            lines.append(f"- {label}: {shown}")
+        if self.checks:
+            lines += ["", "Expected ranges:", ""]
+            for c in self.checks:
+                mark = "ok" if c.ok else "OUT OF RANGE"
+                lines.append(f"- {c.label} {c.metric} = {c.value:.4f}, expected [{c.low}, {c.high}]: {mark}")
+        lines += ["", f"Run time: {self.seconds:.1f} s.", ""]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.spec.name, "title": self.spec.title, "source": self.spec.source,
+            "dataset": self.spec.dataset, "split": self.spec.split, "candidates": self.spec.candidates,
+            "fields": self.spec.fields, "tune": self.spec.tune, "tune_metric": self.spec.tune_metric,
+            "table": self.table.to_json(), "chosen": self.chosen, "tuning": self.tuning,
+            "checks": [dict(c.__dict__, ok=c.ok) for c in self.checks], "seconds": self.seconds,
+        }
+
+    def write(self, out_dir: str | Path) -> Path:
+        """Write ``NAME.md``, ``NAME.json`` and the runs ``NAME/LABEL.trec`` under ``out_dir``."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{self.spec.name}.md").write_text(self.to_markdown(), encoding="utf-8")
+        (out / f"{self.spec.name}.json").write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+        for label, run in self.runs.items():
+            write_run(run, out / self.spec.name / f"{slug(label)}.trec", tag=slug(label))
+        return out / f"{self.spec.name}.md"
+
+
+def slug(label: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", label).strip("_").lower()
+
+
+class _Context:
+    """What every row of one experiment shares: the data set, texts, candidates, indexes."""
+
+    def __init__(self, spec: ExperimentSpec, progress: bool):
+        self.spec = spec
+        self.progress = progress
+        self.ds: BeirDataset = open_dataset(spec.dataset)
+        self.corpus = self.ds.corpus()
+        self._texts: dict[str, list[str]] = {}
+        self.queries = self.ds.queries()
+        self.mode, self.run_name, self.k = spec.candidate_mode
+        self._indexes: dict[tuple[Analyzer, str], LexicalIndex] = {}
+        self._pools: dict[str, list[int]] | None = None
+        self._run_cache: dict[str, Run] = {}
+
+    def qrels(self, split: str) -> Qrels:
+        return self.ds.qrels(split, check=True)
+
+    def dataset_run(self, name: str) -> Run:
+        if name not in self._run_cache:
+            if name not in self.ds.runs:
+                raise ValueError(f"{self.ds.root}: no run {name!r}; runs: {', '.join(self.ds.runs) or 'none'}")
+            self._run_cache[name] = read_run(self.ds.runs[name])
+        return self._run_cache[name]
+
+    def candidates(self, qrels: Qrels) -> dict[str, list[str]] | None:
+        """Candidate doc ids per query of ``qrels`` (None: retrieve from the full collection)."""
+        if self.mode == "judged":
+            return {q: list(docs) for q, docs in qrels.items()}
+        if self.mode == "run":
+            run = self.dataset_run(self.run_name)  # type: ignore[arg-type]
+            return {q: [d for d, _ in ranked(run.get(q, {}))[: self.k]] for q in qrels}
+        return None
+
+    def texts(self, fields: str) -> list[str]:
+        if fields not in self._texts:
+            self._texts[fields] = self.corpus.joined(fields)  # type: ignore[arg-type]
+        return self._texts[fields]
+
+    def lexical_index(self, analyzer: Analyzer, fields: str) -> LexicalIndex:
+        key = (analyzer, fields)
+        if key not in self._indexes:
+            self._indexes[key] = LexicalIndex.build(self.corpus.ids, self.texts(fields), analyzer)
+        return self._indexes[key]
+
+    def pools(self) -> dict[str, list[int]]:
+        """Per query, the positions of the documents that are in the corpus because of it:
+        every run's retrieved documents and every split's judged documents for that query."""
+        if self._pools is None:
+            pools: dict[str, set[str]] = {}
+            for name in self.ds.runs:
+                for q, docs in self.dataset_run(name).items():
+                    pools.setdefault(q, set()).update(docs)
+            for split in self.ds.splits:
+                for q, docs in self.ds.qrels(split).items():
+                    pools.setdefault(q, set()).update(docs)
+            index = self.corpus.index
+            self._pools = {q: sorted(index[d] for d in docs if d in index) for q, docs in pools.items()}
+        return self._pools
+
+    def build(self, ms: ModelSpec) -> Model:
+        kwargs = {"analyzer": ms.analyzer} if ms.analyzer else {}
+        model = resolve_model(ms.model, **kwargs)
+        fields = ms.fields or self.spec.fields
+        if isinstance(model, LexicalModel):
+            model.use_index(self.lexical_index(model.analyzer, fields))
+        else:
+            model.index(self.corpus.ids, self.texts(fields))
+        return model
+
+    def rank(self, model: Model, ms: ModelSpec, qrels: Qrels) -> Run:
+        queries = {q: self.queries[q] for q in qrels if q in self.queries}
+        cands = self.candidates(qrels)
+        if ms.stats == "exclude-query-pool":
+            if not isinstance(model, LexicalModel):
+                raise ValueError(f"{ms.label}: stats = 'exclude-query-pool' applies to lexical models only")
+            pools, ix = self.pools(), model.lexical_index
+            run: Run = {}
+            for q, text in queries.items():
+                m = model.with_stats(ix.stats(exclude=pools.get(q, [])))
+                run.update(rank(m, {q: text}, None if cands is None else {q: cands.get(q, [])}, k=self.k))
+            return run
+        if ms.stats != "collection":
+            raise ValueError(f"{ms.label}: unknown stats {ms.stats!r}")
+        return rank(model, queries, cands, k=self.k)
+
+
+def run_experiment(spec: ExperimentSpec, *, progress: bool = True) -> ExperimentResult:
+    """Run every row of ``spec``; tuning never looks at the evaluation split except by k-fold CV."""
+    start = time.perf_counter()
+    ctx = _Context(spec, progress)
+    test = ctx.qrels(spec.split)
+    table = ResultTable(baselines=spec.baselines)
+    chosen: dict[str, list[dict[str, Any]]] = {}
+    tuning: dict[str, dict[str, float]] = {}
+    runs: dict[str, Run] = {}
+    checks: list[Check] = []
+    rows: Sequence[ModelSpec] = spec.models
+    for ms in (track(rows, f"{spec.name}", total=len(rows)) if progress else rows):
+        if ms.is_run:
+            run = ctx.dataset_run(ms.model[4:])
+            run = {q: dict(ranked(run[q])[: ctx.k] if ctx.k else run[q].items()) for q in test if q in run}
+            chosen[ms.label] = []
+        else:
+            run, chosen[ms.label], tuning[ms.label] = _tuned_run(ctx, ms, test)
+        runs[ms.label] = run
+        result: EvalResult = evaluate(
+            run, test, spec.metrics, gain=spec.gain, queries=spec.queries, rel_threshold=spec.rel_threshold
+        )
+        table.add(ms.label, result, paper=ms.paper)
+        for metric, (lo, hi) in ms.expect.items():
+            checks.append(Check(ms.label, metric, result.mean[canonical_metric(metric)], lo, hi))
+    return ExperimentResult(spec, table, chosen, tuning, checks, time.perf_counter() - start, runs)
+
+
+def _tuned_run(ctx: _Context, ms: ModelSpec, test: Qrels) -> tuple[Run, list[dict[str, Any]], dict[str, float]]:
+    spec = ctx.spec
+    base = ctx.build(ms)
+    settings = ms.settings()
+    keys = [json.dumps(s, sort_keys=True) for s in settings]
+    if len(settings) == 1:
+        return ctx.rank(base.with_params(**settings[0]), ms, test), settings, {}
+    if spec.tune.startswith("split:"):
+        dev = ctx.qrels(spec.tune.split(":", 1)[1])
+        dev_runs = {k: ctx.rank(base.with_params(**s), ms, dev) for k, s in zip(keys, settings)}
+        best, scores = tune(dev_runs, dev, spec.tune_metric, gain=spec.gain)
+        best_setting = settings[keys.index(best)]
+        return ctx.rank(base.with_params(**best_setting), ms, test), [best_setting], scores
+    folds = int(spec.tune[2:])
+    test_runs = {k: ctx.rank(base.with_params(**s), ms, test) for k, s in zip(keys, settings)}
+    cv = cross_validate(test_runs, test, spec.tune_metric, k=folds, gain=spec.gain)
+    scores = {f"fold{i + 1}:{k}": v for i, fs in enumerate(cv.fold_scores) for k, v in fs.items()}
+    return cv.run, [settings[keys.index(c)] for c in cv.chosen], scores
