@@ -25,3 +25,55 @@ def shared_data() -> Path:
             pytest.fail(msg)
         pytest.skip(msg)
     return root
+
+
+def write_tiny_beir(root: Path, name: str = "tiny") -> Path:
+    """A small BEIR data set with train/dev/test splits and a run: queries about colours and
+    animals, documents that match them by words, judged 0-3."""
+    import json
+    import random
+
+    d = root / name
+    (d / "qrels").mkdir(parents=True)
+    (d / "runs").mkdir()
+    rnd = random.Random(7)
+    topics = ["red", "blue", "green", "cat", "dog", "bird", "fish", "tree", "rock", "lamp", "door", "sofa"]
+    docs, queries, qrels = [], {}, {"train": [], "dev": [], "test": []}
+    for i in range(60):
+        a, b = rnd.sample(topics, 2)
+        docs.append({"_id": f"d{i:02d}", "title": f"{a} {b} item", "text": f"a {a} thing near a {b} {'x' * (i % 3)}"})
+    for qi, t in enumerate(topics * 2):
+        q = f"q{qi}"
+        other = rnd.choice(topics)
+        queries[q] = f"{t} {other}" if qi >= len(topics) else t
+        split = ["train", "dev", "test"][qi % 3]
+        for doc in docs:
+            words = doc["title"].split()
+            grade = 3 if t in words and other in words else 2 if t in words else 0
+            if grade or rnd.random() < 0.05:
+                qrels[split].append((q, doc["_id"], grade))
+    with open(d / "corpus.jsonl", "w") as f:
+        for doc in docs:
+            f.write(json.dumps(doc) + "\n")
+    with open(d / "queries.jsonl", "w") as f:
+        for q, t in queries.items():
+            f.write(json.dumps({"_id": q, "text": t}) + "\n")
+    for split, rows in qrels.items():
+        with open(d / "qrels" / f"{split}.tsv", "w") as f:
+            f.write("query-id\tcorpus-id\tscore\n")
+            for q, doc, g in rows:
+                f.write(f"{q}\t{doc}\t{g}\n")
+    with open(d / "runs" / "first.trec", "w") as f:  # a run: documents in id order, judged ones included
+        for q in queries:
+            for r, doc in enumerate(docs[:20], 1):
+                f.write(f"{q} Q0 {doc['_id']} {r} {100 - r} first\n")
+    return d
+
+
+@pytest.fixture()
+def tiny_data(tmp_path, monkeypatch) -> Path:
+    """SEMSEARCH_DATA pointing at a generated root holding the ``tiny`` BEIR data set."""
+    root = tmp_path / "data"
+    write_tiny_beir(root)
+    monkeypatch.setenv("SEMSEARCH_DATA", str(root))
+    return root

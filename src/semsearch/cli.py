@@ -1,0 +1,274 @@
+"""The ``semsearch`` command: parses arguments and calls the layers; nothing else lives here.
+
+Exit codes: 0 success; 1 a reproduced figure fell outside its expected range; 2 bad input
+(unreadable data, unknown model, wrong option)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="Learn, measure and serve semantic search models against lexical baselines.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+)
+data_app = typer.Typer(help="Inspect the data sets under $SEMSEARCH_DATA (default ../shared/data).", no_args_is_help=True)
+index_app = typer.Typer(help="Build saved search indexes.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(index_app, name="index")
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _guard(fn):  # type: ignore[no-untyped-def]
+    """Turn the layers' input errors into one clear line and exit code 2 (no traceback)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+        from .experiments import SpecError
+        from .models import ModelDirError
+
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, FileNotFoundError, NotADirectoryError, KeyError, ModelDirError, SpecError) as e:
+            msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+            _fail(str(msg))
+
+    return wrapper
+
+
+def _parse_params(pairs: list[str]) -> dict[str, float | int | str]:
+    params: dict[str, float | int | str] = {}
+    for p in pairs:
+        if "=" not in p:
+            raise ValueError(f"--param takes NAME=VALUE, got {p!r}")
+        k, v = p.split("=", 1)
+        try:
+            params[k] = int(v) if v.lstrip("-").isdigit() else float(v)
+        except ValueError:
+            params[k] = v
+    return params
+
+
+# ---------------------------------------------------------------------------------------- data
+@data_app.command("list")
+@_guard
+def data_list() -> None:
+    """List the data sets found under the data root."""
+    from .data import data_root, list_datasets
+
+    root = data_root()
+    names = list_datasets(root)
+    if not names:
+        _fail(f"no data sets under {root} (set SEMSEARCH_DATA)")
+    out.print(f"data root: {root}")
+    for n in names:
+        out.print(f"  {n}")
+
+
+@data_app.command("info")
+@_guard
+def data_info(
+    name: Annotated[str, typer.Argument(help="Data set name under the data root, or a folder path.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a summary.")] = False,
+) -> None:
+    """Documents, queries, splits, grade histograms and runs of one data set."""
+    from .data import dataset_info
+
+    info = dataset_info(name)
+    if as_json:
+        out.print_json(json.dumps(info))
+        return
+    out.print(json.dumps(info, indent=2, ensure_ascii=False), highlight=False)
+
+
+# ---------------------------------------------------------------------------------------- run
+@app.command("run")
+@_guard
+def run_cmd(
+    model: Annotated[str, typer.Option(help="Registered model name (bm25, ulm, tfidf, random, ...) or a saved model directory.")],
+    data: Annotated[str, typer.Option(help="BEIR-layout data set: a name under the data root or a folder.")],
+    out_path: Annotated[Path, typer.Option("--out", help="TREC run file to write.")],
+    queries: Annotated[Optional[Path], typer.Option(help="Queries file (BEIR queries.jsonl or id<TAB>text); default: the data set's queries of --split.")] = None,
+    split: Annotated[str, typer.Option(help="Qrels split whose queries (and judged documents) to use.")] = "test",
+    candidates: Annotated[str, typer.Option(help="'judged' (the split's judged documents), 'full' (whole collection), or a TREC run file to re-rank.")] = "full",
+    k: Annotated[int, typer.Option(help="Documents per query: retrieved (full) or kept from the run file.")] = 1000,
+    param: Annotated[list[str], typer.Option("--param", help="Model parameter NAME=VALUE (repeatable), e.g. k1=1.2.")] = [],
+    analyzer: Annotated[Optional[str], typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
+    fields: Annotated[str, typer.Option(help="Document fields: title+text, title or text.")] = "title+text",
+    skip_bad_lines: Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")] = False,
+) -> None:
+    """Rank queries against a collection with any model and write a TREC run."""
+    from .data import load_queries, open_dataset, ranked, read_run, write_run
+    from .models import LexicalModel, rank, resolve_model
+
+    ds = open_dataset(data, skip_bad_lines=skip_bad_lines)
+    if queries is not None:
+        qs = load_queries(queries, skip_bad_lines=skip_bad_lines)
+    else:
+        all_q = ds.queries()
+        qs = {q: all_q[q] for q in ds.qrels(split)} if split in ds.splits else all_q
+    params = _parse_params(param)
+    if analyzer:
+        params["analyzer"] = analyzer
+    m = resolve_model(model, **params)
+    corpus = ds.corpus()
+    start = time.perf_counter()
+    if not (isinstance(m, LexicalModel) and m._index is not None and list(m.doc_ids) == corpus.ids):
+        m.index(corpus.ids, corpus.joined(fields))  # type: ignore[arg-type]
+    if candidates == "full":
+        run = rank(m, qs, k=k, progress="retrieving")
+    elif candidates == "judged":
+        qrels = ds.qrels(split, check=True)
+        run = rank(m, qs, {q: list(d) for q, d in qrels.items()}, progress="re-ranking judged")
+    else:
+        given = read_run(candidates, skip_bad_lines=skip_bad_lines)
+        cands = {q: [d for d, _ in ranked(given.get(q, {}))[:k]] for q in qs}
+        run = rank(m, qs, cands, progress="re-ranking run")
+    write_run(run, out_path, tag=m.name)
+    err.print(f"wrote {out_path}: {len(run)} queries, {sum(map(len, run.values()))} lines, "
+              f"{time.perf_counter() - start:.1f} s", highlight=False)
+
+
+# ---------------------------------------------------------------------------------------- evaluate
+@app.command("evaluate")
+@_guard
+def evaluate_cmd(
+    runs: Annotated[list[Path], typer.Argument(help="TREC run files; the first is the baseline unless --baseline is given.")],
+    qrels: Annotated[Path, typer.Option(help="Qrels file (BEIR TSV or TREC 4-column).")],
+    metrics: Annotated[str, typer.Option(help="Comma-separated metrics: ndcg@k, recall@k, p@k, mrr, map, ...")] = "ndcg@1,ndcg@3,ndcg@10",
+    gain: Annotated[str, typer.Option(help="NDCG gain: 'exp' (2^g-1, the papers) or 'linear' (trec_eval).")] = "exp",
+    query_set: Annotated[str, typer.Option("--queries", help="'judged' (every query with a relevant doc) or 'run' (trec_eval: queries in the run).")] = "judged",
+    rel_threshold: Annotated[int, typer.Option(help="Lowest grade that counts as relevant for binary metrics.")] = 1,
+    baseline: Annotated[list[str], typer.Option("--baseline", help="Run(s) to mark significant improvements over (file name stem).")] = [],
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the table as JSON.")] = None,
+) -> None:
+    """Score runs against qrels; one table with paired t-test markers."""
+    from .data import load_qrels, read_run
+    from .evaluation import ResultTable, evaluate
+
+    qr = load_qrels(qrels)
+    labels = [r.stem for r in runs]
+    if len(set(labels)) != len(labels):
+        raise ValueError("run files must have distinct names")
+    table = ResultTable(baselines=baseline or labels[:1])
+    ms = [m.strip() for m in metrics.split(",") if m.strip()]
+    for label, path in zip(labels, runs):
+        table.add(label, evaluate(read_run(path), qr, ms, gain=gain, queries=query_set, rel_threshold=rel_threshold))
+    out.print(table.to_markdown(columns=ms), highlight=False)
+    if json_out:
+        json_out.write_text(json.dumps(table.to_json(), indent=2) + "\n", encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------- index / search
+@index_app.command("build")
+@_guard
+def index_build(
+    data: Annotated[str, typer.Option(help="BEIR-layout data set: a name under the data root or a folder.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Index directory to create (replaced atomically).")],
+    model: Annotated[str, typer.Option(help="Registered model name or saved model directory.")] = "bm25",
+    param: Annotated[list[str], typer.Option("--param", help="Model parameter NAME=VALUE (repeatable).")] = [],
+    analyzer: Annotated[Optional[str], typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
+    fields: Annotated[str, typer.Option(help="Document fields: title+text, title or text.")] = "title+text",
+) -> None:
+    """Index a collection with a model and save it for `semsearch search`."""
+    from .data import open_dataset
+    from .index import build_index
+    from .models import resolve_model
+
+    params = _parse_params(param)
+    if analyzer:
+        params["analyzer"] = analyzer
+    start = time.perf_counter()
+    path = build_index(resolve_model(model, **params), open_dataset(data).corpus(), out_dir, fields=fields)
+    err.print(f"index written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
+
+
+@app.command("search")
+@_guard
+def search_cmd(
+    query: Annotated[str, typer.Argument(help="The query text.")],
+    index: Annotated[Path, typer.Option(help="Index directory from `semsearch index build`.")],
+    k: Annotated[int, typer.Option("-k", "--k", help="Number of results.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
+) -> None:
+    """Search a saved index; prints the top-k documents."""
+    from .index import Searcher
+
+    if not query.strip():
+        raise ValueError("empty query")
+    start = time.perf_counter()
+    searcher = Searcher.load(index)
+    loaded = time.perf_counter()
+    hits = searcher.search([query], k)[0]
+    done = time.perf_counter()
+    if as_json:
+        for h in hits:
+            print(json.dumps(h.__dict__, ensure_ascii=False))
+        return
+    table = Table("rank", "doc id", "score", "title / text", title=f"{query!r}: {len(hits)} hits")
+    for h in hits:
+        shown = h.title or h.text
+        table.add_row(str(h.rank), h.doc_id, f"{h.score:.4f}", shown[:100] + ("…" if len(shown) > 100 else ""))
+    out.print(table)
+    err.print(f"load {loaded - start:.2f} s, search {1000 * (done - loaded):.1f} ms", highlight=False)
+
+
+# ---------------------------------------------------------------------------------------- reproduce
+@app.command("reproduce")
+@_guard
+def reproduce_cmd(
+    names: Annotated[Optional[list[str]], typer.Argument(help="Experiment names (see --list) or spec files.")] = None,
+    list_: Annotated[bool, typer.Option("--list", help="List the registered experiments.")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="Run every registered experiment.")] = False,
+    out_dir: Annotated[Path, typer.Option("--out", help="Where to write NAME.md, NAME.json and runs.")] = Path("results"),
+    check: Annotated[bool, typer.Option(help="Exit 1 when a figure falls outside the spec's expected range.")] = True,
+) -> None:
+    """Reproduce paper tables: our figures beside the paper's, as markdown and JSON."""
+    from .experiments import get_spec, run_experiment, spec_paths
+
+    if list_:
+        for name in spec_paths():
+            spec = get_spec(name)
+            out.print(f"[bold]{name}[/]  {spec.title}", highlight=False)
+        return
+    todo = list(spec_paths()) if all_ else (names or [])
+    if not todo:
+        raise ValueError("name an experiment, or use --all / --list")
+    specs = [get_spec(n) for n in todo]  # validate every spec before running any
+    failed = []
+    for spec in specs:
+        result = run_experiment(spec)
+        path = result.write(out_dir)
+        out.print(result.to_markdown(), highlight=False)
+        err.print(f"wrote {path} and {path.with_suffix('.json')}", highlight=False)
+        failed += [c for c in result.checks if not c.ok]
+    if failed and check:
+        for c in failed:
+            err.print(f"[red]out of range:[/] {c.label} {c.metric} = {c.value:.4f} not in [{c.low}, {c.high}]", highlight=False)
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

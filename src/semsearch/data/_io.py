@@ -1,0 +1,113 @@
+"""Shared plumbing for every reader and writer: numbered line parsing and atomic writes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, TypeVar
+
+from .errors import BadLinePolicy, DataFormatError
+
+PathLike = str | os.PathLike[str]
+T = TypeVar("T")
+_BOM = b"\xef\xbb\xbf"
+
+
+def _decoded(raw: bytes, number: int) -> str:
+    """One raw line as text without its line ending (a UTF-8 BOM on line 1 is dropped)."""
+    if number == 1 and raw.startswith(_BOM):
+        raw = raw[len(_BOM):]
+    return raw.decode("utf-8").rstrip("\r\n")
+
+
+def parse_lines(
+    path: PathLike,
+    parse: Callable[[str], T],
+    *,
+    skip_bad_lines: bool = False,
+    header: Callable[[str], bool] | None = None,
+) -> Iterator[T]:
+    """Stream `parse(line)` over the non-blank lines of a UTF-8 text file.
+
+    Each line's bytes are decoded on their own so an encoding error names its line. A ValueError
+    from `parse` marks the line bad (raised as DataFormatError, or skipped and counted under
+    `skip_bad_lines`). The first non-blank line is dropped when `header(line)` is true. A file
+    without any record (and no skipped line) is an error.
+    """
+    policy = BadLinePolicy(path, skip_bad_lines)
+    records, first = 0, True
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = _decoded(raw, number)
+            except UnicodeDecodeError as e:
+                policy.bad(number, f"not valid UTF-8 ({e.reason} at byte {e.start})")
+                continue
+            if not line.strip():
+                continue
+            if first:
+                first = False
+                if header is not None and header(line):
+                    continue
+            try:
+                record = parse(line)
+            except ValueError as e:
+                policy.bad(number, str(e))
+                continue
+            records += 1
+            yield record
+    if records == 0 and policy.skipped == 0:
+        raise DataFormatError(path, None, "no records (empty file)")
+    policy.finish()
+
+
+def first_line(path: PathLike) -> tuple[int, str] | None:
+    """The first non-blank line and its number (undecodable bytes replaced), or None if none."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            if number == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM):]
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            if line.strip():
+                return number, line
+    return None
+
+
+@contextlib.contextmanager
+def atomic_write(path: PathLike) -> Iterator[IO[str]]:
+    """Write a UTF-8 text file via a temporary file in the same folder and `os.replace`.
+
+    If the body raises, the temporary file is removed and any existing file is left untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 & ~umask, like open()
+    try:
+        with open(fd, "w", encoding="utf-8", newline="\n") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def tsv_field(value: object, what: str, forbidden: str = "\t\r\n") -> str:
+    """Check that a value can be written as one field (a non-empty str without separators)."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+    if any(c in value for c in forbidden):
+        raise ValueError(f"{what} {value!r} contains a separator character")
+    return value
+
+
+def token(value: object, what: str) -> str:
+    """Check a field of a whitespace-separated format (TREC runs/qrels): no white space at all."""
+    if not isinstance(value, str) or value.split() != [value]:
+        raise ValueError(f"{what} must be a non-empty string without white space, got {value!r}")
+    return value

@@ -1,0 +1,91 @@
+"""Query-domain TSVs (query classification tasks of MT-DNN), format told apart by the header.
+
+Known headers (tab-separated):
+
+- `split dialogue_id domains text` (SGD): `domains` is a comma-separated list (every service
+  domain of the dialogue), so a query can carry several labels;
+- `split domain intent text` (CLINC150): one domain label (`out_of_scope` included), plus the intent;
+- `split intent text` (SNIPS): the intent is the only label.
+
+Split names are normalised so every file uses train/dev/test (`val`/`validate`/`validation` -> `dev`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._io import PathLike, first_line, parse_lines
+from .errors import DataFormatError
+
+HEADERS = (
+    ("split", "dialogue_id", "domains", "text"),
+    ("split", "domain", "intent", "text"),
+    ("split", "intent", "text"),
+)
+_SPLIT_ALIASES = {"val": "dev", "validate": "dev", "validation": "dev"}
+
+
+@dataclass(frozen=True, slots=True)
+class LabelledQuery:
+    """One labelled query: its split, text, domain labels (one or more) and intent if known."""
+
+    split: str
+    text: str
+    labels: tuple[str, ...]
+    intent: str | None = None
+
+
+def normalise_split(split: str) -> str:
+    """Common split name: val/validate/validation -> dev, others unchanged."""
+    return _SPLIT_ALIASES.get(split, split)
+
+
+def load_query_domains(path: PathLike, *, skip_bad_lines: bool = False) -> list[LabelledQuery]:
+    """Read a query-domain TSV (SGD, CLINC150 or SNIPS layout, see module docs) in file order."""
+    first = first_line(path)
+    if first is None:
+        raise DataFormatError(path, None, "no records (empty file)")
+    number, line = first
+    header = tuple(line.split("\t"))
+    if header not in HEADERS:
+        known = " | ".join(" ".join(h) for h in HEADERS)
+        raise DataFormatError(path, number, f"unknown header {' '.join(header)!r}; expected one of: {known}")
+
+    def parse(line: str) -> LabelledQuery:
+        parts = line.split("\t")
+        if len(parts) != len(header):
+            raise ValueError(f"expected {len(header)} tab-separated columns ({', '.join(header)}), got {len(parts)}")
+        row = dict(zip(header, parts))
+        if not row["split"]:
+            raise ValueError("empty split")
+        if not row["text"].strip():
+            raise ValueError("empty text")
+        if "domains" in row:
+            labels = tuple(d.strip() for d in row["domains"].split(","))
+        else:
+            labels = (row["domain"] if "domain" in row else row["intent"],)
+        if not all(labels):
+            raise ValueError("empty label")
+        return LabelledQuery(normalise_split(row["split"]), row["text"], labels, row.get("intent"))
+
+    return list(parse_lines(path, parse, skip_bad_lines=skip_bad_lines, header=lambda _: True))
+
+
+def domain_names(records: Sequence[LabelledQuery]) -> list[str]:
+    """All labels that occur in the records, sorted."""
+    return sorted({label for r in records for label in r.labels})
+
+
+def binary_labels(records: Sequence[LabelledQuery], domain: str, split: str) -> tuple[list[str], np.ndarray]:
+    """Texts of one split and y (int8: 1 when `domain` is among a query's labels) for a per-domain
+    binary classifier, as MT-DNN trains one logistic head per domain."""
+    if domain not in domain_names(records):
+        raise ValueError(f"unknown domain {domain!r}; domains: {', '.join(domain_names(records))}")
+    split = normalise_split(split)
+    rows = [r for r in records if r.split == split]
+    if not rows:
+        raise ValueError(f"no records in split {split!r}; splits: {', '.join(sorted({r.split for r in records}))}")
+    return [r.text for r in rows], np.array([domain in r.labels for r in rows], dtype=np.int8)

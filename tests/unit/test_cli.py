@@ -1,0 +1,122 @@
+"""The command line, end to end on a generated data set (typer's runner, real files)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from semsearch.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_help_lists_the_commands():
+    r = invoke("--help")
+    assert r.exit_code == 0
+    for cmd in ("data", "run", "evaluate", "search", "reproduce", "index"):
+        assert cmd in r.output
+
+
+def test_data_list_and_info(tiny_data):
+    r = invoke("data", "list")
+    assert r.exit_code == 0 and "tiny" in r.output
+    r = invoke("data", "info", "tiny", "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["documents"] == 60
+
+
+def test_run_then_evaluate(tiny_data, tmp_path):
+    bm25, rnd = tmp_path / "bm25.trec", tmp_path / "random.trec"
+    assert invoke("run", "--model", "bm25", "--data", "tiny", "--candidates", "judged", "--out", str(bm25),
+                  "--param", "k1=1.2").exit_code == 0
+    assert invoke("run", "--model", "random", "--data", "tiny", "--candidates", "judged", "--out", str(rnd)).exit_code == 0
+    qrels = tiny_data / "tiny" / "qrels" / "test.tsv"
+    j = tmp_path / "table.json"
+    r = invoke("evaluate", "--qrels", str(qrels), str(rnd), str(bm25), "--metrics", "ndcg@3,map", "--json", str(j))
+    assert r.exit_code == 0 and "| bm25 |" in r.output and "NDCG@3" in r.output
+    rows = {row["label"]: row for row in json.loads(j.read_text())["rows"]}
+    assert rows["bm25"]["mean"]["ndcg@3"] > rows["random"]["mean"]["ndcg@3"]
+
+
+def test_run_full_and_rerank_a_run_file_and_queries_file(tiny_data, tmp_path):
+    out = tmp_path / "full.trec"
+    assert invoke("run", "--model", "ulm", "--data", "tiny", "--candidates", "full", "--k", "5",
+                  "--param", "mu=50", "--out", str(out)).exit_code == 0
+    lines = out.read_text().splitlines()
+    assert lines and all(int(line.split()[3]) <= 5 for line in lines)
+    qfile = tmp_path / "q.tsv"
+    qfile.write_text("x1\tred cat\nx2\tblue\n")
+    rr = tmp_path / "rr.trec"
+    r = invoke("run", "--model", "tfidf", "--data", "tiny", "--queries", str(qfile),
+               "--candidates", str(tiny_data / "tiny" / "runs" / "first.trec"), "--k", "3", "--out", str(rr))
+    assert r.exit_code == 0
+    # queries x1/x2 are not in the run file: they get no candidates, hence no lines
+    assert rr.read_text() == ""
+
+
+def test_index_build_and_search(tiny_data, tmp_path):
+    idx = tmp_path / "idx"
+    assert invoke("index", "build", "--data", "tiny", "--out", str(idx), "--analyzer", "english").exit_code == 0
+    r = invoke("search", "--index", str(idx), "red cats", "-k", "3", "--json")
+    hits = [json.loads(line) for line in r.output.splitlines()]
+    assert r.exit_code == 0 and len(hits) == 3 and all("red" in h["title"] or "cat" in h["title"] for h in hits)
+    # rebuilding replaces the index atomically and leaves no temporary directories behind
+    assert invoke("index", "build", "--data", "tiny", "--out", str(idx), "--model", "ulm").exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_bad_input_exits_2_with_one_line(tiny_data, tmp_path):
+    cases = [
+        ("run", "--model", "bm99", "--data", "tiny", "--out", str(tmp_path / "x.trec")),
+        ("run", "--model", "bm25", "--data", "nowhere", "--out", str(tmp_path / "x.trec")),
+        ("run", "--model", "bm25", "--data", "tiny", "--param", "k1", "--out", str(tmp_path / "x.trec")),
+        ("search", "--index", str(tmp_path), "x"),
+        ("search", "--index", str(tmp_path), "  "),
+        ("reproduce", "no-such-table"),
+        ("reproduce",),
+    ]
+    for args in cases:
+        r = runner.invoke(app, list(args))
+        assert r.exit_code == 2, (args, r.output)
+        assert "error:" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "x.trec").exists()
+
+
+def test_broken_data_names_file_and_line(tmp_path, monkeypatch):
+    d = tmp_path / "broken"
+    (d / "qrels").mkdir(parents=True)
+    (d / "corpus.jsonl").write_text('{"_id": "a", "title": "t", "text": ""}\n{"_id": "b", "title": \n')
+    (d / "queries.jsonl").write_text('{"_id": "q", "text": "t"}\n')
+    (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\ta\t1\n")
+    r = runner.invoke(app, ["run", "--model", "bm25", "--data", str(d), "--out", str(tmp_path / "r.trec")])
+    assert r.exit_code == 2 and "corpus.jsonl" in r.output and ":2" in r.output
+    r = runner.invoke(app, ["run", "--model", "bm25", "--data", str(d), "--skip-bad-lines", "--out", str(tmp_path / "r.trec")])
+    assert r.exit_code == 0 and (tmp_path / "r.trec").read_text().startswith("q Q0 a 1")
+
+
+def test_reproduce_list_and_a_spec_file(tiny_data, tmp_path):
+    r = invoke("reproduce", "--list")
+    assert r.exit_code == 0 and "clsm-table5-lexical" in r.output
+    spec = tmp_path / "t.toml"
+    spec.write_text("""
+name = "t"
+title = "T"
+source = "test"
+dataset = "tiny"
+split = "test"
+candidates = "judged"
+metrics = ["ndcg@1"]
+
+[[models]]
+label = "BM25"
+model = "bm25"
+expect = { "ndcg@1" = [0.0, 0.01] }
+""")
+    r = runner.invoke(app, ["reproduce", str(spec), "--out", str(tmp_path / "res")])
+    assert r.exit_code == 1 and "out of range" in r.output  # the check fails on purpose
+    assert (tmp_path / "res" / "t.md").is_file() and (tmp_path / "res" / "t.json").is_file()
+    assert runner.invoke(app, ["reproduce", str(spec), "--out", str(tmp_path / "res"), "--no-check"]).exit_code == 0

@@ -1,0 +1,177 @@
+"""Lexical models against their formulas, a reference implementation (bm25s), and each other."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from semsearch.models import (BM25, ModelDirError, create_model, load_model, model_names, rank,
+                              resolve_model)
+
+IDS = ["d1", "d2", "d3", "d4", "d5"]
+DOCS = ["the cat sat on the mat", "cat cat dog", "a bird in the hand", "dog eats dog food", ""]
+
+
+def _bm25_by_hand(query, k1, b):
+    toks = [d.split() for d in DOCS]
+    n, avgdl = len(toks), sum(map(len, toks)) / len(toks)
+    out = []
+    for t in toks:
+        s = 0.0
+        for q in query.split():
+            df = sum(q in x for x in toks)
+            tf = t.count(q)
+            if tf:
+                s += math.log(1 + (n - df + 0.5) / (df + 0.5)) * tf / (tf + k1 * (1 - b + b * len(t) / avgdl))
+        out.append(s)
+    return np.array(out)
+
+
+@pytest.fixture()
+def bm25():
+    m = create_model("bm25", k1=1.2, b=0.75)
+    m.index(IDS, DOCS)
+    return m
+
+
+def test_bm25_matches_formula(bm25):
+    for q in ["cat", "dog cat", "bird hand the", "dog dog"]:
+        got = bm25.score([q], [IDS])[0]
+        np.testing.assert_allclose(got, _bm25_by_hand(q, 1.2, 0.75), rtol=1e-5)
+
+
+def test_retrieve_agrees_with_scoring_everything(bm25):
+    scores = bm25.score(["dog cat"], [IDS])[0]
+    hits = bm25.retrieve(["dog cat"], 10)[0]
+    assert [d for d, _ in hits] == [IDS[i] for i in np.argsort(-scores) if scores[i] > 0]
+    assert bm25.retrieve(["zebra"], 3) == [[]]  # nothing matches: nothing retrieved
+    assert len(bm25.retrieve(["the cat dog bird"], 2)[0]) == 2
+
+
+def test_ties_are_broken_by_doc_id():
+    m = create_model("bm25")
+    m.index(["b", "c", "a"], ["same words", "same words", "same words"])
+    assert [d for d, _ in m.retrieve(["same"], 3)[0]] == ["a", "b", "c"]
+    run = rank(m, {"q": "same"}, {"q": ["c", "a", "b"]}, k=2)
+    assert list(run["q"]) == ["a", "b"]
+
+
+def test_unknown_candidate_and_bad_params(bm25):
+    with pytest.raises(ValueError, match="not in the indexed collection"):
+        bm25.score(["cat"], [["d1", "nope"]])
+    with pytest.raises(ValueError, match="0 <= b <= 1"):
+        create_model("bm25", b=2)
+    with pytest.raises(ValueError, match="unknown parameters"):
+        create_model("bm25", mu=3)
+    with pytest.raises(ValueError, match="unknown model"):
+        create_model("bm26")
+    with pytest.raises(RuntimeError, match="index"):
+        create_model("bm25").score(["x"], [["d1"]])
+    assert {"bm25", "ulm", "tfidf", "random"} <= set(model_names())
+
+
+def test_empty_query_scores_zero(bm25):
+    assert bm25.score([""], [IDS])[0].tolist() == [0.0] * 5
+
+
+def _ql(query, mu=None, lam=None):
+    toks = [d.split() for d in DOCS]
+    total = sum(map(len, toks))
+    out = []
+    for t in toks:
+        s = 0.0
+        for q in query.split():
+            p_c = sum(x.count(q) for x in toks) / total
+            if p_c == 0:
+                continue
+            tf = t.count(q)
+            if mu is not None:
+                s += math.log((tf + mu * p_c) / (len(t) + mu))
+            else:
+                s += math.log((1 - lam) * tf / len(t) + lam * p_c) if t else math.log(lam * p_c)
+        out.append(s)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("query", ["cat", "dog food", "the cat dog zebra"])
+def test_query_likelihood_is_rank_equivalent_to_the_full_formula(bm25, query):
+    ulm = create_model("ulm", mu=3.0)
+    ulm.use_index(bm25.lexical_index)
+    got, want = ulm.score([query], [IDS])[0], _ql(query, mu=3.0)
+    np.testing.assert_allclose(got - want, (got - want)[0], atol=1e-5)  # differ by a per-query constant
+    jm = ulm.with_params(lam=0.3)
+    assert jm.params() == {"mu": 0.0, "lam": 0.3}
+    got, want = jm.score([query], [IDS[:4]])[0], _ql(query, lam=0.3)[:4]
+    np.testing.assert_allclose(got - want, (got - want)[0], atol=1e-5)
+    with pytest.raises(ValueError, match="exactly one"):
+        create_model("ulm", mu=10, lam=0.5)
+
+
+def test_tfidf_is_a_cosine(bm25):
+    t = create_model("tfidf")
+    t.use_index(bm25.lexical_index)
+    s = t.score(["cat dog", "zebra"], [IDS, IDS])
+    assert np.all(s[0] <= 1 + 1e-6) and s[0].max() > 0.5 and s[1].tolist() == [0.0] * 5
+    # a document scored against its own text is the maximum cosine, 1
+    assert t.score(["dog eats dog food"], [["d4"]])[0][0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_save_load_round_trip(tmp_path, bm25):
+    bm25.save(tmp_path / "m")
+    again = load_model(tmp_path / "m")
+    assert isinstance(again, BM25) and again.params() == bm25.params()
+    assert again.retrieve(["dog cat"], 5) == bm25.retrieve(["dog cat"], 5)
+    assert resolve_model(str(tmp_path / "m"), k1=2.0).params()["k1"] == 2.0
+
+
+def test_corrupt_or_mismatched_model_directory(tmp_path, bm25):
+    bm25.save(tmp_path / "m")
+    (tmp_path / "m" / "lexical.npz").write_bytes(b"garbage")
+    with pytest.raises(ModelDirError, match="corrupt"):
+        load_model(tmp_path / "m")
+    with pytest.raises(ModelDirError, match="not 'ulm'"):
+        create_model("ulm").load(tmp_path / "m")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelDirError, match="not a saved model"):
+        resolve_model(str(tmp_path / "empty"))
+    (tmp_path / "m" / "config.json").write_text("{")
+    with pytest.raises(ModelDirError, match="unreadable"):
+        load_model(tmp_path / "m")
+
+
+def test_stats_from_a_subset(bm25):
+    ix = bm25.lexical_index
+    st = ix.stats(exclude=[1, 3])
+    assert st.n_docs == 3 and st.df[ix.vocab.ids["dog"]] == 0
+    other = bm25.with_stats(st)
+    # 'dog' is unseen in the background: its idf grows, so d2 (dog) overtakes d1 on 'dog cat'
+    assert other.score(["dog"], [["d2"]])[0][0] > bm25.score(["dog"], [["d2"]])[0][0]
+    assert bm25.with_stats(None).score(["dog"], [IDS])[0].tolist() == bm25.score(["dog"], [IDS])[0].tolist()
+
+
+def test_random_order_is_reproducible():
+    r = create_model("random", seed=3)
+    r.index(IDS, DOCS)
+    a = r.score(["q"], [IDS])[0]
+    assert a.tolist() == create_model("random", seed=3).score(["q"], [IDS])[0].tolist()
+    assert a.tolist() != r.with_params(seed=4).score(["q"], [IDS])[0].tolist()
+    assert len(r.retrieve(["q"], 2)[0]) == 2
+
+
+def test_bm25_matches_bm25s_reference():
+    """Same tokens, same k1/b, Lucene idf: our scores equal bm25s's (the peer we benchmark against)."""
+    bm25s = pytest.importorskip("bm25s")
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(60)]
+    docs = [" ".join(rng.choice(words, size=rng.integers(1, 30))) for _ in range(300)]
+    ids = [str(i) for i in range(300)]
+    ours = create_model("bm25", k1=1.5, b=0.75)
+    ours.index(ids, docs)
+    ref = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    ref.index([d.split() for d in docs], show_progress=False)
+    for q in ["w1 w2", "w3", "w10 w11 w12 w59"]:
+        got = ours.score([q], [ids])[0]
+        want = ref.get_scores(q.split())
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
