@@ -92,7 +92,7 @@ class LexicalIndex:
     @cached_property
     def nnz_rows(self) -> np.ndarray:
         """Document index of every stored (document, term) count."""
-        return np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.counts.indptr))
+        return np.repeat(np.arange(len(self), dtype=np.int32), np.diff(self.counts.indptr))
 
     @cached_property
     def position(self) -> dict[str, int]:

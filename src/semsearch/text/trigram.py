@@ -20,6 +20,9 @@ import scipy.sparse as sp
 
 from .normalize import tokenize
 
+WORD_CACHE_SIZE = 500_000
+"""Words whose trigram ids are cached; the cache is emptied when it grows past this."""
+
 DEFAULT_MAX_WORDS = 64
 """Texts are truncated to their first 64 words before hashing (titles average ~8 words)."""
 
@@ -90,6 +93,8 @@ class TrigramHasher:
         if ids is None:
             index = self.index
             ids = tuple(index[t] for t in word_trigrams(word) if t in index)
+            if len(self._cache) >= WORD_CACHE_SIZE:
+                self._cache.clear()  # bounded memory on open-vocabulary streams
             self._cache[word] = ids
         return ids
 

@@ -39,8 +39,8 @@ class Vocabulary:
 
     def encode(self, tokens: Sequence[str]) -> list[int]:
         """Ids of the known tokens, in order; unknown tokens are dropped."""
-        ids = self.ids
-        return [i for i in (ids.get(t) for t in tokens) if i is not None]
+        get = self.ids.get
+        return [i for t in tokens if (i := get(t)) is not None]
 
 
 def count_matrix(id_lists: Sequence[Sequence[int]], n_cols: int, dtype=np.float32) -> sp.csr_matrix:
