@@ -26,6 +26,7 @@ from .domains import LabelledQuery, binary_labels, domain_names, load_query_doma
 from .errors import BadLinePolicy, DataFormatError, DataWarning
 from .pairs import iter_clicks, iter_pairs, write_clicks, write_pairs
 from .positives import pair_texts, positive_pairs
+from .training import EvalSet, TrainingData
 from .trec import iter_run, ranked, read_run, write_run, write_trec_qrels
 
 __all__ = [
@@ -34,6 +35,8 @@ __all__ = [
     "Corpus",
     "DataFormatError",
     "DataWarning",
+    "EvalSet",
+    "TrainingData",
     "Document",
     "Fields",
     "LabelledQuery",
