@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
+
+from semsearch.data import DataWarning
 
 from semsearch.cli import app
 
@@ -94,7 +97,8 @@ def test_broken_data_names_file_and_line(tmp_path, monkeypatch):
     (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\ta\t1\n")
     r = runner.invoke(app, ["run", "--model", "bm25", "--data", str(d), "--out", str(tmp_path / "r.trec")])
     assert r.exit_code == 2 and "corpus.jsonl" in r.output and ":2" in r.output
-    r = runner.invoke(app, ["run", "--model", "bm25", "--data", str(d), "--skip-bad-lines", "--out", str(tmp_path / "r.trec")])
+    with pytest.warns(DataWarning, match="skipped 1 bad line"):
+        r = runner.invoke(app, ["run", "--model", "bm25", "--data", str(d), "--skip-bad-lines", "--out", str(tmp_path / "r.trec")])
     assert r.exit_code == 0 and (tmp_path / "r.trec").read_text().startswith("q Q0 a 1")
 
 
