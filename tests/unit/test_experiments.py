@@ -102,3 +102,125 @@ def test_registered_specs_all_parse():
     for name in names:
         spec = get_spec(name)
         assert spec.models and spec.metrics
+
+
+# -- trained rows and interpolation rows -----------------------------------------------------------
+import numpy as np  # noqa: E402
+
+from semsearch.models import Model, register  # noqa: E402
+from semsearch.models.base import read_config, write_config  # noqa: E402
+
+
+@register("test-cooccurrence")
+class Cooccurrence(Model):
+    """Toy trainable model: scores a document by how many (query word, doc word) pairs were seen
+    together in the positive training pairs."""
+
+    def __init__(self, min_count: int = 1):
+        self.min_count = int(min_count)
+        self.pairs: dict[str, int] = {}
+        self._ids: list[str] = []
+        self._texts: dict[str, str] = {}
+        self.fitted_with_dev = False
+
+    def fit(self, data, dev=None, progress=False):
+        qs, ds = data.pair_texts()
+        for q, d in zip(qs, ds):
+            for a in q.lower().split():
+                for b in d.lower().split():
+                    self.pairs[f"{a} {b}"] = self.pairs.get(f"{a} {b}", 0) + 1
+        self.fitted_with_dev = dev is not None
+        return {"pairs": len(self.pairs), "dev_queries": len(dev.queries) if dev else 0}
+
+    def index(self, doc_ids, texts):
+        self._ids, self._texts = list(doc_ids), dict(zip(doc_ids, texts))
+
+    @property
+    def doc_ids(self):
+        return self._ids
+
+    def score(self, queries, candidates):
+        return [np.array([sum(self.pairs.get(f"{a} {b}", 0) >= self.min_count
+                              for a in q.lower().split() for b in self._texts[d].lower().split())
+                          for d in docs], dtype=float) for q, docs in zip(queries, candidates)]
+
+    def save(self, path):
+        write_config(path, {"model": self.name, "min_count": self.min_count, "pairs": self.pairs})
+
+    @classmethod
+    def load(cls, path):
+        cfg = read_config(path, expect=cls.name)
+        m = cls(cfg["min_count"])
+        m.pairs = cfg["pairs"]
+        return m
+
+
+TRAINED = """
+name = "tiny-trained"
+title = "Trained rows"
+source = "test"
+dataset = "tiny"
+split = "test"
+candidates = "judged"
+metrics = ["ndcg@3"]
+tune = "{tune}"
+
+[[models]]
+label = "BM25"
+model = "bm25"
+
+[[models]]
+label = "Cooc"
+model = "test-cooccurrence"
+params = {{ min_count = 1 }}
+train = {{ split = "train", threshold = 2 }}
+
+[[models]]
+label = "Cooc + BM25"
+model = "interpolate"
+combine = ["Cooc", "BM25"]
+grid = {{ weight = [0.0, 0.5, 1.0] }}
+"""
+
+
+@pytest.mark.parametrize("tune", ["split:dev", "cv2"])
+def test_trained_and_interpolated_rows(tiny_data, tmp_path, tune):
+    p = tmp_path / "t.toml"
+    p.write_text(TRAINED.format(tune=tune))
+    spec = load_spec(p)
+    result = run_experiment(spec, progress=False, model_dir=tmp_path / "models")
+    assert result.training["Cooc"]["pairs"] > 0
+    assert (result.training["Cooc"]["dev_queries"] > 0) == (tune == "split:dev")
+    saved = tmp_path / "models" / "tiny-trained" / "cooc"
+    assert (saved / "config.json").is_file() and (saved / "recipe.json").is_file()
+    means = {k: r.result.mean["ndcg@3"] for k, r in result.table.rows.items()}
+    chosen = result.chosen["Cooc + BM25"]
+    assert all(c["weight"] in (0.0, 0.5, 1.0) for c in chosen)
+    if tune == "split:dev" and chosen[0]["weight"] in (0.0, 1.0):  # an end point equals a component
+        assert means["Cooc + BM25"] == pytest.approx(means["BM25" if chosen[0]["weight"] == 0 else "Cooc"])
+    # a second run reuses the saved model (same recipe) instead of training again
+    (saved / "training.json").write_text('{"pairs": -1, "dev_queries": 0}')
+    again = run_experiment(spec, progress=False, model_dir=tmp_path / "models")
+    assert again.training["Cooc"]["pairs"] == -1
+    assert again.table.rows["Cooc"].result.mean == result.table.rows["Cooc"].result.mean
+
+
+def test_interpolation_rows_are_validated(tmp_path):
+    p = tmp_path / "t.toml"
+    p.write_text(TRAINED.format(tune="cv2").replace('combine = ["Cooc", "BM25"]', 'combine = ["Cooc", "Later"]'))
+    with pytest.raises(SpecError, match="listed before it"):
+        load_spec(p)
+
+
+def test_fusion():
+    from semsearch.index import interpolate, rrf
+
+    a = {"q": {"x": 1.0, "y": 3.0}}
+    b = {"q": {"x": 10.0, "z": 0.0}}
+    f = interpolate([a, b], [0.5, 0.5])["q"]
+    assert f == pytest.approx({"x": 0.5, "y": 0.5, "z": 0.0})  # missing -> that run's lowest
+    assert interpolate([a, b], [1.0, 0.0], norm="none")["q"]["y"] == 3.0
+    r = rrf([a, b], k=1)["q"]
+    assert r["x"] == pytest.approx(1 / 3 + 1 / 2) and max(r, key=r.get) == "x"
+    with pytest.raises(ValueError):
+        interpolate([a], [0.5, 0.5])

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..data import BeirDataset, open_dataset, ranked, read_run, write_run
+from ..data import BeirDataset, EvalSet, TrainingData, open_dataset, ranked, read_run, write_run
 from ..evaluation import EvalResult, ResultTable, canonical_metric, cross_validate, evaluate, tune
-from ..models import LexicalModel, Model, rank, resolve_model
+from ..index import interpolate
+from ..models import LexicalModel, Model, create_model, load_model, rank, resolve_model
 from ..models.lexical import LexicalIndex
 from ..progress import track
 from ..text import Analyzer
@@ -44,6 +45,7 @@ class ExperimentResult:
     checks: list[Check]
     seconds: float
     runs: dict[str, Run] = field(repr=False, default_factory=dict)
+    training: dict[str, Any] = field(default_factory=dict)  # label -> the model's training log
 
     @property
     def ok(self) -> bool:
@@ -77,6 +79,7 @@ class ExperimentResult:
             "fields": self.spec.fields, "tune": self.spec.tune, "tune_metric": self.spec.tune_metric,
             "table": self.table.to_json(), "chosen": self.chosen, "tuning": self.tuning,
             "checks": [dict(c.__dict__, ok=c.ok) for c in self.checks], "seconds": self.seconds,
+            "training": self.training,
         }
 
     def write(self, out_dir: str | Path) -> Path:
@@ -97,9 +100,11 @@ def slug(label: str) -> str:
 class _Context:
     """What every row of one experiment shares: the data set, texts, candidates, indexes."""
 
-    def __init__(self, spec: ExperimentSpec, progress: bool):
+    def __init__(self, spec: ExperimentSpec, progress: bool, model_dir: Path | None):
         self.spec = spec
         self.progress = progress
+        self.model_dir = model_dir
+        self.training: dict[str, Any] = {}
         self.ds: BeirDataset = open_dataset(spec.dataset)
         self.corpus = self.ds.corpus()
         self._texts: dict[str, list[str]] = {}
@@ -155,13 +160,41 @@ class _Context:
         return self._pools
 
     def build(self, ms: ModelSpec) -> Model:
-        kwargs = {"analyzer": ms.analyzer} if ms.analyzer else {}
-        model = resolve_model(ms.model, **kwargs)
+        """The row's model with its constructor params: trained (or reloaded) if the row has a
+        ``train`` block, then indexed over the experiment's corpus."""
+        kwargs = dict(ms.params, **({"analyzer": ms.analyzer} if ms.analyzer else {}))
+        model = self._trained(ms, kwargs) if ms.train else resolve_model(ms.model, **kwargs)
         fields = ms.fields or self.spec.fields
         if isinstance(model, LexicalModel):
             model.use_index(self.lexical_index(model.analyzer, fields))
         else:
             model.index(self.corpus.ids, self.texts(fields))
+        return model
+
+    def _trained(self, ms: ModelSpec, kwargs: dict[str, Any]) -> Model:
+        """Fit on the row's training split, early-stopping on the spec's dev split where it has
+        one. With a model directory, a model trained earlier with the same recipe is reused."""
+        recipe = {"dataset": self.spec.dataset, "model": ms.model, "params": kwargs, "train": ms.train}
+        saved = self.model_dir / self.spec.name / slug(ms.label) if self.model_dir else None
+        if saved is not None and (saved / "recipe.json").is_file():
+            if json.loads((saved / "recipe.json").read_text()) == recipe:
+                self.training[ms.label] = json.loads((saved / "training.json").read_text())
+                return load_model(saved)
+        data = TrainingData.from_dataset(
+            self.ds, ms.train.get("split", "train"), threshold=int(ms.train.get("threshold", 3)),
+            fields=ms.train.get("fields", ms.fields or self.spec.fields),
+        )
+        dev = EvalSet.judged(self.ds, self.spec.tune[6:]) if self.spec.tune.startswith("split:") else None
+        model = create_model(ms.model, **kwargs)
+        fit = getattr(model, "fit", None)
+        if fit is None:
+            raise ValueError(f"{ms.label}: model {ms.model!r} cannot be trained (no fit)")
+        log = fit(data, dev=dev, progress=self.progress)
+        self.training[ms.label] = log
+        if saved is not None:
+            model.save(saved)
+            (saved / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
+            (saved / "training.json").write_text(json.dumps(log, indent=2) + "\n")
         return model
 
     def rank(self, model: Model, ms: ModelSpec, qrels: Qrels) -> Run:
@@ -181,10 +214,13 @@ class _Context:
         return rank(model, queries, cands, k=self.k)
 
 
-def run_experiment(spec: ExperimentSpec, *, progress: bool = True) -> ExperimentResult:
-    """Run every row of ``spec``; tuning never looks at the evaluation split except by k-fold CV."""
+def run_experiment(
+    spec: ExperimentSpec, *, progress: bool = True, model_dir: str | Path | None = None
+) -> ExperimentResult:
+    """Run every row of ``spec``; tuning never looks at the evaluation split except by k-fold CV.
+    Trained models are saved under ``model_dir`` (and reused from there when the recipe matches)."""
     start = time.perf_counter()
-    ctx = _Context(spec, progress)
+    ctx = _Context(spec, progress, Path(model_dir) if model_dir else None)
     test = ctx.qrels(spec.split)
     table = ResultTable(baselines=spec.baselines)
     chosen: dict[str, list[dict[str, Any]]] = {}
@@ -192,13 +228,16 @@ def run_experiment(spec: ExperimentSpec, *, progress: bool = True) -> Experiment
     runs: dict[str, Run] = {}
     checks: list[Check] = []
     rows: Sequence[ModelSpec] = spec.models
+    rowsets: dict[str, _RowRuns] = {}
     for ms in (track(rows, f"{spec.name}", total=len(rows)) if progress else rows):
         if ms.is_run:
             run = ctx.dataset_run(ms.model[4:])
             run = {q: dict(ranked(run[q])[: ctx.k] if ctx.k else run[q].items()) for q in test if q in run}
             chosen[ms.label] = []
+        elif ms.is_interpolation:
+            run, chosen[ms.label], tuning[ms.label] = _interpolated_run(ctx, ms, test, rowsets)
         else:
-            run, chosen[ms.label], tuning[ms.label] = _tuned_run(ctx, ms, test)
+            run, chosen[ms.label], tuning[ms.label], rowsets[ms.label] = _tuned_run(ctx, ms, test)
         runs[ms.label] = run
         result: EvalResult = evaluate(
             run, test, spec.metrics, gain=spec.gain, queries=spec.queries, rel_threshold=spec.rel_threshold
@@ -206,24 +245,69 @@ def run_experiment(spec: ExperimentSpec, *, progress: bool = True) -> Experiment
         table.add(ms.label, result, paper=ms.paper)
         for metric, (lo, hi) in ms.expect.items():
             checks.append(Check(ms.label, metric, result.mean[canonical_metric(metric)], lo, hi))
-    return ExperimentResult(spec, table, chosen, tuning, checks, time.perf_counter() - start, runs)
+    return ExperimentResult(spec, table, chosen, tuning, checks, time.perf_counter() - start, runs, ctx.training)
 
 
-def _tuned_run(ctx: _Context, ms: ModelSpec, test: Qrels) -> tuple[Run, list[dict[str, Any]], dict[str, float]]:
+@dataclass
+class _RowRuns:
+    """What an interpolation row needs of a component row: its test run and, under dev-split
+    tuning, its final model to rank the dev queries with."""
+
+    test: Run
+    model: Model | None
+    spec: ModelSpec
+
+
+def _tuned_run(
+    ctx: _Context, ms: ModelSpec, test: Qrels
+) -> tuple[Run, list[dict[str, Any]], dict[str, float], _RowRuns]:
     spec = ctx.spec
     base = ctx.build(ms)
     settings = ms.settings()
     keys = [json.dumps(s, sort_keys=True) for s in settings]
+    fixed = dict(ms.params)
     if len(settings) == 1:
-        return ctx.rank(base.with_params(**settings[0]), ms, test), settings, {}
+        model = base.with_params(**settings[0])
+        run = ctx.rank(model, ms, test)
+        return run, [{**fixed, **settings[0]}], {}, _RowRuns(run, model, ms)
     if spec.tune.startswith("split:"):
-        dev = ctx.qrels(spec.tune.split(":", 1)[1])
+        dev = ctx.qrels(spec.tune[6:])
         dev_runs = {k: ctx.rank(base.with_params(**s), ms, dev) for k, s in zip(keys, settings)}
         best, scores = tune(dev_runs, dev, spec.tune_metric, gain=spec.gain)
-        best_setting = settings[keys.index(best)]
-        return ctx.rank(base.with_params(**best_setting), ms, test), [best_setting], scores
+        model = base.with_params(**settings[keys.index(best)])
+        run = ctx.rank(model, ms, test)
+        return run, [{**fixed, **settings[keys.index(best)]}], scores, _RowRuns(run, model, ms)
     folds = int(spec.tune[2:])
     test_runs = {k: ctx.rank(base.with_params(**s), ms, test) for k, s in zip(keys, settings)}
     cv = cross_validate(test_runs, test, spec.tune_metric, k=folds, gain=spec.gain)
     scores = {f"fold{i + 1}:{k}": v for i, fs in enumerate(cv.fold_scores) for k, v in fs.items()}
-    return cv.run, [settings[keys.index(c)] for c in cv.chosen], scores
+    return cv.run, [{**fixed, **settings[keys.index(c)]} for c in cv.chosen], scores, _RowRuns(cv.run, None, ms)
+
+
+def _interpolated_run(
+    ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowRuns]
+) -> tuple[Run, list[dict[str, Any]], dict[str, float]]:
+    """weight·row₁ + (1 − weight)·row₂ (scores normalised per query by ``ms.norm``); the weight is
+    tuned on the dev split (components re-ranked there by their final models) or by k-fold CV."""
+    spec = ctx.spec
+    try:
+        a, b = (rowsets[c] for c in ms.combine)
+    except KeyError as e:
+        raise ValueError(f"{ms.label}: cannot interpolate {e.args[0]!r} (not a model row)") from None
+    weights = [float(w) for w in ms.grid["weight"]]
+    keys = [json.dumps({"weight": w}) for w in weights]
+
+    def fused(ra: Run, rb: Run) -> dict[str, Run]:
+        return {k: interpolate([ra, rb], [w, 1.0 - w], norm=ms.norm) for k, w in zip(keys, weights)}
+
+    if spec.tune.startswith("split:"):
+        if a.model is None or b.model is None:
+            raise ValueError(f"{ms.label}: components need a single final model under dev tuning")
+        dev = ctx.qrels(spec.tune[6:])
+        best, scores = tune(fused(ctx.rank(a.model, a.spec, dev), ctx.rank(b.model, b.spec, dev)), dev,
+                            spec.tune_metric, gain=spec.gain)
+        w = weights[keys.index(best)]
+        return interpolate([a.test, b.test], [w, 1.0 - w], norm=ms.norm), [{"weight": w}], scores
+    cv = cross_validate(fused(a.test, b.test), test, spec.tune_metric, k=int(spec.tune[2:]), gain=spec.gain)
+    scores = {f"fold{i + 1}:{k}": v for i, fs in enumerate(cv.fold_scores) for k, v in fs.items()}
+    return cv.run, [json.loads(c) for c in cv.chosen], scores

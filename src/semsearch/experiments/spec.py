@@ -28,9 +28,13 @@ class ModelSpec:
     """One row of the table."""
 
     label: str
-    model: str  # a registered model name, a saved model directory, or "run:NAME" (a data set run as is)
-    params: dict[str, Any] = field(default_factory=dict)
-    grid: dict[str, list[Any]] = field(default_factory=dict)
+    model: str  # a registered model name, a saved model directory, "run:NAME" (a data set's run as
+    # is) or "interpolate" (a weighted sum of the rows named in ``combine``; weight tuned by ``grid``)
+    params: dict[str, Any] = field(default_factory=dict)  # given to the model's constructor
+    grid: dict[str, list[Any]] = field(default_factory=dict)  # tuned, applied with ``with_params``
+    train: dict[str, Any] = field(default_factory=dict)  # {split, threshold, fields}: fit before ranking
+    combine: list[str] = field(default_factory=list)
+    norm: str = "minmax"  # per-query score normalisation of interpolated rows
     analyzer: str | None = None
     fields: str | None = None  # document fields for this row (default: the spec's)
     stats: str = "collection"  # or "exclude-query-pool" (lexical models on pooled corpora)
@@ -38,15 +42,17 @@ class ModelSpec:
     expect: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def settings(self) -> list[dict[str, Any]]:
-        """Every parameter setting to try: the grid's product over the fixed params."""
-        if not self.grid:
-            return [dict(self.params)]
+        """Every grid setting to try (``[{}]`` without a grid)."""
         keys = sorted(self.grid)
-        return [{**self.params, **dict(zip(keys, values))} for values in itertools.product(*(self.grid[k] for k in keys))]
+        return [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
 
     @property
     def is_run(self) -> bool:
         return self.model.startswith("run:")
+
+    @property
+    def is_interpolation(self) -> bool:
+        return self.model == "interpolate"
 
 
 @dataclass(frozen=True)
@@ -104,9 +110,18 @@ def load_spec(path: str | Path) -> ExperimentSpec:
     missing = [b for b in spec.baselines if b not in labels]
     if missing:
         raise SpecError(f"{p}: baselines {missing} are not model labels")
-    for m in spec.models:
+    for i, m in enumerate(spec.models):
         if m.grid and spec.tune == "none":
             raise SpecError(f"{p}: model {m.label!r} has a grid but the spec has tune = 'none'")
+        if m.is_interpolation:
+            earlier = labels[:i]
+            if len(m.combine) < 2 or any(c not in earlier for c in m.combine):
+                raise SpecError(f"{p}: {m.label!r} must combine at least two rows listed before it")
+            if set(m.grid) != {"weight"} or len(m.combine) != 2:
+                raise SpecError(f"{p}: {m.label!r} interpolates two rows with grid = {{ weight = [...] }}")
+        unknown = set(m.train) - {"split", "threshold", "fields"}
+        if unknown:
+            raise SpecError(f"{p}: {m.label!r} train has unknown keys {sorted(unknown)}")
     return spec
 
 

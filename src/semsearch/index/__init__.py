@@ -1,5 +1,6 @@
-"""Indexes for serving: saved search indexes (and, later, vector indexes and hybrid merging)."""
+"""Indexes for serving and merging: saved search indexes and run fusion (interpolation, RRF)."""
 
 from .bundle import Hit, Searcher, build_index
+from .fusion import interpolate, rrf
 
-__all__ = ["Hit", "Searcher", "build_index"]
+__all__ = ["Hit", "Searcher", "build_index", "interpolate", "rrf"]
