@@ -186,4 +186,12 @@ def top_k(scores: Mapping[str, float], k: int) -> list[tuple[str, float]]:
 
 
 def _import_builtin_models() -> None:
-    from . import lexical  # noqa: F401  (registers bm25, ulm, tfidf, random)
+    """Import every module of this package once, so each registers its models by name."""
+    import importlib
+    import pkgutil
+
+    from .. import models as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{package.__name__}.{info.name}")
