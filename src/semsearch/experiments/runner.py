@@ -16,6 +16,7 @@ from ..index import interpolate
 from ..models import LexicalModel, Model, create_model, load_model, rank, resolve_model
 from ..models.lexical import LexicalIndex
 from ..progress import track
+from ..training import fit
 from ..text import Analyzer
 from ..types import Qrels, Run
 from .spec import ExperimentSpec, ModelSpec
@@ -186,10 +187,7 @@ class _Context:
         )
         dev = EvalSet.judged(self.ds, self.spec.tune[6:]) if self.spec.tune.startswith("split:") else None
         model = create_model(ms.model, **kwargs)
-        fit = getattr(model, "fit", None)
-        if fit is None:
-            raise ValueError(f"{ms.label}: model {ms.model!r} cannot be trained (no fit)")
-        log = fit(data, dev=dev, progress=self.progress)
+        log = fit(model, data, dev, progress=self.progress)
         self.training[ms.label] = log
         if saved is not None:
             model.save(saved)

@@ -1,10 +1,10 @@
 """Text processing: the papers' normalisation, vocabularies, letter-trigram word hashing."""
 
 from .normalize import LUCENE_STOPWORDS, Analyzer, normalize, tokenize
-from .trigram import DEFAULT_MAX_WORDS, Bags, TrigramHasher, word_trigrams
+from .trigram import DEFAULT_MAX_WORDS, Bags, TrigramHasher, WordTable, word_trigrams
 from .vocab import Vocabulary, count_matrix
 
 __all__ = [
-    "Analyzer", "Bags", "DEFAULT_MAX_WORDS", "LUCENE_STOPWORDS", "TrigramHasher", "Vocabulary",
+    "Analyzer", "Bags", "DEFAULT_MAX_WORDS", "LUCENE_STOPWORDS", "TrigramHasher", "Vocabulary", "WordTable",
     "count_matrix", "normalize", "tokenize", "word_trigrams",
 ]

@@ -142,3 +142,51 @@ class TrigramHasher:
             return cls(cfg["trigrams"], max_words=int(cfg["max_words"]))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{path}: not a trigram vocabulary ({e})") from e
+
+
+class WordTable:
+    """Distinct words, each with its letter-trigram bag: the input of CLSM's word-n-gram layer
+    (CLSM §3.2), which hashes every word separately so the convolution can look at word windows.
+
+    ``encode`` turns texts into word-id sequences (CSR-like ``indptr``/``ids``); ``bags`` gives
+    the ``EmbeddingBag`` arrays for any set of word ids. Words are added as they are met, so the
+    table also serves texts seen only at inference (their unseen trigrams are simply absent)."""
+
+    def __init__(self, hasher: TrigramHasher):
+        self.hasher = hasher
+        self.ids: dict[str, int] = {}
+        self._tri = array("q")
+        self._ptr = array("q", [0])
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def _word(self, w: str) -> int:
+        i = self.ids.get(w)
+        if i is None:
+            i = self.ids[w] = len(self.ids)
+            self._tri.extend(self.hasher.word_ids(w))
+            self._ptr.append(len(self._tri))
+        return i
+
+    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Per text its word ids (first ``hasher.max_words`` words): (indptr, ids), both int64."""
+        ids = array("q")
+        indptr = np.zeros(len(texts) + 1, dtype=np.int64)
+        word = self._word
+        for r, text in enumerate(texts):
+            ids.extend(word(w) for w in self.hasher.words(text))
+            indptr[r + 1] = len(ids)
+        return indptr, np.frombuffer(ids, dtype=np.int64).copy() if len(ids) else np.zeros(0, dtype=np.int64)
+
+    def bags(self, word_ids: np.ndarray) -> Bags:
+        """Trigram bags of the given words (repeated trigrams of one word stay separate entries,
+        each with weight 1, which ``EmbeddingBag(mode="sum")`` adds up)."""
+        ptr = np.frombuffer(self._ptr, dtype=np.int64)
+        tri = np.frombuffer(self._tri, dtype=np.int64) if len(self._tri) else np.zeros(0, dtype=np.int64)
+        starts, ends = ptr[word_ids], ptr[word_ids + 1]
+        lengths = ends - starts
+        offsets = np.zeros(len(word_ids) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1], dtype=np.int64)
+        return Bags(tri[gather], np.ones(offsets[-1], dtype=np.float32), offsets)

@@ -1,0 +1,23 @@
+"""Training: negatives, losses, and the trainer loop shared by the neural models; ``fit`` trains
+any model the experiments name (neural encoders here, EM/closed-form models by their own ``fit``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..data import EvalSet, TrainingData
+from ..models import Model
+from ..models.neural import NeuralEncoder
+from .trainer import dev_score, train_encoder
+
+__all__ = ["dev_score", "fit", "train_encoder"]
+
+
+def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
+    """Train ``model`` on ``data`` (early stopping / tuning on ``dev``); returns its training log."""
+    if isinstance(model, NeuralEncoder):
+        return train_encoder(model, data, dev, progress=progress, **options)
+    own = getattr(model, "fit", None)
+    if own is None:
+        raise ValueError(f"model {model.name!r} is not trainable")
+    return own(data, dev=dev, progress=progress)

@@ -1,0 +1,429 @@
+"""DSSM and CLSM: letter-trigram neural encoders with separate query and document towers.
+
+- DSSM (Huang et al. 2013; CLSM paper §5.2, Table 5 rows 12-13): the text's trigram bag →
+  300 → 300 → 128, tanh. The first layer is an ``EmbeddingBag`` over trigram ids with counts as
+  weights, so a text costs its non-zeros, never the vocabulary size.
+- CLSM (Shen et al. 2014 §3): each word's trigram bag, a window of ``window`` words (padded with
+  ``<s>``) → convolution of K = 300 tanh units at every word position → max-pooling over positions
+  → 128 tanh. The convolution over the concatenated window is computed as ``window`` per-word
+  projections (one ``EmbeddingBag`` with ``window·K`` outputs, applied once per distinct word of a
+  batch) shifted and summed — the same function, without a dense window vector.
+
+Relevance is the cosine of the two towers' outputs (§3.5). Training lives in ``training/``;
+weights are saved as safetensors plus a JSON config holding the trigram vocabulary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..text import Bags, TrigramHasher, WordTable
+from .base import Model, ModelDirError, read_config, register, write_config
+
+WEIGHTS = "weights.safetensors"
+
+TRAIN_DEFAULTS: dict[str, Any] = {
+    "negatives": 4,  # J random unclicked documents per query (CLSM §4, Eq. 5)
+    "sampling": "random",  # "random" (from the document pool) or "in-batch"
+    "hard_negatives": 0,  # judged documents below the positive grade, added per query
+    "gamma": 10.0,  # softmax smoothing factor γ (a list: each is trained, the best on dev kept)
+    "optimizer": "sgd",  # "sgd" (the papers) or "adam"
+    "lr": 0.5,
+    "batch_size": 1024,
+    "epochs": 20,
+    "patience": 3,  # epochs without dev improvement before stopping
+    "dev_metric": "ndcg@10",
+    "seed": 0,
+    "neg_pool": 8192,  # distinct random documents encoded per batch; negatives are drawn from them
+    "max_trigrams": None,  # vocabulary cap (most frequent first)
+}
+
+
+def _glorot(t: torch.Tensor, fan_in: int, fan_out: int, gen: torch.Generator) -> None:
+    """Uniform ±sqrt(6 / (fan_in + fan_out)), the initialisation the papers follow."""
+    r = float(np.sqrt(6.0 / (fan_in + fan_out)))
+    with torch.no_grad():
+        t.uniform_(-r, r, generator=gen)
+
+
+def _bag_tensors(b: Bags) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return torch.from_numpy(b.ids), torch.from_numpy(b.offsets[:-1]), torch.from_numpy(b.weights)
+
+
+# ------------------------------------------------------------------------------------ features
+def csr_take(indptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of a CSR-like structure: (new indptr, gathered positions into ``values``)."""
+    starts, ends = indptr[rows], indptr[rows + 1]
+    lengths = ends - starts
+    out_ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out_ptr[1:])
+    pos = np.repeat(starts - out_ptr[:-1], lengths) + np.arange(out_ptr[-1], dtype=np.int64)
+    return out_ptr, pos
+
+
+class BagFeatures:
+    """DSSM input of a fixed list of texts: their trigram bags (CSR), sliced into batches."""
+
+    def __init__(self, hasher: TrigramHasher, texts: Sequence[str]):
+        m = hasher.transform(texts)
+        self.indptr = m.indptr.astype(np.int64)
+        self.ids = m.indices.astype(np.int64)
+        self.weights = m.data.astype(np.float32)
+
+    def __len__(self) -> int:
+        return len(self.indptr) - 1
+
+    def batch(self, rows: np.ndarray) -> Bags:
+        ptr, pos = csr_take(self.indptr, self.ids, rows)
+        return Bags(self.ids[pos], self.weights[pos], ptr)
+
+
+@dataclass(frozen=True)
+class WindowBatch:
+    """CLSM input of a batch: trigram bags of its distinct words, and for every word position of
+    every text the window's word indices (``n_words`` = the ``<s>`` padding)."""
+
+    bags: Bags
+    windows: np.ndarray  # (window, positions) int64 indices into the distinct words (+ padding)
+    segment: np.ndarray  # (positions,) the text of each position
+    n_texts: int
+
+    @property
+    def n_words(self) -> int:
+        return len(self.bags)
+
+
+class WindowFeatures:
+    """CLSM input of a fixed list of texts: word-id sequences, windows built per batch."""
+
+    def __init__(self, table: WordTable, texts: Sequence[str], window: int):
+        self.table, self.window = table, window
+        self.indptr, self.ids = table.encode(texts)
+
+    def __len__(self) -> int:
+        return len(self.indptr) - 1
+
+    def batch(self, rows: np.ndarray) -> WindowBatch:
+        ptr, pos = csr_take(self.indptr, self.ids, rows)
+        words = self.ids[pos]
+        uniq, local = np.unique(words, return_inverse=True)
+        n = np.diff(ptr)
+        eff = np.maximum(n, 1)  # an empty text has one position whose window is all padding
+        total = int(eff.sum())
+        segment = np.repeat(np.arange(len(rows), dtype=np.int64), eff)
+        starts = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(eff, out=starts[1:])
+        p = np.arange(total, dtype=np.int64) - starts[segment]  # position within its text
+        half = (self.window - 1) // 2
+        pad = len(uniq)
+        windows = np.full((self.window, total), pad, dtype=np.int64)
+        for j in range(self.window):
+            q = p + j - half
+            ok = (q >= 0) & (q < n[segment])
+            windows[j, ok] = local[ptr[segment[ok]] + q[ok]]
+        return WindowBatch(self.table.bags(uniq), windows, segment, len(rows))
+
+
+# ------------------------------------------------------------------------------------ networks
+def segment_max(values: torch.Tensor, segment: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Max over the rows of each segment (ragged texts), per column, and the row holding it (the
+    last one on ties). Differentiable in ``values`` (gradient to the winner), as CLSM's max-pooling
+    (§3.3); the winning rows are what the explanation reports."""
+    seg = segment[:, None].expand_as(values)
+    best = torch.full((n, values.shape[1]), float("-inf"), dtype=values.dtype).scatter_reduce(0, seg, values, "amax")
+    with torch.no_grad():
+        rows = torch.arange(len(values))[:, None].expand_as(values)
+        won = torch.where(values == best[segment], rows, -1)
+        arg = torch.full((n, values.shape[1]), -1, dtype=torch.long).scatter_reduce(0, seg, won, "amax")
+    return best, arg
+
+
+class DSSMTower(nn.Module):
+    """Trigram bag → hidden layers → output, tanh throughout (DSSM §3.1)."""
+
+    def __init__(self, vocab: int, hidden: Sequence[int], out: int, gen: torch.Generator):
+        super().__init__()
+        sizes = [*hidden, out]
+        self.embed = nn.EmbeddingBag(vocab, sizes[0], mode="sum")
+        self.bias = nn.Parameter(torch.zeros(sizes[0]))
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        _glorot(self.embed.weight, vocab, sizes[0], gen)
+        for layer in self.layers:
+            _glorot(layer.weight, layer.in_features, layer.out_features, gen)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, x: Bags) -> torch.Tensor:
+        ids, offsets, weights = _bag_tensors(x)
+        h = torch.tanh(self.embed(ids, offsets, per_sample_weights=weights) + self.bias)
+        for layer in self.layers:
+            h = torch.tanh(layer(h))
+        return h
+
+
+class CLSMTower(nn.Module):
+    """Word-n-gram windows → convolution (K) → max-pool → semantic layer (L), tanh (CLSM §3)."""
+
+    def __init__(self, vocab: int, window: int, conv: int, out: int, gen: torch.Generator):
+        super().__init__()
+        self.window, self.conv = window, conv
+        self.embed = nn.EmbeddingBag(vocab, window * conv, mode="sum")  # W_c split per window slot
+        self.pad = nn.Parameter(torch.zeros(window * conv))  # the <s> word's trigram vector · W_c
+        self.bias = nn.Parameter(torch.zeros(conv))
+        self.semantic = nn.Linear(conv, out)
+        _glorot(self.embed.weight, window * vocab, conv, gen)
+        _glorot(self.pad, window * vocab, conv, gen)
+        _glorot(self.semantic.weight, conv, out, gen)
+        nn.init.zeros_(self.semantic.bias)
+
+    def forward(self, x: WindowBatch) -> torch.Tensor:
+        conv = self.convolve(x)
+        return self.top(self.pool(conv, x))
+
+    def convolve(self, x: WindowBatch) -> torch.Tensor:
+        """Pre-activation convolution output at every word position: (positions, K)."""
+        ids, offsets, weights = _bag_tensors(x.bags)
+        per_word = self.embed(ids, offsets, per_sample_weights=weights)
+        # row w·window + j of ``slots`` is word w's contribution in window slot j; each position's
+        # convolution is the bag (sum) of its window's slots — one fused gather-and-sum
+        slots = torch.cat([per_word, self.pad[None, :]]).view(-1, self.conv)
+        windows = torch.from_numpy(x.windows * self.window + np.arange(self.window)[:, None]).T
+        return self.bias + F.embedding_bag(windows, slots, mode="sum")
+
+    @staticmethod
+    def pool(conv: torch.Tensor, x: WindowBatch) -> torch.Tensor:
+        seg = torch.from_numpy(x.segment)[:, None].expand_as(conv)
+        return torch.full((x.n_texts, conv.shape[1]), float("-inf")).scatter_reduce(0, seg, conv, "amax")
+
+    def top(self, pooled: torch.Tensor) -> torch.Tensor:
+        # max over positions of tanh(conv) = tanh(max over positions of conv): tanh is monotonic
+        return torch.tanh(self.semantic(torch.tanh(pooled)))
+
+
+class TwoTowers(nn.Module):
+    """A query tower and a document tower (one shared tower when ``shared``)."""
+
+    def __init__(self, make, shared: bool):  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.q = make()
+        self.d = self.q if shared else make()
+
+    def query(self, x: Any) -> torch.Tensor:
+        return self.q(x)
+
+    def doc(self, x: Any) -> torch.Tensor:
+        return self.d(x)
+
+
+# ------------------------------------------------------------------------------------ models
+class NeuralEncoder(Model):
+    """Shared machinery of the trigram encoders: featurising, encoding, cosine ranking over an
+    encoded collection, and safetensors persistence. Subclasses define the towers."""
+
+    arch_defaults: dict[str, Any] = {}
+
+    def __init__(self, **params: Any):
+        defaults = {**self.arch_defaults, **TRAIN_DEFAULTS}
+        unknown = set(params) - set(defaults)
+        if unknown:
+            raise ValueError(f"{self.name}: unknown parameters {sorted(unknown)}; known: {sorted(defaults)}")
+        self.config: dict[str, Any] = {**defaults, **params}
+        self.hasher: TrigramHasher | None = None
+        self.net: TwoTowers | None = None
+        self._ids: list[str] = []
+        self._doc_vecs = np.zeros((0, 0), dtype=np.float32)
+        self._position: dict[str, int] = {}
+        self._id_order = np.zeros(0, dtype=np.int64)
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.config)
+
+    def with_params(self, **params: Any) -> "NeuralEncoder":
+        changed = {k: v for k, v in params.items() if self.config.get(k) != v}
+        if changed:
+            raise ValueError(f"{self.name}: {sorted(changed)} are fixed at training time; train another model")
+        return self
+
+    # -- architecture (subclasses) --------------------------------------------------------------
+    def _make_tower(self, vocab: int, gen: torch.Generator) -> nn.Module:
+        raise NotImplementedError
+
+    def features(self, texts: Sequence[str]) -> BagFeatures | WindowFeatures:
+        """Featurise a fixed list of texts once; ``.batch(rows)`` gives tower input."""
+        raise NotImplementedError
+
+    def build(self, hasher: TrigramHasher, seed: int | None = None) -> None:
+        """Create freshly initialised towers over ``hasher``'s vocabulary."""
+        gen = torch.Generator().manual_seed(int(self.config["seed"] if seed is None else seed))
+        self.hasher = hasher
+        self.net = TwoTowers(lambda: self._make_tower(len(hasher), gen), bool(self.config["shared"]))
+
+    @property
+    def trained(self) -> bool:
+        return self.net is not None
+
+    def _require(self) -> TwoTowers:
+        if self.net is None or self.hasher is None:
+            raise RuntimeError(f"{self.name}: not trained; train it or load a saved model")
+        return self.net
+
+    # -- encoding -------------------------------------------------------------------------------
+    def _encode(self, texts: Sequence[str], side: str, batch_size: int = 4096) -> np.ndarray:
+        net = self._require()
+        tower = net.query if side == "query" else net.doc
+        feats = self.features(texts)
+        out = []
+        was_training = net.training
+        net.eval()
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_size):
+                rows = np.arange(start, min(start + batch_size, len(texts)), dtype=np.int64)
+                out.append(tower(feats.batch(rows)))
+        net.train(was_training)
+        if not out:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        v = torch.cat(out)
+        return torch.nn.functional.normalize(v, dim=1, eps=1e-12).numpy()
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-length query vectors (float32): their dot products are cosines."""
+        return self._encode(texts, "query")
+
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, "doc")
+
+    @property
+    def dim(self) -> int:
+        raise NotImplementedError
+
+    # -- ranking ----------------------------------------------------------------------------------
+    def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        if len(doc_ids) != len(texts):
+            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        self._ids = list(doc_ids)
+        self._doc_vecs = self.encode_documents(texts)
+        self._position = {d: i for i, d in enumerate(self._ids)}
+        order = np.empty(len(self._ids), dtype=np.int64)
+        order[np.argsort(np.array(self._ids, dtype=object), kind="stable")] = np.arange(len(self._ids))
+        self._id_order = order
+
+    @property
+    def doc_ids(self) -> Sequence[str]:
+        return self._ids
+
+    def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        if len(queries) != len(candidates):
+            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        q = self.encode_queries(queries)
+        out = []
+        for i, docs in enumerate(candidates):
+            try:
+                pos = np.fromiter((self._position[d] for d in docs), dtype=np.int64, count=len(docs))
+            except KeyError as e:
+                raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
+            out.append((self._doc_vecs[pos] @ q[i]).astype(np.float64))
+        return out
+
+    def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
+        """Exact top-k by cosine over the encoded collection (ties by doc id)."""
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        q = self.encode_queries(queries)
+        out = []
+        for start in range(0, len(q), 256):
+            sims = q[start : start + 256] @ self._doc_vecs.T
+            for row in sims:
+                kk = min(k, len(row))
+                cand = np.argpartition(-row, kk - 1)[:kk] if kk < len(row) else np.arange(len(row))
+                thr = row[cand].min()
+                cand = np.flatnonzero(row >= thr)
+                top = cand[np.lexsort((self._id_order[cand], -row[cand]))][:k]
+                out.append([(self._ids[j], float(row[j])) for j in top])
+        return out
+
+    # -- persistence --------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        from safetensors.torch import save_file
+
+        net = self._require()
+        d = Path(path)
+        write_config(d, {"model": self.name, "params": self.config,
+                         "vocabulary": {"max_words": self.hasher.max_words, "trigrams": self.hasher.trigrams}})  # type: ignore[union-attr]
+        state = {k: v.detach().contiguous() for k, v in net.state_dict().items()}
+        save_file(state, str(d / WEIGHTS))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "NeuralEncoder":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        d = Path(path)
+        cfg = read_config(d, expect=cls.name)
+        try:
+            model = cls(**cfg["params"])
+            vocab = cfg["vocabulary"]
+            model.build(TrigramHasher(vocab["trigrams"], max_words=int(vocab["max_words"])))
+            state = load_file(str(d / WEIGHTS))
+        except (KeyError, TypeError, ValueError, OSError, SafetensorError) as e:
+            raise ModelDirError(f"{d}: corrupt or incomplete {cls.name} model ({e})") from None
+        net = model._require()
+        expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+        got = {k: tuple(v.shape) for k, v in state.items()}
+        if expected != got:
+            diff = sorted(k for k in set(expected) | set(got) if expected.get(k) != got.get(k))
+            raise ModelDirError(f"{d}: weights do not match the config's architecture ({', '.join(diff[:4])})")
+        net.load_state_dict(state)
+        return model
+
+
+@register("dssm")
+class DSSM(NeuralEncoder):
+    """Deep structured semantic model; ``hidden`` layers then ``out`` units, tanh."""
+
+    arch_defaults = {"hidden": [300, 300], "out": 128, "shared": False, "max_words": 64}
+
+    def _make_tower(self, vocab: int, gen: torch.Generator) -> nn.Module:
+        return DSSMTower(vocab, list(self.config["hidden"]), int(self.config["out"]), gen)
+
+    def features(self, texts: Sequence[str]) -> BagFeatures:
+        self._require()
+        return BagFeatures(self.hasher, texts)  # type: ignore[arg-type]
+
+    @property
+    def dim(self) -> int:
+        return int(self.config["out"])
+
+
+@register("clsm")
+class CLSM(NeuralEncoder):
+    """Convolutional latent semantic model: ``window`` words, ``conv`` (K) filters, ``out`` (L)."""
+
+    arch_defaults = {"window": 3, "conv": 300, "out": 128, "shared": False, "max_words": 64}
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        if int(self.config["window"]) < 1 or int(self.config["window"]) % 2 == 0:
+            raise ValueError(f"clsm window must be odd and positive, got {self.config['window']}")
+        self._table: WordTable | None = None
+
+    def build(self, hasher: TrigramHasher, seed: int | None = None) -> None:
+        super().build(hasher, seed)
+        self._table = WordTable(hasher)
+
+    def _make_tower(self, vocab: int, gen: torch.Generator) -> nn.Module:
+        c = self.config
+        return CLSMTower(vocab, int(c["window"]), int(c["conv"]), int(c["out"]), gen)
+
+    def features(self, texts: Sequence[str]) -> WindowFeatures:
+        self._require()
+        return WindowFeatures(self._table, texts, int(self.config["window"]))  # type: ignore[arg-type]
+
+    @property
+    def dim(self) -> int:
+        return int(self.config["out"])

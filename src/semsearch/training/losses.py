@@ -1,0 +1,27 @@
+"""Losses over cosine similarities of unit-length query and document vectors."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def softmax_cosine_loss(pos: torch.Tensor, neg: torch.Tensor, gamma: float) -> torch.Tensor:
+    """−log P(D⁺|Q), P = softmax over γ·cos of [D⁺, D⁻₁..D⁻ⱼ] (DSSM/CLSM Eq. 5-6), mean over
+    queries. ``pos``: (B,), ``neg``: (B, J) with −inf where a negative slot is empty."""
+    logits = gamma * torch.cat([pos[:, None], neg], dim=1)
+    return F.cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long))
+
+
+def in_batch_loss(sims: torch.Tensor, same: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Each query's positive against the other queries' positives in the batch (B × B cosines);
+    ``same`` marks off-diagonal entries that are positives of that query too (masked out)."""
+    logits = (gamma * sims).masked_fill(same, float("-inf"))
+    return F.cross_entropy(logits, torch.arange(len(sims)))
+
+
+def pairwise_hinge_loss(pos: torch.Tensor, neg: torch.Tensor, margin: float) -> torch.Tensor:
+    """max(0, margin − s⁺ + s⁻) averaged over valid (finite) negatives."""
+    valid = torch.isfinite(neg)
+    loss = torch.clamp(margin - pos[:, None] + torch.where(valid, neg, torch.zeros_like(neg)), min=0)
+    return (loss * valid).sum() / valid.sum().clamp(min=1)
