@@ -1,0 +1,168 @@
+"""DSSM/CLSM towers, encoding, persistence and the trainer, on tiny generated data."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from semsearch.data import EvalSet, TrainingData, open_dataset
+from semsearch.models import ModelDirError, create_model, load_model, rank
+from semsearch.models.neural import segment_max
+from semsearch.text import TrigramHasher, word_trigrams
+from semsearch.training import fit
+
+TEXTS = ["red brick wall", "blue door", "brick", "", "über café ñandú", "x " * 200]
+
+
+def _built(name, **kw):
+    m = create_model(name, **{"hidden": [16, 8], "out": 4} if name == "dssm" else {"conv": 6, "out": 4, **kw})
+    m.build(TrigramHasher.fit(TEXTS[:3] + ["über café"], max_words=8))
+    return m
+
+
+@pytest.mark.parametrize("name", ["dssm", "clsm"])
+def test_encoding_is_unit_length_and_handles_odd_texts(name):
+    m = _built(name)
+    v = m.encode_documents(TEXTS)
+    assert v.shape == (len(TEXTS), 4) and v.dtype == np.float32 and np.isfinite(v).all()
+    norms = np.linalg.norm(v, axis=1)
+    assert np.allclose(norms[norms > 0], 1.0, atol=1e-5)
+    # beyond max_words (8) a text is truncated: the tail does not change the vector
+    long_a, long_b = "brick " * 8 + "red", "brick " * 8 + "blue door wall"
+    assert np.allclose(m.encode_queries([long_a]), m.encode_queries([long_b]))
+    # words made of trigrams never seen in training still encode to finite vectors
+    assert np.isfinite(m.encode_queries(["qqqq zzzz", "   "])).all()
+
+
+def test_clsm_convolution_equals_dense_window_reference():
+    m = _built("clsm", window=3)
+    tower = m._require().q
+    h = m.hasher
+    text = "red brick wall door"
+    words = h.words(text)
+    V, K = len(h), 6
+    W = tower.embed.weight.detach().view(V, 3, K)  # slot j -> W_j (V x K)
+    pad = tower.pad.detach().view(3, K)
+
+    def f(word):  # the word's trigram count vector
+        x = torch.zeros(V)
+        for t in word_trigrams(word):
+            if t in h.index:
+                x[h.index[t]] += 1
+        return x
+
+    conv = []
+    for t in range(len(words)):
+        acc = tower.bias.detach().clone()
+        for j in range(3):
+            p = t + j - 1
+            acc += f(words[p]) @ W[:, j] if 0 <= p < len(words) else pad[j]
+        conv.append(acc)
+    pooled = torch.stack(conv).max(0).values
+    want = torch.tanh(tower.semantic(torch.tanh(pooled))).detach()
+    with torch.no_grad():
+        got = tower(m.features([text]).batch(np.array([0])))[0]
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_segment_max_and_its_gradient():
+    v = torch.tensor([[1.0, 5.0], [3.0, 2.0], [0.0, 0.0], [7.0, -1.0]], requires_grad=True)
+    best, arg = segment_max(v, torch.tensor([0, 0, 0, 1]), 2)
+    assert best.tolist() == [[3.0, 5.0], [7.0, -1.0]] and arg.tolist() == [[1, 0], [3, 3]]
+    best.sum().backward()
+    assert v.grad.tolist() == [[0, 1], [1, 0], [0, 0], [1, 1]]
+
+
+def test_bad_parameters():
+    with pytest.raises(ValueError, match="unknown parameters"):
+        create_model("dssm", layers=3)
+    with pytest.raises(ValueError, match="odd"):
+        create_model("clsm", window=2)
+    with pytest.raises(RuntimeError, match="not trained"):
+        create_model("dssm").encode_queries(["x"])
+
+
+def _tiny(tiny_data):
+    ds = open_dataset("tiny")
+    return ds, TrainingData.from_dataset(ds, "train", threshold=2), EvalSet.judged(ds, "dev")
+
+
+SMALL = {"batch_size": 16, "neg_pool": 32, "epochs": 4, "patience": 10, "lr": 0.5}
+
+
+@pytest.mark.parametrize("name,extra", [
+    ("dssm", {"hidden": [32], "out": 16}),
+    ("clsm", {"conv": 16, "out": 8, "window": 3}),
+    ("dssm", {"hidden": [32], "out": 16, "sampling": "in-batch", "optimizer": "adam", "lr": 0.01}),
+    ("dssm", {"hidden": [32], "out": 16, "hard_negatives": 2, "negatives": 2}),
+])
+def test_training_learns_and_ranks(tiny_data, name, extra):
+    ds, data, dev = _tiny(tiny_data)
+    m = create_model(name, **{**SMALL, **extra})
+    log = fit(m, data, dev, progress=False)
+    losses = [e["loss"] for e in log["epochs"]]
+    assert losses[-1] < losses[0]
+    assert log["best_dev"] > 0 and 1 <= log["best_epoch"] <= 4 and log["epochs"][0]["pairs_per_s"] > 0
+    corpus = ds.corpus()
+    m.index(corpus.ids, corpus.joined("title"))
+    run = rank(m, {"q": "red"}, k=5)
+    assert len(run["q"]) == 5 and all(-1.0001 <= s <= 1.0001 for s in run["q"].values())
+
+
+def test_training_is_deterministic_and_resumes_exactly(tiny_data, tmp_path):
+    ds, data, dev = _tiny(tiny_data)
+    cfg = {**SMALL, "hidden": [16], "out": 8}
+
+    def weights(m):
+        return {k: v.clone() for k, v in m._require().state_dict().items()}
+
+    a, b = create_model("dssm", **cfg), create_model("dssm", **cfg)
+    fit(a, data, dev, progress=False)
+    fit(b, data, dev, progress=False)
+    assert all(torch.equal(x, weights(b)[k]) for k, x in weights(a).items())
+    # stop after 2 epochs with checkpoints, then resume to 4: same weights as 4 epochs straight
+    half = create_model("dssm", **{**cfg, "epochs": 2})
+    fit(half, data, dev, progress=False, checkpoint_dir=tmp_path / "ck")
+    resumed = create_model("dssm", **cfg)
+    log = fit(resumed, data, dev, progress=False, checkpoint_dir=tmp_path / "ck", resume=True)
+    assert [e["epoch"] for e in log["epochs"]] == [1, 2, 3, 4]
+    assert all(torch.equal(x, weights(resumed)[k]) for k, x in weights(a).items())
+
+
+def test_gamma_list_is_tuned_on_dev(tiny_data):
+    ds, data, dev = _tiny(tiny_data)
+    m = create_model("dssm", **{**SMALL, "hidden": [16], "out": 8, "epochs": 2, "gamma": [1.0, 10.0]})
+    log = fit(m, data, dev, progress=False)
+    assert set(log["trials"]) == {"1.0", "10.0"} and log["gamma"] in (1.0, 10.0)
+    assert log["best_dev"] == max(t["best_dev"] for t in log["trials"].values())
+    assert m.trained
+
+
+@pytest.mark.parametrize("name", ["dssm", "clsm"])
+def test_save_load_round_trip_and_corruption(tmp_path, name):
+    m = _built(name)
+    m.save(tmp_path / "m")
+    again = load_model(tmp_path / "m")
+    assert np.allclose(again.encode_queries(TEXTS), m.encode_queries(TEXTS))
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["params"]["out"] = 5  # the weights no longer fit the architecture
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelDirError, match="do not match"):
+        load_model(tmp_path / "m")
+    (tmp_path / "m" / "weights.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(ModelDirError, match="corrupt"):
+        load_model(tmp_path / "m")
+    (tmp_path / "m" / "weights.safetensors").unlink()
+    with pytest.raises(ModelDirError):
+        load_model(tmp_path / "m")
+
+
+def test_score_unknown_candidate(tmp_path):
+    m = _built("dssm")
+    m.index(["a", "b"], ["red brick", "blue door"])
+    assert m.score(["red"], [["b", "a"]])[0].shape == (2,)
+    with pytest.raises(ValueError, match="not in the indexed collection"):
+        m.score(["red"], [["zzz"]])
