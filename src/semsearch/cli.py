@@ -9,7 +9,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -54,15 +54,16 @@ def _guard(fn):  # type: ignore[no-untyped-def]
     return wrapper
 
 
-def _parse_params(pairs: list[str]) -> dict[str, float | int | str]:
-    params: dict[str, float | int | str] = {}
+def _parse_params(pairs: list[str]) -> dict[str, Any]:
+    """NAME=VALUE pairs; VALUE is read as JSON (numbers, lists like [5,10,20], true) or else a string."""
+    params: dict[str, Any] = {}
     for p in pairs:
         if "=" not in p:
             raise ValueError(f"--param takes NAME=VALUE, got {p!r}")
         k, v = p.split("=", 1)
         try:
-            params[k] = int(v) if v.lstrip("-").isdigit() else float(v)
-        except ValueError:
+            params[k] = json.loads(v)
+        except json.JSONDecodeError:
             params[k] = v
     return params
 
@@ -229,6 +230,117 @@ def search_cmd(
         table.add_row(str(h.rank), h.doc_id, f"{h.score:.4f}", shown[:100] + ("…" if len(shown) > 100 else ""))
     out.print(table)
     err.print(f"load {loaded - start:.2f} s, search {1000 * (done - loaded):.1f} ms", highlight=False)
+
+
+# ---------------------------------------------------------------------------------------- train / encode / explain
+@app.command("train")
+@_guard
+def train_cmd(
+    model: Annotated[str, typer.Argument(help="Model to train: dssm or clsm (or any trainable registered model).")],
+    data: Annotated[str, typer.Option(help="BEIR-layout data set with a training split.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Directory to save the trained model in.")],
+    split: Annotated[str, typer.Option(help="Qrels split to train on.")] = "train",
+    dev: Annotated[Optional[str], typer.Option(help="Qrels split for early stopping (default: 'dev' if the data set has one).")] = None,
+    threshold: Annotated[int, typer.Option(help="Lowest grade that makes a (query, document) pair a positive.")] = 3,
+    fields: Annotated[str, typer.Option(help="Document fields: title, text or title+text.")] = "title",
+    param: Annotated[list[str], typer.Option("--param", help="Model/training parameter NAME=VALUE (JSON values), e.g. negatives=50, gamma=[5,10,20].")] = [],
+    checkpoint: Annotated[Optional[Path], typer.Option(help="Checkpoint directory (written every epoch).")] = None,
+    resume: Annotated[bool, typer.Option(help="Resume from the checkpoint directory.")] = False,
+) -> None:
+    """Train a model on a data set's judged pairs; progress shows pairs/s, loss and the dev metric."""
+    from .data import EvalSet, TrainingData, open_dataset
+    from .models import create_model
+    from .training import fit
+
+    ds = open_dataset(data)
+    dev_split = dev if dev is not None else ("dev" if "dev" in ds.splits else None)
+    m = create_model(model, **_parse_params(param))
+    train_data = TrainingData.from_dataset(ds, split, threshold=threshold, fields=fields)  # type: ignore[arg-type]
+    dev_set = EvalSet.judged(ds, dev_split) if dev_split else None
+    err.print(f"training {model} on {len(train_data.positives)} positive pairs of {ds.name}/{split}"
+              + (f", early stopping on {dev_split}" if dev_split else ""), highlight=False)
+    options = {"checkpoint_dir": checkpoint, "resume": resume} if checkpoint else {}
+    log = fit(m, train_data, dev_set, **options)
+    m.save(out_dir)
+    (out_dir / "training.json").write_text(json.dumps(log, indent=2) + "\n", encoding="utf-8")
+    for e in log.get("epochs", []):
+        dev_txt = f"  dev {e['dev']:.4f}" if "dev" in e else ""
+        err.print(f"epoch {e['epoch']:>3}  loss {e['loss']:.4f}  {e['pairs_per_s']:>8.0f} pairs/s{dev_txt}", highlight=False)
+    if "stopped" in log:
+        err.print(f"{log['stopped']}; kept epoch {log['best_epoch']}", highlight=False)
+    err.print(f"model saved to {out_dir}", highlight=False)
+
+
+@app.command("encode")
+@_guard
+def encode_cmd(
+    model: Annotated[Path, typer.Option(help="Saved encoder directory (dssm, clsm, ...).")],
+    texts: Annotated[Path, typer.Option(help="Texts: one per line, or BEIR queries.jsonl / corpus.jsonl.")],
+    out_path: Annotated[Path, typer.Option("--out", help="Output .npy file (float32, one unit-length row per text).")],
+    side: Annotated[str, typer.Option(help="'query' or 'document' tower.")] = "document",
+) -> None:
+    """Encode texts with a trained encoder into a .npy matrix (rows in input order)."""
+    import numpy as np
+
+    from .data import iter_corpus, load_queries
+    from .models import load_model
+
+    m = load_model(model)
+    if not hasattr(m, "encode_queries"):
+        raise ValueError(f"{model}: a {m.name} model is not an encoder")
+    if texts.suffix == ".jsonl" and texts.name.startswith("corpus"):
+        items = [f"{d.title} {d.text}".strip() for d in iter_corpus(texts)]
+    elif texts.suffix == ".jsonl":
+        items = list(load_queries(texts).values())
+    else:
+        items = texts.read_text(encoding="utf-8").splitlines()
+    if side not in ("query", "document"):
+        raise ValueError("--side must be 'query' or 'document'")
+    start = time.perf_counter()
+    vecs = m.encode_queries(items) if side == "query" else m.encode_documents(items)  # type: ignore[attr-defined]
+    np.save(out_path, vecs)
+    secs = time.perf_counter() - start
+    err.print(f"wrote {out_path}: {vecs.shape[0]} x {vecs.shape[1]} in {secs:.2f} s ({len(items) / max(secs, 1e-9):,.0f} texts/s)", highlight=False)
+
+
+@app.command("explain")
+@_guard
+def explain_cmd(
+    query: Annotated[str, typer.Argument(help="Query text.")],
+    document: Annotated[str, typer.Argument(help="Document (title) text.")],
+    model: Annotated[Path, typer.Option(help="Saved DSSM or CLSM directory.")],
+    top: Annotated[int, typer.Option(help="Neurons / words to show.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Why the model matches a query and a document: winning words and shared neurons (CLSM), word contributions (any encoder)."""
+    from .models import load_model
+    from .models.explain import explain
+    from .models.neural import NeuralEncoder
+
+    m = load_model(model)
+    if not isinstance(m, NeuralEncoder):
+        raise ValueError(f"{model}: explain needs a neural encoder, got {m.name}")
+    if not query.strip() or not document.strip():
+        raise ValueError("query and document must not be empty")
+    e = explain(m, query, document, top=top)
+    if as_json:
+        print(json.dumps(e, ensure_ascii=False, indent=2))
+        return
+    out.print(f"[bold]{m.name}[/] cosine = {e['cosine']:.4f}", highlight=False)
+    for side in ("query", "document"):
+        if f"{side}_neurons" in e:
+            t = Table("neuron", "activation", "winning word", "window", title=f"most active max-pool neurons: {side}")
+            for n in e[f"{side}_neurons"]:
+                t.add_row(str(n["neuron"]), f"{n['activation']:.3f}", n["word"], n["window"])
+            out.print(t)
+    if e.get("matching_neurons"):
+        t = Table("neuron", "query word", "act.", "document word", "act.", title="neurons active on both sides")
+        for n in e["matching_neurons"]:
+            t.add_row(str(n["neuron"]), n["query_word"], f"{n['query_activation']:.3f}", n["document_word"], f"{n['document_activation']:.3f}")
+        out.print(t)
+    for side in ("query", "document"):
+        words = ", ".join(f"{w['word']} ({w['contribution']:+.3f})" for w in e[f"{side}_words"][:top])
+        out.print(f"{side} words by contribution to the cosine: {words}", highlight=False)
 
 
 # ---------------------------------------------------------------------------------------- reproduce
