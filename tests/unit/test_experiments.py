@@ -191,7 +191,7 @@ def test_trained_and_interpolated_rows(tiny_data, tmp_path, tune):
     result = run_experiment(spec, progress=False, model_dir=tmp_path / "models")
     assert result.training["Cooc"]["pairs"] > 0
     assert (result.training["Cooc"]["dev_queries"] > 0) == (tune == "split:dev")
-    saved = tmp_path / "models" / "tiny-trained" / "cooc"
+    (saved,) = (tmp_path / "models").iterdir()
     assert (saved / "config.json").is_file() and (saved / "recipe.json").is_file()
     means = {k: r.result.mean["ndcg@3"] for k, r in result.table.rows.items()}
     chosen = result.chosen["Cooc + BM25"]
@@ -224,3 +224,25 @@ def test_fusion():
     assert r["x"] == pytest.approx(1 / 3 + 1 / 2) and max(r, key=r.get) == "x"
     with pytest.raises(ValueError):
         interpolate([a], [0.5, 0.5])
+
+
+def test_top1_crosstab():
+    from semsearch.evaluation import top1_crosstab
+
+    qrels = {"a": {"x": 0, "y": 3}, "b": {"x": 1, "y": 2}, "c": {"x": 4}}
+    left = {"a": {"y": 2.0, "x": 1.0}, "b": {"x": 5.0, "y": 1.0}, "c": {"z": 1.0}}
+    right = {"a": {"x": 2.0, "y": 1.0}, "b": {"y": 5.0}, "c": {"x": 1.0}}
+    t = top1_crosstab(left, right, qrels)
+    assert t["good+"]["bad"] == 1  # a: left's top-1 y (3), right's x (0)
+    assert t["fair"]["good+"] == 1  # b
+    assert t["bad"]["good+"] == 1  # c: left's top-1 z is unjudged -> bad
+    assert sum(sum(r.values()) for r in t.values()) == 3
+
+
+def test_crosstab_in_a_spec(tiny_data, tmp_path):
+    p = tmp_path / "t.toml"
+    p.write_text(TRAINED.format(tune="split:dev").replace('tune = "split:dev"', 'tune = "split:dev"\ncrosstab = { rows = "Cooc", columns = "BM25" }'))
+    result = run_experiment(load_spec(p), progress=False)
+    n = sum(sum(r.values()) for r in result.crosstab.values())
+    assert n == result.table.rows["BM25"].result.n_queries
+    assert "Top-1 label" in result.to_markdown() and "good+" in result.to_markdown()

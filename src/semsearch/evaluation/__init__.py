@@ -33,3 +33,7 @@ __all__ = [
     "parse_metric",
     "tune",
 ]
+
+from .compare import PAPER_BINS, crosstab_markdown, top1_crosstab  # noqa: E402
+
+__all__ += ["PAPER_BINS", "crosstab_markdown", "top1_crosstab"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -11,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ..data import BeirDataset, EvalSet, TrainingData, open_dataset, ranked, read_run, write_run
-from ..evaluation import EvalResult, ResultTable, canonical_metric, cross_validate, evaluate, tune
+from ..evaluation import (EvalResult, ResultTable, canonical_metric, cross_validate, crosstab_markdown, evaluate,
+                          top1_crosstab, tune)
+from ..evaluation.compare import PAPER_BINS
 from ..index import interpolate
 from ..models import LexicalModel, Model, create_model, load_model, rank, resolve_model
 from ..models.lexical import LexicalIndex
@@ -47,6 +50,7 @@ class ExperimentResult:
     seconds: float
     runs: dict[str, Run] = field(repr=False, default_factory=dict)
     training: dict[str, Any] = field(default_factory=dict)  # label -> the model's training log
+    crosstab: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -61,7 +65,11 @@ class ExperimentResult:
         ]
         if s.notes:
             lines += [s.notes.strip(), ""]
-        lines += [self.table.to_markdown(columns=s.metrics), "Parameters used:", ""]
+        lines += [self.table.to_markdown(columns=s.metrics)]
+        if self.crosstab:
+            lines += [f"Top-1 label of each query's first result (rows: {s.crosstab['rows']}, columns: "
+                      f"{s.crosstab['columns']}):", "", crosstab_markdown(self.crosstab, s.crosstab["rows"], s.crosstab["columns"])]
+        lines += ["Parameters used:", ""]
         for label, settings in self.chosen.items():
             shown = "; ".join(json.dumps(p, sort_keys=True) for p in settings) or "—"
             lines.append(f"- {label}: {shown}")
@@ -80,7 +88,7 @@ class ExperimentResult:
             "fields": self.spec.fields, "tune": self.spec.tune, "tune_metric": self.spec.tune_metric,
             "table": self.table.to_json(), "chosen": self.chosen, "tuning": self.tuning,
             "checks": [dict(c.__dict__, ok=c.ok) for c in self.checks], "seconds": self.seconds,
-            "training": self.training,
+            "training": self.training, "crosstab": self.crosstab,
         }
 
     def write(self, out_dir: str | Path) -> Path:
@@ -176,7 +184,8 @@ class _Context:
         """Fit on the row's training split, early-stopping on the spec's dev split where it has
         one. With a model directory, a model trained earlier with the same recipe is reused."""
         recipe = {"dataset": self.spec.dataset, "model": ms.model, "params": kwargs, "train": ms.train}
-        saved = self.model_dir / self.spec.name / slug(ms.label) if self.model_dir else None
+        digest = hashlib.sha1(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+        saved = self.model_dir / f"{ms.model}-{digest}" if self.model_dir else None
         if saved is not None and (saved / "recipe.json").is_file():
             if json.loads((saved / "recipe.json").read_text()) == recipe:
                 self.training[ms.label] = json.loads((saved / "training.json").read_text())
@@ -243,7 +252,11 @@ def run_experiment(
         table.add(ms.label, result, paper=ms.paper)
         for metric, (lo, hi) in ms.expect.items():
             checks.append(Check(ms.label, metric, result.mean[canonical_metric(metric)], lo, hi))
-    return ExperimentResult(spec, table, chosen, tuning, checks, time.perf_counter() - start, runs, ctx.training)
+    crosstab = {}
+    if spec.crosstab:
+        bins = {k: (int(v[0]), int(v[1])) for k, v in spec.crosstab.get("bins", {}).items()} or PAPER_BINS
+        crosstab = top1_crosstab(runs[spec.crosstab["rows"]], runs[spec.crosstab["columns"]], test, bins)
+    return ExperimentResult(spec, table, chosen, tuning, checks, time.perf_counter() - start, runs, ctx.training, crosstab)
 
 
 @dataclass

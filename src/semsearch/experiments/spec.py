@@ -74,6 +74,7 @@ class ExperimentSpec:
     tune: str = "none"  # "dev" (a split name follows: "split:dev"), "cv2", "cv5", or "none"
     tune_metric: str = "ndcg@10"
     baselines: list[str] = field(default_factory=list)
+    crosstab: dict[str, Any] = field(default_factory=dict)  # {rows, columns[, bins]}: top-1 label table
     notes: str = ""
 
     @property
@@ -110,6 +111,8 @@ def load_spec(path: str | Path) -> ExperimentSpec:
     missing = [b for b in spec.baselines if b not in labels]
     if missing:
         raise SpecError(f"{p}: baselines {missing} are not model labels")
+    if spec.crosstab and any(spec.crosstab.get(k) not in labels for k in ("rows", "columns")):
+        raise SpecError(f"{p}: crosstab rows/columns must be model labels")
     for i, m in enumerate(spec.models):
         if m.grid and spec.tune == "none":
             raise SpecError(f"{p}: model {m.label!r} has a grid but the spec has tune = 'none'")
