@@ -72,10 +72,14 @@ class BagFeatures:
     """DSSM input of a fixed list of texts: their trigram bags (CSR), sliced into batches."""
 
     def __init__(self, hasher: TrigramHasher, texts: Sequence[str]):
-        m = hasher.transform(texts)
-        self.indptr = m.indptr.astype(np.int64)
-        self.ids = m.indices.astype(np.int64)
-        self.weights = m.data.astype(np.float32)
+        # a text's trigrams are its words' bags laid end to end; repeated ids are left for
+        # EmbeddingBag(mode="sum") to add up, so no sort or de-duplication is needed
+        table = hasher.table
+        word_ptr, words = table.encode(texts)
+        bags = table.bags(words)
+        self.indptr = bags.offsets[word_ptr]
+        self.ids = bags.ids
+        self.weights = bags.weights
 
     def __len__(self) -> int:
         return len(self.indptr) - 1

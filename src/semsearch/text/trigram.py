@@ -20,8 +20,9 @@ import scipy.sparse as sp
 
 from .normalize import tokenize
 
-WORD_CACHE_SIZE = 500_000
-"""Words whose trigram ids are cached; the cache is emptied when it grows past this."""
+WORD_CACHE_SIZE = 1_000_000
+"""Distinct words a hasher remembers with their trigram ids; past this the table starts afresh,
+so memory stays bounded on open-vocabulary streams."""
 
 DEFAULT_MAX_WORDS = 64
 """Texts are truncated to their first 64 words before hashing (titles average ~8 words)."""
@@ -49,8 +50,9 @@ class Bags:
 class TrigramHasher:
     """A fixed letter-trigram vocabulary and the hashing of texts onto it.
 
-    Trigrams not in the vocabulary are dropped (counted in ``unknown`` by ``transform``): a model
-    can only weight what it saw in training. Words are hashed once and cached."""
+    Trigrams not in the vocabulary are dropped: a model can only weight what it saw in training.
+    Each distinct word is hashed once (``table``); texts then become word ids and their bags are
+    gathered with numpy."""
 
     def __init__(self, trigrams: Sequence[str], max_words: int = DEFAULT_MAX_WORDS):
         self.trigrams = list(trigrams)
@@ -58,7 +60,7 @@ class TrigramHasher:
         if len(self.index) != len(self.trigrams):
             raise ValueError("trigram vocabulary has duplicates")
         self.max_words = max_words
-        self._cache: dict[str, tuple[int, ...]] = {}
+        self._table: WordTable | None = None
 
     def __len__(self) -> int:
         return len(self.trigrams)
@@ -89,18 +91,19 @@ class TrigramHasher:
 
     def word_ids(self, word: str) -> tuple[int, ...]:
         """Trigram ids of one normalised word (repeats kept: ``#aaa#`` has ``aaa`` once per position)."""
-        ids = self._cache.get(word)
-        if ids is None:
-            index = self.index
-            ids = tuple(index[t] for t in word_trigrams(word) if t in index)
-            if len(self._cache) >= WORD_CACHE_SIZE:
-                self._cache.clear()  # bounded memory on open-vocabulary streams
-            self._cache[word] = ids
-        return ids
+        index = self.index
+        return tuple(index[t] for t in word_trigrams(word) if t in index)
 
     def words(self, text: str) -> list[str]:
         """The normalised words of ``text``, truncated to ``max_words``."""
         return tokenize(text)[: self.max_words]
+
+    @property
+    def table(self) -> "WordTable":
+        """The words met so far with their trigram ids (emptied past ``WORD_CACHE_SIZE`` words)."""
+        if self._table is None or len(self._table) > WORD_CACHE_SIZE:
+            self._table = WordTable(self)
+        return self._table
 
     def transform(self, texts: Sequence[str], *, chunk: int = 100_000) -> sp.csr_matrix:
         """Texts -> CSR (n x V) float32 trigram counts. Works in chunks to bound temporary memory."""
@@ -110,19 +113,14 @@ class TrigramHasher:
         return parts[0] if len(parts) == 1 else sp.vstack(parts, format="csr")
 
     def _transform_chunk(self, texts: Sequence[str]) -> sp.csr_matrix:
-        cols = array("i")
-        lengths = np.empty(len(texts), dtype=np.int64)
-        for r, text in enumerate(texts):
-            start = len(cols)
-            for w in self.words(text):
-                cols.extend(self.word_ids(w))
-            lengths[r] = len(cols) - start
-        col = np.frombuffer(cols, dtype=np.int32) if len(cols) else np.zeros(0, dtype=np.int32)
-        row = np.repeat(np.arange(len(texts), dtype=np.int32), lengths)
-        m = sp.coo_matrix(
-            (np.ones(len(col), dtype=np.float32), (row, col)), shape=(len(texts), len(self))
+        table = self.table
+        indptr, words = table.encode(texts)
+        bags = table.bags(words)
+        token_text = np.repeat(np.arange(len(texts), dtype=np.int32), np.diff(indptr))
+        row = np.repeat(token_text, np.diff(bags.offsets))
+        return sp.coo_matrix(
+            (np.ones(len(row), dtype=np.float32), (row, bags.ids.astype(np.int32))), shape=(len(texts), len(self))
         ).tocsr()  # sums duplicates, sorts indices
-        return m
 
     def bags(self, texts: Sequence[str]) -> Bags:
         """Texts -> ``Bags`` for ``EmbeddingBag``: the CSR arrays, unique ids with counts per text."""
@@ -173,9 +171,13 @@ class WordTable:
         """Per text its word ids (first ``hasher.max_words`` words): (indptr, ids), both int64."""
         ids = array("q")
         indptr = np.zeros(len(texts) + 1, dtype=np.int64)
-        word = self._word
+        get, word, words = self.ids.get, self._word, self.hasher.words
         for r, text in enumerate(texts):
-            ids.extend(word(w) for w in self.hasher.words(text))
+            ws = words(text)
+            row = [get(w, -1) for w in ws]
+            if -1 in row:  # words met for the first time
+                row = [word(w) for w in ws]
+            ids.extend(row)
             indptr[r + 1] = len(ids)
         return indptr, np.frombuffer(ids, dtype=np.int64).copy() if len(ids) else np.zeros(0, dtype=np.int64)
 
