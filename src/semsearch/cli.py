@@ -68,6 +68,16 @@ def _parse_params(pairs: list[str]) -> dict[str, Any]:
     return params
 
 
+def _model(name_or_dir: str, param: list[str], analyzer: str | None):  # type: ignore[no-untyped-def]
+    """The model named on the command line, with its --param and --analyzer options."""
+    from .models import resolve_model
+
+    params = _parse_params(param)
+    if analyzer:
+        params["analyzer"] = analyzer
+    return resolve_model(name_or_dir, **params)
+
+
 # ---------------------------------------------------------------------------------------- data
 @data_app.command("list")
 @_guard
@@ -118,7 +128,7 @@ def run_cmd(
 ) -> None:
     """Rank queries against a collection with any model and write a TREC run."""
     from .data import load_queries, open_dataset, ranked, read_run, write_run
-    from .models import LexicalModel, rank, resolve_model
+    from .models import LexicalModel, rank
 
     ds = open_dataset(data, skip_bad_lines=skip_bad_lines)
     if queries is not None:
@@ -126,10 +136,7 @@ def run_cmd(
     else:
         all_q = ds.queries()
         qs = {q: all_q[q] for q in ds.qrels(split)} if split in ds.splits else all_q
-    params = _parse_params(param)
-    if analyzer:
-        params["analyzer"] = analyzer
-    m = resolve_model(model, **params)
+    m = _model(model, param, analyzer)
     corpus = ds.corpus()
     start = time.perf_counter()
     if not (isinstance(m, LexicalModel) and m._index is not None and list(m.doc_ids) == corpus.ids):
@@ -192,13 +199,9 @@ def index_build(
     """Index a collection with a model and save it for `semsearch search`."""
     from .data import open_dataset
     from .index import build_index
-    from .models import resolve_model
 
-    params = _parse_params(param)
-    if analyzer:
-        params["analyzer"] = analyzer
     start = time.perf_counter()
-    path = build_index(resolve_model(model, **params), open_dataset(data).corpus(), out_dir, fields=fields)
+    path = build_index(_model(model, param, analyzer), open_dataset(data).corpus(), out_dir, fields=fields)
     err.print(f"index written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
 
 
