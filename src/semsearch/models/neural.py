@@ -202,8 +202,9 @@ class CLSMTower(nn.Module):
 
     @staticmethod
     def pool(conv: torch.Tensor, x: WindowBatch) -> torch.Tensor:
-        seg = torch.from_numpy(x.segment)[:, None].expand_as(conv)
-        return torch.full((x.n_texts, conv.shape[1]), float("-inf")).scatter_reduce(0, seg, conv, "amax")
+        """Max over each text's positions; a text's positions are contiguous and non-empty."""
+        lengths = torch.from_numpy(np.bincount(x.segment, minlength=x.n_texts))
+        return torch.segment_reduce(conv, "max", lengths=lengths)
 
     def top(self, pooled: torch.Tensor) -> torch.Tensor:
         # max over positions of tanh(conv) = tanh(max over positions of conv): tanh is monotonic

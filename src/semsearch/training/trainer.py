@@ -185,10 +185,10 @@ def _batch_loss(net, qf, df, pairs, rows, rng, cfg, gamma, pool_size, j, h, n_do
     b = len(rows)
     pos = (qv * dv[:b]).sum(1)
     sims = [torch.zeros((b, 0))]
-    if j > 0:
-        pool_sims = qv @ dv[b : b + len(pool)].T
+    if j > 0:  # each query's J pool documents: gathered, not a full (batch x pool) similarity matrix
         idx = torch.from_numpy(neg)
-        sims.append(pool_sims.gather(1, idx.clamp(min=0)).masked_fill(idx < 0, float("-inf")))
+        nv = dv[b : b + len(pool)][idx.clamp(min=0)]  # (b, J, dim)
+        sims.append(torch.einsum("bd,bjd->bj", qv, nv).masked_fill(idx < 0, float("-inf")))
     if h > 0:
         slot = np.full(hard.shape, -1, dtype=np.int64)
         slot[hard >= 0] = b + len(pool) + np.arange(len(hard_rows))
