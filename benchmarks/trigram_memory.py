@@ -62,7 +62,7 @@ def worker(vocab: str, n: int, mode: str, chunk: int) -> dict:
         "nnz": int(m.nnz),
         "csr_bytes": int(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes),
         "csr_dtypes": [str(m.data.dtype), str(m.indices.dtype), str(m.indptr.dtype)],
-        "word_cache_entries": len(hasher._cache),
+        "word_cache_entries": len(hasher.table),
         "rss_before_mb": rss_before,
         "maxrss_before_mb": maxrss_before,
         "maxrss_after_mb": maxrss_after,
