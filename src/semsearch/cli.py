@@ -356,6 +356,7 @@ def reproduce_cmd(
     out_dir: Annotated[Path, typer.Option("--out", help="Where to write NAME.md, NAME.json and runs.")] = Path("results"),
     check: Annotated[bool, typer.Option(help="Exit 1 when a figure falls outside the spec's expected range.")] = True,
     models_dir: Annotated[Optional[Path], typer.Option(help="Where trained models are saved and reused (default OUT/models).")] = None,
+    retrain: Annotated[bool, typer.Option(help="Train every model again instead of reusing a saved one with the same recipe.")] = False,
 ) -> None:
     """Reproduce paper tables: our figures beside the paper's, as markdown and JSON."""
     from .experiments import get_spec, run_experiment, spec_paths
@@ -371,7 +372,7 @@ def reproduce_cmd(
     specs = [get_spec(n) for n in todo]  # validate every spec before running any
     failed = []
     for spec in specs:
-        result = run_experiment(spec, model_dir=models_dir or out_dir / "models")
+        result = run_experiment(spec, model_dir=models_dir or out_dir / "models", retrain=retrain)
         path = result.write(out_dir)
         out.print(result.to_markdown(), highlight=False)
         err.print(f"wrote {path} and {path.with_suffix('.json')}", highlight=False)

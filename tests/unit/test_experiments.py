@@ -246,3 +246,18 @@ def test_crosstab_in_a_spec(tiny_data, tmp_path):
     n = sum(sum(r.values()) for r in result.crosstab.values())
     assert n == result.table.rows["BM25"].result.n_queries
     assert "Top-1 label" in result.to_markdown() and "good+" in result.to_markdown()
+
+
+def test_retrain_and_code_version(tiny_data, tmp_path):
+    from semsearch.experiments.runner import code_version
+
+    p = tmp_path / "t.toml"
+    p.write_text(TRAINED.format(tune="split:dev"))
+    spec = load_spec(p)
+    run_experiment(spec, progress=False, model_dir=tmp_path / "models")
+    (saved,) = (tmp_path / "models").iterdir()
+    recipe = json.loads((saved / "recipe.json").read_text())
+    assert recipe["code"] == code_version(Cooccurrence)
+    (saved / "training.json").write_text('{"pairs": -1, "dev_queries": 0}')
+    again = run_experiment(spec, progress=False, model_dir=tmp_path / "models", retrain=True)
+    assert again.training["Cooc"]["pairs"] > 0  # trained anew, not read back

@@ -102,6 +102,20 @@ class ExperimentResult:
         return out / f"{self.spec.name}.md"
 
 
+def code_version(cls: type) -> str:
+    """Hash of the source a trained model depends on: its module, and the text and training
+    packages. Any change there retrains instead of reusing a cached model."""
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    files = [Path(sys.modules[cls.__module__].__file__ or "")]
+    files += sorted((root / "text").glob("*.py")) + sorted((root / "training").glob("*.py"))
+    h = hashlib.sha1()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def slug(label: str) -> str:
     return re.sub(r"[^\w.-]+", "_", label).strip("_").lower()
 
@@ -109,8 +123,9 @@ def slug(label: str) -> str:
 class _Context:
     """What every row of one experiment shares: the data set, texts, candidates, indexes."""
 
-    def __init__(self, spec: ExperimentSpec, progress: bool, model_dir: Path | None):
+    def __init__(self, spec: ExperimentSpec, progress: bool, model_dir: Path | None, retrain: bool = False):
         self.spec = spec
+        self.retrain = retrain
         self.progress = progress
         self.model_dir = model_dir
         self.training: dict[str, Any] = {}
@@ -183,10 +198,11 @@ class _Context:
     def _trained(self, ms: ModelSpec, kwargs: dict[str, Any]) -> Model:
         """Fit on the row's training split, early-stopping on the spec's dev split where it has
         one. With a model directory, a model trained earlier with the same recipe is reused."""
-        recipe = {"dataset": self.spec.dataset, "model": ms.model, "params": kwargs, "train": ms.train}
+        recipe = {"dataset": self.spec.dataset, "model": ms.model, "params": kwargs, "train": ms.train,
+                  "code": code_version(type(create_model(ms.model)))}
         digest = hashlib.sha1(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
         saved = self.model_dir / f"{ms.model}-{digest}" if self.model_dir else None
-        if saved is not None and (saved / "recipe.json").is_file():
+        if saved is not None and not self.retrain and (saved / "recipe.json").is_file():
             if json.loads((saved / "recipe.json").read_text()) == recipe:
                 self.training[ms.label] = json.loads((saved / "training.json").read_text())
                 return load_model(saved)
@@ -222,12 +238,13 @@ class _Context:
 
 
 def run_experiment(
-    spec: ExperimentSpec, *, progress: bool = True, model_dir: str | Path | None = None
+    spec: ExperimentSpec, *, progress: bool = True, model_dir: str | Path | None = None, retrain: bool = False
 ) -> ExperimentResult:
     """Run every row of ``spec``; tuning never looks at the evaluation split except by k-fold CV.
-    Trained models are saved under ``model_dir`` (and reused from there when the recipe matches)."""
+    Trained models are saved under ``model_dir`` and reused from there when the recipe — data,
+    parameters, and a hash of the code that trains them — matches, unless ``retrain``."""
     start = time.perf_counter()
-    ctx = _Context(spec, progress, Path(model_dir) if model_dir else None)
+    ctx = _Context(spec, progress, Path(model_dir) if model_dir else None, retrain)
     test = ctx.qrels(spec.split)
     table = ResultTable(baselines=spec.baselines)
     chosen: dict[str, list[dict[str, Any]]] = {}
