@@ -270,7 +270,8 @@ def train_cmd(
         dev_txt = f"  dev {e['dev']:.4f}" if "dev" in e else ""
         err.print(f"epoch {e['epoch']:>3}  loss {e['loss']:.4f}  {e['pairs_per_s']:>8.0f} pairs/s{dev_txt}", highlight=False)
     if "stopped" in log:
-        err.print(f"{log['stopped']}; kept epoch {log['best_epoch']}", highlight=False)
+        kept = f"; kept epoch {log['best_epoch']}" if "best_epoch" in log else ""
+        err.print(f"{log['stopped']}{kept}", highlight=False)
     err.print(f"model saved to {out_dir}", highlight=False)
 
 
