@@ -172,6 +172,16 @@ class TopicModel(Model):
             h.update(b"\x00")
         return h.hexdigest()
 
+    def _document_counts(self, texts: Sequence[str]) -> tuple[Vocabulary, sp.csr_matrix]:
+        """Training vocabulary and document-word counts, empty documents dropped (they carry no
+        information about φ); checks the topic count against what the data supports."""
+        tokens = [self.analyzer(t) for t in texts]
+        vocab = Vocabulary.build(tokens, min_count=int(self.train_params["min_count"]))
+        counts = _counts(tokens, vocab)
+        counts = counts[np.diff(counts.indptr) > 0]
+        self._check_topics(counts.shape[0], len(vocab), "documents")
+        return vocab, counts
+
     def _memo_get(self, key: str) -> dict[str, Any] | None:
         hit = _FIT_MEMO.get(key)
         if hit is None:
@@ -458,11 +468,7 @@ class PLSA(TopicModel):
             return hit
         p = self.train_params
         start = time.perf_counter()
-        tokens = [self.analyzer(t) for t in texts]
-        vocab = Vocabulary.build(tokens, min_count=int(p["min_count"]))
-        counts = _counts(tokens, vocab)
-        counts = counts[np.diff(counts.indptr) > 0]  # empty documents carry no information about φ
-        self._check_topics(counts.shape[0], len(vocab), "documents")
+        vocab, counts = self._document_counts(texts)
         T, alpha, beta = self.topics, float(p["alpha"]), float(p["beta"])
         rng = np.random.default_rng(int(p["seed"]))
         theta = _random_rows(rng, counts.shape[0], T)  # updated in place by each EM step
@@ -521,11 +527,7 @@ class LDA(TopicModel):
             return hit
         p = self.train_params
         start = time.perf_counter()
-        tokens = [self.analyzer(t) for t in texts]
-        vocab = Vocabulary.build(tokens, min_count=int(p["min_count"]))
-        counts = _counts(tokens, vocab)
-        counts = counts[np.diff(counts.indptr) > 0]
-        self._check_topics(counts.shape[0], len(vocab), "documents")
+        vocab, counts = self._document_counts(texts)
         T = self.topics
         alpha = float(p["alpha"]) if p["alpha"] is not None else 50.0 / T
         corpus = to_gensim_corpus(counts)
