@@ -128,26 +128,22 @@ class LexicalIndex:
             raise ModelDirError(f"{path}: corrupt or missing lexical index ({e})") from None
 
 
-class LexicalModel(Model):
-    """Shared machinery: subclasses give per-(doc, term) weights, query weights and an optional
-    per-document addend (multiplied per query by ``_addend_scale``)."""
+class IndexedModel(Model):
+    """Shared machinery of models that rank over an analysed index of the collection: float
+    hyper-parameters with defaults and validation, the analyzer, the index (built, shared between
+    models, or loaded), and npz + JSON persistence. ``index_class`` builds, saves and loads it."""
+
+    index_class: Any = None
+    defaults: dict[str, float] = {}
 
     def __init__(self, analyzer: str | Analyzer = "paper", **params: Any):
         self.analyzer = Analyzer.named(analyzer) if isinstance(analyzer, str) else analyzer
-        self._params = self._check_params(**params)
-        self._index: LexicalIndex | None = None
-        self._stats: CollectionStats | None = None
-
-    # -- parameters -----------------------------------------------------------------------
-    defaults: dict[str, float] = {}
-
-    def _check_params(self, **params: Any) -> dict[str, float]:
         unknown = set(params) - set(self.defaults)
         if unknown:
             raise ValueError(f"{self.name}: unknown parameters {sorted(unknown)}; known: {sorted(self.defaults)}")
-        merged = {**self.defaults, **{k: float(v) for k, v in params.items()}}
-        self._validate(merged)
-        return merged
+        self._params = {**self.defaults, **{k: float(v) for k, v in params.items()}}
+        self._validate(self._params)
+        self._index: Any = None
 
     def _validate(self, p: dict[str, float]) -> None:
         pass
@@ -155,12 +151,58 @@ class LexicalModel(Model):
     def params(self) -> dict[str, Any]:
         return dict(self._params)
 
-    def with_params(self, **params: Any) -> "LexicalModel":
+    def with_params(self, **params: Any) -> "IndexedModel":
         clone = type(self)(self.analyzer, **{**self._params, **params})
         if self._index is not None:
             clone.use_index(self._index)
-        clone._stats = self._stats
         return clone
+
+    def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        self.use_index(self.index_class.build(doc_ids, texts, self.analyzer))
+
+    def use_index(self, index: Any) -> None:
+        """Rank over an already built index (shared between models with the same analyzer)."""
+        if index.analyzer != self.analyzer:
+            raise ValueError(f"index analyzer {index.analyzer} differs from the model's {self.analyzer}")
+        self._index = index
+
+    def _require_index(self) -> Any:
+        if self._index is None:
+            raise RuntimeError(f"{self.name}: no collection indexed; call index() first")
+        return self._index
+
+    @property
+    def doc_ids(self) -> Sequence[str]:
+        return self._require_index().doc_ids
+
+    def save(self, path: str | Path) -> None:
+        d = Path(path)
+        write_config(d, {"model": self.name, "params": self._params, "analyzer": self.analyzer.config()})
+        self._require_index().save(d)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "IndexedModel":
+        d = Path(path)
+        cfg = read_config(d, expect=cls.name)
+        model = cls(Analyzer.from_config(cfg.get("analyzer", {})), **cfg.get("params", {}))
+        model.use_index(cls.index_class.load(d))
+        return model
+
+
+class LexicalModel(IndexedModel):
+    """Shared machinery: subclasses give per-(doc, term) weights, query weights and an optional
+    per-document addend (multiplied per query by ``_addend_scale``)."""
+
+    index_class = LexicalIndex
+
+    def __init__(self, analyzer: str | Analyzer = "paper", **params: Any):
+        super().__init__(analyzer, **params)
+        self._stats: CollectionStats | None = None
+
+    def with_params(self, **params: Any) -> "LexicalModel":
+        clone = super().with_params(**params)
+        clone._stats = self._stats  # type: ignore[attr-defined]
+        return clone  # type: ignore[return-value]
 
     def with_stats(self, stats: CollectionStats | None) -> "LexicalModel":
         """A copy that weights terms with other background statistics (None: the index's own)."""
@@ -168,28 +210,15 @@ class LexicalModel(Model):
         clone._stats = stats
         return clone
 
-    # -- collection -----------------------------------------------------------------------
-    def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
-        self.use_index(LexicalIndex.build(doc_ids, texts, self.analyzer))
-
     def use_index(self, index: LexicalIndex) -> None:
-        """Rank over an already built index (shared between models with the same analyzer)."""
-        if index.analyzer != self.analyzer:
-            raise ValueError(f"index analyzer {index.analyzer} differs from the model's {self.analyzer}")
-        self._index = index
+        super().use_index(index)
         self._stats = None
         self.__dict__.pop("_postings", None)
         self.__dict__.pop("_addend", None)
 
     @property
     def lexical_index(self) -> LexicalIndex:
-        if self._index is None:
-            raise RuntimeError(f"{self.name}: no collection indexed; call index() first")
-        return self._index
-
-    @property
-    def doc_ids(self) -> Sequence[str]:
-        return self.lexical_index.doc_ids
+        return self._require_index()
 
     @cached_property
     def _postings(self) -> sp.csr_matrix:
@@ -267,20 +296,6 @@ class LexicalModel(Model):
             top = np.lexsort((id_order[docs], -sc))[:k]
             out.append([(ids[docs[j]], float(sc[j])) for j in top])
         return out
-
-    # -- persistence ------------------------------------------------------------------------
-    def save(self, path: str | Path) -> None:
-        d = Path(path)
-        write_config(d, {"model": self.name, "params": self._params, "analyzer": self.analyzer.config()})
-        self.lexical_index.save(d)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "LexicalModel":
-        d = Path(path)
-        cfg = read_config(d, expect=cls.name)
-        model = cls(Analyzer.from_config(cfg.get("analyzer", {})), **cfg.get("params", {}))
-        model.use_index(LexicalIndex.load(d))
-        return model
 
 
 @register("bm25")

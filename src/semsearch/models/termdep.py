@@ -25,7 +25,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..text import Analyzer, Vocabulary
-from .base import Model, ModelDirError, read_config, register, write_config
+from .base import ModelDirError, register
+from .lexical import IndexedModel
 
 _POS_NPZ = "positional.npz"
 _POS_JSON = "positional.json"
@@ -198,61 +199,28 @@ def lookup(docs: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
     return out
 
 
-class _PositionalModel(Model):
-    """Shared machinery: parameters as floats with defaults, a positional index, save/load."""
+class _PositionalModel(IndexedModel):
+    """Shared machinery: an ``IndexedModel`` over a positional index, with a statistics cache
+    that copies made by ``with_params`` share (it is keyed by what it depends on)."""
 
-    defaults: dict[str, float] = {}
+    index_class = PositionalIndex
 
     def __init__(self, analyzer: str | Analyzer = "paper", **params: Any):
-        self.analyzer = Analyzer.named(analyzer) if isinstance(analyzer, str) else analyzer
-        unknown = set(params) - set(self.defaults)
-        if unknown:
-            raise ValueError(f"{self.name}: unknown parameters {sorted(unknown)}; known: {sorted(self.defaults)}")
-        self._params = {**self.defaults, **{k: float(v) for k, v in params.items()}}
-        self._validate(self._params)
-        self._index: PositionalIndex | None = None
+        super().__init__(analyzer, **params)
         self._cache: dict[Any, Any] = {}
 
-    def _validate(self, p: dict[str, float]) -> None:
-        pass
-
-    def params(self) -> dict[str, Any]:
-        return dict(self._params)
-
     def with_params(self, **params: Any) -> "_PositionalModel":
-        clone = type(self)(self.analyzer, **{**self._params, **params})
-        clone._index, clone._cache = self._index, self._cache  # the cache is keyed by parameters
-        return clone
-
-    def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
-        self.use_index(PositionalIndex.build(doc_ids, texts, self.analyzer))
+        clone = super().with_params(**params)
+        clone._cache = self._cache  # type: ignore[attr-defined]
+        return clone  # type: ignore[return-value]
 
     def use_index(self, index: PositionalIndex) -> None:
-        self._index = index
+        super().use_index(index)
         self._cache = {}
 
     @property
     def positional_index(self) -> PositionalIndex:
-        if self._index is None:
-            raise RuntimeError(f"{self.name}: no collection indexed; call index() first")
-        return self._index
-
-    @property
-    def doc_ids(self) -> Sequence[str]:
-        return self.positional_index.doc_ids
-
-    def save(self, path: str | Path) -> None:
-        d = Path(path)
-        write_config(d, {"model": self.name, "params": self._params, "analyzer": self.analyzer.config()})
-        self.positional_index.save(d)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "_PositionalModel":
-        d = Path(path)
-        cfg = read_config(d, expect=cls.name)
-        model = cls(Analyzer.from_config(cfg.get("analyzer", {})), **cfg.get("params", {}))
-        model.use_index(PositionalIndex.load(d))
-        return model
+        return self._require_index()
 
 
 @register("mrf")
