@@ -286,14 +286,14 @@ def encode_cmd(
     """Encode texts with a trained encoder into a .npy matrix (rows in input order)."""
     import numpy as np
 
-    from .data import iter_corpus, load_queries
+    from .data import iter_corpus, join_fields, load_queries
     from .models import load_model
 
     m = load_model(model)
     if not hasattr(m, "encode_queries"):
         raise ValueError(f"{model}: a {m.name} model is not an encoder")
     if texts.suffix == ".jsonl" and texts.name.startswith("corpus"):
-        items = [f"{d.title} {d.text}".strip() for d in iter_corpus(texts)]
+        items = [join_fields(d.title, d.text) for d in iter_corpus(texts)]
     elif texts.suffix == ".jsonl":
         items = list(load_queries(texts).values())
     else:

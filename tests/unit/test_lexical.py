@@ -175,3 +175,24 @@ def test_bm25_matches_bm25s_reference():
         got = ours.score([q], [ids])[0]
         want = ref.get_scores(q.split())
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_best_k_keeps_ties_at_the_cut_and_orders_them_by_doc_id():
+    from semsearch.models.base import best_k, id_ranks
+
+    ids = ["c", "a", "d", "b"]
+    scores = np.array([1.0, 2.0, 1.0, 1.0])
+    ranks = id_ranks(ids)
+    assert ranks.tolist() == [2, 0, 3, 1]
+    assert [ids[i] for i in best_k(scores, ranks, 3)] == ["a", "b", "c"]
+    assert best_k(scores, ranks, 0).tolist() == [] and len(best_k(scores, ranks, 10)) == 4
+
+
+def test_default_retrieve_breaks_ties_by_doc_id():
+    class Flat(create_model("random").__class__):  # scores every document the same
+        def score(self, queries, candidates):
+            return [np.zeros(len(c)) for c in candidates]
+
+    m = Flat()
+    m.index(["z", "m", "a"], ["", "", ""])
+    assert [d for d, _ in m.retrieve(["q"], 2)[0]] == ["a", "m"]

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..data import ranked
 from ..progress import track
 from ..types import Run
 
@@ -48,11 +49,9 @@ class Model(ABC):
         """Top-``k`` (doc id, score) of the whole collection per query, best first.
         The default scores every document; models with an index override it."""
         ids = list(self.doc_ids)
-        out = []
-        for scores in self.score(queries, [ids] * len(queries)):
-            top = np.lexsort((np.arange(len(ids)), -scores))[:k]
-            out.append([(ids[i], float(scores[i])) for i in top])
-        return out
+        ranks = id_ranks(ids)
+        return [[(ids[i], float(scores[i])) for i in best_k(scores, ranks, k)]
+                for scores in self.score(queries, [ids] * len(queries))]
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters (JSON-serialisable) that ``with_params`` accepts."""
@@ -182,7 +181,24 @@ def rank(
 
 def top_k(scores: Mapping[str, float], k: int) -> list[tuple[str, float]]:
     """The ``k`` best (doc id, score), ties broken by doc id ascending (the project's convention)."""
-    return sorted(scores.items(), key=lambda ds: (-ds[1], ds[0]))[:k]
+    return ranked(scores)[:k]
+
+
+def id_ranks(doc_ids: Sequence[str]) -> np.ndarray:
+    """Rank of each document id in sorted order: the array ``best_k`` breaks ties with."""
+    ranks = np.empty(len(doc_ids), dtype=np.int64)
+    ranks[np.argsort(np.array(doc_ids, dtype=object), kind="stable")] = np.arange(len(doc_ids))
+    return ranks
+
+
+def best_k(scores: np.ndarray, ranks: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` highest ``scores``, best first, ties by ``ranks`` (doc id ascending).
+    Partitions first, so a large array costs O(n), and keeps every tie at the cut-off score."""
+    k = min(k, len(scores))
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    cand = np.flatnonzero(scores >= np.partition(scores, len(scores) - k)[len(scores) - k])
+    return cand[np.lexsort((ranks[cand], -scores[cand]))][:k]
 
 
 def _import_builtin_models() -> None:

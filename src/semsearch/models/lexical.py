@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import Model, ModelDirError, read_config, register, write_config
+from .base import Model, ModelDirError, best_k, id_ranks, read_config, register, write_config
 
 _INDEX_NPZ = "lexical.npz"
 _INDEX_JSON = "lexical.json"
@@ -101,9 +101,7 @@ class LexicalIndex:
     @cached_property
     def id_order(self) -> np.ndarray:
         """Rank of each document's id in sorted order: the tie-breaker (doc id ascending)."""
-        order = np.empty(len(self), dtype=np.int64)
-        order[np.argsort(np.array(self.doc_ids, dtype=object), kind="stable")] = np.arange(len(self))
-        return order
+        return id_ranks(self.doc_ids)
 
     def query_counts(self, queries: Sequence[str]) -> sp.csr_matrix:
         """Queries -> CSR (n x terms) counts; terms outside the collection are dropped."""
@@ -290,10 +288,7 @@ class LexicalModel(IndexedModel):
             docs, sc = s.indices[lo:hi], s.data[lo:hi].astype(np.float64)
             if addend is not None:
                 sc = sc + scale[i] * addend[docs]
-            if len(sc) > k:
-                keep = sc >= np.partition(sc, len(sc) - k)[len(sc) - k]
-                docs, sc = docs[keep], sc[keep]
-            top = np.lexsort((id_order[docs], -sc))[:k]
+            top = best_k(sc, id_order[docs], k)
             out.append([(ids[docs[j]], float(sc[j])) for j in top])
         return out
 

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..text import Bags, TrigramHasher, WordTable
-from .base import Model, ModelDirError, read_config, register, write_config
+from .base import Model, ModelDirError, best_k, id_ranks, read_config, register, write_config
 
 WEIGHTS = "weights.safetensors"
 
@@ -314,9 +314,7 @@ class NeuralEncoder(Model):
         self._ids = list(doc_ids)
         self._doc_vecs = self.encode_documents(texts)
         self._position = {d: i for i, d in enumerate(self._ids)}
-        order = np.empty(len(self._ids), dtype=np.int64)
-        order[np.argsort(np.array(self._ids, dtype=object), kind="stable")] = np.arange(len(self._ids))
-        self._id_order = order
+        self._id_order = id_ranks(self._ids)
 
     @property
     def doc_ids(self) -> Sequence[str]:
@@ -344,12 +342,7 @@ class NeuralEncoder(Model):
         for start in range(0, len(q), 256):
             sims = q[start : start + 256] @ self._doc_vecs.T
             for row in sims:
-                kk = min(k, len(row))
-                cand = np.argpartition(-row, kk - 1)[:kk] if kk < len(row) else np.arange(len(row))
-                thr = row[cand].min()
-                cand = np.flatnonzero(row >= thr)
-                top = cand[np.lexsort((self._id_order[cand], -row[cand]))][:k]
-                out.append([(self._ids[j], float(row[j])) for j in top])
+                out.append([(self._ids[j], float(row[j])) for j in best_k(row, self._id_order, k)])
         return out
 
     # -- persistence --------------------------------------------------------------------------------

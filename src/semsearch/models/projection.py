@@ -48,7 +48,7 @@ import scipy.sparse.linalg as spla
 
 from ..progress import track
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import Model, ModelDirError, read_config, register, write_config
+from .base import Model, ModelDirError, best_k, id_ranks, read_config, register, write_config
 
 _NPZ = "projection.npz"
 _JSON = "projection.json"
@@ -236,17 +236,13 @@ class ProjectionModel(Model):
         if k < 1:
             raise ValueError("k must be at least 1")
         docs = self._doc_matrix()
-        order = np.empty(len(self._ids), dtype=np.int64)
-        order[np.argsort(np.array(self._ids, dtype=object), kind="stable")] = np.arange(len(self._ids))
+        order = id_ranks(self._ids)
         out = []
         Q = self.encode_queries(queries)
         for start in range(0, len(Q), 256):
             S = Q[start : start + 256] @ docs.T
             for s in S:
-                kk = min(k, len(s))
-                cand = np.flatnonzero(s >= np.partition(s, len(s) - kk)[len(s) - kk]) if kk else np.zeros(0, np.int64)
-                top = cand[np.lexsort((order[cand], -s[cand]))][:kk]
-                out.append([(self._ids[i], float(s[i])) for i in top])
+                out.append([(self._ids[i], float(s[i])) for i in best_k(s, order, k)])
         return out
 
     # -- persistence ------------------------------------------------------------------------------

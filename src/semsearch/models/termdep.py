@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..text import Analyzer, Vocabulary
-from .base import ModelDirError, register
+from .base import ModelDirError, best_k, id_ranks, register
 from .lexical import IndexedModel
 
 _POS_NPZ = "positional.npz"
@@ -124,9 +124,7 @@ class PositionalIndex:
 
     @cached_property
     def id_order(self) -> np.ndarray:
-        order = np.empty(len(self), dtype=np.int64)
-        order[np.argsort(np.array(self.doc_ids, dtype=object), kind="stable")] = np.arange(len(self))
-        return order
+        return id_ranks(self.doc_ids)
 
     # -- lookups -----------------------------------------------------------------------------------
     def positions_of(self, doc_ids: Sequence[str]) -> np.ndarray:
@@ -307,24 +305,19 @@ class SequentialDependence(_PositionalModel):
         ix = self.positional_index
         return [self._sdm(q, ix.positions_of(list(c))) for q, c in zip(queries, candidates)]
 
-    def _top(self, scores: np.ndarray, k: int) -> np.ndarray:
-        """Positions of the k best scores, ties by doc id."""
-        ix = self.positional_index
-        k = min(k, len(scores))
-        if k <= 0:
-            return np.zeros(0, dtype=np.int64)
-        cand = np.flatnonzero(scores >= np.partition(scores, len(scores) - k)[len(scores) - k])
-        return cand[np.lexsort((ix.id_order[cand], -scores[cand]))][:k]
+    def _score_all(self, query: str) -> np.ndarray:
+        """The query's score for every document of the collection."""
+        return self._weights @ self.features(query, None)
 
     def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
         """Top-k of the whole collection (every document is scored: SDM smooths every term)."""
         if k < 1:
             raise ValueError("k must be at least 1")
-        ids = self.positional_index.doc_ids
+        ix = self.positional_index
         out = []
         for q in queries:
-            s = self._weights @ self.features(q, None)
-            out.append([(ids[i], float(s[i])) for i in self._top(s, k)])
+            s = self._score_all(q)
+            out.append([(ix.doc_ids[i], float(s[i])) for i in best_k(s, ix.id_order, k)])
         return out
 
 
@@ -360,8 +353,8 @@ class LatentConceptExpansion(SequentialDependence):
         """Top-50 documents of the whole collection by SDM and their scores (cached)."""
         key = ("fb", self._sdm_key(), query)
         if key not in self._cache:
-            s = self._weights @ self.features(query, None)
-            top = self._top(s, 50)
+            s = SequentialDependence._score_all(self, query)  # plain SDM, not the expanded query
+            top = best_k(s, self.positional_index.id_order, 50)
             self._cache[key] = (top, s[top])
         return self._cache[key]
 
@@ -429,12 +422,5 @@ class LatentConceptExpansion(SequentialDependence):
         ix = self.positional_index
         return [self._expanded(q, ix.positions_of(list(c))) for q, c in zip(queries, candidates)]
 
-    def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
-        if k < 1:
-            raise ValueError("k must be at least 1")
-        ids = self.positional_index.doc_ids
-        out = []
-        for q in queries:
-            s = self._expanded(q, None)
-            out.append([(ids[i], float(s[i])) for i in self._top(s, k)])
-        return out
+    def _score_all(self, query: str) -> np.ndarray:
+        return self._expanded(query, None)

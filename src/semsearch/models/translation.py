@@ -54,7 +54,7 @@ import scipy.sparse as sp
 
 from ..progress import track
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import Model, ModelDirError, read_config, register, write_config
+from .base import Model, ModelDirError, best_k, id_ranks, read_config, register, write_config
 from .termdep import PositionalIndex
 
 _NPZ = "translation.npz"
@@ -420,13 +420,12 @@ class _TranslationModel(Model):
             raise ValueError("k must be at least 1")
         ids = self.doc_ids
         every = np.arange(len(ids), dtype=np.int64)
-        order = np.empty(len(ids), dtype=np.int64)
-        order[np.argsort(np.array(ids, dtype=object), kind="stable")] = every
+        order = id_ranks(ids)
         out = []
         for q in queries:
             prep = self._prepare([self._encode(q)], [every])
             s = self._score_batch(prep) if prep["n"] else np.zeros(0)
-            top = np.lexsort((order, -s))[:k]
+            top = best_k(s, order, k)
             out.append([(ids[i], float(s[i])) for i in top])
         return out
 
