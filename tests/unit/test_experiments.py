@@ -101,7 +101,10 @@ def test_registered_specs_all_parse():
     assert {"clsm-table5-lexical", "scifact-lexical", "trec-dl-2019-rerank", "cranfield-lexical", "cisi-lexical"} <= set(names)
     for name in names:
         spec = get_spec(name)
-        assert spec.models and spec.metrics
+        if getattr(spec, "kind", None) in ("classification", "adaptation"):
+            assert spec.domains and spec.domain_set
+        else:
+            assert spec.models and spec.metrics
 
 
 # -- trained rows and interpolation rows -----------------------------------------------------------

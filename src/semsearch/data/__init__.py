@@ -22,7 +22,8 @@ from .beir import (
     write_queries,
 )
 from .catalog import data_root, dataset_info, list_datasets, open_dataset
-from .domains import LabelledQuery, binary_labels, domain_names, load_query_domains, normalise_split
+from .domains import (DomainTasks, LabelledQuery, binary_labels, domain_names, load_query_domains, normalise_split,
+                      open_domain_set)
 from .errors import BadLinePolicy, DataFormatError, DataWarning
 from .pairs import iter_clicks, iter_pairs, write_clicks, write_pairs
 from .positives import pair_texts, positive_pairs
@@ -56,6 +57,8 @@ __all__ = [
     "load_qrels",
     "load_queries",
     "load_query_domains",
+    "DomainTasks",
+    "open_domain_set",
     "normalise_split",
     "open_dataset",
     "pair_texts",

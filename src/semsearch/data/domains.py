@@ -89,3 +89,57 @@ def binary_labels(records: Sequence[LabelledQuery], domain: str, split: str) -> 
     if not rows:
         raise ValueError(f"no records in split {split!r}; splits: {', '.join(sorted({r.split for r in records}))}")
     return [r.text for r in rows], np.array([domain in r.labels for r in rows], dtype=np.int8)
+
+
+@dataclass(frozen=True)
+class DomainTasks:
+    """One split of a query-domain set as MT-DNN's binary classification tasks: the texts and a
+    (texts × domains) 0/1 label matrix, one column per domain (a query can be in several)."""
+
+    texts: list[str]
+    labels: np.ndarray  # (n, len(domains)) int8
+    domains: list[str]
+
+    @classmethod
+    def from_records(cls, records: Sequence[LabelledQuery], domains: Sequence[str], split: str) -> "DomainTasks":
+        """The ``split`` rows; every domain must be known and have positives and negatives there
+        (a binary task without both classes can neither be trained nor measured by AUC)."""
+        if not domains:
+            raise ValueError("no domains given")
+        columns = [binary_labels(records, d, split) for d in domains]
+        texts = columns[0][0]
+        labels = np.stack([y for _, y in columns], axis=1).astype(np.int8)
+        split = normalise_split(split)
+        for d, y in zip(domains, labels.T):
+            if not y.any():
+                raise ValueError(f"domain {d!r} has no positive examples in split {split!r}")
+            if y.all():
+                raise ValueError(f"domain {d!r} has no negative examples in split {split!r}")
+        return cls(texts, labels, list(domains))
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def subset(self, rows: np.ndarray) -> "DomainTasks":
+        """The given rows (e.g. a fraction of the labels for the domain-adaptation study)."""
+        return DomainTasks([self.texts[i] for i in rows], self.labels[rows], self.domains)
+
+    def column(self, domain: str) -> np.ndarray:
+        """0/1 labels of one domain."""
+        if domain not in self.domains:
+            raise ValueError(f"unknown domain {domain!r}; these tasks have: {', '.join(self.domains)}")
+        return self.labels[:, self.domains.index(domain)]
+
+
+def open_domain_set(name_or_path: str, *, skip_bad_lines: bool = False) -> list[LabelledQuery]:
+    """A query-domain set by name (``query-domains/NAME.tsv`` under the data root) or file path."""
+    from pathlib import Path
+
+    from .catalog import data_root
+
+    p = Path(name_or_path)
+    if not p.is_file():
+        p = data_root() / "query-domains" / f"{name_or_path}.tsv"
+        if not p.is_file():
+            raise FileNotFoundError(f"no query-domain set {name_or_path!r} (looked for {p})")
+    return load_query_domains(p, skip_bad_lines=skip_bad_lines)

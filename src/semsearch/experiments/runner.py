@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from ..progress import track
 from ..training import fit
 from ..text import Analyzer
 from ..types import Qrels, Run
-from .spec import ExperimentSpec, ModelSpec
+from .spec import ClassificationSpec, ExperimentSpec, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,25 @@ def code_version(cls: type) -> str:
     return h.hexdigest()[:12]
 
 
+def cached_training(
+    model_dir: Path | None, name: str, recipe: dict[str, Any], train: Callable[[], tuple[Model, dict[str, Any]]],
+    retrain: bool = False,
+) -> tuple[Model, dict[str, Any]]:
+    """``train()`` → (model, training log), or the model saved earlier under ``model_dir`` with the
+    same ``recipe`` (data, parameters, code version) unless ``retrain``."""
+    digest = hashlib.sha1(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    saved = model_dir / f"{name}-{digest}" if model_dir else None
+    if saved is not None and not retrain and (saved / "recipe.json").is_file():
+        if json.loads((saved / "recipe.json").read_text()) == recipe:
+            return load_model(saved), json.loads((saved / "training.json").read_text())
+    model, log = train()
+    if saved is not None:
+        model.save(saved)
+        (saved / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
+        (saved / "training.json").write_text(json.dumps(log, indent=2) + "\n")
+    return model, log
+
+
 def slug(label: str) -> str:
     return re.sub(r"[^\w.-]+", "_", label).strip("_").lower()
 
@@ -200,24 +219,18 @@ class _Context:
         one. With a model directory, a model trained earlier with the same recipe is reused."""
         recipe = {"dataset": self.spec.dataset, "model": ms.model, "params": kwargs, "train": ms.train,
                   "code": code_version(type(create_model(ms.model)))}
-        digest = hashlib.sha1(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
-        saved = self.model_dir / f"{ms.model}-{digest}" if self.model_dir else None
-        if saved is not None and not self.retrain and (saved / "recipe.json").is_file():
-            if json.loads((saved / "recipe.json").read_text()) == recipe:
-                self.training[ms.label] = json.loads((saved / "training.json").read_text())
-                return load_model(saved)
-        data = TrainingData.from_dataset(
-            self.ds, ms.train.get("split", "train"), threshold=int(ms.train.get("threshold", 3)),
-            fields=ms.train.get("fields", ms.fields or self.spec.fields),
-        )
-        dev = EvalSet.judged(self.ds, self.spec.tune[6:]) if self.spec.tune.startswith("split:") else None
-        model = create_model(ms.model, **kwargs)
-        log = fit(model, data, dev, progress=self.progress)
+
+        def train() -> tuple[Model, dict[str, Any]]:
+            data = TrainingData.from_dataset(
+                self.ds, ms.train.get("split", "train"), threshold=int(ms.train.get("threshold", 3)),
+                fields=ms.train.get("fields", ms.fields or self.spec.fields),
+            )
+            dev = EvalSet.judged(self.ds, self.spec.tune[6:]) if self.spec.tune.startswith("split:") else None
+            model = create_model(ms.model, **kwargs)
+            return model, fit(model, data, dev, progress=self.progress)
+
+        model, log = cached_training(self.model_dir, ms.model, recipe, train, self.retrain)
         self.training[ms.label] = log
-        if saved is not None:
-            model.save(saved)
-            (saved / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
-            (saved / "training.json").write_text(json.dumps(log, indent=2) + "\n")
         return model
 
     def rank(self, model: Model, ms: ModelSpec, qrels: Qrels) -> Run:
@@ -238,11 +251,17 @@ class _Context:
 
 
 def run_experiment(
-    spec: ExperimentSpec, *, progress: bool = True, model_dir: str | Path | None = None, retrain: bool = False
-) -> ExperimentResult:
+    spec: ExperimentSpec | ClassificationSpec, *, progress: bool = True, model_dir: str | Path | None = None,
+    retrain: bool = False,
+) -> Any:
     """Run every row of ``spec``; tuning never looks at the evaluation split except by k-fold CV.
     Trained models are saved under ``model_dir`` and reused from there when the recipe — data,
-    parameters, and a hash of the code that trains them — matches, unless ``retrain``."""
+    parameters, and a hash of the code that trains them — matches, unless ``retrain``.
+    Classification specs (MT-DNN Table 2, Figures 4-5) run in ``experiments/classification.py``."""
+    if isinstance(spec, ClassificationSpec):
+        from .classification import run_classification
+
+        return run_classification(spec, progress=progress, model_dir=Path(model_dir) if model_dir else None, retrain=retrain)
     start = time.perf_counter()
     ctx = _Context(spec, progress, Path(model_dir) if model_dir else None, retrain)
     test = ctx.qrels(spec.split)

@@ -89,13 +89,63 @@ class ExperimentSpec:
         return "run", m.group(3), int(m.group(4))
 
 
-def load_spec(path: str | Path) -> ExperimentSpec:
+@dataclass(frozen=True)
+class ClassificationSpec:
+    """A query-classification table (MT-DNN Table 2, ``kind = "classification"``) or the
+    domain-adaptation study (Figures 4-5, ``kind = "adaptation"``): AUC per domain."""
+
+    name: str
+    title: str
+    source: str
+    kind: str
+    domain_set: str  # query-domains/NAME.tsv under the data root
+    domains: list[str]
+    ranking_dataset: str = ""  # MT-DNN's ranking task ("" = classification tasks only)
+    mtdnn: dict[str, Any] = field(default_factory=dict)  # MT-DNN constructor parameters
+    dnn: dict[str, Any] = field(default_factory=dict)  # single-task DNN parameters
+    svm_c: list[float] = field(default_factory=lambda: [0.01, 0.1, 1.0, 10.0, 100.0])
+    fractions: list[float] = field(default_factory=lambda: [0.001, 0.01, 0.1, 1.0])
+    seeds: int = 3  # label samples averaged for fractions below 10 %
+    dnn_steps: int = 300  # minibatch updates of DNN1/DNN2 in the adaptation study
+    paper: dict[str, dict[str, float]] = field(default_factory=dict)  # system -> domain -> AUC
+    expect: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)  # "mean" allowed
+    notes: str = ""
+
+
+SYSTEMS = ("SVM-Word", "SVM-Letter", "DNN", "MT-DNN")
+
+
+def _classification_spec(p: Path, raw: dict[str, Any]) -> ClassificationSpec:
+    try:
+        expect = {s: {d: (float(v[0]), float(v[1])) for d, v in e.items()} for s, e in raw.pop("expect", {}).items()}
+        spec = ClassificationSpec(expect=expect, **raw)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise SpecError(f"{p}: missing or unknown field ({e})") from None
+    if spec.kind not in ("classification", "adaptation"):
+        raise SpecError(f"{p}: kind must be 'classification' or 'adaptation', got {spec.kind!r}")
+    if not spec.domains or len(set(spec.domains)) != len(spec.domains):
+        raise SpecError(f"{p}: domains must be a non-empty list without repeats")
+    for table in (spec.paper, spec.expect):
+        for system, per_domain in table.items():
+            if spec.kind == "classification" and system not in SYSTEMS:
+                raise SpecError(f"{p}: unknown system {system!r}; systems: {', '.join(SYSTEMS)}")
+            unknown = set(per_domain) - set(spec.domains) - {"mean"}
+            if unknown:
+                raise SpecError(f"{p}: {system} names domains {sorted(unknown)} that the spec does not list")
+    if any(not 0 < f <= 1 for f in spec.fractions):
+        raise SpecError(f"{p}: fractions must lie in (0, 1]")
+    return spec
+
+
+def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
     """Parse and validate a spec file."""
     p = Path(path)
     try:
         raw = tomllib.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise SpecError(f"{p}: {e}") from None
+    if "kind" in raw:
+        return _classification_spec(p, raw)
     try:
         models = [_model(m) for m in raw.pop("models")]
         spec = ExperimentSpec(models=models, **raw)
@@ -138,7 +188,7 @@ def spec_paths() -> dict[str, Path]:
     return {p.stem: p for p in sorted(SPEC_DIR.glob("*.toml"))}
 
 
-def get_spec(name_or_path: str) -> ExperimentSpec:
+def get_spec(name_or_path: str) -> ExperimentSpec | ClassificationSpec:
     """A registered spec by name, or a spec file path."""
     paths = spec_paths()
     if name_or_path in paths:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..data import EvalSet, TrainingData
 from ..models import Model
+from ..models.mtdnn import MTDNN
 from ..models.neural import NeuralEncoder
 from .trainer import dev_score, train_encoder
 
@@ -15,6 +16,10 @@ __all__ = ["dev_score", "fit", "train_encoder"]
 
 def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
     """Train ``model`` on ``data`` (early stopping / tuning on ``dev``); returns its training log."""
+    if isinstance(model, MTDNN):
+        from .mtdnn import train_mtdnn
+
+        return train_mtdnn(model, data if model.config["ranking"] else None, dev, progress=progress, **options)
     if isinstance(model, NeuralEncoder):
         return train_encoder(model, data, dev, progress=progress, **options)
     own = getattr(model, "fit", None)

@@ -1,0 +1,158 @@
+"""MT-DNN (Liu et al. 2015): one letter-trigram network for query classification and ranking.
+
+§2.1, Figure 1: a text's letter-trigram bag l1 → the shared semantic layer l2 (300, tanh) → per
+task a 300 → 128 tanh layer l3; a classification domain C then has a logistic output
+P(C|Q) = σ(W3ᶜ · l3) (Eq. 3), and the ranking task maps the query and the document through their
+own l3 layers (Sq, Sd) and scores them by cosine (Eq. 4). ``share = "query"`` is the alternative of
+Figure 3: only the query side is shared; documents get a trigram → 300 → 128 tower of their own.
+Training (Algorithm 1, one task per minibatch) lives in ``training/mtdnn.py``.
+
+With ``ranking = false`` and one domain the same network is the single-task classification DNN
+of Table 2; with domains empty it is a one-hidden-layer DSSM."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..text import Bags
+from .base import register
+from .neural import BagFeatures, DSSMTower, NeuralEncoder, _glorot
+
+# the paper's Restaurant, Hotel, Flight and Nightlife domains, as the SGD file names them
+PAPER_DOMAINS = ["Restaurants", "Hotels", "Flights", "Events"]
+
+
+class MTDNNNet(nn.Module):
+    """Shared l2 layer, one l3 + logistic head per domain, and the ranking task's Sq/Sd layers."""
+
+    def __init__(self, vocab: int, l2: int, out: int, n_domains: int, ranking: bool, share: str, gen: torch.Generator):
+        super().__init__()
+        if share not in ("all", "query"):
+            raise ValueError(f"share must be 'all' (Figure 1) or 'query' (Figure 3), got {share!r}")
+        self.shared = DSSMTower(vocab, [], l2, gen)  # l2 = tanh(W1 · l1), Eq. 1
+        self.cls_l3 = nn.ModuleList(nn.Linear(l2, out) for _ in range(n_domains))  # W2ᵗ, Eq. 2
+        self.cls_out = nn.ModuleList(nn.Linear(out, 1) for _ in range(n_domains))  # W3ᵗ, Eq. 3
+        for layer in [*self.cls_l3, *self.cls_out]:
+            _glorot(layer.weight, layer.in_features, layer.out_features, gen)
+            nn.init.zeros_(layer.bias)
+        self.ranking, self.share = ranking, share
+        if ranking:
+            self.sq = nn.Linear(l2, out)
+            _glorot(self.sq.weight, l2, out, gen)
+            nn.init.zeros_(self.sq.bias)
+            if share == "all":
+                self.sd = nn.Linear(l2, out)
+                _glorot(self.sd.weight, l2, out, gen)
+                nn.init.zeros_(self.sd.bias)
+            else:
+                self.doc_tower = DSSMTower(vocab, [l2], out, gen)
+
+    def l2(self, x: Bags) -> torch.Tensor:
+        """The shared semantic representation (Eq. 1)."""
+        return self.shared(x)
+
+    def logits(self, x: Bags, domain: int) -> torch.Tensor:
+        """(n,) logits of domain ``domain`` (index into the model's domains); σ gives P(C|Q)."""
+        return self.cls_out[domain](torch.tanh(self.cls_l3[domain](self.l2(x))))[:, 0]
+
+    def all_logits(self, x: Bags) -> torch.Tensor:
+        """(n, domains) logits, the shared layer computed once."""
+        h = self.l2(x)
+        return torch.cat([o(torch.tanh(l(h))) for l, o in zip(self.cls_l3, self.cls_out)], dim=1)
+
+    def query(self, x: Bags) -> torch.Tensor:
+        """Q^{Sq}: the ranking task's query representation."""
+        self._need_ranking()
+        return torch.tanh(self.sq(self.l2(x)))
+
+    def doc(self, x: Bags) -> torch.Tensor:
+        """D^{Sd}: through the shared l2 (Figure 1) or the document's own tower (Figure 3)."""
+        self._need_ranking()
+        if self.share == "all":
+            return torch.tanh(self.sd(self.l2(x)))
+        return self.doc_tower(x)
+
+    def _need_ranking(self) -> None:
+        if not self.ranking:
+            raise ValueError("this MT-DNN was built without the ranking task; it only classifies")
+
+
+@register("mt-dnn")
+class MTDNN(NeuralEncoder):
+    """Multi-task DNN: ranks like DSSM (cosine of the Sq/Sd outputs) and classifies queries into
+    ``domains`` (one logistic head each). ``domain_set`` names the query-domain file the
+    classification tasks come from (``query-domains/NAME.tsv`` under the data root, or a path)."""
+
+    arch_defaults = {
+        "l2": 300, "out": 128, "share": "all", "max_words": 64,
+        "domain_set": "sgd", "domains": PAPER_DOMAINS, "ranking": True,
+        "task_sampling": "uniform",  # Algorithm 1 picks a task at random: "uniform" or "proportional"
+        "cls_lr": None,  # learning rate of the classification minibatches (None: lr)
+        "freeze_l2": False,  # keep the shared layer fixed (DNN2 of the domain-adaptation study)
+    }
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        c = self.config
+        c["domains"] = list(c["domains"])
+        if len(set(c["domains"])) != len(c["domains"]):
+            raise ValueError(f"mt-dnn: duplicate domains in {c['domains']}")
+        if not c["domains"] and not c["ranking"]:
+            raise ValueError("mt-dnn needs at least one task: a classification domain or ranking")
+        if c["share"] not in ("all", "query"):
+            raise ValueError(f"mt-dnn share must be 'all' (Figure 1) or 'query' (Figure 3), got {c['share']!r}")
+
+    def build(self, hasher, seed: int | None = None) -> None:  # type: ignore[no-untyped-def]
+        c = self.config
+        gen = torch.Generator().manual_seed(int(c["seed"] if seed is None else seed))
+        self.hasher = hasher
+        self.net = MTDNNNet(len(hasher), int(c["l2"]), int(c["out"]), len(c["domains"]), bool(c["ranking"]),
+                            str(c["share"]), gen)  # type: ignore[assignment]
+
+    def features(self, texts: Sequence[str]) -> BagFeatures:
+        self._require()
+        return BagFeatures(self.hasher, texts)  # type: ignore[arg-type]
+
+    @property
+    def dim(self) -> int:
+        return int(self.config["out"])
+
+    @property
+    def domains(self) -> list[str]:
+        return list(self.config["domains"])
+
+    def _batched(self, texts: Sequence[str], fn, batch_size: int = 4096) -> np.ndarray:  # type: ignore[no-untyped-def]
+        net = self._require()
+        feats = self.features(texts)
+        was = net.training
+        net.eval()
+        out = []
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_size):
+                out.append(fn(net, feats.batch(np.arange(start, min(start + batch_size, len(texts)), dtype=np.int64))))
+        net.train(was)
+        return torch.cat(out).numpy() if out else np.zeros((0, 0), dtype=np.float32)
+
+    def classify(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, domains) probabilities P(C|Q) (Eq. 3), columns in ``domains`` order."""
+        if not self.config["domains"]:
+            raise ValueError("this MT-DNN has no classification domains")
+        for t in texts:
+            if not t.strip():
+                raise ValueError("cannot classify an empty query")
+        out = self._batched(texts, lambda net, x: torch.sigmoid(net.all_logits(x)))
+        return out.reshape(len(texts), len(self.config["domains"]))
+
+    def semantic(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, l2) shared semantic representation: the features of the domain-adaptation study."""
+        out = self._batched(texts, lambda net, x: net.l2(x))
+        return out.reshape(len(texts), int(self.config["l2"]))
+
+    def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        self._require()._need_ranking()  # type: ignore[attr-defined]
+        super().index(doc_ids, texts)

@@ -1,0 +1,190 @@
+"""Training MT-DNN by Algorithm 1 (Liu et al. 2015 §2.3): every minibatch picks one task at
+random — a query-classification domain (cross-entropy, Eq. 5) or ranking (−log softmax over
+γ·cosine with J random negatives, Eqs. 6-7, the DSSM loss) — and updates the shared layer and that
+task's layers. An epoch has as many minibatches as one pass over the ranking pairs takes, times
+the number of tasks (with uniform task sampling, ranking then sees each pair about once per
+epoch); with classification only, one pass over the classification texts per domain.
+
+After each epoch the dev score is the mean over tasks of the ranking dev metric and each domain's
+dev AUC; training stops after ``patience`` epochs without improvement and keeps the best weights."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..data import DomainTasks, EvalSet, TrainingData, open_domain_set
+from ..evaluation import auc
+from ..models.mtdnn import MTDNN
+from ..progress import enabled as progress_enabled
+from ..text import TrigramHasher
+from .trainer import TrainLog, _Bar, _batch_loss, _optimizer, _Pairs, _state, dev_score
+
+
+def domain_tasks(model: MTDNN, split: str) -> DomainTasks:
+    """The model's classification tasks on ``split`` of its ``domain_set``."""
+    return DomainTasks.from_records(open_domain_set(str(model.config["domain_set"])), model.domains, split)
+
+
+def classification_auc(model: MTDNN, tasks: DomainTasks) -> dict[str, float]:
+    """Per-domain AUC of the model's P(C|Q) on labelled texts."""
+    probs = model.classify(tasks.texts)
+    return {d: auc(tasks.column(d), probs[:, model.domains.index(d)]) for d in tasks.domains}
+
+
+def train_mtdnn(
+    model: MTDNN,
+    data: TrainingData | None = None,
+    dev: EvalSet | None = None,
+    *,
+    tasks: DomainTasks | None = None,
+    dev_tasks: DomainTasks | None = None,
+    hasher: TrigramHasher | None = None,
+    init_l2: MTDNN | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train ``model`` in place; returns a JSON-serialisable log.
+
+    ``data``/``dev``: the ranking task (required when the model ranks). ``tasks``/``dev_tasks``:
+    the classification tasks (default: the train/dev splits of the model's ``domain_set``).
+    ``hasher``: a trigram vocabulary to reuse (default: fitted on every training text).
+    ``init_l2``: copy the shared layer from another MT-DNN (with ``freeze_l2`` it stays fixed:
+    the DNN2 of the domain-adaptation study)."""
+    cfg = model.config
+    domains = model.domains
+    if cfg["ranking"] and data is None:
+        raise ValueError("this MT-DNN has a ranking task: give ranking training data")
+    if domains and tasks is None:  # the domain set's own splits; explicit tasks bring their own dev
+        tasks = domain_tasks(model, "train")
+        if dev_tasks is None:
+            dev_tasks = domain_tasks(model, "dev")
+    for t in (tasks, dev_tasks):
+        if domains and t is not None and t.domains != domains:
+            raise ValueError(f"tasks are for domains {t.domains}, the model has {domains}")
+    seed = int(cfg["seed"])
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+
+    pairs = _Pairs.build(data) if cfg["ranking"] else None
+    if hasher is None:
+        texts: list[str] = list(tasks.texts) if domains else []  # type: ignore[union-attr]
+        if pairs is not None:
+            texts += pairs.q_texts + [data.doc_texts[i] for i in np.unique(pairs.d_rows)]  # type: ignore[union-attr]
+        hasher = TrigramHasher.fit(texts, max_size=cfg["max_trigrams"], max_words=int(cfg["max_words"]))
+    model.build(hasher, seed)
+    net = model._require()
+    if init_l2 is not None:
+        if init_l2.hasher is None or init_l2.hasher.trigrams != hasher.trigrams:
+            raise ValueError("init_l2 must come from a model over the same trigram vocabulary")
+        net.shared.load_state_dict(init_l2._require().shared.state_dict())  # type: ignore[attr-defined]
+    if cfg["freeze_l2"]:
+        if init_l2 is None:
+            raise ValueError("freeze_l2 needs init_l2 (a trained shared layer to keep fixed)")
+        for p in net.shared.parameters():  # type: ignore[attr-defined]
+            p.requires_grad_(False)
+
+    b = int(cfg["batch_size"])
+    names = (["rank"] if pairs is not None else []) + domains
+    n_rank = -(-len(pairs.q_rows) // b) if pairs is not None else 0
+    n_cls = -(-len(tasks) // b) if domains else 0  # type: ignore[arg-type]
+    steps = n_rank * len(names) if pairs is not None else n_cls * len(domains)
+    if cfg["task_sampling"] == "uniform":
+        weights = np.full(len(names), 1.0 / len(names))
+    elif cfg["task_sampling"] == "proportional":
+        sizes = np.array(([len(pairs.q_rows)] if pairs is not None else []) + [len(tasks)] * len(domains), float)  # type: ignore[arg-type]
+        weights = sizes / sizes.sum()
+    else:
+        raise ValueError(f"task_sampling must be 'uniform' or 'proportional', got {cfg['task_sampling']!r}")
+
+    trainable = [p for p in net.parameters() if p.requires_grad]
+    opt = _optimizer(cfg, _Params(trainable))
+    cls_lr = float(cfg["cls_lr"]) if cfg["cls_lr"] is not None else float(cfg["lr"])
+    qf = df = cf = None
+    if pairs is not None:
+        qf, df = model.features(pairs.q_texts), model.features(data.doc_texts)  # type: ignore[union-attr]
+    if domains:
+        cf = model.features(tasks.texts)  # type: ignore[union-attr]
+        y_all = torch.from_numpy(tasks.labels.astype(np.float32))  # type: ignore[union-attr]
+    j = int(cfg["negatives"])
+    pool_size = min(int(cfg["neg_pool"]), b * max(j, 1), len(data.doc_texts)) if pairs is not None else 0
+    cursors = {name: (rng.permutation(n), 0) for name, n in
+               ((nm, len(pairs.q_rows) if nm == "rank" else len(tasks)) for nm in names)}  # type: ignore[union-attr,arg-type]
+
+    def next_rows(name: str) -> np.ndarray:
+        perm, at = cursors[name]
+        if at >= len(perm):
+            perm, at = rng.permutation(len(perm)), 0
+        cursors[name] = (perm, at + b)
+        return perm[at : at + b]
+
+    log = TrainLog()
+    best_state, bad = _state(net), 0
+    show = progress and progress_enabled()
+    for epoch in range(int(cfg["epochs"])):
+        net.train()
+        t0 = time.perf_counter()
+        losses: dict[str, list[float]] = {n: [] for n in names}
+        bar = _Bar(f"{model.name} epoch {epoch + 1}", steps) if show else None
+        for step, task in enumerate(rng.choice(len(names), size=steps, p=weights)):
+            name = names[task]
+            rows = next_rows(name)
+            if name == "rank":
+                loss = _batch_loss(net, qf, df, pairs, rows, rng, cfg, float(cfg["gamma"]), pool_size, j, 0, len(data.doc_texts))  # type: ignore[union-attr]
+                lr = float(cfg["lr"])
+            else:
+                di = domains.index(name)
+                logits = net.logits(cf.batch(rows), di)  # type: ignore[union-attr]
+                loss = F.binary_cross_entropy_with_logits(logits, y_all[torch.from_numpy(rows), di])
+                lr = cls_lr
+            for group in opt.param_groups:
+                group["lr"] = lr
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses[name].append(float(loss.detach()))
+            if bar:
+                bar.advance((step + 1) * b / (time.perf_counter() - t0), float(np.mean(losses[name])), log.best_dev)
+        if bar:
+            bar.close()
+        entry: dict[str, Any] = {"epoch": epoch + 1, "seconds": time.perf_counter() - t0,
+                                 **{f"loss_{n}": float(np.mean(v)) if v else float("nan") for n, v in losses.items()}}
+        scores = []
+        if dev is not None and pairs is not None:
+            entry["dev_rank"] = dev_score(model, data, dev, str(cfg["dev_metric"]))  # type: ignore[arg-type]
+            scores.append(entry["dev_rank"])
+        if dev_tasks is not None:
+            aucs = classification_auc(model, dev_tasks)
+            entry.update({f"dev_auc_{d}": v for d, v in aucs.items()})
+            scores += list(aucs.values())
+        if scores:
+            entry["dev"] = float(np.mean(scores))
+            if entry["dev"] > log.best_dev:
+                log.best_dev, log.best_epoch, best_state, bad = entry["dev"], epoch + 1, _state(net), 0
+            else:
+                bad += 1
+        else:
+            log.best_epoch, best_state = epoch + 1, _state(net)
+        entry["since_best"] = bad
+        log.epochs.append(entry)
+        if scores and bad >= int(cfg["patience"]):
+            log.stopped = f"no dev improvement (mean over tasks) for {bad} epochs"
+            break
+    else:
+        log.stopped = f"reached {cfg['epochs']} epochs"
+    net.load_state_dict(best_state)
+    return {**log.to_dict(), "tasks": names, "steps_per_epoch": steps}
+
+
+class _Params(torch.nn.Module):
+    """Wraps a parameter list so ``_optimizer`` (which takes a module) sees only trainable ones."""
+
+    def __init__(self, params: list[torch.nn.Parameter]):
+        super().__init__()
+        self._list = params
+
+    def parameters(self, recurse: bool = True):  # type: ignore[no-untyped-def,override]
+        return iter(self._list)
