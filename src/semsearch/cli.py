@@ -239,7 +239,7 @@ def search_cmd(
 @app.command("train")
 @_guard
 def train_cmd(
-    model: Annotated[str, typer.Argument(help="Model to train: dssm or clsm (or any trainable registered model).")],
+    model: Annotated[str, typer.Argument(help="Model to train: dssm, clsm, mt-dnn (or any trainable registered model).")],
     data: Annotated[str, typer.Option(help="BEIR-layout data set with a training split.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Directory to save the trained model in.")],
     split: Annotated[str, typer.Option(help="Qrels split to train on.")] = "train",
@@ -267,12 +267,39 @@ def train_cmd(
     m.save(out_dir)
     (out_dir / "training.json").write_text(json.dumps(log, indent=2) + "\n", encoding="utf-8")
     for e in log.get("epochs", []):
+        losses = "  ".join(f"{k} {v:.4f}" for k, v in e.items() if k.startswith("loss"))
+        speed = f"  {e['pairs_per_s']:>8.0f} pairs/s" if "pairs_per_s" in e else ""
         dev_txt = f"  dev {e['dev']:.4f}" if "dev" in e else ""
-        err.print(f"epoch {e['epoch']:>3}  loss {e['loss']:.4f}  {e['pairs_per_s']:>8.0f} pairs/s{dev_txt}", highlight=False)
+        err.print(f"epoch {e['epoch']:>3}  {losses}{speed}{dev_txt}", highlight=False)
     if "stopped" in log:
         kept = f"; kept epoch {log['best_epoch']}" if "best_epoch" in log else ""
         err.print(f"{log['stopped']}{kept}", highlight=False)
     err.print(f"model saved to {out_dir}", highlight=False)
+
+
+@app.command("classify")
+@_guard
+def classify_cmd(
+    queries: Annotated[list[str], typer.Argument(help="Query texts to classify.")],
+    model: Annotated[Path, typer.Option(help="Saved MT-DNN directory (semsearch train mt-dnn ...).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """P(domain | query) for every classification domain of a trained MT-DNN."""
+    from .models import load_model
+    from .models.mtdnn import MTDNN
+
+    m = load_model(model)
+    if not isinstance(m, MTDNN):
+        raise ValueError(f"{model}: a {m.name} model; classify needs an mt-dnn model")
+    probs = m.classify(queries)
+    if as_json:
+        out.print_json(json.dumps([{"query": q, **{d: float(p) for d, p in zip(m.domains, row)}}
+                                   for q, row in zip(queries, probs)]))
+        return
+    table = Table("query", *m.domains)
+    for q, row in zip(queries, probs):
+        table.add_row(q, *(f"{p:.3f}" for p in row))
+    out.print(table)
 
 
 @app.command("encode")

@@ -257,3 +257,29 @@ def test_classification_spec_errors(tmp_path):
     p.write_text(SPEC.format(kind="adaptation", extra="").replace("[0.05, 1.0]", "[0.0, 1.0]"))
     with pytest.raises(SpecError, match="fractions"):
         load_spec(p)
+
+
+# ------------------------------------------------------------------------------------ CLI
+def test_cli_train_and_classify(domain_data, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "mt"
+    params = ["--param", "l2=16", "--param", "out=8", "--param", "domain_set=\"toy\"", "--param",
+              'domains=["food","hotel","flight"]', "--param", "batch_size=16", "--param", "epochs=3"]
+    r = runner.invoke(app, ["train", "mt-dnn", "--data", "tiny", "--out", str(out), "--threshold", "2", *params])
+    assert r.exit_code == 0, r.output
+    assert "loss_rank" in r.output and (out / "config.json").is_file()
+    r = runner.invoke(app, ["classify", "--model", str(out), "--json", "book a hotel room", "pizza dinner"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert [set(x) for x in rows] == [{"query", "food", "hotel", "flight"}] * 2
+    r = runner.invoke(app, ["classify", "--model", str(out), " "])
+    assert r.exit_code == 2 and "empty query" in r.output
+    r = runner.invoke(app, ["train", "mt-dnn", "--data", "tiny", "--out", str(tmp_path / "x"), "--checkpoint",
+                            str(tmp_path / "ck"), *params])
+    assert r.exit_code == 2 and "checkpoints" in r.output

@@ -19,6 +19,10 @@ def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progres
     if isinstance(model, MTDNN):
         from .mtdnn import train_mtdnn
 
+        if options.get("checkpoint_dir"):
+            raise ValueError("mt-dnn training does not write checkpoints; train without --checkpoint")
+        options.pop("checkpoint_dir", None), options.pop("resume", None)
+
         return train_mtdnn(model, data if model.config["ranking"] else None, dev, progress=progress, **options)
     if isinstance(model, NeuralEncoder):
         return train_encoder(model, data, dev, progress=progress, **options)
