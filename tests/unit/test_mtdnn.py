@@ -117,6 +117,10 @@ def test_bad_configurations(domain_data):
         create_model("mt-dnn", domains=[], ranking=False)
     with pytest.raises(ValueError, match="share must be"):
         create_model("mt-dnn", share="docs")
+    with pytest.raises(ValueError, match="select must be"):
+        create_model("mt-dnn", select="best")
+    with pytest.raises(ValueError, match="'rank' names the ranking task"):
+        create_model("mt-dnn", domains=["rank"])
     with pytest.raises(ValueError, match="duplicate domains"):
         create_model("mt-dnn", domains=["a", "a"])
     m = small(ranking=False)
@@ -137,7 +141,9 @@ def test_algorithm1_trains_every_task_and_learns(domain_data):
     m = small(epochs=12, batch_size=16, neg_pool=32, patience=20)
     log = fit(m, data, dev, progress=False)
     assert log["tasks"] == ["rank", "food", "hotel", "flight"]
-    first, last = log["epochs"][0], log["epochs"][-1]
+    first = log["epochs"][0]
+    aucs_dev = [first[f"dev_auc_{d}"] for d in ("food", "hotel", "flight")]
+    assert first["dev"] == pytest.approx(np.mean([first["dev_rank"], *aucs_dev]))  # select = "mean"
     for t in log["tasks"]:  # every task was picked, and its loss fell
         assert np.isfinite(first[f"loss_{t}"])
         assert min(e[f"loss_{t}"] for e in log["epochs"]) < first[f"loss_{t}"]
@@ -155,6 +161,15 @@ def test_algorithm1_trains_every_task_and_learns(domain_data):
     c_rand.index(c.ids, c.titles)
     rand = evaluate(rank(c_rand, test.queries, test.candidates), test.qrels, ["ndcg@10"]).mean["ndcg@10"]
     assert evaluate(run, test.qrels, ["ndcg@10"]).mean["ndcg@10"] > rand + 0.05
+
+
+@pytest.mark.parametrize("select", ["rank", "classification"])
+def test_selection_score(domain_data, select):
+    ds = open_dataset("tiny")
+    m = small(epochs=2, batch_size=16, neg_pool=32, select=select)
+    e = fit(m, TrainingData.from_dataset(ds, "train", threshold=2), EvalSet.judged(ds, "dev"), progress=False)["epochs"][0]
+    aucs = [e[f"dev_auc_{d}"] for d in ("food", "hotel", "flight")]
+    assert e["dev"] == pytest.approx(e["dev_rank"] if select == "rank" else np.mean(aucs))
 
 
 def test_single_task_dnn_and_frozen_shared_layer(domain_data):

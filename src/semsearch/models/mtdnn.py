@@ -94,16 +94,21 @@ class MTDNN(NeuralEncoder):
         "task_sampling": "uniform",  # Algorithm 1 picks a task at random: "uniform" or "proportional"
         "cls_lr": None,  # learning rate of the classification minibatches (None: lr)
         "freeze_l2": False,  # keep the shared layer fixed (DNN2 of the domain-adaptation study)
+        "select": "mean",  # dev score for early stopping: "mean" over tasks, "rank" or "classification"
     }
 
     def __init__(self, **params: Any):
         super().__init__(**params)
         c = self.config
         c["domains"] = list(c["domains"])
+        if "rank" in c["domains"]:
+            raise ValueError("mt-dnn: 'rank' names the ranking task; rename that domain")
         if len(set(c["domains"])) != len(c["domains"]):
             raise ValueError(f"mt-dnn: duplicate domains in {c['domains']}")
         if not c["domains"] and not c["ranking"]:
             raise ValueError("mt-dnn needs at least one task: a classification domain or ranking")
+        if c["select"] not in ("mean", "rank", "classification"):
+            raise ValueError(f"mt-dnn select must be 'mean', 'rank' or 'classification', got {c['select']!r}")
         if c["share"] not in ("all", "query"):
             raise ValueError(f"mt-dnn share must be 'all' (Figure 1) or 'query' (Figure 3), got {c['share']!r}")
 

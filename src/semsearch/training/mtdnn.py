@@ -6,7 +6,8 @@ the number of tasks (with uniform task sampling, ranking then sees each pair abo
 epoch); with classification only, one pass over the classification texts per domain.
 
 After each epoch the dev score is the mean over tasks of the ranking dev metric and each domain's
-dev AUC; training stops after ``patience`` epochs without improvement and keeps the best weights."""
+dev AUC (``select = "rank"`` or ``"classification"`` uses only those); training stops after
+``patience`` epochs without improvement and keeps the best weights."""
 
 from __future__ import annotations
 
@@ -152,14 +153,16 @@ def train_mtdnn(
             bar.close()
         entry: dict[str, Any] = {"epoch": epoch + 1, "seconds": time.perf_counter() - t0,
                                  **{f"loss_{n}": float(np.mean(v)) if v else float("nan") for n, v in losses.items()}}
-        scores = []
+        scores, select = [], str(cfg["select"])
         if dev is not None and pairs is not None:
             entry["dev_rank"] = dev_score(model, data, dev, str(cfg["dev_metric"]))  # type: ignore[arg-type]
-            scores.append(entry["dev_rank"])
+            if select != "classification":
+                scores.append(entry["dev_rank"])
         if dev_tasks is not None:
             aucs = classification_auc(model, dev_tasks)
             entry.update({f"dev_auc_{d}": v for d, v in aucs.items()})
-            scores += list(aucs.values())
+            if select != "rank":
+                scores += list(aucs.values())
         if scores:
             entry["dev"] = float(np.mean(scores))
             if entry["dev"] > log.best_dev:
@@ -171,7 +174,7 @@ def train_mtdnn(
         entry["since_best"] = bad
         log.epochs.append(entry)
         if scores and bad >= int(cfg["patience"]):
-            log.stopped = f"no dev improvement (mean over tasks) for {bad} epochs"
+            log.stopped = f"no dev improvement ({select}) for {bad} epochs"
             break
     else:
         log.stopped = f"reached {cfg['epochs']} epochs"
