@@ -312,11 +312,12 @@ def _adaptation(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any],
                 s5[name].append(float(np.mean(per[(name, f)])))
             s5["SVM"].append(float(np.mean(per[("SemanticRepresentation", f)])))
         fig4[target], fig5[target] = s4, s5
-    table = {}  # the full-label (100 %) end of each curve, for the spec's checks
+    table: dict[str, dict[str, float]] = {}  # the full-label (100 %) end of each curve, for the checks
     for fig in (fig4, fig5):
         for dom, series in fig.items():
             for name, vals in series.items():
                 table.setdefault(name, {})[dom] = vals[-1]
+    table = {name: _with_mean(row) for name, row in table.items()}
     wins = {
         "SemanticRepresentation > Word3gram": {f"{fr * 100:g} %": f"{sum(fig4[d]['SemanticRepresentation'][i] > fig4[d]['Word3gram'][i] for d in fig4)}/{len(fig4)}"
                                                for i, fr in enumerate(spec.fractions)},
