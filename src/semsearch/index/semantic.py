@@ -10,6 +10,7 @@ the index."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,9 +45,10 @@ class SemanticRetriever(Model):
     name = "semantic"
 
     def __init__(self, encoder: Encoder, kind: str = "flat", metric: str = "cosine", *, batch_size: int = 1024,
-                 threads: int | None = None, **index_params: int):
+                 threads: int | None = None, cache: str | Path | None = None, **index_params: int):
         self.encoder = encoder
         self.kind, self.metric, self.batch_size, self.threads = kind, metric, batch_size, threads
+        self.cache = Path(cache) if cache is not None else None
         self.index_params = index_params
         self.vectors: VectorIndex | None = None
 
@@ -60,11 +62,33 @@ class SemanticRetriever(Model):
             raise ValueError("cannot index an empty collection")
         return np.concatenate(parts)
 
+    def embed(self, doc_ids: Sequence[str], texts: Sequence[str], progress: str | None = None) -> np.ndarray:
+        """Document embeddings, read from / written to ``cache`` (a directory) when one is set:
+        keyed by the encoder's name, its probe embeddings (so its weights) and the ids and texts,
+        so a transformer encodes a collection once across runs."""
+        if self.cache is None:
+            return self.encode_documents(texts, progress)
+        h = hashlib.sha1(encoder_id(self.encoder).encode())
+        h.update(self._probe_vectors().tobytes())
+        for d, t in zip(doc_ids, texts):
+            h.update(f"{d}\t{t}\n".encode())
+        f = self.cache / f"embeddings-{encoder_id(self.encoder)}-{h.hexdigest()[:16]}.npy"
+        if f.is_file():
+            v = np.load(f, allow_pickle=False)
+            if v.shape[0] == len(texts):
+                return v
+        v = self.encode_documents(texts, progress)
+        self.cache.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(".tmp.npy")
+        np.save(tmp, v, allow_pickle=False)
+        tmp.replace(f)
+        return v
+
     def index(self, doc_ids: Sequence[str], texts: Sequence[str], progress: str | None = "encoding documents") -> None:
         """Embed ``texts`` and build the vector index (replacing any earlier one)."""
         if len(doc_ids) != len(texts):
             raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
-        vecs = self.encode_documents(texts, progress)
+        vecs = self.embed(doc_ids, texts, progress)
         self.vectors = VectorIndex.build(doc_ids, vecs, self.kind, self.metric, model=encoder_id(self.encoder),
                                          threads=self.threads, **self.index_params)
         self._probes = self._probe_vectors()
