@@ -51,6 +51,7 @@ class SemanticRetriever(Model):
         self.cache = Path(cache) if cache is not None else None
         self.index_params = index_params
         self.vectors: VectorIndex | None = None
+        self._probes = np.zeros((0, 0), dtype=np.float32)
 
     def encode_documents(self, texts: Sequence[str], progress: str | None = None) -> np.ndarray:
         """Document embeddings in batches of ``batch_size`` (with a progress bar if named)."""
