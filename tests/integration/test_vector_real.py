@@ -39,7 +39,7 @@ def test_hnsw_and_ivfpq_recall_against_exact_on_all_titles(homedepot) -> None:  
     r_hnsw, r_ivfpq = recall_at_k(hnsw.search(queries, 20), exact, 20), recall_at_k(ivfpq.search(queries, 20), exact, 20)
     print(f"recall@20 vs exact: hnsw {r_hnsw:.3f}, ivfpq {r_ivfpq:.3f}")
     assert 0.9 <= r_hnsw <= 1.0
-    assert 0.4 <= r_ivfpq < r_hnsw
+    assert 0.65 <= r_ivfpq < r_hnsw
     assert ivfpq.bytes_per_doc() < 0.5 * VectorIndex.build(corpus.ids[:1000], docs[:1000], "flat").bytes_per_doc()
 
 
@@ -74,7 +74,7 @@ def test_hybrid_recall_beats_each_index_alone_on_a_subsample(homedepot) -> None:
     r_hyb = recall({q: {h.doc_id: h.score for h in hs} for q, hs in zip(qids, hits)})
     print(f"recall: BM25 top-50 {r_lex:.3f}, MiniLM top-10 {r_sem:.3f}, union {r_hyb:.3f}")
     assert r_hyb >= max(r_lex, r_sem) + 0.02
-    assert 0.3 <= r_sem <= r_hyb <= 1.0
+    assert 0.6 <= r_sem <= r_hyb <= 1.0
     kinds = {h.sources for hs in hits for h in hs}
     assert kinds == {Source.LEXICAL, Source.SEMANTIC, Source.BOTH}
     both = [h for hs in hits for h in hs if h.sources is Source.BOTH]
