@@ -96,3 +96,10 @@ def test_hybrid_spec_validation(tmp_path, change, message) -> None:  # type: ign
     p.write_text(change(SPEC.format(candidates="full:10")))
     with pytest.raises(SpecError, match=message):
         load_spec(p)
+
+
+def test_index_row_needs_an_encoder(tiny_data, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / "h.toml"
+    p.write_text(SPEC.format(candidates="full:10").replace('model = "test-bag-encoder"', 'model = "bm25"'))
+    with pytest.raises(ValueError, match="needs an encoder model"):
+        run_experiment(load_spec(p), progress=False)

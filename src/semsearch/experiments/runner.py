@@ -190,6 +190,8 @@ class _Context:
         model = self._trained(ms, kwargs) if ms.train else resolve_model(ms.model, **kwargs)
         fields = ms.fields or self.spec.fields
         if ms.index:  # the model's encoder behind a vector index (document embeddings cached)
+            if not hasattr(model, "encode_documents"):
+                raise ValueError(f"{ms.label}: index = {{...}} needs an encoder model, {ms.model!r} is not one")
             cache = self.model_dir / "embeddings" if self.model_dir else None
             model = SemanticRetriever(model, cache=cache, **ms.index)  # type: ignore[arg-type]
             model.index(self.corpus.ids, self.texts(fields), progress=f"{ms.label}: encoding" if self.progress else None)
