@@ -15,7 +15,7 @@ from ..data import BeirDataset, EvalSet, TrainingData, open_dataset, ranked, rea
 from ..evaluation import (EvalResult, ResultTable, canonical_metric, cross_validate, crosstab_markdown, evaluate,
                           top1_crosstab, tune)
 from ..evaluation.compare import PAPER_BINS
-from ..index import interpolate
+from ..index import SemanticRetriever, interpolate, merge_runs
 from ..models import LexicalModel, Model, create_model, load_model, rank, resolve_model
 from ..models.lexical import LexicalIndex
 from ..progress import track
@@ -208,7 +208,13 @@ class _Context:
         kwargs = dict(ms.params, **({"analyzer": ms.analyzer} if ms.analyzer else {}))
         model = self._trained(ms, kwargs) if ms.train else resolve_model(ms.model, **kwargs)
         fields = ms.fields or self.spec.fields
-        if isinstance(model, LexicalModel):
+        if ms.index:  # the model's encoder behind a vector index (document embeddings cached)
+            if not hasattr(model, "encode_documents"):
+                raise ValueError(f"{ms.label}: index = {{...}} needs an encoder model, {ms.model!r} is not one")
+            cache = self.model_dir / "embeddings" if self.model_dir else None
+            model = SemanticRetriever(model, cache=cache, **ms.index)  # type: ignore[arg-type]
+            model.index(self.corpus.ids, self.texts(fields), progress=f"{ms.label}: encoding" if self.progress else None)
+        elif isinstance(model, LexicalModel):
             model.use_index(self.lexical_index(model.analyzer, fields))
         else:
             model.index(self.corpus.ids, self.texts(fields))
@@ -236,6 +242,7 @@ class _Context:
     def rank(self, model: Model, ms: ModelSpec, qrels: Qrels) -> Run:
         queries = {q: self.queries[q] for q in qrels if q in self.queries}
         cands = self.candidates(qrels)
+        k = ms.depth or self.k
         if ms.stats == "exclude-query-pool":
             if not isinstance(model, LexicalModel):
                 raise ValueError(f"{ms.label}: stats = 'exclude-query-pool' applies to lexical models only")
@@ -243,11 +250,11 @@ class _Context:
             run: Run = {}
             for q, text in queries.items():
                 m = model.with_stats(ix.stats(exclude=pools.get(q, [])))
-                run.update(rank(m, {q: text}, None if cands is None else {q: cands.get(q, [])}, k=self.k))
+                run.update(rank(m, {q: text}, None if cands is None else {q: cands.get(q, [])}, k=k))
             return run
         if ms.stats != "collection":
             raise ValueError(f"{ms.label}: unknown stats {ms.stats!r}")
-        return rank(model, queries, cands, k=self.k)
+        return rank(model, queries, cands, k=k)
 
 
 def run_experiment(
@@ -279,6 +286,8 @@ def run_experiment(
             chosen[ms.label] = []
         elif ms.is_interpolation:
             run, chosen[ms.label], tuning[ms.label] = _interpolated_run(ctx, ms, test, rowsets)
+        elif ms.is_hybrid:
+            run, chosen[ms.label] = _hybrid_run(ctx, ms, rowsets), [dict(ms.hybrid)]
         else:
             run, chosen[ms.label], tuning[ms.label], rowsets[ms.label] = _tuned_run(ctx, ms, test)
         runs[ms.label] = run
@@ -358,3 +367,14 @@ def _interpolated_run(
     cv = cross_validate(fused(a.test, b.test), test, spec.tune_metric, k=int(spec.tune[2:]), gain=spec.gain)
     scores = {f"fold{i + 1}:{k}": v for i, fs in enumerate(cv.fold_scores) for k, v in fs.items()}
     return cv.run, [json.loads(c) for c in cv.chosen], scores
+
+
+def _hybrid_run(ctx: _Context, ms: ModelSpec, rowsets: dict[str, _RowRuns]) -> Run:
+    """The union of a lexical row's and a semantic row's test runs (each already cut to its own
+    depth), ordered by ``ms.hybrid``'s scorer (RRF by default): the BERT paper's Table 3 rows."""
+    try:
+        lex, sem = (rowsets[c] for c in ms.combine)
+    except KeyError as e:
+        raise ValueError(f"{ms.label}: cannot merge {e.args[0]!r} (not a model row)") from None
+    return merge_runs(lex.test, sem.test, n_lexical=lex.spec.depth or ctx.k or 0,
+                      n_semantic=sem.spec.depth or ctx.k or 0, **ms.hybrid)

@@ -40,6 +40,9 @@ class ModelSpec:
     stats: str = "collection"  # or "exclude-query-pool" (lexical models on pooled corpora)
     paper: dict[str, float] = field(default_factory=dict)
     expect: dict[str, tuple[float, float]] = field(default_factory=dict)
+    depth: int | None = None  # full-collection rows: this row's own top-k (default: the spec's K)
+    index: dict[str, Any] = field(default_factory=dict)  # retrieve through a vector index: {kind, metric, params}
+    hybrid: dict[str, Any] = field(default_factory=dict)  # model = "hybrid": {scorer, weight, rrf_k, norm}
 
     def settings(self) -> list[dict[str, Any]]:
         """Every grid setting to try (``[{}]`` without a grid)."""
@@ -53,6 +56,11 @@ class ModelSpec:
     @property
     def is_interpolation(self) -> bool:
         return self.model == "interpolate"
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Lexical rows ∪ semantic rows (``combine`` = [lexical, semantic]), merged per query."""
+        return self.model == "hybrid"
 
 
 @dataclass(frozen=True)
@@ -172,6 +180,16 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
                 raise SpecError(f"{p}: {m.label!r} must combine at least two rows listed before it")
             if set(m.grid) != {"weight"} or len(m.combine) != 2:
                 raise SpecError(f"{p}: {m.label!r} interpolates two rows with grid = {{ weight = [...] }}")
+        if m.is_hybrid:
+            earlier = labels[:i]
+            if len(m.combine) != 2 or any(c not in earlier for c in m.combine):
+                raise SpecError(f"{p}: {m.label!r} must combine a lexical and a semantic row listed before it")
+            if set(m.hybrid) - {"scorer", "weight", "rrf_k", "norm"}:
+                raise SpecError(f"{p}: {m.label!r} hybrid has unknown keys {sorted(set(m.hybrid) - {'scorer', 'weight', 'rrf_k', 'norm'})}")
+        if (m.depth is not None or m.is_hybrid) and not spec.candidates.startswith("full:"):
+            raise SpecError(f"{p}: {m.label!r}: depth and hybrid rows need candidates = 'full:K'")
+        if m.depth is not None and m.depth < 1:
+            raise SpecError(f"{p}: {m.label!r}: depth must be at least 1")
         unknown = set(m.train) - {"split", "threshold", "fields"}
         if unknown:
             raise SpecError(f"{p}: {m.label!r} train has unknown keys {sorted(unknown)}")

@@ -1,0 +1,169 @@
+"""Semantic retrieval: any encoder paired with a vector index (the BERT paper's "semantic index",
+Sec. 2.2 and 4.4: embed every title once, k-NN search each query's embedding).
+
+``SemanticRetriever`` is a ``Model`` (so ``rank``, experiment specs and the search service can use
+it like any other) whose ``retrieve`` goes through a ``VectorIndex`` instead of scoring every
+document. The encoder is anything with ``encode_queries(texts)`` / ``encode_documents(texts)``
+returning float32 matrices (DSSM, CLSM, a bi-encoder). It is not in the model registry: it wraps
+a model rather than being one; ``save``/``load`` write the encoder (if it is a ``Model``) beside
+the index."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..models.base import Model, ModelDirError, load_model
+from ..progress import track
+from .vector import Hits, IndexMismatchError, VectorIndex
+
+PROBES = ("cordless drill", "how long is a marathon", "stainless steel kitchen sink 33 inch")
+"""Fixed texts whose document vectors are saved with an index, to check on load that the encoder
+is the one that built it (a model name alone does not tell two trainings apart)."""
+RETRIEVER = "retriever.json"
+
+
+class Encoder(Protocol):
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def encoder_id(encoder: Any) -> str:
+    """A short name for the encoder: its registered model name, else its class name."""
+    return getattr(encoder, "name", "") or type(encoder).__name__
+
+
+class SemanticRetriever(Model):
+    """Top-k retrieval through a vector index over ``encoder``'s document embeddings."""
+
+    name = "semantic"
+
+    def __init__(self, encoder: Encoder, kind: str = "flat", metric: str = "cosine", *, batch_size: int = 1024,
+                 threads: int | None = None, cache: str | Path | None = None, **index_params: int):
+        self.encoder = encoder
+        self.kind, self.metric, self.batch_size, self.threads = kind, metric, batch_size, threads
+        self.cache = Path(cache) if cache is not None else None
+        self.index_params = index_params
+        self.vectors: VectorIndex | None = None
+        self._probes = np.zeros((0, 0), dtype=np.float32)
+
+    def encode_documents(self, texts: Sequence[str], progress: str | None = None) -> np.ndarray:
+        """Document embeddings in batches of ``batch_size`` (with a progress bar if named)."""
+        starts = range(0, len(texts), self.batch_size)
+        it = track(starts, progress, total=len(starts)) if progress else starts
+        parts = [np.asarray(self.encoder.encode_documents(list(texts[s : s + self.batch_size])), dtype=np.float32)
+                 for s in it]
+        if not parts:
+            raise ValueError("cannot index an empty collection")
+        return np.concatenate(parts)
+
+    def embed(self, doc_ids: Sequence[str], texts: Sequence[str], progress: str | None = None) -> np.ndarray:
+        """Document embeddings, read from / written to ``cache`` (a directory) when one is set:
+        keyed by the encoder's name, its probe embeddings (so its weights) and the ids and texts,
+        so a transformer encodes a collection once across runs."""
+        if self.cache is None:
+            return self.encode_documents(texts, progress)
+        h = hashlib.sha1(encoder_id(self.encoder).encode())
+        h.update(self._probe_vectors().tobytes())
+        for d, t in zip(doc_ids, texts):
+            h.update(f"{d}\t{t}\n".encode())
+        f = self.cache / f"embeddings-{encoder_id(self.encoder)}-{h.hexdigest()[:16]}.npy"
+        if f.is_file():
+            v = np.load(f, allow_pickle=False)
+            if v.shape[0] == len(texts):
+                return v
+        v = self.encode_documents(texts, progress)
+        self.cache.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(".tmp.npy")
+        np.save(tmp, v, allow_pickle=False)
+        tmp.replace(f)
+        return v
+
+    def index(self, doc_ids: Sequence[str], texts: Sequence[str], progress: str | None = "encoding documents") -> None:
+        """Embed ``texts`` and build the vector index (replacing any earlier one)."""
+        if len(doc_ids) != len(texts):
+            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        vecs = self.embed(doc_ids, texts, progress)
+        self.vectors = VectorIndex.build(doc_ids, vecs, self.kind, self.metric, model=encoder_id(self.encoder),
+                                         threads=self.threads, **self.index_params)
+        self._probes = self._probe_vectors()
+
+    def _probe_vectors(self) -> np.ndarray:
+        return np.asarray(self.encoder.encode_documents(list(PROBES)), dtype=np.float32)
+
+    def _require(self) -> VectorIndex:
+        if self.vectors is None:
+            raise RuntimeError("semantic retriever: no index; call index() or load()")
+        return self.vectors
+
+    @property
+    def doc_ids(self) -> Sequence[str]:
+        return self._require().doc_ids
+
+    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+        """Query embeddings; an empty or blank query is an error (it has no meaning to embed)."""
+        blank = [i for i, q in enumerate(queries) if not q.strip()]
+        if blank:
+            raise ValueError(f"empty query text at position {blank[0]}")
+        return np.asarray(self.encoder.encode_queries(list(queries)), dtype=np.float32)
+
+    def retrieve(self, queries: Sequence[str], k: int) -> list[Hits]:
+        """Top-``k`` of the collection per query via the vector index (k past the collection
+        size returns all of it)."""
+        ix = self._require()
+        if not queries:
+            return []
+        return ix.search(self.encode_queries(queries), k)
+
+    def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """Scores of given candidates by the encoder's own ``score`` (it must be a ``Model``: the
+        index keeps vectors, not texts to encode)."""
+        if isinstance(self.encoder, Model):
+            return self.encoder.score(queries, candidates)
+        raise TypeError("semantic retriever: re-ranking candidates needs an encoder that is a Model")
+
+    def params(self) -> dict[str, Any]:
+        return {"kind": self.kind, "metric": self.metric, **self.index_params}
+
+    # -- persistence ----------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """``encoder/`` (a saved Model), ``index/`` (the vector index) and ``retriever.json``
+        (settings and the probe vectors that tie the index to this encoder)."""
+        ix = self._require()
+        if not isinstance(self.encoder, Model):
+            raise TypeError("semantic retriever: only an encoder that is a Model can be saved with its index")
+        d = Path(path)
+        self.encoder.save(d / "encoder")
+        ix.save(d / "index")
+        cfg = {"encoder": encoder_id(self.encoder), "kind": self.kind, "metric": self.metric,
+               "batch_size": self.batch_size, "index_params": self.index_params, "probes": self._probes.tolist()}
+        (d / RETRIEVER).write_text(json.dumps(cfg) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path, encoder: Encoder | None = None, threads: int | None = None) -> "SemanticRetriever":
+        """Read a saved retriever; with ``encoder`` given, use it instead of the saved one — it
+        must be the same model (name, dimension and probe embeddings are checked)."""
+        d = Path(path)
+        try:
+            cfg = json.loads((d / RETRIEVER).read_text(encoding="utf-8"))
+            probes = np.asarray(cfg["probes"], dtype=np.float32)
+        except FileNotFoundError:
+            raise ModelDirError(f"{d}: not a semantic retriever (no {RETRIEVER})") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, ValueError, TypeError) as e:
+            raise ModelDirError(f"{d}: unreadable {RETRIEVER} ({e})") from None
+        enc = encoder if encoder is not None else load_model(d / "encoder")
+        r = cls(enc, cfg["kind"], cfg["metric"], batch_size=int(cfg["batch_size"]), threads=threads,
+                **cfg["index_params"])
+        now = r._probe_vectors()
+        r.vectors = VectorIndex.load(d / "index", expect_model=encoder_id(enc), expect_dim=now.shape[1], threads=threads)
+        if now.shape != probes.shape or not np.allclose(now, probes, atol=1e-3):
+            raise IndexMismatchError(f"{d}: the encoder embeds differently from the one that built this index "
+                                     f"(same name {encoder_id(enc)!r}, other weights?)")
+        r._probes = now
+        return r

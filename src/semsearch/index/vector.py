@@ -1,0 +1,284 @@
+"""k-nearest-neighbour vector index over faiss: exact (Flat), HNSW and IVF-PQ behind one class.
+
+The BERT paper (Sec. 2.2 and 4.4) embeds every document title once, builds a faiss index, and
+retrieves each query's top-k by k-NN search; this module is that index. Kinds:
+
+* ``"flat"``: ``IndexFlatIP``, exact search, ties broken by doc id (the project's convention).
+* ``"hnsw"``: ``IndexHNSWFlat`` (params ``M``, ``efConstruction``, ``efSearch``), approximate.
+* ``"ivfpq"``: ``IndexIVFPQ`` (params ``nlist``, ``m`` sub-quantisers, ``nbits``, ``nprobe``),
+  approximate and compressed; trained by k-means on the first vectors added.
+
+Metric ``"ip"`` scores by dot product; ``"cosine"`` normalises vectors on add and on search, so
+the inner product is the cosine. Documents have string ids. An index saves to a directory
+(``index.faiss`` + ``vector_index.json`` + ``ids.json``) and refuses to load for a different model
+or dimension than the caller expects (``IndexMismatchError``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..models.base import ModelDirError, id_ranks
+
+META = "vector_index.json"
+FAISS_FILE = "index.faiss"
+IDS = "ids.json"
+FORMAT = 1
+KINDS = ("flat", "hnsw", "ivfpq")
+METRICS = ("ip", "cosine")
+DEFAULTS: dict[str, dict[str, int]] = {
+    "flat": {},
+    "hnsw": {"M": 32, "efConstruction": 200, "efSearch": 128},
+    "ivfpq": {"nlist": 256, "m": 16, "nbits": 8, "nprobe": 16},
+}
+
+Hits = list[tuple[str, float]]
+
+
+class IndexMismatchError(ModelDirError):
+    """A saved vector index that belongs to another model or has another dimension."""
+
+
+def set_threads(n: int) -> None:
+    """Use ``n`` OpenMP threads in faiss (build and search) from now on."""
+    import faiss
+
+    if n < 1:
+        raise ValueError("threads must be at least 1")
+    faiss.omp_set_num_threads(int(n))
+
+
+def _as_matrix(x: Any, dim: int, what: str) -> np.ndarray:
+    a = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+    if a.ndim == 1 and a.size == 0:
+        a = a.reshape(0, dim)
+    if a.ndim != 2 or a.shape[1] != dim:
+        raise ValueError(f"{what} must be a (n, {dim}) matrix, got shape {a.shape}")
+    if not np.isfinite(a).all():
+        raise ValueError(f"{what} contain NaN or infinite values")
+    return a
+
+
+def _unit(a: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(a, axis=1, keepdims=True)
+    return a / np.maximum(norms, 1e-12)
+
+
+class VectorIndex:
+    """A faiss index of string-id'd vectors (see module docstring). ``model`` is the caller's
+    identifier of the encoder the vectors come from; it is saved and checked on load."""
+
+    def __init__(self, dim: int, kind: str = "flat", metric: str = "cosine", *, model: str = "",
+                 threads: int | None = None, **params: int):
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        if metric not in METRICS:
+            raise ValueError(f"metric must be 'ip' or 'cosine', got {metric!r}")
+        if dim < 1:
+            raise ValueError("dim must be at least 1")
+        unknown = set(params) - set(DEFAULTS[kind])
+        if unknown:
+            raise ValueError(f"{kind} index has no parameters {sorted(unknown)}; known: {sorted(DEFAULTS[kind])}")
+        self.dim, self.kind, self.metric, self.model = int(dim), kind, metric, model
+        self.params: dict[str, int] = {**DEFAULTS[kind], **{k: int(v) for k, v in params.items()}}
+        if kind == "ivfpq" and dim % self.params["m"]:
+            raise ValueError(f"ivfpq: m = {self.params['m']} sub-quantisers must divide dim = {dim}")
+        self.threads = threads
+        if threads is not None:
+            set_threads(threads)
+        self._ids: list[str] = []
+        self._position: dict[str, int] = {}
+        self._ranks = np.zeros(0, dtype=np.int64)
+        self._faiss = self._new_faiss()
+
+    # -- building -------------------------------------------------------------------------------
+    def _new_faiss(self) -> Any:
+        import faiss
+
+        p, ip = self.params, faiss.METRIC_INNER_PRODUCT
+        if self.kind == "flat":
+            return faiss.IndexFlatIP(self.dim)
+        if self.kind == "hnsw":
+            ix = faiss.IndexHNSWFlat(self.dim, p["M"], ip)
+            ix.hnsw.efConstruction = p["efConstruction"]
+            ix.hnsw.efSearch = p["efSearch"]
+            return ix
+        ix = faiss.IndexIVFPQ(faiss.IndexFlatIP(self.dim), self.dim, p["nlist"], p["m"], p["nbits"], ip)
+        ix.nprobe = p["nprobe"]
+        return ix
+
+    def _train(self, vectors: np.ndarray) -> None:
+        """IVF-PQ only: k-means for the coarse lists and the product quantiser, on ``vectors``."""
+        need = max(self.params["nlist"], 2 ** self.params["nbits"])
+        if len(vectors) < need:
+            raise ValueError(f"ivfpq needs at least {need} vectors to train (nlist = {self.params['nlist']}, "
+                             f"2^nbits = {2 ** self.params['nbits']}), got {len(vectors)}; add more at once, "
+                             f"lower nlist/nbits, or use kind='flat'")
+        self._faiss.train(vectors)
+
+    def add(self, doc_ids: Sequence[str], vectors: Any) -> None:
+        """Add documents; an untrained IVF-PQ index trains on this first batch."""
+        v = _as_matrix(vectors, self.dim, "vectors")
+        ids = [str(d) for d in doc_ids]
+        if len(ids) != len(v):
+            raise ValueError(f"{len(ids)} doc ids but {len(v)} vectors")
+        if len(set(ids)) != len(ids) or any(d in self._position for d in ids):
+            raise ValueError("doc ids must be unique within an index")
+        if not ids:
+            return
+        if self.metric == "cosine":
+            v = _unit(v)
+        if not self._faiss.is_trained:
+            self._train(v)
+        self._faiss.add(v)
+        start = len(self._ids)
+        self._ids.extend(ids)
+        self._position.update((d, start + i) for i, d in enumerate(ids))
+        self._ranks = id_ranks(self._ids)
+
+    @classmethod
+    def build(cls, doc_ids: Sequence[str], vectors: Any, kind: str = "flat", metric: str = "cosine", *,
+              model: str = "", threads: int | None = None, **params: int) -> "VectorIndex":
+        """A new index of ``kind`` holding ``vectors``."""
+        v = np.asarray(vectors, dtype=np.float32)
+        if v.ndim != 2:
+            raise ValueError(f"vectors must be a 2-d matrix, got shape {v.shape}")
+        ix = cls(v.shape[1], kind, metric, model=model, threads=threads, **params)
+        ix.add(doc_ids, v)
+        return ix
+
+    # -- searching ------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return self._ids
+
+    def set_search_params(self, **params: int) -> None:
+        """Change search-time parameters: ``efSearch`` (hnsw) or ``nprobe`` (ivfpq)."""
+        allowed = {"hnsw": {"efSearch"}, "ivfpq": {"nprobe"}}.get(self.kind, set())
+        if set(params) - allowed:
+            raise ValueError(f"{self.kind} index: search parameters are {sorted(allowed) or 'none'}")
+        for k, v in params.items():
+            self.params[k] = int(v)
+            if k == "efSearch":
+                self._faiss.hnsw.efSearch = int(v)
+            else:
+                self._faiss.nprobe = int(v)
+
+    def search(self, queries: Any, k: int) -> list[Hits]:
+        """Per query vector, the top-``k`` (doc id, score) best first; ``k`` larger than the
+        collection returns the whole collection (approximate kinds: as much as they find). Equal
+        scores are ordered by doc id, and ties at the cut-off are resolved by doc id too (exactly
+        so for ``flat``)."""
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        q = _as_matrix(queries, self.dim, "query vectors")
+        n = len(self._ids)
+        if len(q) == 0:
+            return []
+        if n == 0:
+            return [[] for _ in range(len(q))]
+        if self.metric == "cosine":
+            q = _unit(q)
+        k = min(k, n)
+        fetch = min(n, k + 8)
+        while True:
+            scores, pos = self._faiss.search(q, fetch)
+            # a tie at the last fetched score may continue past it: fetch more (exact kinds)
+            if fetch == n or self.kind != "flat" or not (scores[:, k - 1] == scores[:, fetch - 1]).any():
+                break
+            fetch = min(n, fetch * 4)
+        out = []
+        for s, p in zip(scores, pos):
+            keep = p >= 0
+            s, p = s[keep], p[keep]
+            order = np.lexsort((self._ranks[p], -s))[:k]
+            out.append([(self._ids[j], float(s[i])) for i, j in zip(order, p[order])])
+        return out
+
+    # -- size and persistence --------------------------------------------------------------------
+    def nbytes(self) -> int:
+        """Bytes of the serialised faiss index (the vectors/codes and graph/lists; ids excluded)."""
+        import faiss
+
+        return int(faiss.serialize_index(self._faiss).size)
+
+    def bytes_per_doc(self) -> float:
+        """Index bytes per indexed document (NaN for an empty index)."""
+        return self.nbytes() / len(self._ids) if self._ids else float("nan")
+
+    def meta(self) -> dict[str, Any]:
+        return {"format": FORMAT, "kind": self.kind, "metric": self.metric, "dim": self.dim,
+                "params": self.params, "count": len(self._ids), "model": self.model}
+
+    def save(self, path: str | Path) -> None:
+        """Write ``index.faiss``, ``ids.json`` and ``vector_index.json`` into directory ``path``."""
+        import faiss
+
+        d = Path(path)
+        d.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(self._faiss, str(d / FAISS_FILE))
+        (d / IDS).write_text(json.dumps(self._ids, ensure_ascii=False) + "\n", encoding="utf-8")
+        (d / META).write_text(json.dumps(self.meta(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path, *, expect_model: str | None = None, expect_dim: int | None = None,
+             threads: int | None = None) -> "VectorIndex":
+        """Read an index written by ``save``; ``expect_model`` / ``expect_dim`` refuse an index built
+        for another encoder (``IndexMismatchError``). A corrupt directory raises ``ModelDirError``."""
+        import faiss
+
+        d = Path(path)
+        try:
+            meta = json.loads((d / META).read_text(encoding="utf-8"))
+            ids = json.loads((d / IDS).read_text(encoding="utf-8"))
+        except FileNotFoundError as e:
+            raise ModelDirError(f"{d}: not a vector index (missing {Path(e.filename).name})") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ModelDirError(f"{d}: unreadable vector index metadata ({e})") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise ModelDirError(f"{d}: vector index format {meta.get('format') if isinstance(meta, dict) else '?'} is not {FORMAT}")
+        if expect_model is not None and meta.get("model") != expect_model:
+            raise IndexMismatchError(f"{d}: index was built for model {meta.get('model')!r}, not {expect_model!r}")
+        if expect_dim is not None and meta.get("dim") != expect_dim:
+            raise IndexMismatchError(f"{d}: index has dimension {meta.get('dim')}, the model {expect_dim}")
+        try:
+            ix = cls(int(meta["dim"]), meta["kind"], meta["metric"], model=str(meta.get("model", "")),
+                     threads=threads, **meta["params"])
+            ix._faiss = faiss.read_index(str(d / FAISS_FILE))
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise ModelDirError(f"{d}: corrupt vector index ({str(e).strip().splitlines()[0][:200]})") from None
+        if not isinstance(ids, list) or ix._faiss.ntotal != len(ids) or len(ids) != meta.get("count") \
+                or ix._faiss.d != ix.dim:
+            raise ModelDirError(f"{d}: corrupt vector index (faiss holds {ix._faiss.ntotal} vectors of dimension "
+                                f"{ix._faiss.d}, metadata says {meta.get('count')} of {ix.dim}, {len(ids)} ids)")
+        if ix.kind == "hnsw":
+            ix._faiss.hnsw.efSearch = ix.params["efSearch"]
+        elif ix.kind == "ivfpq":
+            ix._faiss.nprobe = ix.params["nprobe"]
+        ix._ids = [str(i) for i in ids]
+        ix._position = {doc: i for i, doc in enumerate(ix._ids)}
+        ix._ranks = id_ranks(ix._ids)
+        return ix
+
+
+def recall_at_k(approx: Sequence[Sequence[tuple[str, Any]]], exact: Sequence[Sequence[tuple[str, Any]]],
+                k: int) -> float:
+    """Mean over queries of |approx top-k ∩ exact top-k| / |exact top-k|: how much of exact
+    search's answer an approximate index finds (index quality, not relevance)."""
+    if len(approx) != len(exact):
+        raise ValueError(f"{len(approx)} approximate but {len(exact)} exact hit lists")
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    vals = []
+    for a, e in zip(approx, exact):
+        truth = {d for d, _ in e[:k]}
+        if truth:
+            vals.append(len(truth & {d for d, _ in a[:k]}) / len(truth))
+    return float(np.mean(vals)) if vals else float("nan")

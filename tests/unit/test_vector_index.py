@@ -1,0 +1,242 @@
+"""VectorIndex (flat / hnsw / ivfpq), recall_at_k and SemanticRetriever on random vectors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from semsearch.index import IndexMismatchError, SemanticRetriever, VectorIndex, recall_at_k
+from semsearch.models import ModelDirError
+
+IVF = {"nlist": 16, "m": 16, "nbits": 6, "nprobe": 4}
+PARAMS = {"flat": {}, "hnsw": {"M": 16, "efConstruction": 80, "efSearch": 64}, "ivfpq": IVF}
+
+
+def clustered(n: int, dim: int = 32, centres: int = 20, seed: int = 0) -> np.ndarray:
+    """Points around a few random centres: the structure real embeddings have."""
+    rng = np.random.default_rng(seed)
+    c = rng.normal(size=(centres, dim))
+    return (c[rng.integers(0, centres, n)] + 0.3 * rng.normal(size=(n, dim))).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[list[str], np.ndarray, np.ndarray]:
+    x = clustered(1500)
+    q = clustered(40, seed=1)
+    return [f"doc{i:04d}" for i in range(len(x))], x, q
+
+
+def exact(x: np.ndarray, q: np.ndarray, ids: list[str], k: int) -> list[list[str]]:
+    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+    qn = q / np.linalg.norm(q, axis=1, keepdims=True)
+    s = qn @ xn.T
+    return [[ids[j] for j in np.argsort(-row, kind="stable")[:k]] for row in s]
+
+
+def test_flat_matches_numpy_cosine(data) -> None:  # type: ignore[no-untyped-def]
+    ids, x, q = data
+    ix = VectorIndex.build(ids, x, "flat")
+    got = ix.search(q, 10)
+    assert [[d for d, _ in h] for h in got] == exact(x, q, ids, 10)
+    assert all(h[0][1] >= h[-1][1] for h in got)
+    assert got[0][0][1] == pytest.approx(float(np.max((q[0] / np.linalg.norm(q[0])) @ (x / np.linalg.norm(x, axis=1, keepdims=True)).T)), abs=1e-5)
+
+
+@pytest.mark.parametrize("kind,bound", [("hnsw", 0.95), ("ivfpq", 0.6)])
+def test_approximate_recall_against_flat(data, kind: str, bound: float) -> None:  # type: ignore[no-untyped-def]
+    ids, x, q = data
+    truth = VectorIndex.build(ids, x, "flat").search(q, 10)
+    approx = VectorIndex.build(ids, x, kind, **PARAMS[kind]).search(q, 10)
+    r = recall_at_k(approx, truth, 10)
+    assert bound <= r <= 1.0
+    assert all(len(h) == 10 for h in approx)
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivfpq"])
+def test_save_load_round_trip(data, kind: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    ids, x, q = data
+    ix = VectorIndex.build(ids, x, kind, model="enc-a", **PARAMS[kind])
+    ix.save(tmp_path / kind)
+    back = VectorIndex.load(tmp_path / kind, expect_model="enc-a", expect_dim=32)
+    assert back.kind == kind and back.params == ix.params and len(back) == len(ids)
+    assert back.search(q, 5) == ix.search(q, 5)
+    assert 0 < back.bytes_per_doc() == ix.bytes_per_doc()
+
+
+def test_bytes_per_doc_orders_kinds(data) -> None:  # type: ignore[no-untyped-def]
+    ids, x, _ = data
+    size = {k: VectorIndex.build(ids, x, k, **PARAMS[k]).bytes_per_doc() for k in PARAMS}
+    assert size["flat"] == pytest.approx(32 * 4, rel=0.05)
+    assert size["ivfpq"] < size["flat"] < size["hnsw"]
+
+
+def test_mismatch_and_corrupt_files(data, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    ids, x, _ = data
+    VectorIndex.build(ids, x, "flat", model="enc-a").save(tmp_path / "ix")
+    with pytest.raises(IndexMismatchError, match="built for model 'enc-a'"):
+        VectorIndex.load(tmp_path / "ix", expect_model="enc-b")
+    with pytest.raises(IndexMismatchError, match="dimension 32"):
+        VectorIndex.load(tmp_path / "ix", expect_dim=64)
+    with pytest.raises(ModelDirError, match="not a vector index"):
+        VectorIndex.load(tmp_path / "nothing")
+    f = tmp_path / "ix" / "index.faiss"
+    f.write_bytes(f.read_bytes()[: 1000])
+    with pytest.raises(ModelDirError, match="corrupt vector index"):
+        VectorIndex.load(tmp_path / "ix")
+    f.write_bytes(b"garbage")
+    with pytest.raises(ModelDirError, match="corrupt vector index"):
+        VectorIndex.load(tmp_path / "ix")
+
+
+def test_ids_count_must_match_faiss(data, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    ids, x, _ = data
+    VectorIndex.build(ids[:10], x[:10], "flat").save(tmp_path / "ix")
+    (tmp_path / "ix" / "ids.json").write_text('["a", "b"]')
+    with pytest.raises(ModelDirError, match="corrupt"):
+        VectorIndex.load(tmp_path / "ix")
+
+
+def test_cosine_normalises_and_ip_does_not() -> None:
+    x = np.array([[10.0, 0.0], [0.6, 0.8]], dtype=np.float32)
+    q = np.array([[0.6, 0.8]], dtype=np.float32)
+    cos = VectorIndex.build(["big", "aligned"], x, "flat", metric="cosine").search(q, 2)[0]
+    ip = VectorIndex.build(["big", "aligned"], x, "flat", metric="ip").search(q, 2)[0]
+    assert [d for d, _ in cos] == ["aligned", "big"] and cos[0][1] == pytest.approx(1.0)
+    assert [d for d, _ in ip] == ["big", "aligned"] and ip[0][1] == pytest.approx(6.0)
+    assert VectorIndex.build(["a"], x[:1], metric="cosine").search(q * 100, 1)[0][0][1] == pytest.approx(0.6)
+
+
+def test_k_larger_than_collection_empty_index_and_empty_queries() -> None:
+    x = np.eye(3, dtype=np.float32)
+    ix = VectorIndex.build(["a", "b", "c"], x, "flat")
+    assert [d for d, _ in ix.search(x[:1], 100)[0]] == ["a", "b", "c"]
+    assert ix.search(np.zeros((0, 3), dtype=np.float32), 5) == []
+    assert VectorIndex(3).search(x, 5) == [[], [], []]
+    with pytest.raises(ValueError, match="k must be"):
+        ix.search(x, 0)
+    with pytest.raises(ValueError, match=r"\(n, 3\)"):
+        ix.search(np.zeros((1, 4), dtype=np.float32), 1)
+
+
+def test_ties_broken_by_doc_id_also_at_the_cut_off() -> None:
+    ids = [f"z{i:02d}" for i in range(30, 0, -1)]  # inserted in descending id order
+    x = np.tile(np.array([[1.0, 0.0]], dtype=np.float32), (30, 1))
+    hits = VectorIndex.build(ids, x, "flat").search(np.array([[1.0, 0.0]], dtype=np.float32), 5)[0]
+    assert [d for d, _ in hits] == ["z01", "z02", "z03", "z04", "z05"]
+
+
+def test_string_ids_incremental_add_and_bad_input() -> None:
+    ix = VectorIndex(2, "flat")
+    ix.add(["über", "b c"], np.array([[1, 0], [0, 1]], dtype=np.float32))
+    ix.add(["x"], np.array([[1, 1]], dtype=np.float32))
+    assert ix.search(np.array([[0, 1]], dtype=np.float32), 1)[0][0][0] == "b c"
+    with pytest.raises(ValueError, match="unique"):
+        ix.add(["x"], np.array([[1, 1]], dtype=np.float32))
+    with pytest.raises(ValueError, match="2 doc ids but 1"):
+        ix.add(["p", "q"], np.array([[1, 1]], dtype=np.float32))
+    with pytest.raises(ValueError, match="NaN"):
+        ix.add(["p"], np.array([[np.nan, 1]], dtype=np.float32))
+    with pytest.raises(ValueError, match="kind must be"):
+        VectorIndex(2, "annoy")
+    with pytest.raises(ValueError, match="no parameters"):
+        VectorIndex(2, "flat", nlist=3)
+    with pytest.raises(ValueError, match="divide"):
+        VectorIndex(30, "ivfpq", m=8)
+
+
+def test_ivfpq_too_few_vectors_is_a_clear_error() -> None:
+    x = clustered(100)
+    with pytest.raises(ValueError, match="ivfpq needs at least 256 vectors"):
+        VectorIndex.build([str(i) for i in range(100)], x, "ivfpq", nlist=16, m=8, nbits=8)
+
+
+def test_search_params_change_effort(data) -> None:  # type: ignore[no-untyped-def]
+    ids, x, q = data
+    ix = VectorIndex.build(ids, x, "ivfpq", **IVF)
+    truth = VectorIndex.build(ids, x, "flat").search(q, 10)
+    ix.set_search_params(nprobe=1)
+    low = recall_at_k(ix.search(q, 10), truth, 10)
+    ix.set_search_params(nprobe=16)
+    assert recall_at_k(ix.search(q, 10), truth, 10) > low
+    with pytest.raises(ValueError):
+        ix.set_search_params(efSearch=3)
+
+
+def test_recall_at_k() -> None:
+    a = [[("x", 1.0), ("y", 0.5)], [("p", 1.0)]]
+    e = [[("x", 1.0), ("z", 0.9)], [("q", 1.0)]]
+    assert recall_at_k(a, e, 2) == pytest.approx(0.25)
+    assert recall_at_k(e, e, 2) == 1.0
+    with pytest.raises(ValueError):
+        recall_at_k(a, e[:1], 2)
+
+
+class HashEncoder:
+    """A deterministic toy encoder: bag of hashed words, so shared words mean high cosine."""
+
+    def __init__(self, dim: int = 64, salt: int = 0):
+        self.dim, self.salt = dim, salt
+
+    def _enc(self, texts):  # type: ignore[no-untyped-def]
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in t.split():
+                out[i, (sum(map(ord, w)) * 31 + self.salt) % self.dim] += 1.0
+        return out + 1e-3
+
+    encode_queries = encode_documents = _enc
+
+
+def test_semantic_retriever_with_any_encoder() -> None:
+    r = SemanticRetriever(HashEncoder(), "flat", batch_size=2)
+    r.index(["d1", "d2", "d3"], ["red drill", "blue saw", "green lamp"], progress=None)
+    assert r.retrieve(["saw"], 1)[0][0][0] == "d2"
+    assert [d for d, _ in r.retrieve(["saw"], 10)[0]][0] == "d2" and len(r.retrieve(["saw"], 10)[0]) == 3
+    assert r.retrieve([], 3) == []
+    with pytest.raises(ValueError, match="empty query"):
+        r.retrieve(["  "], 3)
+    with pytest.raises(TypeError):
+        r.save("/nonexistent")  # a plain encoder is not a Model: nothing to save it with
+
+
+def _dssm(seed: int):  # type: ignore[no-untyped-def]
+    from semsearch.models import create_model
+    from semsearch.text import TrigramHasher
+
+    m = create_model("dssm", hidden=[16], out=8, seed=seed)
+    m.build(TrigramHasher.fit(["red drill", "blue saw", "green lamp", "cordless drill kit"], max_words=8))
+    return m
+
+
+def test_semantic_retriever_save_load_checks_the_encoder(tmp_path: Path) -> None:
+    docs = ["red drill", "blue saw", "green lamp", "cordless drill kit", "steel sink"]
+    ids = [f"d{i}" for i in range(len(docs))]
+    r = SemanticRetriever(_dssm(1), "hnsw", M=8)
+    r.index(ids, docs, progress=None)
+    want = r.retrieve(["drill"], 3)
+    assert len(want[0]) == 3
+    r.save(tmp_path / "sem")
+    back = SemanticRetriever.load(tmp_path / "sem")
+    assert back.kind == "hnsw" and back.retrieve(["drill"], 3) == want
+    with pytest.raises(IndexMismatchError, match="embeds differently"):
+        SemanticRetriever.load(tmp_path / "sem", encoder=_dssm(2))  # same name, other weights
+    with pytest.raises(IndexMismatchError, match="built for model 'dssm'"):
+        SemanticRetriever.load(tmp_path / "sem", encoder=HashEncoder(dim=8))
+    with pytest.raises(ModelDirError, match="not a semantic retriever"):
+        SemanticRetriever.load(tmp_path)
+
+
+def test_semantic_retriever_flat_equals_the_models_exact_retrieve() -> None:
+    docs = ["red drill", "blue saw", "green lamp", "cordless drill kit", "steel sink", "drill bit"]
+    ids = [f"d{i}" for i in range(len(docs))]
+    m = _dssm(3)
+    m.index(ids, docs)
+    r = SemanticRetriever(m, "flat")
+    r.index(ids, docs, progress=None)
+    for q in ["drill", "lamp green"]:
+        got, want = r.retrieve([q], 4)[0], m.retrieve([q], 4)[0]
+        assert [d for d, _ in got] == [d for d, _ in want]
+        assert np.allclose([s for _, s in got], [s for _, s in want], atol=1e-5)
+    assert [list(s) for s in r.score(["drill"], [["d0", "d1"]])] == [list(s) for s in m.score(["drill"], [["d0", "d1"]])]
