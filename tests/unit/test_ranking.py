@@ -58,7 +58,7 @@ def test_informative_feature_ranks_first_and_beats_noise():
     assert max(imp, key=lambda n: imp[n]["gain"]) == "signal" and imp["signal"]["gain"] > 0.5
     assert sum(v["gain"] for v in imp.values()) == pytest.approx(1.0)
     assert log["rounds_by"] == "dev early stopping" and 1 <= log["trees"] <= 40 and log["held-out ndcg@10"] > 0.8
-    s = ranker.predict(dev.X)
+    s = ranker.predict(dev)
     assert np.corrcoef(s, dev.X[:, 1])[0, 1] > 0.8
     cv_log = LambdaMART(["noise_a", "signal", "noise_b"], **FAST).fit(train, cv_folds=3)
     assert cv_log["rounds_by"] == "3-fold CV" and cv_log["held-out ndcg@10"] > 0.8
@@ -71,9 +71,9 @@ def test_lambdamart_save_load_and_errors(tmp_path):
     ranker.save(tmp_path / "r")
     back = LambdaMART.load(tmp_path / "r")
     assert back.feature_names == ["noise_a", "signal", "noise b/c"]
-    assert np.array_equal(back.predict(g.X), ranker.predict(g.X))
+    assert np.array_equal(back.predict(g), ranker.predict(g))
     with pytest.raises(ValueError, match="feature columns"):
-        back.predict(g.X[:, :2])
+        back.predict(groups({"q": ["a"]}, g.X[:1, :2]))
     with pytest.raises(ValueError, match="unknown parameters"):
         LambdaMART(["a"], trees=3)
     with pytest.raises(ValueError, match="unique"):
@@ -81,6 +81,16 @@ def test_lambdamart_save_load_and_errors(tmp_path):
     (tmp_path / "r" / "lambdamart.txt").write_text("not a model")
     with pytest.raises(ModelDirError):
         LambdaMART.load(tmp_path / "r")
+
+
+def test_query_zscore_columns():
+    g = groups({"a": ["x", "y", "z"], "b": ["w"]}, np.array([[1.0, 5.0], [2.0, 5.0], [3.0, 5.0], [7.0, 1.0]]))
+    r = LambdaMART(["f", "g"], query_norm="zscore")
+    assert r.columns == ["f", "g", "f (query z-score)", "g (query z-score)"]
+    Z = r.matrix(g)[:, 2:]
+    assert np.allclose(Z[:3, 0], [-1.2247, 0.0, 1.2247], atol=1e-4) and np.all(Z[:, 1] == 0) and Z[3, 0] == 0
+    with pytest.raises(ValueError, match="query_norm"):
+        LambdaMART(["f"], query_norm="rank")
 
 
 def test_cross_validated_covers_every_query():
@@ -102,7 +112,7 @@ def _ranker(tiny_data, **kw):
 
 
 def test_ranker_is_a_model_and_round_trips(tiny_data, tmp_path):
-    r, ds, corpus = _ranker(tiny_data)
+    r, ds, corpus = _ranker(tiny_data, query_norm="zscore")
     assert r.feature_names == ["BM25", "tfidf", "query_coverage"]
     test = EvalSet.judged(ds, "test")
     run = rank(r, test.queries, test.candidates)

@@ -402,4 +402,4 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
     ranker = LambdaMART(names, gain=spec.gain, **params)
     log = ranker.fit(train_g, dev_g, cv_folds=5 if dev_g is None else 0)
     ctx.training[ms.label] = {**log, "train_split": split}
-    return test_g.to_run(ranker.predict(test_g.X)), [dict(ms.params, train_split=split)]
+    return test_g.to_run(ranker.predict(test_g)), [dict(ms.params, train_split=split)]

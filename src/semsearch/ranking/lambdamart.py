@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "gain": "exp",  # "exp" (2^label − 1, the papers) or "linear" (trec_eval)
     "seed": 0,
     "num_threads": 1,
+    "query_norm": "none",  # "zscore": add each feature standardised within its query as a column
 }
 
 
@@ -56,8 +57,30 @@ class LambdaMART:
         self.params: dict[str, Any] = {**DEFAULTS, **params}
         if self.params["gain"] not in ("exp", "linear"):
             raise ValueError(f"lambdamart: gain must be 'exp' or 'linear', got {self.params['gain']!r}")
+        if self.params["query_norm"] not in ("none", "zscore"):
+            raise ValueError(f"lambdamart: query_norm must be 'none' or 'zscore', got {self.params['query_norm']!r}")
         self.booster: Any = None
         self.best_iteration = 0
+
+    @property
+    def columns(self) -> list[str]:
+        """The booster's columns: the features, then (``query_norm = "zscore"``) their per-query z-scores."""
+        extra = [f"{n} (query z-score)" for n in self.feature_names] if self.params["query_norm"] == "zscore" else []
+        return self.feature_names + extra
+
+    def matrix(self, g: Groups) -> np.ndarray:
+        """The booster's input for ``g``: its features, plus per-query standardised copies."""
+        if g.X.shape[1] != len(self.feature_names):
+            raise ValueError(f"lambdamart: {g.X.shape[1]} feature columns but the ranker has {len(self.feature_names)} features")
+        if self.params["query_norm"] == "none":
+            return g.X
+        Z = np.zeros_like(g.X)
+        for a, b in zip(g.offsets[:-1], g.offsets[1:]):
+            if b > a:
+                x = g.X[a:b]
+                sd = x.std(0)
+                Z[a:b] = np.where(sd > 0, (x - x.mean(0)) / np.where(sd > 0, sd, 1.0), 0.0)
+        return np.hstack([g.X, Z])
 
     def _lgb_params(self) -> dict[str, Any]:
         p = self.params
@@ -74,11 +97,9 @@ class LambdaMART:
     def _dataset(self, g: Groups, reference: Any = None) -> Any:
         import lightgbm as lgb
 
-        if g.X.shape[1] != len(self.feature_names):
-            raise ValueError(f"lambdamart: {g.X.shape[1]} feature columns but {len(self.feature_names)} feature names")
         if len(g.y) and g.y.max() > 30:
             raise ValueError(f"lambdamart: labels must lie in 0..30, got {g.y.max()}")
-        return lgb.Dataset(g.X, label=g.y, group=g.sizes, feature_name=[_safe(n) for n in self.feature_names],
+        return lgb.Dataset(self.matrix(g), label=g.y, group=g.sizes, feature_name=[_safe(n) for n in self.columns],
                            reference=reference, free_raw_data=False)
 
     def fit(self, train: Groups, dev: Groups | None = None, *, cv_folds: int = 0) -> dict[str, Any]:
@@ -114,24 +135,24 @@ class LambdaMART:
                 "train_queries": len(train.qids), "train_pairs": len(train.y),
                 "dev_queries": len(dev.qids) if dev is not None else 0, "importance": self.importance()}
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def predict(self, g: Groups) -> np.ndarray:
+        """One score per row of ``g``."""
         if self.booster is None:
             raise RuntimeError("lambdamart: not trained")
-        if X.shape[1] != len(self.feature_names):
-            raise ValueError(f"lambdamart: {X.shape[1]} feature columns but the ranker has {len(self.feature_names)}")
+        X = self.matrix(g)
         if not len(X):
             return np.zeros(0)
         return np.asarray(self.booster.predict(X, num_iteration=self.best_iteration), dtype=np.float64)
 
     def importance(self) -> dict[str, dict[str, float]]:
-        """Per feature, its share of the total gain and of the splits (each sums to 1 over features)."""
+        """Per booster column, its share of the total gain and of the splits (each sums to 1)."""
         if self.booster is None:
             raise RuntimeError("lambdamart: not trained")
-        out: dict[str, dict[str, float]] = {n: {} for n in self.feature_names}
+        out: dict[str, dict[str, float]] = {n: {} for n in self.columns}
         for kind in ("gain", "split"):
             v = np.asarray(self.booster.feature_importance(kind, iteration=self.best_iteration), dtype=np.float64)
             v = v / v.sum() if v.sum() > 0 else v
-            for n, x in zip(self.feature_names, v):
+            for n, x in zip(self.columns, v):
                 out[n][kind] = float(x)
         return out
 
@@ -157,8 +178,8 @@ class LambdaMART:
             ranker.best_iteration = int(meta["best_iteration"])
         except (OSError, ValueError, KeyError, TypeError, lgb.basic.LightGBMError) as e:
             raise ModelDirError(f"{d}: corrupt or missing LambdaMART ranker ({e})") from None
-        if ranker.booster.num_feature() != len(ranker.feature_names):
-            raise ModelDirError(f"{d}: booster has {ranker.booster.num_feature()} features, config names {len(ranker.feature_names)}")
+        if ranker.booster.num_feature() != len(ranker.columns):
+            raise ModelDirError(f"{d}: booster has {ranker.booster.num_feature()} features, config names {len(ranker.columns)}")
         return ranker
 
 
@@ -178,7 +199,7 @@ def cross_validated(g: Groups, k: int = 5, seed: int = 0, **params: Any) -> tupl
         model = LambdaMART(names, **params)
         log = model.fit(g.subset(train_q))
         test = g.subset(test_q)
-        run.update(test.to_run(model.predict(test.X)))
+        run.update(test.to_run(model.predict(test)))
         logs.append({**log, "test_queries": len(test_q)})
     return run, logs
 
@@ -276,8 +297,10 @@ class LambdaMARTRanker(Model):
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
         if len(queries) != len(candidates):
             raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
-        s = self.ranker.predict(self.features(queries, candidates))
-        bounds = np.cumsum([0] + [len(c) for c in candidates])
+        bounds = np.cumsum([0] + [len(c) for c in candidates]).astype(np.int64)
+        X = self.features(queries, candidates)
+        s = self.ranker.predict(Groups([str(i) for i in range(len(queries))], [d for c in candidates for d in c], X,
+                                       np.zeros(len(X), dtype=np.int64), bounds))
         return [s[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
     def save(self, path: str | Path) -> None:
