@@ -130,6 +130,14 @@ def test_ranker_is_a_model_and_round_trips(tiny_data, tmp_path):
         LambdaMARTRanker.load(tmp_path / "ltr", models={"tfidf": tfidf, "BM25": bm25})
     with pytest.raises(ModelDirError, match="trained on features"):
         LambdaMARTRanker.load(tmp_path / "ltr", models={"BM25": bm25})
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+
+    out = tmp_path / "ltr.trec"  # the command line runs a saved ranker like any saved model
+    r = CliRunner().invoke(app, ["run", "--model", str(tmp_path / "ltr"), "--data", "tiny", "--fields", "title",
+                                 "--candidates", "judged", "--split", "test", "--out", str(out)], catch_exceptions=False)
+    assert r.exit_code == 0 and len(out.read_text().splitlines()) == sum(map(len, run.values()))
     cfg = json.loads((tmp_path / "ltr" / "config.json").read_text())
     cfg["features"] = ["BM25", "ULM"]
     (tmp_path / "ltr" / "config.json").write_text(json.dumps(cfg))
