@@ -33,8 +33,7 @@ from torch import nn
 
 from ..text import Vocabulary, tokenize
 from .base import Model, ModelDirError, read_config, register, write_config
-
-WEIGHTS = "weights.safetensors"
+from .neural import load_weights, save_weights
 PAD, UNK, FIRST = 0, 1, 2  # embedding rows: padding, unknown word (both zero), then the vocabulary
 
 TRAIN_DEFAULTS: dict[str, Any] = {
@@ -275,34 +274,22 @@ class InteractionModel(Model):
 
     # -- persistence --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
-        from safetensors.torch import save_file
-
         net = self._require()
         d = Path(path)
         write_config(d, {"model": self.name, "params": self.config, "vocabulary": {"terms": self.vocab.terms}})  # type: ignore[union-attr]
-        save_file({k: v.detach().contiguous() for k, v in net.state_dict().items()}, str(d / WEIGHTS))
+        save_weights(net, d)
 
     @classmethod
     def load(cls, path: str | Path) -> "InteractionModel":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
         try:
-            model = cls(**{**cfg["params"], "init": "random"})
+            model = cls(**{**cfg["params"], "init": "random"})  # the saved weights replace any init
             model.build(Vocabulary(cfg["vocabulary"]["terms"]))
             model.config["init"] = cfg["params"].get("init", "random")
-            state = load_file(str(d / WEIGHTS))
-        except (KeyError, TypeError, ValueError, OSError, SafetensorError) as e:
+        except (KeyError, TypeError, ValueError) as e:
             raise ModelDirError(f"{d}: corrupt or incomplete {cls.name} model ({e})") from None
-        net = model._require()
-        expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
-        got = {k: tuple(v.shape) for k, v in state.items()}
-        if expected != got:
-            diff = sorted(k for k in set(expected) | set(got) if expected.get(k) != got.get(k))
-            raise ModelDirError(f"{d}: weights do not match the config's architecture ({', '.join(diff[:4])})")
-        net.load_state_dict(state)
+        load_weights(model._require(), d, cls.name)
         return model
 
 
