@@ -70,6 +70,7 @@ def _parse_params(pairs: list[str]) -> dict[str, Any]:
 
 def _model(name_or_dir: str, param: list[str], analyzer: str | None):  # type: ignore[no-untyped-def]
     """The model named on the command line, with its --param and --analyzer options."""
+    from . import ranking  # noqa: F401  (registers "lambdamart", so saved rankers load by directory)
     from .models import resolve_model
 
     params = _parse_params(param)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..data import BeirDataset, EvalSet, TrainingData, open_dataset, ranked, read_run, write_run
 from ..evaluation import (EvalResult, ResultTable, canonical_metric, cross_validate, crosstab_markdown, evaluate,
                           top1_crosstab, tune)
@@ -73,6 +75,12 @@ class ExperimentResult:
         for label, settings in self.chosen.items():
             shown = "; ".join(json.dumps(p, sort_keys=True) for p in settings) or "—"
             lines.append(f"- {label}: {shown}")
+        for label, log in self.training.items():
+            if isinstance(log, dict) and "importance" in log:
+                from ..ranking import importance_markdown
+
+                lines += ["", f"Feature importance of {label} ({log.get('rounds_by', '')}):", "",
+                          importance_markdown(log["importance"])]
         if self.checks:
             lines += ["", "Expected ranges:", ""]
             for c in self.checks:
@@ -284,6 +292,9 @@ def run_experiment(
             run = ctx.dataset_run(ms.model[4:])
             run = {q: dict(ranked(run[q])[: ctx.k] if ctx.k else run[q].items()) for q in test if q in run}
             chosen[ms.label] = []
+            rowsets[ms.label] = _RowRuns(run, None, ms)
+        elif ms.is_ltr:
+            run, chosen[ms.label] = _ltr_run(ctx, ms, test, rowsets)
         elif ms.is_interpolation:
             run, chosen[ms.label], tuning[ms.label] = _interpolated_run(ctx, ms, test, rowsets)
         elif ms.is_hybrid:
@@ -378,3 +389,56 @@ def _hybrid_run(ctx: _Context, ms: ModelSpec, rowsets: dict[str, _RowRuns]) -> R
         raise ValueError(f"{ms.label}: cannot merge {e.args[0]!r} (not a model row)") from None
     return merge_runs(lex.test, sem.test, n_lexical=lex.spec.depth or ctx.k or 0,
                       n_semantic=sem.spec.depth or ctx.k or 0, **ms.hybrid)
+
+
+def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowRuns]) -> tuple[Run, list[dict[str, Any]]]:
+    """LambdaMART over the scores of the rows in ``ms.combine`` (plus ``pair_features``), each
+    row's score one feature column. Under dev-split tuning the ranker learns from the queries of
+    ``train.split`` (components re-rank them with their final models): with early stopping on the
+    dev split, or — when it learns from the dev split itself — with the number of trees set by
+    5-fold CV over those queries. Under ``cvK`` (no training split) it is cross-validated over the
+    test queries. The log, with the feature importance (Table 5), goes into ``training``."""
+    from ..ranking import LambdaMART, cross_validated, groups, mean_importance, pair_columns, run_columns
+
+    spec = ctx.spec
+    try:
+        parts = [rowsets[c] for c in ms.combine]
+    except KeyError as e:
+        raise ValueError(f"{ms.label}: cannot use {e.args[0]!r} as a feature (not a model or run row)") from None
+    params = dict(ms.params)
+    pair = list(params.pop("pair_features", []))
+    names = list(ms.combine) + pair
+    texts = ctx.texts(ms.fields or spec.fields)
+
+    def grouped(qrels: Qrels, runs: list[Run]) -> Any:
+        cands = {q: c for q, c in (ctx.candidates(qrels) or {}).items() if q in ctx.queries and c}
+        X = run_columns(runs, cands)
+        if pair:
+            ix = ctx.corpus.index
+            X = np.hstack([X, pair_columns(pair, [ctx.queries[q] for q in cands],
+                                           [[texts[ix[d]] for d in c] for c in cands.values()])])
+        return groups(cands, X, qrels)
+
+    if ctx.mode == "full":
+        raise ValueError(f"{ms.label}: lambdamart re-ranks candidates; use judged or run candidates")
+    test_g = grouped(test, [p.test for p in parts])
+    if spec.tune.startswith("cv"):
+        run, logs = cross_validated(test_g, k=int(spec.tune[2:]), feature_names=names, gain=spec.gain, **params)
+        ctx.training[ms.label] = {"folds": logs, "importance": mean_importance(logs), "rounds_by": f"mean of {len(logs)} CV folds"}
+        return run, [dict(ms.params)]
+    missing = [p.spec.label for p in parts if p.model is None]
+    if missing:
+        raise ValueError(f"{ms.label}: rows {missing} have no single final model to rank the training queries with")
+    split = ms.train.get("split", "train")
+    tune_split = spec.tune[6:] if spec.tune.startswith("split:") else None
+
+    def split_groups(name: str) -> Any:
+        qrels = ctx.qrels(name)
+        return grouped(qrels, [ctx.rank(p.model, p.spec, qrels) for p in parts])  # type: ignore[arg-type]
+
+    train_g = split_groups(split)
+    dev_g = split_groups(tune_split) if tune_split and tune_split != split else None
+    ranker = LambdaMART(names, gain=spec.gain, **params)
+    log = ranker.fit(train_g, dev_g, cv_folds=5 if dev_g is None else 0)
+    ctx.training[ms.label] = {**log, "train_split": split}
+    return test_g.to_run(ranker.predict(test_g)), [dict(ms.params, train_split=split)]

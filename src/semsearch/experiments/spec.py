@@ -29,7 +29,9 @@ class ModelSpec:
 
     label: str
     model: str  # a registered model name, a saved model directory, "run:NAME" (a data set's run as
-    # is) or "interpolate" (a weighted sum of the rows named in ``combine``; weight tuned by ``grid``)
+    # is), "interpolate" (a weighted sum of the rows named in ``combine``; weight tuned by ``grid``) or
+    # "lambdamart" with ``combine`` (LambdaMART over those rows' scores; ``params``: booster settings
+    # and ``pair_features``; ``train.split``: the queries it learns from)
     params: dict[str, Any] = field(default_factory=dict)  # given to the model's constructor
     grid: dict[str, list[Any]] = field(default_factory=dict)  # tuned, applied with ``with_params``
     train: dict[str, Any] = field(default_factory=dict)  # {split, threshold, fields}: fit before ranking
@@ -61,6 +63,10 @@ class ModelSpec:
     def is_hybrid(self) -> bool:
         """Lexical rows ∪ semantic rows (``combine`` = [lexical, semantic]), merged per query."""
         return self.model == "hybrid"
+
+    @property
+    def is_ltr(self) -> bool:
+        return self.model == "lambdamart" and bool(self.combine)
 
 
 @dataclass(frozen=True)
@@ -190,6 +196,11 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
             raise SpecError(f"{p}: {m.label!r}: depth and hybrid rows need candidates = 'full:K'")
         if m.depth is not None and m.depth < 1:
             raise SpecError(f"{p}: {m.label!r}: depth must be at least 1")
+        if m.is_ltr:
+            if any(c not in labels[:i] for c in m.combine):
+                raise SpecError(f"{p}: {m.label!r} must combine rows listed before it")
+            if m.grid:
+                raise SpecError(f"{p}: {m.label!r} (lambdamart) takes params, not a grid")
         unknown = set(m.train) - {"split", "threshold", "fields"}
         if unknown:
             raise SpecError(f"{p}: {m.label!r} train has unknown keys {sorted(unknown)}")

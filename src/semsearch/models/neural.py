@@ -347,37 +347,49 @@ class NeuralEncoder(Model):
 
     # -- persistence --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
-        from safetensors.torch import save_file
-
         net = self._require()
         d = Path(path)
         write_config(d, {"model": self.name, "params": self.config,
                          "vocabulary": {"max_words": self.hasher.max_words, "trigrams": self.hasher.trigrams}})  # type: ignore[union-attr]
-        state = {k: v.detach().contiguous() for k, v in net.state_dict().items()}
-        save_file(state, str(d / WEIGHTS))
+        save_weights(net, d)
 
     @classmethod
     def load(cls, path: str | Path) -> "NeuralEncoder":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
         try:
             model = cls(**cfg["params"])
             vocab = cfg["vocabulary"]
             model.build(TrigramHasher(vocab["trigrams"], max_words=int(vocab["max_words"])))
-            state = load_file(str(d / WEIGHTS))
-        except (KeyError, TypeError, ValueError, OSError, SafetensorError) as e:
+        except (KeyError, TypeError, ValueError) as e:
             raise ModelDirError(f"{d}: corrupt or incomplete {cls.name} model ({e})") from None
-        net = model._require()
-        expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
-        got = {k: tuple(v.shape) for k, v in state.items()}
-        if expected != got:
-            diff = sorted(k for k in set(expected) | set(got) if expected.get(k) != got.get(k))
-            raise ModelDirError(f"{d}: weights do not match the config's architecture ({', '.join(diff[:4])})")
-        net.load_state_dict(state)
+        load_weights(model._require(), d, cls.name)
         return model
+
+
+def save_weights(net: nn.Module, d: Path) -> None:
+    """A network's state as safetensors (``WEIGHTS``) in model directory ``d``."""
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().contiguous() for k, v in net.state_dict().items()}, str(d / WEIGHTS))
+
+
+def load_weights(net: nn.Module, d: Path, name: str) -> None:
+    """Load ``d/WEIGHTS`` into ``net``; a corrupt file, or one whose tensors do not fit the
+    architecture the config describes, is a ``ModelDirError``."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(str(d / WEIGHTS))
+    except (OSError, SafetensorError) as e:
+        raise ModelDirError(f"{d}: corrupt or incomplete {name} model ({e})") from None
+    expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in state.items()}
+    if expected != got:
+        diff = sorted(k for k in set(expected) | set(got) if expected.get(k) != got.get(k))
+        raise ModelDirError(f"{d}: weights do not match the config's architecture ({', '.join(diff[:4])})")
+    net.load_state_dict(state)
 
 
 @register("dssm")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -36,6 +38,17 @@ class Vocabulary:
         if max_size is not None:
             items = items[:max_size]
         return cls([t for t, _ in items])
+
+    def save(self, path: str | Path) -> None:
+        """Write the terms, in id order, as JSON."""
+        Path(path).write_text(json.dumps({"terms": self.terms}, ensure_ascii=False), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Vocabulary":
+        try:
+            return cls(json.loads(Path(path).read_text(encoding="utf-8"))["terms"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}: not a vocabulary ({e})") from e
 
     def encode(self, tokens: Sequence[str]) -> list[int]:
         """Ids of the known tokens, in order; unknown tokens are dropped."""

@@ -8,10 +8,12 @@ from typing import Any
 from ..data import EvalSet, TrainingData
 from ..models import Model
 from ..models.mtdnn import MTDNN
+from ..models.interaction import InteractionModel
 from ..models.neural import NeuralEncoder
-from .trainer import dev_score, train_encoder
+from .pairwise import train_interaction
+from .trainer import dev_score, run_epochs, train_encoder
 
-__all__ = ["dev_score", "fit", "train_encoder"]
+__all__ = ["dev_score", "fit", "run_epochs", "train_encoder", "train_interaction"]
 
 
 def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
@@ -26,6 +28,8 @@ def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progres
         return train_mtdnn(model, data if model.config["ranking"] else None, dev, progress=progress, **options)
     if isinstance(model, NeuralEncoder):
         return train_encoder(model, data, dev, progress=progress, **options)
+    if isinstance(model, InteractionModel):
+        return train_interaction(model, data, dev, progress=progress, **options)
     own = getattr(model, "fit", None)
     if own is None:
         raise ValueError(f"model {model.name!r} is not trainable")

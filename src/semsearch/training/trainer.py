@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import torch.nn.functional as F
 
 from ..data import EvalSet, TrainingData
 from ..evaluation import evaluate
-from ..models.base import rank
+from ..models.base import Model, rank
 from ..models.neural import NeuralEncoder
 from ..progress import enabled as progress_enabled
 from ..text import TrigramHasher
@@ -112,26 +113,49 @@ def _train(
     net = model._require()
     qf, df = model.features(q_texts), model.features(d_texts)
     opt = _optimizer(cfg, net)
+    b, j, n_docs = int(cfg["batch_size"]), int(cfg["negatives"]), len(d_texts)
+    pool_size = min(int(cfg["neg_pool"]), b * max(j, 1), n_docs)
+    h = int(cfg["hard_negatives"])
+
+    def step(rows: np.ndarray) -> torch.Tensor:
+        return _batch_loss(net, qf, df, pairs, rows, rng, cfg, gamma, pool_size, j, h, n_docs)
+
+    out = run_epochs(model, net, opt, hasher, step, len(pairs.q_rows), rng, data, dev,
+                     progress=progress, checkpoint_dir=checkpoint_dir, resume=resume)
+    out["gamma"] = gamma
+    return out
+
+
+def run_epochs(
+    model: Model, net: torch.nn.Module, opt: torch.optim.Optimizer, vocab: Any,
+    step: Callable[[np.ndarray], torch.Tensor], n_items: int, rng: np.random.Generator,
+    data: TrainingData, dev: EvalSet | None, *, progress: bool = True,
+    checkpoint_dir: str | Path | None = None, resume: bool = False,
+) -> dict[str, Any]:
+    """The epoch loop every torch-trained model shares: shuffle the ``n_items`` training items,
+    ``step(rows)`` gives a minibatch's loss, dev ``model.config["dev_metric"]`` after each epoch,
+    early stopping after ``patience`` epochs without improvement (best weights kept), and a
+    checkpoint per epoch (``vocab`` — anything with ``save(path)`` — is saved with it so a resume
+    can refuse other data). ``rng`` is restored in place on resume, so ``step`` may close over it."""
+    cfg = model.config
     log = TrainLog()
     best_state = _state(net)
     start_epoch = 0
     ckpt = Path(checkpoint_dir) if checkpoint_dir else None
     if ckpt is not None and resume and (ckpt / "trainer.json").is_file():
-        start_epoch, log, rng, best_state = _load_checkpoint(ckpt, net, opt, hasher)
-    b, j, n_docs = int(cfg["batch_size"]), int(cfg["negatives"]), len(d_texts)
-    pool_size = min(int(cfg["neg_pool"]), b * max(j, 1), n_docs)
-    h = int(cfg["hard_negatives"])
+        start_epoch, log, best_state = _load_checkpoint(ckpt, net, opt, vocab, rng)
+    b = int(cfg["batch_size"])
     bad = 0 if not log.epochs else log.epochs[-1].get("since_best", 0)
     show = progress and progress_enabled()
     for epoch in range(start_epoch, int(cfg["epochs"])):
         net.train()
-        perm = rng.permutation(len(pairs.q_rows))
+        perm = rng.permutation(n_items)
         t0, total, seen = time.perf_counter(), 0.0, 0
         batches = range(0, len(perm), b)
         bar = _Bar(f"{model.name} epoch {epoch + 1}", len(batches)) if show else None
         for start in batches:
             rows = perm[start : start + b]
-            loss = _batch_loss(net, qf, df, pairs, rows, rng, cfg, gamma, pool_size, j, h, n_docs)
+            loss = step(rows)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -154,16 +178,14 @@ def _train(
         entry["since_best"] = bad
         log.epochs.append(entry)
         if ckpt is not None:
-            _save_checkpoint(ckpt, net, opt, hasher, epoch + 1, log, rng, best_state)
+            _save_checkpoint(ckpt, net, opt, vocab, epoch + 1, log, rng, best_state)
         if dev is not None and bad >= int(cfg["patience"]):
             log.stopped = f"no {cfg['dev_metric']} improvement on dev for {bad} epochs"
             break
     else:
         log.stopped = f"reached {cfg['epochs']} epochs"
     net.load_state_dict(best_state)
-    out = log.to_dict()
-    out["gamma"] = gamma
-    return out
+    return log.to_dict()
 
 
 def _batch_loss(net, qf, df, pairs, rows, rng, cfg, gamma, pool_size, j, h, n_docs) -> torch.Tensor:  # type: ignore[no-untyped-def]
@@ -198,7 +220,7 @@ def _batch_loss(net, qf, df, pairs, rows, rng, cfg, gamma, pool_size, j, h, n_do
     return softmax_cosine_loss(pos, torch.cat(sims, dim=1), gamma)
 
 
-def dev_score(model: NeuralEncoder, data: TrainingData, dev: EvalSet, metric: str) -> float:
+def dev_score(model: Model, data: TrainingData, dev: EvalSet, metric: str) -> float:
     """Mean ``metric`` of the model re-ranking the dev queries' candidates."""
     ids = sorted({d for c in dev.candidates.values() for d in c if d in data.doc_index})
     model.index(ids, [data.doc_texts[data.doc_index[d]] for d in ids])
@@ -242,7 +264,7 @@ class _Bar:
 
 
 # ------------------------------------------------------------------------------------ checkpoints
-def _save_checkpoint(d: Path, net, opt, hasher, epoch, log, rng, best_state) -> None:  # type: ignore[no-untyped-def]
+def _save_checkpoint(d: Path, net, opt, vocab, epoch, log, rng, best_state) -> None:  # type: ignore[no-untyped-def]
     """Weights, best weights, optimizer state and RNG states: safetensors + JSON, no pickle."""
     from safetensors.torch import save_file
 
@@ -253,19 +275,19 @@ def _save_checkpoint(d: Path, net, opt, hasher, epoch, log, rng, best_state) -> 
     tensors = {f"{pid}.{k}": v.contiguous() for pid, st in sd["state"].items() for k, v in st.items() if torch.is_tensor(v)}
     tensors["torch_rng"] = torch.get_rng_state()
     save_file(tensors, str(d / "optimizer.safetensors"))
-    hasher.save(d / "vocabulary.json")
+    vocab.save(d / "vocabulary.json")
     meta = {"epoch": epoch, "log": log.to_dict(), "rng": rng.bit_generator.state, "param_groups": sd["param_groups"]}
     tmp = d / "trainer.json.tmp"
     tmp.write_text(json.dumps(meta))
     tmp.replace(d / "trainer.json")  # the checkpoint counts only once this is written
 
 
-def _load_checkpoint(d: Path, net, opt, hasher):  # type: ignore[no-untyped-def]
+def _load_checkpoint(d: Path, net, opt, vocab, rng):  # type: ignore[no-untyped-def]
     from safetensors.torch import load_file
 
     meta = json.loads((d / "trainer.json").read_text())
-    saved_vocab = TrigramHasher.load(d / "vocabulary.json")
-    if saved_vocab.trigrams != hasher.trigrams:
+    saved_vocab = type(vocab).load(d / "vocabulary.json")
+    if _vocab_key(saved_vocab) != _vocab_key(vocab):
         raise ValueError(f"{d}: checkpoint was trained on other data (vocabulary differs); cannot resume")
     net.load_state_dict(load_file(str(d / "weights.safetensors")))
     best = load_file(str(d / "best.safetensors"))
@@ -276,7 +298,11 @@ def _load_checkpoint(d: Path, net, opt, hasher):  # type: ignore[no-untyped-def]
         pid, name = key.split(".", 1)
         state.setdefault(int(pid), {})[name] = v
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    rng = np.random.default_rng()
     rng.bit_generator.state = meta["rng"]
     log = TrainLog(**{k: meta["log"][k] for k in ("epochs", "best_epoch", "best_dev", "stopped")})
-    return int(meta["epoch"]), log, rng, best
+    return int(meta["epoch"]), log, best
+
+
+def _vocab_key(vocab: Any) -> Any:
+    """What identifies a training vocabulary: trigrams (trigram encoders) or terms (word models)."""
+    return getattr(vocab, "trigrams", None) or getattr(vocab, "terms")

@@ -1,0 +1,337 @@
+"""LambdaMART (Burges 2010) with LightGBM's ``lambdarank`` objective: the GBDT ranker of the BERT
+retrieval paper (§4.5, Tables 4-5), over the scores of any trained models as features.
+
+``LambdaMART`` is the booster over a feature matrix of query groups (``features.Groups``): graded
+labels with exponential gain 2^label − 1 (the papers' NDCG) or linear gain (trec_eval), early
+stopping on a dev split's NDCG@k, feature importance by gain and by split count, saved as
+LightGBM's text model format plus a JSON config (never pickle). ``LambdaMARTRanker`` (registered
+``lambdamart``) is a ``Model``: it owns its feature models, indexes them, and scores candidates,
+so it composes with ``rank`` like any model; its saved directory holds the booster and each
+feature model in a sub-directory."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..evaluation import kfold_queries
+from ..models.base import Model, ModelDirError, load_model, read_config, register, resolve_model, write_config
+from ..types import Qrels, Run
+from .features import PAIR_FEATURES, Groups, groups, model_columns, pair_columns
+
+BOOSTER = "lambdamart.txt"
+RANKER_JSON = "ranker.json"
+
+DEFAULTS: dict[str, Any] = {
+    "learning_rate": 0.05,
+    "num_leaves": 15,
+    "min_data_in_leaf": 50,
+    "feature_fraction": 1.0,
+    "bagging_fraction": 1.0,
+    "bagging_freq": 0,
+    "lambda_l2": 0.0,
+    "num_boost_round": 1000,  # the most trees; early stopping on dev picks fewer
+    "early_stopping": 50,  # rounds without dev improvement before stopping
+    "metric_at": 10,  # early stopping on dev NDCG@metric_at
+    "gain": "exp",  # "exp" (2^label − 1, the papers) or "linear" (trec_eval)
+    "seed": 0,
+    "num_threads": 1,
+    "query_norm": "none",  # "zscore": add each feature standardised within its query as a column
+}
+
+
+class LambdaMART:
+    """A LightGBM lambdarank booster over named feature columns."""
+
+    def __init__(self, feature_names: Sequence[str], **params: Any):
+        unknown = set(params) - set(DEFAULTS)
+        if unknown:
+            raise ValueError(f"lambdamart: unknown parameters {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+        if len(set(feature_names)) != len(feature_names) or not feature_names:
+            raise ValueError(f"lambdamart: feature names must be unique and non-empty, got {list(feature_names)}")
+        self.feature_names = list(feature_names)
+        self.params: dict[str, Any] = {**DEFAULTS, **params}
+        if self.params["gain"] not in ("exp", "linear"):
+            raise ValueError(f"lambdamart: gain must be 'exp' or 'linear', got {self.params['gain']!r}")
+        if self.params["query_norm"] not in ("none", "zscore"):
+            raise ValueError(f"lambdamart: query_norm must be 'none' or 'zscore', got {self.params['query_norm']!r}")
+        self.booster: Any = None
+        self.best_iteration = 0
+
+    @property
+    def columns(self) -> list[str]:
+        """The booster's columns: the features, then (``query_norm = "zscore"``) their per-query z-scores."""
+        extra = [f"{n} (query z-score)" for n in self.feature_names] if self.params["query_norm"] == "zscore" else []
+        return self.feature_names + extra
+
+    def matrix(self, g: Groups) -> np.ndarray:
+        """The booster's input for ``g``: its features, plus per-query standardised copies."""
+        if g.X.shape[1] != len(self.feature_names):
+            raise ValueError(f"lambdamart: {g.X.shape[1]} feature columns but the ranker has {len(self.feature_names)} features")
+        if self.params["query_norm"] == "none":
+            return g.X
+        Z = np.zeros_like(g.X)
+        for a, b in zip(g.offsets[:-1], g.offsets[1:]):
+            if b > a:
+                x = g.X[a:b]
+                sd = x.std(0)
+                Z[a:b] = np.where(sd > 0, (x - x.mean(0)) / np.where(sd > 0, sd, 1.0), 0.0)
+        return np.hstack([g.X, Z])
+
+    def _lgb_params(self) -> dict[str, Any]:
+        p = self.params
+        gain = [float(2**i - 1) for i in range(31)] if p["gain"] == "exp" else [float(i) for i in range(31)]
+        return {
+            "objective": "lambdarank", "metric": "ndcg", "eval_at": [int(p["metric_at"])], "label_gain": gain,
+            "learning_rate": float(p["learning_rate"]), "num_leaves": int(p["num_leaves"]),
+            "min_data_in_leaf": int(p["min_data_in_leaf"]), "feature_fraction": float(p["feature_fraction"]),
+            "bagging_fraction": float(p["bagging_fraction"]), "bagging_freq": int(p["bagging_freq"]),
+            "lambda_l2": float(p["lambda_l2"]), "seed": int(p["seed"]), "deterministic": True,
+            "force_row_wise": True, "num_threads": int(p["num_threads"]), "verbosity": -1,
+        }
+
+    def _dataset(self, g: Groups, reference: Any = None) -> Any:
+        import lightgbm as lgb
+
+        if len(g.y) and g.y.max() > 30:
+            raise ValueError(f"lambdamart: labels must lie in 0..30, got {g.y.max()}")
+        return lgb.Dataset(self.matrix(g), label=g.y, group=g.sizes, feature_name=[_safe(n) for n in self.columns],
+                           reference=reference, free_raw_data=False)
+
+    def fit(self, train: Groups, dev: Groups | None = None, *, cv_folds: int = 0) -> dict[str, Any]:
+        """Train on ``train``'s query groups. With ``dev``: stop once dev NDCG@k has not improved
+        for ``early_stopping`` rounds and keep the best round. Without ``dev`` but ``cv_folds`` ≥ 2:
+        pick the number of rounds the same way by k-fold CV over ``train``'s queries, then train
+        on all of it. Otherwise ``num_boost_round`` trees. Returns the training log."""
+        import lightgbm as lgb
+
+        if not len(train.qids):
+            raise ValueError("lambdamart: no training queries")
+        dtrain = self._dataset(train)
+        stop = lgb.early_stopping(int(self.params["early_stopping"]), first_metric_only=True, verbose=False)
+        rounds, metric, how = int(self.params["num_boost_round"]), None, "fixed"
+        key = f"ndcg@{int(self.params['metric_at'])}"
+        if dev is None and cv_folds >= 2:
+            cv = lgb.cv(self._lgb_params(), dtrain, num_boost_round=rounds, nfold=cv_folds, callbacks=[stop])
+            curve = cv[f"valid {key}-mean"]
+            rounds, metric, how = int(np.argmax(curve)) + 1, float(np.max(curve)), f"{cv_folds}-fold CV"
+        evals: dict[str, Any] = {}
+        callbacks: list[Any] = [lgb.record_evaluation(evals)]
+        valid = []
+        if dev is not None and len(dev.qids):
+            valid = [self._dataset(dev, reference=dtrain)]
+            callbacks.append(stop)
+            how = "dev early stopping"
+        self.booster = lgb.train(self._lgb_params(), dtrain, num_boost_round=rounds,
+                                 valid_sets=valid, valid_names=["dev"][: len(valid)], callbacks=callbacks)
+        self.best_iteration = int(self.booster.best_iteration or self.booster.current_iteration())
+        if valid:
+            metric = float(evals["dev"][key][self.best_iteration - 1])
+        return {"trees": self.best_iteration, "rounds_by": how, f"held-out {key}": metric,
+                "train_queries": len(train.qids), "train_pairs": len(train.y),
+                "dev_queries": len(dev.qids) if dev is not None else 0, "importance": self.importance()}
+
+    def predict(self, g: Groups) -> np.ndarray:
+        """One score per row of ``g``."""
+        if self.booster is None:
+            raise RuntimeError("lambdamart: not trained")
+        X = self.matrix(g)
+        if not len(X):
+            return np.zeros(0)
+        return np.asarray(self.booster.predict(X, num_iteration=self.best_iteration), dtype=np.float64)
+
+    def importance(self) -> dict[str, dict[str, float]]:
+        """Per booster column, its share of the total gain and of the splits (each sums to 1)."""
+        if self.booster is None:
+            raise RuntimeError("lambdamart: not trained")
+        out: dict[str, dict[str, float]] = {n: {} for n in self.columns}
+        for kind in ("gain", "split"):
+            v = np.asarray(self.booster.feature_importance(kind, iteration=self.best_iteration), dtype=np.float64)
+            v = v / v.sum() if v.sum() > 0 else v
+            for n, x in zip(self.columns, v):
+                out[n][kind] = float(x)
+        return out
+
+    def save(self, path: str | Path) -> None:
+        """``lambdamart.txt`` (LightGBM's text format) and ``ranker.json`` (features, parameters)."""
+        if self.booster is None:
+            raise RuntimeError("lambdamart: not trained")
+        d = Path(path)
+        d.mkdir(parents=True, exist_ok=True)
+        self.booster.save_model(str(d / BOOSTER), num_iteration=self.best_iteration)
+        meta = {"features": self.feature_names, "params": self.params, "best_iteration": self.best_iteration}
+        (d / RANKER_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "LambdaMART":
+        import lightgbm as lgb
+
+        d = Path(path)
+        try:
+            meta = json.loads((d / RANKER_JSON).read_text(encoding="utf-8"))
+            ranker = cls(meta["features"], **meta["params"])
+            ranker.booster = lgb.Booster(model_file=str(d / BOOSTER))
+            ranker.best_iteration = int(meta["best_iteration"])
+        except (OSError, ValueError, KeyError, TypeError, lgb.basic.LightGBMError) as e:
+            raise ModelDirError(f"{d}: corrupt or missing LambdaMART ranker ({e})") from None
+        if ranker.booster.num_feature() != len(ranker.columns):
+            raise ModelDirError(f"{d}: booster has {ranker.booster.num_feature()} features, config names {len(ranker.columns)}")
+        return ranker
+
+
+def _safe(name: str) -> str:
+    """LightGBM refuses some characters in feature names; the config keeps the real names."""
+    return "".join(c if c.isalnum() or c in "_-." else "_" for c in name)
+
+
+def cross_validated(g: Groups, k: int = 5, seed: int = 0, **params: Any) -> tuple[Run, list[dict[str, Any]]]:
+    """k-fold cross-validation over queries (data sets with no training split, e.g. TREC DL's 43
+    queries): each fold's queries are ranked by a LambdaMART trained on the other folds (a fixed
+    ``num_boost_round``, no early stopping). Returns the combined run and each fold's log."""
+    names = params.pop("feature_names")
+    run: Run = {}
+    logs = []
+    for train_q, test_q in kfold_queries(g.qids, k=k, seed=seed):
+        model = LambdaMART(names, **params)
+        log = model.fit(g.subset(train_q))
+        test = g.subset(test_q)
+        run.update(test.to_run(model.predict(test)))
+        logs.append({**log, "test_queries": len(test_q)})
+    return run, logs
+
+
+def mean_importance(logs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Feature importance averaged over several trained rankers' logs (e.g. CV folds)."""
+    names = list(logs[0]["importance"])
+    return {n: {kind: float(np.mean([log["importance"][n][kind] for log in logs])) for kind in ("gain", "split")}
+            for n in names}
+
+
+def importance_markdown(importance: Mapping[str, Mapping[str, float]]) -> str:
+    """Table 5 layout: features by share of total gain, with the share of splits beside."""
+    lines = ["| feature | gain share | split share |", "|---|---:|---:|"]
+    for n, v in sorted(importance.items(), key=lambda kv: -kv[1]["gain"]):
+        lines.append(f"| {n} | {100 * v['gain']:.2f}% | {100 * v['split']:.2f}% |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ as a Model
+@register("lambdamart")
+class LambdaMARTRanker(Model):
+    """LambdaMART over named feature models (registered names with params, or saved model
+    directories) and optional per-pair text features; a ``Model`` itself (``score``, ``rank``).
+
+    ``features``: a list of ``{"name", "model", "params"}`` (or plain model names/directories);
+    ``pair_features``: names from ``features.PAIR_FEATURES``; other keywords: booster parameters."""
+
+    def __init__(self, features: Sequence[str | Mapping[str, Any]] = (), pair_features: Sequence[str] = (),
+                 **params: Any):
+        specs = [{"name": f, "model": f, "params": {}} if isinstance(f, str) else
+                 {"name": f.get("name", f["model"]), "model": f["model"], "params": dict(f.get("params", {}))}
+                 for f in features]
+        self._init([s["name"] for s in specs], [resolve_model(s["model"], **s["params"]) for s in specs],
+                   pair_features, params)
+
+    def _init(self, names: Sequence[str], models: Sequence[Model], pair_features: Sequence[str], params: dict[str, Any]) -> None:
+        bad = [p for p in pair_features if p not in PAIR_FEATURES]
+        if bad:
+            raise ValueError(f"lambdamart: unknown pair features {bad}; known: {', '.join(PAIR_FEATURES)}")
+        self.model_names = list(names)
+        self.models = list(models)
+        self.pair_features = list(pair_features)
+        self.ranker = LambdaMART(self.model_names + self.pair_features, **params)
+        self._texts: dict[str, str] = {}
+        self._ids: list[str] = []
+
+    @classmethod
+    def from_models(cls, models: Mapping[str, Model], pair_features: Sequence[str] = (), **params: Any) -> "LambdaMARTRanker":
+        """A ranker over already built (trained, indexed) models, keyed by feature name."""
+        self = cls.__new__(cls)
+        self._init(list(models), list(models.values()), pair_features, params)
+        return self
+
+    @property
+    def feature_names(self) -> list[str]:
+        return self.ranker.feature_names
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.ranker.params)
+
+    def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        for m in self.models:
+            m.index(doc_ids, texts)
+        self._ids = list(doc_ids)
+        self._texts = dict(zip(doc_ids, texts)) if self.pair_features else {}
+
+    @property
+    def doc_ids(self) -> Sequence[str]:
+        return self._ids
+
+    def features(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> np.ndarray:
+        """(pairs, features): the feature models' scores, then the pair features."""
+        X = model_columns(self.models, queries, candidates)
+        if self.pair_features:
+            try:
+                texts = [[self._texts[d] for d in c] for c in candidates]
+            except KeyError as e:
+                raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
+            X = np.hstack([X, pair_columns(self.pair_features, queries, texts)])
+        return X
+
+    def groups(self, queries: Mapping[str, str], candidates: Mapping[str, Sequence[str]], qrels: Qrels | None = None) -> Groups:
+        qids = [q for q in queries if len(candidates.get(q, ()))]
+        cands = {q: list(candidates[q]) for q in qids}
+        return groups(cands, self.features([queries[q] for q in qids], [cands[q] for q in qids]), qrels)
+
+    def fit(self, queries: Mapping[str, str], candidates: Mapping[str, Sequence[str]], qrels: Qrels,
+            dev: Any = None) -> dict[str, Any]:
+        """Train on the queries' candidates labelled by ``qrels``; ``dev`` (an ``EvalSet``) early-stops."""
+        train = self.groups(queries, candidates, qrels)
+        dv = self.groups(dev.queries, dev.candidates, dev.qrels) if dev is not None else None
+        return self.ranker.fit(train, dv)
+
+    def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        if len(queries) != len(candidates):
+            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        bounds = np.cumsum([0] + [len(c) for c in candidates]).astype(np.int64)
+        X = self.features(queries, candidates)
+        s = self.ranker.predict(Groups([str(i) for i in range(len(queries))], [d for c in candidates for d in c], X,
+                                       np.zeros(len(X), dtype=np.int64), bounds))
+        return [s[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def save(self, path: str | Path) -> None:
+        """The booster, ``config.json``, and each feature model under ``features/NN/``."""
+        d = Path(path)
+        self.ranker.save(d)
+        dirs = []
+        for i, m in enumerate(self.models):
+            sub = f"features/{i:02d}"
+            m.save(d / sub)
+            dirs.append(sub)
+        write_config(d, {"model": self.name, "features": self.model_names, "feature_dirs": dirs,
+                         "pair_features": self.pair_features})
+
+    @classmethod
+    def load(cls, path: str | Path, models: Mapping[str, Model] | None = None) -> "LambdaMARTRanker":
+        """Read a saved ranker with its own feature models, or with ``models`` given by feature
+        name (refused unless they are exactly the features the ranker was trained on)."""
+        d = Path(path)
+        cfg = read_config(d, expect=cls.name)
+        ranker = LambdaMART.load(d)
+        try:
+            names, dirs, pair = list(cfg["features"]), list(cfg["feature_dirs"]), list(cfg["pair_features"])
+        except (KeyError, TypeError) as e:
+            raise ModelDirError(f"{d}: corrupt lambdamart config ({e})") from None
+        if ranker.feature_names != names + pair:
+            raise ModelDirError(f"{d}: booster features {ranker.feature_names} differ from the config's {names + pair}")
+        if models is not None and list(models) != names:
+            raise ModelDirError(f"{d}: ranker was trained on features {names}, given {list(models)}")
+        loaded = list(models.values()) if models is not None else [load_model(d / s) for s in dirs]
+        self = cls.__new__(cls)
+        self._init(names, loaded, pair, dict(ranker.params))
+        self.ranker = ranker
+        return self

@@ -1,0 +1,71 @@
+"""Pairwise training of the interaction scorers (K-NRM, MatchPyramid; BERT retrieval paper §3:
+pairwise max-margin hinge).
+
+Each positive (query, document) pair is scored against J random documents of the pool and h judged
+documents graded below the positive threshold; the loss is max(0, margin − s⁺ + s⁻) averaged over
+the negatives (``losses.pairwise_hinge_loss``). Negatives are drawn as for DSSM/CLSM
+(``negatives``), and epochs, dev early stopping, checkpoints and resume are the shared
+``trainer.run_epochs``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..data import EvalSet, TrainingData
+from ..models.interaction import InteractionModel
+from ..text import Vocabulary, tokenize
+from .losses import pairwise_hinge_loss
+from .negatives import hard_negatives, random_negatives, sample_pool
+from .trainer import _optimizer, _Pairs, run_epochs
+
+
+def train_interaction(
+    model: InteractionModel,
+    data: TrainingData,
+    dev: EvalSet | None = None,
+    *,
+    progress: bool = True,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Train ``model`` in place on ``data``'s positive pairs; returns a JSON-serialisable log."""
+    cfg = model.config
+    seed = int(cfg["seed"])
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    pairs = _Pairs.build(data)
+    vocab = Vocabulary.build((tokenize(t) for t in [*pairs.q_texts, *data.doc_texts]),
+                             min_count=int(cfg["min_count"]), max_size=int(cfg["max_vocab"]))
+    model.build(vocab, seed)
+    net = model._require()
+    q_ids, d_ids = model.encode(pairs.q_texts), model.encode(data.doc_texts)
+    opt = _optimizer(cfg, net)
+    j, h, n_docs = int(cfg["negatives"]), int(cfg["hard_negatives"]), len(d_ids)
+    pool_size = min(int(cfg["neg_pool"]), int(cfg["batch_size"]) * max(j, 1), n_docs)
+    margin = float(cfg["margin"])
+
+    def step(rows: np.ndarray) -> torch.Tensor:
+        q_rows, d_rows = pairs.q_rows[rows], pairs.d_rows[rows]
+        parts = []
+        if j > 0:
+            pool = sample_pool(rng, n_docs, pool_size)
+            idx = random_negatives(rng, pool, [pairs.pos_sets[q] for q in q_rows], j)
+            parts.append(np.where(idx >= 0, pool[idx.clip(min=0)], -1))
+        if h > 0:
+            parts.append(hard_negatives(rng, [pairs.hard[q] for q in q_rows], h))
+        neg = np.concatenate(parts, axis=1) if parts else np.zeros((len(rows), 0), dtype=np.int64)
+        valid = neg >= 0
+        qs = np.concatenate([q_rows, np.repeat(q_rows, valid.sum(1))])
+        ds = np.concatenate([d_rows, neg[valid]])
+        s = model.pair_scores([q_ids[i] for i in qs], [d_ids[i] for i in ds])
+        b = len(rows)
+        negs = torch.full(neg.shape, float("-inf")).index_put((torch.from_numpy(valid),), s[b:]) if valid.any() \
+            else torch.full(neg.shape, float("-inf"))
+        return pairwise_hinge_loss(s[:b], negs, margin)
+
+    return run_epochs(model, net, opt, vocab, step, len(pairs.q_rows), rng, data, dev,
+                      progress=progress, checkpoint_dir=checkpoint_dir, resume=resume)

@@ -1,0 +1,196 @@
+"""LambdaMART learning to rank: features, training, importance, persistence, the runner's LTR row."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from semsearch.data import EvalSet, open_dataset
+from semsearch.experiments import load_spec, run_experiment
+from semsearch.experiments.spec import SpecError
+from semsearch.models import ModelDirError, create_model, load_model, rank
+from semsearch.ranking import (LambdaMART, LambdaMARTRanker, cross_validated, groups, pair_columns,
+                               run_columns)
+
+FAST = {"num_boost_round": 40, "min_data_in_leaf": 5, "num_leaves": 7, "early_stopping": 10}
+
+
+def _synthetic(n_queries: int = 60, per: int = 12, seed: int = 0):
+    """Feature 'signal' decides the label (0-3); 'noise_a' and 'noise_b' are random."""
+    rng = np.random.default_rng(seed)
+    cands = {f"q{i}": [f"d{i}_{j}" for j in range(per)] for i in range(n_queries)}
+    signal = rng.normal(size=n_queries * per)
+    X = np.column_stack([rng.normal(size=len(signal)), signal, rng.normal(size=len(signal))])
+    labels = np.digitize(signal + 0.3 * rng.normal(size=len(signal)), [-0.5, 0.5, 1.2])
+    qrels = {}
+    r = 0
+    for q, docs in cands.items():
+        qrels[q] = {}
+        for d in docs:
+            qrels[q][d] = int(labels[r])
+            r += 1
+    return groups(cands, X, qrels)
+
+
+def test_groups_runs_and_columns():
+    cands = {"a": ["x", "y"], "b": [], "c": ["z"]}
+    X = run_columns([{"a": {"x": 2.0}, "c": {"z": 1.0}}, {}], cands)
+    assert X.tolist() == [[2.0, 0.0], [2.0, 0.0], [1.0, 0.0]]  # a missing doc takes the query's lowest score
+    g = groups(cands, X, {"a": {"y": 3}})
+    assert g.qids == ["a", "c"] and g.y.tolist() == [0, 3, 0] and g.sizes.tolist() == [2, 1]
+    assert g.subset(["c"]).docs == ["z"] and g.to_run(np.array([1.0, 2.0, 3.0])) == {"a": {"x": 1.0, "y": 2.0}, "c": {"z": 3.0}}
+    with pytest.raises(ValueError, match="feature rows"):
+        groups(cands, X[:2])
+    P = pair_columns(["query_words", "doc_words", "query_coverage"], ["red door", ""], [["red wall x"], ["a"]])
+    assert P.tolist() == [[2, 3, 0.5], [0, 1, 0.0]]
+    with pytest.raises(ValueError, match="unknown pair features"):
+        pair_columns(["length"], ["a"], [["b"]])
+
+
+def test_informative_feature_ranks_first_and_beats_noise():
+    g = _synthetic()
+    train, dev = g.subset(g.qids[:40]), g.subset(g.qids[40:])
+    ranker = LambdaMART(["noise_a", "signal", "noise_b"], **FAST)
+    log = ranker.fit(train, dev)
+    imp = ranker.importance()
+    assert max(imp, key=lambda n: imp[n]["gain"]) == "signal" and imp["signal"]["gain"] > 0.5
+    assert sum(v["gain"] for v in imp.values()) == pytest.approx(1.0)
+    assert log["rounds_by"] == "dev early stopping" and 1 <= log["trees"] <= 40 and log["held-out ndcg@10"] > 0.8
+    s = ranker.predict(dev)
+    assert np.corrcoef(s, dev.X[:, 1])[0, 1] > 0.8
+    cv_log = LambdaMART(["noise_a", "signal", "noise_b"], **FAST).fit(train, cv_folds=3)
+    assert cv_log["rounds_by"] == "3-fold CV" and cv_log["held-out ndcg@10"] > 0.8
+
+
+def test_lambdamart_save_load_and_errors(tmp_path):
+    g = _synthetic(20)
+    ranker = LambdaMART(["noise_a", "signal", "noise b/c"], **FAST)
+    ranker.fit(g)
+    ranker.save(tmp_path / "r")
+    back = LambdaMART.load(tmp_path / "r")
+    assert back.feature_names == ["noise_a", "signal", "noise b/c"]
+    assert np.array_equal(back.predict(g), ranker.predict(g))
+    with pytest.raises(ValueError, match="feature columns"):
+        back.predict(groups({"q": ["a"]}, g.X[:1, :2]))
+    with pytest.raises(ValueError, match="unknown parameters"):
+        LambdaMART(["a"], trees=3)
+    with pytest.raises(ValueError, match="unique"):
+        LambdaMART(["a", "a"])
+    (tmp_path / "r" / "lambdamart.txt").write_text("not a model")
+    with pytest.raises(ModelDirError):
+        LambdaMART.load(tmp_path / "r")
+
+
+def test_query_zscore_columns():
+    g = groups({"a": ["x", "y", "z"], "b": ["w"]}, np.array([[1.0, 5.0], [2.0, 5.0], [3.0, 5.0], [7.0, 1.0]]))
+    r = LambdaMART(["f", "g"], query_norm="zscore")
+    assert r.columns == ["f", "g", "f (query z-score)", "g (query z-score)"]
+    Z = r.matrix(g)[:, 2:]
+    assert np.allclose(Z[:3, 0], [-1.2247, 0.0, 1.2247], atol=1e-4) and np.all(Z[:, 1] == 0) and Z[3, 0] == 0
+    with pytest.raises(ValueError, match="query_norm"):
+        LambdaMART(["f"], query_norm="rank")
+
+
+def test_cross_validated_covers_every_query():
+    g = _synthetic(30)
+    run, logs = cross_validated(g, k=3, feature_names=["noise_a", "signal", "noise_b"], **FAST)
+    assert sorted(run) == sorted(g.qids) and len(logs) == 3
+    assert sum(log["test_queries"] for log in logs) == 30
+
+
+def _ranker(tiny_data, **kw):
+    ds = open_dataset("tiny")
+    corpus = ds.corpus()
+    r = LambdaMARTRanker(features=[{"name": "BM25", "model": "bm25"}, "tfidf"], pair_features=["query_coverage"],
+                         **{**FAST, "min_data_in_leaf": 2, **kw})
+    r.index(corpus.ids, corpus.joined("title"))
+    train, dev = EvalSet.judged(ds, "train"), EvalSet.judged(ds, "dev")
+    r.fit(train.queries, train.candidates, train.qrels, dev)
+    return r, ds, corpus
+
+
+def test_ranker_is_a_model_and_round_trips(tiny_data, tmp_path):
+    r, ds, corpus = _ranker(tiny_data, query_norm="zscore")
+    assert r.feature_names == ["BM25", "tfidf", "query_coverage"]
+    test = EvalSet.judged(ds, "test")
+    run = rank(r, test.queries, test.candidates)
+    assert set(run) == set(test.queries)
+    r.save(tmp_path / "ltr")
+    back = load_model(tmp_path / "ltr")
+    back.index(corpus.ids, corpus.joined("title"))
+    assert rank(back, test.queries, test.candidates) == run
+    # given feature models must be exactly the trained ones, by name and order
+    bm25, tfidf = create_model("bm25"), create_model("tfidf")
+    ok = LambdaMARTRanker.load(tmp_path / "ltr", models={"BM25": bm25, "tfidf": tfidf})
+    ok.index(corpus.ids, corpus.joined("title"))
+    assert rank(ok, test.queries, test.candidates) == run
+    with pytest.raises(ModelDirError, match="trained on features"):
+        LambdaMARTRanker.load(tmp_path / "ltr", models={"tfidf": tfidf, "BM25": bm25})
+    with pytest.raises(ModelDirError, match="trained on features"):
+        LambdaMARTRanker.load(tmp_path / "ltr", models={"BM25": bm25})
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+
+    out = tmp_path / "ltr.trec"  # the command line runs a saved ranker like any saved model
+    r = CliRunner().invoke(app, ["run", "--model", str(tmp_path / "ltr"), "--data", "tiny", "--fields", "title",
+                                 "--candidates", "judged", "--split", "test", "--out", str(out)], catch_exceptions=False)
+    assert r.exit_code == 0 and len(out.read_text().splitlines()) == sum(map(len, run.values()))
+    cfg = json.loads((tmp_path / "ltr" / "config.json").read_text())
+    cfg["features"] = ["BM25", "ULM"]
+    (tmp_path / "ltr" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelDirError, match="differ"):
+        load_model(tmp_path / "ltr")
+
+
+LTR_SPEC = """
+name = "tiny-ltr"
+title = "LTR rows"
+source = "test"
+dataset = "tiny"
+split = "test"
+candidates = "{candidates}"
+fields = "title"
+metrics = ["ndcg@1", "ndcg@3"]
+tune = "{tune}"
+baselines = ["BM25"]
+
+[[models]]
+label = "BM25"
+model = "bm25"
+
+[[models]]
+label = "TF-IDF"
+model = "tfidf"
+
+[[models]]
+label = "LambdaMART"
+model = "lambdamart"
+combine = ["BM25", "TF-IDF"]
+params = {{ num_boost_round = 20, min_data_in_leaf = 2, num_leaves = 4, early_stopping = 5, pair_features = ["query_coverage"] }}
+train = {{ split = "{train}" }}
+"""
+
+
+@pytest.mark.parametrize("tune,train,candidates", [("split:dev", "train", "judged"), ("split:dev", "dev", "judged"),
+                                                   ("cv2", "train", "run:first:20")])
+def test_runner_ltr_row(tiny_data, tmp_path, tune, train, candidates):
+    p = tmp_path / "t.toml"
+    p.write_text(LTR_SPEC.format(tune=tune, train=train, candidates=candidates))
+    result = run_experiment(load_spec(p), progress=False)
+    log = result.training["LambdaMART"]
+    assert set(log["importance"]) == {"BM25", "TF-IDF", "query_coverage"}
+    expected = {"split:dev": "dev early stopping" if train == "train" else "5-fold CV"}.get(tune, "mean of 2 CV folds")
+    assert log["rounds_by"] == expected
+    assert result.table.rows["LambdaMART"].result.n_queries == result.table.rows["BM25"].result.n_queries
+    md = result.to_markdown()
+    assert "Feature importance of LambdaMART" in md and "| query_coverage |" in md
+
+
+def test_ltr_rows_are_validated(tmp_path):
+    p = tmp_path / "t.toml"
+    p.write_text(LTR_SPEC.format(tune="cv2", train="train", candidates="judged").replace('"BM25", "TF-IDF"]', '"BM25", "Later"]'))
+    with pytest.raises(SpecError, match="listed before it"):
+        load_spec(p)
