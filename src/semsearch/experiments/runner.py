@@ -198,19 +198,22 @@ class _Context:
     def _trained(self, ms: ModelSpec, kwargs: dict[str, Any]) -> Model:
         """Fit on the row's training split, early-stopping on the spec's dev split where it has
         one. With a model directory, a model trained earlier with the same recipe is reused."""
-        recipe = {"dataset": self.spec.dataset, "model": ms.model, "params": kwargs, "train": ms.train,
-                  "code": code_version(type(create_model(ms.model)))}
+        recipe = {"dataset": ms.train.get("dataset", self.spec.dataset), "model": ms.model, "params": kwargs,
+                  "train": ms.train, "code": code_version(type(create_model(ms.model)))}
         digest = hashlib.sha1(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
         saved = self.model_dir / f"{ms.model}-{digest}" if self.model_dir else None
         if saved is not None and not self.retrain and (saved / "recipe.json").is_file():
             if json.loads((saved / "recipe.json").read_text()) == recipe:
                 self.training[ms.label] = json.loads((saved / "training.json").read_text())
                 return load_model(saved)
+        # train = {dataset, dev}: train on another data set (early stopping on its ``dev`` split)
+        ds = open_dataset(ms.train["dataset"]) if "dataset" in ms.train else self.ds
         data = TrainingData.from_dataset(
-            self.ds, ms.train.get("split", "train"), threshold=int(ms.train.get("threshold", 3)),
+            ds, ms.train.get("split", "train"), threshold=int(ms.train.get("threshold", 3)),
             fields=ms.train.get("fields", ms.fields or self.spec.fields),
         )
-        dev = EvalSet.judged(self.ds, self.spec.tune[6:]) if self.spec.tune.startswith("split:") else None
+        dev_split = ms.train.get("dev") or (self.spec.tune[6:] if self.spec.tune.startswith("split:") and ds is self.ds else None)
+        dev = EvalSet.judged(ds, dev_split) if dev_split else None
         model = create_model(ms.model, **kwargs)
         log = fit(model, data, dev, progress=self.progress)
         self.training[ms.label] = log

@@ -32,7 +32,7 @@ class ModelSpec:
     # is) or "interpolate" (a weighted sum of the rows named in ``combine``; weight tuned by ``grid``)
     params: dict[str, Any] = field(default_factory=dict)  # given to the model's constructor
     grid: dict[str, list[Any]] = field(default_factory=dict)  # tuned, applied with ``with_params``
-    train: dict[str, Any] = field(default_factory=dict)  # {split, threshold, fields}: fit before ranking
+    train: dict[str, Any] = field(default_factory=dict)  # {split, threshold, fields[, dataset, dev]}: fit before ranking
     combine: list[str] = field(default_factory=list)
     norm: str = "minmax"  # per-query score normalisation of interpolated rows
     analyzer: str | None = None
@@ -122,7 +122,7 @@ def load_spec(path: str | Path) -> ExperimentSpec:
                 raise SpecError(f"{p}: {m.label!r} must combine at least two rows listed before it")
             if set(m.grid) != {"weight"} or len(m.combine) != 2:
                 raise SpecError(f"{p}: {m.label!r} interpolates two rows with grid = {{ weight = [...] }}")
-        unknown = set(m.train) - {"split", "threshold", "fields"}
+        unknown = set(m.train) - {"split", "threshold", "fields", "dataset", "dev"}
         if unknown:
             raise SpecError(f"{p}: {m.label!r} train has unknown keys {sorted(unknown)}")
     return spec

@@ -8,15 +8,21 @@ from typing import Any
 from ..data import EvalSet, TrainingData
 from ..models import Model
 from ..models.neural import NeuralEncoder
+from ..models.transformer import TransformerModel
 from .trainer import dev_score, train_encoder
+from .transformer import train_transformer
 
-__all__ = ["dev_score", "fit", "train_encoder"]
+__all__ = ["dev_score", "fit", "train_encoder", "train_transformer"]
 
 
 def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
     """Train ``model`` on ``data`` (early stopping / tuning on ``dev``); returns its training log."""
     if isinstance(model, NeuralEncoder):
         return train_encoder(model, data, dev, progress=progress, **options)
+    if isinstance(model, TransformerModel):
+        if options:
+            raise ValueError(f"{model.name}: training options {sorted(options)} are not supported")
+        return train_transformer(model, data, dev, progress=progress)
     own = getattr(model, "fit", None)
     if own is None:
         raise ValueError(f"model {model.name!r} is not trainable")
