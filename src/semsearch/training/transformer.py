@@ -1,0 +1,240 @@
+"""Fine-tuning BERT(rep) and BERT(rel) (bert-semantic-retrieval-2020 §3.2, Algorithm 1).
+
+Each training query brings its judged documents with their grades; additive sampling appends
+``neg_global`` documents drawn uniformly from the corpus and ``neg_cluster`` drawn from the query's
+k-means cluster, both as grade 0 and never one of the query's judged documents. The clusters come
+from a first model fine-tuned on the judged data only (Algorithm 1, lines 1-8; the second model
+starts again from the pre-trained weights, line 13) or, cheaper, from the pre-trained bi-encoder.
+The loss is the pairwise max-margin hinge over graded labels (Eq. 3), optimised with Adam; a
+list-valued ``margin`` trains one model per τ and keeps the best on the dev queries.
+
+CPU budget: ``max_queries`` trains on a random subset of the training queries and
+``dev_queries`` scores a random subset of the dev queries."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..data import EvalSet, TrainingData
+from ..models.transformer import BiEncoder, CrossEncoder, TransformerModel
+from ..progress import enabled as progress_enabled
+from .losses import graded_hinge_loss
+from .negatives import uniform_negatives
+from .trainer import _Bar, dev_score
+
+
+@dataclass
+class Example:
+    """One training query: its text, document rows with grades (judged, then sampled negatives at
+    grade 0), and the rows of every document judged for it (never sampled as a negative)."""
+
+    query: str
+    docs: np.ndarray
+    grades: np.ndarray
+    judged: set[int]
+
+    def with_negatives(self, rows: np.ndarray) -> "Example":
+        return Example(self.query, np.concatenate([self.docs, rows]),
+                       np.concatenate([self.grades, np.zeros(len(rows))]), self.judged)
+
+
+def judged_examples(data: TrainingData, rng: np.random.Generator, max_queries: int | None,
+                    max_judged: int) -> list[Example]:
+    """The training queries (a random ``max_queries`` of them) with their judged documents (at most
+    ``max_judged``, random); queries whose documents all share one grade are left out."""
+    idx = data.doc_index
+    qids = sorted(q for q in data.qrels if q in data.queries and data.queries[q].strip())
+    out = []
+    for q in (qids[i] for i in rng.permutation(len(qids))):
+        judged = {idx[d]: float(g) for d, g in data.qrels[q].items() if d in idx}
+        if len(set(judged.values())) < 2:
+            continue
+        rows = np.fromiter(judged, dtype=np.int64, count=len(judged))
+        if len(rows) > max_judged:
+            rows = rng.choice(rows, size=max_judged, replace=False)
+        out.append(Example(data.queries[q], rows, np.array([judged[int(r)] for r in rows]), set(judged)))
+        if max_queries is not None and len(out) >= max_queries:
+            break
+    if not out:
+        raise ValueError("no training query has judged documents of different grades")
+    return out
+
+
+@dataclass
+class Clusters:
+    """k-means over document embeddings; each query's cluster is its nearest centroid (Alg. 1, 2-8)."""
+
+    members: list[np.ndarray]  # per cluster, its document rows
+    query_cluster: np.ndarray  # per example
+
+    @classmethod
+    def build(cls, encoder: BiEncoder, doc_texts: list[str], queries: list[str], n_clusters: int,
+              max_docs: int, rng: np.random.Generator, seed: int) -> "Clusters":
+        import faiss
+
+        rows = np.arange(len(doc_texts)) if len(doc_texts) <= max_docs else np.sort(
+            rng.choice(len(doc_texts), size=max_docs, replace=False))
+        x = np.ascontiguousarray(encoder.encode_documents([doc_texts[i] for i in rows]))
+        k = max(1, min(int(n_clusters), len(rows)))
+        km = faiss.Kmeans(x.shape[1], k, niter=20, seed=seed, verbose=False)
+        km.train(x)
+        _, doc_c = km.index.search(x, 1)
+        _, q_c = km.index.search(np.ascontiguousarray(encoder.encode_queries(queries)), 1)
+        members = [rows[doc_c[:, 0] == c] for c in range(k)]
+        return cls(members, q_c[:, 0].astype(np.int64))
+
+
+def add_negatives(examples: list[Example], rng: np.random.Generator, n_docs: int, neg_global: int,
+                  neg_cluster: int, clusters: Clusters | None) -> list[Example]:
+    """Append NEG_global and NEG_cluster documents to every example (distinct, none judged)."""
+    everything = np.arange(n_docs, dtype=np.int64)
+    out = []
+    for i, ex in enumerate(examples):
+        g = uniform_negatives(rng, everything, ex.judged, neg_global)
+        c = np.zeros(0, dtype=np.int64)
+        if neg_cluster > 0 and clusters is not None:
+            c = uniform_negatives(rng, clusters.members[clusters.query_cluster[i]], ex.judged | set(g.tolist()), neg_cluster)
+        out.append(ex.with_negatives(np.concatenate([g, c])))
+    return out
+
+
+def train_transformer(model: TransformerModel, data: TrainingData, dev: EvalSet | None = None, *,
+                      progress: bool = True) -> dict[str, Any]:
+    """Fine-tune ``model`` in place (Algorithm 1); returns a JSON-serialisable log."""
+    cfg = model.config
+    margins = [float(m) for m in cfg["margin"]] if isinstance(cfg["margin"], list) else [float(cfg["margin"])]
+    if len(margins) > 1 and dev is None:
+        raise ValueError("tuning the margin needs a dev set")
+    seed = int(cfg["seed"])
+    rng = np.random.default_rng(seed)
+    examples = judged_examples(data, rng, cfg["max_queries"], int(cfg["max_judged"]))
+    dev = _dev_sample(dev, int(cfg["dev_queries"]), seed) if dev is not None else None
+    log: dict[str, Any] = {"queries": len(examples), "judged_pairs": int(sum(len(e.docs) for e in examples))}
+    clusters = None
+    if int(cfg["neg_cluster"]) > 0:
+        t0 = time.perf_counter()
+        if cfg["cluster_model"] == "first":
+            if not isinstance(model, BiEncoder):
+                raise ValueError(f"{model.name}: cluster_model = 'first' needs a bi-encoder; use 'pretrained'")
+            encoder: BiEncoder = type(model)(**{**cfg, "neg_global": 0, "neg_cluster": 0})
+            log["first_model"] = _tune(encoder, data, examples, dev, margins, progress, "first model")
+        elif cfg["cluster_model"] == "pretrained":
+            encoder = BiEncoder(base=cfg["base"], max_query_length=cfg["max_query_length"],
+                                max_doc_length=cfg["max_doc_length"], batch_encode=cfg["batch_encode"])
+        else:
+            raise ValueError(f"cluster_model must be 'first' or 'pretrained', got {cfg['cluster_model']!r}")
+        clusters = Clusters.build(encoder, data.doc_texts, [e.query for e in examples], int(cfg["n_clusters"]),
+                                  int(cfg["cluster_docs"]), rng, seed)
+        log["clustering_seconds"] = time.perf_counter() - t0
+        del encoder
+    examples = add_negatives(examples, rng, len(data.doc_texts), int(cfg["neg_global"]), int(cfg["neg_cluster"]), clusters)
+    log["pairs"] = int(sum(len(e.docs) for e in examples))
+    log.update(_tune(model, data, examples, dev, margins, progress, model.name))
+    return log
+
+
+def _dev_sample(dev: EvalSet, n: int, seed: int) -> EvalSet:
+    qids = sorted(dev.queries)
+    if len(qids) <= n:
+        return dev
+    pick = np.random.default_rng(seed).choice(len(qids), size=n, replace=False)
+    return dev.subset([qids[i] for i in sorted(pick)])
+
+
+def _tune(model: TransformerModel, data: TrainingData, examples: list[Example], dev: EvalSet | None,
+          margins: list[float], progress: bool, title: str) -> dict[str, Any]:
+    """Train one model per margin (a fresh copy of the pre-trained weights each); keep the best."""
+    if len(margins) == 1:
+        return _train(model, data, examples, dev, margins[0], progress, title)
+    trials, best = {}, None
+    for m in margins:
+        trial = type(model)(**{**model.config, "margin": m})
+        trials[str(m)] = _train(trial, data, examples, dev, m, progress, f"{title} τ={m}")
+        if best is None or trials[str(m)]["best_dev"] > trials[str(best[0])]["best_dev"]:
+            best = (m, trial)
+    assert best is not None
+    model.copy_from(best[1])
+    return {**trials[str(best[0])], "trials": trials}
+
+
+def _train(model: TransformerModel, data: TrainingData, examples: list[Example], dev: EvalSet | None,
+           margin: float, progress: bool, title: str) -> dict[str, Any]:
+    cfg = model.config
+    seed = int(cfg["seed"])
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed + 1)
+    net = model.net
+    assert net is not None
+    opt = torch.optim.Adam(net.parameters(), lr=float(cfg["lr"]))
+    b = int(cfg["batch_size"])
+    if b < 1:
+        raise ValueError("batch_size must be positive")
+    epochs, best_dev, best_epoch, best_state = [], float("-inf"), 0, None
+    show = progress and progress_enabled()
+    for epoch in range(int(cfg["epochs"])):
+        net.train()
+        perm = rng.permutation(len(examples))
+        batches = range(0, len(perm), b)
+        bar = _Bar(f"{title} epoch {epoch + 1}", len(batches)) if show else None
+        t0, total, seen, steps = time.perf_counter(), 0.0, 0, 0
+        for start in batches:
+            batch = [examples[i] for i in perm[start : start + b]]
+            loss = _batch_loss(model, batch, data.doc_texts, margin)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += float(loss.detach())
+            steps += 1
+            seen += sum(len(e.docs) for e in batch)
+            if bar:
+                bar.advance(seen / (time.perf_counter() - t0), total / steps, best_dev)
+        if bar:
+            bar.close()
+        secs = time.perf_counter() - t0
+        entry: dict[str, float] = {"epoch": epoch + 1, "loss": total / max(steps, 1), "pairs_per_s": seen / secs,
+                                   "seconds": secs, "steps": steps}
+        if dev is not None:
+            entry["dev"] = dev_score(model, data, dev, str(cfg["dev_metric"]))  # type: ignore[arg-type]
+            if entry["dev"] > best_dev:
+                best_dev, best_epoch = entry["dev"], epoch + 1
+                best_state = {k: v.detach().clone() for k, v in net.state_dict().items()} if int(cfg["epochs"]) > 1 else None
+        else:
+            best_epoch = epoch + 1
+        epochs.append(entry)
+    if best_state is not None and best_epoch != len(epochs):
+        net.load_state_dict(best_state)
+    net.eval()
+    return {"epochs": epochs, "best_epoch": best_epoch, "best_dev": best_dev, "margin": margin}
+
+
+def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[str], margin: float) -> torch.Tensor:
+    """Eq. 3 over a batch of queries: scores of each query's documents, padded to (B, M)."""
+    m = max(len(e.docs) for e in batch)
+    labels = torch.zeros((len(batch), m))
+    valid = torch.zeros((len(batch), m), dtype=torch.bool)
+    for i, e in enumerate(batch):
+        labels[i, : len(e.docs)] = torch.from_numpy(e.grades)
+        valid[i, : len(e.docs)] = True
+    cfg = model.config
+    if isinstance(model, BiEncoder):
+        rows, inv = np.unique(np.concatenate([e.docs for e in batch]), return_inverse=True)
+        qv = model.forward_texts([e.query for e in batch], None, int(cfg["max_query_length"]))
+        dv = model.forward_texts([doc_texts[r] for r in rows], None, int(cfg["max_doc_length"]))
+        slot = torch.zeros((len(batch), m), dtype=torch.long)
+        bounds = np.cumsum([0] + [len(e.docs) for e in batch])
+        for i in range(len(batch)):
+            slot[i, : bounds[i + 1] - bounds[i]] = torch.from_numpy(inv[bounds[i] : bounds[i + 1]])
+        scores = torch.einsum("bh,bmh->bm", qv, dv[slot])
+    elif isinstance(model, CrossEncoder):
+        qs = [e.query for e in batch for _ in e.docs]
+        ds = [doc_texts[r] for e in batch for r in e.docs]
+        flat = model.forward_texts(qs, ds, int(cfg["max_length"]))
+        scores = torch.zeros((len(batch), m), dtype=flat.dtype).masked_scatter(valid, flat)
+    else:
+        raise TypeError(f"cannot train {type(model).__name__}")
+    return graded_hinge_loss(scores, labels, valid, margin)

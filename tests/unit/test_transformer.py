@@ -1,0 +1,239 @@
+"""BERT(rep) / BERT(rel) on a tiny randomly initialised BERT (2 layers, hidden 32) with the real
+MiniLM tokenizer: shapes, pooling, scoring, persistence, bad input, training, negative sampling."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from semsearch.data import EvalSet, TrainingData
+from semsearch.models import ModelDirError, create_model, load_model, rank
+from semsearch.models.transformer import BiEncoder, CrossEncoder, default_base
+from semsearch.training import fit
+from semsearch.training.losses import graded_hinge_loss
+from semsearch.training.negatives import uniform_negatives
+from semsearch.training.transformer import Clusters, _batch_loss, add_negatives, judged_examples
+
+COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
+THINGS = ["chair", "table", "lamp", "door", "sofa", "rug"]
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """A 2-layer, 32-wide BERT with random weights and the real tokenizer, in a HF folder."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    d = tmp_path_factory.mktemp("tiny-bert")
+    tok = AutoTokenizer.from_pretrained(default_base(), local_files_only=True)
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=64)
+    BertModel(cfg, add_pooling_layer=False).save_pretrained(str(d))
+    tok.save_pretrained(str(d))
+    return str(d)
+
+
+def _data() -> TrainingData:
+    """Queries 'colour thing' with graded products: 3 same colour and thing, 1 same thing, 0 else."""
+    docs = [f"{c} {t} deluxe" for c in COLOURS for t in THINGS]
+    ids = [f"d{i}" for i in range(len(docs))]
+    queries, qrels, positives = {}, {}, []
+    for i, (c, t) in enumerate(zip(COLOURS * 2, THINGS + THINGS[::-1])):
+        q = f"q{i}"
+        queries[q] = f"{c} {t}"
+        qrels[q] = {}
+        for d, text in zip(ids, docs):
+            g = 3 if text.startswith(f"{c} {t}") else 1 if t in text else 0 if c in text else None
+            if g is not None:
+                qrels[q][d] = g
+                if g == 3:
+                    positives.append((q, d))
+    return TrainingData(queries, ids, docs, positives, qrels, threshold=3)
+
+
+def test_bi_encoder_shapes_pooling_and_dot_product(tiny_bert):
+    texts = ["red chair", "a much longer blue table with four legs", ""]
+    vecs = {}
+    for pooling in ["mean", "cls", "layer:1", "layer:2", "attention"]:
+        m = create_model("bert-rep", base=tiny_bert, pooling=pooling)
+        v = m.encode_documents(texts)
+        assert v.shape == (3, 32) and v.dtype == np.float32 and m.dim == 32
+        vecs[pooling] = v
+    assert not np.allclose(vecs["mean"], vecs["cls"]) and not np.allclose(vecs["layer:1"], vecs["layer:2"])
+    assert np.allclose(vecs["mean"], vecs["layer:2"], atol=1e-5)  # the last of 2 layers
+    # attention starts as the plain average of the layers' outputs, then mean over tokens
+    assert np.allclose(vecs["attention"], (vecs["layer:1"] + vecs["layer:2"]) / 2, atol=1e-5)
+    # batching and length sorting do not change a text's vector
+    m = create_model("bert-rep", base=tiny_bert, batch_encode=1)
+    assert np.allclose(m.encode_documents(texts), vecs["mean"], atol=1e-5)
+    # scoring is the (unnormalised) dot product; normalize=True gives unit vectors
+    m.index(["a", "b", "c"], texts)
+    q = m.encode_queries(["red chair"])[0]
+    (s,) = m.score(["red chair"], [["c", "a"]])
+    assert np.allclose(s, [vecs["mean"][2] @ q, vecs["mean"][0] @ q], rtol=1e-4)
+    assert not np.allclose(np.linalg.norm(vecs["mean"], axis=1), 1.0)
+    unit = create_model("bert-rep", base=tiny_bert, normalize=True).encode_documents(texts)
+    assert np.allclose(np.linalg.norm(unit, axis=1), 1.0, atol=1e-5)
+    hits = m.retrieve(["red chair"], 2)[0]
+    assert [h[0] for h in hits] == [d for d, _ in sorted(zip("abc", m.score(["red chair"], [["a", "b", "c"]])[0]),
+                                                         key=lambda x: -x[1])][:2]
+
+
+def test_bad_input(tiny_bert, tmp_path):
+    m = create_model("bert-rep", base=tiny_bert)
+    with pytest.raises(ValueError, match="empty"):
+        m.encode_queries(["red", "  "])
+    with pytest.raises(ValueError, match="pooling"):
+        create_model("bert-rep", base=tiny_bert, pooling="layer:3")
+    with pytest.raises(ValueError, match="unknown parameters"):
+        create_model("bert-rep", base=tiny_bert, layers=3)
+    c = create_model("bert-rel", base=tiny_bert)
+    c.index(["a"], ["red chair"])
+    with pytest.raises(ValueError, match="empty"):
+        c.score([""], [["a"]])
+    with pytest.raises(ValueError, match="not in the indexed"):
+        c.score(["red"], [["zzz"]])
+
+
+def test_truncation_of_long_texts(tiny_bert):
+    """Texts longer than the limits are cut (the model has only 64 positions)."""
+    m = create_model("bert-rep", base=tiny_bert, max_doc_length=8)
+    long = "red chair " * 200
+    v = m.encode_documents([long, "red chair red"])
+    assert v.shape == (2, 32) and np.isfinite(v).all()
+    assert np.allclose(v[0], m.encode_documents(["red chair " * 10])[0], atol=1e-5)  # same first 8 pieces
+    c = create_model("bert-rel", base=tiny_bert, max_length=16)
+    c.index(["a"], [long])
+    assert np.isfinite(c.score([long], [["a"]])[0]).all()
+
+
+def test_save_load_and_sentence_transformers(tiny_bert, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    texts = ["red chair", "blue table lamp"]
+    for pooling in ["mean", "cls", "attention"]:
+        m = create_model("bert-rep", base=tiny_bert, pooling=pooling)
+        if pooling == "attention":
+            with torch.no_grad():
+                m.net.pooler.attention.weight.normal_()
+        m.save(tmp_path / pooling)
+        again = load_model(tmp_path / pooling)
+        assert isinstance(again, BiEncoder) and again.params()["pooling"] == pooling
+        assert np.allclose(again.encode_documents(texts), m.encode_documents(texts), atol=1e-6)
+        if pooling != "attention":
+            st = SentenceTransformer(str(tmp_path / pooling), device="cpu")
+            assert np.allclose(st.encode(texts), m.encode_documents(texts), atol=1e-5)
+        else:
+            assert not (tmp_path / pooling / "modules.json").exists()
+    c = create_model("bert-rel", base=tiny_bert, seed=3)
+    c.save(tmp_path / "rel")
+    c2 = load_model(tmp_path / "rel")
+    for x in (c, c2):
+        x.index(["a", "b"], texts)
+    assert isinstance(c2, CrossEncoder)
+    assert np.allclose(c.score(["red"], [["a", "b"]])[0], c2.score(["red"], [["a", "b"]])[0], atol=1e-6)
+
+
+def test_corrupt_or_other_model_dirs(tiny_bert, tmp_path):
+    m = create_model("bert-rep", base=tiny_bert)
+    m.save(tmp_path / "rep")
+    with pytest.raises(ModelDirError, match="not 'bert-rel'"):
+        CrossEncoder.load(tmp_path / "rep")
+    (tmp_path / "rep" / "model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(ModelDirError, match="corrupt"):
+        load_model(tmp_path / "rep")
+    m.save(tmp_path / "rep2")
+    (tmp_path / "rep2" / "model.safetensors").unlink()
+    with pytest.raises(ModelDirError, match="corrupt"):
+        load_model(tmp_path / "rep2")
+    (tmp_path / "rep3").mkdir()
+    (tmp_path / "rep3" / "config.json").write_text("{oops")
+    with pytest.raises(ModelDirError):
+        load_model(tmp_path / "rep3")
+    m.save(tmp_path / "rep4")
+    cfg = json.loads((tmp_path / "rep4" / "config.json").read_text())
+    del cfg["semsearch"]
+    (tmp_path / "rep4" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelDirError, match="corrupt"):
+        load_model(tmp_path / "rep4")
+
+
+def test_graded_hinge_loss():
+    s = torch.tensor([[2.0, 1.0, 0.0], [0.0, 5.0, 0.0]])
+    y = torch.tensor([[2.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    valid = torch.tensor([[True, True, True], [True, False, True]])
+    # query 1: pairs (0,1): max(0, 1 - 1*1) = 0; (0,2): max(0, 1 - 2*2) = 0; (1,2): 1 - 1 = 0
+    # query 2: only (0,2) is valid with y0 > y2: max(0, 1 - 1*0) = 1 -> mean over queries 0.5
+    assert graded_hinge_loss(s, y, valid, 1.0).item() == pytest.approx(0.5)
+    assert graded_hinge_loss(s, torch.ones_like(y), valid, 1.0).item() == 0.0  # no graded pair
+
+
+@pytest.mark.parametrize("name", ["bert-rep", "bert-rel"])
+def test_training_lowers_the_hinge_loss(tiny_bert, name):
+    data = _data()
+    m = create_model(name, base=tiny_bert, neg_global=2, neg_cluster=0, lr=1e-3, batch_size=4)
+    examples = add_negatives(judged_examples(data, np.random.default_rng(0), None, 30),
+                             np.random.default_rng(0), len(data.doc_ids), 2, 0, None)
+    m.net.eval()  # no dropout, so the loss compares like for like
+    before = _batch_loss(m, examples, data.doc_texts, 1.0).item()
+    log = fit(m, data, None, progress=False)
+    after = _batch_loss(m, examples, data.doc_texts, 1.0).item()
+    assert log["epochs"][0]["steps"] == 3 and log["queries"] == 12
+    assert after < before
+
+
+def test_margin_list_keeps_the_best_on_dev(tiny_bert):
+    data = _data()
+    dev = EvalSet(data.queries, {q: list(d) for q, d in data.qrels.items()}, data.qrels)
+    m = create_model("bert-rep", base=tiny_bert, margin=[0.1, 2.0], neg_global=1, neg_cluster=1,
+                     cluster_model="pretrained", n_clusters=3, lr=1e-3)
+    log = fit(m, data, dev, progress=False)
+    assert set(log["trials"]) == {"0.1", "2.0"}
+    assert log["best_dev"] == max(t["best_dev"] for t in log["trials"].values())
+    m.index(data.doc_ids, data.doc_texts)
+    run = rank(m, data.queries, {q: list(d) for q, d in data.qrels.items()})
+    assert len(run) == 12
+    with pytest.raises(ValueError, match="dev set"):
+        fit(create_model("bert-rep", base=tiny_bert, margin=[0.1, 1.0]), data, None, progress=False)
+
+
+def test_uniform_negatives_are_distinct_and_exclude_judged():
+    rng = np.random.default_rng(0)
+    population = np.arange(1000)
+    for _ in range(20):
+        exclude = set(rng.choice(1000, size=30, replace=False).tolist())
+        neg = uniform_negatives(rng, population, exclude, 10)
+        assert len(neg) == 10 and len(set(neg.tolist())) == 10 and not exclude & set(neg.tolist())
+    small = uniform_negatives(rng, np.array([3, 4, 5, 6]), {4}, 10)  # population runs out
+    assert sorted(small.tolist()) == [3, 5, 6]
+    # uniform: over many draws every allowed document turns up
+    seen = np.concatenate([uniform_negatives(rng, np.arange(50), {0, 1}, 5) for _ in range(200)])
+    assert set(seen.tolist()) == set(range(2, 50))
+
+
+def test_cluster_negatives_come_from_the_query_cluster(tiny_bert):
+    data = _data()
+    rng = np.random.default_rng(0)
+    examples = judged_examples(data, rng, None, 30)
+    encoder = create_model("bert-rep", base=tiny_bert)
+    clusters = Clusters.build(encoder, data.doc_texts, [e.query for e in examples], 4, 1000, rng, 0)
+    assert sum(len(m) for m in clusters.members) == len(data.doc_texts)
+    out = add_negatives(examples, rng, len(data.doc_texts), 3, 3, clusters)
+    for i, (ex, aug) in enumerate(zip(examples, out)):
+        n = len(ex.docs)
+        glob, clus = aug.docs[n : n + 3], aug.docs[n + 3 :]
+        assert (aug.grades[n:] == 0).all() and len(glob) == 3
+        members = set(clusters.members[clusters.query_cluster[i]].tolist())
+        assert set(clus.tolist()) <= members
+        assert len(clus) == min(3, len(members - ex.judged - set(glob.tolist())))
+        assert not set(aug.docs[n:].tolist()) & ex.judged
+        assert len(set(aug.docs[n:].tolist())) == len(aug.docs) - n
+
+
+def test_bert_rel_refuses_first_model_clustering(tiny_bert):
+    m = create_model("bert-rel", base=tiny_bert, neg_cluster=2, cluster_model="first")
+    with pytest.raises(ValueError, match="bi-encoder"):
+        fit(m, _data(), None, progress=False)
