@@ -59,7 +59,7 @@ def test_hybrid_recall_beats_each_index_alone_on_a_subsample(homedepot) -> None:
     titles = [corpus.titles[corpus.index[d]] for d in ids]
     bm25 = create_model("bm25")
     bm25.index(ids, titles)
-    sem = SemanticRetriever(create_model("minilm-standin"), "hnsw", metric="ip")
+    sem = SemanticRetriever(create_model("bert-rep", normalize=True), "hnsw", metric="ip")
     sem.index(ids, titles, progress=None)
     hybrid = HybridRetriever(bm25, sem, n_lexical=50, n_semantic=10)
     texts = [queries[q] for q in qids]
