@@ -91,6 +91,18 @@ def test_cosine_normalises(pg_dsn: str) -> None:
     assert [x[0][0] for x in h] == ids[:10]
 
 
+def test_cosine_zero_vectors_score_zero_like_faiss(pg_dsn: str) -> None:
+    ids, v = _data(100, 8, seed=11)
+    v[[3, 50]] = 0  # e.g. a title without a known word
+    q = np.vstack([v[:20], np.zeros((1, 8), np.float32)])
+    flat = VectorIndex.build(ids, v, "flat", "cosine").search(q, 100)
+    with PgVectorStore.create(pg_dsn, "zeros", ids, v) as s:
+        for exact in (True, False):
+            got = s.search(q, 100, exact=exact)
+            assert [[d for d, _ in h] for h in got] == [[d for d, _ in h] for h in flat]
+        assert len(s.search(q, 99)[-1]) == 99  # HNSW path finds zero vectors too
+
+
 def test_mismatch_and_bad_input(pg_dsn: str) -> None:
     ids, v = _data(50, 8)
     PgVectorStore.create(pg_dsn, "mismatch", ids, v, model="enc-a").close()

@@ -9,8 +9,11 @@ larger than the collection returns it all) and checks the model id and dimension
 formatted into SQL):
 
 * table ``NAME``: ``id text primary key, position int, text text, embedding vector(dim)``;
-* an HNSW index on ``embedding`` (``vector_ip_ops`` for metric "ip", ``vector_cosine_ops`` for
-  "cosine"; parameters ``m`` and ``ef_construction``; ``hnsw.ef_search`` set per search);
+* an HNSW index on ``embedding`` with ``vector_ip_ops`` (parameters ``m`` and
+  ``ef_construction``; ``hnsw.ef_search`` set per search). Metric "cosine" stores unit vectors
+  and normalises queries, as ``VectorIndex`` does, so the inner product is the cosine; pgvector's
+  own ``vector_cosine_ops`` would give NaN for an all-zero vector (a title with no known word) and
+  leave it out of the index, where faiss scores it 0;
 * one row in ``semsearch_collections`` (model, dim, metric, count, HNSW parameters).
 
 ``create`` bulk-loads with binary COPY, builds the index and swaps the new table in under the
@@ -40,7 +43,6 @@ FORMAT = 1
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 DEFAULTS: dict[str, int] = {"m": 16, "ef_construction": 64, "ef_search": 100}
 MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
-_OPS = {"ip": ("vector_ip_ops", "<#>"), "cosine": ("vector_cosine_ops", "<=>")}
 
 
 class PgStoreError(RuntimeError):
@@ -210,12 +212,9 @@ class PgVectorStore:
         k = min(k, self._count)
         ef = max(self.params["ef_search"], k)
         exact = exact or k >= self._count or ef > MAX_EF_SEARCH
-        op = _OPS[self.metric][1]
-        # the score expression repeats the ORDER BY operator so the planner can use the index
-        dist = sql.SQL("embedding {} %(q)s").format(sql.SQL(op))
-        score = sql.SQL("1 - ({})").format(dist) if self.metric == "cosine" else sql.SQL("-({})").format(dist)
-        stmt = sql.SQL('SELECT id, {score} FROM {t} ORDER BY {dist}, id COLLATE "C" LIMIT %(k)s').format(
-            score=score, t=sql.Identifier(self.name), dist=dist)
+        # <#> is the negative inner product; ORDER BY it (then id) is what the HNSW index serves
+        stmt = sql.SQL('SELECT id, -(embedding <#> %(q)s) FROM {} ORDER BY embedding <#> %(q)s, id COLLATE "C" '
+                       "LIMIT %(k)s").format(sql.Identifier(self.name))
         out: list[Hits] = []
         with self._conn.transaction(), self._conn.cursor() as cur:
             if exact:
@@ -327,7 +326,6 @@ def load_collection(conn: Any, name: str, doc_ids: Sequence[str], vectors: Any, 
     if metric == "cosine":
         v = _unit(v)
     say = progress or (lambda _msg: None)
-    ops = _OPS[metric][0]
     tmp = f"{name[:20]}__new_{secrets.token_hex(6)}"
     t, ix = sql.Identifier(tmp), sql.Identifier(f"{tmp}_hnsw")
 
@@ -343,8 +341,8 @@ def load_collection(conn: Any, name: str, doc_ids: Sequence[str], vectors: Any, 
     say(f"copied {len(ids)} rows in {time.perf_counter() - t0:.1f}s")
     t0 = time.perf_counter()
     conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
-    conn.execute(sql.SQL("CREATE INDEX {} ON {} USING hnsw (embedding {}) WITH (m = {}, ef_construction = {})")
-                 .format(ix, t, sql.SQL(ops), sql.Literal(int(m)), sql.Literal(int(ef_construction))))
+    conn.execute(sql.SQL("CREATE INDEX {} ON {} USING hnsw (embedding vector_ip_ops) "
+                         "WITH (m = {}, ef_construction = {})").format(ix, t, sql.Literal(int(m)), sql.Literal(int(ef_construction))))
     say(f"built the HNSW index in {time.perf_counter() - t0:.1f}s")
     # swap: the old table stays readable by others until this transaction commits
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
