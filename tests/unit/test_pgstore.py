@@ -173,7 +173,7 @@ def test_atomic_replace(pg_dsn: str) -> None:
 
     with pytest.raises(ValueError, match="NUL"):
         PgVectorStore.create(pg_dsn, "replace_me", ["ok", "bad\x00"], new_v[:2])
-    s = PgVectorStore.create(pg_dsn, "replace_me", new_ids, new_v, model="new", progress=while_building)
+    s = PgVectorStore.create(pg_dsn, "replace_me", new_ids, new_v, model="new", log=while_building)
     s.close()
     assert seen and all(x == (100, "old", old_ids[0]) for x in seen)
     with PgVectorStore.open(pg_dsn, "replace_me") as r:
@@ -203,3 +203,49 @@ def test_reader_during_swap_waits_then_sees_new(pg_dsn: str) -> None:
         t.join(timeout=30)
     assert result and result[0][0][0][0] == new_ids[-1]
     reader.close()
+
+
+def test_concurrent_searches_on_one_store(pg_dsn: str) -> None:
+    ids, v = _data(300, 8, seed=12)
+    with PgVectorStore.create(pg_dsn, "threads", ids, v) as s:
+        serial = s.search(v[:40], 5)
+        parts: dict[int, list] = {}
+
+        def work(i: int) -> None:
+            parts[i] = s.search(v[i * 10 : (i + 1) * 10], 5)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    assert [h for i in range(4) for h in parts[i]] == serial
+
+
+def test_embedded_server_keeps_data_across_restarts() -> None:
+    """A collection written to an embedded server's data directory is there after a restart."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from semsearch.index.pgstore import EmbeddedPostgres, PgStoreError
+
+    tmp = Path(tempfile.mkdtemp(prefix="semsearch-pg-restart-"))
+    ids, v = _data(40, 4, seed=13)
+    try:
+        try:
+            first = EmbeddedPostgres(tmp / "data")
+        except PgStoreError as e:
+            if os.environ.get("CI", "").lower() == "true":
+                raise
+            pytest.skip(str(e))
+        PgVectorStore.create(first.dsn, "persisted", ids, v, model="enc").close()
+        first.stop()
+        with EmbeddedPostgres(tmp / "data", delete=True) as second:
+            with PgVectorStore.open(second.dsn, "persisted", expect_model="enc") as s:
+                assert s.doc_ids == ids
+                assert s.search(v[:1], 1)[0][0][0] == ids[0]
+        assert not (tmp / "data").exists()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

