@@ -204,7 +204,8 @@ class PgVectorStore:
     def search(self, queries: Any, k: int, *, exact: bool = False) -> list[Hits]:
         """Per query vector, the top-``k`` (doc id, score) best first, equal scores by doc id.
         HNSW by default (approximate; ``hnsw.ef_search`` is raised to ``k`` when smaller);
-        ``exact=True`` (and any ``k`` at least the collection size) scans every vector."""
+        ``exact=True`` (and any ``k`` at least the collection size or above 1000, pgvector's
+        ef_search limit) scans every vector."""
         from psycopg import sql
 
         if k < 1:
