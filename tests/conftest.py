@@ -77,3 +77,37 @@ def tiny_data(tmp_path, monkeypatch) -> Path:
     write_tiny_beir(root)
     monkeypatch.setenv("SEMSEARCH_DATA", str(root))
     return root
+
+
+@pytest.fixture(scope="session")
+def pg_dsn():
+    """DSN of a real PostgreSQL + pgvector server: $SEMSEARCH_PG_DSN if set, else an embedded one
+    started for the session (stopped and deleted at the end). Fails under CI=true when no server
+    can be had; skips locally with the reason. Its data directory is a fresh ``mkdtemp`` rather
+    than pytest's tmp_path, whose 0700 parent the server's own system user (under root) cannot
+    traverse."""
+    import shutil
+    import tempfile
+
+    from semsearch.index.pgstore import EmbeddedPostgres, PgStoreError, connect
+
+    dsn = os.environ.get("SEMSEARCH_PG_DSN")
+    server, tmp = None, None
+    try:
+        if not dsn:
+            tmp = Path(tempfile.mkdtemp(prefix="semsearch-pg-"))
+            server = EmbeddedPostgres(tmp / "data", delete=True)
+            dsn = server.dsn
+        connect(dsn).close()  # also checks CREATE EXTENSION vector
+    except PgStoreError as e:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"PostgreSQL with pgvector unavailable: {e}")
+        pytest.skip(f"PostgreSQL with pgvector unavailable: {e}")
+    finally:
+        if server is None and tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    yield dsn
+    if server is not None:
+        server.stop()
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
