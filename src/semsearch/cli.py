@@ -308,7 +308,7 @@ def classify_cmd(
 def encode_cmd(
     model: Annotated[Path, typer.Option(help="Saved encoder directory (dssm, clsm, ...).")],
     texts: Annotated[Path, typer.Option(help="Texts: one per line, or BEIR queries.jsonl / corpus.jsonl.")],
-    out_path: Annotated[Path, typer.Option("--out", help="Output .npy file (float32, one unit-length row per text).")],
+    out_path: Annotated[Path, typer.Option("--out", help="Output .npy file (float32, one row per text; unit length for DSSM, CLSM and MT-DNN, raw dot-product vectors for bert-rep).")],
     side: Annotated[str, typer.Option(help="'query' or 'document' tower.")] = "document",
 ) -> None:
     """Encode texts with a trained encoder into a .npy matrix (rows in input order)."""
