@@ -21,7 +21,7 @@ from torch import nn
 
 from ..text import Bags
 from .base import register
-from .neural import BagFeatures, DSSMTower, NeuralEncoder, _glorot
+from .neural import DSSM, DSSMTower, _glorot
 
 # the paper's Restaurant, Hotel, Flight and Nightlife domains, as the SGD file names them
 PAPER_DOMAINS = ["Restaurants", "Hotels", "Flights", "Events"]
@@ -83,10 +83,11 @@ class MTDNNNet(nn.Module):
 
 
 @register("mt-dnn")
-class MTDNN(NeuralEncoder):
+class MTDNN(DSSM):
     """Multi-task DNN: ranks like DSSM (cosine of the Sq/Sd outputs) and classifies queries into
     ``domains`` (one logistic head each). ``domain_set`` names the query-domain file the
-    classification tasks come from (``query-domains/NAME.tsv`` under the data root, or a path)."""
+    classification tasks come from (``query-domains/NAME.tsv`` under the data root, or a path).
+    Its input (letter-trigram bags) and output size are DSSM's; ``build`` makes the multi-task net."""
 
     arch_defaults = {
         "l2": 300, "out": 128, "share": "all", "max_words": 64,
@@ -118,14 +119,6 @@ class MTDNN(NeuralEncoder):
         self.hasher = hasher
         self.net = MTDNNNet(len(hasher), int(c["l2"]), int(c["out"]), len(c["domains"]), bool(c["ranking"]),
                             str(c["share"]), gen)  # type: ignore[assignment]
-
-    def features(self, texts: Sequence[str]) -> BagFeatures:
-        self._require()
-        return BagFeatures(self.hasher, texts)  # type: ignore[arg-type]
-
-    @property
-    def dim(self) -> int:
-        return int(self.config["out"])
 
     @property
     def domains(self) -> list[str]:
