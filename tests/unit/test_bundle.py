@@ -16,29 +16,14 @@ import pytest
 from typer.testing import CliRunner
 
 from semsearch.cli import app
-from semsearch.data import EvalSet, TrainingData, open_dataset
+from semsearch.data import open_dataset
 from semsearch.index import Bundle, build_bundle
 from semsearch.models import ModelDirError, create_model
-from semsearch.training import fit
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def trained_clsm(seed: int = 0):
-    """A tiny CLSM trained for a few epochs on the tiny data set (seconds)."""
-    ds = open_dataset("tiny")
-    m = create_model("clsm", conv=16, out=8, window=3, batch_size=16, neg_pool=32, epochs=3, patience=10, lr=0.5,
-                     seed=seed)
-    fit(m, TrainingData.from_dataset(ds, "train", threshold=2), EvalSet.judged(ds, "dev"), progress=False)
-    return m
-
-
-def make_bundle(out: Path, seed: int = 0) -> Path:
-    ds = open_dataset("tiny")
-    return build_bundle(ds.corpus(), [create_model("bm25", analyzer="english"), trained_clsm(seed)], out, dataset="tiny")
-
-
-def test_build_load_search(tiny_data, tmp_path):
+def test_build_load_search(make_bundle, tmp_path):
     p = make_bundle(tmp_path / "b")
     man = json.loads((p / "manifest.json").read_text())
     assert man["lexical"]["name"] == "bm25" and [m["name"] for m in man["models"]] == ["clsm"]
@@ -57,7 +42,7 @@ def test_build_load_search(tiny_data, tmp_path):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["b", "data"]  # no temporary directories left
 
 
-def test_tampered_or_mismatched_bundle_is_refused(tiny_data, tmp_path):
+def test_tampered_or_mismatched_bundle_is_refused(make_bundle, tmp_path):
     p = make_bundle(tmp_path / "b")
     f = p / "documents.jsonl"
     f.write_text(f.read_text().replace("red", "rod", 1))
@@ -76,7 +61,7 @@ def test_tampered_or_mismatched_bundle_is_refused(tiny_data, tmp_path):
         Bundle.load(tmp_path)
 
 
-def test_store_choice(tiny_data, tmp_path):
+def test_store_choice(trained_clsm, tmp_path):
     ds = open_dataset("tiny")
     with pytest.raises(ValueError, match="not available"):
         build_bundle(ds.corpus(), [create_model("bm25")], tmp_path / "b", store="postgres")
@@ -88,7 +73,7 @@ def test_store_choice(tiny_data, tmp_path):
             Bundle.load(p, store="postgres")
 
 
-def test_killed_build_leaves_old_bundle_loadable(tiny_data, tmp_path):
+def test_killed_build_leaves_old_bundle_loadable(make_bundle, tmp_path):
     old = make_bundle(tmp_path / "b")
     before = (old / "manifest.json").read_text()
     env = {**os.environ, "SEMSEARCH_BUILD_SLEEP": "60", "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
@@ -111,7 +96,7 @@ def test_killed_build_leaves_old_bundle_loadable(tiny_data, tmp_path):
     assert Bundle.load(old).manifest["models"][0]["name"] == "clsm"
 
 
-def test_cli_build_search_and_bad_input(tiny_data, tmp_path):
+def test_cli_build_search_and_bad_input(trained_clsm, tmp_path):
     runner = CliRunner()
     enc = tmp_path / "clsm"
     trained_clsm().save(enc)
