@@ -8,6 +8,7 @@ JSON body ``{"error": "..."}``. ``/metrics`` is the Prometheus text format, hand
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from bisect import bisect_left
@@ -28,6 +29,7 @@ from ..index.bundle import MERGES, Bundle
 MAX_QUERY_CHARS = 1000
 MAX_K = 1000
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+STOPPED = "semsearch: server stopped cleanly"
 PAGE = Path(__file__).with_name("static") / "index.html"
 
 
@@ -101,6 +103,7 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
     async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
         yield
         b.close()  # graceful shutdown: in-flight searches finish, then the threads stop
+        print(STOPPED, file=sys.stderr, flush=True)
 
     app = FastAPI(title="semsearch", version=__version__, lifespan=lifespan,
                   description="Lexical ∪ semantic search over a semsearch bundle.")
