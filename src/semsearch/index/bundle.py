@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..data import Corpus, load_corpus, write_corpus
+from ..data import Corpus, join_fields, load_corpus, write_corpus
 from ..models import Model, load_model
 from ..models.base import ModelDirError
 from .hybrid import HybridHit, Source, merge
@@ -172,6 +173,9 @@ class Bundle:
             if m is not None and list(m.doc_ids) != corpus.ids:
                 raise ModelDirError(f"{path}: {name} index and documents do not match (different document ids)")
         self._pool: Executor | None = None
+        # encoders and analyzers keep in-memory caches (e.g. the trigram word table) that are not
+        # thread-safe: one lock per stage model; lexical and semantic still run at the same time
+        self._locks = {id(m): threading.Lock() for m in [lexical, *semantic.values(), ranker] if m is not None}
 
     @classmethod
     def load(cls, path: str | Path, *, store: str | None = None, verify: bool = True) -> "Bundle":
@@ -222,9 +226,31 @@ class Bundle:
             raise ValueError(f"no model {name!r} in this bundle (has {', '.join(self.semantic)})")
         return self.semantic[name].encoder
 
-    def _timed(self, fn: Any, *args: Any) -> tuple[Any, float]:
+    def document_text(self, doc_id: str) -> str:
+        """The document's text as the bundle indexed it (its ``fields``)."""
+        i = self.corpus.index[doc_id]
+        return join_fields(self.corpus.titles[i], self.corpus.texts[i], self.manifest.get("fields", "title+text"))
+
+    def explain(self, query: str, doc_id: str, *, model: str | None = None, top: int = 5) -> dict[str, Any]:
+        """``models.explain`` for a query and a bundle document with a DSSM/CLSM model of the bundle."""
+        from ..models.explain import explain
+        from ..models.neural import NeuralEncoder
+
+        if doc_id not in self.corpus.index:
+            raise KeyError(f"no document {doc_id!r}")
+        name = model or next(iter(self.semantic), None)
+        if name is None or name not in self.semantic:
+            raise ValueError(f"no model {model!r} in this bundle" if model else "this bundle has no neural model")
+        enc = self.semantic[name].encoder
+        if not isinstance(enc, NeuralEncoder):
+            raise ValueError(f"explain needs a DSSM or CLSM model, {name} is not one")
+        with self._locks[id(self.semantic[name])]:
+            return {"doc_id": doc_id, **explain(enc, query, self.document_text(doc_id), top=top)}
+
+    def _timed(self, model: Model, queries: list[str], n: int) -> tuple[Any, float]:
         t = time.perf_counter()
-        r = fn(*args)
+        with self._locks[id(model)]:
+            r = model.retrieve(queries, n)
         return r, 1000 * (time.perf_counter() - t)
 
     def search(self, query: str, k: int = 10, *, model: str | None = None, merge_by: str = "rrf",
@@ -246,8 +272,8 @@ class Bundle:
             sem = next(iter(self.semantic.values()))
         if self._pool is None:
             self._pool = ThreadPoolExecutor(8, thread_name_prefix="bundle-search")
-        lex_f = self._pool.submit(self._timed, self.lexical.retrieve, [query], max(n_lexical, k)) if self.lexical else None
-        sem_f = self._pool.submit(self._timed, sem.retrieve, [query], max(n_semantic, 1)) if sem else None
+        lex_f = self._pool.submit(self._timed, self.lexical, [query], max(n_lexical, k)) if self.lexical else None
+        sem_f = self._pool.submit(self._timed, sem, [query], max(n_semantic, 1)) if sem else None
         (lex, lex_ms) = lex_f.result() if lex_f else ([[]], 0.0)
         (sem_hits, sem_ms) = sem_f.result() if sem_f else ([[]], 0.0)
         t1 = time.perf_counter()
@@ -255,7 +281,8 @@ class Bundle:
         timing = {"lexical_ms": lex_ms, "semantic_ms": sem_ms, "merge_ms": 1000 * (time.perf_counter() - t1)}
         if self.ranker is not None and hits:
             t2 = time.perf_counter()
-            scores = self.ranker.score([query], [[h.doc_id for h in hits]])[0]
+            with self._locks[id(self.ranker)]:
+                scores = self.ranker.score([query], [[h.doc_id for h in hits]])[0]
             order = sorted(range(len(hits)), key=lambda i: (-float(scores[i]), hits[i].doc_id))
             hits = [HybridHit(hits[i].doc_id, float(scores[i]), hits[i].sources, hits[i].lexical, hits[i].semantic,
                               hits[i].lexical_rank, hits[i].semantic_rank) for i in order]

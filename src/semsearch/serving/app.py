@@ -171,23 +171,14 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
                      top: int = Query(5, ge=1, le=50), model: str | None = Query(None)) -> dict[str, Any]:
         """CLSM: most active max-pool neurons, their winning words, neurons shared by both sides;
         any encoder: per-word contributions to the cosine."""
-        from ..models.explain import explain
-        from ..models.neural import NeuralEncoder
-
         params = _strict_query(request)
         text = _text(params, "q", max_query_chars)
-        if doc_id not in b.corpus.index:
-            raise BadRequest(f"no document {doc_id!r}", 404)
         try:
-            enc = b.encoder(model)
+            return b.explain(text, doc_id, model=model, top=top)
+        except KeyError as e:
+            raise BadRequest(str(e.args[0]), 404) from None
         except ValueError as e:
             raise BadRequest(str(e), 422) from None
-        if not isinstance(enc, NeuralEncoder):
-            raise BadRequest(f"explain needs a DSSM or CLSM model, this one is {getattr(enc, 'name', '?')}", 422)
-        i = b.corpus.index[doc_id]
-        doc = " ".join(x for x in (b.corpus.titles[i], b.corpus.texts[i]) if x) if b.manifest.get("fields") == "title+text" \
-            else (b.corpus.titles[i] if b.manifest.get("fields") == "title" else b.corpus.texts[i])
-        return {"doc_id": doc_id, **explain(enc, text, doc, top=top)}
 
     @app.get("/health", summary="Liveness and what is loaded")
     def health() -> dict[str, Any]:
