@@ -65,13 +65,13 @@ def test_injection_looking_queries_are_plain_text(client, q):
     assert r.status_code == 200 and r.json()["query"] == q
 
 
-def test_concurrent_searches_and_explains_all_succeed(client):
+@pytest.mark.parametrize("model", ["clsm", "dssm"])
+def test_concurrent_searches_and_explains_all_succeed(make_bundle, tmp_path, model):
     """Many requests at once (the encoders' caches are not thread-safe; the bundle serialises per model)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    qs = [f"{a} {b} {c}" for a in ("red", "blue", "lamp", "cat", "fish") for b in ("cat", "item", "door", "sofa")
-          for c in ("", "thing", "near")]
-    with ThreadPoolExecutor(16) as pool:
+    qs = [f"red cat {' '.join(f'new{i}word{j}' for j in range(30))}" for i in range(200)]  # unseen words grow the caches
+    with TestClient(create_app(make_bundle(tmp_path / "b", model=model))) as client, ThreadPoolExecutor(16) as pool:
         codes = list(pool.map(lambda q: client.get("/search", params={"q": q, "k": 5}).status_code, qs))
         codes += list(pool.map(lambda q: client.get("/explain", params={"q": q, "doc_id": "d01"}).status_code, qs))
     assert codes == [200] * (2 * len(qs))
