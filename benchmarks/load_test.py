@@ -91,13 +91,14 @@ def main() -> None:
     ap.add_argument("--data", default=None, help="data set whose queries to send (default: a few fixed queries)")
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--workers", type=int, default=1, help="server worker processes (semsearch serve --workers)")
     ap.add_argument("--queries", type=int, default=2000, help="distinct queries to cycle through")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "load_test.json"))
     args = ap.parse_args()
 
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    cmd = [sys.executable, "-m", "semsearch.cli", "serve", args.bundle, "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [sys.executable, "-m", "semsearch.cli", "serve", args.bundle, "--host", "127.0.0.1", "--port", str(port), "--workers", str(args.workers)]
     server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -126,7 +127,7 @@ def main() -> None:
             server.kill()
     stderr = server.stderr.read().decode(errors="replace") if server.stderr else ""
     # uvicorn re-raises SIGTERM after its graceful shutdown, so the exit code is -15 either way
-    result = {"bundle": args.bundle, "clients": args.clients, "seconds": args.seconds, "distinct_queries": len(qs),
+    result = {"bundle": args.bundle, "workers": args.workers, "clients": args.clients, "seconds": args.seconds, "distinct_queries": len(qs),
               "server_stopped_cleanly": "server stopped cleanly" in stderr, **res, "hardware": hw}
     print(hardware_line(hw), f"| load avg at end {hw['load_avg_1min_end']}")
     print(f"{args.clients} clients x {args.seconds:.0f} s: {res['requests']} requests, {res['errors']} errors, "

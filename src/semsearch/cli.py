@@ -257,15 +257,27 @@ def serve_cmd(
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     store: Annotated[Optional[str], typer.Option(help="Vector store: faiss or postgres (default: the bundle's).")] = None,
+    workers: Annotated[int, typer.Option(help="Worker processes, each with its own copy of the bundle in memory.")] = 1,
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /health, /metrics, /docs and a search page at /."""
+    import os
+
     import uvicorn
 
     from .serving import create_app
+    from .serving.app import BUNDLE_ENV, STORE_ENV
 
-    app_ = create_app(bundle, store=store)
-    err.print(f"serving {bundle} on http://{host}:{port}/", highlight=False)
-    uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    app_ = create_app(bundle, store=store)  # loads and verifies the bundle before listening
+    err.print(f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)})", highlight=False)
+    if workers == 1:
+        uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+        return
+    del app_
+    os.environ[BUNDLE_ENV], os.environ[STORE_ENV] = str(bundle.resolve()), store or ""
+    uvicorn.run("semsearch.serving.app:app_from_env", factory=True, workers=workers, host=host, port=port,
+                log_level="warning", timeout_graceful_shutdown=5)
 
 
 # ---------------------------------------------------------------------------------------- train / encode / explain

@@ -8,6 +8,7 @@ JSON body ``{"error": "..."}``. ``/metrics`` is the Prometheus text format, hand
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -195,3 +196,12 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
         return HTMLResponse(page)
 
     return app
+
+
+BUNDLE_ENV, STORE_ENV = "SEMSEARCH_BUNDLE", "SEMSEARCH_STORE"
+
+
+def app_from_env() -> FastAPI:
+    """App factory for uvicorn worker processes (``semsearch serve --workers N``): the bundle path
+    and store come from $SEMSEARCH_BUNDLE / $SEMSEARCH_STORE, since workers import the app by name."""
+    return create_app(os.environ[BUNDLE_ENV], store=os.environ.get(STORE_ENV) or None)
