@@ -29,13 +29,14 @@ def test_build_load_search(make_bundle, tmp_path):
     assert man["lexical"]["name"] == "bm25" and [m["name"] for m in man["models"]] == ["clsm"]
     assert man["models"][0]["dim"] == 8 and "documents.jsonl" in man["files"] and man["store"] == "faiss"
     b = Bundle.load(p)
-    r = b.search("red cat", 5)
+    r = b.search("red cat", 5, merge_by="rrf")
     assert 1 <= len(r.hits) <= 5 and {"lexical_ms", "semantic_ms", "merge_ms", "total_ms"} <= r.timing.keys()
     assert {h.sources.name for h in r.hits} <= {"LEXICAL", "SEMANTIC", "BOTH"}
     assert any(h.sources.name in ("SEMANTIC", "BOTH") for h in r.hits)
     union = b.search("red cat", 50, merge_by="union").hits
     lex_only = [h for h in union if h.lexical_rank is not None]
     assert [h.lexical_rank for h in lex_only] == sorted(h.lexical_rank for h in lex_only)  # lexical order kept
+    assert union[: len(lex_only)] == lex_only and all(h.sources.name == "SEMANTIC" for h in union[len(lex_only):])
     with pytest.raises(ValueError):
         b.search("  ", 5)
     b.close()

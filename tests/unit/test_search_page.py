@@ -53,6 +53,7 @@ def test_search_page_in_headless_chromium(server, tmp_path):
             page = browser.new_page()
             page.goto(server + "/")
             page.fill("#q", "red cat")
+            page.select_option("#merge", "rrf")
             page.press("#q", "Enter")
             page.wait_for_selector("li.hit .tag", timeout=15_000)
             page.wait_for_selector("li.hit mark", timeout=15_000)  # winning words from /explain

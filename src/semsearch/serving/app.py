@@ -148,7 +148,7 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
     @app.get("/search", summary="Lexical ∪ semantic search")
     def search(request: Request, q: str = Query("", description=f"Query text (at most {max_query_chars} characters)."),
                k: int = Query(10, description=f"Number of hits, 1 to {max_k}."),
-               merge: str = Query("rrf", description="rrf or union."),
+               merge: str = Query("union", description="union (lexical order, semantic-only hits after) or rrf."),
                model: str | None = Query(None, description="Neural model of the bundle (default: the first).")
                ) -> dict[str, Any]:
         """Top-k hits with source (LEXICAL, SEMANTIC, BOTH), merged and stage scores, and timings (ms)."""
