@@ -191,49 +191,93 @@ def evaluate_cmd(
 @_guard
 def index_build(
     data: Annotated[str, typer.Option(help="BEIR-layout data set: a name under the data root or a folder.")],
-    out_dir: Annotated[Path, typer.Option("--out", help="Index directory to create (replaced atomically).")],
-    model: Annotated[str, typer.Option(help="Registered model name or saved model directory.")] = "bm25",
-    param: Annotated[list[str], typer.Option("--param", help="Model parameter NAME=VALUE (repeatable).")] = [],
+    out_dir: Annotated[Path, typer.Option("--out", help="Bundle directory to create (replaced atomically).")],
+    models: Annotated[str, typer.Option("--models", "--model", help="Comma-separated model names or saved model directories: at most one lexical model (bm25, ...) and any neural encoders (saved DSSM/CLSM/bi-encoder directories).")] = "bm25",
+    param: Annotated[list[str], typer.Option("--param", help="Lexical model parameter NAME=VALUE (repeatable).")] = [],
     analyzer: Annotated[Optional[str], typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
     fields: Annotated[str, typer.Option(help="Document fields: title+text, title or text.")] = "title+text",
+    ranker: Annotated[Optional[Path], typer.Option(help="Saved ranker directory to include (optional).")] = None,
+    vector_index: Annotated[str, typer.Option("--vector-index", help="Vector index kind: flat, hnsw or ivfpq.")] = "flat",
+    store: Annotated[str, typer.Option(help="Vector store: faiss or postgres.")] = "faiss",
 ) -> None:
-    """Index a collection with a model and save it for `semsearch search`."""
+    """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
     from .data import open_dataset
-    from .index import build_index
+    from .index import build_bundle
+    from .models import load_model
 
     start = time.perf_counter()
-    path = build_index(_model(model, param, analyzer), open_dataset(data).corpus(), out_dir, fields=fields)
-    err.print(f"index written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
+    names = [m.strip() for m in models.split(",") if m.strip()]
+    if not names:
+        raise ValueError("--models is empty")
+    built = [_model(n, param, analyzer) for n in names]
+    ds = open_dataset(data)
+    rk = load_model(ranker) if ranker is not None else None
+    path = build_bundle(ds.corpus(), built, out_dir, ranker=rk, dataset=data, fields=fields, kind=vector_index,
+                        store=store)
+    err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
 
 
 @app.command("search")
 @_guard
 def search_cmd(
     query: Annotated[str, typer.Argument(help="The query text.")],
-    index: Annotated[Path, typer.Option(help="Index directory from `semsearch index build`.")],
+    index: Annotated[Path, typer.Option(help="Bundle directory from `semsearch index build`.")],
     k: Annotated[int, typer.Option("-k", "--k", help="Number of results.")] = 10,
+    merge_by: Annotated[str, typer.Option("--merge", help="union (lexical order, semantic-only after) or rrf.")] = "union",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
 ) -> None:
-    """Search a saved index; prints the top-k documents."""
-    from .index import Searcher
+    """Search a bundle; prints the top-k documents with their source (LEXICAL, SEMANTIC, BOTH)."""
+    from .index import Bundle
 
     if not query.strip():
         raise ValueError("empty query")
     start = time.perf_counter()
-    searcher = Searcher.load(index)
+    bundle = Bundle.load(index)
     loaded = time.perf_counter()
-    hits = searcher.search([query], k)[0]
-    done = time.perf_counter()
+    result = bundle.search(query, k, merge_by=merge_by)
+    bundle.close()
+    rows = bundle.hits(result)
     if as_json:
-        for h in hits:
-            print(json.dumps(h.__dict__, ensure_ascii=False))
+        for h, hh in zip(rows, result.hits):
+            print(json.dumps({**h.__dict__, "source": hh.sources.name}, ensure_ascii=False))
         return
-    table = Table("rank", "doc id", "score", "title / text", title=f"{query!r}: {len(hits)} hits")
-    for h in hits:
+    table = Table("rank", "doc id", "score", "source", "title / text", title=f"{query!r}: {len(rows)} hits")
+    for h, hh in zip(rows, result.hits):
         shown = h.title or h.text
-        table.add_row(str(h.rank), h.doc_id, f"{h.score:.4f}", shown[:100] + ("…" if len(shown) > 100 else ""))
+        table.add_row(str(h.rank), h.doc_id, f"{h.score:.4f}", str(hh.sources.name),
+                      shown[:100] + ("…" if len(shown) > 100 else ""))
     out.print(table)
-    err.print(f"load {loaded - start:.2f} s, search {1000 * (done - loaded):.1f} ms", highlight=False)
+    err.print(f"load {loaded - start:.2f} s, search {result.timing['total_ms']:.1f} ms", highlight=False)
+
+
+@app.command("serve")
+@_guard
+def serve_cmd(
+    bundle: Annotated[Path, typer.Argument(help="Bundle directory from `semsearch index build`.")],
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    store: Annotated[Optional[str], typer.Option(help="Vector store: faiss or postgres (default: the bundle's).")] = None,
+    workers: Annotated[int, typer.Option(help="Worker processes, each with its own copy of the bundle in memory.")] = 1,
+) -> None:
+    """Serve a bundle over HTTP: /search, /explain, /health, /metrics, /docs and a search page at /."""
+    import os
+
+    import uvicorn
+
+    from .serving import create_app
+    from .serving.app import BUNDLE_ENV, STORE_ENV
+
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    app_ = create_app(bundle, store=store)  # loads and verifies the bundle before listening
+    err.print(f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)})", highlight=False)
+    if workers == 1:
+        uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+        return
+    del app_
+    os.environ[BUNDLE_ENV], os.environ[STORE_ENV] = str(bundle.resolve()), store or ""
+    uvicorn.run("semsearch.serving.app:app_from_env", factory=True, workers=workers, host=host, port=port,
+                log_level="warning", timeout_graceful_shutdown=5)
 
 
 # ---------------------------------------------------------------------------------------- train / encode / explain

@@ -1,23 +1,43 @@
-"""A saved search index: a directory holding a model with its indexed collection and the
-documents to show. Built in a temporary directory and renamed into place, so a failed build
-never leaves a half-written index where a good one was."""
+"""Search bundles: one self-contained directory with everything the search service needs — the
+documents, a lexical index, one vector index per neural encoder, an optional ranker, and a
+manifest with versions and per-file sha256 checksums (the serving side of the BERT paper,
+Sec. 2.2 and 4.4: inverted index ∪ semantic k-NN index, results tagged LEXICAL / SEMANTIC).
+
+A bundle is built in ``BUNDLE.tmp-<pid>`` beside the target, fsynced, then swapped in by renames
+(old → ``.BUNDLE.old``, new → ``BUNDLE``, old removed). A build killed at any point leaves a
+loadable bundle: before the swap the old one is untouched; between the two renames ``load``
+falls back to ``.BUNDLE.old``. Loading verifies every checksum and that each vector index was
+built by the encoder stored beside it (``SemanticRetriever``'s probe check)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
-import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from ..data import Corpus, load_corpus, write_corpus
+from .. import __version__
+from ..data import Corpus, join_fields, load_corpus, write_corpus
 from ..models import Model, load_model
 from ..models.base import ModelDirError
+from .hybrid import HybridHit, Source, merge
+from .semantic import SemanticRetriever, encoder_id
+from .vector import Hits
 
 MANIFEST = "manifest.json"
-FORMAT = 1
+FORMAT = 2
+STORES = ("faiss", "postgres")
+MERGES = ("union", "rrf")
+SLEEP_ENV = "SEMSEARCH_BUILD_SLEEP"
+"""Seconds to pause after writing the files and before the swap (tests kill a build there)."""
 
 
 @dataclass(frozen=True)
@@ -29,55 +49,277 @@ class Hit:
     text: str
 
 
-def build_index(model: Model, corpus: Corpus, out: str | Path, *, fields: str = "title+text") -> Path:
-    """Index ``corpus`` with ``model`` and save both under ``out`` (replacing it atomically)."""
+@dataclass
+class Result:
+    """One query's answer: hits (merged, best first) and the time each stage took (ms)."""
+
+    hits: list[HybridHit]
+    timing: dict[str, float] = field(default_factory=dict)
+
+
+def is_encoder(model: Any) -> bool:
+    """Encoders (DSSM, CLSM, bi-encoders) get a vector index; anything else is the lexical stage."""
+    return callable(getattr(model, "encode_queries", None)) and callable(getattr(model, "encode_documents", None))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync_tree(root: Path) -> None:
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    for d in [root, *[p for p in root.rglob("*") if p.is_dir()]]:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Replace ``out`` by ``tmp`` with renames only; ``load`` covers the gap between them."""
+    old = out.with_name(f".{out.name}.old")
+    if out.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ranker: Model | None = None,
+                 dataset: str = "", fields: str = "title+text", kind: str = "flat", store: str = "faiss") -> Path:
+    """Index ``corpus`` with each model (at most one lexical model; each encoder gets a vector
+    index of ``kind``) and save everything as a bundle at ``out``, replacing it atomically."""
+    if store not in STORES:
+        raise ValueError(f"store must be one of {', '.join(STORES)}, got {store!r}")
+    if store != "faiss":
+        raise ValueError(f"store {store!r} is not available in this build (needs semsearch.index.pgstore)")
+    lexical = [m for m in models if not is_encoder(m)]
+    encoders = [m for m in models if is_encoder(m)]
+    if len(lexical) > 1:
+        raise ValueError(f"at most one lexical model per bundle, got {', '.join(m.name for m in lexical)}")
+    if not models:
+        raise ValueError("a bundle needs at least one model")
+    names = [encoder_id(e) for e in encoders]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two encoders with the same name in one bundle: {names}")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    model.index(corpus.ids, corpus.joined(fields))  # type: ignore[arg-type]
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
     try:
-        model.save(tmp / "model")
+        texts = corpus.joined(fields)
         write_corpus(corpus, tmp / "documents.jsonl")
-        manifest = {"format": FORMAT, "model": model.name, "fields": fields, "documents": len(corpus)}
+        manifest: dict[str, Any] = {
+            "format": FORMAT, "semsearch": __version__, "dataset": dataset, "fields": fields, "store": store,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "documents": len(corpus),
+            "lexical": None, "models": [], "ranker": None,
+        }
+        if lexical:
+            lexical[0].index(corpus.ids, texts)  # type: ignore[arg-type]
+            lexical[0].save(tmp / "lexical")
+            manifest["lexical"] = {"name": lexical[0].name, "path": "lexical"}
+        for enc, name in zip(encoders, names):
+            r = SemanticRetriever(enc, kind)  # type: ignore[arg-type]
+            r.index(corpus.ids, texts, progress=f"encoding documents ({name})")  # type: ignore[arg-type]
+            r.save(tmp / "models" / name)
+            manifest["models"].append({"name": name, "kind": kind, "dim": int(r._probes.shape[1]),
+                                       "path": f"models/{name}"})
+        if ranker is not None:
+            ranker.save(tmp / "ranker")
+            manifest["ranker"] = {"name": ranker.name, "path": "ranker"}
+        pause = float(os.environ.get(SLEEP_ENV, "0") or 0)
+        if pause > 0:
+            time.sleep(pause)
+        manifest["files"] = {p.relative_to(tmp).as_posix(): _sha256(p)
+                             for p in sorted(tmp.rglob("*")) if p.is_file()}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        _fsync_tree(tmp)
+        _swap_in(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
 
 
-class Searcher:
-    """Loads a saved index and answers queries with documents."""
+def union(lexical: Hits, semantic: Hits) -> list[HybridHit]:
+    """The paper's candidate set without a ranker: the lexical hits in their own order, then the
+    semantic-only hits in theirs; the merged score is 1 / position."""
+    sem = {d: (r, s) for r, (d, s) in enumerate(semantic, 1)}
+    lex_ids = {d for d, _ in lexical}
+    out = []
+    for r, (d, s) in enumerate(lexical, 1):
+        sr, ss = sem.get(d, (None, None))
+        out.append(HybridHit(d, 0.0, Source.BOTH if d in sem else Source.LEXICAL, s, ss, r, sr))
+    out += [HybridHit(d, 0.0, Source.SEMANTIC, None, s, None, r) for r, (d, s) in enumerate(semantic, 1)
+            if d not in lex_ids]
+    return [HybridHit(h.doc_id, 1.0 / i, h.sources, h.lexical, h.semantic, h.lexical_rank, h.semantic_rank)
+            for i, h in enumerate(out, 1)]
 
-    def __init__(self, model: Model, corpus: Corpus):
-        if list(model.doc_ids) != corpus.ids:
-            raise ModelDirError("index and documents do not match (different document ids)")
-        self.model, self.corpus = model, corpus
+
+def _open_store(store: str, retriever: SemanticRetriever, path: Path) -> None:
+    """Swap the retriever's faiss index for another vector store named in the manifest."""
+    if store == "faiss":
+        return
+    if store not in STORES:
+        raise ModelDirError(f"{path}: unknown vector store {store!r} (one of {', '.join(STORES)})")
+    try:
+        from . import pgstore  # type: ignore[attr-defined]
+    except ImportError:
+        raise ModelDirError(f"vector store {store!r} is not available in this build (no semsearch.index.pgstore)") from None
+    retriever.vectors = pgstore.PgVectorStore.open(path, retriever.vectors)  # pragma: no cover (wired on merge)
+
+
+class Bundle:
+    """A loaded bundle: documents, the lexical model, the semantic retrievers, the ranker."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any], corpus: Corpus, lexical: Model | None,
+                 semantic: Mapping[str, SemanticRetriever], ranker: Model | None):
+        self.path, self.manifest, self.corpus = path, manifest, corpus
+        self.lexical, self.semantic, self.ranker = lexical, dict(semantic), ranker
+        for name, m in [("lexical", lexical), *semantic.items()]:
+            if m is not None and list(m.doc_ids) != corpus.ids:
+                raise ModelDirError(f"{path}: {name} index and documents do not match (different document ids)")
+        self._pool: Executor | None = None
+        # encoders and analyzers keep in-memory caches (e.g. the trigram word table) that are not
+        # thread-safe: one lock per stage model; lexical and semantic still run at the same time
+        self._locks = {id(m): threading.Lock() for m in [lexical, *semantic.values(), ranker] if m is not None}
 
     @classmethod
-    def load(cls, path: str | Path) -> "Searcher":
+    def load(cls, path: str | Path, *, store: str | None = None, verify: bool = True) -> "Bundle":
+        """Read a bundle (or its ``.old`` backup left by a build killed mid-swap), check every
+        file against the manifest's sha256 and each vector index against its encoder."""
         p = Path(path)
+        backup = p.with_name(f".{p.name}.old")
+        if not (p / MANIFEST).is_file() and (backup / MANIFEST).is_file():
+            p = backup
         if not (p / MANIFEST).is_file():
-            raise ModelDirError(f"{p}: not a semsearch index (no {MANIFEST}); build one with 'semsearch index build'")
-        manifest = json.loads((p / MANIFEST).read_text(encoding="utf-8"))
+            raise ModelDirError(f"{p}: not a semsearch bundle (no {MANIFEST}); build one with 'semsearch index build'")
+        try:
+            manifest = json.loads((p / MANIFEST).read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ModelDirError(f"{p}: unreadable {MANIFEST} ({e})") from None
         if manifest.get("format") != FORMAT:
-            raise ModelDirError(f"{p}: index format {manifest.get('format')} is not {FORMAT}")
-        return cls(load_model(p / "model"), load_corpus(p / "documents.jsonl"))
+            raise ModelDirError(f"{p}: bundle format {manifest.get('format')} is not {FORMAT}; rebuild it")
+        if verify:
+            for rel, digest in manifest.get("files", {}).items():
+                f = p / rel
+                if not f.is_file():
+                    raise ModelDirError(f"{p}: missing file {rel}")
+                if _sha256(f) != digest:
+                    raise ModelDirError(f"{p}: checksum mismatch for {rel} (bundle modified or corrupt)")
+        corpus = load_corpus(p / "documents.jsonl")
+        lex = manifest.get("lexical")
+        lexical = load_model(p / lex["path"]) if lex else None
+        store = store or manifest.get("store", "faiss")
+        semantic = {}
+        for m in manifest.get("models", []):
+            r = SemanticRetriever.load(p / m["path"])
+            if r._probes.shape[1] != m["dim"]:
+                raise ModelDirError(f"{p}: model {m['name']} has dimension {r._probes.shape[1]}, manifest says {m['dim']}")
+            _open_store(store, r, p / m["path"])
+            semantic[m["name"]] = r
+        rk = manifest.get("ranker")
+        ranker = load_model(p / rk["path"]) if rk else None
+        return cls(p, manifest, corpus, lexical, semantic, ranker)
 
-    def search(self, queries: Sequence[str], k: int = 10) -> list[list[Hit]]:
+    # -- search -----------------------------------------------------------------------------------
+    def encoder(self, name: str | None = None) -> Any:
+        """The named (default: first) encoder model of the bundle."""
+        if not self.semantic:
+            raise ValueError("this bundle has no neural model")
+        if name is None:
+            return next(iter(self.semantic.values())).encoder
+        if name not in self.semantic:
+            raise ValueError(f"no model {name!r} in this bundle (has {', '.join(self.semantic)})")
+        return self.semantic[name].encoder
+
+    def document_text(self, doc_id: str) -> str:
+        """The document's text as the bundle indexed it (its ``fields``)."""
+        i = self.corpus.index[doc_id]
+        return join_fields(self.corpus.titles[i], self.corpus.texts[i], self.manifest.get("fields", "title+text"))
+
+    def explain(self, query: str, doc_id: str, *, model: str | None = None, top: int = 5) -> dict[str, Any]:
+        """``models.explain`` for a query and a bundle document with a DSSM/CLSM model of the bundle."""
+        from ..models.explain import explain
+        from ..models.neural import NeuralEncoder
+
+        if doc_id not in self.corpus.index:
+            raise KeyError(f"no document {doc_id!r}")
+        name = model or next(iter(self.semantic), None)
+        if name is None or name not in self.semantic:
+            raise ValueError(f"no model {model!r} in this bundle" if model else "this bundle has no neural model")
+        enc = self.semantic[name].encoder
+        if not isinstance(enc, NeuralEncoder):
+            raise ValueError(f"explain needs a DSSM or CLSM model, {name} is not one")
+        with self._locks[id(self.semantic[name])]:
+            return {"doc_id": doc_id, **explain(enc, query, self.document_text(doc_id), top=top)}
+
+    def _timed(self, model: Model, queries: list[str], n: int) -> tuple[Any, float]:
+        t = time.perf_counter()
+        with self._locks[id(model)]:
+            r = model.retrieve(queries, n)
+        return r, 1000 * (time.perf_counter() - t)
+
+    def search(self, query: str, k: int = 10, *, model: str | None = None, merge_by: str = "union",
+               n_lexical: int = 300, n_semantic: int = 20) -> Result:
+        """Lexical top ``n_lexical`` and semantic top ``n_semantic`` (run concurrently), merged as a
+        union (lexical order, semantic-only hits after; the default: on homedepot dev RRF with a
+        2-epoch DSSM lowered BM25's NDCG@10) or by RRF, re-ranked by the ranker if the bundle has
+        one; the top ``k`` with their sources and a timing breakdown."""
+        if not query.strip():
+            raise ValueError("empty query")
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if merge_by not in MERGES:
+            raise ValueError(f"merge must be one of {', '.join(MERGES)}, got {merge_by!r}")
+        t0 = time.perf_counter()
+        sem = self.semantic[model] if model is not None and model in self.semantic else None
+        if model is not None and sem is None:
+            raise ValueError(f"no model {model!r} in this bundle (has {', '.join(self.semantic) or 'none'})")
+        if sem is None and self.semantic:
+            sem = next(iter(self.semantic.values()))
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(8, thread_name_prefix="bundle-search")
+        lex_f = self._pool.submit(self._timed, self.lexical, [query], max(n_lexical, k)) if self.lexical else None
+        sem_f = self._pool.submit(self._timed, sem, [query], max(n_semantic, 1)) if sem else None
+        (lex, lex_ms) = lex_f.result() if lex_f else ([[]], 0.0)
+        (sem_hits, sem_ms) = sem_f.result() if sem_f else ([[]], 0.0)
+        t1 = time.perf_counter()
+        hits = merge(lex[0], sem_hits[0]) if merge_by == "rrf" else union(lex[0], sem_hits[0])
+        timing = {"lexical_ms": lex_ms, "semantic_ms": sem_ms, "merge_ms": 1000 * (time.perf_counter() - t1)}
+        if self.ranker is not None and hits:
+            t2 = time.perf_counter()
+            with self._locks[id(self.ranker)]:
+                scores = self.ranker.score([query], [[h.doc_id for h in hits]])[0]
+            order = sorted(range(len(hits)), key=lambda i: (-float(scores[i]), hits[i].doc_id))
+            hits = [HybridHit(hits[i].doc_id, float(scores[i]), hits[i].sources, hits[i].lexical, hits[i].semantic,
+                              hits[i].lexical_rank, hits[i].semantic_rank) for i in order]
+            timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
+        timing["total_ms"] = 1000 * (time.perf_counter() - t0)
+        return Result(hits[:k], timing)
+
+    def hits(self, result: Result) -> list[Hit]:
+        """Plain (rank, id, score, title, text) rows for a result."""
         out = []
-        for hits in self.model.retrieve(list(queries), k):
-            rows = []
-            for r, (d, s) in enumerate(hits, 1):
-                i = self.corpus.index[d]
-                rows.append(Hit(r, d, s, self.corpus.titles[i], self.corpus.texts[i]))
-            out.append(rows)
+        for r, h in enumerate(result.hits, 1):
+            i = self.corpus.index[h.doc_id]
+            out.append(Hit(r, h.doc_id, h.score, self.corpus.titles[i], self.corpus.texts[i]))
         return out
+
+    def close(self) -> None:
+        """Stop the search threads (graceful shutdown)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+__all__ = ["Bundle", "Hit", "MERGES", "Result", "STORES", "Source", "build_bundle", "is_encoder", "union"]

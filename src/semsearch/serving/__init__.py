@@ -1,0 +1,6 @@
+"""The search service: a FastAPI app over a search bundle (``create_app``), run by
+``semsearch serve BUNDLE``."""
+
+from .app import create_app
+
+__all__ = ["create_app"]

@@ -1,0 +1,207 @@
+"""HTTP search service over a bundle (BERT paper Sec. 2.2 / 4.4, Table 8: lexical ∪ semantic hits,
+each tagged with its source).
+
+Everything is loaded at startup; the request path only reads (no writes). Handlers are plain
+functions, so FastAPI runs them in its thread pool, and each search runs its lexical and
+semantic stages concurrently in the bundle's own threads. Bad input gets a 4xx answer with a
+JSON body ``{"error": "..."}``. ``/metrics`` is the Prometheus text format, hand-written."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from bisect import bisect_left
+from collections import Counter
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import __version__
+from ..index.bundle import MERGES, Bundle
+
+MAX_QUERY_CHARS = 1000
+MAX_K = 1000
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+STOPPED = "semsearch: server stopped cleanly"
+PAGE = Path(__file__).with_name("static") / "index.html"
+
+
+class BadRequest(Exception):
+    """A client error answered with ``status`` and ``{"error": message}``."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message, self.status = message, status
+
+
+class Metrics:
+    """Request counts by path and status and a latency histogram, in Prometheus text format."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: Counter[tuple[str, int]] = Counter()
+        self.buckets = [0] * (len(BUCKETS) + 1)
+        self.total, self.n = 0.0, 0
+
+    def observe(self, path: str, status: int, seconds: float) -> None:
+        with self.lock:
+            self.counts[(path, status)] += 1
+            self.buckets[bisect_left(BUCKETS, seconds)] += 1
+            self.total += seconds
+            self.n += 1
+
+    def text(self) -> str:
+        with self.lock:
+            lines = ["# HELP semsearch_requests_total HTTP requests by path and status.",
+                     "# TYPE semsearch_requests_total counter"]
+            for (path, status), c in sorted(self.counts.items()):
+                lines.append(f'semsearch_requests_total{{path="{path}",status="{status}"}} {c}')
+            lines += ["# HELP semsearch_request_seconds Request latency.", "# TYPE semsearch_request_seconds histogram"]
+            cum = 0
+            for le, c in zip([*map(str, BUCKETS), "+Inf"], self.buckets):
+                cum += c
+                lines.append(f'semsearch_request_seconds_bucket{{le="{le}"}} {cum}')
+            lines += [f"semsearch_request_seconds_sum {self.total:.6f}", f"semsearch_request_seconds_count {self.n}"]
+        return "\n".join(lines) + "\n"
+
+
+def _strict_query(request: Request) -> dict[str, str]:
+    """Query parameters decoded as strict UTF-8 (Starlette would silently replace bad bytes)."""
+    try:
+        pairs = parse_qsl(request.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True,
+                          encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise BadRequest("query string is not valid UTF-8") from None
+    return dict(pairs)
+
+
+def _text(params: dict[str, str], name: str, limit: int) -> str:
+    q = params.get(name, "")
+    if not q.strip():
+        raise BadRequest(f"parameter {name!r} is missing or empty")
+    if len(q) > limit:
+        raise BadRequest(f"parameter {name!r} is {len(q)} characters long; the limit is {limit}", 413)
+    return q
+
+
+def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_query_chars: int = MAX_QUERY_CHARS,
+               max_k: int = MAX_K) -> FastAPI:
+    """The service for one bundle (a path, loaded and verified now, or a loaded ``Bundle``)."""
+    b = bundle if isinstance(bundle, Bundle) else Bundle.load(bundle, store=store)
+    metrics = Metrics()
+    page = PAGE.read_text(encoding="utf-8")
+    started = time.time()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
+        yield
+        b.close()  # graceful shutdown: in-flight searches finish, then the threads stop
+        print(STOPPED, file=sys.stderr, flush=True)
+
+    app = FastAPI(title="semsearch", version=__version__, lifespan=lifespan,
+                  description="Lexical ∪ semantic search over a semsearch bundle.")
+    app.state.bundle, app.state.metrics = b, metrics
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next):  # type: ignore[no-untyped-def]
+        t = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            path = request.url.path if request.url.path in {r.path for r in app.routes} else "other"  # type: ignore[attr-defined]
+            metrics.observe(path, status, time.perf_counter() - t)
+
+    @app.exception_handler(BadRequest)
+    async def bad_request(_: Request, e: BadRequest) -> JSONResponse:
+        return JSONResponse({"error": e.message}, status_code=e.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0] if e.errors() else {}
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "query")
+        return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}"}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(e.detail)}, status_code=e.status_code)
+
+    def _k(params: dict[str, str]) -> int:
+        try:
+            k = int(params.get("k", "10"))
+        except ValueError:
+            raise BadRequest("parameter 'k' must be an integer", 422) from None
+        if not 1 <= k <= max_k:
+            raise BadRequest(f"parameter 'k' must be in [1, {max_k}], got {k}", 422)
+        return k
+
+    @app.get("/search", summary="Lexical ∪ semantic search")
+    def search(request: Request, q: str = Query("", description=f"Query text (at most {max_query_chars} characters)."),
+               k: int = Query(10, description=f"Number of hits, 1 to {max_k}."),
+               merge: str = Query("union", description="union (lexical order, semantic-only hits after) or rrf."),
+               model: str | None = Query(None, description="Neural model of the bundle (default: the first).")
+               ) -> dict[str, Any]:
+        """Top-k hits with source (LEXICAL, SEMANTIC, BOTH), merged and stage scores, and timings (ms)."""
+        params = _strict_query(request)
+        text, kk = _text(params, "q", max_query_chars), _k(params)
+        if merge not in MERGES:
+            raise BadRequest(f"parameter 'merge' must be one of {', '.join(MERGES)}", 422)
+        if model is not None and model not in b.semantic:
+            raise BadRequest(f"no model {model!r} in this bundle", 422)
+        result = b.search(text, kk, model=model, merge_by=merge)
+        hits = []
+        for row, h in zip(b.hits(result), result.hits):
+            hits.append({"rank": row.rank, "doc_id": h.doc_id, "title": row.title, "text": row.text,
+                         "source": h.sources.name, "score": h.score, "lexical_score": h.lexical,
+                         "semantic_score": h.semantic, "lexical_rank": h.lexical_rank, "semantic_rank": h.semantic_rank})
+        return {"query": text, "k": kk, "merge": merge, "hits": hits, "timing_ms": result.timing}
+
+    @app.get("/explain", summary="Why the neural model matches a query and a document")
+    def explain_pair(request: Request, q: str = Query("", description="Query text."),
+                     doc_id: str = Query("", description="Document id from /search."),
+                     top: int = Query(5, ge=1, le=50), model: str | None = Query(None)) -> dict[str, Any]:
+        """CLSM: most active max-pool neurons, their winning words, neurons shared by both sides;
+        any encoder: per-word contributions to the cosine."""
+        params = _strict_query(request)
+        text = _text(params, "q", max_query_chars)
+        try:
+            return b.explain(text, doc_id, model=model, top=top)
+        except KeyError as e:
+            raise BadRequest(str(e.args[0]), 404) from None
+        except ValueError as e:
+            raise BadRequest(str(e), 422) from None
+
+    @app.get("/health", summary="Liveness and what is loaded")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "documents": len(b.corpus), "lexical": b.manifest.get("lexical"),
+                "models": [m["name"] for m in b.manifest.get("models", [])], "dataset": b.manifest.get("dataset"),
+                "uptime_s": round(time.time() - started, 1)}
+
+    @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics")
+    def prometheus() -> PlainTextResponse:
+        return PlainTextResponse(metrics.text(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def home() -> HTMLResponse:
+        return HTMLResponse(page)
+
+    return app
+
+
+BUNDLE_ENV, STORE_ENV = "SEMSEARCH_BUNDLE", "SEMSEARCH_STORE"
+
+
+def app_from_env() -> FastAPI:
+    """App factory for uvicorn worker processes (``semsearch serve --workers N``): the bundle path
+    and store come from $SEMSEARCH_BUNDLE / $SEMSEARCH_STORE, since workers import the app by name."""
+    return create_app(os.environ[BUNDLE_ENV], store=os.environ.get(STORE_ENV) or None)

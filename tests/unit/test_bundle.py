@@ -1,0 +1,114 @@
+"""Search bundles on the tiny generated data set: build, load, checksums, mismatch refusal, a
+build killed midway, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from semsearch.cli import app
+from semsearch.data import open_dataset
+from semsearch.index import Bundle, build_bundle
+from semsearch.models import ModelDirError, create_model
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def test_build_load_search(make_bundle, tmp_path):
+    p = make_bundle(tmp_path / "b")
+    man = json.loads((p / "manifest.json").read_text())
+    assert man["lexical"]["name"] == "bm25" and [m["name"] for m in man["models"]] == ["clsm"]
+    assert man["models"][0]["dim"] == 8 and "documents.jsonl" in man["files"] and man["store"] == "faiss"
+    b = Bundle.load(p)
+    r = b.search("red cat", 5, merge_by="rrf")
+    assert 1 <= len(r.hits) <= 5 and {"lexical_ms", "semantic_ms", "merge_ms", "total_ms"} <= r.timing.keys()
+    assert {h.sources.name for h in r.hits} <= {"LEXICAL", "SEMANTIC", "BOTH"}
+    assert any(h.sources.name in ("SEMANTIC", "BOTH") for h in r.hits)
+    union = b.search("red cat", 50, merge_by="union").hits
+    lex_only = [h for h in union if h.lexical_rank is not None]
+    assert [h.lexical_rank for h in lex_only] == sorted(h.lexical_rank for h in lex_only)  # lexical order kept
+    assert union[: len(lex_only)] == lex_only and all(h.sources.name == "SEMANTIC" for h in union[len(lex_only):])
+    with pytest.raises(ValueError):
+        b.search("  ", 5)
+    b.close()
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["b", "data"]  # no temporary directories left
+
+
+def test_tampered_or_mismatched_bundle_is_refused(make_bundle, tmp_path):
+    p = make_bundle(tmp_path / "b")
+    f = p / "documents.jsonl"
+    f.write_text(f.read_text().replace("red", "rod", 1))
+    with pytest.raises(ModelDirError, match="checksum"):
+        Bundle.load(p)
+    # an encoder from another training of the same model, beside this index: refused even with
+    # checksums skipped (the index's probe embeddings differ)
+    p2, p3 = make_bundle(tmp_path / "c", seed=0), make_bundle(tmp_path / "d", seed=1)
+    shutil.rmtree(p2 / "models/clsm/encoder")
+    shutil.copytree(p3 / "models/clsm/encoder", p2 / "models/clsm/encoder")
+    with pytest.raises(ModelDirError, match="checksum"):
+        Bundle.load(p2)
+    with pytest.raises(ModelDirError, match="embeds differently"):
+        Bundle.load(p2, verify=False)
+    with pytest.raises(ModelDirError, match="not a semsearch bundle"):
+        Bundle.load(tmp_path)
+
+
+def test_store_choice(trained_clsm, tmp_path):
+    ds = open_dataset("tiny")
+    with pytest.raises(ValueError, match="not available"):
+        build_bundle(ds.corpus(), [create_model("bm25")], tmp_path / "b", store="postgres")
+    p = build_bundle(ds.corpus(), [create_model("bm25"), trained_clsm()], tmp_path / "b")
+    try:
+        import semsearch.index.pgstore  # noqa: F401
+    except ImportError:
+        with pytest.raises(ModelDirError, match="not available in this build"):
+            Bundle.load(p, store="postgres")
+
+
+def test_killed_build_leaves_old_bundle_loadable(make_bundle, tmp_path):
+    old = make_bundle(tmp_path / "b")
+    before = (old / "manifest.json").read_text()
+    env = {**os.environ, "SEMSEARCH_BUILD_SLEEP": "60", "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "semsearch.cli", "index", "build", "--data", "tiny", "--out",
+                             str(old), "--models", "bm25"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        tmp = old.with_name(f"b.tmp-{proc.pid}")
+        deadline = time.time() + 60
+        while not (tmp / "lexical").is_dir() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert (tmp / "lexical").is_dir(), "the build never reached its slow step"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert (old / "manifest.json").read_text() == before
+    b = Bundle.load(old)
+    assert b.search("red cat", 3).hits and "clsm" in b.semantic
+    # killed between the two renames of the swap: the backup is loaded
+    os.replace(old, old.with_name(".b.old"))
+    assert Bundle.load(old).manifest["models"][0]["name"] == "clsm"
+
+
+def test_cli_build_search_and_bad_input(trained_clsm, tmp_path):
+    runner = CliRunner()
+    enc = tmp_path / "clsm"
+    trained_clsm().save(enc)
+    out = tmp_path / "b"
+    r = runner.invoke(app, ["index", "build", "--data", "tiny", "--out", str(out), "--models", f"bm25,{enc}"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["search", "--index", str(out), "red cats", "-k", "3", "--json"])
+    hits = [json.loads(x) for x in r.output.splitlines()]
+    assert r.exit_code == 0 and len(hits) == 3 and all(h["source"] in ("LEXICAL", "SEMANTIC", "BOTH") for h in hits)
+    for args in (["index", "build", "--data", "tiny", "--out", str(out), "--models", "bm25,bm25"],
+                 ["index", "build", "--data", "tiny", "--out", str(out), "--models", "bm25", "--store", "postgres"],
+                 ["search", "--index", str(out), "x", "--merge", "max"]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and "error:" in r.output, (args, r.output)
