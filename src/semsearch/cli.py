@@ -43,11 +43,12 @@ def _guard(fn):  # type: ignore[no-untyped-def]
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
         from .experiments import SpecError
+        from .index.pgstore import PgStoreError
         from .models import ModelDirError
 
         try:
             return fn(*args, **kwargs)
-        except (ValueError, FileNotFoundError, NotADirectoryError, KeyError, ModelDirError, SpecError) as e:
+        except (ValueError, FileNotFoundError, NotADirectoryError, KeyError, ModelDirError, SpecError, PgStoreError) as e:
             msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             _fail(str(msg))
 
@@ -198,7 +199,8 @@ def index_build(
     fields: Annotated[str, typer.Option(help="Document fields: title+text, title or text.")] = "title+text",
     ranker: Annotated[Optional[Path], typer.Option(help="Saved ranker directory to include (optional).")] = None,
     vector_index: Annotated[str, typer.Option("--vector-index", help="Vector index kind: flat, hnsw or ivfpq.")] = "flat",
-    store: Annotated[str, typer.Option(help="Vector store: faiss or postgres.")] = "faiss",
+    store: Annotated[str, typer.Option(help="Vector store: faiss or postgres (PostgreSQL + pgvector, HNSW; the faiss index is kept too).")] = "faiss",
+    pg_data: Annotated[Optional[Path], typer.Option(help="postgres store: data directory of the embedded server (default BUNDLE/../.semsearch-pg); $SEMSEARCH_PG_DSN names an existing server instead.")] = None,
 ) -> None:
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
     from .data import open_dataset
@@ -213,7 +215,7 @@ def index_build(
     ds = open_dataset(data)
     rk = load_model(ranker) if ranker is not None else None
     path = build_bundle(ds.corpus(), built, out_dir, ranker=rk, dataset=data, fields=fields, kind=vector_index,
-                        store=store)
+                        store=store, pg_data=pg_data)
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
 
 

@@ -62,16 +62,33 @@ def test_tampered_or_mismatched_bundle_is_refused(make_bundle, tmp_path):
         Bundle.load(tmp_path)
 
 
-def test_store_choice(trained_clsm, tmp_path):
+def test_postgres_store_matches_faiss(trained_clsm, tmp_path, pg_dsn, monkeypatch):
+    """--store postgres: the encoder's vectors in PostgreSQL/pgvector give the faiss bundle's hits;
+    a faiss-only bundle refuses the postgres store; a rebuild drops the old collections."""
+    from semsearch.index.pgstore import list_collections
+
+    monkeypatch.setenv("SEMSEARCH_PG_DSN", pg_dsn)
     ds = open_dataset("tiny")
-    with pytest.raises(ValueError, match="not available"):
-        build_bundle(ds.corpus(), [create_model("bm25")], tmp_path / "b", store="postgres")
-    p = build_bundle(ds.corpus(), [create_model("bm25"), trained_clsm()], tmp_path / "b")
-    try:
-        import semsearch.index.pgstore  # noqa: F401
-    except ImportError:
-        with pytest.raises(ModelDirError, match="not available in this build"):
-            Bundle.load(p, store="postgres")
+    with pytest.raises(ValueError, match="store must be one of"):
+        build_bundle(ds.corpus(), [create_model("bm25")], tmp_path / "x", store="sqlite")
+    enc = trained_clsm()
+    faiss_b = build_bundle(ds.corpus(), [create_model("bm25"), enc], tmp_path / "f")
+    with pytest.raises(ModelDirError, match="without a postgres store"):
+        Bundle.load(faiss_b, store="postgres")
+    pg_b = build_bundle(ds.corpus(), [create_model("bm25"), enc], tmp_path / "p", store="postgres")
+    manifest = json.loads((pg_b / "manifest.json").read_text())
+    first = manifest["models"][0]["collection"]
+    assert manifest["store"] == "postgres" and first in list_collections(pg_dsn)
+    assert pg_dsn not in (pg_b / "manifest.json").read_text()  # a DSN may hold a password
+    a, b = Bundle.load(faiss_b), Bundle.load(pg_b)
+    assert b.manifest["store"] == "postgres" and type(b.semantic["clsm"].vectors).__name__ == "PgVectorStore"
+    for q in ("red cat", "blue fish lamp", "door"):
+        ha, hb = a.search(q, 5, merge_by="rrf").hits, b.search(q, 5, merge_by="rrf").hits
+        assert [(h.doc_id, h.sources) for h in ha] == [(h.doc_id, h.sources) for h in hb]
+        assert [h.semantic for h in ha] == pytest.approx([h.semantic for h in hb], abs=1e-5)
+    build_bundle(ds.corpus(), [create_model("bm25"), enc], tmp_path / "p", store="postgres")  # rebuild
+    assert first not in list_collections(pg_dsn)
+    assert Bundle.load(pg_b).search("red cat", 3).hits
 
 
 def test_killed_build_leaves_old_bundle_loadable(make_bundle, tmp_path):
@@ -108,7 +125,7 @@ def test_cli_build_search_and_bad_input(trained_clsm, tmp_path):
     hits = [json.loads(x) for x in r.output.splitlines()]
     assert r.exit_code == 0 and len(hits) == 3 and all(h["source"] in ("LEXICAL", "SEMANTIC", "BOTH") for h in hits)
     for args in (["index", "build", "--data", "tiny", "--out", str(out), "--models", "bm25,bm25"],
-                 ["index", "build", "--data", "tiny", "--out", str(out), "--models", "bm25", "--store", "postgres"],
+                 ["index", "build", "--data", "tiny", "--out", str(out), "--models", "bm25", "--store", "sqlite"],
                  ["search", "--index", str(out), "x", "--merge", "max"]):
         r = runner.invoke(app, args)
         assert r.exit_code == 2 and "error:" in r.output, (args, r.output)

@@ -36,6 +36,10 @@ MANIFEST = "manifest.json"
 FORMAT = 2
 STORES = ("faiss", "postgres")
 MERGES = ("union", "rrf")
+PG_DSN_ENV = "SEMSEARCH_PG_DSN"
+"""DSN of the PostgreSQL server holding a postgres-store bundle's vectors (never written into the
+manifest: it may carry a password). Without it, an embedded server runs on the data directory
+the manifest names."""
 SLEEP_ENV = "SEMSEARCH_BUILD_SLEEP"
 """Seconds to pause after writing the files and before the swap (tests kill a build there)."""
 
@@ -93,14 +97,58 @@ def _swap_in(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+_SERVERS: dict[str, Any] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def pg_dsn(data: str | Path | None, dsn: str | None = None) -> str:
+    """The DSN for a postgres store: ``dsn``, else $SEMSEARCH_PG_DSN, else an embedded PostgreSQL
+    + pgvector server on ``data`` (started once per process, stopped at exit)."""
+    dsn = dsn or os.environ.get(PG_DSN_ENV)
+    if dsn:
+        return dsn
+    if data is None:
+        raise ValueError(f"no PostgreSQL server: give a DSN (--pg-dsn or ${PG_DSN_ENV}) or a data directory")
+    from .pgstore import EmbeddedPostgres
+
+    key = str(Path(data).resolve())
+    with _SERVERS_LOCK:
+        if key not in _SERVERS:
+            Path(key).parent.mkdir(parents=True, exist_ok=True)
+            _SERVERS[key] = EmbeddedPostgres(key)
+        return str(_SERVERS[key].dsn)
+
+
+def _drop_collections(manifest: dict[str, Any] | None, dsn: str | None) -> None:
+    """Best effort: drop the postgres collections of a bundle that has just been replaced."""
+    if not manifest or manifest.get("store") != "postgres" or dsn is None:
+        return
+    try:
+        from .pgstore import connect, drop_collection
+
+        conn = connect(dsn)
+        try:
+            with conn.transaction():
+                for m in manifest.get("models", []):
+                    if m.get("collection"):
+                        drop_collection(conn, m["collection"])
+        finally:
+            conn.close()
+    except Exception:  # noqa: BLE001 — a stale collection costs disk, never correctness
+        pass
+
+
 def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ranker: Model | None = None,
-                 dataset: str = "", fields: str = "title+text", kind: str = "flat", store: str = "faiss") -> Path:
+                 dataset: str = "", fields: str = "title+text", kind: str = "flat", store: str = "faiss",
+                 pg_data: str | Path | None = None, postgres_dsn: str | None = None) -> Path:
     """Index ``corpus`` with each model (at most one lexical model; each encoder gets a vector
-    index of ``kind``) and save everything as a bundle at ``out``, replacing it atomically."""
+    index of ``kind``) and save everything as a bundle at ``out``, replacing it atomically.
+    ``store = "postgres"`` also loads each encoder's vectors into PostgreSQL/pgvector (HNSW), in a
+    collection named per build, so a killed build never touches the collections the current
+    bundle uses; the server is ``postgres_dsn`` / $SEMSEARCH_PG_DSN, else an embedded one on
+    ``pg_data`` (default: ``.semsearch-pg`` beside the bundle). The faiss index is kept too."""
     if store not in STORES:
         raise ValueError(f"store must be one of {', '.join(STORES)}, got {store!r}")
-    if store != "faiss":
-        raise ValueError(f"store {store!r} is not available in this build (needs semsearch.index.pgstore)")
     lexical = [m for m in models if not is_encoder(m)]
     encoders = [m for m in models if is_encoder(m)]
     if len(lexical) > 1:
@@ -127,12 +175,25 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             lexical[0].index(corpus.ids, texts)  # type: ignore[arg-type]
             lexical[0].save(tmp / "lexical")
             manifest["lexical"] = {"name": lexical[0].name, "path": "lexical"}
-        for enc, name in zip(encoders, names):
+        dsn = None
+        if store == "postgres" and encoders:
+            data_dir = Path(pg_data) if pg_data else out.parent / ".semsearch-pg"
+            dsn = pg_dsn(data_dir, postgres_dsn)
+            manifest["postgres"] = {"data": None if (postgres_dsn or os.environ.get(PG_DSN_ENV)) else str(data_dir.resolve())}
+        build_tag = hashlib.sha1(f"{out.resolve()}:{os.getpid()}:{time.time_ns()}".encode()).hexdigest()[:10]
+        for i, (enc, name) in enumerate(zip(encoders, names)):
             r = SemanticRetriever(enc, kind)  # type: ignore[arg-type]
-            r.index(corpus.ids, texts, progress=f"encoding documents ({name})")  # type: ignore[arg-type]
+            vecs = r.embed(corpus.ids, texts, progress=f"encoding documents ({name})")  # type: ignore[arg-type]
+            r.index_vectors(corpus.ids, vecs)
             r.save(tmp / "models" / name)
-            manifest["models"].append({"name": name, "kind": kind, "dim": int(r._probes.shape[1]),
-                                       "path": f"models/{name}"})
+            entry = {"name": name, "kind": kind, "dim": int(r._probes.shape[1]), "path": f"models/{name}"}
+            if dsn is not None:
+                from .pgstore import PgVectorStore
+
+                entry["collection"] = f"semsearch_{build_tag}_{i}"
+                PgVectorStore.create(dsn, entry["collection"], corpus.ids, vecs, metric=r.metric,
+                                     model=encoder_id(enc)).close()
+            manifest["models"].append(entry)
         if ranker is not None:
             ranker.save(tmp / "ranker")
             manifest["ranker"] = {"name": ranker.name, "path": "ranker"}
@@ -143,7 +204,18 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
                              for p in sorted(tmp.rglob("*")) if p.is_file()}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         _fsync_tree(tmp)
+        try:
+            previous = json.loads((out / MANIFEST).read_text(encoding="utf-8")) if (out / MANIFEST).is_file() else None
+        except (OSError, ValueError):
+            previous = None
         _swap_in(tmp, out)
+        if previous and previous.get("store") == "postgres":
+            old_dsn = None
+            try:
+                old_dsn = pg_dsn((previous.get("postgres") or {}).get("data"), postgres_dsn)
+            except Exception:  # noqa: BLE001
+                pass
+            _drop_collections(previous, old_dsn)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -165,17 +237,24 @@ def union(lexical: Hits, semantic: Hits) -> list[HybridHit]:
             for i, h in enumerate(out, 1)]
 
 
-def _open_store(store: str, retriever: SemanticRetriever, path: Path) -> None:
-    """Swap the retriever's faiss index for another vector store named in the manifest."""
+def _open_store(store: str, retriever: SemanticRetriever, path: Path, entry: dict[str, Any],
+                manifest: dict[str, Any]) -> None:
+    """Swap the retriever's faiss index for the PostgreSQL collection the manifest names, checked
+    against the encoder stored in the bundle (model id and dimension)."""
     if store == "faiss":
         return
     if store not in STORES:
         raise ModelDirError(f"{path}: unknown vector store {store!r} (one of {', '.join(STORES)})")
+    if not entry.get("collection"):
+        raise ModelDirError(f"{path}: bundle was built without a postgres store; rebuild it with --store postgres")
+    from .pgstore import PgVectorStore
+
+    dsn = pg_dsn((manifest.get("postgres") or {}).get("data"))
     try:
-        from . import pgstore  # type: ignore[attr-defined]
-    except ImportError:
-        raise ModelDirError(f"vector store {store!r} is not available in this build (no semsearch.index.pgstore)") from None
-    retriever.vectors = pgstore.PgVectorStore.open(path, retriever.vectors)  # pragma: no cover (wired on merge)
+        retriever.vectors = PgVectorStore.open(dsn, entry["collection"], expect_model=encoder_id(retriever.encoder),
+                                               expect_dim=int(entry["dim"]))  # type: ignore[assignment]
+    except KeyError:
+        raise ModelDirError(f"{path}: postgres collection {entry['collection']!r} is missing from the server") from None
 
 
 class Bundle:
@@ -225,7 +304,7 @@ class Bundle:
             r = SemanticRetriever.load(p / m["path"])
             if r._probes.shape[1] != m["dim"]:
                 raise ModelDirError(f"{p}: model {m['name']} has dimension {r._probes.shape[1]}, manifest says {m['dim']}")
-            _open_store(store, r, p / m["path"])
+            _open_store(store, r, p / m["path"], m, manifest)
             semantic[m["name"]] = r
         rk = manifest.get("ranker")
         ranker = load_model(p / rk["path"]) if rk else None

@@ -89,7 +89,10 @@ class SemanticRetriever(Model):
         """Embed ``texts`` and build the vector index (replacing any earlier one)."""
         if len(doc_ids) != len(texts):
             raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
-        vecs = self.embed(doc_ids, texts, progress)
+        self.index_vectors(doc_ids, self.embed(doc_ids, texts, progress))
+
+    def index_vectors(self, doc_ids: Sequence[str], vecs: np.ndarray) -> None:
+        """Build the vector index over document embeddings computed earlier (by ``embed``)."""
         self.vectors = VectorIndex.build(doc_ids, vecs, self.kind, self.metric, model=encoder_id(self.encoder),
                                          threads=self.threads, **self.index_params)
         self._probes = self._probe_vectors()
