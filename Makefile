@@ -1,10 +1,10 @@
-# Two entry points (see README): `make reproduce` and `make test`.
+# Two entry points (see README): `make serve` (the main job) and `make test`; `make reproduce` runs every paper table.
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install reproduce test bench clean
+.PHONY: install serve bundle reproduce test bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -14,7 +14,21 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## The main job: reproduce every registered paper table we can (markdown + JSON under results/).
+BUNDLE ?= bundles/homedepot
+DSSM   := models/homedepot-dssm
+
+$(DSSM)/config.json: $(STAMP)
+	$(BIN)/semsearch train dssm --data homedepot --out $(DSSM) --param negatives=50
+
+## The main job: train DSSM on Home Depot (best of our neural models there), build a BM25 + DSSM
+## search bundle of the 54,667 titles and serve it on http://127.0.0.1:8000
+bundle: $(DSSM)/config.json
+	$(BIN)/semsearch index build --data homedepot --models bm25,$(DSSM) --fields title --vector-index hnsw --out $(BUNDLE)
+
+serve: bundle
+	$(BIN)/semsearch serve $(BUNDLE)
+
+## Reproduce every registered paper table we can (markdown + JSON under results/).
 reproduce: $(STAMP)
 	$(BIN)/semsearch reproduce --all --out results
 
