@@ -165,14 +165,7 @@ def train_mtdnn(
                 scores += list(aucs.values())
         if scores:
             entry["dev"] = float(np.mean(scores))
-            if entry["dev"] > log.best_dev:
-                log.best_dev, log.best_epoch, best_state, bad = entry["dev"], epoch + 1, _state(net), 0
-            else:
-                bad += 1
-        else:
-            log.best_epoch, best_state = epoch + 1, _state(net)
-        entry["since_best"] = bad
-        log.epochs.append(entry)
+        best_state, bad = log.record(entry, net, best_state, bad)
         if scores and bad >= int(cfg["patience"]):
             log.stopped = f"no dev improvement ({select}) for {bad} epochs"
             break

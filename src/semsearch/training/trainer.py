@@ -62,6 +62,23 @@ class TrainLog:
     best_dev: float = float("-inf")
     stopped: str = ""
 
+    def record(self, entry: dict[str, Any], net: torch.nn.Module, best_state: dict[str, torch.Tensor],
+               bad: int) -> tuple[dict[str, torch.Tensor], int]:
+        """Log one epoch's ``entry``; with a ``dev`` score, keep the weights when it improves and
+        count the epochs since it last did (no dev score: the latest epoch is the best).
+        Returns the best weights so far and the epochs since the best."""
+        epoch = int(entry["epoch"])
+        if "dev" in entry:
+            if entry["dev"] > self.best_dev:
+                self.best_dev, self.best_epoch, best_state, bad = entry["dev"], epoch, _state(net), 0
+            else:
+                bad += 1
+        else:
+            self.best_epoch, best_state = epoch, _state(net)
+        entry["since_best"] = bad
+        self.epochs.append(entry)
+        return best_state, bad
+
     def to_dict(self) -> dict[str, Any]:
         return {"epochs": self.epochs, "best_epoch": self.best_epoch, "best_dev": self.best_dev, "stopped": self.stopped}
 
@@ -169,14 +186,7 @@ def run_epochs(
         entry = {"epoch": epoch + 1, "loss": total / max(seen, 1), "pairs_per_s": seen / secs, "seconds": secs}
         if dev is not None:
             entry["dev"] = dev_score(model, data, dev, str(cfg["dev_metric"]))
-            if entry["dev"] > log.best_dev:
-                log.best_dev, log.best_epoch, best_state, bad = entry["dev"], epoch + 1, _state(net), 0
-            else:
-                bad += 1
-        else:
-            log.best_epoch, best_state = epoch + 1, _state(net)
-        entry["since_best"] = bad
-        log.epochs.append(entry)
+        best_state, bad = log.record(entry, net, best_state, bad)
         if ckpt is not None:
             _save_checkpoint(ckpt, net, opt, vocab, epoch + 1, log, rng, best_state)
         if dev is not None and bad >= int(cfg["patience"]):
