@@ -73,6 +73,30 @@ class Model(ABC):
         """Read a model written by ``save``."""
 
 
+class TrainedModel(Model):
+    """A model whose hyper-parameters (``config``) are fixed once it is trained: the constructor
+    merges them over the class's defaults (an unknown name is an error), ``params`` returns them
+    and ``with_params`` refuses to change them (train another model instead)."""
+
+    config: dict[str, Any]
+
+    def _configure(self, defaults: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(params) - set(defaults)
+        if unknown:
+            raise ValueError(f"{self.name}: unknown parameters {sorted(unknown)}; known: {sorted(defaults)}")
+        self.config = {**defaults, **params}
+        return self.config
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.config)
+
+    def with_params(self, **params: Any) -> "TrainedModel":
+        changed = {k: v for k, v in params.items() if self.config.get(k) != v}
+        if changed:
+            raise ValueError(f"{self.name}: {sorted(changed)} are fixed at training time; train another model")
+        return self
+
+
 _REGISTRY: dict[str, Callable[..., Model]] = {}
 
 

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..text import Vocabulary, tokenize
-from .base import Model, ModelDirError, read_config, register, write_config
+from .base import ModelDirError, TrainedModel, read_config, register, write_config
 from .neural import load_weights, save_weights
 PAD, UNK, FIRST = 0, 1, 2  # embedding rows: padding, unknown word (both zero), then the vocabulary
 
@@ -163,17 +163,13 @@ class MatchPyramidNet(nn.Module):
 
 
 # ------------------------------------------------------------------------------------ models
-class InteractionModel(Model):
+class InteractionModel(TrainedModel):
     """Shared machinery: parameters, vocabulary, word ids, pair scoring, persistence."""
 
     arch_defaults: dict[str, Any] = {}
 
     def __init__(self, **params: Any):
-        defaults = {**self.arch_defaults, **TRAIN_DEFAULTS}
-        unknown = set(params) - set(defaults)
-        if unknown:
-            raise ValueError(f"{self.name}: unknown parameters {sorted(unknown)}; known: {sorted(defaults)}")
-        self.config: dict[str, Any] = {**defaults, **params}
+        self._configure({**self.arch_defaults, **TRAIN_DEFAULTS}, params)
         if self.config["init"] not in ("random", "minilm"):
             raise ValueError(f"{self.name}: init must be 'random' or 'minilm', got {self.config['init']!r}")
         if self.config["init"] == "minilm" and int(self.config["dim"]) != 384:
@@ -184,15 +180,6 @@ class InteractionModel(Model):
         self._ids: list[str] = []
         self._docs: list[np.ndarray] = []
         self._position: dict[str, int] = {}
-
-    def params(self) -> dict[str, Any]:
-        return dict(self.config)
-
-    def with_params(self, **params: Any) -> "InteractionModel":
-        changed = {k: v for k, v in params.items() if self.config.get(k) != v}
-        if changed:
-            raise ValueError(f"{self.name}: {sorted(changed)} are fixed at training time; train another model")
-        return self
 
     # -- architecture -----------------------------------------------------------------------------
     def _make_net(self, n_rows: int, gen: torch.Generator) -> nn.Module:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..text import Bags, TrigramHasher, WordTable
-from .base import Model, ModelDirError, best_k, id_ranks, read_config, register, write_config
+from .base import ModelDirError, TrainedModel, best_k, id_ranks, read_config, register, write_config
 
 WEIGHTS = "weights.safetensors"
 
@@ -227,33 +227,20 @@ class TwoTowers(nn.Module):
 
 
 # ------------------------------------------------------------------------------------ models
-class NeuralEncoder(Model):
+class NeuralEncoder(TrainedModel):
     """Shared machinery of the trigram encoders: featurising, encoding, cosine ranking over an
     encoded collection, and safetensors persistence. Subclasses define the towers."""
 
     arch_defaults: dict[str, Any] = {}
 
     def __init__(self, **params: Any):
-        defaults = {**self.arch_defaults, **TRAIN_DEFAULTS}
-        unknown = set(params) - set(defaults)
-        if unknown:
-            raise ValueError(f"{self.name}: unknown parameters {sorted(unknown)}; known: {sorted(defaults)}")
-        self.config: dict[str, Any] = {**defaults, **params}
+        self._configure({**self.arch_defaults, **TRAIN_DEFAULTS}, params)
         self.hasher: TrigramHasher | None = None
         self.net: TwoTowers | None = None
         self._ids: list[str] = []
         self._doc_vecs = np.zeros((0, 0), dtype=np.float32)
         self._position: dict[str, int] = {}
         self._id_order = np.zeros(0, dtype=np.int64)
-
-    def params(self) -> dict[str, Any]:
-        return dict(self.config)
-
-    def with_params(self, **params: Any) -> "NeuralEncoder":
-        changed = {k: v for k, v in params.items() if self.config.get(k) != v}
-        if changed:
-            raise ValueError(f"{self.name}: {sorted(changed)} are fixed at training time; train another model")
-        return self
 
     # -- architecture (subclasses) --------------------------------------------------------------
     def _make_tower(self, vocab: int, gen: torch.Generator) -> nn.Module:

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from ..progress import track
-from .base import CONFIG, Model, ModelDirError, best_k, id_ranks, read_config, register
+from .base import CONFIG, ModelDirError, TrainedModel, best_k, id_ranks, read_config, register
 
 TRAIN_DEFAULTS: dict[str, Any] = {
     "margin": 1.0,  # hinge margin τ of Eq. 3 (a list: each is trained, the best on dev kept)
@@ -129,18 +129,14 @@ class Pooler(nn.Module):
         return (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
 
 
-class TransformerModel(Model):
+class TransformerModel(TrainedModel):
     """What the bi- and cross-encoder share: parameters, the BERT and tokenizer, persistence."""
 
     arch: dict[str, Any] = {}
     train_defaults: dict[str, Any] = TRAIN_DEFAULTS
 
     def __init__(self, **params: Any):
-        defaults = {**ARCH_DEFAULTS, **self.arch, **self.train_defaults}
-        unknown = set(params) - set(defaults)
-        if unknown:
-            raise ValueError(f"{self.name}: unknown parameters {sorted(unknown)}; known: {sorted(defaults)}")
-        self.config: dict[str, Any] = {**defaults, **params}
+        self._configure({**ARCH_DEFAULTS, **self.arch, **self.train_defaults}, params)
         for key in ("max_query_length", "max_doc_length", "batch_encode"):
             if int(self.config[key]) < 1:
                 raise ValueError(f"{self.name}: {key} must be positive")
@@ -158,15 +154,6 @@ class TransformerModel(Model):
 
     def _make_net(self, bert: nn.Module) -> nn.Module:
         raise NotImplementedError
-
-    def params(self) -> dict[str, Any]:
-        return dict(self.config)
-
-    def with_params(self, **params: Any) -> "TransformerModel":
-        changed = {k: v for k, v in params.items() if self.config.get(k) != v}
-        if changed:
-            raise ValueError(f"{self.name}: {sorted(changed)} are fixed at training time; train another model")
-        return self
 
     def copy_from(self, other: "TransformerModel") -> None:
         """Take ``other``'s weights and tokenizer (a trained trial of the same kind)."""
