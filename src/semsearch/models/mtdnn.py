@@ -124,18 +124,6 @@ class MTDNN(DSSM):
     def domains(self) -> list[str]:
         return list(self.config["domains"])
 
-    def _batched(self, texts: Sequence[str], fn, batch_size: int = 4096) -> np.ndarray:  # type: ignore[no-untyped-def]
-        net = self._require()
-        feats = self.features(texts)
-        was = net.training
-        net.eval()
-        out = []
-        with torch.inference_mode():
-            for start in range(0, len(texts), batch_size):
-                out.append(fn(net, feats.batch(np.arange(start, min(start + batch_size, len(texts)), dtype=np.int64))))
-        net.train(was)
-        return torch.cat(out).numpy() if out else np.zeros((0, 0), dtype=np.float32)
-
     def classify(self, texts: Sequence[str]) -> np.ndarray:
         """(n, domains) probabilities P(C|Q) (Eq. 3), columns in ``domains`` order."""
         if not self.config["domains"]:
@@ -144,12 +132,12 @@ class MTDNN(DSSM):
             if not t.strip():
                 raise ValueError("cannot classify an empty query")
         out = self._batched(texts, lambda net, x: torch.sigmoid(net.all_logits(x)))
-        return out.reshape(len(texts), len(self.config["domains"]))
+        return np.zeros((0, len(self.domains)), np.float32) if out is None else out.numpy()
 
     def semantic(self, texts: Sequence[str]) -> np.ndarray:
         """(n, l2) shared semantic representation: the features of the domain-adaptation study."""
         out = self._batched(texts, lambda net, x: net.l2(x))
-        return out.reshape(len(texts), int(self.config["l2"]))
+        return np.zeros((0, int(self.config["l2"])), np.float32) if out is None else out.numpy()
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
         self._require()._need_ranking()  # type: ignore[attr-defined]

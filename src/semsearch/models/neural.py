@@ -14,7 +14,7 @@ weights are saved as safetensors plus a JSON config holding the trigram vocabula
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -266,9 +266,11 @@ class NeuralEncoder(TrainedModel):
         return self.net
 
     # -- encoding -------------------------------------------------------------------------------
-    def _encode(self, texts: Sequence[str], side: str, batch_size: int = 4096) -> np.ndarray:
+    def _batched(self, texts: Sequence[str], fn: Callable[[nn.Module, Any], torch.Tensor],
+                 batch_size: int = 4096) -> torch.Tensor | None:
+        """``fn(net, batch input)`` over ``texts`` in batches, in eval mode without gradients,
+        concatenated (None for no texts)."""
         net = self._require()
-        tower = net.query if side == "query" else net.doc
         feats = self.features(texts)
         out = []
         was_training = net.training
@@ -276,11 +278,14 @@ class NeuralEncoder(TrainedModel):
         with torch.inference_mode():
             for start in range(0, len(texts), batch_size):
                 rows = np.arange(start, min(start + batch_size, len(texts)), dtype=np.int64)
-                out.append(tower(feats.batch(rows)))
+                out.append(fn(net, feats.batch(rows)))
         net.train(was_training)
-        if not out:
+        return torch.cat(out) if out else None
+
+    def _encode(self, texts: Sequence[str], side: str) -> np.ndarray:
+        v = self._batched(texts, lambda net, x: net.query(x) if side == "query" else net.doc(x))
+        if v is None:
             return np.zeros((0, self.dim), dtype=np.float32)
-        v = torch.cat(out)
         return torch.nn.functional.normalize(v, dim=1, eps=1e-12).numpy()
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
