@@ -26,7 +26,7 @@ parameters). Weights are safetensors only."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +155,23 @@ class TransformerModel(TrainedModel):
     def _make_net(self, bert: nn.Module) -> nn.Module:
         raise NotImplementedError
 
+    def _inference(self, out: np.ndarray, order: np.ndarray, batch: int, label: str,
+                   tokens: Callable[[np.ndarray], dict[str, torch.Tensor]]) -> np.ndarray:
+        """Fill ``out[rows] = forward(tokens(rows))`` batch by batch in ``order`` (texts sorted by
+        length pad little), in eval mode without gradients; a progress bar for long lists."""
+        batches = range(0, len(order), batch)
+        if len(order) > 20 * batch:
+            batches = track(batches, f"{self.name}: {label}", total=len(batches))  # type: ignore[assignment]
+        net = self.net
+        was = net.training  # type: ignore[union-attr]
+        net.eval()  # type: ignore[union-attr]
+        with torch.inference_mode():
+            for start in batches:
+                rows = order[start : start + batch]
+                out[rows] = self.forward(tokens(rows)).float().numpy()
+        net.train(was)  # type: ignore[union-attr]
+        return out
+
     def copy_from(self, other: "TransformerModel") -> None:
         """Take ``other``'s weights and tokenizer (a trained trial of the same kind)."""
         self.tokenizer, self.net = other.tokenizer, other.net
@@ -257,20 +274,9 @@ class BiEncoder(TransformerModel):
 
     def _encode(self, texts: Sequence[str], max_length: int, label: str) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        order = _length_order(texts)
-        b = int(self.config["batch_encode"])
-        batches = range(0, len(texts), b)
-        if len(texts) > 20 * b:
-            batches = track(batches, f"{self.name}: encoding {len(texts)} {label}", total=len(batches))  # type: ignore[assignment]
-        net = self.net
-        was = net.training  # type: ignore[union-attr]
-        net.eval()  # type: ignore[union-attr]
-        with torch.inference_mode():
-            for start in batches:
-                rows = order[start : start + b]
-                out[rows] = self.forward(self._tokens([texts[i] for i in rows], None, max_length)).float().numpy()
-        net.train(was)  # type: ignore[union-attr]
-        return out
+        return self._inference(out, _length_order(texts), int(self.config["batch_encode"]),
+                               f"encoding {len(texts)} {label}",
+                               lambda rows: self._tokens([texts[i] for i in rows], None, max_length))
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """(N, dim) float32 query vectors; an empty query is a ValueError."""
@@ -380,21 +386,10 @@ class CrossEncoder(TransformerModel):
         """Scores of aligned (query, document) text pairs, batched by length."""
         check_queries(queries)
         out = np.zeros(len(queries), dtype=np.float64)
-        order = _length_order([q + d for q, d in zip(queries, docs)])
-        b = int(self.config["batch_pairs"])
-        batches = range(0, len(order), b)
-        if len(order) > 20 * b:
-            batches = track(batches, f"{self.name}: scoring {len(order)} pairs", total=len(batches))  # type: ignore[assignment]
-        net = self.net
-        was = net.training  # type: ignore[union-attr]
-        net.eval()  # type: ignore[union-attr]
-        with torch.inference_mode():
-            for start in batches:
-                rows = order[start : start + b]
-                batch = self._tokens([queries[i] for i in rows], [docs[i] for i in rows], int(self.config["max_length"]))
-                out[rows] = self.forward(batch).double().numpy()
-        net.train(was)  # type: ignore[union-attr]
-        return out
+        max_length = int(self.config["max_length"])
+        return self._inference(out, _length_order([q + d for q, d in zip(queries, docs)]),
+                               int(self.config["batch_pairs"]), f"scoring {len(queries)} pairs",
+                               lambda rows: self._tokens([queries[i] for i in rows], [docs[i] for i in rows], max_length))
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
         self._set_ids(doc_ids, texts)
