@@ -102,7 +102,7 @@ def train_mtdnn(
         raise ValueError(f"task_sampling must be 'uniform' or 'proportional', got {cfg['task_sampling']!r}")
 
     trainable = [p for p in net.parameters() if p.requires_grad]
-    opt = _optimizer(cfg, _Params(trainable))
+    opt = _optimizer(cfg, trainable)
     cls_lr = float(cfg["cls_lr"]) if cfg["cls_lr"] is not None else float(cfg["lr"])
     qf = df = cf = None
     if pairs is not None:
@@ -173,14 +173,3 @@ def train_mtdnn(
         log.stopped = f"reached {cfg['epochs']} epochs"
     net.load_state_dict(best_state)
     return {**log.to_dict(), "tasks": names, "steps_per_epoch": steps}
-
-
-class _Params(torch.nn.Module):
-    """Wraps a parameter list so ``_optimizer`` (which takes a module) sees only trainable ones."""
-
-    def __init__(self, params: list[torch.nn.Parameter]):
-        super().__init__()
-        self._list = params
-
-    def parameters(self, recurse: bool = True):  # type: ignore[no-untyped-def,override]
-        return iter(self._list)

@@ -43,7 +43,7 @@ def train_interaction(
     model.build(vocab, seed)
     net = model._require()
     q_ids, d_ids = model.encode(pairs.q_texts), model.encode(data.doc_texts)
-    opt = _optimizer(cfg, net)
+    opt = _optimizer(cfg, net.parameters())
     j, h, n_docs = int(cfg["negatives"]), int(cfg["hard_negatives"]), len(d_ids)
     pool_size = min(int(cfg["neg_pool"]), int(cfg["batch_size"]) * max(j, 1), n_docs)
     margin = float(cfg["margin"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,7 +129,7 @@ def _train(
     model.build(hasher, seed)
     net = model._require()
     qf, df = model.features(q_texts), model.features(d_texts)
-    opt = _optimizer(cfg, net)
+    opt = _optimizer(cfg, net.parameters())
     b, j, n_docs = int(cfg["batch_size"]), int(cfg["negatives"]), len(d_texts)
     pool_size = min(int(cfg["neg_pool"]), b * max(j, 1), n_docs)
     h = int(cfg["hard_negatives"])
@@ -239,11 +239,12 @@ def dev_score(model: Model, data: TrainingData, dev: EvalSet, metric: str) -> fl
     return float(evaluate(run, dev.qrels, [metric]).mean[metric])
 
 
-def _optimizer(cfg: dict[str, Any], net: torch.nn.Module) -> torch.optim.Optimizer:
+def _optimizer(cfg: dict[str, Any], params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """SGD (the papers) or Adam over ``params`` at ``cfg["lr"]``."""
     if cfg["optimizer"] == "sgd":
-        return torch.optim.SGD(net.parameters(), lr=float(cfg["lr"]))
+        return torch.optim.SGD(params, lr=float(cfg["lr"]))
     if cfg["optimizer"] == "adam":
-        return torch.optim.Adam(net.parameters(), lr=float(cfg["lr"]))
+        return torch.optim.Adam(params, lr=float(cfg["lr"]))
     raise ValueError(f"optimizer must be 'sgd' or 'adam', got {cfg['optimizer']!r}")
 
 
