@@ -153,8 +153,17 @@ class _Run:
     def __init__(self, spec: ClassificationSpec, progress: bool, model_dir: Path | None, retrain: bool):
         self.spec, self.progress, self.model_dir, self.retrain = spec, progress, model_dir, retrain
         self.records = open_domain_set(spec.domain_set)
-        self.split = {s: DomainTasks.from_records(self.records, spec.domains, s) for s in ("train", "dev", "test")}
+        self._tasks: dict[tuple[tuple[str, ...], str], DomainTasks] = {}
+        for split in ("train", "dev", "test"):  # every domain needs both classes in every split: fail early
+            self.tasks(spec.domains, split)
         self._ranking: tuple[TrainingData, EvalSet] | None = None
+
+    def tasks(self, domains: list[str], split: str) -> DomainTasks:
+        """The classification tasks of ``domains`` on ``split`` (built once per run)."""
+        key = (tuple(domains), split)
+        if key not in self._tasks:
+            self._tasks[key] = DomainTasks.from_records(self.records, domains, split)
+        return self._tasks[key]
 
     def ranking(self) -> tuple[TrainingData, EvalSet] | tuple[None, None]:
         if not self.spec.ranking_dataset:
@@ -174,8 +183,8 @@ class _Run:
         def train() -> tuple[MTDNN, dict[str, Any]]:
             model = create_model("mt-dnn", **kwargs)
             data, dev = self.ranking() if ranking else (None, None)
-            tr = DomainTasks.from_records(self.records, domains, "train") if domains else None
-            dv = DomainTasks.from_records(self.records, domains, "dev") if domains else None
+            tr = self.tasks(domains, "train") if domains else None
+            dv = self.tasks(domains, "dev") if domains else None
             return model, train_mtdnn(model, data, dev, tasks=tr, dev_tasks=dv, progress=self.progress)  # type: ignore[arg-type]
 
         model, _ = cached_training(self.model_dir, "mt-dnn", recipe, train, self.retrain)
@@ -201,7 +210,7 @@ def _with_mean(row: dict[str, float]) -> dict[str, float]:
 
 
 def _table2(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
-    spec, tr, te = run.spec, run.split["train"], run.split["test"]
+    spec, tr, te = run.spec, run.tasks(run.spec.domains, "train"), run.tasks(run.spec.domains, "test")
     table: dict[str, dict[str, float]] = {}
     xw_tr, xw_te = word_ngram_features(tr.texts, te.texts)
     hasher = TrigramHasher.fit(tr.texts)
@@ -216,7 +225,7 @@ def _table2(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
     dnn_row = {}
     for d in spec.domains:  # the single-task DNN: one domain, no ranking task
         model = run.mtdnn([d], spec.dnn, ranking=False)
-        dnn_row[d] = classification_auc(model, DomainTasks.from_records(run.records, [d], "test"))[d]
+        dnn_row[d] = classification_auc(model, run.tasks([d], "test"))[d]
     table["DNN"] = _with_mean(dnn_row)
     mt = run.mtdnn(list(spec.domains), spec.mtdnn, ranking=bool(spec.ranking_dataset))
     table["MT-DNN"] = _with_mean(classification_auc(mt, te))
@@ -280,8 +289,7 @@ def _adaptation(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any],
     for target in spec.domains:
         others = [d for d in spec.domains if d != target]
         mt = run.mtdnn(others, spec.mtdnn, ranking=ranking)  # all tasks but the target's
-        tr = DomainTasks.from_records(run.records, [target], "train")
-        te = DomainTasks.from_records(run.records, [target], "test")
+        tr, te = run.tasks([target], "train"), run.tasks([target], "test")
         y, y_te = tr.column(target), te.column(target)
         feats = {
             "SemanticRepresentation": (mt.semantic(tr.texts), mt.semantic(te.texts)),
