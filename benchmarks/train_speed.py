@@ -126,7 +126,7 @@ class Ours:
         self.net = self.model._require()
         self.qf, self.df = self.model.features(pairs.q_texts), self.model.features(data.doc_texts)
         self.cfg, self.pairs, self.n_docs = self.model.config, pairs, len(data.doc_texts)
-        self.opt = _optimizer(self.cfg, self.net)
+        self.opt = _optimizer(self.cfg, self.net.parameters())
         self.rng = np.random.default_rng(SEED)
         self.batches = Batches(len(pairs.q_rows), batch, self.rng)
         self.b = self.batches.b
