@@ -129,3 +129,18 @@ def test_cli_build_search_and_bad_input(trained_clsm, tmp_path):
                  ["search", "--index", str(out), "x", "--merge", "max"]):
         r = runner.invoke(app, args)
         assert r.exit_code == 2 and "error:" in r.output, (args, r.output)
+
+
+def test_union_limit_is_a_prefix_of_the_full_union():
+    """The service builds only the k hits it returns; they must be the full union's first k."""
+    from semsearch.index.bundle import union
+
+    lex = [("a", 3.0), ("b", 2.0), ("c", 1.0)]
+    sem = [("d", 0.9), ("b", 0.8), ("e", 0.7)]
+    full = union(lex, sem)
+    assert [h.doc_id for h in full] == ["a", "b", "c", "d", "e"]
+    assert [h.sources.name for h in full] == ["LEXICAL", "BOTH", "LEXICAL", "SEMANTIC", "SEMANTIC"]
+    assert [h.semantic_rank for h in full] == [None, 2, None, 1, 3] and full[3].score == 1 / 4
+    for k in range(1, 8):
+        assert union(lex, sem, k) == full[:k]
+    assert union([], sem, 2) == union([], sem)[:2]

@@ -222,19 +222,24 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
     return out
 
 
-def union(lexical: Hits, semantic: Hits) -> list[HybridHit]:
+def union(lexical: Hits, semantic: Hits, limit: int | None = None) -> list[HybridHit]:
     """The paper's candidate set without a ranker: the lexical hits in their own order, then the
-    semantic-only hits in theirs; the merged score is 1 / position."""
+    semantic-only hits in theirs; the merged score is 1 / position. With ``limit``, only the first
+    ``limit`` of them (the service builds just the k it returns)."""
+    n = len(lexical) + len(semantic) if limit is None else limit
     sem = {d: (r, s) for r, (d, s) in enumerate(semantic, 1)}
-    lex_ids = {d for d, _ in lexical}
     out = []
-    for r, (d, s) in enumerate(lexical, 1):
+    for r, (d, s) in enumerate(lexical[:n], 1):
         sr, ss = sem.get(d, (None, None))
-        out.append(HybridHit(d, 0.0, Source.BOTH if d in sem else Source.LEXICAL, s, ss, r, sr))
-    out += [HybridHit(d, 0.0, Source.SEMANTIC, None, s, None, r) for r, (d, s) in enumerate(semantic, 1)
-            if d not in lex_ids]
-    return [HybridHit(h.doc_id, 1.0 / i, h.sources, h.lexical, h.semantic, h.lexical_rank, h.semantic_rank)
-            for i, h in enumerate(out, 1)]
+        out.append(HybridHit(d, 1.0 / r, Source.BOTH if sr is not None else Source.LEXICAL, s, ss, r, sr))
+    if len(out) < n:
+        lex_ids = {d for d, _ in lexical}
+        for r, (d, s) in enumerate(semantic, 1):
+            if len(out) >= n:
+                break
+            if d not in lex_ids:
+                out.append(HybridHit(d, 1.0 / (len(out) + 1), Source.SEMANTIC, None, s, None, r))
+    return out
 
 
 def _open_store(store: str, retriever: SemanticRetriever, path: Path, entry: dict[str, Any],
@@ -367,13 +372,15 @@ class Bundle:
         if sem is None and self.semantic:
             sem = next(iter(self.semantic.values()))
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(8, thread_name_prefix="bundle-search")
-        lex_f = self._pool.submit(self._timed, self.lexical, [query], max(n_lexical, k)) if self.lexical else None
+            self._pool = ThreadPoolExecutor(4, thread_name_prefix="bundle-search")
+        # the semantic stage in a pool thread while the lexical one runs in this one (one thread
+        # hand-off per query, not two: hand-offs and GIL switches dominate at sub-ms stages)
         sem_f = self._pool.submit(self._timed, sem, [query], max(n_semantic, 1)) if sem else None
-        (lex, lex_ms) = lex_f.result() if lex_f else ([[]], 0.0)
+        (lex, lex_ms) = self._timed(self.lexical, [query], max(n_lexical, k)) if self.lexical else ([[]], 0.0)
         (sem_hits, sem_ms) = sem_f.result() if sem_f else ([[]], 0.0)
         t1 = time.perf_counter()
-        hits = merge(lex[0], sem_hits[0]) if merge_by == "rrf" else union(lex[0], sem_hits[0])
+        limit = None if self.ranker is not None else k
+        hits = merge(lex[0], sem_hits[0]) if merge_by == "rrf" else union(lex[0], sem_hits[0], limit)
         timing = {"lexical_ms": lex_ms, "semantic_ms": sem_ms, "merge_ms": 1000 * (time.perf_counter() - t1)}
         if self.ranker is not None and hits:
             t2 = time.perf_counter()
