@@ -191,7 +191,7 @@ def evaluate_cmd(
 @index_app.command("build")
 @_guard
 def index_build(
-    data: Annotated[str, typer.Option(help="BEIR-layout data set: a name under the data root or a folder.")],
+    data: Annotated[str, typer.Option(help="Documents: a BEIR-layout data set (a name under the data root or a folder), or a TSV file of id<TAB>title[<TAB>text] lines.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Bundle directory to create (replaced atomically).")],
     models: Annotated[str, typer.Option("--models", "--model", help="Comma-separated model names or saved model directories: at most one lexical model (bm25, ...) and any neural encoders (saved DSSM/CLSM/bi-encoder directories).")] = "bm25",
     param: Annotated[list[str], typer.Option("--param", help="Lexical model parameter NAME=VALUE (repeatable).")] = [],
@@ -203,7 +203,7 @@ def index_build(
     pg_data: Annotated[Optional[Path], typer.Option(help="postgres store: data directory of the embedded server (default BUNDLE/../.semsearch-pg); $SEMSEARCH_PG_DSN names an existing server instead.")] = None,
 ) -> None:
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
-    from .data import open_dataset
+    from .data import load_corpus, open_dataset
     from .index import build_bundle
     from .models import load_model
 
@@ -212,9 +212,9 @@ def index_build(
     if not names:
         raise ValueError("--models is empty")
     built = [_model(n, param, analyzer) for n in names]
-    ds = open_dataset(data)
+    corpus = load_corpus(data) if Path(data).is_file() else open_dataset(data).corpus()
     rk = load_model(ranker) if ranker is not None else None
-    path = build_bundle(ds.corpus(), built, out_dir, ranker=rk, dataset=data, fields=fields, kind=vector_index,
+    path = build_bundle(corpus, built, out_dir, ranker=rk, dataset=data, fields=fields, kind=vector_index,
                         store=store, pg_data=pg_data)
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
 

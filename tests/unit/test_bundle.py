@@ -144,3 +144,23 @@ def test_union_limit_is_a_prefix_of_the_full_union():
     for k in range(1, 8):
         assert union(lex, sem, k) == full[:k]
     assert union([], sem, 2) == union([], sem)[:2]
+
+
+def test_cli_builds_a_bundle_from_a_tsv_collection(tmp_path):
+    """'Search your own collection': a TSV of id<TAB>title[<TAB>text] is enough for a BM25 bundle;
+    a malformed line stops the build with its line number and leaves no bundle behind."""
+    runner = CliRunner()
+    docs = tmp_path / "my.tsv"
+    docs.write_text("d1\tCordless drill 18V\tBattery included\nd2\tRed wall paint\n\nd3\tWood screws 2 in.\t\n",
+                    encoding="utf-8")
+    out = tmp_path / "b"
+    r = runner.invoke(app, ["index", "build", "--data", str(docs), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    b = Bundle.load(out)
+    assert len(b.corpus) == 3 and b.corpus.texts[0] == "Battery included"
+    assert [h.doc_id for h in b.search("drill battery", 2).hits][:1] == ["d1"]
+    b.close()
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("d1\tok\nd2\n", encoding="utf-8")
+    r = runner.invoke(app, ["index", "build", "--data", str(bad), "--out", str(tmp_path / "b2")])
+    assert r.exit_code == 2 and "bad.tsv:2" in r.output and not (tmp_path / "b2").exists(), r.output
