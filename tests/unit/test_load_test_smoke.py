@@ -1,4 +1,5 @@
-"""Smoke test: benchmarks/load_test.py serves a tiny bundle and loads it for a second."""
+"""Smoke test: benchmarks/load_test.py serves a tiny bundle (one worker process, and two as
+`make serve` runs it) and loads it with wrk for a second."""
 
 from __future__ import annotations
 
@@ -8,17 +9,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_load_test_runs(make_bundle, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_load_test_runs(make_bundle, tmp_path, workers):
     b = make_bundle(tmp_path / "b")
     out = tmp_path / "load.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "load_test.py"), "--bundle", str(b), "--data", "tiny",
-                        "--clients", "4", "--seconds", "1", "--out", str(out)], env=env, capture_output=True, text=True,
+                        "--clients", "4", "--seconds", "1", "--workers", str(workers), "--out", str(out)], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(out.read_text())
-    assert res["requests"] > 0 and res["errors"] == 0 and 0 < res["p50_ms"] <= res["p95_ms"] <= res["p99_ms"]
+    assert res["workers"] == workers and res["requests"] > 0 and res["errors"] == 0 and 0 < res["p50_ms"] <= res["p95_ms"] <= res["p99_ms"]
     assert res["server_stopped_cleanly"]  # graceful shutdown on SIGTERM (lifespan shutdown ran)
