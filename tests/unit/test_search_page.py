@@ -65,6 +65,9 @@ def test_search_page_in_headless_chromium(server, tmp_path):
             page.fill("#q", "x" * 1001)  # past the server's limit: the page shows the JSON error
             page.press("#q", "Enter")
             page.wait_for_selector("#status .err", timeout=15_000)
+            page.goto(server + "/docs")  # Swagger UI from local files (the machine has no network)
+            page.wait_for_selector(".swagger-ui .opblock-summary-path", timeout=15_000)
+            assert "/search" in page.locator(".opblock-summary-path").all_inner_texts()
         finally:
             browser.close()
     assert (tmp_path / "search-page.png").stat().st_size > 1000

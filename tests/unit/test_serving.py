@@ -47,6 +47,11 @@ def test_explain_health_metrics_openapi_page(client):
     assert {"/search", "/explain", "/health", "/metrics"} <= paths.keys()
     page = client.get("/")
     assert page.status_code == 200 and "<form" in page.text and "http" not in page.text.split("<script>")[0].lower()
+    for page_url, asset in [("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")]:
+        html = client.get(page_url).text  # served from the package's files, no CDN
+        assert f"/docs-static/{asset}" in html and "cdn" not in html.lower()
+        js = client.get(f"/docs-static/{asset}")
+        assert js.status_code == 200 and len(js.content) > 100_000
 
 
 @pytest.mark.parametrize("query,status", [

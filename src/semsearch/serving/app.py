@@ -15,8 +15,8 @@ import time
 from bisect import bisect_left
 from collections import Counter
 from contextlib import asynccontextmanager
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -24,6 +24,7 @@ import orjson
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -35,6 +36,7 @@ MAX_K = 1000
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 STOPPED = "semsearch: server stopped cleanly"
 PAGE = Path(__file__).with_name("static") / "index.html"
+DOCS_STATIC = "/docs-static"
 
 
 class _JSON(Response):
@@ -147,8 +149,10 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
         b.close()  # graceful shutdown: in-flight searches finish, then the threads stop
         print(STOPPED, file=sys.stderr, flush=True)
 
-    app = FastAPI(title="semsearch", version=__version__, lifespan=lifespan,
-                  description="Lexical ∪ semantic search over a semsearch bundle.")
+    # FastAPIOffline: /docs (Swagger UI 5) and /redoc from files in the package, not FastAPI's
+    # default CDN, so they work on a machine without network
+    app = FastAPIOffline(title="semsearch", version=__version__, lifespan=lifespan, static_url=DOCS_STATIC,
+                         description="Lexical ∪ semantic search over a semsearch bundle.")
     app.state.bundle, app.state.metrics = b, metrics
 
     app.add_middleware(_Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]
