@@ -108,12 +108,22 @@ def _unique(seen: set[str], key: str, what: str) -> str:
     return key
 
 
+def _is_tsv(path: PathLike) -> bool:
+    """TSV or JSON lines, by the suffix (.jsonl/.json or .tsv/.txt); for any other name, a first
+    non-blank line that does not start with `{` means TSV."""
+    path = Path(path)
+    if path.suffix in (".jsonl", ".json", ".tsv", ".txt"):
+        return path.suffix in (".tsv", ".txt")
+    first = first_line(path)
+    return first is not None and not first[1].lstrip().startswith("{")
+
+
 def iter_corpus(path: PathLike, *, skip_bad_lines: bool = False) -> Iterator[Document]:
     """Stream the documents of a corpus.jsonl (`_id` required; `title`/`text` default to ""), or
-    of a TSV file (suffix .tsv/.txt): `id<TAB>title` or `id<TAB>title<TAB>text` per line, the
+    of a TSV file (see `_is_tsv`): `id<TAB>title` or `id<TAB>title<TAB>text` per line, the
     quickest way to bring one's own collection."""
     seen: set[str] = set()
-    tsv = Path(path).suffix in (".tsv", ".txt")
+    tsv = _is_tsv(path)
 
     def parse(line: str) -> Document:
         if tsv:
@@ -145,16 +155,9 @@ def load_corpus(path: PathLike, *, skip_bad_lines: bool = False) -> Corpus:
 
 
 def iter_queries(path: PathLike, *, skip_bad_lines: bool = False) -> Iterator[tuple[str, str]]:
-    """Stream (query id, text) from BEIR queries.jsonl or a TSV `id<TAB>text` file.
-
-    The format follows the suffix (.jsonl/.json or .tsv/.txt); for any other name, a first
-    non-blank line that does not start with `{` means TSV.
-    """
-    path = Path(path)
-    tsv = path.suffix in (".tsv", ".txt")
-    if path.suffix not in (".jsonl", ".json", ".tsv", ".txt"):
-        first = first_line(path)
-        tsv = first is not None and not first[1].lstrip().startswith("{")
+    """Stream (query id, text) from BEIR queries.jsonl or a TSV `id<TAB>text` file (the format:
+    see `_is_tsv`)."""
+    tsv = _is_tsv(path)
     seen: set[str] = set()
 
     def parse(line: str) -> tuple[str, str]:

@@ -3,8 +3,8 @@ each tagged with its source).
 
 Everything is loaded at startup; the request path only reads (no writes). ``/search`` runs on the
 event loop and each search runs its lexical stage there while its semantic stage runs in one of
-the bundle's threads; the other handlers are plain functions in FastAPI's thread pool. Bad input gets a 4xx answer with a
-JSON body ``{"error": "..."}``. ``/metrics`` is the Prometheus text format, hand-written."""
+the bundle's threads; the other handlers are plain functions in FastAPI's thread pool. Bad input
+gets a 4xx answer with a JSON body ``{"error": "..."}``. ``/metrics`` is the Prometheus text format, hand-written."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import threading
 import time
 from bisect import bisect_left
 from collections import Counter
-from contextlib import asynccontextmanager
 from collections.abc import Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
