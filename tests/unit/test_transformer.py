@@ -15,7 +15,7 @@ from semsearch.models.transformer import BiEncoder, CrossEncoder, default_base
 from semsearch.training import fit
 from semsearch.training.losses import graded_hinge_loss
 from semsearch.training.negatives import uniform_negatives
-from semsearch.training.transformer import Clusters, _batch_loss, add_negatives, judged_examples
+from semsearch.training.transformer import Clusters, Example, _batch_loss, _shared_labels, add_negatives, judged_examples
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
 THINGS = ["chair", "table", "lamp", "door", "sofa", "rug"]
@@ -185,6 +185,38 @@ def test_training_lowers_the_hinge_loss(tiny_bert, name):
     assert after < before
 
 
+def test_shared_negatives_labels_and_mask():
+    # query 0 judged rows {1: 4, 2: 0} + negative 7; query 1 judged {2: 3} + negatives 5, 7
+    a = Example("q0", np.array([1, 2, 7]), np.array([4.0, 0.0, 0.0]), {1, 2})
+    b = Example("q1", np.array([2, 5, 7]), np.array([3.0, 0.0, 0.0]), {2})
+    rows, inv = np.unique(np.concatenate([a.docs, b.docs]), return_inverse=True)
+    assert rows.tolist() == [1, 2, 5, 7]
+    labels, valid = _shared_labels([a, b], rows, inv)
+    # q0 meets row 5 (q1's negative) as a grade-0 negative; q1 meets row 1 (judged for q0 only) as one
+    assert labels.tolist() == [[4, 0, 0, 0], [0, 3, 0, 0]]
+    assert valid.all()
+    # a document judged for a query but not in its (sampled) list is masked for it, never a negative
+    c = Example("q2", np.array([5]), np.array([2.0]), {5, 1})
+    rows, inv = np.unique(np.concatenate([a.docs, c.docs]), return_inverse=True)
+    labels, valid = _shared_labels([a, c], rows, inv)
+    assert rows.tolist() == [1, 2, 5, 7]
+    assert valid.tolist() == [[True, True, True, True], [False, True, True, True]]
+    assert labels[1].tolist() == [0, 0, 2, 0]
+
+
+def test_shared_negatives_train_and_need_a_bi_encoder(tiny_bert):
+    data = _data()
+    m = create_model("bert-rep", base=tiny_bert, neg_global=1, neg_cluster=0, lr=1e-3, batch_size=4, share_negatives=True)
+    examples = add_negatives(judged_examples(data, np.random.default_rng(0), None, 30),
+                             np.random.default_rng(0), len(data.doc_ids), 1, 0, None)
+    m.net.eval()
+    before = _batch_loss(m, examples, data.doc_texts, 1.0).item()
+    fit(m, data, None, progress=False)
+    assert _batch_loss(m, examples, data.doc_texts, 1.0).item() < before
+    with pytest.raises(ValueError, match="share_negatives needs a bi-encoder"):
+        fit(create_model("bert-rel", base=tiny_bert, share_negatives=True, neg_cluster=0), data, None, progress=False)
+
+
 def test_margin_list_keeps_the_best_on_dev(tiny_bert):
     data = _data()
     dev = EvalSet(data.queries, {q: list(d) for q, d in data.qrels.items()}, data.qrels)
@@ -237,3 +269,19 @@ def test_bert_rel_refuses_first_model_clustering(tiny_bert):
     m = create_model("bert-rel", base=tiny_bert, neg_cluster=2, cluster_model="first")
     with pytest.raises(ValueError, match="bi-encoder"):
         fit(m, _data(), None, progress=False)
+
+
+def test_head_lr_gives_the_cross_encoder_head_its_own_step(tiny_bert):
+    from semsearch.training.transformer import _param_groups
+
+    rel = create_model("bert-rel", base=tiny_bert, head_lr=1e-3)
+    groups = _param_groups(rel.net, rel.config)
+    assert len(groups) == 2 and groups[1]["lr"] == 1e-3
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in rel.net.head.parameters()}
+    assert sum(len(g["params"]) for g in groups) == len(list(rel.net.parameters()))
+    plain = create_model("bert-rel", base=tiny_bert)  # head_lr None: one group at lr
+    assert len(_param_groups(plain.net, plain.config)) == 1
+    rep = create_model("bert-rep", base=tiny_bert)  # no head
+    assert len(_param_groups(rep.net, rep.config)) == 1
+    with pytest.raises(ValueError):
+        create_model("bert-rep", base=tiny_bert, head_lr=1e-3)  # not a bi-encoder parameter

@@ -49,6 +49,7 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "n_clusters": 100,
     "cluster_docs": 20000,  # documents encoded and clustered (a uniform sample; all if fewer)
     "max_queries": None,  # train on this many random training queries (None: all)
+    "share_negatives": False,  # bi-encoder: other queries' documents in the batch are negatives too
     "max_judged": 30,  # at most this many judged documents per query (random sample)
     "dev_queries": 300,  # dev queries (random sample) used to pick the margin
     "dev_metric": "ndcg@10",
@@ -365,7 +366,7 @@ class CrossEncoder(TransformerModel):
     from the untrained bi-encoder of ``base`` (``cluster_model = "pretrained"``)."""
 
     arch = {"max_length": 256, "batch_pairs": 64}
-    train_defaults = {**TRAIN_DEFAULTS, "cluster_model": "pretrained"}
+    train_defaults = {**TRAIN_DEFAULTS, "cluster_model": "pretrained", "head_lr": None}
 
     def _make_net(self, bert: nn.Module) -> nn.Module:
         net = nn.Module()

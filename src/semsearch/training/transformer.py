@@ -8,6 +8,13 @@ starts again from the pre-trained weights, line 13) or, cheaper, from the pre-tr
 The loss is the pairwise max-margin hinge over graded labels (Eq. 3), optimised with Adam; a
 list-valued ``margin`` trains one model per τ and keeps the best on the dev queries.
 
+``share_negatives`` (bi-encoder only): every query of a batch also takes the other queries'
+documents as grade-0 negatives (never one judged for it). Their vectors are computed for the batch
+anyway, so a query meets ``batch_size`` times more negatives at the cost of one (B, U) score matrix
+instead of (B, M): the sampled ones are uniform draws from the corpus as NEG_global asks, and the
+others' judged titles are harder negatives, like NEG_cluster. It lets fewer negatives be sampled and
+encoded per query.
+
 CPU budget: ``max_queries`` trains on a random subset of the training queries and
 ``dev_queries`` scores a random subset of the dev queries."""
 
@@ -113,6 +120,8 @@ def train_transformer(model: TransformerModel, data: TrainingData, dev: EvalSet 
     seed = int(cfg["seed"])
     rng = np.random.default_rng(seed)
     examples = judged_examples(data, rng, cfg["max_queries"], int(cfg["max_judged"]))
+    if cfg["share_negatives"] and not isinstance(model, BiEncoder):
+        raise ValueError(f"{model.name}: share_negatives needs a bi-encoder (a cross-encoder scores each pair anew)")
     dev = _dev_sample(dev, int(cfg["dev_queries"]), seed) if dev is not None else None
     log: dict[str, Any] = {"queries": len(examples), "judged_pairs": int(sum(len(e.docs) for e in examples))}
     clusters = None
@@ -170,7 +179,7 @@ def _train(model: TransformerModel, data: TrainingData, examples: list[Example],
     rng = np.random.default_rng(seed + 1)
     net = model.net
     assert net is not None
-    opt = torch.optim.Adam(net.parameters(), lr=float(cfg["lr"]))
+    opt = torch.optim.Adam(_param_groups(net, cfg), lr=float(cfg["lr"]))
     b = int(cfg["batch_size"])
     if b < 1:
         raise ValueError("batch_size must be positive")
@@ -212,6 +221,34 @@ def _train(model: TransformerModel, data: TrainingData, examples: list[Example],
     return {"epochs": epochs, "best_epoch": best_epoch, "best_dev": best_dev, "margin": margin}
 
 
+def _shared_labels(batch: list[Example], rows: np.ndarray, inv: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Labels (B, U) over every distinct document ``rows`` of the batch: a query's own documents
+    keep their grades; another query's document is a grade-0 negative for it, unless judged for it
+    (then it is masked out, its grade for this query being unknown to the batch)."""
+    labels = torch.zeros((len(batch), len(rows)))
+    valid = torch.ones((len(batch), len(rows)), dtype=torch.bool)
+    bounds = np.cumsum([0] + [len(e.docs) for e in batch])
+    for i, e in enumerate(batch):
+        judged = np.fromiter(e.judged, dtype=np.int64, count=len(e.judged))
+        valid[i, torch.from_numpy(np.isin(rows, judged))] = False
+        own = torch.from_numpy(inv[bounds[i] : bounds[i + 1]])
+        labels[i, own] = torch.from_numpy(e.grades).float()
+        valid[i, own] = True
+    return labels, valid
+
+
+def _param_groups(net: torch.nn.Module, cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Adam groups: the BERT (and pooling) at ``lr``; the cross-encoder's linear head, which starts
+    random, at ``head_lr`` (None: ``lr``). With lr 5e-5 the head's weights move at most ~5e-5 a
+    step, so for hundreds of steps the scores barely spread and the hinge stays near τ."""
+    head = getattr(net, "head", None)
+    if head is None or cfg.get("head_lr") is None:
+        return [{"params": list(net.parameters())}]
+    ids = {id(p) for p in head.parameters()}
+    return [{"params": [p for p in net.parameters() if id(p) not in ids]},
+            {"params": list(head.parameters()), "lr": float(cfg["head_lr"])}]
+
+
 def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[str], margin: float) -> torch.Tensor:
     """Eq. 3 over a batch of queries: scores of each query's documents, padded to (B, M)."""
     m = max(len(e.docs) for e in batch)
@@ -225,6 +262,9 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
         rows, inv = np.unique(np.concatenate([e.docs for e in batch]), return_inverse=True)
         qv = model.forward_texts([e.query for e in batch], None, int(cfg["max_query_length"]))
         dv = model.forward_texts([doc_texts[r] for r in rows], None, int(cfg["max_doc_length"]))
+        if cfg["share_negatives"]:
+            labels, valid = _shared_labels(batch, rows, inv)
+            return graded_hinge_loss(qv @ dv.T, labels, valid, margin)
         slot = torch.zeros((len(batch), m), dtype=torch.long)
         bounds = np.cumsum([0] + [len(e.docs) for e in batch])
         for i in range(len(batch)):
