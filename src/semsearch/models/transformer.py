@@ -49,7 +49,6 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "n_clusters": 100,
     "cluster_docs": 20000,  # documents encoded and clustered (a uniform sample; all if fewer)
     "max_queries": None,  # train on this many random training queries (None: all)
-    "share_negatives": False,  # bi-encoder: other queries' documents in the batch are negatives too
     "max_judged": 30,  # at most this many judged documents per query (random sample)
     "dev_queries": 300,  # dev queries (random sample) used to pick the margin
     "dev_metric": "ndcg@10",
@@ -253,6 +252,9 @@ class BiEncoder(TransformerModel):
     encodes the whole collection), so re-ranking judged candidates never encodes a whole corpus."""
 
     arch = {"pooling": "mean", "normalize": False}
+    # share_negatives: every query of a batch also meets the other queries' documents as negatives
+    # (their vectors are computed for the batch anyway; a cross-encoder would score each pair anew)
+    train_defaults = {**TRAIN_DEFAULTS, "share_negatives": False}
 
     def _make_net(self, bert: nn.Module) -> nn.Module:
         cfg = bert.config

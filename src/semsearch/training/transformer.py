@@ -120,8 +120,6 @@ def train_transformer(model: TransformerModel, data: TrainingData, dev: EvalSet 
     seed = int(cfg["seed"])
     rng = np.random.default_rng(seed)
     examples = judged_examples(data, rng, cfg["max_queries"], int(cfg["max_judged"]))
-    if cfg["share_negatives"] and not isinstance(model, BiEncoder):
-        raise ValueError(f"{model.name}: share_negatives needs a bi-encoder (a cross-encoder scores each pair anew)")
     dev = _dev_sample(dev, int(cfg["dev_queries"]), seed) if dev is not None else None
     log: dict[str, Any] = {"queries": len(examples), "judged_pairs": int(sum(len(e.docs) for e in examples))}
     clusters = None
