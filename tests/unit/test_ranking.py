@@ -93,6 +93,24 @@ def test_query_zscore_columns():
         LambdaMART(["f"], query_norm="rank")
 
 
+def test_prior_features_start_boosting_from_their_zscore_sum(tmp_path):
+    g = _synthetic(40)
+    names = ["noise_a", "signal", "noise_b"]
+    r = LambdaMART(names, prior_features=["signal", "noise_b"], **FAST)
+    Z = LambdaMART(names, query_norm="zscore").matrix(g)[:, 3:]
+    assert np.allclose(r.prior(g), Z[:, 1] + Z[:, 2])
+    r.fit(g.subset(g.qids[:30]), g.subset(g.qids[30:]))
+    # the booster's trees are corrections added to the prior, also after a save and load
+    assert np.allclose(r.predict(g), r.booster.predict(g.X, num_iteration=r.best_iteration) + r.prior(g))
+    r.save(tmp_path / "r")
+    back = LambdaMART.load(tmp_path / "r")
+    assert back.params["prior_features"] == ["signal", "noise_b"] and np.array_equal(back.predict(g), r.predict(g))
+    assert not LambdaMART(names).prior(g).any()
+    for bad in (["length"], "signal", [1]):
+        with pytest.raises(ValueError, match="prior_features"):
+            LambdaMART(names, prior_features=bad)
+
+
 def test_cross_validated_covers_every_query():
     g = _synthetic(30)
     run, logs = cross_validated(g, k=3, feature_names=["noise_a", "signal", "noise_b"], **FAST)
