@@ -79,7 +79,7 @@ class LambdaMART:
             raise ValueError(f"lambdamart: {g.X.shape[1]} feature columns but the ranker has {len(self.feature_names)} features")
         if self.params["query_norm"] == "none":
             return g.X
-        return np.hstack([g.X, _query_zscores(g)])
+        return np.hstack([g.X, _query_zscores(g.X, g.offsets)])
 
     def prior(self, g: Groups) -> np.ndarray:
         """The score boosting starts from: the sum of the ``prior_features``' per-query z-scores,
@@ -89,7 +89,7 @@ class LambdaMART:
         cols = [self.feature_names.index(f) for f in self.params["prior_features"]]
         if not cols:
             return np.zeros(len(g.X))
-        return _query_zscores(g)[:, cols].sum(1)
+        return _query_zscores(g.X[:, cols], g.offsets).sum(1)
 
     def _lgb_params(self) -> dict[str, Any]:
         p = self.params
@@ -192,12 +192,13 @@ class LambdaMART:
         return ranker
 
 
-def _query_zscores(g: Groups) -> np.ndarray:
-    """Each column of ``g.X`` standardised within each query (0 where a query's column is constant)."""
-    Z = np.zeros_like(g.X, dtype=np.float64)
-    for a, b in zip(g.offsets[:-1], g.offsets[1:]):
+def _query_zscores(X: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Each column of ``X`` standardised within each query's rows ``offsets[i]:offsets[i+1]``
+    (0 where a query's column is constant)."""
+    Z = np.zeros_like(X, dtype=np.float64)
+    for a, b in zip(offsets[:-1], offsets[1:]):
         if b > a:
-            x = g.X[a:b]
+            x = X[a:b]
             sd = x.std(0)
             Z[a:b] = np.where(sd > 0, (x - x.mean(0)) / np.where(sd > 0, sd, 1.0), 0.0)
     return Z
