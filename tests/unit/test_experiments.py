@@ -264,6 +264,12 @@ def test_retrain_and_code_version(tiny_data, tmp_path):
     (saved / "training.json").write_text('{"pairs": -1, "dev_queries": 0}')
     again = run_experiment(spec, progress=False, model_dir=tmp_path / "models", retrain=True)
     assert again.training["Cooc"]["pairs"] > 0  # trained anew, not read back
+    assert recipe["train"]["dev"] == "dev"  # the spec's tuning split early-stops: part of the recipe
+    # the same row under cv2 trains without a dev split: another recipe, not the model saved above
+    p.write_text(TRAINED.format(tune="cv2"))
+    run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
+    recipes = [json.loads((d / "recipe.json").read_text()) for d in (tmp_path / "models").iterdir()]
+    assert sorted(r["train"].get("dev") or "" for r in recipes) == ["", "dev"]
 
 
 def test_trained_on_another_dataset(tiny_data, tmp_path):

@@ -231,18 +231,22 @@ class _Context:
     def _trained(self, ms: ModelSpec, kwargs: dict[str, Any]) -> Model:
         """Fit on the row's training split, early-stopping on the spec's dev split where it has
         one. With a model directory, a model trained earlier with the same recipe is reused."""
+        # train = {dataset, dev}: train on another data set (early stopping on its ``dev`` split);
+        # without ``dev``, the spec's tuning split of the same data set early-stops, if it has one
+        other = "dataset" in ms.train
+        dev_split = ms.train.get("dev") or (
+            self.spec.tune[6:] if self.spec.tune.startswith("split:") and not other else None)
+        # the dev split that early-stops is part of the recipe, even where the spec implies it
+        train_recipe = {**ms.train, "dev": dev_split} if dev_split else ms.train
         recipe = {"dataset": ms.train.get("dataset", self.spec.dataset), "model": ms.model, "params": kwargs,
-                  "train": ms.train, "code": code_version(type(create_model(ms.model)))}
+                  "train": train_recipe, "code": code_version(type(create_model(ms.model)))}
 
         def train() -> tuple[Model, dict[str, Any]]:
-            # train = {dataset, dev}: train on another data set (early stopping on its ``dev`` split)
             ds = open_dataset(ms.train["dataset"]) if "dataset" in ms.train else self.ds
             data = TrainingData.from_dataset(
                 ds, ms.train.get("split", "train"), threshold=int(ms.train.get("threshold", 3)),
                 fields=ms.train.get("fields", ms.fields or self.spec.fields),
             )
-            dev_split = ms.train.get("dev") or (
-                self.spec.tune[6:] if self.spec.tune.startswith("split:") and ds is self.ds else None)
             dev = EvalSet.judged(ds, dev_split) if dev_split else None
             model = create_model(ms.model, **kwargs)
             return model, fit(model, data, dev, progress=self.progress)
@@ -427,8 +431,11 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
         raise ValueError(f"{ms.label}: lambdamart re-ranks candidates; use judged or run candidates")
     test_g = grouped(test, [p.test for p in parts])
     if spec.tune.startswith("cv"):
-        run, logs = cross_validated(test_g, k=int(spec.tune[2:]), feature_names=names, gain=spec.gain, **params)
-        ctx.training[ms.label] = {"folds": logs, "importance": mean_importance(logs), "rounds_by": f"mean of {len(logs)} CV folds"}
+        run, logs = cross_validated(test_g, k=int(spec.tune[2:]), inner_folds=int(ms.train.get("cv_folds", 0)),
+                                    feature_names=names, gain=spec.gain, **params)
+        inner = f", trees by inner {logs[0]['rounds_by']}" if logs[0]["rounds_by"] != "fixed" else ""
+        ctx.training[ms.label] = {"folds": logs, "importance": mean_importance(logs),
+                                  "rounds_by": f"mean of {len(logs)} CV folds{inner}"}
         return run, [dict(ms.params)]
     missing = [p.spec.label for p in parts if p.model is None]
     if missing:
