@@ -115,7 +115,10 @@ def test_cross_validated_covers_every_query():
     g = _synthetic(30)
     run, logs = cross_validated(g, k=3, feature_names=["noise_a", "signal", "noise_b"], **FAST)
     assert sorted(run) == sorted(g.qids) and len(logs) == 3
-    assert sum(log["test_queries"] for log in logs) == 30
+    assert sum(log["test_queries"] for log in logs) == 30 and {log["rounds_by"] for log in logs} == {"fixed"}
+    nested, inner = cross_validated(g, k=3, inner_folds=2, feature_names=["noise_a", "signal", "noise_b"], **FAST)
+    assert sorted(nested) == sorted(g.qids) and {log["rounds_by"] for log in inner} == {"2-fold CV"}
+    assert all(1 <= log["trees"] <= FAST["num_boost_round"] for log in inner)
 
 
 def _ranker(tiny_data, **kw):
@@ -193,14 +196,16 @@ train = {{ split = "{train}" }}
 
 
 @pytest.mark.parametrize("tune,train,candidates", [("split:dev", "train", "judged"), ("split:dev", "dev", "judged"),
-                                                   ("cv2", "train", "run:first:20")])
+                                                   ("cv2", "train", "run:first:20"), ("cv2", "nested", "judged")])
 def test_runner_ltr_row(tiny_data, tmp_path, tune, train, candidates):
     p = tmp_path / "t.toml"
-    p.write_text(LTR_SPEC.format(tune=tune, train=train, candidates=candidates))
+    text = LTR_SPEC.format(tune=tune, train=train, candidates=candidates)
+    p.write_text(text.replace('split = "nested"', "cv_folds = 2"))
     result = run_experiment(load_spec(p), progress=False)
     log = result.training["LambdaMART"]
     assert set(log["importance"]) == {"BM25", "TF-IDF", "query_coverage"}
-    expected = {"split:dev": "dev early stopping" if train == "train" else "5-fold CV"}.get(tune, "mean of 2 CV folds")
+    expected = {"split:dev": "dev early stopping" if train == "train" else "5-fold CV"}.get(
+        tune, "mean of 2 CV folds, trees by inner 2-fold CV" if train == "nested" else "mean of 2 CV folds")
     assert log["rounds_by"] == expected
     assert result.table.rows["LambdaMART"].result.n_queries == result.table.rows["BM25"].result.n_queries
     md = result.to_markdown()
@@ -211,4 +216,8 @@ def test_ltr_rows_are_validated(tmp_path):
     p = tmp_path / "t.toml"
     p.write_text(LTR_SPEC.format(tune="cv2", train="train", candidates="judged").replace('"BM25", "TF-IDF"]', '"BM25", "Later"]'))
     with pytest.raises(SpecError, match="listed before it"):
+        load_spec(p)
+    p.write_text(LTR_SPEC.format(tune="cv2", train="train", candidates="judged").replace(
+        'model = "tfidf"', 'model = "tfidf"\ntrain = { cv_folds = 2 }'))
+    with pytest.raises(SpecError, match=r"unknown keys \['cv_folds'\]"):  # only LambdaMART rows take cv_folds
         load_spec(p)

@@ -34,7 +34,8 @@ class ModelSpec:
     # and ``pair_features``; ``train.split``: the queries it learns from)
     params: dict[str, Any] = field(default_factory=dict)  # given to the model's constructor
     grid: dict[str, list[Any]] = field(default_factory=dict)  # tuned, applied with ``with_params``
-    train: dict[str, Any] = field(default_factory=dict)  # {split, threshold, fields[, dataset, dev]}: fit before ranking
+    train: dict[str, Any] = field(default_factory=dict)  # {split, threshold, fields[, dataset, dev]}: fit before ranking;
+    # lambdamart rows under tune = "cvK": {cv_folds}, trees by an inner CV in each outer fold
     combine: list[str] = field(default_factory=list)
     norm: str = "minmax"  # per-query score normalisation of interpolated rows
     analyzer: str | None = None
@@ -201,7 +202,7 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
                 raise SpecError(f"{p}: {m.label!r} must combine rows listed before it")
             if m.grid:
                 raise SpecError(f"{p}: {m.label!r} (lambdamart) takes params, not a grid")
-        unknown = set(m.train) - {"split", "threshold", "fields", "dataset", "dev"}
+        unknown = set(m.train) - {"split", "threshold", "fields", "dataset", "dev"} - ({"cv_folds"} if m.is_ltr else set())
         if unknown:
             raise SpecError(f"{p}: {m.label!r} train has unknown keys {sorted(unknown)}")
     return spec

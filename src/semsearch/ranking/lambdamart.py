@@ -209,16 +209,19 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_-." else "_" for c in name)
 
 
-def cross_validated(g: Groups, k: int = 5, seed: int = 0, **params: Any) -> tuple[Run, list[dict[str, Any]]]:
+def cross_validated(g: Groups, k: int = 5, seed: int = 0, inner_folds: int = 0,
+                    **params: Any) -> tuple[Run, list[dict[str, Any]]]:
     """k-fold cross-validation over queries (data sets with no training split, e.g. TREC DL's 43
-    queries): each fold's queries are ranked by a LambdaMART trained on the other folds (a fixed
-    ``num_boost_round``, no early stopping). Returns the combined run and each fold's log."""
+    queries, or comparing rankers on a selection split): each fold's queries are ranked by a
+    LambdaMART trained on the other folds, with ``num_boost_round`` trees, or, with
+    ``inner_folds`` ≥ 2, as many as an inner k-fold CV over those folds' queries picks (nested
+    CV: the scored fold never chooses anything). Returns the combined run and each fold's log."""
     names = params.pop("feature_names")
     run: Run = {}
     logs = []
     for train_q, test_q in kfold_queries(g.qids, k=k, seed=seed):
         model = LambdaMART(names, **params)
-        log = model.fit(g.subset(train_q))
+        log = model.fit(g.subset(train_q), cv_folds=inner_folds)
         test = g.subset(test_q)
         run.update(test.to_run(model.predict(test)))
         logs.append({**log, "test_queries": len(test_q)})
