@@ -221,3 +221,7 @@ def test_ltr_rows_are_validated(tmp_path):
         'model = "tfidf"', 'model = "tfidf"\ntrain = { cv_folds = 2 }'))
     with pytest.raises(SpecError, match=r"unknown keys \['cv_folds'\]"):  # only LambdaMART rows take cv_folds
         load_spec(p)
+    p.write_text(LTR_SPEC.format(tune="split:dev", train="dev", candidates="judged").replace(
+        'split = "dev" }', 'split = "dev", cv_folds = 3 }'))
+    with pytest.raises(SpecError, match=r"unknown keys \['cv_folds'\]"):  # ... and only under tune = "cvK"
+        load_spec(p)

@@ -202,7 +202,8 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
                 raise SpecError(f"{p}: {m.label!r} must combine rows listed before it")
             if m.grid:
                 raise SpecError(f"{p}: {m.label!r} (lambdamart) takes params, not a grid")
-        unknown = set(m.train) - {"split", "threshold", "fields", "dataset", "dev"} - ({"cv_folds"} if m.is_ltr else set())
+        nested = m.is_ltr and spec.tune.startswith("cv")  # only there does an inner CV pick the trees
+        unknown = set(m.train) - {"split", "threshold", "fields", "dataset", "dev"} - ({"cv_folds"} if nested else set())
         if unknown:
             raise SpecError(f"{p}: {m.label!r} train has unknown keys {sorted(unknown)}")
     return spec
