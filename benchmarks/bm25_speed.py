@@ -46,7 +46,7 @@ import numpy as np
 from _common import hardware, hardware_line, maxrss_mb, median_time, write_json
 from semsearch.data import open_dataset
 from semsearch.evaluation import evaluate
-from semsearch.models import create_model
+from semsearch.plugins import create_model
 from semsearch.text import tokenize
 
 K1, B = 1.2, 0.75

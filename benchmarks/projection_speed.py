@@ -29,7 +29,7 @@ import scipy.sparse as sp
 
 from _common import hardware, hardware_line, maxrss_mb, write_json
 from semsearch.data import TrainingData, open_dataset
-from semsearch.models import create_model
+from semsearch.plugins import create_model
 from semsearch.models.projection import pca
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from _common import hardware, hardware_line, maxrss_mb, write_json
 from semsearch.data import TrainingData, open_dataset
-from semsearch.models import create_model
+from semsearch.plugins import create_model
 from semsearch.models.topic import _distinct_titles, clear_fit_memo, default_threads, to_gensim_corpus
 from semsearch.text import Analyzer, Vocabulary, count_matrix
 

@@ -36,7 +36,7 @@ import numpy as np
 from _common import REPO, hardware, hardware_line, median_time, rss_mb, write_json
 from semsearch.data import open_dataset
 from semsearch.index import SemanticRetriever, VectorIndex, recall_at_k, set_threads
-from semsearch.models import create_model
+from semsearch.plugins import create_model
 from semsearch.text import TrigramHasher
 
 

@@ -71,8 +71,7 @@ def _parse_params(pairs: list[str]) -> dict[str, Any]:
 
 def _model(name_or_dir: str, param: list[str], analyzer: str | None):  # type: ignore[no-untyped-def]
     """The model named on the command line, with its --param and --analyzer options."""
-    from . import ranking  # noqa: F401  (registers "lambdamart", so saved rankers load by directory)
-    from .models import resolve_model
+    from .plugins import resolve_model
 
     params = _parse_params(param)
     if analyzer:
@@ -205,7 +204,7 @@ def index_build(
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
     from .data import load_corpus, open_dataset
     from .index import build_bundle
-    from .models import load_model
+    from .plugins import load_model
 
     start = time.perf_counter()
     names = [m.strip() for m in models.split(",") if m.strip()]
@@ -299,7 +298,7 @@ def train_cmd(
 ) -> None:
     """Train a model on a data set's judged pairs; progress shows pairs/s, loss and the dev metric."""
     from .data import EvalSet, TrainingData, open_dataset
-    from .models import create_model
+    from .plugins import create_model
     from .training import fit
 
     ds = open_dataset(data)
@@ -332,7 +331,7 @@ def classify_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """P(domain | query) for every classification domain of a trained MT-DNN."""
-    from .models import load_model
+    from .plugins import load_model
     from .models.mtdnn import MTDNN
 
     m = load_model(model)
@@ -361,7 +360,7 @@ def encode_cmd(
     import numpy as np
 
     from .data import iter_corpus, join_fields, load_queries
-    from .models import load_model
+    from .plugins import load_model
 
     m = load_model(model)
     if not hasattr(m, "encode_queries"):
@@ -391,7 +390,7 @@ def explain_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Why the model matches a query and a document: winning words and shared neurons (CLSM), word contributions (any encoder)."""
-    from .models import load_model
+    from .plugins import load_model
     from .models.explain import explain
     from .models.neural import NeuralEncoder
 

@@ -9,8 +9,8 @@ import torch
 
 from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.evaluation import evaluate
-from semsearch.models import create_model, rank
-from semsearch.ranking import LambdaMARTRanker
+from semsearch.models import rank
+from semsearch.plugins import create_model
 from semsearch.training import fit
 
 pytestmark = pytest.mark.integration
@@ -35,8 +35,8 @@ def test_lambdamart_over_lexical_features_is_at_least_bm25(homedepot, prior):
     train = EvalSet.judged(ds, "train")
     train = train.subset(sorted(train.queries)[:3000])  # a subsample keeps this under a minute
     dev = EvalSet.judged(ds, "dev")
-    ranker = LambdaMARTRanker(features=[{"name": "BM25", "model": "bm25", "params": {"k1": 1.2, "b": 0.25}},
-                                        "ulm", "tfidf"], pair_features=["query_words", "doc_words", "query_coverage"], **prior)
+    ranker = create_model("lambdamart", features=[{"name": "BM25", "model": "bm25", "params": {"k1": 1.2, "b": 0.25}},
+                          "ulm", "tfidf"], pair_features=["query_words", "doc_words", "query_coverage"], **prior)
     ranker.index(corpus.ids, corpus.joined("title"))
     log = ranker.fit(train.queries, train.candidates, train.qrels, dev)
     assert 1 <= log["trees"] <= 1000 and log["held-out ndcg@10"] > 0.87

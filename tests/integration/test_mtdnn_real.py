@@ -7,7 +7,8 @@ import pytest
 
 from semsearch.data import DomainTasks, EvalSet, TrainingData, open_dataset, open_domain_set
 from semsearch.evaluation import auc, evaluate
-from semsearch.models import create_model, load_model, rank
+from semsearch.models import rank
+from semsearch.plugins import create_model, load_model
 from semsearch.models.classifiers import svm_scores, word_ngram_features
 from semsearch.training import fit
 from semsearch.training.mtdnn import classification_auc, domain_tasks

@@ -8,9 +8,10 @@ import torch
 
 from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.evaluation import evaluate
-from semsearch.models import load_model, rank
+from semsearch.models import rank
+from semsearch.plugins import load_model
 from semsearch.models.explain import explain
-from semsearch.models import create_model
+from semsearch.plugins import create_model
 from semsearch.training import fit
 
 pytestmark = pytest.mark.integration

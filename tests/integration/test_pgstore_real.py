@@ -32,7 +32,7 @@ def test_pgvector_matches_faiss_on_lsa_titles(shared_data: Path, pg_dsn: str) ->
     from semsearch.data import TrainingData, open_dataset
     from semsearch.index import VectorIndex, recall_at_k
     from semsearch.index.pgstore import PgVectorStore
-    from semsearch.models import create_model
+    from semsearch.plugins import create_model
 
     ds = open_dataset("homedepot")
     corpus = ds.corpus()

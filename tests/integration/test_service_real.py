@@ -18,7 +18,7 @@ def test_homedepot_bundle_served(shared_data: Path, tmp_path: Path) -> None:
     from semsearch.data import EvalSet, TrainingData, open_dataset
     from semsearch.evaluation import evaluate
     from semsearch.index import Bundle, build_bundle
-    from semsearch.models import create_model
+    from semsearch.plugins import create_model
     from semsearch.serving import create_app
     from semsearch.training import fit
 

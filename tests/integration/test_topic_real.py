@@ -9,7 +9,8 @@ import pytest
 
 from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.evaluation import evaluate
-from semsearch.models import create_model, rank
+from semsearch.models import rank
+from semsearch.plugins import create_model
 
 pytestmark = pytest.mark.integration
 

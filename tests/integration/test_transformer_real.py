@@ -12,7 +12,8 @@ import torch
 
 from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.evaluation import evaluate
-from semsearch.models import create_model, rank
+from semsearch.models import rank
+from semsearch.plugins import create_model
 from semsearch.training import fit
 
 pytestmark = pytest.mark.integration

@@ -26,7 +26,7 @@ def test_hnsw_and_ivfpq_recall_against_exact_on_all_titles(homedepot) -> None:  
     must find nearly all of exact search's top 20, IVF-PQ (20 bytes a vector) most of it."""
     from semsearch.data import TrainingData
     from semsearch.index import VectorIndex, recall_at_k
-    from semsearch.models import create_model
+    from semsearch.plugins import create_model
 
     corpus = homedepot.corpus()
     m = create_model("lsa")
@@ -48,7 +48,7 @@ def test_hybrid_recall_beats_each_index_alone_on_a_subsample(homedepot) -> None:
     queries and random others): the union must find clearly more relevant titles than either."""
     from semsearch.evaluation import evaluate
     from semsearch.index import HybridRetriever, SemanticRetriever, Source
-    from semsearch.models import create_model
+    from semsearch.plugins import create_model
 
     corpus, queries, qrels = homedepot.corpus(), homedepot.queries(), homedepot.qrels("test")
     qids = sorted(q for q in qrels if any(g >= 1 for g in qrels[q].values()))[:100]

@@ -9,7 +9,8 @@ import pytest
 
 from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.index import build_bundle
-from semsearch.models import Model, create_model
+from semsearch.models import Model
+from semsearch.plugins import create_model
 from semsearch.training import fit
 
 

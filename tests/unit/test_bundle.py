@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 from semsearch.cli import app
 from semsearch.data import open_dataset
 from semsearch.index import Bundle, build_bundle
-from semsearch.models import ModelDirError, create_model
+from semsearch.models import ModelDirError
+from semsearch.plugins import create_model
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

@@ -110,7 +110,8 @@ def test_registered_specs_all_parse():
 # -- trained rows and interpolation rows -----------------------------------------------------------
 import numpy as np  # noqa: E402
 
-from semsearch.models import Model, register  # noqa: E402
+from semsearch.models import Model  # noqa: E402
+from semsearch.plugins import register  # noqa: E402
 from semsearch.models.base import read_config, write_config  # noqa: E402
 
 

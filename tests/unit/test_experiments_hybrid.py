@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from semsearch.experiments import SpecError, load_spec, run_experiment
-from semsearch.models.base import Model, read_config, register, write_config
+from semsearch.models.base import Model, read_config, write_config
+from semsearch.plugins import register
 
 
 @register("test-bag-encoder")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from semsearch.index import HybridRetriever, Source, merge, merge_runs
-from semsearch.models import create_model
+from semsearch.plugins import create_model
 
 LEX = [("a", 9.0), ("b", 5.0), ("c", 1.0)]
 SEM = [("c", 0.9), ("d", 0.8)]

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from semsearch.models import (BM25, ModelDirError, create_model, load_model, model_names, rank,
-                              resolve_model)
+from semsearch.models import BM25, ModelDirError, rank
+from semsearch.plugins import create_model, load_model, model_names, resolve_model
 
 IDS = ["d1", "d2", "d3", "d4", "d5"]
 DOCS = ["the cat sat on the mat", "cat cat dog", "a bird in the hand", "dog eats dog food", ""]

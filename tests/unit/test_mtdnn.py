@@ -14,7 +14,8 @@ from semsearch.data import DataFormatError, DomainTasks, EvalSet, TrainingData, 
 from semsearch.evaluation import auc
 from semsearch.experiments import SpecError, load_spec, run_experiment
 from semsearch.experiments.classification import label_sample
-from semsearch.models import create_model, load_model, rank
+from semsearch.models import rank
+from semsearch.plugins import create_model, load_model
 from semsearch.models.classifiers import letter_trigram_features, svm_scores, word_ngram_features
 from semsearch.text import TrigramHasher
 from semsearch.training import fit

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from semsearch.data import EvalSet, TrainingData, open_dataset
-from semsearch.models import ModelDirError, create_model, load_model, rank
+from semsearch.models import ModelDirError, rank
+from semsearch.plugins import create_model, load_model
 from semsearch.models.neural import segment_max
 from semsearch.text import TrigramHasher, word_trigrams
 from semsearch.training import fit

@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 from semsearch.data import EvalSet, TrainingData
-from semsearch.models import create_model, load_model
+from semsearch.plugins import create_model, load_model
 from semsearch.models.projection import ProjectionModel, opca_matrices, pca, tfidf_matrix
 
 TOPICS = {

@@ -10,7 +10,8 @@ import pytest
 from semsearch.data import EvalSet, open_dataset
 from semsearch.experiments import load_spec, run_experiment
 from semsearch.experiments.spec import SpecError
-from semsearch.models import ModelDirError, create_model, load_model, rank
+from semsearch.models import ModelDirError, rank
+from semsearch.plugins import create_model, load_model
 from semsearch.ranking import (LambdaMART, LambdaMARTRanker, cross_validated, groups, pair_columns,
                                run_columns)
 
@@ -124,8 +125,8 @@ def test_cross_validated_covers_every_query():
 def _ranker(tiny_data, **kw):
     ds = open_dataset("tiny")
     corpus = ds.corpus()
-    r = LambdaMARTRanker(features=[{"name": "BM25", "model": "bm25"}, "tfidf"], pair_features=["query_coverage"],
-                         **{**FAST, "min_data_in_leaf": 2, **kw})
+    r = create_model("lambdamart", features=[{"name": "BM25", "model": "bm25"}, "tfidf"], pair_features=["query_coverage"],
+                     **{**FAST, "min_data_in_leaf": 2, **kw})
     r.index(corpus.ids, corpus.joined("title"))
     train, dev = EvalSet.judged(ds, "train"), EvalSet.judged(ds, "dev")
     r.fit(train.queries, train.candidates, train.qrels, dev)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from semsearch.models import create_model, load_model
+from semsearch.plugins import create_model, load_model
 from semsearch.models.termdep import LatentConceptExpansion, PositionalIndex, SequentialDependence
 
 DOCS = {

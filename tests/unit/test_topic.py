@@ -12,7 +12,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from semsearch.models import create_model, load_model, rank
+from semsearch.models import rank
+from semsearch.plugins import create_model, load_model
 from semsearch.models import topic_em as em
 from semsearch.models.topic import BLTM, PLSA, TopicModel, _counts, clear_fit_memo
 from semsearch.text import Vocabulary

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from semsearch.data import EvalSet, TrainingData
-from semsearch.models import ModelDirError, create_model, load_model, rank
+from semsearch.models import ModelDirError, rank
+from semsearch.plugins import create_model, load_model
 from semsearch.models.transformer import BiEncoder, CrossEncoder, default_base
 from semsearch.training import fit
 from semsearch.training.losses import graded_hinge_loss

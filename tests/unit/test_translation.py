@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from semsearch.data import TrainingData
-from semsearch.models import create_model, load_model
+from semsearch.plugins import create_model, load_model
 from semsearch.models.translation import (PhraseTranslationModel, WordTranslationModel, _grow_diag_final,
                                           extract_phrases, ibm1, key_terms, ngram_keys, phrase_key)
 

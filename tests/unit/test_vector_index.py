@@ -202,7 +202,7 @@ def test_semantic_retriever_with_any_encoder() -> None:
 
 
 def _dssm(seed: int):  # type: ignore[no-untyped-def]
-    from semsearch.models import create_model
+    from semsearch.plugins import create_model
     from semsearch.text import TrigramHasher
 
     m = create_model("dssm", hidden=[16], out=8, seed=seed)

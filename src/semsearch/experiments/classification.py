@@ -16,7 +16,7 @@ import numpy as np
 
 from ..data import DomainTasks, EvalSet, TrainingData, open_dataset, open_domain_set
 from ..evaluation import auc
-from ..models import create_model
+from ..plugins import create_model
 from ..models.classifiers import letter_trigram_features, svm_scores, word_ngram_features
 from ..models.mtdnn import MTDNN
 from ..progress import track

@@ -18,7 +18,8 @@ from ..evaluation import (EvalResult, ResultTable, canonical_metric, cross_valid
                           top1_crosstab, tune)
 from ..evaluation.compare import PAPER_BINS
 from ..index import SemanticRetriever, interpolate, merge_runs
-from ..models import LexicalModel, Model, create_model, load_model, rank, resolve_model
+from ..models import LexicalModel, Model, rank
+from ..plugins import create_model, load_model, resolve_model
 from ..models.lexical import LexicalIndex
 from ..progress import track
 from ..training import fit

@@ -26,7 +26,8 @@ from typing import Any
 
 from .. import __version__
 from ..data import Corpus, join_fields, load_corpus, write_corpus
-from ..models import Model, load_model
+from ..models import Model
+from ..plugins import load_model
 from ..models.base import ModelDirError
 from .hybrid import HybridHit, Source, merge
 from .semantic import SemanticRetriever, encoder_id

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..models.base import Model, ModelDirError, load_model
+from ..models.base import Model, ModelDirError
+from ..plugins import load_model
 from ..progress import track
 from .vector import Hits, IndexMismatchError, VectorIndex
 

@@ -1,16 +1,17 @@
-"""The model protocol, the registry that names models, and ``rank`` (queries -> run).
+"""The model protocol, saved-model configs, and ``rank`` (queries -> run); the registry that names
+models is ``semsearch.plugins``.
 
 Every model ranks documents of a collection it has indexed: ``index`` prepares the collection
 (term statistics, or document embeddings), ``score`` scores given candidates per query (re-ranking
 a run or a query's judged documents), ``retrieve`` returns the top-k of the whole collection.
-Models save to a directory — a ``config.json`` naming the registered model plus npz/safetensors
+Models save to a directory — a ``config.json`` naming the model's kind plus npz/safetensors
 weights — and never use pickle."""
 
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -97,58 +98,6 @@ class TrainedModel(Model):
         return self
 
 
-_REGISTRY: dict[str, Callable[..., Model]] = {}
-
-
-def register(name: str) -> Callable[[type[Model]], type[Model]]:
-    """Class decorator: make a model constructible by ``name`` from the CLI and experiment specs."""
-
-    def deco(cls: type[Model]) -> type[Model]:
-        if name in _REGISTRY:
-            raise ValueError(f"model name {name!r} registered twice")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return deco
-
-
-def model_names() -> list[str]:
-    _import_builtin_models()
-    return sorted(_REGISTRY)
-
-
-def create_model(name: str, **params: Any) -> Model:
-    """A new, unindexed model by registered name."""
-    _import_builtin_models()
-    try:
-        cls = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; registered: {', '.join(sorted(_REGISTRY))}") from None
-    return cls(**params)
-
-
-def load_model(path: str | Path) -> Model:
-    """Load any saved model directory (its config.json names the registered class)."""
-    _import_builtin_models()
-    config = read_config(path)
-    name = config.get("model")
-    if name not in _REGISTRY:
-        raise ModelDirError(f"{path}: config.json names unknown model {name!r}")
-    return _REGISTRY[name].load(path)
-
-
-def resolve_model(name_or_dir: str, **params: Any) -> Model:
-    """A saved model directory if ``name_or_dir`` is one, else a new model by registered name."""
-    p = Path(name_or_dir)
-    if (p / CONFIG).exists():
-        model = load_model(p)
-        return model.with_params(**params) if params else model
-    if p.exists() and p.is_dir():
-        raise ModelDirError(f"{p}: a directory without {CONFIG}; not a saved model")
-    return create_model(name_or_dir, **params)
-
-
 def write_config(path: str | Path, config: dict[str, Any]) -> None:
     """Write ``config.json`` into model directory ``path`` (created if needed)."""
     d = Path(path)
@@ -223,15 +172,3 @@ def best_k(scores: np.ndarray, ranks: np.ndarray, k: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     cand = np.flatnonzero(scores >= np.partition(scores, len(scores) - k)[len(scores) - k])
     return cand[np.lexsort((ranks[cand], -scores[cand]))][:k]
-
-
-def _import_builtin_models() -> None:
-    """Import every module of this package once, so each registers its models by name."""
-    import importlib
-    import pkgutil
-
-    from .. import models as package
-
-    for info in pkgutil.iter_modules(package.__path__):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{package.__name__}.{info.name}")

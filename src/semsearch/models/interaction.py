@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..text import Vocabulary, tokenize
-from .base import ModelDirError, TrainedModel, read_config, register, write_config
+from .base import ModelDirError, TrainedModel, read_config, write_config
 from .neural import load_weights, save_weights
 PAD, UNK, FIRST = 0, 1, 2  # embedding rows: padding, unknown word (both zero), then the vocabulary
 
@@ -280,9 +280,9 @@ class InteractionModel(TrainedModel):
         return model
 
 
-@register("knrm")
 class KNRM(InteractionModel):
     """Kernel-based neural ranking model: ``dim``-d word embeddings, ``kernels`` RBF kernels."""
+    name = "knrm"
 
     arch_defaults = {"dim": 300, "kernels": 11, "max_words": 64}
 
@@ -293,9 +293,9 @@ class KNRM(InteractionModel):
         return max(q_max, 1), max(d_max, 1)
 
 
-@register("matchpyramid")
 class MatchPyramid(InteractionModel):
     """MatchPyramid over a ``query_words`` × ``doc_words`` matching matrix (longer texts are cut)."""
+    name = "matchpyramid"
 
     arch_defaults = {"dim": 300, "channels": 8, "kernel": [3, 3], "pool": [3, 5], "hidden": 128,
                      "query_words": 10, "doc_words": 30, "max_words": 64}

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import Model, ModelDirError, best_k, id_ranks, read_config, register, write_config
+from .base import Model, ModelDirError, best_k, id_ranks, read_config, write_config
 
 _INDEX_NPZ = "lexical.npz"
 _INDEX_JSON = "lexical.json"
@@ -293,10 +293,10 @@ class LexicalModel(IndexedModel):
         return out
 
 
-@register("bm25")
 class BM25(LexicalModel):
     """Okapi BM25 with Lucene's idf, log(1 + (N − df + 0.5)/(df + 0.5)), and tf saturation
     tf / (tf + k1·(1 − b + b·|d|/avgdl)); query terms count as often as they occur."""
+    name = "bm25"
 
     defaults = {"k1": 0.9, "b": 0.4}
 
@@ -311,13 +311,13 @@ class BM25(LexicalModel):
         return idf[terms] * tf / (tf + norm)
 
 
-@register("ulm")
 class UnigramLM(LexicalModel):
     """Query likelihood with a unigram document model (Zhai & Lafferty 2001), rank-equivalent form.
 
     Dirichlet (``mu`` > 0): Σ_q∈d log(1 + tf/(μ·p(q|C))) + |Q|·log(μ/(|d| + μ)).
     Jelinek-Mercer (``mu`` = 0, ``lam`` in (0, 1)): Σ_q∈d log(1 + (1−λ)·tf/(λ·|d|·p(q|C))).
     Query terms absent from the collection add the same constant to every document and are dropped."""
+    name = "ulm"
 
     defaults = {"mu": 2000.0, "lam": 0.0}
 
@@ -347,9 +347,9 @@ class UnigramLM(LexicalModel):
         return np.log(mu / (ix.doc_len + mu)) if mu > 0 else None
 
 
-@register("tfidf")
 class TfIdf(LexicalModel):
     """Vector space model: cosine of (1 + log tf)·idf vectors, idf = log(N/df) (both sides)."""
+    name = "tfidf"
 
     def _idf(self, st: CollectionStats) -> np.ndarray:
         return np.log(max(st.n_docs, 1) / np.maximum(st.df, 0.5))
@@ -366,9 +366,9 @@ class TfIdf(LexicalModel):
         return sp.diags(1.0 / np.maximum(norms, 1e-12)) @ q
 
 
-@register("random")
 class RandomOrder(Model):
     """A reproducible random score per (seed, query, document): the floor of every table."""
+    name = "random"
 
     def __init__(self, seed: int = 0):
         self.seed = int(seed)

@@ -20,7 +20,6 @@ import torch
 from torch import nn
 
 from ..text import Bags
-from .base import register
 from .neural import DSSM, DSSMTower, _glorot
 
 # the paper's Restaurant, Hotel, Flight and Nightlife domains, as the SGD file names them
@@ -82,12 +81,12 @@ class MTDNNNet(nn.Module):
             raise ValueError("this MT-DNN was built without the ranking task; it only classifies")
 
 
-@register("mt-dnn")
 class MTDNN(DSSM):
     """Multi-task DNN: ranks like DSSM (cosine of the Sq/Sd outputs) and classifies queries into
     ``domains`` (one logistic head each). ``domain_set`` names the query-domain file the
     classification tasks come from (``query-domains/NAME.tsv`` under the data root, or a path).
     Its input (letter-trigram bags) and output size are DSSM's; ``build`` makes the multi-task net."""
+    name = "mt-dnn"
 
     arch_defaults = {
         "l2": 300, "out": 128, "share": "all", "max_words": 64,

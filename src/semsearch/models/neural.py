@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..text import Bags, TrigramHasher, WordTable
-from .base import ModelDirError, TrainedModel, best_k, id_ranks, read_config, register, write_config
+from .base import ModelDirError, TrainedModel, best_k, id_ranks, read_config, write_config
 
 WEIGHTS = "weights.safetensors"
 
@@ -384,9 +384,9 @@ def load_weights(net: nn.Module, d: Path, name: str) -> None:
     net.load_state_dict(state)
 
 
-@register("dssm")
 class DSSM(NeuralEncoder):
     """Deep structured semantic model; ``hidden`` layers then ``out`` units, tanh."""
+    name = "dssm"
 
     arch_defaults = {"hidden": [300, 300], "out": 128, "shared": False, "max_words": 64}
 
@@ -402,9 +402,9 @@ class DSSM(NeuralEncoder):
         return int(self.config["out"])
 
 
-@register("clsm")
 class CLSM(NeuralEncoder):
     """Convolutional latent semantic model: ``window`` words, ``conv`` (K) filters, ``out`` (L)."""
+    name = "clsm"
 
     arch_defaults = {"window": 3, "conv": 300, "out": 128, "shared": False, "max_words": 64}
 

@@ -48,7 +48,7 @@ import scipy.sparse.linalg as spla
 
 from ..progress import track
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import Model, ModelDirError, best_k, id_ranks, read_config, register, write_config
+from .base import Model, ModelDirError, best_k, id_ranks, read_config, write_config
 
 _NPZ = "projection.npz"
 _JSON = "projection.json"
@@ -281,10 +281,10 @@ class ProjectionModel(Model):
         return model
 
 
-@register("lsa")
 class LSA(ProjectionModel):
     """LSA by PCA of the queries' and titles' TF-IDF vectors, each text its own document
     (Gao et al. 2011 §5.2, Table 2 row 2)."""
+    name = "lsa"
 
     def _learn(self, Xq, Xd, q_ids, d_ids, data, dev, progress):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
@@ -293,9 +293,9 @@ class LSA(ProjectionModel):
                    "texts": Xq.shape[0] + Xd.shape[0]}
 
 
-@register("cl-lsa")
 class CLLSA(ProjectionModel):
     """Cross-language LSA: PCA of each query concatenated with its title (Table 2 row 4)."""
+    name = "cl-lsa"
 
     def _learn(self, Xq, Xd, q_ids, d_ids, data, dev, progress):  # type: ignore[no-untyped-def]
         assert self.idf is not None
@@ -305,10 +305,10 @@ class CLLSA(ProjectionModel):
         return A, {"pca_seconds": time.perf_counter() - t0, "explained_variance": float(var.sum())}
 
 
-@register("opca")
 class OPCA(ProjectionModel):
     """Oriented PCA (Table 2 row 6): generalised eigenvectors of (C, N + εI) inside the leading
     ``reduce`` PCA directions (module docstring)."""
+    name = "opca"
 
     extra = {"reduce": 200, "reg": 0.3}
 
@@ -340,11 +340,11 @@ def opca_matrices(Xq: sp.spmatrix, Xd: sp.spmatrix, U: np.ndarray, reg: float) -
     return C, N, max(eps, 1e-12)
 
 
-@register("s2net")
 class S2Net(ProjectionModel):
     """Discriminative projection model trained with S2Net (Table 2 row 8; module docstring).
     Settings: ``gamma`` (10), ``negatives`` (4), ``epochs`` (max), ``patience`` (epochs without a
     better dev NDCG@10 before stopping), ``batch_size``, ``lr`` (Adam)."""
+    name = "s2net"
 
     extra = {"gamma": 10.0, "negatives": 4, "epochs": 20, "patience": 3, "batch_size": 1024, "lr": 0.01}
 

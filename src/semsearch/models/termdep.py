@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..text import Analyzer, Vocabulary
-from .base import ModelDirError, best_k, id_ranks, register
+from .base import ModelDirError, best_k, id_ranks
 from .lexical import IndexedModel
 
 _POS_NPZ = "positional.npz"
@@ -221,7 +221,6 @@ class _PositionalModel(IndexedModel):
         return self._require_index()
 
 
-@register("mrf")
 class SequentialDependence(_PositionalModel):
     """MRF sequential dependence model (Metzler & Croft 2005, §3-4; CLSM Table 5 row 8):
 
@@ -232,6 +231,7 @@ class SequentialDependence(_PositionalModel):
     tokens (#uw8). A count never seen in the collection is floored at half an occurrence, so the
     log is always finite. A one-word query has no pair features (plain Dirichlet query likelihood).
     The λ are not renormalised (rank-equivalent) so that a grid can tune them freely."""
+    name = "mrf"
 
     defaults = {"lambda_t": 0.85, "lambda_o": 0.10, "lambda_u": 0.05, "mu": 2500.0, "window": 8.0}
 
@@ -321,7 +321,6 @@ class SequentialDependence(_PositionalModel):
         return out
 
 
-@register("lce")
 class LatentConceptExpansion(SequentialDependence):
     """Latent concept expansion with single-term concepts (Metzler & Croft 2007, §3; CLSM Table 5
     row 9), on top of the SDM above:
@@ -337,6 +336,7 @@ class LatentConceptExpansion(SequentialDependence):
     Simplifications: only single-term concepts (the paper also expands with two-term concepts),
     and the expansion is one additive feature weighted by ``fb_weight`` instead of separately
     trained λ's for expansion unigrams. All three parameters apply through ``with_params``."""
+    name = "lce"
 
     defaults = {**SequentialDependence.defaults, "fb_docs": 10.0, "fb_terms": 10.0, "fb_weight": 0.5, "fb_idf": 0.0}
 

@@ -59,7 +59,7 @@ from ..progress import enabled as progress_enabled
 from ..progress import track
 from ..text import Analyzer, Vocabulary, count_matrix
 from . import topic_em as em
-from .base import Model, ModelDirError, read_config, register, write_config
+from .base import Model, ModelDirError, read_config, write_config
 from .lexical import LexicalIndex
 
 _NPZ = "topic.npz"
@@ -445,10 +445,10 @@ def _random_rows(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------ PLSA
-@register("plsa")
 class PLSA(TopicModel):
     """PLSA by MAP-EM (Gao 2011 §5.2 row 2-3; CLSM 2014 Table 5 rows 3-4): trained on the distinct
     titles of the training pairs; ``alpha``/``beta`` are the Dirichlet priors on θ and φ."""
+    name = "plsa"
 
     train_defaults: ClassVar[dict[str, Any]] = {
         "topics": 100, "iterations": 100, "min_iterations": 20, "tol": 1e-3, "alpha": 1.1, "beta": 1.01, "min_count": 1,
@@ -493,11 +493,11 @@ class PLSA(TopicModel):
 
 
 # ------------------------------------------------------------------------------------------- LDA
-@register("lda")
 class LDA(TopicModel):
     """LDA by gensim's online variational Bayes (CLSM 2014 Table 5 rows 5-6; the paper used Gibbs
     sampling): trained on the distinct titles of the training pairs. ``alpha`` None means 50/T,
     ``eta`` 0.01 (Wei & Croft 2006). Titles are folded in by the variational E-step."""
+    name = "lda"
 
     train_defaults: ClassVar[dict[str, Any]] = {
         "topics": 100, "passes": 10, "iterations": 50, "alpha": None, "eta": 0.01, "chunksize": 2000,
@@ -579,12 +579,12 @@ def to_gensim_corpus(counts: sp.csr_matrix) -> list[list[tuple[int, float]]]:
 
 
 # ------------------------------------------------------------------------------------------ BLTM
-@register("bltm")
 class BLTM(TopicModel):
     """The bilingual topic model (Gao 2011 §3; Table 1 rows 4-9; CLSM 2014 Table 5 row 7 is
     BLTM-PR): trained on query–title pairs by MAP-EM. ``pr``: posterior regularisation (BLTM-PR,
     ``pr_steps`` dual gradient steps per pair and EM iteration, warm-started, stopping early at
     ``pr_tol``); ``one_vocab``: one vocabulary for queries and titles (BLTM-PR-1V)."""
+    name = "bltm"
 
     train_defaults: ClassVar[dict[str, Any]] = {
         "topics": 100, "iterations": 100, "min_iterations": 20, "tol": 1e-3, "alpha": 1.1, "beta": 1.01, "pr": False,

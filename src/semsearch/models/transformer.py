@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from ..progress import track
-from .base import CONFIG, ModelDirError, TrainedModel, best_k, id_ranks, read_config, register
+from .base import CONFIG, ModelDirError, TrainedModel, best_k, id_ranks, read_config
 
 TRAIN_DEFAULTS: dict[str, Any] = {
     "margin": 1.0,  # hinge margin τ of Eq. 3 (a list: each is trained, the best on dev kept)
@@ -244,12 +244,12 @@ class TransformerModel(TrainedModel):
         """Weights beyond the BERT (pooling attention, classification head)."""
 
 
-@register("bert-rep")
 class BiEncoder(TransformerModel):
     """BERT(rep): separate query and document encodings, dot product (Eq. 1). ``encode_queries`` /
     ``encode_documents`` return float32 (N, dim) matrices, NOT unit length unless ``normalize``.
     ``index`` stores the texts; documents are encoded when first scored and cached (``retrieve``
     encodes the whole collection), so re-ranking judged candidates never encodes a whole corpus."""
+    name = "bert-rep"
 
     arch = {"pooling": "mean", "normalize": False}
     # share_negatives: every query of a batch also meets the other queries' documents as negatives
@@ -361,11 +361,11 @@ class BiEncoder(TransformerModel):
             self.net.pooler.attention.load_state_dict({"weight": state["attention.weight"]})  # type: ignore[union-attr]
 
 
-@register("bert-rel")
 class CrossEncoder(TransformerModel):
     """BERT(rel): [CLS] of "[CLS] q [SEP] d [SEP]" → Linear(hidden, 1) (Eq. 2). Untrained, the head
     is random (seeded): train it before use. Cluster negatives need document embeddings, so they come
     from the untrained bi-encoder of ``base`` (``cluster_model = "pretrained"``)."""
+    name = "bert-rel"
 
     arch = {"max_length": 256, "batch_pairs": 64}
     train_defaults = {**TRAIN_DEFAULTS, "cluster_model": "pretrained", "head_lr": None}

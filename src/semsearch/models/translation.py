@@ -54,7 +54,7 @@ import scipy.sparse as sp
 
 from ..progress import track
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import Model, ModelDirError, best_k, id_ranks, read_config, register, write_config
+from .base import Model, ModelDirError, best_k, id_ranks, read_config, write_config
 from .termdep import PositionalIndex
 
 _NPZ = "translation.npz"
@@ -510,12 +510,12 @@ def _log(p: np.ndarray) -> np.ndarray:
     return np.log(np.maximum(p, TINY))
 
 
-@register("wtm")
 class WordTranslationModel(_TranslationModel):
     """IBM-1 word translation model (module docstring); ``fit`` trains P(q|w) on the positive
     (query, title) pairs; ``alpha`` (background weight) and ``mu`` (literal-match / self-translation
     weight) apply via ``with_params``. Extra settings: ``iterations`` and ``tol`` of EM, ``null``
     (the NULL title word), ``min_prob`` (translations below it are pruned after training)."""
+    name = "wtm"
 
     def fit(self, data: Any, dev: Any = None, progress: bool = False) -> dict[str, Any]:
         """Train on ``data.pair_texts()``; ``dev`` is unused (EM has no early stopping)."""
@@ -541,11 +541,11 @@ class WordTranslationModel(_TranslationModel):
         return [(self.vocab.terms[row.indices[j]], float(row.data[j])) for j in order]
 
 
-@register("ptm")
 class PhraseTranslationModel(_TranslationModel):
     """Phrase translation model, phrases of up to ``max_len`` words (module docstring). ``fit``
     trains IBM-1 both ways, symmetrises Viterbi alignments, extracts and counts bi-phrases;
     ``alpha``, ``mu``, ``beta`` (phrase vs word channel) apply via ``with_params``."""
+    name = "ptm"
 
     defaults = {"alpha": 0.2, "mu": 0.0, "beta": 0.5}
 

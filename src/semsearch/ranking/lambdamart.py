@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..evaluation import kfold_queries
-from ..models.base import Model, ModelDirError, load_model, read_config, register, resolve_model, write_config
+from ..models.base import Model, ModelDirError, read_config, write_config
 from ..types import Qrels, Run
 from .features import PAIR_FEATURES, Groups, groups, model_columns, pair_columns
 
@@ -244,21 +244,12 @@ def importance_markdown(importance: Mapping[str, Mapping[str, float]]) -> str:
 
 
 # ------------------------------------------------------------------------------------ as a Model
-@register("lambdamart")
 class LambdaMARTRanker(Model):
-    """LambdaMART over named feature models (registered names with params, or saved model
-    directories) and optional per-pair text features; a ``Model`` itself (``score``, ``rank``).
-
-    ``features``: a list of ``{"name", "model", "params"}`` (or plain model names/directories);
+    """LambdaMART over named, built feature models and optional per-pair text features; a ``Model``
+    itself (``score``, ``rank``). Build one with ``from_models`` (or by name through the registry,
+    ``plugins.create_model("lambdamart", features=[...])``, which resolves the feature models);
     ``pair_features``: names from ``features.PAIR_FEATURES``; other keywords: booster parameters."""
-
-    def __init__(self, features: Sequence[str | Mapping[str, Any]] = (), pair_features: Sequence[str] = (),
-                 **params: Any):
-        specs = [{"name": f, "model": f, "params": {}} if isinstance(f, str) else
-                 {"name": f.get("name", f["model"]), "model": f["model"], "params": dict(f.get("params", {}))}
-                 for f in features]
-        self._init([s["name"] for s in specs], [resolve_model(s["model"], **s["params"]) for s in specs],
-                   pair_features, params)
+    name = "lambdamart"
 
     def _init(self, names: Sequence[str], models: Sequence[Model], pair_features: Sequence[str], params: dict[str, Any]) -> None:
         bad = [p for p in pair_features if p not in PAIR_FEATURES]
@@ -340,22 +331,29 @@ class LambdaMARTRanker(Model):
                          "pair_features": self.pair_features})
 
     @classmethod
+    def child_dirs(cls, config: Mapping[str, Any]) -> dict[str, str]:
+        """Feature name -> its saved sub-directory, from a saved ranker's config (the registry loads them)."""
+        try:
+            return dict(zip(config["features"], config["feature_dirs"], strict=True))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelDirError(f"corrupt lambdamart config ({e})") from None
+
+    @classmethod
     def load(cls, path: str | Path, models: Mapping[str, Model] | None = None) -> "LambdaMARTRanker":
-        """Read a saved ranker with its own feature models, or with ``models`` given by feature
-        name (refused unless they are exactly the features the ranker was trained on)."""
+        """Read a saved ranker over ``models`` given by feature name (refused unless they are
+        exactly the features the ranker was trained on; ``plugins.load_model`` gives its own)."""
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
         ranker = LambdaMART.load(d)
         try:
-            names, dirs, pair = list(cfg["features"]), list(cfg["feature_dirs"]), list(cfg["pair_features"])
+            names, pair = list(cfg["features"]), list(cfg["pair_features"])
         except (KeyError, TypeError) as e:
             raise ModelDirError(f"{d}: corrupt lambdamart config ({e})") from None
         if ranker.feature_names != names + pair:
             raise ModelDirError(f"{d}: booster features {ranker.feature_names} differ from the config's {names + pair}")
-        if models is not None and list(models) != names:
-            raise ModelDirError(f"{d}: ranker was trained on features {names}, given {list(models)}")
-        loaded = list(models.values()) if models is not None else [load_model(d / s) for s in dirs]
+        if models is None or list(models) != names:
+            raise ModelDirError(f"{d}: ranker was trained on features {names}, given {list(models or {})}")
         self = cls.__new__(cls)
-        self._init(names, loaded, pair, dict(ranker.params))
+        self._init(names, list(models.values()), pair, dict(ranker.params))
         self.ranker = ranker
         return self
