@@ -64,12 +64,13 @@ from torch import nn
 
 from _common import hardware, hardware_line, maxrss_mb, median_time, write_json
 from semsearch.data import TrainingData, open_dataset
-from semsearch.models import create_model
+from semsearch.plugins import create_model
 from semsearch.models.neural import BagFeatures, WindowFeatures, csr_take
 from semsearch.text import TrigramHasher
 from semsearch.training.losses import softmax_cosine_loss
 from semsearch.training.negatives import random_negatives, sample_pool
-from semsearch.training.trainer import _batch_loss, _optimizer, _Pairs, train_encoder
+from semsearch.training.args import args_from_config
+from semsearch.training.trainer import _batch_loss, _Pairs, make_optimizer, train_encoder
 
 GAMMA, LR, SEED, WINDOW = 10.0, 0.5, 0, 3
 HIDDEN, OUT, CONV = (300, 300), 128, 300
@@ -126,7 +127,7 @@ class Ours:
         self.net = self.model._require()
         self.qf, self.df = self.model.features(pairs.q_texts), self.model.features(data.doc_texts)
         self.cfg, self.pairs, self.n_docs = self.model.config, pairs, len(data.doc_texts)
-        self.opt = _optimizer(self.cfg, self.net.parameters())
+        self.opt = make_optimizer(args_from_config(self.cfg, "benchmark"), self.net.parameters())
         self.rng = np.random.default_rng(SEED)
         self.batches = Batches(len(pairs.q_rows), batch, self.rng)
         self.b = self.batches.b

@@ -11,7 +11,7 @@ dev AUC (``select = "rank"`` or ``"classification"`` uses only those); training 
 
 from __future__ import annotations
 
-import time
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -21,9 +21,10 @@ import torch.nn.functional as F
 from ..data import DomainTasks, EvalSet, TrainingData, open_domain_set
 from ..evaluation import auc
 from ..models.mtdnn import MTDNN
-from ..progress import enabled as progress_enabled
 from ..text import TrigramHasher
-from .trainer import TrainLog, _Bar, _batch_loss, _optimizer, _Pairs, _state, dev_score
+from .args import args_from_config
+from .loop import epoch_loop
+from .trainer import _batch_loss, _Pairs, dev_score, make_optimizer
 
 
 def domain_tasks(model: MTDNN, split: str) -> DomainTasks:
@@ -102,8 +103,9 @@ def train_mtdnn(
         raise ValueError(f"task_sampling must be 'uniform' or 'proportional', got {cfg['task_sampling']!r}")
 
     trainable = [p for p in net.parameters() if p.requires_grad]
-    opt = _optimizer(cfg, trainable)
-    cls_lr = float(cfg["cls_lr"]) if cfg["cls_lr"] is not None else float(cfg["lr"])
+    args = args_from_config(cfg, model.name)
+    opt = make_optimizer(args, trainable)
+    cls_lr = float(cfg["cls_lr"]) if cfg["cls_lr"] is not None else args.lr
     qf = df = cf = None
     if pairs is not None:
         qf, df = model.features(pairs.q_texts), model.features(data.doc_texts)  # type: ignore[union-attr]
@@ -122,40 +124,25 @@ def train_mtdnn(
         cursors[name] = (perm, at + b)
         return perm[at : at + b]
 
-    log = TrainLog()
-    best_state, bad = _state(net), 0
-    show = progress and progress_enabled()
-    for epoch in range(int(cfg["epochs"])):
-        net.train()
-        t0 = time.perf_counter()
-        losses: dict[str, list[float]] = {n: [] for n in names}
-        bar = _Bar(f"{model.name} epoch {epoch + 1}", steps) if show else None
-        for step, task in enumerate(rng.choice(len(names), size=steps, p=weights)):
-            name = names[task]
-            rows = next_rows(name)
-            if name == "rank":
-                loss = _batch_loss(net, qf, df, pairs, rows, rng, cfg, float(cfg["gamma"]), pool_size, j, 0, len(data.doc_texts))  # type: ignore[union-attr]
-                lr = float(cfg["lr"])
-            else:
-                di = domains.index(name)
-                logits = net.logits(cf.batch(rows), di)  # type: ignore[union-attr]
-                loss = F.binary_cross_entropy_with_logits(logits, y_all[torch.from_numpy(rows), di])
-                lr = cls_lr
-            for group in opt.param_groups:
-                group["lr"] = lr
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses[name].append(float(loss.detach()))
-            if bar:
-                bar.advance((step + 1) * b / (time.perf_counter() - t0), float(np.mean(losses[name])), log.best_dev)
-        if bar:
-            bar.close()
-        entry: dict[str, Any] = {"epoch": epoch + 1, "seconds": time.perf_counter() - t0,
-                                 **{f"loss_{n}": float(np.mean(v)) if v else float("nan") for n, v in losses.items()}}
+    def batches() -> Iterable[tuple[str, np.ndarray]]:
+        return ((names[t], next_rows(names[t])) for t in rng.choice(len(names), size=steps, p=weights))
+
+    def loss(batch: tuple[str, np.ndarray]) -> tuple[torch.Tensor, str]:
+        name, rows = batch
+        if name == "rank":
+            value = _batch_loss(net, qf, df, pairs, rows, rng, cfg, float(cfg["gamma"]), pool_size, j, 0, len(data.doc_texts))  # type: ignore[union-attr]
+        else:
+            di = domains.index(name)
+            value = F.binary_cross_entropy_with_logits(net.logits(cf.batch(rows), di), y_all[torch.from_numpy(rows), di])  # type: ignore[union-attr]
+        for group in opt.param_groups:
+            group["lr"] = args.lr if name == "rank" else cls_lr
+        return value, name
+
+    def evaluate() -> dict[str, float]:
+        entry: dict[str, float] = {}
         scores, select = [], str(cfg["select"])
         if dev is not None and pairs is not None:
-            entry["dev_rank"] = dev_score(model, data, dev, str(cfg["dev_metric"]))  # type: ignore[arg-type]
+            entry["dev_rank"] = dev_score(model, data, dev, args.dev_metric)  # type: ignore[arg-type]
             if select != "classification":
                 scores.append(entry["dev_rank"])
         if dev_tasks is not None:
@@ -165,11 +152,8 @@ def train_mtdnn(
                 scores += list(aucs.values())
         if scores:
             entry["dev"] = float(np.mean(scores))
-        best_state, bad = log.record(entry, net, best_state, bad)
-        if scores and bad >= int(cfg["patience"]):
-            log.stopped = f"no dev improvement ({select}) for {bad} epochs"
-            break
-    else:
-        log.stopped = f"reached {cfg['epochs']} epochs"
-    net.load_state_dict(best_state)
-    return {**log.to_dict(), "tasks": names, "steps_per_epoch": steps}
+        return entry
+
+    log = epoch_loop(net, opt, args, batches=batches, loss=loss, size=lambda batch: len(batch[1]), dev=evaluate,
+                     title=model.name, rng=rng, progress=progress, n_batches=lambda: steps)
+    return {**log, "tasks": names, "steps_per_epoch": steps}

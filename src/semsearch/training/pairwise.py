@@ -20,7 +20,8 @@ from ..models.interaction import InteractionModel
 from ..text import Vocabulary, tokenize
 from .losses import pairwise_hinge_loss
 from .negatives import hard_negatives, random_negatives, sample_pool
-from .trainer import _optimizer, _Pairs, run_epochs
+from .args import args_from_config
+from .trainer import _Pairs, make_optimizer, run_epochs
 
 
 def train_interaction(
@@ -43,7 +44,7 @@ def train_interaction(
     model.build(vocab, seed)
     net = model._require()
     q_ids, d_ids = model.encode(pairs.q_texts), model.encode(data.doc_texts)
-    opt = _optimizer(cfg, net.parameters())
+    opt = make_optimizer(args_from_config(cfg, model.name), net.parameters())
     j, h, n_docs = int(cfg["negatives"]), int(cfg["hard_negatives"]), len(d_ids)
     pool_size = min(int(cfg["neg_pool"]), int(cfg["batch_size"]) * max(j, 1), n_docs)
     margin = float(cfg["margin"])

@@ -9,10 +9,8 @@ epoch and resume from the last checkpoint."""
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +22,10 @@ from ..data import EvalSet, TrainingData
 from ..evaluation import evaluate
 from ..models.base import Model, rank
 from ..models.neural import NeuralEncoder
-from ..progress import enabled as progress_enabled
 from ..text import TrigramHasher
+from .args import TrainArgs, args_from_config
 from .losses import in_batch_loss, softmax_cosine_loss
+from .loop import Checkpoint, epoch_loop
 from .negatives import hard_negatives, random_negatives, sample_pool
 
 
@@ -53,34 +52,6 @@ class _Pairs:
         hn = data.hard_negatives()
         hard = [[di[d] for d in hn.get(q, [])] for q in qids]
         return cls(q_rows, d_rows, pos_sets, hard, [data.queries[q] for q in qids])
-
-
-@dataclass
-class TrainLog:
-    epochs: list[dict[str, float]] = field(default_factory=list)
-    best_epoch: int = 0
-    best_dev: float = float("-inf")
-    stopped: str = ""
-
-    def record(self, entry: dict[str, Any], net: torch.nn.Module, best_state: dict[str, torch.Tensor],
-               bad: int) -> tuple[dict[str, torch.Tensor], int]:
-        """Log one epoch's ``entry``; with a ``dev`` score, keep the weights when it improves and
-        count the epochs since it last did (no dev score: the latest epoch is the best).
-        Returns the best weights so far and the epochs since the best."""
-        epoch = int(entry["epoch"])
-        if "dev" in entry:
-            if entry["dev"] > self.best_dev:
-                self.best_dev, self.best_epoch, best_state, bad = entry["dev"], epoch, _state(net), 0
-            else:
-                bad += 1
-        else:
-            self.best_epoch, best_state = epoch, _state(net)
-        entry["since_best"] = bad
-        self.epochs.append(entry)
-        return best_state, bad
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"epochs": self.epochs, "best_epoch": self.best_epoch, "best_dev": self.best_dev, "stopped": self.stopped}
 
 
 def train_encoder(
@@ -129,7 +100,7 @@ def _train(
     model.build(hasher, seed)
     net = model._require()
     qf, df = model.features(q_texts), model.features(d_texts)
-    opt = _optimizer(cfg, net.parameters())
+    opt = make_optimizer(args_from_config(cfg, model.name), net.parameters())
     b, j, n_docs = int(cfg["batch_size"]), int(cfg["negatives"]), len(d_texts)
     pool_size = min(int(cfg["neg_pool"]), b * max(j, 1), n_docs)
     h = int(cfg["hard_negatives"])
@@ -149,53 +120,20 @@ def run_epochs(
     data: TrainingData, dev: EvalSet | None, *, progress: bool = True,
     checkpoint_dir: str | Path | None = None, resume: bool = False,
 ) -> dict[str, Any]:
-    """The epoch loop every torch-trained model shares: shuffle the ``n_items`` training items,
-    ``step(rows)`` gives a minibatch's loss, dev ``model.config["dev_metric"]`` after each epoch,
-    early stopping after ``patience`` epochs without improvement (best weights kept), and a
-    checkpoint per epoch (``vocab`` — anything with ``save(path)`` — is saved with it so a resume
-    can refuse other data). ``rng`` is restored in place on resume, so ``step`` may close over it."""
+    """``loop.epoch_loop`` over ``n_items`` training items shuffled each epoch into minibatches of
+    row indices; ``step(rows)`` gives a minibatch's loss; dev ``dev_metric`` after each epoch."""
     cfg = model.config
-    log = TrainLog()
-    best_state = _state(net)
-    start_epoch = 0
-    ckpt = Path(checkpoint_dir) if checkpoint_dir else None
-    if ckpt is not None and resume and (ckpt / "trainer.json").is_file():
-        start_epoch, log, best_state = _load_checkpoint(ckpt, net, opt, vocab, rng)
-    b = int(cfg["batch_size"])
-    bad = 0 if not log.epochs else log.epochs[-1].get("since_best", 0)
-    show = progress and progress_enabled()
-    for epoch in range(start_epoch, int(cfg["epochs"])):
-        net.train()
+    args = args_from_config(cfg, model.name)
+    b = args.batch_size
+
+    def batches() -> Iterable[np.ndarray]:
         perm = rng.permutation(n_items)
-        t0, total, seen = time.perf_counter(), 0.0, 0
-        batches = range(0, len(perm), b)
-        bar = _Bar(f"{model.name} epoch {epoch + 1}", len(batches)) if show else None
-        for start in batches:
-            rows = perm[start : start + b]
-            loss = step(rows)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += float(loss.detach()) * len(rows)
-            seen += len(rows)
-            if bar:
-                bar.advance(seen / (time.perf_counter() - t0), total / seen, log.best_dev)
-        if bar:
-            bar.close()
-        secs = time.perf_counter() - t0
-        entry = {"epoch": epoch + 1, "loss": total / max(seen, 1), "pairs_per_s": seen / secs, "seconds": secs}
-        if dev is not None:
-            entry["dev"] = dev_score(model, data, dev, str(cfg["dev_metric"]))
-        best_state, bad = log.record(entry, net, best_state, bad)
-        if ckpt is not None:
-            _save_checkpoint(ckpt, net, opt, vocab, epoch + 1, log, rng, best_state)
-        if dev is not None and bad >= int(cfg["patience"]):
-            log.stopped = f"no {cfg['dev_metric']} improvement on dev for {bad} epochs"
-            break
-    else:
-        log.stopped = f"reached {cfg['epochs']} epochs"
-    net.load_state_dict(best_state)
-    return log.to_dict()
+        return (perm[i : i + b] for i in range(0, n_items, b))
+
+    evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None
+    ck = Checkpoint(Path(checkpoint_dir), vocab, resume) if checkpoint_dir else None
+    return epoch_loop(net, opt, args, batches=batches, loss=step, size=len, dev=evaluate, title=model.name,
+                      rng=rng, checkpoint=ck, progress=progress, n_batches=lambda: -(-n_items // b))
 
 
 def _batch_loss(net, qf, df, pairs, rows, rng, cfg, gamma, pool_size, j, h, n_docs) -> torch.Tensor:  # type: ignore[no-untyped-def]
@@ -239,81 +177,6 @@ def dev_score(model: Model, data: TrainingData, dev: EvalSet, metric: str) -> fl
     return float(evaluate(run, dev.qrels, [metric]).mean[metric])
 
 
-def _optimizer(cfg: dict[str, Any], params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    """SGD (the papers) or Adam over ``params`` at ``cfg["lr"]``."""
-    if cfg["optimizer"] == "sgd":
-        return torch.optim.SGD(params, lr=float(cfg["lr"]))
-    if cfg["optimizer"] == "adam":
-        return torch.optim.Adam(params, lr=float(cfg["lr"]))
-    raise ValueError(f"optimizer must be 'sgd' or 'adam', got {cfg['optimizer']!r}")
-
-
-def _state(net: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in net.state_dict().items()}
-
-
-class _Bar:
-    """One epoch's progress bar: batches, pairs/s, running loss, best dev metric so far."""
-
-    def __init__(self, title: str, total: int):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.progress = Progress(
-            TextColumn(title), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[pps]:>7.0f} pairs/s  loss {task.fields[loss]:.4f}  best dev {task.fields[dev]}"),
-            TimeElapsedColumn(), console=Console(stderr=True), transient=True,
-        )
-        self.progress.start()
-        self.task = self.progress.add_task(title, total=total, pps=0.0, loss=0.0, dev="-")
-
-    def advance(self, pps: float, loss: float, dev: float) -> None:
-        self.progress.update(self.task, advance=1, pps=pps, loss=loss, dev="-" if dev == float("-inf") else f"{dev:.4f}")
-
-    def close(self) -> None:
-        self.progress.stop()
-
-
-# ------------------------------------------------------------------------------------ checkpoints
-def _save_checkpoint(d: Path, net, opt, vocab, epoch, log, rng, best_state) -> None:  # type: ignore[no-untyped-def]
-    """Weights, best weights, optimizer state and RNG states: safetensors + JSON, no pickle."""
-    from safetensors.torch import save_file
-
-    d.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(d / "weights.safetensors"))
-    save_file({k: v.contiguous() for k, v in best_state.items()}, str(d / "best.safetensors"))
-    sd = opt.state_dict()
-    tensors = {f"{pid}.{k}": v.contiguous() for pid, st in sd["state"].items() for k, v in st.items() if torch.is_tensor(v)}
-    tensors["torch_rng"] = torch.get_rng_state()
-    save_file(tensors, str(d / "optimizer.safetensors"))
-    vocab.save(d / "vocabulary.json")
-    meta = {"epoch": epoch, "log": log.to_dict(), "rng": rng.bit_generator.state, "param_groups": sd["param_groups"]}
-    tmp = d / "trainer.json.tmp"
-    tmp.write_text(json.dumps(meta))
-    tmp.replace(d / "trainer.json")  # the checkpoint counts only once this is written
-
-
-def _load_checkpoint(d: Path, net, opt, vocab, rng):  # type: ignore[no-untyped-def]
-    from safetensors.torch import load_file
-
-    meta = json.loads((d / "trainer.json").read_text())
-    saved_vocab = type(vocab).load(d / "vocabulary.json")
-    if _vocab_key(saved_vocab) != _vocab_key(vocab):
-        raise ValueError(f"{d}: checkpoint was trained on other data (vocabulary differs); cannot resume")
-    net.load_state_dict(load_file(str(d / "weights.safetensors")))
-    best = load_file(str(d / "best.safetensors"))
-    tensors = load_file(str(d / "optimizer.safetensors"))
-    torch.set_rng_state(tensors.pop("torch_rng"))
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    for key, v in tensors.items():
-        pid, name = key.split(".", 1)
-        state.setdefault(int(pid), {})[name] = v
-    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    rng.bit_generator.state = meta["rng"]
-    log = TrainLog(**{k: meta["log"][k] for k in ("epochs", "best_epoch", "best_dev", "stopped")})
-    return int(meta["epoch"]), log, best
-
-
-def _vocab_key(vocab: Any) -> Any:
-    """What identifies a training vocabulary: trigrams (trigram encoders) or terms (word models)."""
-    return getattr(vocab, "trigrams", None) or getattr(vocab, "terms")
+def make_optimizer(args: TrainArgs, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """SGD (the papers) or Adam over ``params`` at ``args.lr``."""
+    return (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(params, lr=args.lr)

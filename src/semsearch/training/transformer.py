@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -29,10 +30,11 @@ import torch
 
 from ..data import EvalSet, TrainingData
 from ..models.transformer import BiEncoder, CrossEncoder, TransformerModel
-from ..progress import enabled as progress_enabled
 from .losses import graded_hinge_loss
 from .negatives import uniform_negatives
-from .trainer import _Bar, dev_score
+from .args import args_from_config
+from .loop import epoch_loop
+from .trainer import dev_score
 
 
 @dataclass
@@ -172,51 +174,23 @@ def _tune(model: TransformerModel, data: TrainingData, examples: list[Example], 
 def _train(model: TransformerModel, data: TrainingData, examples: list[Example], dev: EvalSet | None,
            margin: float, progress: bool, title: str) -> dict[str, Any]:
     cfg = model.config
-    seed = int(cfg["seed"])
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed + 1)
+    args = args_from_config(cfg, model.name, optimizer="adam")
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed + 1)
     net = model.net
     assert net is not None
-    opt = torch.optim.Adam(_param_groups(net, cfg), lr=float(cfg["lr"]))
-    b = int(cfg["batch_size"])
-    if b < 1:
-        raise ValueError("batch_size must be positive")
-    epochs, best_dev, best_epoch, best_state = [], float("-inf"), 0, None
-    show = progress and progress_enabled()
-    for epoch in range(int(cfg["epochs"])):
-        net.train()
+    opt = torch.optim.Adam(_param_groups(net, cfg), lr=args.lr)
+    b = args.batch_size
+
+    def batches() -> Iterable[list[Example]]:
         perm = rng.permutation(len(examples))
-        batches = range(0, len(perm), b)
-        bar = _Bar(f"{title} epoch {epoch + 1}", len(batches)) if show else None
-        t0, total, seen, steps = time.perf_counter(), 0.0, 0, 0
-        for start in batches:
-            batch = [examples[i] for i in perm[start : start + b]]
-            loss = _batch_loss(model, batch, data.doc_texts, margin)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += float(loss.detach())
-            steps += 1
-            seen += sum(len(e.docs) for e in batch)
-            if bar:
-                bar.advance(seen / (time.perf_counter() - t0), total / steps, best_dev)
-        if bar:
-            bar.close()
-        secs = time.perf_counter() - t0
-        entry: dict[str, float] = {"epoch": epoch + 1, "loss": total / max(steps, 1), "pairs_per_s": seen / secs,
-                                   "seconds": secs, "steps": steps}
-        if dev is not None:
-            entry["dev"] = dev_score(model, data, dev, str(cfg["dev_metric"]))  # type: ignore[arg-type]
-            if entry["dev"] > best_dev:
-                best_dev, best_epoch = entry["dev"], epoch + 1
-                best_state = {k: v.detach().clone() for k, v in net.state_dict().items()} if int(cfg["epochs"]) > 1 else None
-        else:
-            best_epoch = epoch + 1
-        epochs.append(entry)
-    if best_state is not None and best_epoch != len(epochs):
-        net.load_state_dict(best_state)
-    net.eval()
-    return {"epochs": epochs, "best_epoch": best_epoch, "best_dev": best_dev, "margin": margin}
+        return ([examples[i] for i in perm[s : s + b]] for s in range(0, len(perm), b))
+
+    evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None  # type: ignore[arg-type]
+    log = epoch_loop(net, opt, args, batches=batches, loss=lambda batch: _batch_loss(model, batch, data.doc_texts, margin),
+                     size=lambda batch: sum(len(e.docs) for e in batch), dev=evaluate, title=title, rng=rng,
+                     progress=progress, n_batches=lambda: -(-len(examples) // b))
+    return {**log, "margin": margin}
 
 
 def _shared_labels(batch: list[Example], rows: np.ndarray, inv: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,239 @@
+"""The one epoch loop every gradient-trained family uses (DSSM/CLSM, MT-DNN, K-NRM/MatchPyramid,
+the transformers, S2Net), and the one EM loop of the topic and translation models.
+
+What differs per family is passed in as small functions: ``batches()`` (one epoch's minibatches, in
+order), ``loss(batch)`` (a scalar tensor, or ``(tensor, task name)`` for multi-task training),
+``size(batch)`` (training items in it, for the rate) and ``dev()`` (dev metrics after an epoch; its
+``"dev"`` entry is what early stopping watches). The loop owns the rest: optimizer steps, the one
+early-stopping rule (stop after ``patience`` epochs without ``dev`` rising by more than
+``min_delta``; keep the best epoch's weights), checkpoints with exact resume, the device, and
+progress (``progress.Reporter``: a bar on a terminal, a line per epoch with rate and ETA in a log)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+from ..progress import Reporter
+from .args import TrainArgs
+
+B = TypeVar("B")
+
+
+def resolve_device(name: str) -> torch.device:
+    """The one place a ``device`` setting becomes a torch device: ``auto`` is CUDA when torch sees
+    a GPU, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r}: torch sees no CUDA GPU on this machine (use 'auto' or 'cpu')")
+    return dev
+
+
+def model_device(net: torch.nn.Module) -> torch.device:
+    """Where ``net``'s weights are: models build their input tensors there (never move them)."""
+    p = next(net.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+def state_copy(net: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+
+@dataclass
+class EarlyStopping:
+    """The one early-stopping rule: an epoch improves when its ``dev`` exceeds the best by more than
+    ``min_delta``; after ``patience`` epochs without one, training stops; the best epoch's weights
+    are kept (no dev score: the latest epoch is the best). Its ``log`` is the training log."""
+
+    patience: int
+    min_delta: float = 0.0
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+    best_epoch: int = 0
+    best_dev: float = float("-inf")
+    since_best: int = 0
+    stopped: str = ""
+
+    def record(self, entry: dict[str, Any]) -> bool:
+        """Log one epoch; True when it is the best so far (its weights should be kept)."""
+        better = "dev" not in entry or entry["dev"] > self.best_dev + self.min_delta
+        if better:
+            self.best_epoch, self.since_best = int(entry["epoch"]), 0
+            if "dev" in entry:
+                self.best_dev = float(entry["dev"])
+        else:
+            self.since_best += 1
+        entry["since_best"] = self.since_best
+        self.epochs.append(entry)
+        return better
+
+    @property
+    def should_stop(self) -> bool:
+        return bool(self.epochs) and "dev" in self.epochs[-1] and self.since_best >= self.patience
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epochs": self.epochs, "best_epoch": self.best_epoch, "best_dev": self.best_dev, "stopped": self.stopped}
+
+
+@dataclass
+class Checkpoint:
+    """Where to write a checkpoint after every epoch: weights, best weights, optimizer and RNG
+    states as safetensors + JSON (never pickle). ``vocab`` (anything with ``save``/``load`` and
+    ``trigrams`` or ``terms``) is saved with it so a resume on other data is refused."""
+
+    path: Path
+    vocab: Any = None
+    resume: bool = False
+
+
+def epoch_loop(
+    net: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    args: TrainArgs,
+    *,
+    batches: Callable[[], Iterable[B]],
+    loss: Callable[[B], torch.Tensor | tuple[torch.Tensor, str]],
+    size: Callable[[B], int],
+    dev: Callable[[], dict[str, float]] | None = None,
+    title: str = "training",
+    rng: np.random.Generator | None = None,
+    checkpoint: Checkpoint | None = None,
+    progress: bool = True,
+    dev_before: bool = False,
+    n_batches: Callable[[], int] | None = None,
+) -> dict[str, Any]:
+    """Train ``net`` for at most ``args.epochs`` epochs (module docstring); returns the log.
+    ``rng`` (restored in place on resume, so ``batches`` and ``loss`` may close over it);
+    ``dev_before``: score the untrained weights first, as epoch 0, so training can keep them."""
+    stop = EarlyStopping(args.patience, args.min_delta)
+    keep = args.epochs > 1 or dev_before  # one epoch and nothing to compare: no copy of the weights
+    best_state = state_copy(net) if keep else None
+    start = 0
+    if checkpoint is not None and checkpoint.resume and (checkpoint.path / "trainer.json").is_file():
+        start, best_state = _load_checkpoint(checkpoint, net, opt, rng, stop)
+    elif dev_before and dev is not None:
+        stop.record({"epoch": 0, **dev()})
+    t_start = time.perf_counter()
+    for epoch in range(start, args.epochs):
+        net.train()
+        rep = Reporter(f"{title} epoch {epoch + 1}/{args.epochs}", n_batches() if n_batches else None,
+                       unit="pairs", show=progress)
+        t0, totals = time.perf_counter(), {}
+        seen, steps = 0, 0
+        for batch in batches():
+            out = loss(batch)
+            value, task = out if isinstance(out, tuple) else (out, "")
+            opt.zero_grad(set_to_none=True)
+            value.backward()
+            opt.step()
+            n = size(batch)
+            s = totals.setdefault(task, [0.0, 0, 0])
+            s[0] += float(value.detach()) * n
+            s[1] += n
+            s[2] += 1
+            seen, steps = seen + n, steps + 1
+            rep.advance(1, n, loss=s[0] / max(s[1], 1))
+        rep.close()
+        secs = time.perf_counter() - t0
+        entry: dict[str, Any] = {"epoch": epoch + 1, "seconds": secs, "steps": steps, "pairs_per_s": seen / max(secs, 1e-9)}
+        entry.update({f"loss_{t}" if t else "loss": s[0] / max(s[1], 1) for t, s in totals.items()})
+        if dev is not None:
+            net.eval()
+            entry.update(dev())
+        if stop.record(entry) and keep:
+            best_state = state_copy(net)
+        shown = {k: v for k, v in entry.items() if k.startswith("loss") or k == "dev"}
+        rep.epoch_line(epoch + 1, args.epochs, time.perf_counter() - t_start, **shown)
+        if checkpoint is not None:
+            _save_checkpoint(checkpoint, net, opt, epoch + 1, stop, rng, best_state if keep else state_copy(net))
+        if stop.should_stop:
+            stop.stopped = f"no {args.dev_metric} improvement on dev for {stop.since_best} epochs"
+            break
+    else:
+        stop.stopped = f"reached {args.epochs} epochs"
+    if best_state is not None and stop.best_epoch != (stop.epochs[-1]["epoch"] if stop.epochs else 0):
+        net.load_state_dict(best_state)
+    net.eval()
+    return stop.to_dict()
+
+
+def em_loop(step: Callable[[int], dict[str, float]], iterations: int, *, tol: float = 0.0, title: str = "EM",
+            progress: bool = True, key: str = "loglik") -> dict[str, Any]:
+    """The one EM loop: ``step(i)`` runs iteration ``i`` (E and M) and returns its figures; stops
+    after ``iterations`` or when ``key`` changes by less than ``tol`` relative to its size."""
+    rep = Reporter(title, iterations, unit="iterations", show=progress)
+    log: list[dict[str, float]] = []
+    stopped = f"reached {iterations} iterations"
+    try:
+        for i in range(iterations):
+            entry = {"iteration": i + 1, **step(i)}
+            log.append(entry)
+            rep.advance(1, **{key: entry[key]} if key in entry else {})
+            if tol > 0 and len(log) > 1 and key in entry:
+                prev = log[-2][key]
+                if abs(entry[key] - prev) <= tol * max(abs(prev), 1e-12):
+                    stopped = f"{key} changed by less than {tol:g} (relative) at iteration {i + 1}"
+                    break
+    finally:
+        rep.close()
+    return {"iterations": log, "stopped": stopped}
+
+
+# ------------------------------------------------------------------------------------ checkpoints
+def _save_checkpoint(ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:  # type: ignore[no-untyped-def]
+    from safetensors.torch import save_file
+
+    d = ck.path
+    d.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(d / "weights.safetensors"))
+    save_file({k: v.contiguous() for k, v in best_state.items()}, str(d / "best.safetensors"))
+    sd = opt.state_dict()
+    tensors = {f"{pid}.{k}": v.contiguous() for pid, st in sd["state"].items() for k, v in st.items() if torch.is_tensor(v)}
+    tensors["torch_rng"] = torch.get_rng_state()
+    save_file(tensors, str(d / "optimizer.safetensors"))
+    if ck.vocab is not None:
+        ck.vocab.save(d / "vocabulary.json")
+    meta = {"epoch": epoch, "log": stop.to_dict(), "since_best": stop.since_best,
+            "rng": rng.bit_generator.state if rng is not None else None, "param_groups": sd["param_groups"]}
+    tmp = d / "trainer.json.tmp"
+    tmp.write_text(json.dumps(meta))
+    tmp.replace(d / "trainer.json")  # the checkpoint counts only once this is written
+
+
+def _load_checkpoint(ck: Checkpoint, net, opt, rng, stop):  # type: ignore[no-untyped-def]
+    from safetensors.torch import load_file
+
+    d = ck.path
+    meta = json.loads((d / "trainer.json").read_text())
+    if ck.vocab is not None:
+        saved = type(ck.vocab).load(d / "vocabulary.json")
+        if _vocab_key(saved) != _vocab_key(ck.vocab):
+            raise ValueError(f"{d}: checkpoint was trained on other data (vocabulary differs); cannot resume")
+    net.load_state_dict(load_file(str(d / "weights.safetensors")))
+    best = load_file(str(d / "best.safetensors"))
+    tensors = load_file(str(d / "optimizer.safetensors"))
+    torch.set_rng_state(tensors.pop("torch_rng"))
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, v in tensors.items():
+        pid, name = key.split(".", 1)
+        state.setdefault(int(pid), {})[name] = v
+    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    if rng is not None and meta["rng"] is not None:
+        rng.bit_generator.state = meta["rng"]
+    log = meta["log"]
+    stop.epochs, stop.best_epoch, stop.best_dev = log["epochs"], log["best_epoch"], log["best_dev"]
+    stop.since_best = int(meta.get("since_best", log["epochs"][-1].get("since_best", 0) if log["epochs"] else 0))
+    return int(meta["epoch"]), best
+
+
+def _vocab_key(vocab: Any) -> Any:
+    """What identifies a training vocabulary: trigrams (trigram encoders) or terms (word models)."""
+    return getattr(vocab, "trigrams", None) or getattr(vocab, "terms")
