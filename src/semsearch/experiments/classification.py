@@ -22,7 +22,8 @@ from ..models.mtdnn import MTDNN
 from ..progress import track
 from ..text import TrigramHasher
 from ..training.mtdnn import classification_auc, train_mtdnn
-from .runner import Check, cached_training, code_version
+from .cache import cached_training, code_version
+from .result import Check
 from .spec import SYSTEMS, ClassificationSpec
 
 
