@@ -22,7 +22,7 @@ from ..progress import track
 from ..training import fit
 from ..text import Analyzer
 from ..types import Qrels, Run
-from .cache import cached_training, code_version
+from .cache import cached_training
 from .result import Check, ExperimentResult
 from .spec import ClassificationSpec, ExperimentSpec, ModelSpec
 
@@ -119,7 +119,7 @@ class _Context:
         # the dev split that early-stops is part of the recipe, even where the spec implies it
         train_recipe = {**ms.train, "dev": dev_split} if dev_split else ms.train
         recipe = {"dataset": ms.train.get("dataset", self.spec.dataset), "model": ms.model, "params": kwargs,
-                  "train": train_recipe, "code": code_version(type(create_model(ms.model)))}
+                  "train": train_recipe}
 
         def train() -> tuple[Model, dict[str, Any]]:
             ds = open_dataset(ms.train["dataset"]) if "dataset" in ms.train else self.ds
@@ -159,7 +159,8 @@ def run_experiment(
 ) -> Any:
     """Run every row of ``spec``; tuning never looks at the evaluation split except by k-fold CV.
     Trained models are saved under ``model_dir`` and reused from there when the recipe — data,
-    parameters, and a hash of the code that trains them — matches, unless ``retrain``.
+    parameters, and the model kind's trainer version (``training/versions.py``) — matches, unless
+    ``retrain``.
     Classification specs (MT-DNN Table 2, Figures 4-5) run in ``experiments/classification.py``."""
     if isinstance(spec, ClassificationSpec):
         from .classification import run_classification
