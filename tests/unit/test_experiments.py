@@ -252,8 +252,11 @@ def test_crosstab_in_a_spec(tiny_data, tmp_path):
     assert "Top-1 label" in result.to_markdown() and "good+" in result.to_markdown()
 
 
-def test_retrain_and_code_version(tiny_data, tmp_path):
-    from semsearch.experiments.runner import code_version
+def test_retrain_and_trainer_version(tiny_data, tmp_path, monkeypatch):
+    import shutil
+
+    from semsearch.experiments.cache import cache_key
+    from semsearch.training.versions import TRAINER_VERSIONS
 
     p = tmp_path / "t.toml"
     p.write_text(TRAINED.format(tune="split:dev"))
@@ -261,7 +264,17 @@ def test_retrain_and_code_version(tiny_data, tmp_path):
     run_experiment(spec, progress=False, model_dir=tmp_path / "models")
     (saved,) = (tmp_path / "models").iterdir()
     recipe = json.loads((saved / "recipe.json").read_text())
-    assert recipe["code"] == code_version(Cooccurrence)
+    assert recipe["kind"] == "test-cooccurrence" and recipe["trainer_version"] == 0  # not in the table
+    assert "code" not in recipe
+    bare = {k: v for k, v in recipe.items() if k not in ("kind", "trainer_version")}
+    assert saved.name == f"test-cooccurrence-{cache_key('test-cooccurrence', bare)}"
+    # a bumped trainer version is another key: trained anew beside the old model
+    with monkeypatch.context() as m:
+        m.setitem(TRAINER_VERSIONS, "test-cooccurrence", 1)
+        run_experiment(spec, progress=False, model_dir=tmp_path / "models")
+        bumped = [d for d in (tmp_path / "models").iterdir() if d != saved]
+        assert len(bumped) == 1 and json.loads((bumped[0] / "recipe.json").read_text())["trainer_version"] == 1
+        shutil.rmtree(bumped[0])
     (saved / "training.json").write_text('{"pairs": -1, "dev_queries": 0}')
     again = run_experiment(spec, progress=False, model_dir=tmp_path / "models", retrain=True)
     assert again.training["Cooc"]["pairs"] > 0  # trained anew, not read back

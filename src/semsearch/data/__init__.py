@@ -21,7 +21,8 @@ from .beir import (
     write_qrels,
     write_queries,
 )
-from .catalog import data_root, dataset_info, list_datasets, open_dataset
+from ._io import data_root
+from .catalog import dataset_info, list_datasets, open_dataset
 from .domains import (DomainTasks, LabelledQuery, binary_labels, domain_names, load_query_domains, normalise_split,
                       open_domain_set)
 from .errors import BadLinePolicy, DataFormatError, DataWarning

@@ -1,4 +1,4 @@
-"""Shared plumbing for every reader and writer: numbered line parsing and atomic writes."""
+"""Shared plumbing for every reader and writer: the data folder, numbered line parsing and atomic writes."""
 
 from __future__ import annotations
 
@@ -14,6 +14,18 @@ from .errors import BadLinePolicy, DataFormatError
 PathLike = str | os.PathLike[str]
 T = TypeVar("T")
 _BOM = b"\xef\xbb\xbf"
+
+
+def data_root() -> Path:
+    """The data folder: $SEMSEARCH_DATA, else ../shared/data from the working directory if it
+    exists, else ../shared/data beside the repository (the project's layout)."""
+    env = os.environ.get("SEMSEARCH_DATA")
+    if env:
+        return Path(env)
+    beside_cwd = Path.cwd() / ".." / "shared" / "data"
+    if beside_cwd.is_dir():
+        return beside_cwd.resolve()
+    return (Path(__file__).resolve().parents[3] / ".." / "shared" / "data").resolve()
 
 
 def _decoded(raw: bytes, number: int) -> str:

@@ -6,21 +6,9 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from ._io import PathLike, first_line
+from ._io import PathLike, data_root, first_line
 from .beir import BeirDataset
 from .domains import HEADERS, domain_names, load_query_domains
-
-
-def data_root() -> Path:
-    """The data folder: $SEMSEARCH_DATA, else ../shared/data from the working directory if it
-    exists, else ../shared/data beside the repository (the project's layout)."""
-    env = os.environ.get("SEMSEARCH_DATA")
-    if env:
-        return Path(env)
-    beside_cwd = Path.cwd() / ".." / "shared" / "data"
-    if beside_cwd.is_dir():
-        return beside_cwd.resolve()
-    return (Path(__file__).resolve().parents[3] / ".." / "shared" / "data").resolve()
 
 
 def _is_beir(folder: Path) -> bool:

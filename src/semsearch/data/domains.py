@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from ._io import PathLike, first_line, parse_lines
+from ._io import PathLike, data_root, first_line, parse_lines
 from .errors import DataFormatError
 
 HEADERS = (
@@ -133,10 +134,6 @@ class DomainTasks:
 
 def open_domain_set(name_or_path: str, *, skip_bad_lines: bool = False) -> list[LabelledQuery]:
     """A query-domain set by name (``query-domains/NAME.tsv`` under the data root) or file path."""
-    from pathlib import Path
-
-    from .catalog import data_root
-
     p = Path(name_or_path)
     if not p.is_file():
         p = data_root() / "query-domains" / f"{name_or_path}.tsv"

@@ -1,6 +1,7 @@
 """Paper tables as declarative specs, and the runner behind ``semsearch reproduce``."""
 
-from .runner import Check, ExperimentResult, run_experiment
+from .result import Check, ExperimentResult
+from .runner import run_experiment
 from .spec import ExperimentSpec, ModelSpec, SpecError, get_spec, load_spec, spec_paths
 
 __all__ = [

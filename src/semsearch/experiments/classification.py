@@ -22,7 +22,8 @@ from ..models.mtdnn import MTDNN
 from ..progress import track
 from ..text import TrigramHasher
 from ..training.mtdnn import classification_auc, train_mtdnn
-from .runner import Check, cached_training, code_version
+from .cache import cached_training
+from .result import Check
 from .spec import SYSTEMS, ClassificationSpec
 
 
@@ -177,8 +178,7 @@ class _Run:
         """An MT-DNN over ``domains`` (+ ranking), trained on the train split, dev for stopping."""
         kwargs = {**params, "domain_set": self.spec.domain_set, "domains": domains, "ranking": ranking}
         recipe = {"experiment": "classification", "domain_set": self.spec.domain_set, "model": "mt-dnn",
-                  "params": kwargs, "ranking_dataset": self.spec.ranking_dataset if ranking else "",
-                  "code": code_version(MTDNN)}
+                  "params": kwargs, "ranking_dataset": self.spec.ranking_dataset if ranking else ""}
 
         def train() -> tuple[MTDNN, dict[str, Any]]:
             model = create_model("mt-dnn", **kwargs)

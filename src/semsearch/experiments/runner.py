@@ -2,150 +2,30 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..data import BeirDataset, EvalSet, TrainingData, open_dataset, ranked, read_run, write_run
-from ..evaluation import (EvalResult, ResultTable, canonical_metric, cross_validate, crosstab_markdown, evaluate,
-                          top1_crosstab, tune)
+from ..data import BeirDataset, EvalSet, TrainingData, open_dataset, ranked, read_run
+from ..evaluation import (EvalResult, ResultTable, canonical_metric, cross_validate, evaluate, top1_crosstab,
+                          tune)
 from ..evaluation.compare import PAPER_BINS
 from ..index import SemanticRetriever, interpolate, merge_runs
 from ..models import LexicalModel, Model, rank
-from ..plugins import create_model, load_model, resolve_model
+from ..plugins import create_model, resolve_model
 from ..models.lexical import LexicalIndex
 from ..progress import track
 from ..training import fit
 from ..text import Analyzer
 from ..types import Qrels, Run
+from .cache import cached_training
+from .result import Check, ExperimentResult
 from .spec import ClassificationSpec, ExperimentSpec, ModelSpec
-
-
-@dataclass(frozen=True)
-class Check:
-    """One expectation of the spec against what we measured."""
-
-    label: str
-    metric: str
-    value: float
-    low: float
-    high: float
-
-    @property
-    def ok(self) -> bool:
-        return self.low <= self.value <= self.high
-
-
-@dataclass
-class ExperimentResult:
-    spec: ExperimentSpec
-    table: ResultTable
-    chosen: dict[str, list[dict[str, Any]]]  # label -> parameter setting(s) used (one per CV fold)
-    tuning: dict[str, dict[str, float]]  # label -> setting -> tuning-metric mean (dev) / fold means (CV)
-    checks: list[Check]
-    seconds: float
-    runs: dict[str, Run] = field(repr=False, default_factory=dict)
-    training: dict[str, Any] = field(default_factory=dict)  # label -> the model's training log
-    crosstab: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
-
-    def to_markdown(self) -> str:
-        s = self.spec
-        lines = [
-            f"# {s.title}", "",
-            f"Source: {s.source}. Data: `{s.dataset}` split `{s.split}`, candidates `{s.candidates}`, "
-            f"fields `{s.fields}`; tuning: `{s.tune}` on {s.tune_metric}.", "",
-        ]
-        if s.notes:
-            lines += [s.notes.strip(), ""]
-        lines += [self.table.to_markdown(columns=s.metrics)]
-        if self.crosstab:
-            lines += [f"Top-1 label of each query's first result (rows: {s.crosstab['rows']}, columns: "
-                      f"{s.crosstab['columns']}):", "", crosstab_markdown(self.crosstab, s.crosstab["rows"], s.crosstab["columns"])]
-        lines += ["Parameters used:", ""]
-        for label, settings in self.chosen.items():
-            shown = "; ".join(json.dumps(p, sort_keys=True) for p in settings) or "—"
-            lines.append(f"- {label}: {shown}")
-        for label, log in self.training.items():
-            if isinstance(log, dict) and "importance" in log:
-                from ..ranking import importance_markdown
-
-                lines += ["", f"Feature importance of {label} ({log.get('rounds_by', '')}):", "",
-                          importance_markdown(log["importance"])]
-        if self.checks:
-            lines += ["", "Expected ranges:", ""]
-            for c in self.checks:
-                mark = "ok" if c.ok else "OUT OF RANGE"
-                lines.append(f"- {c.label} {c.metric} = {c.value:.4f}, expected [{c.low}, {c.high}]: {mark}")
-        lines += ["", f"Run time: {self.seconds:.1f} s.", ""]
-        return "\n".join(lines)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.spec.name, "title": self.spec.title, "source": self.spec.source,
-            "dataset": self.spec.dataset, "split": self.spec.split, "candidates": self.spec.candidates,
-            "fields": self.spec.fields, "tune": self.spec.tune, "tune_metric": self.spec.tune_metric,
-            "table": self.table.to_json(), "chosen": self.chosen, "tuning": self.tuning,
-            "checks": [dict(c.__dict__, ok=c.ok) for c in self.checks], "seconds": self.seconds,
-            "training": self.training, "crosstab": self.crosstab,
-        }
-
-    def write(self, out_dir: str | Path) -> Path:
-        """Write ``NAME.md``, ``NAME.json`` and the runs ``NAME/LABEL.trec`` under ``out_dir``."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"{self.spec.name}.md").write_text(self.to_markdown(), encoding="utf-8")
-        (out / f"{self.spec.name}.json").write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
-        for label, run in self.runs.items():
-            write_run(run, out / self.spec.name / f"{slug(label)}.trec", tag=slug(label))
-        return out / f"{self.spec.name}.md"
-
-
-def code_version(cls: type) -> str:
-    """Hash of the source a trained model depends on: its module, and the text and training
-    packages. Any change there retrains instead of reusing a cached model."""
-    import sys
-
-    root = Path(__file__).resolve().parents[1]
-    files = [Path(sys.modules[cls.__module__].__file__ or "")]
-    files += sorted((root / "text").glob("*.py")) + sorted((root / "training").glob("*.py"))
-    h = hashlib.sha1()
-    for f in files:
-        h.update(f.read_bytes())
-    return h.hexdigest()[:12]
-
-
-def cached_training(
-    model_dir: Path | None, name: str, recipe: dict[str, Any], train: Callable[[], tuple[Model, dict[str, Any]]],
-    retrain: bool = False,
-) -> tuple[Model, dict[str, Any]]:
-    """``train()`` → (model, training log), or the model saved earlier under ``model_dir`` with the
-    same ``recipe`` (data, parameters, code version) unless ``retrain``."""
-    digest = hashlib.sha1(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
-    saved = model_dir / f"{name}-{digest}" if model_dir else None
-    if saved is not None and not retrain and (saved / "recipe.json").is_file():
-        if json.loads((saved / "recipe.json").read_text()) == recipe:
-            return load_model(saved), json.loads((saved / "training.json").read_text())
-    model, log = train()
-    if saved is not None:
-        model.save(saved)
-        (saved / "recipe.json").write_text(json.dumps(recipe, indent=2) + "\n")
-        (saved / "training.json").write_text(json.dumps(log, indent=2) + "\n")
-    return model, log
-
-
-def slug(label: str) -> str:
-    return re.sub(r"[^\w.-]+", "_", label).strip("_").lower()
 
 
 class _Context:
@@ -240,7 +120,7 @@ class _Context:
         # the dev split that early-stops is part of the recipe, even where the spec implies it
         train_recipe = {**ms.train, "dev": dev_split} if dev_split else ms.train
         recipe = {"dataset": ms.train.get("dataset", self.spec.dataset), "model": ms.model, "params": kwargs,
-                  "train": train_recipe, "code": code_version(type(create_model(ms.model)))}
+                  "train": train_recipe}
 
         def train() -> tuple[Model, dict[str, Any]]:
             ds = open_dataset(ms.train["dataset"]) if "dataset" in ms.train else self.ds
@@ -280,7 +160,8 @@ def run_experiment(
 ) -> Any:
     """Run every row of ``spec``; tuning never looks at the evaluation split except by k-fold CV.
     Trained models are saved under ``model_dir`` and reused from there when the recipe — data,
-    parameters, and a hash of the code that trains them — matches, unless ``retrain``.
+    parameters, and the model kind's trainer version (``training/versions.py``) — matches, unless
+    ``retrain``.
     Classification specs (MT-DNN Table 2, Figures 4-5) run in ``experiments/classification.py``."""
     if isinstance(spec, ClassificationSpec):
         from .classification import run_classification
