@@ -27,13 +27,12 @@ from .. import __version__
 from ..data import Corpus, join_fields, load_corpus, write_corpus
 from ..models import Model, load_model
 from ..models.base import ModelDirError
-from .hybrid import HybridHit, HybridRetriever, Source
+from .hybrid import SCORERS, HybridHit, HybridRetriever, Source
 from .semantic import SemanticRetriever, encoder_id
 
 MANIFEST = "manifest.json"
 FORMAT = 2
 STORES = ("faiss", "postgres")
-MERGES = ("union", "rrf")
 PG_DSN_ENV = "SEMSEARCH_PG_DSN"
 """DSN of the PostgreSQL server holding a postgres-store bundle's vectors (never written into the
 manifest: it may carry a password). Without it, an embedded server runs on the data directory
@@ -329,16 +328,16 @@ class Bundle:
     def search(self, query: str, k: int = 10, *, model: str | None = None, merge_by: str = "union",
                n_lexical: int = 300, n_semantic: int = 20) -> Result:
         """Lexical top ``n_lexical`` and semantic top ``n_semantic`` (run concurrently by the
-        ``HybridRetriever`` of ``model``), merged as a union (lexical order, semantic-only hits after;
-        the default: on homedepot dev RRF with a 2-epoch DSSM lowered BM25's NDCG@10) or by RRF,
-        re-ranked by the ranker if the bundle has one; the top ``k`` with their sources and a timing
-        breakdown."""
+        ``HybridRetriever`` of ``model``), merged by ``merge_by``: union (lexical order, semantic-only
+        hits after; the default: on homedepot dev RRF with a 2-epoch DSSM lowered BM25's NDCG@10),
+        rrf or interpolate (weight 0.5, min-max); re-ranked by the ranker if the bundle has one; the
+        top ``k`` with their sources and a timing breakdown."""
         if not query.strip():
             raise ValueError("empty query")
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        if merge_by not in MERGES:
-            raise ValueError(f"merge must be one of {', '.join(MERGES)}, got {merge_by!r}")
+        if merge_by not in SCORERS:
+            raise ValueError(f"merge must be one of {', '.join(SCORERS)}, got {merge_by!r}")
         t0 = time.perf_counter()
         hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
         if hybrid is None:
@@ -369,4 +368,4 @@ class Bundle:
             h.close()
 
 
-__all__ = ["Bundle", "Hit", "MERGES", "Result", "STORES", "Source", "build_bundle", "is_encoder"]
+__all__ = ["Bundle", "Hit", "Result", "STORES", "Source", "build_bundle", "is_encoder"]
