@@ -224,7 +224,7 @@ def search_cmd(
     query: Annotated[str, typer.Argument(help="The query text.")],
     index: Annotated[Path, typer.Option(help="Bundle directory from `semsearch index build`.")],
     k: Annotated[int, typer.Option("-k", "--k", help="Number of results.")] = 10,
-    merge_by: Annotated[str, typer.Option("--merge", help="union (lexical order, semantic-only after) or rrf.")] = "union",
+    merge_by: Annotated[str, typer.Option("--merge", help="union (lexical order, semantic-only after), rrf or interpolate.")] = "union",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
 ) -> None:
     """Search a bundle; prints the top-k documents with their source (LEXICAL, SEMANTIC, BOTH)."""

@@ -134,7 +134,7 @@ def test_cli_build_search_and_bad_input(trained_clsm, tmp_path):
 
 def test_union_limit_is_a_prefix_of_the_full_union():
     """The service builds only the k hits it returns; they must be the full union's first k."""
-    from semsearch.index.bundle import union
+    from semsearch.index.hybrid import union
 
     lex = [("a", 3.0), ("b", 2.0), ("c", 1.0)]
     sem = [("d", 0.9), ("b", 0.8), ("e", 0.7)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from semsearch.data import ranked
 from semsearch.experiments import SpecError, load_spec, run_experiment
 from semsearch.models.base import Model, read_config, write_config
 from semsearch.plugins import register
@@ -84,6 +85,18 @@ def test_depth_index_and_hybrid_rows(tiny_data, tmp_path) -> None:  # type: igno
     assert recall["Semantic + Lexical"] >= max(recall["Lexical"], recall["Semantic"])
     assert recall["Semantic + Lexical"] > 0
     assert list((tmp_path / "models" / "embeddings").glob("embeddings-test-bag-encoder-*.npy"))
+
+
+def test_union_hybrid_row(tiny_data, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """scorer = "union", the service's default: the lexical row's order, then the semantic-only hits."""
+    p = tmp_path / "h.toml"
+    p.write_text(SPEC.format(candidates="full:10") + 'hybrid = { scorer = "union" }\n')
+    result = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
+    lex, sem, hyb = (result.runs[k] for k in ("Lexical", "Semantic", "Semantic + Lexical"))
+    assert hyb
+    for q in hyb:
+        want = [d for d, _ in ranked(lex.get(q, {}))]
+        assert [d for d, _ in ranked(hyb[q])] == want + [d for d, _ in ranked(sem.get(q, {})) if d not in want]
 
 
 @pytest.mark.parametrize("change,message", [

@@ -54,6 +54,13 @@ def test_explain_health_metrics_openapi_page(client):
         assert js.status_code == 200 and len(js.content) > 100_000
 
 
+def test_every_scorer_of_the_hybrid_is_a_merge(client):
+    """One vocabulary: the service's merge takes index.hybrid's scorers (union, rrf, interpolate)."""
+    for merge in ("union", "rrf", "interpolate"):
+        r = client.get("/search", params={"q": "red cat", "k": 5, "merge": merge})
+        assert r.status_code == 200 and r.json()["merge"] == merge and r.json()["hits"]
+
+
 @pytest.mark.parametrize("query,status", [
     ("q=", 400), ("q=%20%20", 400), ("", 400), ("q=" + "a" * 10_000, 413), ("q=red%FF%FEcat", 400),
     ("q=red&k=0", 422), ("q=red&k=1001", 422), ("q=red&k=ten", 422), ("q=red&merge=max", 422),

@@ -18,8 +18,7 @@ import shutil
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,14 +28,12 @@ from ..data import Corpus, join_fields, load_corpus, write_corpus
 from ..models import Model
 from ..plugins import load_model
 from ..models.base import ModelDirError
-from .hybrid import HybridHit, Source, merge
+from .hybrid import SCORERS, HybridHit, HybridRetriever, Source
 from .semantic import SemanticRetriever, encoder_id
-from .vector import Hits
 
 MANIFEST = "manifest.json"
 FORMAT = 2
 STORES = ("faiss", "postgres")
-MERGES = ("union", "rrf")
 PG_DSN_ENV = "SEMSEARCH_PG_DSN"
 """DSN of the PostgreSQL server holding a postgres-store bundle's vectors (never written into the
 manifest: it may carry a password). Without it, an embedded server runs on the data directory
@@ -223,26 +220,6 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
     return out
 
 
-def union(lexical: Hits, semantic: Hits, limit: int | None = None) -> list[HybridHit]:
-    """The paper's candidate set without a ranker: the lexical hits in their own order, then the
-    semantic-only hits in theirs; the merged score is 1 / position. With ``limit``, only the first
-    ``limit`` of them (the service builds just the k it returns)."""
-    n = len(lexical) + len(semantic) if limit is None else limit
-    sem = {d: (r, s) for r, (d, s) in enumerate(semantic, 1)}
-    out = []
-    for r, (d, s) in enumerate(lexical[:n], 1):
-        sr, ss = sem.get(d, (None, None))
-        out.append(HybridHit(d, 1.0 / r, Source.BOTH if sr is not None else Source.LEXICAL, s, ss, r, sr))
-    if len(out) < n:
-        lex_ids = {d for d, _ in lexical}
-        for r, (d, s) in enumerate(semantic, 1):
-            if len(out) >= n:
-                break
-            if d not in lex_ids:
-                out.append(HybridHit(d, 1.0 / (len(out) + 1), Source.SEMANTIC, None, s, None, r))
-    return out
-
-
 def _open_store(store: str, retriever: SemanticRetriever, path: Path, entry: dict[str, Any],
                 manifest: dict[str, Any]) -> None:
     """Swap the retriever's faiss index for the PostgreSQL collection the manifest names, checked
@@ -273,10 +250,11 @@ class Bundle:
         for name, m in [("lexical", lexical), *semantic.items()]:
             if m is not None and list(m.doc_ids) != corpus.ids:
                 raise ModelDirError(f"{path}: {name} index and documents do not match (different document ids)")
-        self._pool: Executor | None = None
         # encoders and analyzers keep in-memory caches (e.g. the trigram word table) that are not
         # thread-safe: one lock per stage model; lexical and semantic still run at the same time
         self._locks = {id(m): threading.Lock() for m in [lexical, *semantic.values(), ranker] if m is not None}
+        self._hybrid = {name: HybridRetriever(lexical, sem, scorer="union", concurrent=True, locks=self._locks)
+                        for name, sem in (self.semantic.items() if self.semantic else [(None, None)])}
 
     @classmethod
     def load(cls, path: str | Path, *, store: str | None = None, verify: bool = True) -> "Bundle":
@@ -348,48 +326,31 @@ class Bundle:
         with self._locks[id(self.semantic[name])]:
             return {"doc_id": doc_id, **explain(enc, query, self.document_text(doc_id), top=top)}
 
-    def _timed(self, model: Model, queries: list[str], n: int) -> tuple[Any, float]:
-        t = time.perf_counter()
-        with self._locks[id(model)]:
-            r = model.retrieve(queries, n)
-        return r, 1000 * (time.perf_counter() - t)
-
     def search(self, query: str, k: int = 10, *, model: str | None = None, merge_by: str = "union",
                n_lexical: int = 300, n_semantic: int = 20) -> Result:
-        """Lexical top ``n_lexical`` and semantic top ``n_semantic`` (run concurrently), merged as a
-        union (lexical order, semantic-only hits after; the default: on homedepot dev RRF with a
-        2-epoch DSSM lowered BM25's NDCG@10) or by RRF, re-ranked by the ranker if the bundle has
-        one; the top ``k`` with their sources and a timing breakdown."""
+        """Lexical top ``n_lexical`` and semantic top ``n_semantic`` (run concurrently by the
+        ``HybridRetriever`` of ``model``), merged by ``merge_by``: union (lexical order, semantic-only
+        hits after; the default: on homedepot dev RRF with a 2-epoch DSSM lowered BM25's NDCG@10),
+        rrf or interpolate (weight 0.5, min-max); re-ranked by the ranker if the bundle has one; the
+        top ``k`` with their sources and a timing breakdown."""
         if not query.strip():
             raise ValueError("empty query")
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        if merge_by not in MERGES:
-            raise ValueError(f"merge must be one of {', '.join(MERGES)}, got {merge_by!r}")
+        if merge_by not in SCORERS:
+            raise ValueError(f"merge must be one of {', '.join(SCORERS)}, got {merge_by!r}")
         t0 = time.perf_counter()
-        sem = self.semantic[model] if model is not None and model in self.semantic else None
-        if model is not None and sem is None:
+        hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
+        if hybrid is None:
             raise ValueError(f"no model {model!r} in this bundle (has {', '.join(self.semantic) or 'none'})")
-        if sem is None and self.semantic:
-            sem = next(iter(self.semantic.values()))
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(4, thread_name_prefix="bundle-search")
-        # the semantic stage in a pool thread while the lexical one runs in this one (one thread
-        # hand-off per query, not two: hand-offs and GIL switches dominate at sub-ms stages)
-        sem_f = self._pool.submit(self._timed, sem, [query], max(n_semantic, 1)) if sem else None
-        (lex, lex_ms) = self._timed(self.lexical, [query], max(n_lexical, k)) if self.lexical else ([[]], 0.0)
-        (sem_hits, sem_ms) = sem_f.result() if sem_f else ([[]], 0.0)
-        t1 = time.perf_counter()
-        limit = None if self.ranker is not None else k
-        hits = merge(lex[0], sem_hits[0]) if merge_by == "rrf" else union(lex[0], sem_hits[0], limit)
-        timing = {"lexical_ms": lex_ms, "semantic_ms": sem_ms, "merge_ms": 1000 * (time.perf_counter() - t1)}
+        (hits,), timing = hybrid.timed_search([query], None if self.ranker is not None else k, scorer=merge_by,
+                                              n_lexical=max(n_lexical, k), n_semantic=max(n_semantic, 1))
         if self.ranker is not None and hits:
             t2 = time.perf_counter()
             with self._locks[id(self.ranker)]:
                 scores = self.ranker.score([query], [[h.doc_id for h in hits]])[0]
             order = sorted(range(len(hits)), key=lambda i: (-float(scores[i]), hits[i].doc_id))
-            hits = [HybridHit(hits[i].doc_id, float(scores[i]), hits[i].sources, hits[i].lexical, hits[i].semantic,
-                              hits[i].lexical_rank, hits[i].semantic_rank) for i in order]
+            hits = [replace(hits[i], score=float(scores[i])) for i in order]
             timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
         timing["total_ms"] = 1000 * (time.perf_counter() - t0)
         return Result(hits[:k], timing)
@@ -404,9 +365,8 @@ class Bundle:
 
     def close(self) -> None:
         """Stop the search threads (graceful shutdown)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        for h in self._hybrid.values():
+            h.close()
 
 
-__all__ = ["Bundle", "Hit", "MERGES", "Result", "STORES", "Source", "build_bundle", "is_encoder", "union"]
+__all__ = ["Bundle", "Hit", "Result", "STORES", "Source", "build_bundle", "is_encoder"]

@@ -1,13 +1,16 @@
 """Hybrid retrieval: lexical top-N ∪ semantic top-M, as the BERT paper serves it (Sec. 2.2, 4.4:
 inverted index top 300 ∪ k-NN top 20; Table 8 tags each result LEXICAL or SEMANTIC).
 
-The union is ordered by reciprocal rank fusion or by score interpolation (``index.fusion``'s
-``rrf`` / ``interpolate``); every hit keeps where it came from and both stages' scores and ranks,
-so a ranker or a search page can use them."""
+The union is ordered as a plain union (lexical order, semantic-only hits after), by reciprocal
+rank fusion or by score interpolation (``index.fusion``'s ``rrf`` / ``interpolate``); every hit
+keeps where it came from and both stages' scores and ranks, so a ranker or a search page can use
+them. The one hybrid of the package: the search bundle, the service and spec rows all use it."""
 
 from __future__ import annotations
 
 import enum
+import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,7 +21,7 @@ from ..types import Run
 from .fusion import interpolate, rrf
 from .vector import Hits
 
-SCORERS = ("rrf", "interpolate")
+SCORERS = ("union", "rrf", "interpolate")
 
 
 class Source(enum.Flag):
@@ -47,19 +50,41 @@ def _check(scorer: str, weight: float) -> None:
         raise ValueError(f"weight must be in [0, 1], got {weight}")
 
 
+def union(lexical: Hits, semantic: Hits, limit: int | None = None) -> list[HybridHit]:
+    """The paper's candidate set without a ranker (Sec. 4.4): the lexical hits in their own order,
+    then the semantic-only hits in theirs; the merged score is 1 / position. With ``limit``, only
+    the first ``limit`` of them (the service builds just the k it returns)."""
+    n = len(lexical) + len(semantic) if limit is None else limit
+    sem = {d: (r, s) for r, (d, s) in enumerate(semantic, 1)}
+    out = []
+    for r, (d, s) in enumerate(lexical[:n], 1):
+        sr, ss = sem.get(d, (None, None))
+        out.append(HybridHit(d, 1.0 / r, Source.BOTH if sr is not None else Source.LEXICAL, s, ss, r, sr))
+    if len(out) < n:
+        lex_ids = {d for d, _ in lexical}
+        for r, (d, s) in enumerate(semantic, 1):
+            if len(out) >= n:
+                break
+            if d not in lex_ids:
+                out.append(HybridHit(d, 1.0 / (len(out) + 1), Source.SEMANTIC, None, s, None, r))
+    return out
+
+
 def merge(lexical: Hits, semantic: Hits, *, scorer: str = "rrf", weight: float = 0.5, rrf_k: int = 60,
-          norm: str = "minmax") -> list[HybridHit]:
-    """The union of one query's lexical and semantic hits, best first. ``scorer``: ``"rrf"``
-    (Σ 1/(rrf_k + rank)) or ``"interpolate"`` (weight·semantic + (1 − weight)·lexical, scores
-    normalised per query by ``norm``; weight 0 keeps the lexical order with semantic-only hits
-    after). Ties by doc id."""
+          norm: str = "minmax", k: int | None = None) -> list[HybridHit]:
+    """The union of one query's lexical and semantic hits, best first (at most ``k``). ``scorer``:
+    ``"union"`` (``union``), ``"rrf"`` (Σ 1/(rrf_k + rank)) or ``"interpolate"`` (weight·semantic
+    + (1 − weight)·lexical, scores normalised per query by ``norm``; weight 0 keeps the lexical
+    order with semantic-only hits after). RRF and interpolation break ties by doc id."""
     _check(scorer, weight)
+    if scorer == "union":
+        return union(lexical, semantic, k)
     runs = [{"q": dict(lexical)}, {"q": dict(semantic)}]
     fused = (rrf(runs, k=rrf_k) if scorer == "rrf" else interpolate(runs, [1.0 - weight, weight], norm=norm)).get("q", {})
     lex_rank = {d: r for r, (d, _) in enumerate(ranked(runs[0]["q"]), 1)}
     sem_rank = {d: r for r, (d, _) in enumerate(ranked(runs[1]["q"]), 1)}
     out = []
-    for d, s in ranked(fused):
+    for d, s in ranked(fused)[:k]:
         src = (Source.LEXICAL if d in lex_rank else Source(0)) | (Source.SEMANTIC if d in sem_rank else Source(0))
         out.append(HybridHit(d, float(s), src, runs[0]["q"].get(d), runs[1]["q"].get(d), lex_rank.get(d), sem_rank.get(d)))
     return out
@@ -81,44 +106,69 @@ def merge_runs(lexical: Run, semantic: Run, *, n_lexical: int = 300, n_semantic:
 
 
 class HybridRetriever:
-    """Lexical and semantic retrieval over the same collection, merged per query. Any two models
-    with ``retrieve`` (e.g. BM25 and a ``SemanticRetriever``); with ``concurrent`` both stages run
-    at once in two threads (numpy, torch and faiss release the GIL for their heavy parts)."""
+    """Lexical and semantic retrieval over the same collection, merged per query (Sec. 2.2, 4.4).
+    Any two models with ``retrieve`` (e.g. BM25 and a ``SemanticRetriever``; None: that stage finds
+    nothing). With ``concurrent`` the semantic stage runs in a pool thread while the lexical one
+    runs in the caller's (numpy, torch and faiss release the GIL for their heavy parts). Each
+    model's calls hold its lock in ``locks`` (model id -> lock, may be shared with the caller):
+    encoders and analyzers keep in-memory caches that are not thread-safe."""
 
-    def __init__(self, lexical: Model, semantic: Model, *, n_lexical: int = 300, n_semantic: int = 20,
+    def __init__(self, lexical: Model | None, semantic: Model | None, *, n_lexical: int = 300, n_semantic: int = 20,
                  scorer: str = "rrf", weight: float = 0.5, rrf_k: int = 60, norm: str = "minmax",
-                 concurrent: bool = False):
+                 concurrent: bool = False, locks: dict[int, threading.Lock] | None = None):
         _check(scorer, weight)
         if n_lexical < 0 or n_semantic < 0 or n_lexical + n_semantic == 0:
             raise ValueError("n_lexical and n_semantic must be >= 0, and not both 0")
         self.lexical, self.semantic = lexical, semantic
         self.n_lexical, self.n_semantic = n_lexical, n_semantic
         self.scorer, self.weight, self.rrf_k, self.norm, self.concurrent = scorer, weight, rrf_k, norm, concurrent
+        self.locks = {} if locks is None else locks
+        for m in [m for m in (lexical, semantic) if m is not None]:
+            self.locks.setdefault(id(m), threading.Lock())
+        self._pool: ThreadPoolExecutor | None = None
 
-    def _stage(self, model: Model, queries: list[str], n: int) -> list[Hits]:
-        return model.retrieve(queries, n) if n > 0 else [[] for _ in queries]
+    def _stage(self, model: Model | None, queries: list[str], n: int) -> tuple[list[Hits], float]:
+        if model is None or n <= 0:
+            return [[] for _ in queries], 0.0
+        t = time.perf_counter()
+        with self.locks[id(model)]:
+            hits = model.retrieve(queries, n)
+        return hits, 1000 * (time.perf_counter() - t)
 
-    def search(self, queries: Sequence[str], k: int | None = None) -> list[list[HybridHit]]:
-        """Per query, the merged hits (at most ``k`` if given), with sources and stage scores."""
-        qs = [str(q) for q in queries]
+    def timed_search(self, queries: Sequence[str], k: int | None = None, *, scorer: str | None = None,
+                     n_lexical: int | None = None, n_semantic: int | None = None
+                     ) -> tuple[list[list[HybridHit]], dict[str, float]]:
+        """``search`` (``scorer`` and the stage depths default to the retriever's) and the time
+        each stage took in ms: ``lexical_ms``, ``semantic_ms``, ``merge_ms``."""
+        qs, scorer = [str(q) for q in queries], scorer or self.scorer
+        n_lex = self.n_lexical if n_lexical is None else n_lexical
+        n_sem = self.n_semantic if n_semantic is None else n_semantic
         blank = [i for i, q in enumerate(qs) if not q.strip()]
         if blank:
             raise ValueError(f"empty query text at position {blank[0]}")
         if not qs:
-            return []
-        if self.concurrent:
-            with ThreadPoolExecutor(2) as pool:
-                lex_f = pool.submit(self._stage, self.lexical, qs, self.n_lexical)
-                sem_f = pool.submit(self._stage, self.semantic, qs, self.n_semantic)
-                lex, sem = lex_f.result(), sem_f.result()
-        else:
-            lex, sem = self._stage(self.lexical, qs, self.n_lexical), self._stage(self.semantic, qs, self.n_semantic)
-        out = []
-        for lh, sh in zip(lex, sem):
-            hits = merge(lh, sh, scorer=self.scorer, weight=self.weight, rrf_k=self.rrf_k, norm=self.norm)
-            out.append(hits[:k] if k is not None else hits)
-        return out
+            return [], {}
+        if self.concurrent and self.semantic is not None:
+            self._pool = self._pool or ThreadPoolExecutor(4, thread_name_prefix="hybrid")
+        # one thread hand-off per query, not two: hand-offs and GIL switches dominate at sub-ms stages
+        sem_f = self._pool.submit(self._stage, self.semantic, qs, n_sem) if self._pool else None
+        lex, lex_ms = self._stage(self.lexical, qs, n_lex)
+        sem, sem_ms = sem_f.result() if sem_f else self._stage(self.semantic, qs, n_sem)
+        t = time.perf_counter()
+        out = [merge(lh, sh, scorer=scorer, weight=self.weight, rrf_k=self.rrf_k, norm=self.norm, k=k)
+               for lh, sh in zip(lex, sem)]
+        return out, {"lexical_ms": lex_ms, "semantic_ms": sem_ms, "merge_ms": 1000 * (time.perf_counter() - t)}
+
+    def search(self, queries: Sequence[str], k: int | None = None) -> list[list[HybridHit]]:
+        """Per query, the merged hits (at most ``k`` if given), with sources and stage scores."""
+        return self.timed_search(queries, k)[0]
 
     def retrieve(self, queries: Sequence[str], k: int) -> list[Hits]:
         """The merged lists as (doc id, merged score), like ``Model.retrieve``."""
         return [[(h.doc_id, h.score) for h in hits] for hits in self.search(queries, k)]
+
+    def close(self) -> None:
+        """Stop the stage thread (graceful shutdown)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

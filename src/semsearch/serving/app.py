@@ -29,7 +29,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
-from ..index.bundle import MERGES, Bundle
+from ..index.bundle import Bundle
+from ..index.hybrid import SCORERS
 
 MAX_QUERY_CHARS = 1000
 MAX_K = 1000
@@ -183,7 +184,7 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
     @app.get("/search", summary="Lexical ∪ semantic search", response_class=_JSON)
     async def search(request: Request, q: str = Query("", description=f"Query text (at most {max_query_chars} characters)."),
                k: int = Query(10, description=f"Number of hits, 1 to {max_k}."),
-               merge: str = Query("union", description="union (lexical order, semantic-only hits after) or rrf."),
+               merge: str = Query("union", description="union (lexical order, semantic-only hits after), rrf or interpolate."),
                model: str | None = Query(None, description="Neural model of the bundle (default: the first).")
                ) -> Response:
         """Top-k hits with source (LEXICAL, SEMANTIC, BOTH), merged and stage scores, and timings (ms).
@@ -192,8 +193,8 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
         CPU-bound and sub-millisecond, and the pool's hand-offs and GIL switches cost more than it."""
         params = _strict_query(request)
         text, kk = _text(params, "q", max_query_chars), _k(params)
-        if merge not in MERGES:
-            raise BadRequest(f"parameter 'merge' must be one of {', '.join(MERGES)}", 422)
+        if merge not in SCORERS:
+            raise BadRequest(f"parameter 'merge' must be one of {', '.join(SCORERS)}", 422)
         if model is not None and model not in b.semantic:
             raise BadRequest(f"no model {model!r} in this bundle", 422)
         result = b.search(text, kk, model=model, merge_by=merge)
