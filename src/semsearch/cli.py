@@ -299,17 +299,18 @@ def train_cmd(
     """Train a model on a data set's judged pairs; progress shows pairs/s, loss and the dev metric."""
     from .data import EvalSet, TrainingData, open_dataset
     from .plugins import create_model
-    from .training import fit
+    from .training import fit, recipe
 
+    model_kw, args = recipe(model, _parse_params(param), where="--param")  # validated before any data is read
+    m = create_model(model, **model_kw)
     ds = open_dataset(data)
     dev_split = dev if dev is not None else ("dev" if "dev" in ds.splits else None)
-    m = create_model(model, **_parse_params(param))
     train_data = TrainingData.from_dataset(ds, split, threshold=threshold, fields=fields)  # type: ignore[arg-type]
     dev_set = EvalSet.judged(ds, dev_split) if dev_split else None
     err.print(f"training {model} on {len(train_data.positives)} positive pairs of {ds.name}/{split}"
               + (f", early stopping on {dev_split}" if dev_split else ""), highlight=False)
     options = {"checkpoint_dir": checkpoint, "resume": resume} if checkpoint else {}
-    log = fit(m, train_data, dev_set, **options)
+    log = fit(m, train_data, dev_set, args=args, **options)
     m.save(out_dir)
     (out_dir / "training.json").write_text(json.dumps(log, indent=2) + "\n", encoding="utf-8")
     for e in log.get("epochs", []):

@@ -59,12 +59,11 @@ def test_key_changes_with_the_kind_and_its_trainer_version(monkeypatch):
 
 
 def test_every_trainable_kind_has_a_version():
-    import semsearch.ranking  # noqa: F401  (registers lambdamart)
-    from semsearch.models import model_names
-    from semsearch.models.base import _REGISTRY, TrainedModel
+    from semsearch.models.base import TrainedModel
+    from semsearch.plugins import model_class, model_names
 
     def trainable(name: str) -> bool:
-        cls = _REGISTRY[name]
+        cls = model_class(name)
         return issubclass(cls, TrainedModel) or callable(getattr(cls, "fit", None))
 
     kinds = {n for n in model_names() if trainable(n) and not n.startswith("test-")}

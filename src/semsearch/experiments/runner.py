@@ -20,7 +20,7 @@ from ..models import LexicalModel, Model, rank
 from ..plugins import create_model, resolve_model
 from ..models.lexical import LexicalIndex
 from ..progress import track
-from ..training import fit
+from ..training import fit, recipe
 from ..text import Analyzer
 from ..types import Qrels, Run
 from .cache import cached_training
@@ -119,7 +119,7 @@ class _Context:
             self.spec.tune[6:] if self.spec.tune.startswith("split:") and not other else None)
         # the dev split that early-stops is part of the recipe, even where the spec implies it
         train_recipe = {**ms.train, "dev": dev_split} if dev_split else ms.train
-        recipe = {"dataset": ms.train.get("dataset", self.spec.dataset), "model": ms.model, "params": kwargs,
+        cache_recipe = {"dataset": ms.train.get("dataset", self.spec.dataset), "model": ms.model, "params": kwargs,
                   "train": train_recipe}
 
         def train() -> tuple[Model, dict[str, Any]]:
@@ -129,10 +129,11 @@ class _Context:
                 fields=ms.train.get("fields", ms.fields or self.spec.fields),
             )
             dev = EvalSet.judged(ds, dev_split) if dev_split else None
-            model = create_model(ms.model, **kwargs)
-            return model, fit(model, data, dev, progress=self.progress)
+            model_kw, args = recipe(ms.model, kwargs, where=f"row {ms.label!r}")
+            model = create_model(ms.model, **model_kw)
+            return model, fit(model, data, dev, progress=self.progress, args=args)
 
-        model, log = cached_training(self.model_dir, ms.model, recipe, train, self.retrain)
+        model, log = cached_training(self.model_dir, ms.model, cache_recipe, train, self.retrain)
         self.training[ms.label] = log
         return model
 

@@ -1,19 +1,29 @@
 """Training: every way a model learns. ``fit`` trains any registered kind by its family's trainer
-(``TRAINERS``); the gradient trainers share ``loop.epoch_loop``, the EM trainers ``loop.em_loop``."""
+(``TRAINERS``) with the kind's typed arguments (``ARGS``); the gradient trainers share
+``loop.epoch_loop``, the EM trainers ``loop.em_loop``.
+
+One parameter vocabulary: a CLI ``--param`` list, a spec row's ``params`` and a Python call name a
+kind's model parameters and its training arguments together; ``recipe`` splits them by name into
+the model's ``Params`` (what it is: saved in its config.json) and the trainer's ``TrainArgs`` (how
+it learns: saved in training.json), validating both where they enter."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..data import EvalSet, TrainingData
 from ..models import Model
-from ..plugins import family
+from ..params import Params, split
+from ..plugins import family, model_class
+from .args import TrainArgs
 from .pairwise import train_interaction
 from .trainer import dev_score, run_epochs, train_encoder
 from .transformer import train_transformer
 
-__all__ = ["TRAINERS", "dev_score", "fit", "run_epochs", "train_encoder", "train_interaction", "train_transformer"]
+__all__ = ["ARGS", "TRAINERS", "args_type", "dev_score", "fit", "recipe", "run_epochs", "train_encoder",
+           "train_interaction", "train_transformer"]
 
 
 def _mtdnn(model: Any, data: TrainingData, dev: EvalSet | None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
@@ -50,10 +60,47 @@ TRAINERS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
-def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
-    """Train ``model`` on ``data`` (early stopping / tuning on ``dev``); returns its training log."""
+# kind -> its trainer's arguments ("module:Class" under training/); a kind not listed takes none
+ARGS: dict[str, str] = {}
+
+
+def args_type(kind: str) -> type[TrainArgs] | None:
+    """The typed training arguments of ``kind`` (None: it trains without arguments, or not at all)."""
+    target = ARGS.get(kind)
+    if target is None:
+        return None
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), cls)
+
+
+def recipe(kind: str, raw: Mapping[str, Any], *, where: str = "") -> tuple[dict[str, Any], TrainArgs | None]:
+    """``raw`` (one vocabulary) split into the kind's validated model parameters (a dict for its
+    constructor) and its training arguments; unknown names and bad values fail here, naming
+    ``where`` they came from."""
+    targs = args_type(kind)
+    mp: type[Params] | None = getattr(model_class(kind), "Params", None)
+    if mp is None:  # the model checks its own keywords
+        train = {k: v for k, v in raw.items() if targs is not None and k in targs.names()}
+        return {k: v for k, v in raw.items() if k not in train}, targs.from_mapping(train, where=where) if targs else None
+    parts = split(raw, mp, *([targs] if targs else []), where=where)
+    return {k: v for k, v in raw.items() if k in mp.names()}, parts[1] if targs else None  # type: ignore[return-value]
+
+
+def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progress: bool = True,
+        args: TrainArgs | None = None, **options: Any) -> dict[str, Any]:
+    """Train ``model`` on ``data`` (early stopping / tuning on ``dev``); returns its training log.
+    ``args``: the kind's typed training arguments (default: its defaults); ``options``: how to run
+    (``checkpoint_dir``, ``resume``)."""
+    targs = args_type(model.name)
+    if args is not None and (targs is None or not isinstance(args, targs)):
+        raise ValueError(f"{model.name} takes {targs.__name__ if targs else 'no training arguments'}, got {type(args).__name__}")
+    if targs is not None:
+        options["args"] = args if args is not None else targs()
     trainer = TRAINERS.get(family(model))
     if trainer is None or (trainer is _own and not hasattr(model, "fit")):
         raise ValueError(f"model {model.name!r} ({family(model)}) is not trainable; trainable kinds are in families "
                          f"{', '.join(sorted(TRAINERS))}")
-    return trainer(model, data, dev, progress=progress, **options)
+    log = trainer(model, data, dev, progress=progress, **options)
+    if targs is not None:
+        log["args"] = options["args"].as_dict()
+    return log
