@@ -7,7 +7,9 @@ order), ``loss(batch)`` (a scalar tensor, or ``(tensor, task name)`` for multi-t
 ``"dev"`` entry is what early stopping watches). The loop owns the rest: optimizer steps, the one
 early-stopping rule (stop after ``patience`` epochs without ``dev`` rising by more than
 ``min_delta``; keep the best epoch's weights), checkpoints with exact resume, the device, and
-progress (``progress.Reporter``: a bar on a terminal, a line per epoch with rate and ETA in a log)."""
+the device (``args.device``: the net moves there once; models build their inputs where their
+weights are) and progress (``progress.Reporter``: a bar on a terminal, a line per epoch with rate
+and ETA in a log)."""
 
 from __future__ import annotations
 
@@ -21,27 +23,11 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from ..device import resolve_device
 from ..progress import Reporter
 from .args import TrainArgs
 
 B = TypeVar("B")
-
-
-def resolve_device(name: str) -> torch.device:
-    """The one place a ``device`` setting becomes a torch device: ``auto`` is CUDA when torch sees
-    a GPU, else the CPU."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r}: torch sees no CUDA GPU on this machine (use 'auto' or 'cpu')")
-    return dev
-
-
-def model_device(net: torch.nn.Module) -> torch.device:
-    """Where ``net``'s weights are: models build their input tensors there (never move them)."""
-    p = next(net.parameters(), None)
-    return p.device if p is not None else torch.device("cpu")
 
 
 def state_copy(net: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -113,6 +99,7 @@ def epoch_loop(
     """Train ``net`` for at most ``args.epochs`` epochs (module docstring); returns the log.
     ``rng`` (restored in place on resume, so ``batches`` and ``loss`` may close over it);
     ``dev_before``: score the untrained weights first, as epoch 0, so training can keep them."""
+    net.to(resolve_device(args.device))  # the one place training moves weights; inputs follow them
     stop = EarlyStopping(args.patience, args.min_delta)
     keep = args.epochs > 1 or dev_before  # one epoch and nothing to compare: no copy of the weights
     best_state = state_copy(net) if keep else None
