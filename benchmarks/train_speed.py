@@ -6,7 +6,7 @@ L = 128; softmax over γ·cosine (γ = 10), SGD (lr 0.5), batch 1024, J = 4 and 
 
 Measured:
   * training throughput (positive pairs/s) of OUR models: the trainer's own step —
-    ``trainer._batch_loss`` (sampling the negative pool, assembling the featurised batch,
+    ``trainer.batch_loss`` (sampling the negative pool, assembling the featurised batch,
     forward, loss) + ``zero_grad`` + ``backward`` + ``optimizer.step`` + reading the loss —
     median of ``--steps`` steps after ``--warmup`` warm-up steps, at torch's default thread
     count and again single-threaded (``torch.set_num_threads(1)``). Phases are timed too:
@@ -69,8 +69,7 @@ from semsearch.models.neural import BagFeatures, WindowFeatures, csr_take
 from semsearch.text import TrigramHasher
 from semsearch.training.losses import softmax_cosine_loss
 from semsearch.training.negatives import random_negatives, sample_pool
-from semsearch.training.args import args_from_config
-from semsearch.training.trainer import _batch_loss, _Pairs, make_optimizer, train_encoder
+from semsearch.training.trainer import EncoderArgs, Pairs, batch_loss, make_optimizer, train_encoder
 
 GAMMA, LR, SEED, WINDOW = 10.0, 0.5, 0, 3
 HIDDEN, OUT, CONV = (300, 300), 128, 300
@@ -120,26 +119,26 @@ class Batches:
 class Ours:
     """Our model, set up as ``trainer._train`` does, stepping exactly as its inner loop."""
 
-    def __init__(self, name: str, j: int, batch: int, hasher: TrigramHasher, data: TrainingData, pairs: _Pairs):
+    def __init__(self, name: str, j: int, batch: int, hasher: TrigramHasher, data: TrainingData, pairs: Pairs):
         self.name, self.j = name, j
-        self.model = create_model(name, negatives=j, batch_size=batch, optimizer="sgd", lr=LR, gamma=GAMMA, seed=SEED)
+        self.model = create_model(name)
         self.model.build(hasher, SEED)
-        self.net = self.model._require()
+        self.net = self.model.net
         self.qf, self.df = self.model.features(pairs.q_texts), self.model.features(data.doc_texts)
-        self.cfg, self.pairs, self.n_docs = self.model.config, pairs, len(data.doc_texts)
-        self.opt = make_optimizer(args_from_config(self.cfg, "benchmark"), self.net.parameters())
+        self.pairs, self.n_docs = pairs, len(data.doc_texts)
         self.rng = np.random.default_rng(SEED)
         self.batches = Batches(len(pairs.q_rows), batch, self.rng)
         self.b = self.batches.b
-        self.pool_size = min(int(self.cfg["neg_pool"]), self.b * max(j, 1), self.n_docs)
+        self.args = EncoderArgs(negatives=j, batch_size=self.b, optimizer="sgd", lr=LR, gamma=GAMMA, seed=SEED)
+        self.opt = make_optimizer(self.args, self.net.parameters())
+        self.pool_size = min(self.args.neg_pool, self.b * max(j, 1), self.n_docs)
         self.phases: list[tuple[float, float, float]] = []
         self.net.train()
 
     def step(self) -> None:
         rows = self.batches.next()
         t0 = time.perf_counter()
-        loss = _batch_loss(self.net, self.qf, self.df, self.pairs, rows, self.rng, self.cfg, GAMMA,
-                           self.pool_size, self.j, 0, self.n_docs)
+        loss = batch_loss(self.net, self.qf, self.df, self.pairs, rows, self.rng, self.args)
         t1 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -149,7 +148,7 @@ class Ours:
         self.phases.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
 
     def assembly(self) -> None:
-        """The numpy part of ``_batch_loss`` alone: pool, negatives, featurised batches."""
+        """The numpy part of ``batch_loss`` alone: pool, negatives, featurised batches."""
         rows = self.batches.next()
         q_rows, d_rows = self.pairs.q_rows[rows], self.pairs.d_rows[rows]
         pool = sample_pool(self.rng, self.n_docs, self.pool_size)
@@ -277,7 +276,7 @@ def encode_ours(ours: Ours, texts: list[str], hasher: TrigramHasher, reps: int, 
     t, _ = median_time(lambda: model.encode_documents(texts), reps)
     r["full_titles_per_s"] = n / t
     if cold:  # a freshly built model: empty word cache (and, for CLSM, an empty word table)
-        fresh = create_model(ours.name, seed=SEED)
+        fresh = create_model(ours.name)
         fresh.build(TrigramHasher(hasher.trigrams, max_words=hasher.max_words), SEED)
         t0 = time.perf_counter()
         fresh.encode_documents(texts)
@@ -287,7 +286,7 @@ def encode_ours(ours: Ours, texts: list[str], hasher: TrigramHasher, reps: int, 
     rows = chunks(n, 4096)  # encode_documents' batch size
     t, batches = median_time(lambda: [feats.batch(x) for x in rows], reps)
     r["batching_titles_per_s"] = n / t
-    tower, net = model._require().doc, model._require()
+    tower, net = model.net.doc, model.net
     net.eval()
 
     def towers() -> torch.Tensor:
@@ -379,8 +378,9 @@ def crosscheck(name: str, data: TrainingData, n_pairs: int, batch: int) -> dict[
     """``train_encoder`` itself, 1 epoch over the first ``n_pairs`` positives (its vocabulary is
     fit on that subset, so it is a little smaller than the full run's)."""
     sub = TrainingData(data.queries, data.doc_ids, data.doc_texts, data.positives[:n_pairs], data.qrels, data.threshold)
-    model = create_model(name, negatives=4, batch_size=batch, optimizer="sgd", lr=LR, gamma=GAMMA, epochs=1, seed=SEED)
-    log = train_encoder(model, sub, None, progress=False)
+    model = create_model(name)
+    args = EncoderArgs(negatives=4, batch_size=batch, optimizer="sgd", lr=LR, gamma=GAMMA, epochs=1, seed=SEED)
+    log = train_encoder(model, sub, None, args=args, progress=False)
     e = log["epochs"][0]
     return {"pairs": len(sub.positives), "pairs_per_s": e["pairs_per_s"], "seconds": e["seconds"],
             "vocab": len(model.hasher), "load_avg_1min": load1()}  # type: ignore[arg-type]
@@ -418,7 +418,7 @@ def main() -> None:
     print("hardware:", hardware_line(hw), flush=True)
     t_start = time.perf_counter()
     data = TrainingData.from_dataset(open_dataset("homedepot"), "train")
-    pairs = _Pairs.build(data)
+    pairs = Pairs.build(data)
     train_docs = [data.doc_texts[i] for i in np.unique(pairs.d_rows)]
     hasher = TrigramHasher.fit(pairs.q_texts + train_docs, max_words=64)  # as trainer._train does
     texts = data.doc_texts
@@ -490,7 +490,7 @@ def main() -> None:
           f"ours: batch {args.batch}, {args.steps} steps; met: at {THREADS} / 1 thread(s))")
 
     print("\nWhere a step's time goes, ours, ms (median over the timed steps; assembly = the numpy part of "
-          "_batch_loss timed alone, forward+loss = the rest of _batch_loss)")
+          "batch_loss timed alone, forward+loss = the rest of batch_loss)")
     head = f"{'':22} {'assembly':>9} {'fwd+loss':>9} {'backward':>9} {'optimizer':>10} {'step':>8} {'load':>6}"
     print(head + "\n" + "-" * len(head))
     for key, r in training.items():

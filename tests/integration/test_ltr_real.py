@@ -12,6 +12,7 @@ from semsearch.evaluation import evaluate
 from semsearch.models import rank
 from semsearch.plugins import create_model
 from semsearch.training import fit
+from semsearch.training.pairwise import PairwiseArgs
 
 pytestmark = pytest.mark.integration
 
@@ -60,8 +61,8 @@ def test_knrm_learns_in_one_short_epoch(homedepot):
     keep = set(sorted(full.queries)[:3000])
     data = TrainingData(full.queries, full.doc_ids, full.doc_texts, [p for p in full.positives if p[0] in keep],
                         full.qrels, full.threshold)
-    model = create_model("knrm", dim=64, epochs=1)
-    log = fit(model, data, progress=False)
+    model = create_model("knrm", dim=64)
+    log = fit(model, data, progress=False, args=PairwiseArgs(epochs=1))
     assert log["epochs"][0]["loss"] < 1.0  # the hinge starts at the margin (1) for untrained scores
     model.index(corpus.ids, corpus.joined("title"))
     m = _ndcg(model, test)

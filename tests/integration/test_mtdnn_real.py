@@ -11,7 +11,7 @@ from semsearch.models import rank
 from semsearch.plugins import create_model, load_model
 from semsearch.models.classifiers import svm_scores, word_ngram_features
 from semsearch.training import fit
-from semsearch.training.mtdnn import classification_auc, domain_tasks
+from semsearch.training.mtdnn import MTDNNArgs, classification_auc, domain_tasks
 
 pytestmark = pytest.mark.integration
 
@@ -28,8 +28,9 @@ def test_svm_word_on_clinc150(shared_data):
 def test_mtdnn_learns_ranking_and_classification(shared_data, tmp_path, monkeypatch):
     monkeypatch.setenv("SEMSEARCH_DATA", str(shared_data))
     ds = open_dataset("homedepot")
-    m = create_model("mt-dnn", negatives=50, epochs=2)
-    log = fit(m, TrainingData.from_dataset(ds, "train"), EvalSet.judged(ds, "dev"), progress=False)
+    m = create_model("mt-dnn")
+    log = fit(m, TrainingData.from_dataset(ds, "train"), EvalSet.judged(ds, "dev"), progress=False,
+              args=MTDNNArgs(negatives=50, epochs=2))
     assert log["tasks"] == ["rank", "Restaurants", "Hotels", "Flights", "Events"]
     aucs = classification_auc(m, domain_tasks(m, "test"))
     # measured (20 epochs, early stopped): Restaurants 0.69, Flights 0.69, Events 0.78; SGD's

@@ -13,6 +13,7 @@ from semsearch.plugins import load_model
 from semsearch.models.explain import explain
 from semsearch.plugins import create_model
 from semsearch.training import fit
+from semsearch.training.trainer import EncoderArgs
 
 pytestmark = pytest.mark.integration
 
@@ -34,8 +35,8 @@ def _test_ndcg(model, ds):
 def test_trains_above_random_and_round_trips(homedepot, tmp_path, name, epochs):
     torch.set_num_threads(1)  # a shared 2-core machine: one thread is faster than two contended ones
     ds, data, dev = homedepot
-    model = create_model(name, epochs=epochs)
-    log = fit(model, data, dev, progress=False)
+    model = create_model(name)
+    log = fit(model, data, dev, progress=False, args=EncoderArgs(epochs=epochs))
     assert [e["epoch"] for e in log["epochs"]] == list(range(1, epochs + 1))
     assert log["epochs"][-1]["loss"] < log["epochs"][0]["loss"]
     assert log["best_dev"] > 0.87  # dev NDCG@10; random order is ~0.87 at @10 and ~0.68 at @1

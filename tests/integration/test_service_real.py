@@ -21,11 +21,12 @@ def test_homedepot_bundle_served(shared_data: Path, tmp_path: Path) -> None:
     from semsearch.plugins import create_model
     from semsearch.serving import create_app
     from semsearch.training import fit
+    from semsearch.training.trainer import EncoderArgs
 
     ds = open_dataset("homedepot")
-    dssm = create_model("dssm", epochs=2)
+    dssm = create_model("dssm")
     fit(dssm, TrainingData.from_dataset(ds, "train", threshold=3, fields="title"), EvalSet.judged(ds, "dev"),
-        progress=False)
+        progress=False, args=EncoderArgs(epochs=2))
     path = build_bundle(ds.corpus(), [create_model("bm25"), dssm], tmp_path / "hd", dataset="homedepot", fields="title")
     bundle = Bundle.load(path)
     qrels = ds.qrels("dev")

@@ -14,7 +14,7 @@ from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.evaluation import evaluate
 from semsearch.models import rank
 from semsearch.plugins import create_model
-from semsearch.training import fit
+from semsearch.training import fit, recipe
 
 pytestmark = pytest.mark.integration
 
@@ -54,8 +54,9 @@ def test_off_the_shelf_minilm(homedepot):
 def test_brief_fine_tune_keeps_quality(homedepot, name, params, steps):
     ds, qrels = homedepot
     data = TrainingData.from_dataset(ds, "train", threshold=3, fields="title")
-    model = create_model(name, max_queries=80, neg_cluster=0, dev_queries=100, **params)
-    log = fit(model, data, EvalSet.judged(ds, "dev"), progress=False)
+    kw, args = recipe(name, {"max_queries": 80, "neg_cluster": 0, "dev_queries": 100, **params})
+    model = create_model(name, **kw)
+    log = fit(model, data, EvalSet.judged(ds, "dev"), progress=False, args=args)
     assert log["queries"] == 80 and log["epochs"][0]["steps"] == steps
     assert log["best_dev"] > 0.85  # dev NDCG@10 (random order ~0.87 at @10 over all dev queries)
     m = _ndcg(model, ds, qrels)

@@ -11,14 +11,15 @@ from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.index import build_bundle
 from semsearch.models import Model
 from semsearch.plugins import create_model
-from semsearch.training import fit
+from semsearch.training import fit, recipe
 
 
 def _trained_clsm(seed: int = 0, name: str = "clsm") -> Model:
     ds = open_dataset("tiny")
     shape = {"conv": 16, "out": 8, "window": 3} if name == "clsm" else {"hidden": [32], "out": 8}
-    m = create_model(name, **shape, batch_size=16, neg_pool=32, epochs=3, patience=10, lr=0.5, seed=seed)
-    fit(m, TrainingData.from_dataset(ds, "train", threshold=2), EvalSet.judged(ds, "dev"), progress=False)
+    kw, args = recipe(name, {**shape, "batch_size": 16, "neg_pool": 32, "epochs": 3, "patience": 10, "lr": 0.5, "seed": seed})
+    m = create_model(name, **kw)
+    fit(m, TrainingData.from_dataset(ds, "train", threshold=2), EvalSet.judged(ds, "dev"), progress=False, args=args)
     return m
 
 

@@ -13,7 +13,9 @@ from semsearch.models import ModelDirError, rank
 from semsearch.plugins import create_model, load_model
 from semsearch.models.interaction import dynamic_pool_index, knrm_kernels, pad_rows
 from semsearch.text import Vocabulary
-from semsearch.training import fit
+from semsearch.params import ParamError
+from semsearch.training import fit, recipe
+from semsearch.training.pairwise import PairwiseArgs
 
 SMALL = {"knrm": {"dim": 8}, "matchpyramid": {"dim": 8, "channels": 2, "hidden": 8, "query_words": 4, "doc_words": 6}}
 
@@ -75,7 +77,7 @@ def test_dynamic_pooling_stretches_the_real_region():
 
 
 def test_bad_parameters():
-    with pytest.raises(ValueError, match="unknown parameters"):
+    with pytest.raises(ValueError, match="no parameter 'kernel_count'"):
         create_model("knrm", kernel_count=3)
     with pytest.raises(ValueError, match="dim = 384"):
         create_model("matchpyramid", init="minilm", dim=50)
@@ -90,8 +92,8 @@ def test_training_lowers_loss_and_ranks(tiny_data, name):
     ds = open_dataset("tiny")
     data = TrainingData.from_dataset(ds, "train", threshold=2)
     dev = EvalSet.judged(ds, "dev")
-    m = create_model(name, **SMALL[name], epochs=4, batch_size=8, min_count=1, lr=0.01, patience=10)
-    log = fit(m, data, dev, progress=False)
+    m = create_model(name, **SMALL[name], min_count=1)
+    log = fit(m, data, dev, progress=False, args=PairwiseArgs(epochs=4, batch_size=8, lr=0.01, patience=10))
     losses = [e["loss"] for e in log["epochs"]]
     assert len(losses) == 4 and losses[-1] < losses[0]
     assert 0 < log["best_dev"] <= 1 and 1 <= log["best_epoch"] <= 4
@@ -104,13 +106,13 @@ def test_training_lowers_loss_and_ranks(tiny_data, name):
 def test_training_is_deterministic_and_resumes(tiny_data, tmp_path):
     ds = open_dataset("tiny")
     data = TrainingData.from_dataset(ds, "train", threshold=2)
-    kw = dict(SMALL["knrm"], epochs=3, batch_size=8, min_count=1, lr=0.01)
+    kw, args = recipe("knrm", dict(SMALL["knrm"], epochs=3, batch_size=8, min_count=1, lr=0.01))
     a, b = create_model("knrm", **kw), create_model("knrm", **kw)
-    fit(a, data, progress=False)
-    fit(b, data, progress=False, checkpoint_dir=tmp_path / "ck")
+    fit(a, data, progress=False, args=args)
+    fit(b, data, progress=False, args=args, checkpoint_dir=tmp_path / "ck")
     assert all(torch.equal(x, y) for x, y in zip(a.net.state_dict().values(), b.net.state_dict().values()))
     c = create_model("knrm", **kw)  # resuming after the last epoch changes nothing
-    fit(c, data, progress=False, checkpoint_dir=tmp_path / "ck", resume=True)
+    fit(c, data, progress=False, args=args, checkpoint_dir=tmp_path / "ck", resume=True)
     assert all(torch.equal(x, y) for x, y in zip(a.net.state_dict().values(), c.net.state_dict().values()))
 
 
@@ -136,3 +138,38 @@ def test_save_load_round_trip_and_corruption(tmp_path, name):
     (tmp_path / "m" / "config.json").write_text("{")
     with pytest.raises(ModelDirError, match="unreadable"):
         load_model(tmp_path / "m")
+
+
+@pytest.mark.parametrize("name", ["knrm", "matchpyramid"])
+def test_parameters_are_typed_and_checked(name):
+    with pytest.raises(ParamError, match="no parameter 'margn'.*did you mean 'margin'"):
+        recipe(name, {"margn": 2.0})
+    with pytest.raises(ParamError, match="'dim' must be a whole number"):
+        create_model(name, dim=8.5)
+    with pytest.raises(ParamError, match="'min_count' must be >= 1"):
+        create_model(name, min_count=0)
+    with pytest.raises(ParamError, match="'init' must be one of"):
+        create_model(name, init="glove")
+    with pytest.raises(ParamError, match="'margin' must be > 0"):
+        recipe(name, {"margin": 0})
+    kw, args = recipe(name, {"dim": 8, "min_count": 1, "max_vocab": 100, "negatives": 3, "margin": 0.5, "epochs": 2})
+    assert kw == {"dim": 8, "min_count": 1, "max_vocab": 100}
+    assert isinstance(args, PairwiseArgs) and (args.negatives, args.margin, args.epochs, args.optimizer) == (3, 0.5, 2, "adam")
+    if name == "matchpyramid":
+        with pytest.raises(ParamError, match="'pool' must be two positive"):
+            create_model(name, pool=[3])
+
+
+def test_model_dirs_saved_with_training_keys_still_load(tmp_path):
+    m = _built("knrm")
+    m.index(["a", "b"], ["red brick wall", "blue door"])
+    m.save(tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["params"].update({"negatives": 2, "hard_negatives": 4, "margin": 1.0, "optimizer": "adam", "lr": 1e-3,
+                          "batch_size": 256, "epochs": 6, "patience": 2, "dev_metric": "ndcg@10", "seed": 0,
+                          "neg_pool": 4096})
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    back = load_model(tmp_path / "m")
+    back.index(["a", "b"], ["red brick wall", "blue door"])
+    assert back.params() == m.params()
+    assert np.array_equal(back.score(["red door"], [["a", "b"]])[0], m.score(["red door"], [["a", "b"]])[0])

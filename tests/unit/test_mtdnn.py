@@ -3,6 +3,7 @@ on tiny generated query-domain sets."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -18,8 +19,9 @@ from semsearch.models import rank
 from semsearch.plugins import create_model, load_model
 from semsearch.models.classifiers import letter_trigram_features, svm_scores, word_ngram_features
 from semsearch.text import TrigramHasher
-from semsearch.training import fit
-from semsearch.training.mtdnn import classification_auc, train_mtdnn
+from semsearch.params import ParamError
+from semsearch.training import fit, recipe
+from semsearch.training.mtdnn import MTDNNArgs, classification_auc, train_mtdnn
 
 WORDS = {
     "food": ["restaurant", "dinner", "eat", "lunch", "pizza", "table"],
@@ -51,10 +53,16 @@ def domain_data(tiny_data):
     return tiny_data
 
 
-def small(**kw):
+def small_args(**kw):
+    """An MT-DNN and its training arguments from one parameter vocabulary."""
     base = {"l2": 16, "out": 8, "domain_set": "toy", "domains": ["food", "hotel", "flight"], "batch_size": 32,
             "epochs": 6, "lr": 0.5, "negatives": 4}
-    return create_model("mt-dnn", **{**base, **kw})
+    model_kw, args = recipe("mt-dnn", {**base, **kw})
+    return create_model("mt-dnn", **model_kw), args
+
+
+def small(**kw):
+    return small_args(**kw)[0]
 
 
 # ------------------------------------------------------------------------------------ data
@@ -116,10 +124,10 @@ def test_network_shapes_variants_and_save_load(domain_data, tmp_path):
 def test_bad_configurations(domain_data):
     with pytest.raises(ValueError, match="at least one task"):
         create_model("mt-dnn", domains=[], ranking=False)
-    with pytest.raises(ValueError, match="share must be"):
+    with pytest.raises(ValueError, match="'share' must be"):
         create_model("mt-dnn", share="docs")
-    with pytest.raises(ValueError, match="select must be"):
-        create_model("mt-dnn", select="best")
+    with pytest.raises(ValueError, match="'select' must be"):
+        recipe("mt-dnn", {"select": "best"})
     with pytest.raises(ValueError, match="'rank' names the ranking task"):
         create_model("mt-dnn", domains=["rank"])
     with pytest.raises(ValueError, match="duplicate domains"):
@@ -128,10 +136,11 @@ def test_bad_configurations(domain_data):
     m.build(TrigramHasher.fit(["a b c"]))
     with pytest.raises(ValueError, match="without the ranking task"):
         m.index(["d1"], ["some title"])
+    frozen, args = small_args(ranking=False, freeze_l2=True)
     with pytest.raises(ValueError, match="freeze_l2 needs init_l2"):
-        train_mtdnn(small(ranking=False, freeze_l2=True), progress=False)
+        train_mtdnn(frozen, args=args, progress=False)
     with pytest.raises(ValueError, match="give ranking training data"):
-        train_mtdnn(small(), progress=False)
+        train_mtdnn(small(), args=MTDNNArgs(), progress=False)
 
 
 # ------------------------------------------------------------------------------------ training
@@ -139,8 +148,8 @@ def test_algorithm1_trains_every_task_and_learns(domain_data):
     ds = open_dataset("tiny")
     data = TrainingData.from_dataset(ds, "train", threshold=2)
     dev = EvalSet.judged(ds, "dev")
-    m = small(epochs=12, batch_size=16, neg_pool=32, patience=20)
-    log = fit(m, data, dev, progress=False)
+    m, args = small_args(epochs=12, batch_size=16, neg_pool=32, patience=20)
+    log = fit(m, data, dev, progress=False, args=args)
     assert log["tasks"] == ["rank", "food", "hotel", "flight"]
     first = log["epochs"][0]
     aucs_dev = [first[f"dev_auc_{d}"] for d in ("food", "hotel", "flight")]
@@ -167,34 +176,60 @@ def test_algorithm1_trains_every_task_and_learns(domain_data):
 @pytest.mark.parametrize("select", ["rank", "classification"])
 def test_selection_score(domain_data, select):
     ds = open_dataset("tiny")
-    m = small(epochs=2, batch_size=16, neg_pool=32, select=select)
-    e = fit(m, TrainingData.from_dataset(ds, "train", threshold=2), EvalSet.judged(ds, "dev"), progress=False)["epochs"][0]
+    m, args = small_args(epochs=2, batch_size=16, neg_pool=32, select=select)
+    e = fit(m, TrainingData.from_dataset(ds, "train", threshold=2), EvalSet.judged(ds, "dev"), progress=False,
+            args=args)["epochs"][0]
     aucs = [e[f"dev_auc_{d}"] for d in ("food", "hotel", "flight")]
     assert e["dev"] == pytest.approx(e["dev_rank"] if select == "rank" else np.mean(aucs))
 
 
 def test_single_task_dnn_and_frozen_shared_layer(domain_data):
-    mt = small(ranking=False, domains=["hotel", "flight"])
-    train_mtdnn(mt, progress=False)
+    mt, args = small_args(ranking=False, domains=["hotel", "flight"])
+    train_mtdnn(mt, args=args, progress=False)
     from semsearch.data import open_domain_set
 
     recs = open_domain_set("toy")
     tr = DomainTasks.from_records(recs, ["food"], "train")
     te = DomainTasks.from_records(recs, ["food"], "test")
     before = mt.net.shared.embed.weight.detach().clone()
-    dnn2 = small(ranking=False, domains=["food"], freeze_l2=True, epochs=10)
-    train_mtdnn(dnn2, tasks=tr, hasher=mt.hasher, init_l2=mt, progress=False)
+    dnn2, args2 = small_args(ranking=False, domains=["food"], freeze_l2=True, epochs=10)
+    train_mtdnn(dnn2, args=args2, tasks=tr, hasher=mt.hasher, init_l2=mt, progress=False)
     assert torch.equal(dnn2.net.shared.embed.weight, before)  # l2 stayed as MT-DNN trained it
     assert torch.equal(mt.net.shared.embed.weight, before)
     assert classification_auc(dnn2, te)["food"] > 0.7
-    dnn1 = small(ranking=False, domains=["food"], epochs=10)
-    train_mtdnn(dnn1, tasks=tr, hasher=mt.hasher, progress=False)
+    dnn1, args1 = small_args(ranking=False, domains=["food"], epochs=10)
+    train_mtdnn(dnn1, args=args1, tasks=tr, hasher=mt.hasher, progress=False)
     assert not torch.equal(dnn1.net.shared.embed.weight, before)
     other = TrigramHasher.fit(["completely different words"])
     with pytest.raises(ValueError, match="same trigram vocabulary"):
-        train_mtdnn(small(ranking=False, domains=["food"], freeze_l2=True), tasks=tr, hasher=other, init_l2=mt, progress=False)
+        train_mtdnn(small(ranking=False, domains=["food"]), args=args2, tasks=tr, hasher=other, init_l2=mt, progress=False)
     with pytest.raises(ValueError, match="tasks are for domains"):
-        train_mtdnn(small(ranking=False, domains=["hotel"]), tasks=tr, progress=False)
+        train_mtdnn(small(ranking=False, domains=["hotel"]), args=args1, tasks=tr, progress=False)
+
+
+def test_parameters_are_typed_and_checked(domain_data, tmp_path):
+    with pytest.raises(ParamError, match="no parameter 'task_sampler'.*did you mean 'task_sampling'"):
+        recipe("mt-dnn", {"task_sampler": "uniform"})
+    with pytest.raises(ParamError, match="'domains' must be a list of strings"):
+        create_model("mt-dnn", domains="food")
+    with pytest.raises(ParamError, match="'l2' must be >= 1"):
+        create_model("mt-dnn", l2=0)
+    with pytest.raises(ParamError, match="'cls_lr' must be > 0"):
+        MTDNNArgs(cls_lr=0.0)
+    kw, args = recipe("mt-dnn", {"l2": 16, "domains": ["food"], "ranking": False, "max_trigrams": 300,
+                                 "freeze_l2": True, "cls_lr": 0.1, "select": "classification", "negatives": 50})
+    assert kw == {"l2": 16, "domains": ["food"], "ranking": False, "max_trigrams": 300}
+    assert isinstance(args, MTDNNArgs) and (args.freeze_l2, args.cls_lr, args.select, args.negatives) == (True, 0.1, "classification", 50)
+    # a model directory saved when the training settings were model parameters still loads
+    m = small()
+    m.build(TrigramHasher.fit(["find a hotel room", "cheap pizza dinner"]))
+    m.save(tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["params"].update({"task_sampling": "uniform", "cls_lr": None, "freeze_l2": False, "select": "mean",
+                          "negatives": 4, "sampling": "random", "gamma": 10.0, "lr": 0.5, "seed": 0})
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    again = load_model(tmp_path / "m")
+    assert again.params() == m.params() and np.allclose(again.classify(["hotel"]), m.classify(["hotel"]))
 
 
 # ------------------------------------------------------------------------------------ SVMs
@@ -277,8 +312,6 @@ def test_classification_spec_errors(tmp_path):
 
 # ------------------------------------------------------------------------------------ CLI
 def test_cli_train_and_classify(domain_data, tmp_path):
-    import json
-
     from typer.testing import CliRunner
 
     from semsearch.cli import app

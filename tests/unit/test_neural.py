@@ -13,9 +13,17 @@ from semsearch.models import ModelDirError, rank
 from semsearch.plugins import create_model, load_model
 from semsearch.models.neural import segment_max
 from semsearch.text import TrigramHasher, word_trigrams
-from semsearch.training import fit
+from semsearch.params import ParamError
+from semsearch.training import fit, recipe
+from semsearch.training.trainer import EncoderArgs
 
 TEXTS = ["red brick wall", "blue door", "brick", "", "über café ñandú", "x " * 200]
+
+
+def _make(name, **raw):
+    """A model and its training arguments from one parameter vocabulary."""
+    kw, args = recipe(name, raw)
+    return create_model(name, **kw), args
 
 
 def _built(name, **kw):
@@ -40,7 +48,7 @@ def test_encoding_is_unit_length_and_handles_odd_texts(name):
 
 def test_clsm_convolution_equals_dense_window_reference():
     m = _built("clsm", window=3)
-    tower = m._require().q
+    tower = m.net.q
     h = m.hasher
     text = "red brick wall door"
     words = h.words(text)
@@ -78,7 +86,7 @@ def test_segment_max_and_its_gradient():
 
 
 def test_bad_parameters():
-    with pytest.raises(ValueError, match="unknown parameters"):
+    with pytest.raises(ValueError, match="no parameter 'layers'"):
         create_model("dssm", layers=3)
     with pytest.raises(ValueError, match="odd"):
         create_model("clsm", window=2)
@@ -102,8 +110,8 @@ SMALL = {"batch_size": 16, "neg_pool": 32, "epochs": 4, "patience": 10, "lr": 0.
 ])
 def test_training_learns_and_ranks(tiny_data, name, extra):
     ds, data, dev = _tiny(tiny_data)
-    m = create_model(name, **{**SMALL, **extra})
-    log = fit(m, data, dev, progress=False)
+    m, args = _make(name, **{**SMALL, **extra})
+    log = fit(m, data, dev, progress=False, args=args)
     losses = [e["loss"] for e in log["epochs"]]
     assert losses[-1] < losses[0]
     assert log["best_dev"] > 0 and 1 <= log["best_epoch"] <= 4 and log["epochs"][0]["pairs_per_s"] > 0
@@ -118,25 +126,25 @@ def test_training_is_deterministic_and_resumes_exactly(tiny_data, tmp_path):
     cfg = {**SMALL, "hidden": [16], "out": 8}
 
     def weights(m):
-        return {k: v.clone() for k, v in m._require().state_dict().items()}
+        return {k: v.clone() for k, v in m.net.state_dict().items()}
 
-    a, b = create_model("dssm", **cfg), create_model("dssm", **cfg)
-    fit(a, data, dev, progress=False)
-    fit(b, data, dev, progress=False)
+    (a, args), (b, _) = _make("dssm", **cfg), _make("dssm", **cfg)
+    fit(a, data, dev, progress=False, args=args)
+    fit(b, data, dev, progress=False, args=args)
     assert all(torch.equal(x, weights(b)[k]) for k, x in weights(a).items())
     # stop after 2 epochs with checkpoints, then resume to 4: same weights as 4 epochs straight
-    half = create_model("dssm", **{**cfg, "epochs": 2})
-    fit(half, data, dev, progress=False, checkpoint_dir=tmp_path / "ck")
-    resumed = create_model("dssm", **cfg)
-    log = fit(resumed, data, dev, progress=False, checkpoint_dir=tmp_path / "ck", resume=True)
+    half = create_model("dssm", hidden=[16], out=8)
+    fit(half, data, dev, progress=False, args=args.replace(epochs=2), checkpoint_dir=tmp_path / "ck")
+    resumed = create_model("dssm", hidden=[16], out=8)
+    log = fit(resumed, data, dev, progress=False, args=args, checkpoint_dir=tmp_path / "ck", resume=True)
     assert [e["epoch"] for e in log["epochs"]] == [1, 2, 3, 4]
     assert all(torch.equal(x, weights(resumed)[k]) for k, x in weights(a).items())
 
 
 def test_gamma_list_is_tuned_on_dev(tiny_data):
     ds, data, dev = _tiny(tiny_data)
-    m = create_model("dssm", **{**SMALL, "hidden": [16], "out": 8, "epochs": 2, "gamma": [1.0, 10.0]})
-    log = fit(m, data, dev, progress=False)
+    m, args = _make("dssm", **{**SMALL, "hidden": [16], "out": 8, "epochs": 2, "gamma": [1.0, 10.0]})
+    log = fit(m, data, dev, progress=False, args=args)
     assert set(log["trials"]) == {"1.0", "10.0"} and log["gamma"] in (1.0, 10.0)
     assert log["best_dev"] == max(t["best_dev"] for t in log["trials"].values())
     assert m.trained
@@ -167,3 +175,56 @@ def test_score_unknown_candidate(tmp_path):
     assert m.score(["red"], [["b", "a"]])[0].shape == (2,)
     with pytest.raises(ValueError, match="not in the indexed collection"):
         m.score(["red"], [["zzz"]])
+
+
+@pytest.mark.parametrize("name", ["dssm", "clsm"])
+def test_parameters_are_typed_and_checked(name):
+    with pytest.raises(ParamError, match="no parameter 'negatves'.*did you mean 'negatives'"):
+        recipe(name, {"negatves": 4})
+    with pytest.raises(ParamError, match="'out' must be a whole number"):
+        create_model(name, out="big")
+    with pytest.raises(ParamError, match="'out' must be >= 1"):
+        create_model(name, out=0)
+    with pytest.raises(ParamError, match="'sampling' must be one of"):
+        EncoderArgs(sampling="hard")
+    with pytest.raises(ParamError, match="'gamma' must be a positive number"):
+        recipe(name, {"gamma": [1.0, -2.0]})
+    with pytest.raises(ParamError, match="'neg_pool' must be >= 1"):
+        recipe(name, {"neg_pool": 0})
+    model_kw, args = recipe(name, {"out": 8, "max_trigrams": 500, "max_words": 16, "negatives": 50,
+                                   "gamma": [5, 10], "lr": 0.1, "seed": 2, "device": "cpu"})
+    assert model_kw == {"out": 8, "max_trigrams": 500, "max_words": 16}
+    assert isinstance(args, EncoderArgs) and (args.negatives, args.gamma, args.lr, args.seed) == (50, [5.0, 10.0], 0.1, 2)
+    m = create_model(name, **model_kw)
+    assert m.params()["max_trigrams"] == 500 and "negatives" not in m.params()
+    with pytest.raises(ValueError, match="fixed at training"):
+        m.with_params(out=9)
+    assert m.with_params(out=8) is m
+
+
+def test_fit_takes_only_the_kinds_arguments(tiny_data):
+    from semsearch.training.pairwise import PairwiseArgs
+
+    ds, data, dev = _tiny(tiny_data)
+    with pytest.raises(ValueError, match="takes EncoderArgs, got PairwiseArgs"):
+        fit(create_model("dssm"), data, dev, args=PairwiseArgs(), progress=False)
+
+
+def test_model_dirs_saved_with_training_keys_still_load(tmp_path):
+    """Before the split, config.json's "params" held the training settings too."""
+    m = _built("clsm")
+    m.save(tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["params"].update({"negatives": 4, "sampling": "random", "hard_negatives": 0, "gamma": 10.0, "optimizer": "sgd",
+                          "lr": 0.5, "batch_size": 1024, "epochs": 20, "patience": 3, "dev_metric": "ndcg@10",
+                          "seed": 0, "neg_pool": 8192})
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    again = load_model(tmp_path / "m")
+    assert again.params() == m.params()
+    assert np.allclose(again.encode_queries(TEXTS), m.encode_queries(TEXTS))
+
+
+def test_to_device_keeps_the_encoding():
+    m = _built("dssm")
+    before = m.encode_queries(TEXTS)
+    assert m.to("cpu") is m and np.allclose(m.encode_queries(TEXTS), before)

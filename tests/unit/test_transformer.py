@@ -13,11 +13,12 @@ from semsearch.data import EvalSet, TrainingData
 from semsearch.models import ModelDirError, rank
 from semsearch.plugins import create_model, load_model
 from semsearch.models.transformer import BiEncoder, CrossEncoder, default_base
-from semsearch.training import fit
+from semsearch.params import ParamError
+from semsearch.training import fit, recipe
 from semsearch.training.losses import graded_hinge_loss
 from semsearch.training.negatives import uniform_negatives
-from semsearch.training.transformer import (Clusters, Example, _batch_loss, _param_groups, _shared_labels, add_negatives,
-                                           judged_examples)
+from semsearch.training.transformer import (BiEncoderArgs, Clusters, CrossEncoderArgs, Example, _batch_loss, _param_groups,
+                                           _shared_labels, add_negatives, judged_examples)
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
 THINGS = ["chair", "table", "lamp", "door", "sofa", "rug"]
@@ -36,6 +37,12 @@ def tiny_bert(tmp_path_factory):
     BertModel(cfg, add_pooling_layer=False).save_pretrained(str(d))
     tok.save_pretrained(str(d))
     return str(d)
+
+
+def _make(name: str, **raw):  # type: ignore[no-untyped-def]
+    """A model and its training arguments from one parameter vocabulary."""
+    kw, args = recipe(name, raw)
+    return create_model(name, **kw), args
 
 
 def _data() -> TrainingData:
@@ -90,7 +97,7 @@ def test_bad_input(tiny_bert, tmp_path):
         m.encode_queries(["red", "  "])
     with pytest.raises(ValueError, match="pooling"):
         create_model("bert-rep", base=tiny_bert, pooling="layer:3")
-    with pytest.raises(ValueError, match="unknown parameters"):
+    with pytest.raises(ValueError, match="no parameter 'layers'"):
         create_model("bert-rep", base=tiny_bert, layers=3)
     c = create_model("bert-rel", base=tiny_bert)
     c.index(["a"], ["red chair"])
@@ -130,7 +137,8 @@ def test_save_load_and_sentence_transformers(tiny_bert, tmp_path):
             assert np.allclose(st.encode(texts), m.encode_documents(texts), atol=1e-5)
         else:
             assert not (tmp_path / pooling / "modules.json").exists()
-    c = create_model("bert-rel", base=tiny_bert, seed=3)
+    c = create_model("bert-rel", base=tiny_bert)
+    c.init_head(3)
     c.save(tmp_path / "rel")
     c2 = load_model(tmp_path / "rel")
     for x in (c, c2):
@@ -176,12 +184,12 @@ def test_graded_hinge_loss():
 @pytest.mark.parametrize("name", ["bert-rep", "bert-rel"])
 def test_training_lowers_the_hinge_loss(tiny_bert, name):
     data = _data()
-    m = create_model(name, base=tiny_bert, neg_global=2, neg_cluster=0, lr=1e-3, batch_size=4)
+    m, args = _make(name, base=tiny_bert, neg_global=2, neg_cluster=0, lr=1e-3, batch_size=4)
     examples = add_negatives(judged_examples(data, np.random.default_rng(0), None, 30),
                              np.random.default_rng(0), len(data.doc_ids), 2, 0, None)
     m.net.eval()  # no dropout, so the loss compares like for like
     before = _batch_loss(m, examples, data.doc_texts, 1.0).item()
-    log = fit(m, data, None, progress=False)
+    log = fit(m, data, None, progress=False, args=args)
     after = _batch_loss(m, examples, data.doc_texts, 1.0).item()
     assert log["epochs"][0]["steps"] == 3 and log["queries"] == 12
     assert after < before
@@ -208,30 +216,30 @@ def test_shared_negatives_labels_and_mask():
 
 def test_shared_negatives_train_and_need_a_bi_encoder(tiny_bert):
     data = _data()
-    m = create_model("bert-rep", base=tiny_bert, neg_global=1, neg_cluster=0, lr=1e-3, batch_size=4, share_negatives=True)
+    m, args = _make("bert-rep", base=tiny_bert, neg_global=1, neg_cluster=0, lr=1e-3, batch_size=4, share_negatives=True)
     examples = add_negatives(judged_examples(data, np.random.default_rng(0), None, 30),
                              np.random.default_rng(0), len(data.doc_ids), 1, 0, None)
     m.net.eval()
-    before = _batch_loss(m, examples, data.doc_texts, 1.0).item()
-    fit(m, data, None, progress=False)
-    assert _batch_loss(m, examples, data.doc_texts, 1.0).item() < before
-    with pytest.raises(ValueError, match=r"bert-rel: unknown parameters \['share_negatives'\]"):
-        create_model("bert-rel", base=tiny_bert, share_negatives=True)  # a bi-encoder parameter
+    before = _batch_loss(m, examples, data.doc_texts, 1.0, share=True).item()
+    fit(m, data, None, progress=False, args=args)
+    assert _batch_loss(m, examples, data.doc_texts, 1.0, share=True).item() < before
+    with pytest.raises(ValueError, match=r"bert-rel has no parameter 'share_negatives'"):
+        recipe("bert-rel", {"base": tiny_bert, "share_negatives": True})  # a bi-encoder parameter
 
 
 def test_margin_list_keeps_the_best_on_dev(tiny_bert):
     data = _data()
     dev = EvalSet(data.queries, {q: list(d) for q, d in data.qrels.items()}, data.qrels)
-    m = create_model("bert-rep", base=tiny_bert, margin=[0.1, 2.0], neg_global=1, neg_cluster=1,
-                     cluster_model="pretrained", n_clusters=3, lr=1e-3)
-    log = fit(m, data, dev, progress=False)
+    m, args = _make("bert-rep", base=tiny_bert, margin=[0.1, 2.0], neg_global=1, neg_cluster=1,
+                    cluster_model="pretrained", n_clusters=3, lr=1e-3)
+    log = fit(m, data, dev, progress=False, args=args)
     assert set(log["trials"]) == {"0.1", "2.0"}
     assert log["best_dev"] == max(t["best_dev"] for t in log["trials"].values())
     m.index(data.doc_ids, data.doc_texts)
     run = rank(m, data.queries, {q: list(d) for q, d in data.qrels.items()})
     assert len(run) == 12
     with pytest.raises(ValueError, match="dev set"):
-        fit(create_model("bert-rep", base=tiny_bert, margin=[0.1, 1.0]), data, None, progress=False)
+        fit(create_model("bert-rep", base=tiny_bert), data, None, progress=False, args=BiEncoderArgs(margin=[0.1, 1.0]))
 
 
 def test_uniform_negatives_are_distinct_and_exclude_judged():
@@ -268,20 +276,52 @@ def test_cluster_negatives_come_from_the_query_cluster(tiny_bert):
 
 
 def test_bert_rel_refuses_first_model_clustering(tiny_bert):
-    m = create_model("bert-rel", base=tiny_bert, neg_cluster=2, cluster_model="first")
+    m = create_model("bert-rel", base=tiny_bert)
     with pytest.raises(ValueError, match="bi-encoder"):
-        fit(m, _data(), None, progress=False)
+        fit(m, _data(), None, progress=False, args=CrossEncoderArgs(neg_cluster=2, cluster_model="first"))
 
 
 def test_head_lr_gives_the_cross_encoder_head_its_own_step(tiny_bert):
-    rel = create_model("bert-rel", base=tiny_bert, head_lr=1e-3)
-    groups = _param_groups(rel.net, rel.config)
+    rel, args = _make("bert-rel", base=tiny_bert, head_lr=1e-3)
+    groups = _param_groups(rel.net, args.head_lr)
     assert len(groups) == 2 and groups[1]["lr"] == 1e-3
     assert {id(p) for p in groups[1]["params"]} == {id(p) for p in rel.net.head.parameters()}
     assert sum(len(g["params"]) for g in groups) == len(list(rel.net.parameters()))
     plain = create_model("bert-rel", base=tiny_bert)  # head_lr None: one group at lr
-    assert len(_param_groups(plain.net, plain.config)) == 1
+    assert len(_param_groups(plain.net, CrossEncoderArgs().head_lr)) == 1
     rep = create_model("bert-rep", base=tiny_bert)  # no head
-    assert len(_param_groups(rep.net, rep.config)) == 1
+    assert len(_param_groups(rep.net, 1e-3)) == 1
     with pytest.raises(ValueError):
-        create_model("bert-rep", base=tiny_bert, head_lr=1e-3)  # not a bi-encoder parameter
+        recipe("bert-rep", {"base": tiny_bert, "head_lr": 1e-3})  # not a bi-encoder parameter
+
+
+def test_parameters_are_typed_and_checked(tiny_bert, tmp_path):
+    with pytest.raises(ParamError, match="no parameter 'neg_globl'.*did you mean 'neg_global'"):
+        recipe("bert-rep", {"neg_globl": 3})
+    with pytest.raises(ParamError, match="'max_doc_length' must be >= 1"):
+        create_model("bert-rel", base=tiny_bert, max_doc_length=0)
+    with pytest.raises(ParamError, match="'normalize' must be true or false"):
+        create_model("bert-rep", base=tiny_bert, normalize="yes")
+    with pytest.raises(ParamError, match="'pooling' must be"):
+        create_model("bert-rep", base=tiny_bert, pooling="max")
+    with pytest.raises(ParamError, match="'cluster_model' must be one of"):
+        recipe("bert-rep", {"cluster_model": "kmeans"})
+    with pytest.raises(ParamError, match="'optimizer' must be one of 'adam'"):
+        recipe("bert-rel", {"optimizer": "sgd"})
+    kw, args = recipe("bert-rep", {"base": tiny_bert, "pooling": "cls", "max_queries": 80, "margin": [0.5, 1],
+                                   "share_negatives": True, "lr": 2e-5})
+    assert kw == {"base": tiny_bert, "pooling": "cls"}
+    assert isinstance(args, BiEncoderArgs) and (args.max_queries, args.margin, args.share_negatives) == (80, [0.5, 1.0], True)
+    kw, args = recipe("bert-rel", {"max_length": 64, "head_lr": 1e-3})
+    assert kw == {"max_length": 64} and isinstance(args, CrossEncoderArgs) and args.cluster_model == "pretrained"
+    # folders saved when the training settings were model parameters still load
+    m = create_model("bert-rep", base=tiny_bert)
+    m.save(tmp_path / "rep")
+    cfg = json.loads((tmp_path / "rep" / "config.json").read_text())
+    cfg["semsearch"]["params"].update({"margin": 1.0, "lr": 1e-5, "epochs": 1, "batch_size": 8, "neg_global": 10,
+                                       "neg_cluster": 10, "cluster_model": "first", "max_queries": None,
+                                       "dev_metric": "ndcg@10", "seed": 0, "share_negatives": False})
+    (tmp_path / "rep" / "config.json").write_text(json.dumps(cfg))
+    again = load_model(tmp_path / "rep")
+    assert {k: v for k, v in again.params().items() if k != "base"} == {k: v for k, v in m.params().items() if k != "base"}
+    assert np.allclose(again.encode_documents(["red chair"]), m.encode_documents(["red chair"]), atol=1e-6)

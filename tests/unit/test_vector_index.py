@@ -205,8 +205,8 @@ def _dssm(seed: int):  # type: ignore[no-untyped-def]
     from semsearch.plugins import create_model
     from semsearch.text import TrigramHasher
 
-    m = create_model("dssm", hidden=[16], out=8, seed=seed)
-    m.build(TrigramHasher.fit(["red drill", "blue saw", "green lamp", "cordless drill kit"], max_words=8))
+    m = create_model("dssm", hidden=[16], out=8)
+    m.build(TrigramHasher.fit(["red drill", "blue saw", "green lamp", "cordless drill kit"], max_words=8), seed)
     return m
 
 

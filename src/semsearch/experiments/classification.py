@@ -21,7 +21,8 @@ from ..models.classifiers import letter_trigram_features, svm_scores, word_ngram
 from ..models.mtdnn import MTDNN
 from ..progress import track
 from ..text import TrigramHasher
-from ..training.mtdnn import classification_auc, train_mtdnn
+from ..training import recipe
+from ..training.mtdnn import MTDNNArgs, classification_auc, train_mtdnn
 from .cache import cached_training
 from .result import Check
 from .spec import SYSTEMS, ClassificationSpec
@@ -181,14 +182,20 @@ class _Run:
                   "params": kwargs, "ranking_dataset": self.spec.ranking_dataset if ranking else ""}
 
         def train() -> tuple[MTDNN, dict[str, Any]]:
-            model = create_model("mt-dnn", **kwargs)
+            model, args = _mtdnn(kwargs)
             data, dev = self.ranking() if ranking else (None, None)
             tr = self.tasks(domains, "train") if domains else None
             dv = self.tasks(domains, "dev") if domains else None
-            return model, train_mtdnn(model, data, dev, tasks=tr, dev_tasks=dv, progress=self.progress)  # type: ignore[arg-type]
+            return model, train_mtdnn(model, data, dev, args=args, tasks=tr, dev_tasks=dv, progress=self.progress)  # type: ignore[arg-type]
 
         model, _ = cached_training(self.model_dir, "mt-dnn", recipe, train, self.retrain)
         return model  # type: ignore[return-value]
+
+
+def _mtdnn(params: dict[str, Any]) -> tuple[MTDNN, MTDNNArgs]:
+    """An untrained MT-DNN and its training arguments from one parameter mapping (``recipe``)."""
+    model_kw, args = recipe("mt-dnn", params, where="mt-dnn")
+    return create_model("mt-dnn", **model_kw), args  # type: ignore[return-value]
 
 
 def run_classification(spec: ClassificationSpec, *, progress: bool = True, model_dir: Path | None = None,
@@ -247,7 +254,6 @@ def _compactness(model: MTDNN, test: DomainTasks, word_features: int) -> dict[st
     with tempfile.TemporaryDirectory() as tmp:
         model.save(tmp)
         size = sum(f.stat().st_size for f in Path(tmp).iterdir())
-    net = model._require()
     texts = test.texts[:300]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -260,7 +266,7 @@ def _compactness(model: MTDNN, test: DomainTasks, word_features: int) -> dict[st
             times.append((time.perf_counter() - t0) * 1000)
     finally:
         torch.set_num_threads(threads)
-    return {"mtdnn_bytes": size, "mtdnn_params": sum(p.numel() for p in net.parameters()),
+    return {"mtdnn_bytes": size, "mtdnn_params": sum(p.numel() for p in model.net.parameters()),  # type: ignore[union-attr]
             "trigrams": len(model.hasher or []), "svm_word_features": word_features,
             "svm_word_bytes": word_features * 8 * len(model.domains),
             "latency_p50_ms": float(np.percentile(times, 50)), "latency_p99_ms": float(np.percentile(times, 99)),
@@ -306,12 +312,12 @@ def _adaptation(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any],
                 res = svm_scores(x[rows], y[rows], x_te, grid=spec.svm_c, seed=seed)
                 per.setdefault((name, f), []).append(auc(y_te, res.scores))
             sub = tr.subset(rows)
-            b = int(spec.dnn.get("batch_size", 1024))
-            epochs = max(1, math.ceil(spec.dnn_steps / math.ceil(len(rows) / b)))
+            dnn = {**spec.dnn, "domain_set": spec.domain_set, "domains": [target], "ranking": False}
             for name, frozen in (("DNN1", False), ("DNN2", True)):
-                model = create_model("mt-dnn", **{**spec.dnn, "domain_set": spec.domain_set, "domains": [target],
-                                                  "ranking": False, "epochs": epochs, "seed": seed, "freeze_l2": frozen})
-                train_mtdnn(model, tasks=sub, hasher=mt.hasher, init_l2=mt if frozen else None, progress=False)  # type: ignore[arg-type]
+                model, args = _mtdnn(dnn)
+                epochs = max(1, math.ceil(spec.dnn_steps / math.ceil(len(rows) / args.batch_size)))
+                train_mtdnn(model, args=args.replace(epochs=epochs, seed=seed, freeze_l2=frozen), tasks=sub,
+                            hasher=mt.hasher, init_l2=mt if frozen else None, progress=False)  # type: ignore[arg-type]
                 per.setdefault((name, f), []).append(classification_auc(model, te)[target])  # type: ignore[arg-type]
         for f in spec.fractions:
             for name in feats:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..data import ranked
+from ..params import Params
 from ..progress import track
 from ..types import Run
 
@@ -75,26 +76,30 @@ class Model(ABC):
 
 
 class TrainedModel(Model):
-    """A model whose hyper-parameters (``config``) are fixed once it is trained: the constructor
-    merges them over the class's defaults (an unknown name is an error), ``params`` returns them
-    and ``with_params`` refuses to change them (train another model instead)."""
+    """A model whose hyper-parameters are fixed once it is trained: a typed ``Params`` class
+    (``params.Params``) validates the constructor's keywords into ``self.p``; ``params`` returns
+    them and ``with_params`` refuses to change them (train another model instead)."""
 
-    config: dict[str, Any]
+    Params: ClassVar[type[Params]]
+    p: Any
 
-    def _configure(self, defaults: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
-        unknown = set(params) - set(defaults)
-        if unknown:
-            raise ValueError(f"{self.name}: unknown parameters {sorted(unknown)}; known: {sorted(defaults)}")
-        self.config = {**defaults, **params}
-        return self.config
+    def __init__(self, **params: Any):
+        self.p = self.Params.from_mapping(params, where=self.name)
+
+    @classmethod
+    def saved_params(cls, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """The known names of a saved ``params`` mapping: model directories written before the
+        training arguments left the model's parameters (lr, epochs, negatives, ...) still load."""
+        return {k: v for k, v in raw.items() if k in cls.Params.names()}
 
     def params(self) -> dict[str, Any]:
-        return dict(self.config)
+        return self.p.as_dict()
 
     def with_params(self, **params: Any) -> "TrainedModel":
-        changed = {k: v for k, v in params.items() if self.config.get(k) != v}
+        now = self.params()
+        changed = sorted(k for k, v in params.items() if k not in now or now[k] != v)
         if changed:
-            raise ValueError(f"{self.name}: {sorted(changed)} are fixed at training time; train another model")
+            raise ValueError(f"{self.name}: {changed} are fixed at training time; train another model")
         return self
 
 

@@ -63,17 +63,15 @@ def word_contributions(model: NeuralEncoder, words: list[str], other: str, *, si
 def neuron_winners(model: CLSM, text: str, side: str) -> list[dict[str, Any]]:
     """For every max-pool neuron of one side: its activation tanh(max conv) and the word
     position (centre of the winning window) that produced it."""
-    net = model._require()
-    tower = net.q if side == "query" else net.d
-    feats = model.features([text])
-    batch = feats.batch(np.array([0]))
+    batch = model.features([text]).batch(np.array([0]))  # (an untrained model fails here)
+    tower = model.net.q if side == "query" else model.net.d  # type: ignore[union-attr]
     words = model.hasher.words(text)  # type: ignore[union-attr]
-    half = (int(model.config["window"]) - 1) // 2
+    half = (model.p.window - 1) // 2
     with torch.inference_mode():
         conv = tower.convolve(batch)
-        best, arg = segment_max(conv, torch.from_numpy(batch.segment), 1)
-    act = torch.tanh(best[0]).numpy()
-    pos = arg[0].numpy()
+        best, arg = segment_max(conv, torch.as_tensor(batch.segment, device=conv.device), 1)
+    act = torch.tanh(best[0]).cpu().numpy()
+    pos = arg[0].cpu().numpy()
     out = []
     for k in range(len(act)):
         p = int(pos[k])

@@ -23,36 +23,62 @@ Scorers, so ``retrieve`` scores the whole collection. Weights: safetensors + JSO
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..device import model_device, resolve_device
+from ..params import ParamError, Params, param
 from ..text import Vocabulary, tokenize
 from .base import ModelDirError, TrainedModel, read_config, write_config
 from .neural import load_weights, save_weights
+
 PAD, UNK, FIRST = 0, 1, 2  # embedding rows: padding, unknown word (both zero), then the vocabulary
 
-TRAIN_DEFAULTS: dict[str, Any] = {
-    "negatives": 2,  # random documents of the pool per positive pair
-    "hard_negatives": 4,  # judged documents graded below the positive threshold per positive pair
-    "margin": 1.0,  # hinge margin: max(0, margin − s⁺ + s⁻)
-    "optimizer": "adam",
-    "lr": 1e-3,
-    "batch_size": 256,
-    "epochs": 6,
-    "patience": 2,
-    "dev_metric": "ndcg@10",
-    "seed": 0,
-    "neg_pool": 4096,
-    "min_count": 2,  # vocabulary: words seen at least this often in the training texts
-    "max_vocab": 50000,
-    "init": "random",  # or "minilm" (needs dim = 384)
-}
 
+@dataclass(frozen=True)
+class InteractionParams(Params):
+    """What an interaction model is. Its word vocabulary (``min_count``, ``max_vocab``) is fitted
+    on the training texts but is the embedding table, saved with the model: model parameters."""
+
+    dim: int = param(300, ge=1)  # word embedding width
+    max_words: int = param(64, ge=1)  # texts are cut to their first words
+    min_count: int = param(2, ge=1)  # vocabulary: words seen at least this often in the training texts
+    max_vocab: int = param(50000, ge=1)
+    init: Literal["random", "minilm"] = "random"  # embeddings' start; "minilm" needs dim = 384
+
+    def check(self) -> None:
+        if self.init == "minilm" and self.dim != 384:
+            raise ParamError(f"{self.kind}: init = 'minilm' needs dim = 384 (MiniLM's width), got {self.dim}")
+
+
+@dataclass(frozen=True)
+class KNRMParams(InteractionParams):
+    kind = "knrm"
+    kernels: int = param(11, ge=2)  # RBF kernels: the exact-match one and kernels − 1 soft ones
+
+
+@dataclass(frozen=True)
+class MatchPyramidParams(InteractionParams):
+    kind = "matchpyramid"
+    channels: int = param(8, ge=1)  # convolution kernels
+    kernel: list[int] = param([3, 3])  # convolution size (query, document)
+    pool: list[int] = param([3, 5])  # dynamic max-pooling grid
+    hidden: int = param(128, ge=1)  # the MLP's hidden layer
+    query_words: int = param(10, ge=1)  # the matching matrix is query_words × doc_words
+    doc_words: int = param(30, ge=1)
+
+    def check(self) -> None:
+        super().check()
+        for name in ("kernel", "pool"):
+            v = getattr(self, name)
+            if len(v) != 2 or min(v) < 1:
+                raise ParamError(f"{self._label(name)} must be two positive whole numbers, got {v!r}")
 
 def knrm_kernels(n: int = 11) -> tuple[np.ndarray, np.ndarray]:
     """K-NRM's kernel means and widths: the exact-match kernel (μ = 1, σ = 10⁻³), then n − 1 soft
@@ -65,14 +91,14 @@ def knrm_kernels(n: int = 11) -> tuple[np.ndarray, np.ndarray]:
     return np.array(mu, dtype=np.float32), np.array(sigma, dtype=np.float32)
 
 
-def pad_rows(rows: Sequence[np.ndarray], length: int) -> torch.Tensor:
-    """Ragged id rows → (n, length) int64 tensor, truncated or padded with ``PAD``."""
+def pad_rows(rows: Sequence[np.ndarray], length: int, device: torch.device | None = None) -> torch.Tensor:
+    """Ragged id rows → (n, length) int64 tensor on ``device``, truncated or padded with ``PAD``."""
     out = np.full((len(rows), length), PAD, dtype=np.int64)
     lens = np.fromiter((min(len(r), length) for r in rows), dtype=np.int64, count=len(rows))
     if lens.sum():
         flat = np.concatenate([r[:length] for r in rows])
         out[np.repeat(np.arange(len(rows)), lens), np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)] = flat
-    return torch.from_numpy(out)
+    return torch.as_tensor(out, device=device)
 
 
 # ------------------------------------------------------------------------------------ networks
@@ -132,7 +158,7 @@ def dynamic_pool_index(lengths: torch.Tensor, padded: int) -> torch.Tensor:
     """(B, padded) source positions that stretch each text's ``lengths`` real positions over
     ``padded`` ones (MatchPyramid's dynamic pooling: every grid cell sees a real region)."""
     span = lengths.clamp(min=1)[:, None]
-    return torch.arange(padded)[None, :] * span // padded
+    return torch.arange(padded, device=lengths.device)[None, :] * span // padded
 
 
 class MatchPyramidNet(nn.Module):
@@ -143,7 +169,7 @@ class MatchPyramidNet(nn.Module):
         super().__init__()
         self.match = MatchMatrix(n_rows, dim, gen)
         self.conv = nn.Conv2d(1, channels, tuple(kernel), padding="same")
-        self.pool = (int(pool[0]), int(pool[1]))
+        self.pool = (pool[0], pool[1])
         self.mlp = nn.Sequential(nn.Linear(channels * self.pool[0] * self.pool[1], hidden), nn.ReLU(), nn.Linear(hidden, 1))
         for layer in (self.conv, self.mlp[0], self.mlp[2]):
             r = float(np.sqrt(6.0 / (layer.weight[0].numel() + layer.weight.shape[0])))
@@ -166,14 +192,10 @@ class MatchPyramidNet(nn.Module):
 class InteractionModel(TrainedModel):
     """Shared machinery: parameters, vocabulary, word ids, pair scoring, persistence."""
 
-    arch_defaults: dict[str, Any] = {}
+    p: InteractionParams
 
     def __init__(self, **params: Any):
-        self._configure({**self.arch_defaults, **TRAIN_DEFAULTS}, params)
-        if self.config["init"] not in ("random", "minilm"):
-            raise ValueError(f"{self.name}: init must be 'random' or 'minilm', got {self.config['init']!r}")
-        if self.config["init"] == "minilm" and int(self.config["dim"]) != 384:
-            raise ValueError(f"{self.name}: init = 'minilm' needs dim = 384 (MiniLM's width), got {self.config['dim']}")
+        super().__init__(**params)
         self.vocab: Vocabulary | None = None
         self.net: nn.Module | None = None
         self._oov: dict[str, int] = {}
@@ -189,14 +211,23 @@ class InteractionModel(TrainedModel):
         """Padded (query, document) lengths of a batch whose longest texts are q_max, d_max."""
         raise NotImplementedError
 
-    def build(self, vocab: Vocabulary, seed: int | None = None) -> None:
-        """Fresh network over ``vocab`` (embeddings random or from MiniLM, per ``init``)."""
-        gen = torch.Generator().manual_seed(int(self.config["seed"] if seed is None else seed))
+    def vocabulary(self, texts: Sequence[str]) -> Vocabulary:
+        """The word vocabulary of this model over training ``texts`` (``min_count``, ``max_vocab``)."""
+        return Vocabulary.build((tokenize(t) for t in texts), min_count=self.p.min_count, max_size=self.p.max_vocab)
+
+    def build(self, vocab: Vocabulary, seed: int = 0, *, pretrained: bool = True) -> None:
+        """Fresh network over ``vocab``: embeddings random, or from MiniLM when ``init`` says so
+        and ``pretrained`` (False: saved weights are about to replace them)."""
         self.vocab, self._oov = vocab, {}
-        self.net = self._make_net(len(vocab) + FIRST, gen)
-        if self.config["init"] == "minilm":
+        self.net = self._make_net(len(vocab) + FIRST, torch.Generator().manual_seed(seed))
+        if self.p.init == "minilm" and pretrained:
             with torch.no_grad():
                 self.net.match.embed.weight[FIRST:] = torch.from_numpy(minilm_word_vectors(vocab.terms))
+
+    def to(self, device: str) -> "InteractionModel":
+        """Put the weights on ``device`` (a ``device`` setting: 'cpu', 'cuda', 'auto', ...) to score there."""
+        self._require().to(resolve_device(device))
+        return self
 
     @property
     def trained(self) -> bool:
@@ -211,7 +242,7 @@ class InteractionModel(TrainedModel):
         """Word ids of each text (first ``max_words`` words): vocabulary rows, or a negative id per
         distinct unknown word (consistent within this model object, so exact matches survive)."""
         self._require()
-        ids, oov, cap = self.vocab.ids, self._oov, int(self.config["max_words"])  # type: ignore[union-attr]
+        ids, oov, cap = self.vocab.ids, self._oov, self.p.max_words  # type: ignore[union-attr]
         out = []
         for t in texts:
             row = []
@@ -224,7 +255,9 @@ class InteractionModel(TrainedModel):
     def pair_scores(self, q: Sequence[np.ndarray], d: Sequence[np.ndarray]) -> torch.Tensor:
         """Scores of aligned (query ids, document ids) pairs, one network call (with gradients)."""
         lq, ld = self._lengths(max((len(x) for x in q), default=1), max((len(x) for x in d), default=1))
-        return self._require()(pad_rows(q, lq), pad_rows(d, ld))
+        net = self._require()
+        dev = model_device(net)
+        return net(pad_rows(q, lq, dev), pad_rows(d, ld, dev))
 
     # -- ranking ------------------------------------------------------------------------------------
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
@@ -254,7 +287,7 @@ class InteractionModel(TrainedModel):
         with torch.inference_mode():
             for s in range(0, len(pos), batch_size):
                 e = min(s + batch_size, len(pos))
-                flat[s:e] = self.pair_scores([qs[i] for i in owner[s:e]], [self._docs[p] for p in pos[s:e]]).numpy()
+                flat[s:e] = self.pair_scores([qs[i] for i in owner[s:e]], [self._docs[p] for p in pos[s:e]]).cpu().numpy()
         net.train(was_training)
         bounds = np.cumsum([0] + [len(c) for c in candidates])
         return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
@@ -263,7 +296,7 @@ class InteractionModel(TrainedModel):
     def save(self, path: str | Path) -> None:
         net = self._require()
         d = Path(path)
-        write_config(d, {"model": self.name, "params": self.config, "vocabulary": {"terms": self.vocab.terms}})  # type: ignore[union-attr]
+        write_config(d, {"model": self.name, "params": self.params(), "vocabulary": {"terms": self.vocab.terms}})  # type: ignore[union-attr]
         save_weights(net, d)
 
     @classmethod
@@ -271,9 +304,8 @@ class InteractionModel(TrainedModel):
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
         try:
-            model = cls(**{**cfg["params"], "init": "random"})  # the saved weights replace any init
-            model.build(Vocabulary(cfg["vocabulary"]["terms"]))
-            model.config["init"] = cfg["params"].get("init", "random")
+            model = cls(**cls.saved_params(cfg["params"]))
+            model.build(Vocabulary(cfg["vocabulary"]["terms"]), pretrained=False)  # the saved weights replace any init
         except (KeyError, TypeError, ValueError) as e:
             raise ModelDirError(f"{d}: corrupt or incomplete {cls.name} model ({e})") from None
         load_weights(model._require(), d, cls.name)
@@ -283,11 +315,11 @@ class InteractionModel(TrainedModel):
 class KNRM(InteractionModel):
     """Kernel-based neural ranking model: ``dim``-d word embeddings, ``kernels`` RBF kernels."""
     name = "knrm"
-
-    arch_defaults = {"dim": 300, "kernels": 11, "max_words": 64}
+    Params = KNRMParams
+    p: KNRMParams
 
     def _make_net(self, n_rows: int, gen: torch.Generator) -> nn.Module:
-        return KNRMNet(n_rows, int(self.config["dim"]), int(self.config["kernels"]), gen)
+        return KNRMNet(n_rows, self.p.dim, self.p.kernels, gen)
 
     def _lengths(self, q_max: int, d_max: int) -> tuple[int, int]:
         return max(q_max, 1), max(d_max, 1)
@@ -296,16 +328,15 @@ class KNRM(InteractionModel):
 class MatchPyramid(InteractionModel):
     """MatchPyramid over a ``query_words`` × ``doc_words`` matching matrix (longer texts are cut)."""
     name = "matchpyramid"
-
-    arch_defaults = {"dim": 300, "channels": 8, "kernel": [3, 3], "pool": [3, 5], "hidden": 128,
-                     "query_words": 10, "doc_words": 30, "max_words": 64}
+    Params = MatchPyramidParams
+    p: MatchPyramidParams
 
     def _make_net(self, n_rows: int, gen: torch.Generator) -> nn.Module:
-        c = self.config
-        return MatchPyramidNet(n_rows, int(c["dim"]), int(c["channels"]), c["kernel"], c["pool"], int(c["hidden"]), gen)
+        p = self.p
+        return MatchPyramidNet(n_rows, p.dim, p.channels, p.kernel, p.pool, p.hidden, gen)
 
     def _lengths(self, q_max: int, d_max: int) -> tuple[int, int]:
-        return int(self.config["query_words"]), int(self.config["doc_words"])
+        return self.p.query_words, self.p.doc_words
 
 
 def minilm_word_vectors(words: Sequence[str]) -> np.ndarray:

@@ -13,12 +13,14 @@ of Table 2; with domains empty it is a one-hidden-layer DSSM."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
 
+from ..params import ParamError, Params, param
 from ..text import Bags
 from .neural import DSSM, DSSMTower, _glorot
 
@@ -31,8 +33,6 @@ class MTDNNNet(nn.Module):
 
     def __init__(self, vocab: int, l2: int, out: int, n_domains: int, ranking: bool, share: str, gen: torch.Generator):
         super().__init__()
-        if share not in ("all", "query"):
-            raise ValueError(f"share must be 'all' (Figure 1) or 'query' (Figure 3), got {share!r}")
         self.shared = DSSMTower(vocab, [], l2, gen)  # l2 = tanh(W1 · l1), Eq. 1
         self.cls_l3 = nn.ModuleList(nn.Linear(l2, out) for _ in range(n_domains))  # W2ᵗ, Eq. 2
         self.cls_out = nn.ModuleList(nn.Linear(out, 1) for _ in range(n_domains))  # W3ᵗ, Eq. 3
@@ -81,62 +81,63 @@ class MTDNNNet(nn.Module):
             raise ValueError("this MT-DNN was built without the ranking task; it only classifies")
 
 
+@dataclass(frozen=True)
+class MTDNNParams(Params):
+    """MT-DNN's network (Figure 1 / 3) and its tasks; ``out``, ``max_words`` and ``max_trigrams``
+    as DSSM's (``EncoderParams``)."""
+
+    kind = "mt-dnn"
+    l2: int = param(300, ge=1)  # the shared semantic layer
+    out: int = param(128, ge=1)
+    max_words: int = param(64, ge=1)
+    max_trigrams: int | None = param(None, ge=1)
+    share: Literal["all", "query"] = "all"  # Figure 1, or Figure 3 (only the query side shared)
+    domain_set: str = "sgd"
+    domains: list[str] = param(PAPER_DOMAINS)
+    ranking: bool = True
+
+    def check(self) -> None:
+        if "rank" in self.domains:
+            raise ParamError("mt-dnn: 'rank' names the ranking task; rename that domain")
+        if len(set(self.domains)) != len(self.domains):
+            raise ParamError(f"mt-dnn: duplicate domains in {self.domains}")
+        if not self.domains and not self.ranking:
+            raise ParamError("mt-dnn needs at least one task: a classification domain or ranking")
+
+
 class MTDNN(DSSM):
     """Multi-task DNN: ranks like DSSM (cosine of the Sq/Sd outputs) and classifies queries into
     ``domains`` (one logistic head each). ``domain_set`` names the query-domain file the
     classification tasks come from (``query-domains/NAME.tsv`` under the data root, or a path).
     Its input (letter-trigram bags) and output size are DSSM's; ``build`` makes the multi-task net."""
     name = "mt-dnn"
+    Params = MTDNNParams  # type: ignore[assignment]
+    p: MTDNNParams  # type: ignore[assignment]
 
-    arch_defaults = {
-        "l2": 300, "out": 128, "share": "all", "max_words": 64,
-        "domain_set": "sgd", "domains": PAPER_DOMAINS, "ranking": True,
-        "task_sampling": "uniform",  # Algorithm 1 picks a task at random: "uniform" or "proportional"
-        "cls_lr": None,  # learning rate of the classification minibatches (None: lr)
-        "freeze_l2": False,  # keep the shared layer fixed (DNN2 of the domain-adaptation study)
-        "select": "mean",  # dev score for early stopping: "mean" over tasks, "rank" or "classification"
-    }
-
-    def __init__(self, **params: Any):
-        super().__init__(**params)
-        c = self.config
-        c["domains"] = list(c["domains"])
-        if "rank" in c["domains"]:
-            raise ValueError("mt-dnn: 'rank' names the ranking task; rename that domain")
-        if len(set(c["domains"])) != len(c["domains"]):
-            raise ValueError(f"mt-dnn: duplicate domains in {c['domains']}")
-        if not c["domains"] and not c["ranking"]:
-            raise ValueError("mt-dnn needs at least one task: a classification domain or ranking")
-        if c["select"] not in ("mean", "rank", "classification"):
-            raise ValueError(f"mt-dnn select must be 'mean', 'rank' or 'classification', got {c['select']!r}")
-        if c["share"] not in ("all", "query"):
-            raise ValueError(f"mt-dnn share must be 'all' (Figure 1) or 'query' (Figure 3), got {c['share']!r}")
-
-    def build(self, hasher, seed: int | None = None) -> None:  # type: ignore[no-untyped-def]
-        c = self.config
-        gen = torch.Generator().manual_seed(int(c["seed"] if seed is None else seed))
+    def build(self, hasher, seed: int = 0) -> None:  # type: ignore[no-untyped-def]
+        p = self.p
         self.hasher = hasher
-        self.net = MTDNNNet(len(hasher), int(c["l2"]), int(c["out"]), len(c["domains"]), bool(c["ranking"]),
-                            str(c["share"]), gen)  # type: ignore[assignment]
+        self.net = MTDNNNet(len(hasher), p.l2, p.out, len(p.domains), p.ranking, p.share,
+                            torch.Generator().manual_seed(seed))  # type: ignore[assignment]
 
     @property
     def domains(self) -> list[str]:
-        return list(self.config["domains"])
+        return list(self.p.domains)
 
     def classify(self, texts: Sequence[str]) -> np.ndarray:
         """(n, domains) probabilities P(C|Q) (Eq. 3), columns in ``domains`` order."""
-        if not self.config["domains"]:
+        if not self.p.domains:
             raise ValueError("this MT-DNN has no classification domains")
         for t in texts:
             if not t.strip():
                 raise ValueError("cannot classify an empty query")
         out = self._batched(texts, lambda net, x: torch.sigmoid(net.all_logits(x)))
-        return np.zeros((0, len(self.domains)), np.float32) if out is None else out.numpy()
+        return np.zeros((0, len(self.domains)), np.float32) if out is None else out.cpu().numpy()
 
     def semantic(self, texts: Sequence[str]) -> np.ndarray:
         """(n, l2) shared semantic representation: the features of the domain-adaptation study."""
         out = self._batched(texts, lambda net, x: net.l2(x))
-        return np.zeros((0, int(self.config["l2"])), np.float32) if out is None else out.numpy()
+        return np.zeros((0, self.p.l2), np.float32) if out is None else out.cpu().numpy()
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
         self._require()._need_ranking()  # type: ignore[attr-defined]

@@ -24,26 +24,42 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..device import model_device, resolve_device
+from ..params import ParamError, Params, param
 from ..text import Bags, TrigramHasher, WordTable
 from .base import ModelDirError, TrainedModel, best_k, id_ranks, read_config, write_config
 
 WEIGHTS = "weights.safetensors"
 
-TRAIN_DEFAULTS: dict[str, Any] = {
-    "negatives": 4,  # J random unclicked documents per query (CLSM §4, Eq. 5)
-    "sampling": "random",  # "random" (from the document pool) or "in-batch"
-    "hard_negatives": 0,  # judged documents below the positive grade, added per query
-    "gamma": 10.0,  # softmax smoothing factor γ (a list: each is trained, the best on dev kept)
-    "optimizer": "sgd",  # "sgd" (the papers) or "adam"
-    "lr": 0.5,
-    "batch_size": 1024,
-    "epochs": 20,
-    "patience": 3,  # epochs without dev improvement before stopping
-    "dev_metric": "ndcg@10",
-    "seed": 0,
-    "neg_pool": 8192,  # distinct random documents encoded per batch; negatives are drawn from them
-    "max_trigrams": None,  # vocabulary cap (most frequent first)
-}
+
+@dataclass(frozen=True)
+class EncoderParams(Params):
+    """What a trigram encoder is. ``max_trigrams`` caps its trigram vocabulary (most frequent
+    first): the vocabulary is fitted on the training texts, but it is the model's input layer —
+    its size is the first weight matrix's and it is saved with the model — so the cap is a model
+    parameter like ``max_words``, not a training argument."""
+
+    out: int = param(128, ge=1)  # the semantic layer (DSSM's 128, CLSM's L)
+    shared: bool = False  # one tower for queries and documents
+    max_words: int = param(64, ge=1)  # texts are cut to their first words
+    max_trigrams: int | None = param(None, ge=1)
+
+
+@dataclass(frozen=True)
+class DSSMParams(EncoderParams):
+    kind = "dssm"
+    hidden: list[int] = param([300, 300])  # DSSM §3.1: 300 → 300 → 128
+
+
+@dataclass(frozen=True)
+class CLSMParams(EncoderParams):
+    kind = "clsm"
+    window: int = param(3, ge=1)  # words per convolution window (CLSM §3.2)
+    conv: int = param(300, ge=1)  # K, the convolution's units
+
+    def check(self) -> None:
+        if self.window % 2 == 0:
+            raise ParamError(f"{self._label('window')} must be odd, got {self.window}")
 
 
 def _glorot(t: torch.Tensor, fan_in: int, fan_out: int, gen: torch.Generator) -> None:
@@ -53,8 +69,8 @@ def _glorot(t: torch.Tensor, fan_in: int, fan_out: int, gen: torch.Generator) ->
         t.uniform_(-r, r, generator=gen)
 
 
-def _bag_tensors(b: Bags) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return torch.from_numpy(b.ids), torch.from_numpy(b.offsets[:-1]), torch.from_numpy(b.weights)
+def _bag_tensors(b: Bags, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return tuple(torch.as_tensor(a, device=device) for a in (b.ids, b.offsets[:-1], b.weights))  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------------------------ features
@@ -141,11 +157,12 @@ def segment_max(values: torch.Tensor, segment: torch.Tensor, n: int) -> tuple[to
     last one on ties). Differentiable in ``values`` (gradient to the winner), as CLSM's max-pooling
     (§3.3); the winning rows are what the explanation reports."""
     seg = segment[:, None].expand_as(values)
-    best = torch.full((n, values.shape[1]), float("-inf"), dtype=values.dtype).scatter_reduce(0, seg, values, "amax")
+    shape, dev = (n, values.shape[1]), values.device
+    best = torch.full(shape, float("-inf"), dtype=values.dtype, device=dev).scatter_reduce(0, seg, values, "amax")
     with torch.no_grad():
-        rows = torch.arange(len(values))[:, None].expand_as(values)
+        rows = torch.arange(len(values), device=dev)[:, None].expand_as(values)
         won = torch.where(values == best[segment], rows, -1)
-        arg = torch.full((n, values.shape[1]), -1, dtype=torch.long).scatter_reduce(0, seg, won, "amax")
+        arg = torch.full(shape, -1, dtype=torch.long, device=dev).scatter_reduce(0, seg, won, "amax")
     return best, arg
 
 
@@ -164,7 +181,7 @@ class DSSMTower(nn.Module):
             nn.init.zeros_(layer.bias)
 
     def forward(self, x: Bags) -> torch.Tensor:
-        ids, offsets, weights = _bag_tensors(x)
+        ids, offsets, weights = _bag_tensors(x, model_device(self))
         h = torch.tanh(self.embed(ids, offsets, per_sample_weights=weights) + self.bias)
         for layer in self.layers:
             h = torch.tanh(layer(h))
@@ -192,18 +209,19 @@ class CLSMTower(nn.Module):
 
     def convolve(self, x: WindowBatch) -> torch.Tensor:
         """Pre-activation convolution output at every word position: (positions, K)."""
-        ids, offsets, weights = _bag_tensors(x.bags)
+        dev = model_device(self)
+        ids, offsets, weights = _bag_tensors(x.bags, dev)
         per_word = self.embed(ids, offsets, per_sample_weights=weights)
         # row w·window + j of ``slots`` is word w's contribution in window slot j; each position's
         # convolution is the bag (sum) of its window's slots — one fused gather-and-sum
         slots = torch.cat([per_word, self.pad[None, :]]).view(-1, self.conv)
-        windows = torch.from_numpy(x.windows * self.window + np.arange(self.window)[:, None]).T
+        windows = torch.as_tensor(x.windows * self.window + np.arange(self.window)[:, None], device=dev).T
         return self.bias + F.embedding_bag(windows, slots, mode="sum")
 
     @staticmethod
     def pool(conv: torch.Tensor, x: WindowBatch) -> torch.Tensor:
         """Max over each text's positions; a text's positions are contiguous and non-empty."""
-        lengths = torch.from_numpy(np.bincount(x.segment, minlength=x.n_texts))
+        lengths = torch.as_tensor(np.bincount(x.segment, minlength=x.n_texts), device=conv.device)
         return torch.segment_reduce(conv, "max", lengths=lengths)
 
     def top(self, pooled: torch.Tensor) -> torch.Tensor:
@@ -231,10 +249,10 @@ class NeuralEncoder(TrainedModel):
     """Shared machinery of the trigram encoders: featurising, encoding, cosine ranking over an
     encoded collection, and safetensors persistence. Subclasses define the towers."""
 
-    arch_defaults: dict[str, Any] = {}
+    p: EncoderParams
 
     def __init__(self, **params: Any):
-        self._configure({**self.arch_defaults, **TRAIN_DEFAULTS}, params)
+        super().__init__(**params)
         self.hasher: TrigramHasher | None = None
         self.net: TwoTowers | None = None
         self._ids: list[str] = []
@@ -250,11 +268,24 @@ class NeuralEncoder(TrainedModel):
         """Featurise a fixed list of texts once; ``.batch(rows)`` gives tower input."""
         raise NotImplementedError
 
-    def build(self, hasher: TrigramHasher, seed: int | None = None) -> None:
+    def vocabulary(self, texts: Sequence[str]) -> TrigramHasher:
+        """The trigram vocabulary of this model over training ``texts`` (``max_trigrams``, ``max_words``)."""
+        return TrigramHasher.fit(texts, max_size=self.p.max_trigrams, max_words=self.p.max_words)
+
+    def build(self, hasher: TrigramHasher, seed: int = 0) -> None:
         """Create freshly initialised towers over ``hasher``'s vocabulary."""
-        gen = torch.Generator().manual_seed(int(self.config["seed"] if seed is None else seed))
+        gen = torch.Generator().manual_seed(seed)
         self.hasher = hasher
-        self.net = TwoTowers(lambda: self._make_tower(len(hasher), gen), bool(self.config["shared"]))
+        self.net = TwoTowers(lambda: self._make_tower(len(hasher), gen), self.p.shared)
+
+    def copy_from(self, other: "NeuralEncoder") -> None:
+        """Take ``other``'s vocabulary and weights (a trained trial of the same kind)."""
+        self.hasher, self.net = other.hasher, other.net
+
+    def to(self, device: str) -> "NeuralEncoder":
+        """Put the weights on ``device`` (a ``device`` setting: 'cpu', 'cuda', 'auto', ...) to encode there."""
+        self._require().to(resolve_device(device))
+        return self
 
     @property
     def trained(self) -> bool:
@@ -286,7 +317,7 @@ class NeuralEncoder(TrainedModel):
         v = self._batched(texts, lambda net, x: net.query(x) if side == "query" else net.doc(x))
         if v is None:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return torch.nn.functional.normalize(v, dim=1, eps=1e-12).numpy()
+        return torch.nn.functional.normalize(v, dim=1, eps=1e-12).cpu().numpy()
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-length query vectors (float32): their dot products are cosines."""
@@ -297,7 +328,7 @@ class NeuralEncoder(TrainedModel):
 
     @property
     def dim(self) -> int:
-        raise NotImplementedError
+        return self.p.out
 
     # -- ranking ----------------------------------------------------------------------------------
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
@@ -341,7 +372,7 @@ class NeuralEncoder(TrainedModel):
     def save(self, path: str | Path) -> None:
         net = self._require()
         d = Path(path)
-        write_config(d, {"model": self.name, "params": self.config,
+        write_config(d, {"model": self.name, "params": self.params(),
                          "vocabulary": {"max_words": self.hasher.max_words, "trigrams": self.hasher.trigrams}})  # type: ignore[union-attr]
         save_weights(net, d)
 
@@ -350,9 +381,9 @@ class NeuralEncoder(TrainedModel):
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
         try:
-            model = cls(**cfg["params"])
+            model = cls(**cls.saved_params(cfg["params"]))
             vocab = cfg["vocabulary"]
-            model.build(TrigramHasher(vocab["trigrams"], max_words=int(vocab["max_words"])))
+            model.build(TrigramHasher(vocab["trigrams"], max_words=vocab["max_words"]))
         except (KeyError, TypeError, ValueError) as e:
             raise ModelDirError(f"{d}: corrupt or incomplete {cls.name} model ({e})") from None
         load_weights(model._require(), d, cls.name)
@@ -387,45 +418,38 @@ def load_weights(net: nn.Module, d: Path, name: str) -> None:
 class DSSM(NeuralEncoder):
     """Deep structured semantic model; ``hidden`` layers then ``out`` units, tanh."""
     name = "dssm"
-
-    arch_defaults = {"hidden": [300, 300], "out": 128, "shared": False, "max_words": 64}
+    Params = DSSMParams
+    p: DSSMParams
 
     def _make_tower(self, vocab: int, gen: torch.Generator) -> nn.Module:
-        return DSSMTower(vocab, list(self.config["hidden"]), int(self.config["out"]), gen)
+        return DSSMTower(vocab, self.p.hidden, self.p.out, gen)
 
     def features(self, texts: Sequence[str]) -> BagFeatures:
         self._require()
         return BagFeatures(self.hasher, texts)  # type: ignore[arg-type]
 
-    @property
-    def dim(self) -> int:
-        return int(self.config["out"])
-
 
 class CLSM(NeuralEncoder):
     """Convolutional latent semantic model: ``window`` words, ``conv`` (K) filters, ``out`` (L)."""
     name = "clsm"
-
-    arch_defaults = {"window": 3, "conv": 300, "out": 128, "shared": False, "max_words": 64}
+    Params = CLSMParams
+    p: CLSMParams
 
     def __init__(self, **params: Any):
         super().__init__(**params)
-        if int(self.config["window"]) < 1 or int(self.config["window"]) % 2 == 0:
-            raise ValueError(f"clsm window must be odd and positive, got {self.config['window']}")
         self._table: WordTable | None = None
 
-    def build(self, hasher: TrigramHasher, seed: int | None = None) -> None:
+    def build(self, hasher: TrigramHasher, seed: int = 0) -> None:
         super().build(hasher, seed)
         self._table = WordTable(hasher)
 
+    def copy_from(self, other: NeuralEncoder) -> None:
+        super().copy_from(other)
+        self._table = other._table  # type: ignore[attr-defined]
+
     def _make_tower(self, vocab: int, gen: torch.Generator) -> nn.Module:
-        c = self.config
-        return CLSMTower(vocab, int(c["window"]), int(c["conv"]), int(c["out"]), gen)
+        return CLSMTower(vocab, self.p.window, self.p.conv, self.p.out, gen)
 
     def features(self, texts: Sequence[str]) -> WindowFeatures:
         self._require()
-        return WindowFeatures(self._table, texts, int(self.config["window"]))  # type: ignore[arg-type]
-
-    @property
-    def dim(self) -> int:
-        return int(self.config["out"])
+        return WindowFeatures(self._table, texts, self.p.window)  # type: ignore[arg-type]

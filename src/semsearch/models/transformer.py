@@ -15,18 +15,20 @@ Both start from ``base``, a Hugging Face BERT folder (default: all-MiniLM-L6-v2 
 MiniLM with mean pooling. Texts longer than ``max_query_length`` / ``max_doc_length`` tokens
 (``max_length`` for a cross-encoder pair, truncating the longer side first) are truncated; an
 empty query is an error. Training (pairwise max-margin hinge over graded labels, additive
-global/cluster negatives) lives in ``training/transformer.py``; the training parameters are part of
-the model's parameters, as for DSSM/CLSM.
+global/cluster negatives) lives in ``training/transformer.py`` with its own arguments.
 
 A saved ``bert-rep`` is a sentence-transformers folder (``SentenceTransformer(path)`` loads it and
 gives the same embeddings for ``mean``/``cls`` pooling): the Hugging Face ``config.json`` carries
 two extra keys, ``model`` (our registry name, so ``load_model`` works) and ``semsearch`` (our
-parameters). Weights are safetensors only."""
+parameters; folders saved when training arguments were among them still load). Weights are
+safetensors only."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,27 +36,39 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..device import model_device, resolve_device
+from ..params import ParamError, Params, param
 from ..progress import track
 from .base import CONFIG, ModelDirError, TrainedModel, best_k, id_ranks, read_config
 
-TRAIN_DEFAULTS: dict[str, Any] = {
-    "margin": 1.0,  # hinge margin τ of Eq. 3 (a list: each is trained, the best on dev kept)
-    "lr": 1e-5,  # Adam
-    "epochs": 1,
-    "batch_size": 8,  # queries per step; each brings its judged documents and sampled negatives
-    "neg_global": 10,  # NEG_global: documents drawn uniformly from the corpus per query (§3.2.1)
-    "neg_cluster": 10,  # NEG_cluster: documents drawn from the query's k-means cluster
-    "cluster_model": "first",  # embeddings to cluster: "first" (a model fine-tuned on the judged data
-    # only, Algorithm 1) or "pretrained" (the untrained bi-encoder of ``base``)
-    "n_clusters": 100,
-    "cluster_docs": 20000,  # documents encoded and clustered (a uniform sample; all if fewer)
-    "max_queries": None,  # train on this many random training queries (None: all)
-    "max_judged": 30,  # at most this many judged documents per query (random sample)
-    "dev_queries": 300,  # dev queries (random sample) used to pick the margin
-    "dev_metric": "ndcg@10",
-    "seed": 0,
-}
-ARCH_DEFAULTS: dict[str, Any] = {"base": None, "max_query_length": 32, "max_doc_length": 256, "batch_encode": 128}
+
+@dataclass(frozen=True)
+class TransformerParams(Params):
+    """What the bi- and cross-encoder share: the starting BERT folder and the token limits."""
+
+    base: str | None = None  # a Hugging Face BERT folder (None: all-MiniLM-L6-v2, offline)
+    max_query_length: int = param(32, ge=1)
+    max_doc_length: int = param(256, ge=1)
+    batch_encode: int = param(128, ge=1)  # texts per forward pass when encoding
+
+
+@dataclass(frozen=True)
+class BiEncoderParams(TransformerParams):
+    kind = "bert-rep"
+    pooling: str = "mean"  # "mean", "cls", "layer:K" or "attention" (§4.7)
+    normalize: bool = False  # unit vectors: the dot product becomes a cosine
+
+    def check(self) -> None:
+        if not re.fullmatch(r"mean|cls|attention|layer:\d+", self.pooling):
+            raise ParamError(f"{self._label('pooling')} must be 'mean', 'cls', 'layer:K' or 'attention', got {self.pooling!r}")
+
+
+@dataclass(frozen=True)
+class CrossEncoderParams(TransformerParams):
+    kind = "bert-rel"
+    max_length: int = param(256, ge=1)  # tokens of a (query, document) pair
+    batch_pairs: int = param(64, ge=1)  # pairs per forward pass when scoring
+
 
 WEIGHTS = "model.safetensors"
 HEAD = "head.safetensors"
@@ -100,12 +114,9 @@ class Pooler(nn.Module):
         super().__init__()
         self.pooling = pooling
         if pooling.startswith("layer:"):
-            k = int(pooling[6:]) if pooling[6:].isdigit() else -1
-            if not 1 <= k <= layers:
+            self.layer = int(pooling[6:])
+            if not 1 <= self.layer <= layers:
                 raise ValueError(f"pooling {pooling!r}: the layer must be 1..{layers}")
-            self.layer = k
-        elif pooling not in ("mean", "cls", "attention"):
-            raise ValueError(f"pooling must be 'mean', 'cls', 'layer:K' or 'attention', got {pooling!r}")
         if pooling == "attention":  # one score per (token, layer); zeros = uniform average at start
             self.attention = nn.Linear(hidden, 1, bias=False)
             nn.init.zeros_(self.attention.weight)
@@ -132,20 +143,16 @@ class Pooler(nn.Module):
 class TransformerModel(TrainedModel):
     """What the bi- and cross-encoder share: parameters, the BERT and tokenizer, persistence."""
 
-    arch: dict[str, Any] = {}
-    train_defaults: dict[str, Any] = TRAIN_DEFAULTS
+    p: TransformerParams
 
     def __init__(self, **params: Any):
-        self._configure({**ARCH_DEFAULTS, **self.arch, **self.train_defaults}, params)
-        for key in ("max_query_length", "max_doc_length", "batch_encode"):
-            if int(self.config[key]) < 1:
-                raise ValueError(f"{self.name}: {key} must be positive")
+        super().__init__(**params)
         self.tokenizer: Any = None
         self.net: nn.Module | None = None
         self._ids: list[str] = []
         self._position: dict[str, int] = {}
         self._id_order = np.zeros(0, dtype=np.int64)
-        self.build(self.config["base"] or default_base())
+        self.build(self.p.base or default_base())
 
     def build(self, path: str) -> None:
         """Load the tokenizer and weights of the Hugging Face folder ``path`` (the starting point)."""
@@ -168,13 +175,18 @@ class TransformerModel(TrainedModel):
         with torch.inference_mode():
             for start in batches:
                 rows = order[start : start + batch]
-                out[rows] = self.forward(tokens(rows)).float().numpy()
+                out[rows] = self.forward(tokens(rows)).float().cpu().numpy()
         net.train(was)  # type: ignore[union-attr]
         return out
 
     def copy_from(self, other: "TransformerModel") -> None:
         """Take ``other``'s weights and tokenizer (a trained trial of the same kind)."""
         self.tokenizer, self.net = other.tokenizer, other.net
+
+    def to(self, device: str) -> "TransformerModel":
+        """Put the weights on ``device`` (a ``device`` setting: 'cpu', 'cuda', 'auto', ...) to encode there."""
+        self.net.to(resolve_device(device))  # type: ignore[union-attr]
+        return self
 
     @property
     def doc_ids(self) -> Sequence[str]:
@@ -196,7 +208,7 @@ class TransformerModel(TrainedModel):
 
     def _tokens(self, a: Sequence[str], b: Sequence[str] | None, max_length: int) -> dict[str, torch.Tensor]:
         return self.tokenizer(list(a), None if b is None else list(b), padding=True, truncation=True,
-                              max_length=max_length, return_tensors="pt")
+                              max_length=max_length, return_tensors="pt").to(model_device(self.net))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         raise NotImplementedError
@@ -207,7 +219,8 @@ class TransformerModel(TrainedModel):
         order = _length_order([x + y for x, y in zip(a, b)] if b is not None else a)
         parts = [self.forward(self._tokens([a[i] for i in rows], None if b is None else [b[i] for i in rows], max_length))
                  for rows in (order[s : s + chunk] for s in range(0, len(order), chunk))]
-        return torch.cat(parts)[torch.from_numpy(np.argsort(order))]
+        out = torch.cat(parts)
+        return out[torch.as_tensor(np.argsort(order), device=out.device)]
 
     # -- persistence --------------------------------------------------------------------------------
     def _save_bert(self, path: str | Path) -> Path:
@@ -218,7 +231,7 @@ class TransformerModel(TrainedModel):
         bert.save_pretrained(str(d), safe_serialization=True)
         self.tokenizer.save_pretrained(str(d))
         cfg = json.loads((d / CONFIG).read_text(encoding="utf-8"))
-        params = {**self.config, "base": None}
+        params = {**self.params(), "base": None}
         cfg.update({"model": self.name, "semsearch": {"params": params}})
         (d / CONFIG).write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return d
@@ -230,8 +243,7 @@ class TransformerModel(TrainedModel):
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
         try:
-            params = dict(cfg["semsearch"]["params"])
-            params["base"] = str(d)
+            params = {**cls.saved_params(cfg["semsearch"]["params"]), "base": str(d)}
             if not (d / WEIGHTS).is_file():
                 raise OSError(f"no {WEIGHTS}")
             model = cls(**params)
@@ -250,22 +262,19 @@ class BiEncoder(TransformerModel):
     ``index`` stores the texts; documents are encoded when first scored and cached (``retrieve``
     encodes the whole collection), so re-ranking judged candidates never encodes a whole corpus."""
     name = "bert-rep"
-
-    arch = {"pooling": "mean", "normalize": False}
-    # share_negatives: every query of a batch also meets the other queries' documents as negatives
-    # (their vectors are computed for the batch anyway; a cross-encoder would score each pair anew)
-    train_defaults = {**TRAIN_DEFAULTS, "share_negatives": False}
+    Params = BiEncoderParams
+    p: BiEncoderParams
 
     def _make_net(self, bert: nn.Module) -> nn.Module:
         cfg = bert.config
         net = nn.Module()
         net.bert = bert
-        net.pooler = Pooler(str(self.config["pooling"]), int(cfg.hidden_size), int(cfg.num_hidden_layers))
+        net.pooler = Pooler(self.p.pooling, cfg.hidden_size, cfg.num_hidden_layers)
         return net
 
     @property
     def dim(self) -> int:
-        return int(self.net.bert.config.hidden_size)  # type: ignore[union-attr]
+        return self.net.bert.config.hidden_size  # type: ignore[union-attr]
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Pooled vectors of a tokenised batch (with gradients when training)."""
@@ -273,22 +282,22 @@ class BiEncoder(TransformerModel):
         all_layers = net.pooler.needs_all_layers  # type: ignore[union-attr]
         out = net.bert(**batch, output_hidden_states=all_layers)  # type: ignore[union-attr]
         v = net.pooler(out.last_hidden_state, out.hidden_states if all_layers else None, batch["attention_mask"])  # type: ignore[union-attr]
-        return torch.nn.functional.normalize(v, dim=1) if self.config["normalize"] else v
+        return torch.nn.functional.normalize(v, dim=1) if self.p.normalize else v
 
     def _encode(self, texts: Sequence[str], max_length: int, label: str) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        return self._inference(out, _length_order(texts), int(self.config["batch_encode"]),
+        return self._inference(out, _length_order(texts), self.p.batch_encode,
                                f"encoding {len(texts)} {label}",
                                lambda rows: self._tokens([texts[i] for i in rows], None, max_length))
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """(N, dim) float32 query vectors; an empty query is a ValueError."""
         check_queries(texts)
-        return self._encode(texts, int(self.config["max_query_length"]), "queries")
+        return self._encode(texts, self.p.max_query_length, "queries")
 
     def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
         """(N, dim) float32 document vectors (an empty document is allowed)."""
-        return self._encode(texts, int(self.config["max_doc_length"]), "documents")
+        return self._encode(texts, self.p.max_doc_length, "documents")
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
         self._set_ids(doc_ids, texts)
@@ -330,7 +339,7 @@ class BiEncoder(TransformerModel):
         from safetensors.torch import save_file
 
         d = self._save_bert(path)
-        pooling = str(self.config["pooling"])
+        pooling = self.p.pooling
         for f in (*_ST_FILES, POOLING_WEIGHTS):
             (d / f).unlink(missing_ok=True)
         if pooling == "attention":
@@ -339,7 +348,7 @@ class BiEncoder(TransformerModel):
             return
         modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-        if self.config["normalize"]:
+        if self.p.normalize:
             modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
             (d / "2_Normalize").mkdir(exist_ok=True)
         (d / "1_Pooling").mkdir(exist_ok=True)
@@ -349,12 +358,12 @@ class BiEncoder(TransformerModel):
             "pooling_mode_mean_sqrt_len_tokens": False}, indent=2) + "\n")
         (d / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
         (d / "sentence_bert_config.json").write_text(json.dumps(
-            {"max_seq_length": int(self.config["max_doc_length"]), "do_lower_case": False}, indent=2) + "\n")
+            {"max_seq_length": self.p.max_doc_length, "do_lower_case": False}, indent=2) + "\n")
         (d / "config_sentence_transformers.json").write_text(json.dumps(
-            {"similarity_fn_name": "cosine" if self.config["normalize"] else "dot"}, indent=2) + "\n")
+            {"similarity_fn_name": "cosine" if self.p.normalize else "dot"}, indent=2) + "\n")
 
     def _load_extra(self, d: Path) -> None:
-        if self.config["pooling"] == "attention":
+        if self.p.pooling == "attention":
             from safetensors.torch import load_file
 
             state = load_file(str(d / POOLING_WEIGHTS))
@@ -363,22 +372,27 @@ class BiEncoder(TransformerModel):
 
 class CrossEncoder(TransformerModel):
     """BERT(rel): [CLS] of "[CLS] q [SEP] d [SEP]" → Linear(hidden, 1) (Eq. 2). Untrained, the head
-    is random (seeded): train it before use. Cluster negatives need document embeddings, so they come
-    from the untrained bi-encoder of ``base`` (``cluster_model = "pretrained"``)."""
+    is random (seed 0; training starts it afresh from its seed): train it before use. Cluster
+    negatives need document embeddings, so they come from the untrained bi-encoder of ``base``
+    (``cluster_model = "pretrained"``)."""
     name = "bert-rel"
-
-    arch = {"max_length": 256, "batch_pairs": 64}
-    train_defaults = {**TRAIN_DEFAULTS, "cluster_model": "pretrained", "head_lr": None}
+    Params = CrossEncoderParams
+    p: CrossEncoderParams
 
     def _make_net(self, bert: nn.Module) -> nn.Module:
         net = nn.Module()
         net.bert = bert
-        gen = torch.Generator().manual_seed(int(self.config["seed"]))
-        net.head = nn.Linear(int(bert.config.hidden_size), 1)
-        with torch.no_grad():
-            net.head.weight.normal_(0.0, 0.02, generator=gen)
-            net.head.bias.zero_()
+        net.head = nn.Linear(bert.config.hidden_size, 1)
+        self.net = net
+        self.init_head(0)
         return net
+
+    def init_head(self, seed: int) -> None:
+        """A random head, N(0, 0.02) weights and zero bias, from ``seed``."""
+        head = self.net.head  # type: ignore[union-attr]
+        with torch.no_grad():
+            head.weight.normal_(0.0, 0.02, generator=torch.Generator().manual_seed(seed))
+            head.bias.zero_()
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Scores of a tokenised batch of pairs (with gradients when training)."""
@@ -389,9 +403,8 @@ class CrossEncoder(TransformerModel):
         """Scores of aligned (query, document) text pairs, batched by length."""
         check_queries(queries)
         out = np.zeros(len(queries), dtype=np.float64)
-        max_length = int(self.config["max_length"])
-        return self._inference(out, _length_order([q + d for q, d in zip(queries, docs)]),
-                               int(self.config["batch_pairs"]), f"scoring {len(queries)} pairs",
+        max_length = self.p.max_length
+        return self._inference(out, _length_order([q + d for q, d in zip(queries, docs)]), self.p.batch_pairs, f"scoring {len(queries)} pairs",
                                lambda rows: self._tokens([queries[i] for i in rows], [docs[i] for i in rows], max_length))
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:

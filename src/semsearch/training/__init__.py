@@ -26,19 +26,13 @@ __all__ = ["ARGS", "TRAINERS", "args_type", "dev_score", "fit", "recipe", "run_e
            "train_interaction", "train_transformer"]
 
 
-def _mtdnn(model: Any, data: TrainingData, dev: EvalSet | None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
+def _mtdnn(model: Any, data: TrainingData, dev: EvalSet | None, *, args: Any, progress: bool = True,
+           checkpoint_dir: Any = None, resume: bool = False) -> dict[str, Any]:
     from .mtdnn import train_mtdnn
 
-    if options.get("checkpoint_dir"):
+    if checkpoint_dir:
         raise ValueError("mt-dnn training does not write checkpoints; train without --checkpoint")
-    options.pop("checkpoint_dir", None), options.pop("resume", None)
-    return train_mtdnn(model, data if model.config["ranking"] else None, dev, progress=progress, **options)
-
-
-def _transformer(model: Any, data: TrainingData, dev: EvalSet | None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
-    if options:
-        raise ValueError(f"{model.name}: training options {sorted(options)} are not supported")
-    return train_transformer(model, data, dev, progress=progress)
+    return train_mtdnn(model, data if model.p.ranking else None, dev, args=args, progress=progress)
 
 
 def _own(model: Any, data: TrainingData, dev: EvalSet | None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
@@ -51,7 +45,7 @@ def _own(model: Any, data: TrainingData, dev: EvalSet | None, *, progress: bool 
 TRAINERS: dict[str, Callable[..., dict[str, Any]]] = {
     "neural": train_encoder,
     "interaction": train_interaction,
-    "transformer": _transformer,
+    "transformer": train_transformer,
     "mtdnn": _mtdnn,
     "topic": _own,
     "translation": _own,
@@ -61,7 +55,11 @@ TRAINERS: dict[str, Callable[..., dict[str, Any]]] = {
 
 
 # kind -> its trainer's arguments ("module:Class" under training/); a kind not listed takes none
-ARGS: dict[str, str] = {}
+ARGS: dict[str, str] = {
+    "dssm": "trainer:EncoderArgs", "clsm": "trainer:EncoderArgs", "mt-dnn": "mtdnn:MTDNNArgs",
+    "knrm": "pairwise:PairwiseArgs", "matchpyramid": "pairwise:PairwiseArgs",
+    "bert-rep": "transformer:BiEncoderArgs", "bert-rel": "transformer:CrossEncoderArgs",
+}
 
 
 def args_type(kind: str) -> type[TrainArgs] | None:

@@ -39,7 +39,3 @@ class TrainArgs(Params):
         if not _METRIC.match(self.dev_metric):
             raise ParamError(f"{self._label('dev_metric')} must be a metric like 'ndcg@10', 'recall@100', 'mrr', got {self.dev_metric!r}")
 
-
-def args_from_config(config: dict, kind: str, **overrides: object) -> TrainArgs:
-    """The loop's arguments out of a model's config (its training keys), with ``overrides``."""
-    return TrainArgs.from_mapping({k: config[k] for k in TrainArgs.names() if k in config} | overrides, where=kind)

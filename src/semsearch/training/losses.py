@@ -10,14 +10,14 @@ def softmax_cosine_loss(pos: torch.Tensor, neg: torch.Tensor, gamma: float) -> t
     """−log P(D⁺|Q), P = softmax over γ·cos of [D⁺, D⁻₁..D⁻ⱼ] (DSSM/CLSM Eq. 5-6), mean over
     queries. ``pos``: (B,), ``neg``: (B, J) with −inf where a negative slot is empty."""
     logits = gamma * torch.cat([pos[:, None], neg], dim=1)
-    return F.cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long))
+    return F.cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long, device=pos.device))
 
 
 def in_batch_loss(sims: torch.Tensor, same: torch.Tensor, gamma: float) -> torch.Tensor:
     """Each query's positive against the other queries' positives in the batch (B × B cosines);
     ``same`` marks off-diagonal entries that are positives of that query too (masked out)."""
     logits = (gamma * sims).masked_fill(same, float("-inf"))
-    return F.cross_entropy(logits, torch.arange(len(sims)))
+    return F.cross_entropy(logits, torch.arange(len(sims), device=sims.device))
 
 
 def pairwise_hinge_loss(pos: torch.Tensor, neg: torch.Tensor, margin: float) -> torch.Tensor:

@@ -12,24 +12,38 @@ dev AUC (``select = "rank"`` or ``"classification"`` uses only those); training 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..data import DomainTasks, EvalSet, TrainingData, open_domain_set
+from ..device import model_device
 from ..evaluation import auc
 from ..models.mtdnn import MTDNN
+from ..params import param
 from ..text import TrigramHasher
-from .args import args_from_config
 from .loop import epoch_loop
-from .trainer import _batch_loss, _Pairs, dev_score, make_optimizer
+from .trainer import EncoderArgs, Pairs, batch_loss, dev_score, make_optimizer
+
+
+@dataclass(frozen=True)
+class MTDNNArgs(EncoderArgs):
+    """How MT-DNN learns (Algorithm 1): the ranking task as DSSM's (one ``gamma``; judged
+    negatives are not used), plus the choice of task per minibatch and the dev score that stops training."""
+
+    kind = "mt-dnn training"
+    task_sampling: Literal["uniform", "proportional"] = "uniform"  # Algorithm 1 picks a task at random
+    cls_lr: float | None = param(None, gt=0)  # learning rate of the classification minibatches (None: lr)
+    freeze_l2: bool = False  # keep the shared layer fixed (DNN2 of the domain-adaptation study)
+    select: Literal["mean", "rank", "classification"] = "mean"  # dev score: mean over tasks, or one kind
 
 
 def domain_tasks(model: MTDNN, split: str) -> DomainTasks:
     """The model's classification tasks on ``split`` of its ``domain_set``."""
-    return DomainTasks.from_records(open_domain_set(str(model.config["domain_set"])), model.domains, split)
+    return DomainTasks.from_records(open_domain_set(model.p.domain_set), model.domains, split)
 
 
 def classification_auc(model: MTDNN, tasks: DomainTasks) -> dict[str, float]:
@@ -43,6 +57,7 @@ def train_mtdnn(
     data: TrainingData | None = None,
     dev: EvalSet | None = None,
     *,
+    args: MTDNNArgs,
     tasks: DomainTasks | None = None,
     dev_tasks: DomainTasks | None = None,
     hasher: TrigramHasher | None = None,
@@ -56,9 +71,8 @@ def train_mtdnn(
     ``hasher``: a trigram vocabulary to reuse (default: fitted on every training text).
     ``init_l2``: copy the shared layer from another MT-DNN (with ``freeze_l2`` it stays fixed:
     the DNN2 of the domain-adaptation study)."""
-    cfg = model.config
-    domains = model.domains
-    if cfg["ranking"] and data is None:
+    domains, ranking = model.domains, model.p.ranking
+    if ranking and data is None:
         raise ValueError("this MT-DNN has a ranking task: give ranking training data")
     if domains and tasks is None:  # the domain set's own splits; explicit tasks bring their own dev
         tasks = domain_tasks(model, "train")
@@ -67,53 +81,47 @@ def train_mtdnn(
     for t in (tasks, dev_tasks):
         if domains and t is not None and t.domains != domains:
             raise ValueError(f"tasks are for domains {t.domains}, the model has {domains}")
-    seed = int(cfg["seed"])
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
 
-    pairs = _Pairs.build(data) if cfg["ranking"] else None
+    pairs = Pairs.build(data) if ranking else None  # type: ignore[arg-type]
     if hasher is None:
         texts: list[str] = list(tasks.texts) if domains else []  # type: ignore[union-attr]
         if pairs is not None:
-            texts += pairs.q_texts + [data.doc_texts[i] for i in np.unique(pairs.d_rows)]  # type: ignore[union-attr]
-        hasher = TrigramHasher.fit(texts, max_size=cfg["max_trigrams"], max_words=int(cfg["max_words"]))
-    model.build(hasher, seed)
-    net = model._require()
+            texts += pairs.train_texts(data)  # type: ignore[arg-type]
+        hasher = model.vocabulary(texts)
+    model.build(hasher, args.seed)
+    net: Any = model.net
     if init_l2 is not None:
         if init_l2.hasher is None or init_l2.hasher.trigrams != hasher.trigrams:
             raise ValueError("init_l2 must come from a model over the same trigram vocabulary")
-        net.shared.load_state_dict(init_l2._require().shared.state_dict())  # type: ignore[attr-defined]
-    if cfg["freeze_l2"]:
+        net.shared.load_state_dict(init_l2.net.shared.state_dict())  # type: ignore[union-attr]
+    if args.freeze_l2:
         if init_l2 is None:
             raise ValueError("freeze_l2 needs init_l2 (a trained shared layer to keep fixed)")
-        for p in net.shared.parameters():  # type: ignore[attr-defined]
+        for p in net.shared.parameters():
             p.requires_grad_(False)
 
-    b = int(cfg["batch_size"])
+    b = args.batch_size
     names = (["rank"] if pairs is not None else []) + domains
     n_rank = -(-len(pairs.q_rows) // b) if pairs is not None else 0
     n_cls = -(-len(tasks) // b) if domains else 0  # type: ignore[arg-type]
     steps = n_rank * len(names) if pairs is not None else n_cls * len(domains)
-    if cfg["task_sampling"] == "uniform":
+    if args.task_sampling == "uniform":
         weights = np.full(len(names), 1.0 / len(names))
-    elif cfg["task_sampling"] == "proportional":
+    else:
         sizes = np.array(([len(pairs.q_rows)] if pairs is not None else []) + [len(tasks)] * len(domains), float)  # type: ignore[arg-type]
         weights = sizes / sizes.sum()
-    else:
-        raise ValueError(f"task_sampling must be 'uniform' or 'proportional', got {cfg['task_sampling']!r}")
 
-    trainable = [p for p in net.parameters() if p.requires_grad]
-    args = args_from_config(cfg, model.name)
-    opt = make_optimizer(args, trainable)
-    cls_lr = float(cfg["cls_lr"]) if cfg["cls_lr"] is not None else args.lr
+    opt = make_optimizer(args, [p for p in net.parameters() if p.requires_grad])
+    cls_lr = args.cls_lr if args.cls_lr is not None else args.lr
     qf = df = cf = None
     if pairs is not None:
         qf, df = model.features(pairs.q_texts), model.features(data.doc_texts)  # type: ignore[union-attr]
     if domains:
         cf = model.features(tasks.texts)  # type: ignore[union-attr]
-        y_all = torch.from_numpy(tasks.labels.astype(np.float32))  # type: ignore[union-attr]
-    j = int(cfg["negatives"])
-    pool_size = min(int(cfg["neg_pool"]), b * max(j, 1), len(data.doc_texts)) if pairs is not None else 0
+        y_all = tasks.labels.astype(np.float32)  # type: ignore[union-attr]
+    rank_args = args.replace(hard_negatives=0)  # the ranking task takes random negatives only
     cursors = {name: (rng.permutation(n), 0) for name, n in
                ((nm, len(pairs.q_rows) if nm == "rank" else len(tasks)) for nm in names)}  # type: ignore[union-attr,arg-type]
 
@@ -130,17 +138,18 @@ def train_mtdnn(
     def loss(batch: tuple[str, np.ndarray]) -> tuple[torch.Tensor, str]:
         name, rows = batch
         if name == "rank":
-            value = _batch_loss(net, qf, df, pairs, rows, rng, cfg, float(cfg["gamma"]), pool_size, j, 0, len(data.doc_texts))  # type: ignore[union-attr]
+            value = batch_loss(net, qf, df, pairs, rows, rng, rank_args)  # type: ignore[arg-type]
         else:
             di = domains.index(name)
-            value = F.binary_cross_entropy_with_logits(net.logits(cf.batch(rows), di), y_all[torch.from_numpy(rows), di])  # type: ignore[union-attr]
+            y = torch.as_tensor(y_all[rows, di], device=model_device(net))
+            value = F.binary_cross_entropy_with_logits(net.logits(cf.batch(rows), di), y)  # type: ignore[union-attr]
         for group in opt.param_groups:
             group["lr"] = args.lr if name == "rank" else cls_lr
         return value, name
 
     def evaluate() -> dict[str, float]:
         entry: dict[str, float] = {}
-        scores, select = [], str(cfg["select"])
+        scores, select = [], args.select
         if dev is not None and pairs is not None:
             entry["dev_rank"] = dev_score(model, data, dev, args.dev_metric)  # type: ignore[arg-type]
             if select != "classification":

@@ -9,19 +9,37 @@ the negatives (``losses.pairwise_hinge_loss``). Negatives are drawn as for DSSM/
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from ..data import EvalSet, TrainingData
+from ..device import model_device
 from ..models.interaction import InteractionModel
-from ..text import Vocabulary, tokenize
+from ..params import param
+from .args import TrainArgs
 from .losses import pairwise_hinge_loss
 from .negatives import hard_negatives, random_negatives, sample_pool
-from .args import args_from_config
-from .trainer import _Pairs, make_optimizer, run_epochs
+from .trainer import Pairs, make_optimizer, run_epochs
+
+
+@dataclass(frozen=True)
+class PairwiseArgs(TrainArgs):
+    """How K-NRM and MatchPyramid learn: pairwise hinge against random and judged negatives, Adam."""
+
+    kind = "knrm/matchpyramid training"
+    negatives: int = param(2, ge=0)  # random documents of the pool per positive pair
+    hard_negatives: int = param(4, ge=0)  # judged documents graded below the positive threshold per pair
+    margin: float = param(1.0, gt=0)  # hinge margin: max(0, margin − s⁺ + s⁻)
+    optimizer: Literal["sgd", "adam"] = "adam"
+    lr: float = param(1e-3, gt=0)
+    batch_size: int = param(256, ge=1)
+    epochs: int = param(6, ge=1)
+    patience: int = param(2, ge=1)
+    neg_pool: int = param(4096, ge=1)  # distinct random documents drawn per batch; negatives come from them
 
 
 def train_interaction(
@@ -29,25 +47,23 @@ def train_interaction(
     data: TrainingData,
     dev: EvalSet | None = None,
     *,
+    args: PairwiseArgs,
     progress: bool = True,
     checkpoint_dir: str | Path | None = None,
     resume: bool = False,
 ) -> dict[str, Any]:
     """Train ``model`` in place on ``data``'s positive pairs; returns a JSON-serialisable log."""
-    cfg = model.config
-    seed = int(cfg["seed"])
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    pairs = _Pairs.build(data)
-    vocab = Vocabulary.build((tokenize(t) for t in [*pairs.q_texts, *data.doc_texts]),
-                             min_count=int(cfg["min_count"]), max_size=int(cfg["max_vocab"]))
-    model.build(vocab, seed)
-    net = model._require()
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    pairs = Pairs.build(data)
+    vocab = model.vocabulary([*pairs.q_texts, *data.doc_texts])
+    model.build(vocab, args.seed)
+    net = model.net
+    assert net is not None
     q_ids, d_ids = model.encode(pairs.q_texts), model.encode(data.doc_texts)
-    opt = make_optimizer(args_from_config(cfg, model.name), net.parameters())
-    j, h, n_docs = int(cfg["negatives"]), int(cfg["hard_negatives"]), len(d_ids)
-    pool_size = min(int(cfg["neg_pool"]), int(cfg["batch_size"]) * max(j, 1), n_docs)
-    margin = float(cfg["margin"])
+    opt = make_optimizer(args, net.parameters())
+    j, h, n_docs = args.negatives, args.hard_negatives, len(d_ids)
+    pool_size = min(args.neg_pool, args.batch_size * max(j, 1), n_docs)
 
     def step(rows: np.ndarray) -> torch.Tensor:
         q_rows, d_rows = pairs.q_rows[rows], pairs.d_rows[rows]
@@ -64,9 +80,10 @@ def train_interaction(
         ds = np.concatenate([d_rows, neg[valid]])
         s = model.pair_scores([q_ids[i] for i in qs], [d_ids[i] for i in ds])
         b = len(rows)
-        negs = torch.full(neg.shape, float("-inf")).index_put((torch.from_numpy(valid),), s[b:]) if valid.any() \
-            else torch.full(neg.shape, float("-inf"))
-        return pairwise_hinge_loss(s[:b], negs, margin)
+        negs = torch.full(neg.shape, float("-inf"), device=model_device(net))
+        if valid.any():
+            negs = negs.index_put((torch.as_tensor(valid, device=negs.device),), s[b:])
+        return pairwise_hinge_loss(s[:b], negs, args.margin)
 
-    return run_epochs(model, net, opt, vocab, step, len(pairs.q_rows), rng, data, dev,
+    return run_epochs(model, net, opt, vocab, step, len(pairs.q_rows), rng, data, dev, args,
                       progress=progress, checkpoint_dir=checkpoint_dir, resume=resume)

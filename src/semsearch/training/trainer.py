@@ -12,25 +12,48 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..data import EvalSet, TrainingData
+from ..device import model_device
 from ..evaluation import evaluate
 from ..models.base import Model, rank
 from ..models.neural import NeuralEncoder
-from ..text import TrigramHasher
-from .args import TrainArgs, args_from_config
+from ..params import ParamError, param
+from .args import TrainArgs
 from .losses import in_batch_loss, softmax_cosine_loss
 from .loop import Checkpoint, epoch_loop
 from .negatives import hard_negatives, random_negatives, sample_pool
 
 
+@dataclass(frozen=True)
+class EncoderArgs(TrainArgs):
+    """How DSSM and CLSM learn (CLSM §4): softmax over γ·cosine of D⁺ and J negatives, SGD."""
+
+    kind = "dssm/clsm training"
+    negatives: int = param(4, ge=0)  # J random unclicked documents per query (CLSM §4, Eq. 5)
+    sampling: Literal["random", "in-batch"] = "random"  # from the document pool, or the batch's other pairs
+    hard_negatives: int = param(0, ge=0)  # judged documents below the positive grade, added per query
+    gamma: float | list[float] = 10.0  # softmax smoothing γ; a list: each is trained, the best on dev kept
+    neg_pool: int = param(8192, ge=1)  # distinct random documents encoded per batch; negatives drawn from them
+
+    def check(self) -> None:
+        super().check()
+        gammas = self.gamma if isinstance(self.gamma, list) else [self.gamma]
+        if not gammas or min(gammas) <= 0:
+            raise ParamError(f"{self._label('gamma')} must be a positive number or a non-empty list of them, got {self.gamma!r}")
+
+    @property
+    def gammas(self) -> list[float]:
+        return self.gamma if isinstance(self.gamma, list) else [self.gamma]
+
+
 @dataclass
-class _Pairs:
+class Pairs:
     """The training pairs as row indices into featurised query and document lists."""
 
     q_rows: np.ndarray
@@ -40,7 +63,7 @@ class _Pairs:
     q_texts: list[str]
 
     @classmethod
-    def build(cls, data: TrainingData) -> "_Pairs":
+    def build(cls, data: TrainingData) -> "Pairs":
         qids = list(dict.fromkeys(q for q, _ in data.positives))
         qrow = {q: i for i, q in enumerate(qids)}
         di = data.doc_index
@@ -53,77 +76,71 @@ class _Pairs:
         hard = [[di[d] for d in hn.get(q, [])] for q in qids]
         return cls(q_rows, d_rows, pos_sets, hard, [data.queries[q] for q in qids])
 
+    def train_texts(self, data: TrainingData) -> list[str]:
+        """The texts a vocabulary is fitted on: the queries and their positive documents."""
+        return self.q_texts + [data.doc_texts[i] for i in np.unique(self.d_rows)]
+
 
 def train_encoder(
     model: NeuralEncoder,
     data: TrainingData,
     dev: EvalSet | None = None,
     *,
+    args: EncoderArgs,
     progress: bool = True,
     checkpoint_dir: str | Path | None = None,
     resume: bool = False,
 ) -> dict[str, Any]:
     """Train ``model`` in place; returns a JSON-serialisable log. A list-valued ``gamma`` trains
     one model per value and keeps the best on the dev set (γ "set on a held-out set", CLSM §4)."""
-    gammas = model.config["gamma"] if isinstance(model.config["gamma"], list) else [model.config["gamma"]]
-    if len(gammas) == 1:
-        return _train(model, data, dev, float(gammas[0]), progress, checkpoint_dir, resume)
+    if len(args.gammas) == 1:
+        return _train(model, data, dev, args.replace(gamma=args.gammas[0]), progress, checkpoint_dir, resume)
     if dev is None:
         raise ValueError("tuning gamma needs a dev set")
     trials, best = {}, None
-    for g in gammas:
-        trial = type(model)(**{**model.config, "gamma": float(g)})
+    for g in args.gammas:
+        trial = type(model)(**model.params())
         sub = Path(checkpoint_dir) / f"gamma-{g}" if checkpoint_dir else None
-        log = _train(trial, data, dev, float(g), progress, sub, resume)
+        log = _train(trial, data, dev, args.replace(gamma=g), progress, sub, resume)
         trials[str(g)] = log
         if best is None or log["best_dev"] > trials[str(best[0])]["best_dev"]:
             best = (g, trial)
     assert best is not None
-    model.hasher, model.net = best[1].hasher, best[1].net
-    if hasattr(best[1], "_table"):
-        model._table = best[1]._table  # type: ignore[attr-defined]
-    return {"gamma": float(best[0]), "trials": trials, **trials[str(best[0])]}
+    model.copy_from(best[1])
+    return {"gamma": best[0], "trials": trials, **trials[str(best[0])]}
 
 
 def _train(
-    model: NeuralEncoder, data: TrainingData, dev: EvalSet | None, gamma: float, progress: bool,
+    model: NeuralEncoder, data: TrainingData, dev: EvalSet | None, args: EncoderArgs, progress: bool,
     checkpoint_dir: str | Path | None, resume: bool,
 ) -> dict[str, Any]:
-    cfg = model.config
-    seed = int(cfg["seed"])
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    pairs = _Pairs.build(data)
-    q_texts, d_texts = pairs.q_texts, data.doc_texts
-    train_doc_texts = [d_texts[i] for i in np.unique(pairs.d_rows)]
-    hasher = TrigramHasher.fit(q_texts + train_doc_texts, max_size=cfg["max_trigrams"], max_words=int(cfg["max_words"]))
-    model.build(hasher, seed)
-    net = model._require()
-    qf, df = model.features(q_texts), model.features(d_texts)
-    opt = make_optimizer(args_from_config(cfg, model.name), net.parameters())
-    b, j, n_docs = int(cfg["batch_size"]), int(cfg["negatives"]), len(d_texts)
-    pool_size = min(int(cfg["neg_pool"]), b * max(j, 1), n_docs)
-    h = int(cfg["hard_negatives"])
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    pairs = Pairs.build(data)
+    hasher = model.vocabulary(pairs.train_texts(data))
+    model.build(hasher, args.seed)
+    net = model.net
+    assert net is not None
+    qf, df = model.features(pairs.q_texts), model.features(data.doc_texts)
+    opt = make_optimizer(args, net.parameters())
 
     def step(rows: np.ndarray) -> torch.Tensor:
-        return _batch_loss(net, qf, df, pairs, rows, rng, cfg, gamma, pool_size, j, h, n_docs)
+        return batch_loss(net, qf, df, pairs, rows, rng, args)
 
-    out = run_epochs(model, net, opt, hasher, step, len(pairs.q_rows), rng, data, dev,
+    out = run_epochs(model, net, opt, hasher, step, len(pairs.q_rows), rng, data, dev, args,
                      progress=progress, checkpoint_dir=checkpoint_dir, resume=resume)
-    out["gamma"] = gamma
+    out["gamma"] = args.gamma
     return out
 
 
 def run_epochs(
     model: Model, net: torch.nn.Module, opt: torch.optim.Optimizer, vocab: Any,
     step: Callable[[np.ndarray], torch.Tensor], n_items: int, rng: np.random.Generator,
-    data: TrainingData, dev: EvalSet | None, *, progress: bool = True,
+    data: TrainingData, dev: EvalSet | None, args: TrainArgs, *, progress: bool = True,
     checkpoint_dir: str | Path | None = None, resume: bool = False,
 ) -> dict[str, Any]:
     """``loop.epoch_loop`` over ``n_items`` training items shuffled each epoch into minibatches of
     row indices; ``step(rows)`` gives a minibatch's loss; dev ``dev_metric`` after each epoch."""
-    cfg = model.config
-    args = args_from_config(cfg, model.name)
     b = args.batch_size
 
     def batches() -> Iterable[np.ndarray]:
@@ -136,17 +153,21 @@ def run_epochs(
                       rng=rng, checkpoint=ck, progress=progress, n_batches=lambda: -(-n_items // b))
 
 
-def _batch_loss(net, qf, df, pairs, rows, rng, cfg, gamma, pool_size, j, h, n_docs) -> torch.Tensor:  # type: ignore[no-untyped-def]
+def batch_loss(net, qf, df, pairs: Pairs, rows: np.ndarray, rng: np.random.Generator,  # type: ignore[no-untyped-def]
+               args: EncoderArgs) -> torch.Tensor:
+    """A minibatch's −log softmax over γ·cosine (``args.gamma`` one number): each query's positive
+    against its J pool negatives and h judged ones, or (``in-batch``) the batch's other positives."""
     q_rows, d_rows = pairs.q_rows[rows], pairs.d_rows[rows]
+    gamma, j, h, n_docs = args.gammas[0], args.negatives, args.hard_negatives, len(df)
+    dev = model_device(net)
     qv = F.normalize(net.query(qf.batch(q_rows)), dim=1)
-    if cfg["sampling"] == "in-batch":
+    if args.sampling == "in-batch":
         dv = F.normalize(net.doc(df.batch(d_rows)), dim=1)
         pos_sets = [pairs.pos_sets[q] for q in q_rows]
-        same = torch.from_numpy(np.array([[int(d) in s for d in d_rows] for s in pos_sets], dtype=bool))
+        same = torch.as_tensor(np.array([[int(d) in s for d in d_rows] for s in pos_sets], dtype=bool), device=dev)
         same.fill_diagonal_(False)
         return in_batch_loss(qv @ dv.T, same, gamma)
-    if cfg["sampling"] != "random":
-        raise ValueError(f"sampling must be 'random' or 'in-batch', got {cfg['sampling']!r}")
+    pool_size = min(args.neg_pool, args.batch_size * max(j, 1), n_docs)
     pool = sample_pool(rng, n_docs, pool_size) if j > 0 else np.zeros(0, dtype=np.int64)
     neg = random_negatives(rng, pool, [pairs.pos_sets[q] for q in q_rows], j) if j > 0 else np.zeros((len(rows), 0), np.int64)
     hard = hard_negatives(rng, [pairs.hard[q] for q in q_rows], h) if h > 0 else np.zeros((len(rows), 0), np.int64)
@@ -154,15 +175,15 @@ def _batch_loss(net, qf, df, pairs, rows, rng, cfg, gamma, pool_size, j, h, n_do
     dv = F.normalize(net.doc(df.batch(np.concatenate([d_rows, pool, hard_rows]))), dim=1)
     b = len(rows)
     pos = (qv * dv[:b]).sum(1)
-    sims = [torch.zeros((b, 0))]
+    sims = [torch.zeros((b, 0), device=dev)]
     if j > 0:  # each query's J pool documents: gathered, not a full (batch x pool) similarity matrix
-        idx = torch.from_numpy(neg)
+        idx = torch.as_tensor(neg, device=dev)
         nv = dv[b : b + len(pool)][idx.clamp(min=0)]  # (b, J, dim)
         sims.append(torch.einsum("bd,bjd->bj", qv, nv).masked_fill(idx < 0, float("-inf")))
     if h > 0:
         slot = np.full(hard.shape, -1, dtype=np.int64)
         slot[hard >= 0] = b + len(pool) + np.arange(len(hard_rows))
-        hs = torch.from_numpy(slot)
+        hs = torch.as_tensor(slot, device=dev)
         hv = dv[hs.clamp(min=0)]  # (b, h, dim)
         sims.append((qv[:, None, :] * hv).sum(-1).masked_fill(hs < 0, float("-inf")))
     return softmax_cosine_loss(pos, torch.cat(sims, dim=1), gamma)

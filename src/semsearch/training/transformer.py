@@ -21,20 +21,72 @@ CPU budget: ``max_queries`` trains on a random subset of the training queries an
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from ..data import EvalSet, TrainingData
 from ..models.transformer import BiEncoder, CrossEncoder, TransformerModel
+from ..params import ParamError, param
+from .args import TrainArgs
 from .losses import graded_hinge_loss
-from .negatives import uniform_negatives
-from .args import args_from_config
 from .loop import epoch_loop
+from .negatives import uniform_negatives
 from .trainer import dev_score
+
+
+@dataclass(frozen=True)
+class TransformerArgs(TrainArgs):
+    """How BERT(rep) and BERT(rel) are fine-tuned (Algorithm 1): Adam on the graded hinge."""
+
+    margin: float | list[float] = 1.0  # hinge margin τ of Eq. 3; a list: each is trained, the best on dev kept
+    optimizer: Literal["adam"] = "adam"
+    lr: float = param(1e-5, gt=0)
+    epochs: int = param(1, ge=1)
+    batch_size: int = param(8, ge=1)  # queries per step; each brings its judged documents and sampled negatives
+    neg_global: int = param(10, ge=0)  # NEG_global: documents drawn uniformly from the corpus per query (§3.2.1)
+    neg_cluster: int = param(10, ge=0)  # NEG_cluster: documents drawn from the query's k-means cluster
+    # embeddings to cluster: "first" (a model fine-tuned on the judged data only, Algorithm 1) or
+    # "pretrained" (the untrained bi-encoder of ``base``)
+    cluster_model: Literal["first", "pretrained"] = "first"
+    n_clusters: int = param(100, ge=1)
+    cluster_docs: int = param(20000, ge=1)  # documents encoded and clustered (a uniform sample; all if fewer)
+    max_queries: int | None = param(None, ge=1)  # train on this many random training queries (None: all)
+    max_judged: int = param(30, ge=1)  # at most this many judged documents per query (random sample)
+    dev_queries: int = param(300, ge=1)  # dev queries (random sample) used to pick the margin
+
+    def check(self) -> None:
+        super().check()
+        if isinstance(self.margin, list) and not self.margin:
+            raise ParamError(f"{self._label('margin')} must be a number or a non-empty list of numbers")
+
+    @property
+    def margins(self) -> list[float]:
+        return self.margin if isinstance(self.margin, list) else [self.margin]
+
+
+@dataclass(frozen=True)
+class BiEncoderArgs(TransformerArgs):
+    kind = "bert-rep training"
+    # every query of a batch also meets the other queries' documents as negatives (their vectors
+    # are computed for the batch anyway; a cross-encoder would score each pair anew)
+    share_negatives: bool = False
+
+
+@dataclass(frozen=True)
+class CrossEncoderArgs(TransformerArgs):
+    kind = "bert-rel training"
+    cluster_model: Literal["first", "pretrained"] = "pretrained"
+    head_lr: float | None = param(None, gt=0)  # the linear head's learning rate (None: lr)
+
+    def check(self) -> None:
+        super().check()
+        if self.cluster_model == "first" and self.neg_cluster > 0:
+            raise ParamError(f"{self._label('cluster_model')} = 'first' needs a bi-encoder; use 'pretrained'")
 
 
 @dataclass
@@ -89,7 +141,7 @@ class Clusters:
         rows = np.arange(len(doc_texts)) if len(doc_texts) <= max_docs else np.sort(
             rng.choice(len(doc_texts), size=max_docs, replace=False))
         x = np.ascontiguousarray(encoder.encode_documents([doc_texts[i] for i in rows]))
-        k = max(1, min(int(n_clusters), len(rows)))
+        k = max(1, min(n_clusters, len(rows)))
         km = faiss.Kmeans(x.shape[1], k, niter=20, seed=seed, verbose=False)
         km.train(x)
         _, doc_c = km.index.search(x, 1)
@@ -113,37 +165,35 @@ def add_negatives(examples: list[Example], rng: np.random.Generator, n_docs: int
 
 
 def train_transformer(model: TransformerModel, data: TrainingData, dev: EvalSet | None = None, *,
-                      progress: bool = True) -> dict[str, Any]:
+                      args: TransformerArgs, progress: bool = True, checkpoint_dir: str | Path | None = None,
+                      resume: bool = False) -> dict[str, Any]:
     """Fine-tune ``model`` in place (Algorithm 1); returns a JSON-serialisable log."""
-    cfg = model.config
-    margins = [float(m) for m in cfg["margin"]] if isinstance(cfg["margin"], list) else [float(cfg["margin"])]
-    if len(margins) > 1 and dev is None:
+    if checkpoint_dir is not None or resume:
+        raise ValueError(f"{model.name}: training does not write checkpoints; train without --checkpoint")
+    if len(args.margins) > 1 and dev is None:
         raise ValueError("tuning the margin needs a dev set")
-    seed = int(cfg["seed"])
-    rng = np.random.default_rng(seed)
-    examples = judged_examples(data, rng, cfg["max_queries"], int(cfg["max_judged"]))
-    dev = _dev_sample(dev, int(cfg["dev_queries"]), seed) if dev is not None else None
+    rng = np.random.default_rng(args.seed)
+    examples = judged_examples(data, rng, args.max_queries, args.max_judged)
+    dev = _dev_sample(dev, args.dev_queries, args.seed) if dev is not None else None
     log: dict[str, Any] = {"queries": len(examples), "judged_pairs": int(sum(len(e.docs) for e in examples))}
     clusters = None
-    if int(cfg["neg_cluster"]) > 0:
+    if args.neg_cluster > 0:
         t0 = time.perf_counter()
-        if cfg["cluster_model"] == "first":
-            if not isinstance(model, BiEncoder):
-                raise ValueError(f"{model.name}: cluster_model = 'first' needs a bi-encoder; use 'pretrained'")
-            encoder: BiEncoder = type(model)(**{**cfg, "neg_global": 0, "neg_cluster": 0})
-            log["first_model"] = _tune(encoder, data, examples, dev, margins, progress, "first model")
-        elif cfg["cluster_model"] == "pretrained":
-            encoder = BiEncoder(base=cfg["base"], max_query_length=cfg["max_query_length"],
-                                max_doc_length=cfg["max_doc_length"], batch_encode=cfg["batch_encode"])
+        if args.cluster_model == "first":
+            encoder: BiEncoder = type(model)(**model.params())  # type: ignore[assignment]
+            log["first_model"] = _tune(encoder, data, examples, dev, args.replace(neg_global=0, neg_cluster=0),
+                                       progress, "first model")
         else:
-            raise ValueError(f"cluster_model must be 'first' or 'pretrained', got {cfg['cluster_model']!r}")
-        clusters = Clusters.build(encoder, data.doc_texts, [e.query for e in examples], int(cfg["n_clusters"]),
-                                  int(cfg["cluster_docs"]), rng, seed)
+            p = model.p
+            encoder = BiEncoder(base=p.base, max_query_length=p.max_query_length, max_doc_length=p.max_doc_length,
+                                batch_encode=p.batch_encode)
+        clusters = Clusters.build(encoder, data.doc_texts, [e.query for e in examples], args.n_clusters,
+                                  args.cluster_docs, rng, args.seed)
         log["clustering_seconds"] = time.perf_counter() - t0
         del encoder
-    examples = add_negatives(examples, rng, len(data.doc_texts), int(cfg["neg_global"]), int(cfg["neg_cluster"]), clusters)
+    examples = add_negatives(examples, rng, len(data.doc_texts), args.neg_global, args.neg_cluster, clusters)
     log["pairs"] = int(sum(len(e.docs) for e in examples))
-    log.update(_tune(model, data, examples, dev, margins, progress, model.name))
+    log.update(_tune(model, data, examples, dev, args, progress, model.name))
     return log
 
 
@@ -156,14 +206,14 @@ def _dev_sample(dev: EvalSet, n: int, seed: int) -> EvalSet:
 
 
 def _tune(model: TransformerModel, data: TrainingData, examples: list[Example], dev: EvalSet | None,
-          margins: list[float], progress: bool, title: str) -> dict[str, Any]:
+          args: TransformerArgs, progress: bool, title: str) -> dict[str, Any]:
     """Train one model per margin (a fresh copy of the pre-trained weights each); keep the best."""
-    if len(margins) == 1:
-        return _train(model, data, examples, dev, margins[0], progress, title)
+    if len(args.margins) == 1:
+        return _train(model, data, examples, dev, args.replace(margin=args.margins[0]), progress, title)
     trials, best = {}, None
-    for m in margins:
-        trial = type(model)(**{**model.config, "margin": m})
-        trials[str(m)] = _train(trial, data, examples, dev, m, progress, f"{title} τ={m}")
+    for m in args.margins:
+        trial = type(model)(**model.params())
+        trials[str(m)] = _train(trial, data, examples, dev, args.replace(margin=m), progress, f"{title} τ={m}")
         if best is None or trials[str(m)]["best_dev"] > trials[str(best[0])]["best_dev"]:
             best = (m, trial)
     assert best is not None
@@ -172,81 +222,83 @@ def _tune(model: TransformerModel, data: TrainingData, examples: list[Example], 
 
 
 def _train(model: TransformerModel, data: TrainingData, examples: list[Example], dev: EvalSet | None,
-           margin: float, progress: bool, title: str) -> dict[str, Any]:
-    cfg = model.config
-    args = args_from_config(cfg, model.name, optimizer="adam")
+           args: TransformerArgs, progress: bool, title: str) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed + 1)
+    if isinstance(model, CrossEncoder):
+        model.init_head(args.seed)
     net = model.net
     assert net is not None
-    opt = torch.optim.Adam(_param_groups(net, cfg), lr=args.lr)
-    b = args.batch_size
+    opt = torch.optim.Adam(_param_groups(net, getattr(args, "head_lr", None)), lr=args.lr)
+    b, margin, share = args.batch_size, args.margins[0], getattr(args, "share_negatives", False)
 
     def batches() -> Iterable[list[Example]]:
         perm = rng.permutation(len(examples))
         return ([examples[i] for i in perm[s : s + b]] for s in range(0, len(perm), b))
 
     evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None  # type: ignore[arg-type]
-    log = epoch_loop(net, opt, args, batches=batches, loss=lambda batch: _batch_loss(model, batch, data.doc_texts, margin),
-                     size=lambda batch: sum(len(e.docs) for e in batch), dev=evaluate, title=title, rng=rng,
-                     progress=progress, n_batches=lambda: -(-len(examples) // b))
+    log = epoch_loop(net, opt, args, batches=batches, size=lambda batch: sum(len(e.docs) for e in batch),
+                     loss=lambda batch: _batch_loss(model, batch, data.doc_texts, margin, share=share),
+                     dev=evaluate, title=title, rng=rng, progress=progress, n_batches=lambda: -(-len(examples) // b))
     return {**log, "margin": margin}
 
 
-def _shared_labels(batch: list[Example], rows: np.ndarray, inv: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+def _shared_labels(batch: list[Example], rows: np.ndarray, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Labels (B, U) over every distinct document ``rows`` of the batch: a query's own documents
     keep their grades; another query's document is a grade-0 negative for it, unless judged for it
     (then it is masked out, its grade for this query being unknown to the batch)."""
-    labels = torch.zeros((len(batch), len(rows)))
-    valid = torch.ones((len(batch), len(rows)), dtype=torch.bool)
+    labels = np.zeros((len(batch), len(rows)), dtype=np.float32)
+    valid = np.ones((len(batch), len(rows)), dtype=bool)
     bounds = np.cumsum([0] + [len(e.docs) for e in batch])
     for i, e in enumerate(batch):
-        judged = np.fromiter(e.judged, dtype=np.int64, count=len(e.judged))
-        valid[i, torch.from_numpy(np.isin(rows, judged))] = False
-        own = torch.from_numpy(inv[bounds[i] : bounds[i + 1]])
-        labels[i, own] = torch.from_numpy(e.grades).float()
+        valid[i, np.isin(rows, np.fromiter(e.judged, dtype=np.int64, count=len(e.judged)))] = False
+        own = inv[bounds[i] : bounds[i + 1]]
+        labels[i, own] = e.grades
         valid[i, own] = True
     return labels, valid
 
 
-def _param_groups(net: torch.nn.Module, cfg: dict[str, Any]) -> list[dict[str, Any]]:
+def _param_groups(net: torch.nn.Module, head_lr: float | None) -> list[dict[str, Any]]:
     """Adam groups: the BERT (and pooling) at ``lr``; the cross-encoder's linear head, which starts
     random, at ``head_lr`` (None: ``lr``). With lr 5e-5 the head's weights move at most ~5e-5 a
     step, so for hundreds of steps the scores barely spread and the hinge stays near τ."""
     head = getattr(net, "head", None)
-    if head is None or cfg.get("head_lr") is None:
+    if head is None or head_lr is None:
         return [{"params": list(net.parameters())}]
     ids = {id(p) for p in head.parameters()}
     return [{"params": [p for p in net.parameters() if id(p) not in ids]},
-            {"params": list(head.parameters()), "lr": float(cfg["head_lr"])}]
+            {"params": list(head.parameters()), "lr": head_lr}]
 
 
-def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[str], margin: float) -> torch.Tensor:
-    """Eq. 3 over a batch of queries: scores of each query's documents, padded to (B, M)."""
+def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[str], margin: float, *,
+                share: bool = False) -> torch.Tensor:
+    """Eq. 3 over a batch of queries: scores of each query's documents, padded to (B, M);
+    ``share``: a bi-encoder's queries also meet the batch's other documents (``share_negatives``)."""
     m = max(len(e.docs) for e in batch)
-    labels = torch.zeros((len(batch), m))
-    valid = torch.zeros((len(batch), m), dtype=torch.bool)
+    labels = np.zeros((len(batch), m), dtype=np.float32)
+    valid = np.zeros((len(batch), m), dtype=bool)
     for i, e in enumerate(batch):
-        labels[i, : len(e.docs)] = torch.from_numpy(e.grades)
+        labels[i, : len(e.docs)] = e.grades
         valid[i, : len(e.docs)] = True
-    cfg = model.config
     if isinstance(model, BiEncoder):
         rows, inv = np.unique(np.concatenate([e.docs for e in batch]), return_inverse=True)
-        qv = model.forward_texts([e.query for e in batch], None, int(cfg["max_query_length"]))
-        dv = model.forward_texts([doc_texts[r] for r in rows], None, int(cfg["max_doc_length"]))
-        if cfg["share_negatives"]:
-            labels, valid = _shared_labels(batch, rows, inv)
-            return graded_hinge_loss(qv @ dv.T, labels, valid, margin)
-        slot = torch.zeros((len(batch), m), dtype=torch.long)
+        qv = model.forward_texts([e.query for e in batch], None, model.p.max_query_length)
+        dv = model.forward_texts([doc_texts[r] for r in rows], None, model.p.max_doc_length)
+        dev = qv.device
+        if share:
+            shared, ok = _shared_labels(batch, rows, inv)
+            return graded_hinge_loss(qv @ dv.T, torch.as_tensor(shared, device=dev), torch.as_tensor(ok, device=dev), margin)
+        slot = np.zeros((len(batch), m), dtype=np.int64)
         bounds = np.cumsum([0] + [len(e.docs) for e in batch])
         for i in range(len(batch)):
-            slot[i, : bounds[i + 1] - bounds[i]] = torch.from_numpy(inv[bounds[i] : bounds[i + 1]])
-        scores = torch.einsum("bh,bmh->bm", qv, dv[slot])
+            slot[i, : bounds[i + 1] - bounds[i]] = inv[bounds[i] : bounds[i + 1]]
+        scores = torch.einsum("bh,bmh->bm", qv, dv[torch.as_tensor(slot, device=dev)])
     elif isinstance(model, CrossEncoder):
         qs = [e.query for e in batch for _ in e.docs]
         ds = [doc_texts[r] for e in batch for r in e.docs]
-        flat = model.forward_texts(qs, ds, int(cfg["max_length"]))
-        scores = torch.zeros((len(batch), m), dtype=flat.dtype).masked_scatter(valid, flat)
+        flat = model.forward_texts(qs, ds, model.p.max_length)
+        dev = flat.device
+        scores = torch.zeros((len(batch), m), dtype=flat.dtype, device=dev).masked_scatter(torch.as_tensor(valid, device=dev), flat)
     else:
         raise TypeError(f"cannot train {type(model).__name__}")
-    return graded_hinge_loss(scores, labels, valid, margin)
+    return graded_hinge_loss(scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev), margin)
