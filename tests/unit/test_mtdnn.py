@@ -216,6 +216,10 @@ def test_parameters_are_typed_and_checked(domain_data, tmp_path):
         create_model("mt-dnn", l2=0)
     with pytest.raises(ParamError, match="'cls_lr' must be > 0"):
         MTDNNArgs(cls_lr=0.0)
+    with pytest.raises(ParamError, match="'gamma' must be one number"):
+        MTDNNArgs(gamma=[1.0, 10.0])
+    with pytest.raises(ParamError, match="hard_negatives"):
+        MTDNNArgs(hard_negatives=2)
     kw, args = recipe("mt-dnn", {"l2": 16, "domains": ["food"], "ranking": False, "max_trigrams": 300,
                                  "freeze_l2": True, "cls_lr": 0.1, "select": "classification", "negatives": 50})
     assert kw == {"l2": 16, "domains": ["food"], "ranking": False, "max_trigrams": 300}

@@ -23,7 +23,7 @@ from ..data import DomainTasks, EvalSet, TrainingData, open_domain_set
 from ..device import model_device
 from ..evaluation import auc
 from ..models.mtdnn import MTDNN
-from ..params import param
+from ..params import ParamError, param
 from ..text import TrigramHasher
 from .loop import epoch_loop
 from .trainer import EncoderArgs, Pairs, batch_loss, dev_score, make_optimizer
@@ -31,14 +31,21 @@ from .trainer import EncoderArgs, Pairs, batch_loss, dev_score, make_optimizer
 
 @dataclass(frozen=True)
 class MTDNNArgs(EncoderArgs):
-    """How MT-DNN learns (Algorithm 1): the ranking task as DSSM's (one ``gamma``; judged
-    negatives are not used), plus the choice of task per minibatch and the dev score that stops training."""
+    """How MT-DNN learns (Algorithm 1): the ranking task as DSSM's (one ``gamma``, no judged
+    negatives), plus the choice of task per minibatch and the dev score that stops training."""
 
     kind = "mt-dnn training"
     task_sampling: Literal["uniform", "proportional"] = "uniform"  # Algorithm 1 picks a task at random
     cls_lr: float | None = param(None, gt=0)  # learning rate of the classification minibatches (None: lr)
     freeze_l2: bool = False  # keep the shared layer fixed (DNN2 of the domain-adaptation study)
     select: Literal["mean", "rank", "classification"] = "mean"  # dev score: mean over tasks, or one kind
+
+    def check(self) -> None:
+        super().check()
+        if isinstance(self.gamma, list):
+            raise ParamError(f"{self._label('gamma')} must be one number for mt-dnn, got {self.gamma!r}")
+        if self.hard_negatives:
+            raise ParamError(f"{self._label('hard_negatives')}: mt-dnn's ranking task takes random negatives only")
 
 
 def domain_tasks(model: MTDNN, split: str) -> DomainTasks:
@@ -121,7 +128,6 @@ def train_mtdnn(
     if domains:
         cf = model.features(tasks.texts)  # type: ignore[union-attr]
         y_all = tasks.labels.astype(np.float32)  # type: ignore[union-attr]
-    rank_args = args.replace(hard_negatives=0)  # the ranking task takes random negatives only
     cursors = {name: (rng.permutation(n), 0) for name, n in
                ((nm, len(pairs.q_rows) if nm == "rank" else len(tasks)) for nm in names)}  # type: ignore[union-attr,arg-type]
 
@@ -138,7 +144,7 @@ def train_mtdnn(
     def loss(batch: tuple[str, np.ndarray]) -> tuple[torch.Tensor, str]:
         name, rows = batch
         if name == "rank":
-            value = batch_loss(net, qf, df, pairs, rows, rng, rank_args)  # type: ignore[arg-type]
+            value = batch_loss(net, qf, df, pairs, rows, rng, args)  # type: ignore[arg-type]
         else:
             di = domains.index(name)
             y = torch.as_tensor(y_all[rows, di], device=model_device(net))
