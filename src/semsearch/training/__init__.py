@@ -19,8 +19,11 @@ from ..params import Params, split
 from ..plugins import family, model_class
 from .args import TrainArgs
 from .pairwise import train_interaction
+from .projection import train_projection
+from .topic import train_topic
 from .trainer import dev_score, run_epochs, train_encoder
 from .transformer import train_transformer
+from .translation import train_translation
 
 __all__ = ["ARGS", "TRAINERS", "args_type", "dev_score", "fit", "recipe", "run_epochs", "train_encoder",
            "train_interaction", "train_transformer"]
@@ -53,15 +56,20 @@ TRAINERS: dict[str, Callable[..., dict[str, Any]]] = {
     "interaction": train_interaction,
     "transformer": _transformer,
     "mtdnn": _mtdnn,
-    "topic": _own,
-    "translation": _own,
-    "projection": _own,
+    "topic": train_topic,
+    "translation": train_translation,
+    "projection": train_projection,
     "plugin": _own,
 }
 
 
 # kind -> its trainer's arguments ("module:Class" under training/); a kind not listed takes none
-ARGS: dict[str, str] = {}
+ARGS: dict[str, str] = {
+    "plsa": "topic:EMArgs", "lda": "topic:LDAArgs", "bltm": "topic:BLTMArgs",
+    "wtm": "translation:IBM1Args", "ptm": "translation:IBM1Args",
+    "lsa": "projection:PCAArgs", "cl-lsa": "projection:PCAArgs", "opca": "projection:OPCAArgs",
+    "s2net": "projection:S2NetArgs",
+}
 
 
 def args_type(kind: str) -> type[TrainArgs] | None:
