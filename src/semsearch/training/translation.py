@@ -3,11 +3,11 @@ by EM on the clickthrough (query, title) pairs for the WTM's P(q|w) (Gao, He & N
 the PTM also the reverse direction, Viterbi alignments symmetrised by grow-diag-final (Koehn et
 al. 2003), and the relative frequencies of the consistent bi-phrases (Och & Ney 2004).
 
-EM works on the flat list of (query word, title word) links of all pairs at once."""
+EM works on the flat list of (query word, title word) links of all pairs at once; its
+iterations run on ``loop.em_loop``."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +22,7 @@ from ..models.translation import KEY_BASE, TINY, PhraseTranslationModel, WordTra
 from ..params import Params, param
 from ..progress import track
 from ..text import Vocabulary, count_matrix
+from .loop import em_loop
 
 
 @dataclass(frozen=True)
@@ -124,9 +125,9 @@ def ibm1(
     Each EM iteration is one pass over the flat array of links (target type, source type) of all
     pairs: posteriors t·c_w / Σ t·c_w, expected counts by ``bincount``, then t renormalised per
     source word. The log-likelihood Σ c_q·log(Σ_w c_w·t(q|w) / (|D| + 1)) of the parameters
-    before each update is recorded; EM cannot decrease it. EM stops after ``iterations``, or
-    when the relative improvement falls below ``tol`` (said in ``log["stopped"]``). Target
-    tokens of a pair with an empty source and no NULL cannot be generated and are skipped."""
+    before each update is recorded; EM cannot decrease it. EM runs on ``loop.em_loop``: it stops
+    after ``iterations``, or once the relative change is at most ``tol`` (said in ``log["stopped"]``).
+    Target tokens of a pair with an empty source and no NULL cannot be generated and are skipped."""
     if source.shape != target.shape:
         raise ValueError(f"source {source.shape} and target {target.shape} count matrices differ")
     n_pairs, V = source.shape
@@ -153,22 +154,15 @@ def ibm1(
     p_w, p_q = ukeys // V, ukeys % V
     # Uniform start: every target type seen with a source word is equally likely.
     fan = np.bincount(p_w, minlength=V + 1).astype(np.float64)
-    t = 1.0 / fan[p_w]
+    state = {"t": 1.0 / fan[p_w]}
     denom_len = source.sum(axis=1).A1[e_pair] + (1.0 if null else 0.0)
     tokens = float(e_cnt.sum())
-    history: list[dict[str, float]] = []
-    stopped = f"reached {iterations} iterations"
     chunks = _chunks(L, 8)
-    prev_ll = -math.inf
-    for it in range(1, iterations + 1):
+
+    def step(_: int) -> dict[str, float]:
         start = time.perf_counter()
-        counts = np.zeros(len(ukeys))
-        ll = 0.0
-        last = history[-1] if history else None
-        desc = (f"{name} EM {it}/{iterations}"
-                + (f" · LL/token {last['ll_per_token']:.4f} · {last['tokens_per_s']:,.0f} tokens/s" if last else ""))
-        steps = track(chunks, desc, total=len(chunks)) if progress else chunks
-        for (e0, e1), (l0, l1) in steps:
+        t, counts, ll = state["t"], np.zeros(len(ukeys)), 0.0
+        for (e0, e1), (l0, l1) in chunks:
             num = t[pid[l0:l1]] * cw[l0:l1]
             den = np.bincount(link_e[l0:l1] - e0, weights=num, minlength=e1 - e0)
             safe = np.maximum(den, TINY)
@@ -176,25 +170,22 @@ def ibm1(
             post = num / safe[link_e[l0:l1] - e0]
             counts += np.bincount(pid[l0:l1], weights=post * e_cnt[link_e[l0:l1]], minlength=len(ukeys))
         total = np.bincount(p_w, weights=counts, minlength=V + 1)
-        t = counts / np.maximum(total[p_w], TINY)
+        state["t"] = counts / np.maximum(total[p_w], TINY)
         secs = time.perf_counter() - start
-        history.append({"iteration": it, "log_likelihood": ll, "ll_per_token": ll / max(tokens, 1.0),
-                        "seconds": secs, "tokens_per_s": tokens / max(secs, 1e-9)})
-        if it > 1:
-            gain = (ll - prev_ll) / max(abs(prev_ll), 1e-12)
-            if gain < tol:
-                stopped = (f"stopped after iteration {it}: log-likelihood improved by {gain:.2e} "
-                           f"(relative) < tol {tol:g}" if gain >= 0 else
-                           f"stopped after iteration {it}: log-likelihood decreased by {-gain:.2e} (numerical noise)")
-                break
-        prev_ll = ll
+        return {"log_likelihood": ll, "ll_per_token": ll / max(tokens, 1.0), "seconds": secs,
+                "tokens_per_s": tokens / max(secs, 1e-9)}
+
+    res = em_loop(step, iterations, tol=tol, title=f"{name} EM", progress=progress, key="log_likelihood")
+    stopped = res["stopped"] if res["stopped"].startswith("reached") else \
+        f"stopped after iteration {len(res['iterations'])}: {res['stopped']}"
+    t = state["t"]
     # The last recorded LL is of the parameters before the final update; t is the updated table.
     is_src = p_w < V
     table = sp.csr_matrix((t[is_src], (p_w[is_src], p_q[is_src])), shape=(V, V))
     table.eliminate_zeros()
     nullp = np.zeros(V)
     nullp[p_q[~is_src]] = t[~is_src]
-    log = {"iterations": history, "stopped": stopped, "pairs": int(n_pairs), "links": int(len(keys)),
+    log = {"iterations": res["iterations"], "stopped": stopped, "pairs": int(n_pairs), "links": int(len(keys)),
            "parameters": int(len(ukeys)), "target_tokens": tokens, "skipped_target_tokens": skipped, "null": null}
     return IBM1Result(table, nullp, log)
 
