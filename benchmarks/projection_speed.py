@@ -30,7 +30,8 @@ import scipy.sparse as sp
 from _common import hardware, hardware_line, maxrss_mb, write_json
 from semsearch.data import TrainingData, open_dataset
 from semsearch.plugins import create_model
-from semsearch.models.projection import pca
+from semsearch.training import fit, recipe
+from semsearch.training.projection import pca
 
 
 def load(args: argparse.Namespace) -> TrainingData:
@@ -45,9 +46,10 @@ def load(args: argparse.Namespace) -> TrainingData:
 
 
 def timed_fit(name: str, data: TrainingData, **settings) -> tuple[float, dict, object]:
-    model = create_model(name, **settings)
+    kw, targs = recipe(name, settings)
+    model = create_model(name, **kw)
     t0 = time.perf_counter()
-    log = model.fit(data)
+    log = fit(model, data, args=targs, progress=False)
     return time.perf_counter() - t0, log, model
 
 
@@ -103,8 +105,7 @@ def main() -> None:
     res["s2net"]["encode_titles_per_s"] = len(data.doc_texts) / (time.perf_counter() - t)
 
     queries, titles = data.pair_texts()
-    lsa = create_model("lsa", dim=args.dim)
-    lsa.fit(data)
+    _, _, lsa = timed_fit("lsa", data, dim=args.dim)
     X = sp.vstack([lsa.tfidf(queries), lsa.tfidf(titles)]).tocsr()
     pca_times = {}
     for method in ("randomized", "arpack"):

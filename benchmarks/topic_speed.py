@@ -28,16 +28,19 @@ import numpy as np
 
 from _common import hardware, hardware_line, maxrss_mb, write_json
 from semsearch.data import TrainingData, open_dataset
+from semsearch.models.topic import default_threads
 from semsearch.plugins import create_model
-from semsearch.models.topic import _distinct_titles, clear_fit_memo, default_threads, to_gensim_corpus
+from semsearch.training import recipe
+from semsearch.training.topic import clear_fit_memo, distinct_titles, fit_pairs, fit_texts, to_gensim_corpus
 from semsearch.text import Analyzer, Vocabulary, count_matrix
 
 
 def ours(name: str, texts, args: argparse.Namespace, threads: int, **params) -> dict:  # type: ignore[no-untyped-def]
     clear_fit_memo()
-    m = create_model(name, topics=args.topics, iterations=args.iterations, tol=0.0, threads=threads, **params)
+    kw, targs = recipe(name, dict(topics=args.topics, iterations=args.iterations, tol=0.0, threads=threads, **params))
+    m = create_model(name, **kw)
     t0 = time.perf_counter()
-    log = m.fit_pairs(*texts) if name == "bltm" else m.fit_texts(texts)
+    log = fit_pairs(m, *texts, args=targs) if name == "bltm" else fit_texts(m, texts, args=targs)
     its = log["iterations"]
     return {
         "tokens": log["tokens"], "iterations": len(its), "total_s": time.perf_counter() - t0,
@@ -87,7 +90,7 @@ def main() -> None:
     hw = hardware(("numpy", "scipy", "gensim"))
     print("hardware:", hardware_line(hw), flush=True)
     data = TrainingData.from_dataset(open_dataset("homedepot"), "train", threshold=3, fields="title")
-    titles = _distinct_titles(data)[:limit]
+    titles = distinct_titles(data)[:limit]
     queries, pair_titles = data.pair_texts()
     pairs = (queries[:limit], pair_titles[:limit])
     print(f"homedepot train: {len(titles):,} distinct titles, {len(pairs[0]):,} pairs; {args.topics} topics", flush=True)

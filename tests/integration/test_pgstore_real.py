@@ -33,11 +33,12 @@ def test_pgvector_matches_faiss_on_lsa_titles(shared_data: Path, pg_dsn: str) ->
     from semsearch.index import VectorIndex, recall_at_k
     from semsearch.index.pgstore import PgVectorStore
     from semsearch.plugins import create_model
+    from semsearch.training import fit
 
     ds = open_dataset("homedepot")
     corpus = ds.corpus()
     m = create_model("lsa")
-    m.fit(TrainingData.from_dataset(ds, "train", threshold=3, fields="title"))
+    fit(m, TrainingData.from_dataset(ds, "train", threshold=3, fields="title"), progress=False)
     pick = sorted(random.Random(0).sample(range(len(corpus.ids)), 5000))
     ids = [corpus.ids[i] for i in pick]
     titles = [corpus.titles[i] for i in pick]

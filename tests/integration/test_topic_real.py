@@ -11,6 +11,7 @@ from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.evaluation import evaluate
 from semsearch.models import rank
 from semsearch.plugins import create_model
+from semsearch.training import fit, recipe
 
 pytestmark = pytest.mark.integration
 
@@ -31,8 +32,9 @@ def _ndcg(model, ev: EvalSet) -> dict[str, float]:
 @pytest.mark.parametrize("name,params", [("plsa", {"iterations": 15}), ("bltm", {"iterations": 15, "pr": True})])
 def test_topic_model_mixture_on_homedepot(homedepot, name, params):
     ds, data, corpus = homedepot
-    model = create_model(name, topics=100, **params)
-    log = model.fit(data)
+    kw, args = recipe(name, {"topics": 100, **params})
+    model = create_model(name, **kw)
+    log = fit(model, data, args=args, progress=False)
     obj = [r["objective"] for r in log["iterations"]]
     assert np.isfinite(obj).all() and obj[-1] > obj[0]
     if name == "plsa":

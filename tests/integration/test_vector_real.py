@@ -27,10 +27,11 @@ def test_hnsw_and_ivfpq_recall_against_exact_on_all_titles(homedepot) -> None:  
     from semsearch.data import TrainingData
     from semsearch.index import VectorIndex, recall_at_k
     from semsearch.plugins import create_model
+    from semsearch.training import fit
 
     corpus = homedepot.corpus()
     m = create_model("lsa")
-    m.fit(TrainingData.from_dataset(homedepot, "train", threshold=3, fields="title"))
+    fit(m, TrainingData.from_dataset(homedepot, "train", threshold=3, fields="title"), progress=False)
     docs = m.encode_documents(corpus.titles)
     queries = m.encode_queries(list(homedepot.queries().values())[:300])
     exact = VectorIndex.build(corpus.ids, docs, "flat", model="lsa").search(queries, 20)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -9,8 +10,11 @@ import pytest
 import scipy.sparse as sp
 
 from semsearch.data import EvalSet, TrainingData
+from semsearch.models.projection import ProjectionModel, tfidf_matrix
+from semsearch.params import ParamError
 from semsearch.plugins import create_model, load_model
-from semsearch.models.projection import ProjectionModel, opca_matrices, pca, tfidf_matrix
+from semsearch.training import fit, recipe
+from semsearch.training.projection import OPCAArgs, PCAArgs, S2NetArgs, opca_matrices, pca
 
 TOPICS = {
     "sofa": ["couch", "sofa", "sectional", "loveseat"],
@@ -65,18 +69,27 @@ def dev(data) -> EvalSet:
     return EvalSet(queries, cands, qrels)
 
 
+def trained_model(name: str, data, dev=None, **raw) -> tuple[ProjectionModel, dict]:
+    """A model of kind ``name`` trained with ``raw`` (model parameters and training arguments)."""
+    kw, args = recipe(name, raw)
+    m = create_model(name, **kw)
+    return m, fit(m, data, dev, args=args, progress=False)
+
+
 @pytest.fixture(scope="module")
 def trained(data, dev) -> dict[str, ProjectionModel]:
-    models = {
-        "lsa": create_model("lsa", dim=6),
-        "cl-lsa": create_model("cl-lsa", dim=6),
-        "opca": create_model("opca", dim=6, reduce=12),
-        "s2net": create_model("s2net", dim=6, epochs=6, patience=6, batch_size=64, lr=0.01),
+    raws = {
+        "lsa": {"dim": 6},
+        "cl-lsa": {"dim": 6},
+        "opca": {"dim": 6, "reduce": 12},
+        "s2net": dict(dim=6, epochs=6, patience=6, batch_size=64, lr=0.01),
     }
-    logs = {name: m.fit(data, dev=dev) for name, m in models.items()}
-    for name, m in models.items():
-        m.fit_log = logs[name]  # type: ignore[attr-defined]
+    models = {}
+    for name, raw in raws.items():
+        m, log = trained_model(name, data, dev, **raw)
+        m.fit_log = log  # type: ignore[attr-defined]
         m.index(data.doc_ids, data.doc_texts)
+        models[name] = m
     return models
 
 
@@ -150,12 +163,23 @@ def test_s2net_loss_decreases_and_logs_timing(trained):
 
 
 def test_s2net_early_stops_on_dev(data, dev):
-    m = create_model("s2net", dim=4, epochs=30, patience=1, batch_size=64, lr=0.05)
-    log = m.fit(data, dev=dev)
+    _, log = trained_model("s2net", data, dev, dim=4, epochs=30, patience=1, batch_size=64, lr=0.05)
     assert len(log["epochs"]) < 30 and log["stopped"].startswith("early stop")
-    no_dev = create_model("s2net", dim=4, epochs=2, batch_size=128)
-    log = no_dev.fit(data)
+    _, log = trained_model("s2net", data, dim=4, epochs=2, batch_size=128)
     assert log["best_epoch"] == 2 and log["best_dev_ndcg10"] is None
+
+
+def test_s2net_checkpoint_resume_gives_the_same_projection(data, dev, tmp_path):
+    raw = dict(dim=4, epochs=3, patience=3, batch_size=64, lr=0.05)
+    whole, _ = trained_model("s2net", data, dev, **raw)
+    kw, args = recipe("s2net", {**raw, "epochs": 2})
+    part = create_model("s2net", **kw)
+    fit(part, data, dev, args=args, progress=False, checkpoint_dir=tmp_path / "ck")
+    resumed = create_model("s2net", **kw)
+    log = fit(resumed, data, dev, args=args.replace(epochs=3), progress=False, checkpoint_dir=tmp_path / "ck",
+              resume=True)
+    assert [e["epoch"] for e in log["epochs"]][-1] == 3
+    np.testing.assert_array_equal(resumed.A, whole.A)
 
 
 # -- ranking, bad input, persistence -------------------------------------------------------------------
@@ -194,7 +218,7 @@ def test_bad_input(name, trained, data):
 
 
 def load_like(m: ProjectionModel) -> ProjectionModel:
-    clone = type(m)(dim=m.dim)
+    clone = type(m)(dim=m.p.dim)
     clone.vocab, clone.idf, clone.A = m.vocab, m.idf, m.A
     return clone
 
@@ -202,14 +226,46 @@ def load_like(m: ProjectionModel) -> ProjectionModel:
 def test_no_overlap_vocabulary_fails_clearly():
     data = TrainingData.from_pairs([("!!", "??"), ("...", "--")])
     with pytest.raises(ValueError, match="no terms"):
-        create_model("lsa", dim=2).fit(data)
+        trained_model("lsa", data, dim=2)
 
 
 def test_unknown_settings_are_rejected():
-    with pytest.raises(ValueError, match="unknown settings"):
+    with pytest.raises(ValueError, match="no parameter 'gamma'"):
         create_model("lsa", gamma=3)
     with pytest.raises(ValueError, match="no parameters"):
         create_model("lsa").with_params(alpha=0.3)
+
+
+@pytest.mark.parametrize("kind,raw,name", [
+    ("lsa", {"dims": 5}, "dims"), ("opca", {"dim": 0}, "dim"), ("opca", {"reg": -1.0}, "reg"),
+    ("s2net", {"gamma": "ten"}, "gamma"), ("s2net", {"negatives": 0}, "negatives"), ("cl-lsa", {"seed": 1.5}, "seed"),
+    ("s2net", {"optimizer": "lbfgs"}, "optimizer"), ("lsa", {"analyzer": "klingon"}, "analyzer"),
+])
+def test_bad_parameters_name_themselves(kind, raw, name):
+    with pytest.raises(ParamError, match=f"'{name}'"):
+        recipe(kind, raw)
+
+
+def test_recipe_splits_model_parameters_from_training_arguments():
+    kw, args = recipe("s2net", {"dim": 8, "max_terms": 500, "analyzer": "english", "gamma": 5, "epochs": 2, "seed": 3})
+    assert kw == {"dim": 8, "max_terms": 500, "analyzer": "english"}
+    assert args == S2NetArgs(gamma=5.0, epochs=2, seed=3) and args.lr == 0.01 and args.optimizer == "adam"
+    assert args.min_delta == 1e-5
+    assert recipe("opca", {"reduce": 50, "dim": 10}) == ({"dim": 10}, OPCAArgs(reduce=50))
+    assert recipe("cl-lsa", {}) == ({}, PCAArgs())
+
+
+def test_a_model_saved_before_typed_parameters_still_loads(trained, data, tmp_path):
+    """config.json of the old layout: the analyzer apart, training settings among "settings"."""
+    m = trained["s2net"]
+    m.save(tmp_path / "s2")
+    (tmp_path / "s2" / "config.json").write_text(json.dumps({
+        "model": "s2net", "analyzer": {"stem": None, "stopwords": False},
+        "settings": {"dim": 6, "max_terms": 40000, "seed": 0, "gamma": 10.0, "negatives": 4, "epochs": 6,
+                     "patience": 6, "batch_size": 64, "lr": 0.01}}))
+    back = load_model(tmp_path / "s2")
+    assert back.analyzer == m.analyzer and (back.p.dim, back.p.max_terms) == (6, 40000)
+    np.testing.assert_array_equal(back.encode_queries(["sofa couch"]), m.encode_queries(["sofa couch"]))
 
 
 @pytest.mark.parametrize("name", ["lsa", "cl-lsa", "opca", "s2net"])

@@ -13,9 +13,13 @@ import numpy as np
 import pytest
 
 from semsearch.models import rank
-from semsearch.plugins import create_model, load_model
 from semsearch.models import topic_em as em
-from semsearch.models.topic import BLTM, PLSA, TopicModel, _counts, clear_fit_memo
+from semsearch.models.topic import BLTM, PLSA, TopicModel
+from semsearch.params import ParamError
+from semsearch.plugins import create_model, load_model
+from semsearch.training import recipe
+from semsearch.training.topic import (BLTMArgs, EMArgs, LDAArgs, bltm_step, clear_fit_memo, counts_matrix, fit_pairs,
+                                      fit_texts, normalize_cols, plsa_step, pr_fractions)
 from semsearch.text import Vocabulary
 
 TOPICS = 3
@@ -49,6 +53,14 @@ def _fresh_memo():
     clear_fit_memo()
 
 
+def trained(name: str, texts, **raw) -> tuple[TopicModel, dict]:
+    """A model trained on ``texts`` (documents; (queries, titles) for BLTM) with ``raw``: model
+    parameters and training arguments in one vocabulary, split by ``recipe``."""
+    kw, args = recipe(name, raw)
+    m = create_model(name, **kw)
+    return m, (fit_pairs(m, *texts, args=args) if name == "bltm" else fit_texts(m, texts, args=args))
+
+
 def _objectives(log: dict) -> np.ndarray:
     return np.array([r["objective"] for r in log["iterations"]])
 
@@ -56,8 +68,7 @@ def _objectives(log: dict) -> np.ndarray:
 # ------------------------------------------------------------------------------------------- EM
 def test_plsa_map_em_objective_increases_monotonically():
     docs, _ = synthetic_docs()
-    m = create_model("plsa", topics=TOPICS, iterations=40, tol=0.0, threads=2)
-    log = m.fit_texts(docs)
+    m, log = trained("plsa", docs, topics=TOPICS, iterations=40, tol=0.0, threads=2)
     obj = _objectives(log)
     assert len(obj) == 40 and np.isfinite(obj).all()
     assert (np.diff(obj) >= -1e-9 * np.abs(obj[1:])).all(), np.diff(obj)
@@ -68,32 +79,30 @@ def test_plsa_map_em_objective_increases_monotonically():
 @pytest.mark.parametrize("one_vocab", [False, True])
 def test_bltm_map_em_objective_increases_monotonically(one_vocab):
     q, t = synthetic_pairs()
-    m = create_model("bltm", topics=TOPICS, iterations=30, tol=0.0, one_vocab=one_vocab)
-    obj = _objectives(m.fit_pairs(q, t))
+    m, log = trained("bltm", (q, t), topics=TOPICS, iterations=30, tol=0.0, one_vocab=one_vocab)
+    obj = _objectives(log)
     assert (np.diff(obj) >= -1e-9 * np.abs(obj[1:])).all(), np.diff(obj)
 
 
 def test_em_stops_early_with_a_message():
     docs, _ = synthetic_docs()
-    log = create_model("plsa", topics=TOPICS, iterations=500, tol=1e-3).fit_texts(docs)
+    _, log = trained("plsa", docs, topics=TOPICS, iterations=500, tol=1e-3)
     assert log["stopped"].startswith("converged at iteration")
     assert len(log["iterations"]) < 500
 
 
 def test_threads_do_not_change_the_result():
     docs, _ = synthetic_docs()
-    one = create_model("plsa", topics=TOPICS, iterations=10, tol=0.0, threads=1)
-    two = create_model("plsa", topics=TOPICS, iterations=10, tol=0.0, threads=2)
-    one.fit_texts(docs)
+    one, _ = trained("plsa", docs, topics=TOPICS, iterations=10, tol=0.0, threads=1)
     clear_fit_memo()  # threads are not a training parameter: the memo would hand one's result to two
-    two.fit_texts(docs)
+    two, _ = trained("plsa", docs, topics=TOPICS, iterations=10, tol=0.0, threads=2)
     np.testing.assert_allclose(one.phi_query, two.phi_query, rtol=1e-5, atol=1e-7)
 
 
 def _pair_chunks(q, t, max_nnz=50):
     vq = Vocabulary.build([s.split() for s in q])
     vd = Vocabulary.build([s.split() for s in t])
-    nq, nd = _counts([s.split() for s in q], vq), _counts([s.split() for s in t], vd)
+    nq, nd = counts_matrix([s.split() for s in q], vq), counts_matrix([s.split() for s in t], vd)
     bounds = em.chunk_bounds(nq.indptr + nd.indptr, max_nnz)
     return em.make_chunks(nq, bounds), em.make_chunks(nd, bounds), len(vq), len(vd)
 
@@ -105,14 +114,14 @@ def test_pr_projection_equates_topic_fractions(method, steps):
     qc, dc, vq, vd = _pair_chunks(q, t)
     rng = np.random.default_rng(0)
     theta = em.normalize_rows(rng.random((30, TOPICS)) + 0.1)
-    phi_q, phi_d = em.normalize_cols(rng.random((vq, TOPICS))), em.normalize_cols(rng.random((vd, TOPICS)))
-    fq, fd = em.pr_fractions(qc, dc, theta, phi_q, phi_d, None)
+    phi_q, phi_d = normalize_cols(rng.random((vq, TOPICS))), normalize_cols(rng.random((vd, TOPICS)))
+    fq, fd = pr_fractions(qc, dc, theta, phi_q, phi_d, None)
     assert np.abs(fq - fd)[1:].max() > 0.05  # unprojected posteriors differ: the test has teeth
     lam = np.zeros_like(theta)
     before = theta.copy()
-    *_, stats = em.bltm_step(qc, dc, theta, phi_q, phi_d, 1.1, 1.01, 1, lam=lam, pr_steps=steps,
+    *_, stats = bltm_step(qc, dc, theta, phi_q, phi_d, 1.1, 1.01, 1, lam=lam, pr_steps=steps,
                              pr_tol=1e-7, pr_method=method)
-    fq, fd = em.pr_fractions(qc, dc, before, phi_q, phi_d, lam)  # the E-step projected under the old θ
+    fq, fd = pr_fractions(qc, dc, before, phi_q, phi_d, lam)  # the E-step projected under the old θ
     assert np.abs(fq - fd)[1:].max() < 1e-4
     np.testing.assert_allclose(fq[1:].sum(axis=1), 1.0, atol=1e-9)  # fractions are distributions
     assert stats.pairs == 29 and stats.max_residual < 1e-3
@@ -121,8 +130,7 @@ def test_pr_projection_equates_topic_fractions(method, steps):
 
 def test_bltm_pr_trains_and_logs_its_residuals():
     q, t = synthetic_pairs()
-    m = create_model("bltm", topics=TOPICS, iterations=8, tol=0.0, pr=True, pr_steps=20)
-    log = m.fit_pairs(q, t)
+    m, log = trained("bltm", (q, t), topics=TOPICS, iterations=8, tol=0.0, pr=True, pr_steps=20)
     last = log["iterations"][-1]
     assert last["pr_residual_mean"] < 0.01 and np.isfinite(_objectives(log)).all()
 
@@ -130,12 +138,12 @@ def test_bltm_pr_trains_and_logs_its_residuals():
 def test_fold_in_recovers_a_training_documents_theta():
     docs, _ = synthetic_docs(60)
     vocab = Vocabulary.build([d.split() for d in docs])
-    counts = _counts([d.split() for d in docs], vocab)
+    counts = counts_matrix([d.split() for d in docs], vocab)
     chunks = em.make_chunks(counts, em.chunk_bounds(counts.indptr, 64))
     rng = np.random.default_rng(0)
-    theta, phiT = em.normalize_rows(rng.random((60, TOPICS)) + 0.1), em.normalize_cols(rng.random((len(vocab), TOPICS)) + 0.1)
+    theta, phiT = em.normalize_rows(rng.random((60, TOPICS)) + 0.1), normalize_cols(rng.random((len(vocab), TOPICS)) + 0.1)
     for _ in range(300):
-        phiT, _, _ = em.plsa_step(chunks, theta, phiT, 1.1, 1.01, 2)  # θ in place
+        phiT, _, _ = plsa_step(chunks, theta, phiT, 1.1, 1.01, 2)  # θ in place
     phi = phiT.T  # at convergence θ is the fixed point of folding-in under φ
     folded = em.fold_in(counts, phi, 1.1, 20)
     assert np.abs(folded - theta).max() < 0.05
@@ -145,8 +153,7 @@ def test_fold_in_recovers_a_training_documents_theta():
 
 def test_bltm_bridges_the_query_and_title_vocabularies():
     q, t = synthetic_pairs(120)
-    m = create_model("bltm", topics=TOPICS, iterations=60, mu=0.0, lam=0.1)
-    m.fit_pairs(q, t)
+    m, _ = trained("bltm", (q, t), topics=TOPICS, iterations=60, mu=0.0, lam=0.1)
     titles, labels = synthetic_docs(30, seed=9)
     ids = [f"d{i}" for i in range(30)]
     m.index(ids, titles)
@@ -159,8 +166,7 @@ def test_bltm_bridges_the_query_and_title_vocabularies():
 # ------------------------------------------------------------------------------------- scoring
 def _toy() -> PLSA:
     docs, _ = synthetic_docs(30)
-    m = create_model("plsa", topics=TOPICS, iterations=20, mu=0.3, lam=0.2)
-    m.fit_texts(docs)
+    m, _ = trained("plsa", docs, topics=TOPICS, iterations=20, mu=0.3, lam=0.2)
     m.index(["a", "b", "c", "e"], ["t0w1 t0w2 t0w1", "t1w3 t2w0", "zzz t0w1", ""])
     return m
 
@@ -230,15 +236,15 @@ def test_unknown_candidate_is_a_clear_error():
 def test_too_many_topics_is_a_clear_error(name):
     m = create_model(name, topics=50)
     with pytest.raises(ValueError, match="50 topics but the training data has only"):
-        m.fit_pairs(["a b", "c"], ["x y", "z"]) if name == "bltm" else m.fit_texts(["x y", "z", ""])
+        fit_pairs(m, ["a b", "c"], ["x y", "z"]) if name == "bltm" else fit_texts(m, ["x y", "z", ""])
 
 
 def test_bad_parameters_are_rejected():
     with pytest.raises(ValueError, match="alpha >= 1"):
         create_model("plsa", alpha=0.5)
-    with pytest.raises(ValueError, match="unknown parameters"):
+    with pytest.raises(ValueError, match="no parameter 'topic'"):
         create_model("bltm", topic=5)
-    with pytest.raises(ValueError, match="topics must be at least 1"):
+    with pytest.raises(ValueError, match="'topics' must be >= 1"):
         create_model("plsa", topics=0)
     with pytest.raises(RuntimeError, match="not trained"):
         create_model("plsa").index(["a"], ["x"])
@@ -249,8 +255,7 @@ def test_training_data_with_empty_texts_has_no_nans():
     q[:5] = [""] * 5
     t[5:8] = ["!!!"] * 3
     q[8], t[8] = "", ""
-    m = create_model("bltm", topics=TOPICS, iterations=5, pr=True)
-    log = m.fit_pairs(q, t)
+    m, log = trained("bltm", (q, t), topics=TOPICS, iterations=5, pr=True)
     assert log["dropped_empty"] == 1 and np.isfinite(_objectives(log)).all()
     assert np.isfinite(m.phi_query).all() and np.isfinite(m.arrays["phi_doc"]).all()
 
@@ -259,8 +264,7 @@ def test_training_data_with_empty_texts_has_no_nans():
 @pytest.mark.parametrize("params", [{}, {"pr": True}, {"pr": True, "one_vocab": True}])
 def test_bltm_save_load_round_trip(tmp_path, params):
     q, t = synthetic_pairs(45)
-    m = create_model("bltm", topics=TOPICS, iterations=5, mu=0.4, lam=0.3, **params)
-    m.fit_pairs(q, t)
+    m, _ = trained("bltm", (q, t), topics=TOPICS, iterations=5, mu=0.4, lam=0.3, **params)
     unindexed = tmp_path / "trained"
     m.save(unindexed)
     ids = [f"d{i}" for i in range(len(t))]
@@ -268,7 +272,7 @@ def test_bltm_save_load_round_trip(tmp_path, params):
     m.save(tmp_path / "m")
     for path in (tmp_path / "m", unindexed):
         back = load_model(path)
-        assert isinstance(back, BLTM) and back.train_params == m.train_params and back.params() == m.params()
+        assert isinstance(back, BLTM) and back.p == m.p and back.params() == m.params()
         if path == unindexed:
             back.index(ids, t)
         for query in ["t0q1 t1q2", "t2w3", "", "never seen"]:
@@ -285,8 +289,7 @@ def test_untrained_model_saves_its_config(tmp_path):
 def test_lda_fold_in_matches_gensim_inference(tmp_path):
     pytest.importorskip("gensim")
     docs, labels = synthetic_docs(60)
-    m = create_model("lda", topics=TOPICS, passes=5, fold_iterations=500, mu=0.0)
-    log = m.fit_texts(docs)
+    m, log = trained("lda", docs, topics=TOPICS, passes=5, fold_iterations=500, mu=0.0)
     assert len(log["iterations"]) == 5 and np.isfinite(_objectives(log)).all()
     from gensim.models import LdaModel
 
@@ -355,11 +358,49 @@ grid = { mu = [0.3, 0.9] }
 
 def test_large_candidate_lists_take_the_column_path_with_equal_scores():
     docs, _ = synthetic_docs(1200, length=4, seed=3)
-    m = create_model("plsa", topics=TOPICS, iterations=5)
-    m.fit_texts(docs[:90])
+    m, _ = trained("plsa", docs[:90], topics=TOPICS, iterations=5)
     ids = [f"d{i}" for i in range(1200)]
     m.index(ids, docs)
     full = m.score(["t0w1 t2w3 t0w1"], [ids])[0]  # > 1000 candidates
     parts = np.concatenate([m.score(["t0w1 t2w3 t0w1"], [ids[i:i + 400]])[0] for i in range(0, 1200, 400)])
     np.testing.assert_allclose(full, parts, rtol=1e-12)
     assert [d for d, _ in m.retrieve(["t0w1 t2w3"], 5)[0]] == [ids[i] for i in np.lexsort((np.arange(1200), -m.score(["t0w1 t2w3"], [ids])[0]))[:5]]
+
+
+@pytest.mark.parametrize("kind,raw,name", [
+    ("plsa", {"topcs": 5}, "topcs"), ("plsa", {"topics": 2.5}, "topics"), ("plsa", {"tol": -1.0}, "tol"),
+    ("plsa", {"beta": 0.5}, "beta"), ("bltm", {"pr_method": "newton"}, "pr_method"), ("bltm", {"pr": "yes"}, "pr"),
+    ("bltm", {"pr_steps": -1}, "pr_steps"), ("lda", {"eta": 0.0}, "eta"), ("lda", {"alpha": -1.0}, "alpha"),
+    ("lda", {"passes": 0}, "passes"), ("plsa", {"mu": 2.0}, "mu"), ("plsa", {"threads": 0}, "threads"),
+])
+def test_bad_parameters_name_themselves(kind, raw, name):
+    with pytest.raises(ParamError, match=f"'{name}'"):
+        recipe(kind, raw)
+
+
+def test_recipe_splits_model_parameters_from_training_arguments():
+    raw = {"topics": 50, "alpha": 1.2, "mu": 0.3, "one_vocab": True, "iterations": 7, "pr": True, "seed": 4, "beta": 1.1}
+    kw, args = recipe("bltm", raw)
+    assert kw == {"topics": 50, "alpha": 1.2, "mu": 0.3, "one_vocab": True}
+    assert args == BLTMArgs(iterations=7, pr=True, seed=4, beta=1.1)
+    assert recipe("plsa", {"min_iterations": 3, "fold_iterations": 5}) == ({"fold_iterations": 5}, EMArgs(min_iterations=3))
+    assert recipe("lda", {"passes": 2, "alpha": 0.5}) == ({"alpha": 0.5}, LDAArgs(passes=2))
+
+
+def test_a_model_saved_before_typed_parameters_still_loads(tmp_path):
+    """config.json of the old layout: mixture under "params", the analyzer apart, training keys under "train"."""
+    q, t = synthetic_pairs(45)
+    m, _ = trained("bltm", (q, t), topics=TOPICS, iterations=5, mu=0.4, lam=0.3, pr=True)
+    m.save(tmp_path / "m")
+    (tmp_path / "m" / "config.json").write_text(json.dumps({
+        "model": "bltm", "params": {"mu": 0.4, "lam": 0.3}, "analyzer": {"stem": None, "stopwords": False},
+        "train": {"topics": TOPICS, "iterations": 5, "min_iterations": 20, "tol": 1e-3, "alpha": 1.1, "beta": 1.01,
+                  "pr": True, "one_vocab": False, "pr_steps": 10, "pr_tol": 1e-3, "pr_method": "diag", "min_count": 1,
+                  "fold_iterations": 20, "seed": 0},
+        "trained": True}))
+    back = load_model(tmp_path / "m")
+    assert isinstance(back, BLTM) and back.params() == m.params() and back.topics == TOPICS
+    ids = [f"d{i}" for i in range(len(t))]
+    back.index(ids, t)
+    m.index(ids, t)
+    np.testing.assert_array_equal(back.score(["t0q1 t1q2"], [ids])[0], m.score(["t0q1 t1q2"], [ids])[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -10,9 +11,11 @@ import pytest
 import scipy.sparse as sp
 
 from semsearch.data import TrainingData
+from semsearch.models.translation import PhraseTranslationModel, WordTranslationModel, key_terms, ngram_keys, phrase_key
+from semsearch.params import ParamError
 from semsearch.plugins import create_model, load_model
-from semsearch.models.translation import (PhraseTranslationModel, WordTranslationModel, _grow_diag_final,
-                                          extract_phrases, ibm1, key_terms, ngram_keys, phrase_key)
+from semsearch.training import fit, recipe
+from semsearch.training.translation import IBM1Args, _grow_diag_final, extract_phrases, ibm1
 
 # query word -> the title word users' products call it
 SYNONYMS = {"sofa": "couch", "tv": "television", "fridge": "refrigerator", "drill": "driver", "lamp": "light"}
@@ -33,6 +36,13 @@ def _pairs(n: int = 300, seed: int = 0) -> list[tuple[str, str]]:
     return out
 
 
+def trained(name: str, data: TrainingData, progress: bool = False, **raw):  # type: ignore[no-untyped-def]
+    """A model of kind ``name`` trained with ``raw`` (model parameters and training arguments)."""
+    kw, args = recipe(name, raw)
+    m = create_model(name, **kw)
+    return m, fit(m, data, args=args, progress=progress)
+
+
 @pytest.fixture(scope="module")
 def data() -> TrainingData:
     return TrainingData.from_pairs(_pairs())
@@ -40,16 +50,12 @@ def data() -> TrainingData:
 
 @pytest.fixture(scope="module")
 def wtm(data) -> WordTranslationModel:
-    m = create_model("wtm", iterations=15)
-    m.fit(data)
-    return m
+    return trained("wtm", data, iterations=15)[0]
 
 
 @pytest.fixture(scope="module")
 def ptm(data) -> PhraseTranslationModel:
-    m = create_model("ptm", iterations=15)
-    m.fit(data)
-    return m
+    return trained("ptm", data, iterations=15)[0]
 
 
 DOCS = {
@@ -69,8 +75,7 @@ def _indexed(model):
 
 # -- IBM Model 1 -----------------------------------------------------------------------------------
 def test_em_log_likelihood_never_decreases_and_rows_sum_to_one(data):
-    m = create_model("wtm", iterations=20, tol=0.0)
-    log = m.fit(data)
+    m, log = trained("wtm", data, iterations=20, tol=0.0)
     lls = [it["log_likelihood"] for it in log["em"]["iterations"]]
     assert len(lls) >= 5
     assert all(b >= a - 1e-9 * abs(a) for a, b in zip(lls, lls[1:]))
@@ -97,16 +102,14 @@ def test_em_learns_the_planted_translations(wtm):
 
 
 def test_em_that_stops_improving_says_so(data):
-    m = create_model("wtm", iterations=50, tol=0.05)
-    log = m.fit(data)
+    _, log = trained("wtm", data, iterations=50, tol=0.05)
     assert len(log["em"]["iterations"]) < 50
     assert log["em"]["stopped"].startswith("stopped after iteration")
 
 
 def test_em_progress_bar_runs(data, monkeypatch):
     monkeypatch.setenv("SEMSEARCH_PROGRESS", "1")
-    m = create_model("wtm", iterations=2)
-    log = m.fit(data, progress=True)
+    _, log = trained("wtm", data, progress=True, iterations=2)
     assert log["em"]["iterations"][-1]["tokens_per_s"] > 0
 
 
@@ -188,14 +191,11 @@ def test_untrained_or_unindexed_model_raises(wtm):
 
 def test_training_pairs_with_empty_sides():
     pairs = [("sofa", "couch"), ("", "couch black"), ("sofa", ""), ("!!", "??"), ("tv", "television")] * 5
-    m = create_model("wtm", iterations=5)
-    log = m.fit(TrainingData.from_pairs(pairs))
+    _, log = trained("wtm", TrainingData.from_pairs(pairs), iterations=5)
     assert all(math.isfinite(it["log_likelihood"]) for it in log["em"]["iterations"])
-    m2 = create_model("wtm", null=False, iterations=5)
-    log2 = m2.fit(TrainingData.from_pairs(pairs))
+    _, log2 = trained("wtm", TrainingData.from_pairs(pairs), null=False, iterations=5)
     assert log2["em"]["skipped_target_tokens"] == 5.0  # "sofa" with an empty title cannot be generated
-    p = create_model("ptm", iterations=5)
-    p.fit(TrainingData.from_pairs(pairs))
+    p, _ = trained("ptm", TrainingData.from_pairs(pairs), iterations=5)
     _indexed(p)
     assert np.isfinite(p.score(["sofa"], [list(DOCS)])[0]).all()
 
@@ -274,3 +274,34 @@ def test_retrieve_scores_the_whole_collection(name, wtm, ptm):
     assert hits[0][0][0] in ("d1", "d6") and hits[1][0][0] == "d2"
     with pytest.raises(ValueError):
         m.retrieve(["sofa"], 0)
+
+
+@pytest.mark.parametrize("kind,raw,name", [
+    ("wtm", {"iteration": 5}, "iteration"), ("wtm", {"alpha": 1.5}, "alpha"), ("ptm", {"beta": -0.1}, "beta"),
+    ("ptm", {"max_len": 4}, "max_len"), ("wtm", {"null": "no"}, "null"), ("wtm", {"tol": -1.0}, "tol"),
+    ("ptm", {"min_prob": 1.0}, "min_prob"), ("wtm", {"iterations": 0}, "iterations"), ("wtm", {"beta": 0.5}, "beta"),
+])
+def test_bad_parameters_name_themselves(kind, raw, name):
+    with pytest.raises(ParamError, match=f"'{name}'"):
+        recipe(kind, raw)
+
+
+def test_recipe_splits_model_parameters_from_training_arguments():
+    kw, args = recipe("ptm", {"alpha": 0.1, "beta": 0.3, "max_len": 2, "iterations": 4, "null": False, "min_prob": 0.01})
+    assert kw == {"alpha": 0.1, "beta": 0.3, "max_len": 2}
+    assert args == IBM1Args(iterations=4, null=False, min_prob=0.01) and args.tol == 1e-4
+    assert recipe("wtm", {"mu": 0.5}) == ({"mu": 0.5}, IBM1Args())
+
+
+def test_a_model_saved_before_typed_parameters_still_loads(ptm, tmp_path):
+    """config.json of the old layout: the analyzer apart, training settings (and max_len) under "settings"."""
+    m = _indexed(ptm.with_params(alpha=0.15, mu=0.25))
+    m.save(tmp_path / "old")
+    (tmp_path / "old" / "config.json").write_text(json.dumps({
+        "model": "ptm", "params": {"alpha": 0.15, "mu": 0.25, "beta": 0.5}, "analyzer": {"stem": None, "stopwords": False},
+        "settings": {"iterations": 15, "tol": 1e-4, "null": True, "min_prob": 1e-4, "max_len": 3}}))
+    back = load_model(tmp_path / "old")
+    assert back.params() == m.params() and back.p.max_len == 3
+    qs = ["black sofa", "tv stand"]
+    for a, b in zip(m.score(qs, [list(DOCS)] * 2), back.score(qs, [list(DOCS)] * 2)):
+        np.testing.assert_allclose(a, b, rtol=1e-12)

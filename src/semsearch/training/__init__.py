@@ -19,8 +19,11 @@ from ..params import Params, split
 from ..plugins import family, model_class
 from .args import TrainArgs
 from .pairwise import train_interaction
+from .projection import train_projection
+from .topic import train_topic
 from .trainer import dev_score, run_epochs, train_encoder
 from .transformer import train_transformer
+from .translation import train_translation
 
 __all__ = ["ARGS", "TRAINERS", "args_type", "dev_score", "fit", "recipe", "run_epochs", "train_encoder",
            "train_interaction", "train_transformer"]
@@ -47,9 +50,9 @@ TRAINERS: dict[str, Callable[..., dict[str, Any]]] = {
     "interaction": train_interaction,
     "transformer": train_transformer,
     "mtdnn": _mtdnn,
-    "topic": _own,
-    "translation": _own,
-    "projection": _own,
+    "topic": train_topic,
+    "translation": train_translation,
+    "projection": train_projection,
     "plugin": _own,
 }
 
@@ -59,6 +62,10 @@ ARGS: dict[str, str] = {
     "dssm": "trainer:EncoderArgs", "clsm": "trainer:EncoderArgs", "mt-dnn": "mtdnn:MTDNNArgs",
     "knrm": "pairwise:PairwiseArgs", "matchpyramid": "pairwise:PairwiseArgs",
     "bert-rep": "transformer:BiEncoderArgs", "bert-rel": "transformer:CrossEncoderArgs",
+    "plsa": "topic:EMArgs", "lda": "topic:LDAArgs", "bltm": "topic:BLTMArgs",
+    "wtm": "translation:IBM1Args", "ptm": "translation:IBM1Args",
+    "lsa": "projection:PCAArgs", "cl-lsa": "projection:PCAArgs", "opca": "projection:OPCAArgs",
+    "s2net": "projection:S2NetArgs",
 }
 
 
