@@ -128,7 +128,7 @@ def run_cmd(
     skip_bad_lines: Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")] = False,
 ) -> None:
     """Rank queries against a collection with any model and write a TREC run."""
-    from .data import load_queries, open_dataset, ranked, read_run, write_run
+    from .data import load_queries, open_dataset, query_pools, ranked, read_run, write_run
     from .models import LexicalModel, rank
 
     ds = open_dataset(data, skip_bad_lines=skip_bad_lines)
@@ -140,8 +140,10 @@ def run_cmd(
     m = _model(model, param, analyzer)
     corpus = ds.corpus()
     start = time.perf_counter()
-    if not (isinstance(m, LexicalModel) and m._index is not None and list(m.doc_ids) == corpus.ids):
+    if not (isinstance(m, LexicalModel) and m.indexed and list(m.doc_ids) == corpus.ids):
         m.index(corpus.ids, corpus.joined(fields))  # type: ignore[arg-type]
+    if isinstance(m, LexicalModel) and m.p.stats == "exclude-query-pool":
+        m.use_pools(query_pools(ds, qs))
     if candidates == "full":
         run = rank(m, qs, k=k, progress="retrieving")
     elif candidates == "judged":

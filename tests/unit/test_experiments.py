@@ -34,8 +34,7 @@ expect = {{ "ndcg@3" = [0.3, 1.0] }}
 [[models]]
 label = "ULM"
 model = "ulm"
-params = {{ mu = 10 }}
-stats = "{stats}"
+params = {{ mu = 10, stats = "{stats}" }}
 """
 
 
@@ -70,8 +69,32 @@ def test_out_of_range_is_reported(tiny_data, tmp_path):
 
 
 def test_pool_excluded_statistics(tiny_data, tmp_path):
+    from semsearch.data import open_dataset, query_pools
+    from semsearch.models import rank
+    from semsearch.plugins import create_model
+
     result = run_experiment(_spec(tmp_path, "run:first:10", "cv2", stats="exclude-query-pool"), progress=False)
     assert result.table.rows["ULM"].result.n_queries > 0
+    # the runner's row is the model with the data set's pools: what `semsearch run` computes too
+    ds = open_dataset("tiny")
+    queries = {q: ds.queries()[q] for q in ds.qrels("test")}
+    corpus = ds.corpus()
+    m = create_model("ulm", mu=10, stats="exclude-query-pool")
+    m.index(corpus.ids, corpus.joined("title+text"))
+    m.use_pools(query_pools(ds, queries))
+    first = {q: [f"d{i:02d}" for i in range(10)] for q in queries}
+    assert result.runs["ULM"] == rank(m, queries, first)
+    plain = run_experiment(_spec(tmp_path, "run:first:10", "cv2"), progress=False)
+    assert plain.runs["ULM"] != result.runs["ULM"]
+
+
+def test_stats_field_moved_into_params(tmp_path):
+    p = tmp_path / "old.toml"
+    p.write_text(SPEC.format(candidates="judged", tune="cv2", stats="collection").replace(
+        'params = { mu = 10, stats = "collection" }', 'params = { mu = 10 }\nstats = "exclude-query-pool"'))
+    with pytest.raises(SpecError, match=r"old.toml.*'ULM'.*'stats' moved into the model's params.*"
+                                        r"params = \{ stats = 'exclude-query-pool' \}"):
+        load_spec(p)
 
 
 @pytest.mark.parametrize("change,message", [

@@ -40,7 +40,6 @@ class ModelSpec:
     norm: str = "minmax"  # per-query score normalisation of interpolated rows
     analyzer: str | None = None
     fields: str | None = None  # document fields for this row (default: the spec's)
-    stats: str = "collection"  # or "exclude-query-pool" (lexical models on pooled corpora)
     paper: dict[str, float] = field(default_factory=dict)
     expect: dict[str, tuple[float, float]] = field(default_factory=dict)
     depth: int | None = None  # full-collection rows: this row's own top-k (default: the spec's K)
@@ -166,6 +165,8 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
         spec = ExperimentSpec(models=models, **raw)
     except (KeyError, TypeError) as e:
         raise SpecError(f"{p}: missing or unknown field ({e})") from None
+    except SpecError as e:
+        raise SpecError(f"{p}: {e}") from None
     if not _CANDIDATES.match(spec.candidates):
         raise SpecError(f"{p}: candidates must be 'judged', 'full:K' or 'run:NAME:K', got {spec.candidates!r}")
     if not re.match(r"^(none|cv\d+|split:[\w.-]+)$", spec.tune):
@@ -210,6 +211,9 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
 
 
 def _model(raw: dict[str, Any]) -> ModelSpec:
+    if "stats" in raw:
+        raise SpecError(f"row {raw.get('label', '?')!r}: the field 'stats' moved into the model's params: "
+                        f"write params = {{ stats = {raw['stats']!r} }} (lexical models)")
     expect = {k: (float(v[0]), float(v[1])) for k, v in raw.pop("expect", {}).items()}
     return ModelSpec(expect=expect, **raw)
 
