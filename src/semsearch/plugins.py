@@ -87,8 +87,18 @@ def create_model(kind: str, **params: Any) -> Model:
         specs = [{"name": f, "model": f, "params": {}} if isinstance(f, str) else
                  {"name": f.get("name", f["model"]), "model": f["model"], "params": dict(f.get("params", {}))}
                  for f in params.pop("features", ())]
-        return cls.from_models({s["name"]: resolve_model(s["model"], **s["params"]) for s in specs}, **params)  # type: ignore[attr-defined]
+        return cls.from_models({s["name"]: _feature_model(s) for s in specs}, **params)  # type: ignore[attr-defined]
     return cls(**params)
+
+
+def _feature_model(spec: dict[str, Any]) -> Model:
+    """A ranker's feature model: a saved (trained) model directory, or a kind that needs no
+    training (lexical and term-dependency models)."""
+    name = spec["model"]
+    if name in KINDS and KINDS[name].family not in ("lexical", "termdep") and not (Path(name) / CONFIG).exists():
+        raise ValueError(f"lambdamart feature {spec['name']!r}: a {name} model must be trained first "
+                         f"(semsearch train {name} ...); name its saved directory instead")
+    return resolve_model(name, **spec["params"])
 
 
 def load_model(path: str | Path) -> Model:

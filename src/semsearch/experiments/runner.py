@@ -271,7 +271,8 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
     dev split, or — when it learns from the dev split itself — with the number of trees set by
     5-fold CV over those queries. Under ``cvK`` (no training split) it is cross-validated over the
     test queries. The log, with the feature importance (Table 5), goes into ``training``."""
-    from ..ranking import LambdaMART, cross_validated, groups, mean_importance, pair_columns, run_columns
+    from ..ranking import LambdaMART, groups, mean_importance, pair_columns, run_columns
+    from ..training.lambdamart import cross_validated, train_booster
 
     spec = ctx.spec
     try:
@@ -296,8 +297,8 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
         raise ValueError(f"{ms.label}: lambdamart re-ranks candidates; use judged or run candidates")
     test_g = grouped(test, [p.test for p in parts])
     if spec.tune.startswith("cv"):
-        run, logs = cross_validated(test_g, k=int(spec.tune[2:]), inner_folds=int(ms.train.get("cv_folds", 0)),
-                                    feature_names=names, gain=spec.gain, **params)
+        run, logs = cross_validated(test_g, names, k=int(spec.tune[2:]), inner_folds=int(ms.train.get("cv_folds", 0)),
+                                    gain=spec.gain, **params)
         inner = f", trees by inner {logs[0]['rounds_by']}" if logs[0]["rounds_by"] != "fixed" else ""
         ctx.training[ms.label] = {"folds": logs, "importance": mean_importance(logs),
                                   "rounds_by": f"mean of {len(logs)} CV folds{inner}"}
@@ -315,6 +316,6 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
     train_g = split_groups(split)
     dev_g = split_groups(tune_split) if tune_split and tune_split != split else None
     ranker = LambdaMART(names, gain=spec.gain, **params)
-    log = ranker.fit(train_g, dev_g, cv_folds=5 if dev_g is None else 0)
+    log = train_booster(ranker, train_g, dev_g, cv_folds=5 if dev_g is None else 0)
     ctx.training[ms.label] = {**log, "train_split": split}
     return test_g.to_run(ranker.predict(test_g)), [dict(ms.params, train_split=split)]

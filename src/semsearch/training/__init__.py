@@ -18,6 +18,7 @@ from ..models import Model
 from ..params import Params, split
 from ..plugins import family, model_class
 from .args import TrainArgs
+from .lambdamart import train_ranker
 from .pairwise import train_interaction
 from .trainer import dev_score, run_epochs, train_encoder
 from .transformer import train_transformer
@@ -57,11 +58,12 @@ TRAINERS: dict[str, Callable[..., dict[str, Any]]] = {
     "translation": _own,
     "projection": _own,
     "plugin": _own,
+    "ranker": train_ranker,
 }
 
 
 # kind -> its trainer's arguments ("module:Class" under training/); a kind not listed takes none
-ARGS: dict[str, str] = {}
+ARGS: dict[str, str] = {"lambdamart": "lambdamart:RankerArgs"}
 
 
 def args_type(kind: str) -> type[TrainArgs] | None:
