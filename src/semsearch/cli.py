@@ -56,27 +56,34 @@ def _guard(fn):  # type: ignore[no-untyped-def]
 
 
 def _parse_params(pairs: list[str]) -> dict[str, Any]:
-    """NAME=VALUE pairs; VALUE is read as JSON (numbers, lists like [5,10,20], true) or else a string."""
+    """NAME=VALUE pairs; VALUE is read as JSON (numbers, lists like [5,10,20], true) or else taken
+    as a string (stats=exclude-query-pool): the parameter's type then decides whether it may be one."""
     params: dict[str, Any] = {}
     for p in pairs:
-        if "=" not in p:
-            raise ValueError(f"--param takes NAME=VALUE, got {p!r}")
-        k, v = p.split("=", 1)
+        k, eq, v = p.partition("=")
+        if not eq or not k.strip():
+            raise ValueError(f"--param {p!r}: expected NAME=VALUE (e.g. k1=1.2), got {p!r}")
         try:
-            params[k] = json.loads(v)
-        except json.JSONDecodeError:
-            params[k] = v
+            params[k.strip()] = json.loads(v)
+        except json.JSONDecodeError as e:
+            if v.strip()[:1] in ("[", "{", '"'):  # meant as JSON but unreadable
+                raise ValueError(f"--param {k.strip()}: cannot read {v!r} as JSON ({e.msg} at column {e.colno})") from None
+            params[k.strip()] = v
     return params
 
 
 def _model(name_or_dir: str, param: list[str], analyzer: str | None):  # type: ignore[no-untyped-def]
     """The model named on the command line, with its --param and --analyzer options."""
+    from .params import ParamError
     from .plugins import resolve_model
 
     params = _parse_params(param)
     if analyzer:
         params["analyzer"] = analyzer
-    return resolve_model(name_or_dir, **params)
+    try:
+        return resolve_model(name_or_dir, **params)
+    except ParamError as e:
+        raise ParamError(f"--param: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------- data

@@ -105,7 +105,7 @@ def load_model(path: str | Path) -> Model:
     """Any saved model directory (its ``config.json`` names the kind); a composite's children too."""
     p = Path(path)
     if not p.is_dir():
-        raise ModelDirError(f"{p}: no model at this path ({'a file, not a directory' if p.exists() else 'it does not exist'})")
+        raise ModelDirError(f"no model at {p} ({'a file, not a directory' if p.exists() else 'no such directory'})")
     config = read_config(p)
     kind = config["model"]
     if kind not in KINDS:
@@ -124,9 +124,9 @@ def resolve_model(name_or_dir: str, **params: Any) -> Model:
         model = load_model(p)
         return model.with_params(**params) if params else model
     if p.is_dir():
-        raise ModelDirError(f"{p}: a directory without {CONFIG}; not a saved model")
+        raise ModelDirError(f"no model at {p}: a directory without {CONFIG}")
     if name_or_dir not in KINDS and (len(p.parts) > 1 or name_or_dir.startswith(".")):
-        raise ModelDirError(f"{p}: no model at this path (no such directory)")
+        raise ModelDirError(f"no model at {name_or_dir} (no such directory)")
     return create_model(name_or_dir, **params)
 
 
