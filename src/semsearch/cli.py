@@ -56,27 +56,34 @@ def _guard(fn):  # type: ignore[no-untyped-def]
 
 
 def _parse_params(pairs: list[str]) -> dict[str, Any]:
-    """NAME=VALUE pairs; VALUE is read as JSON (numbers, lists like [5,10,20], true) or else a string."""
+    """NAME=VALUE pairs; VALUE is read as JSON (numbers, lists like [5,10,20], true) or else taken
+    as a string (stats=exclude-query-pool): the parameter's type then decides whether it may be one."""
     params: dict[str, Any] = {}
     for p in pairs:
-        if "=" not in p:
-            raise ValueError(f"--param takes NAME=VALUE, got {p!r}")
-        k, v = p.split("=", 1)
+        k, eq, v = p.partition("=")
+        if not eq or not k.strip():
+            raise ValueError(f"--param {p!r}: expected NAME=VALUE (e.g. k1=1.2), got {p!r}")
         try:
-            params[k] = json.loads(v)
-        except json.JSONDecodeError:
-            params[k] = v
+            params[k.strip()] = json.loads(v)
+        except json.JSONDecodeError as e:
+            if v.strip()[:1] in ("[", "{", '"'):  # meant as JSON but unreadable
+                raise ValueError(f"--param {k.strip()}: cannot read {v!r} as JSON ({e.msg} at column {e.colno})") from None
+            params[k.strip()] = v
     return params
 
 
 def _model(name_or_dir: str, param: list[str], analyzer: str | None):  # type: ignore[no-untyped-def]
     """The model named on the command line, with its --param and --analyzer options."""
+    from .params import ParamError
     from .plugins import resolve_model
 
     params = _parse_params(param)
     if analyzer:
         params["analyzer"] = analyzer
-    return resolve_model(name_or_dir, **params)
+    try:
+        return resolve_model(name_or_dir, **params)
+    except ParamError as e:
+        raise ParamError(f"--param: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------- data
@@ -128,7 +135,7 @@ def run_cmd(
     skip_bad_lines: Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")] = False,
 ) -> None:
     """Rank queries against a collection with any model and write a TREC run."""
-    from .data import load_queries, open_dataset, ranked, read_run, write_run
+    from .data import load_queries, open_dataset, query_pools, ranked, read_run, write_run
     from .models import LexicalModel, rank
 
     ds = open_dataset(data, skip_bad_lines=skip_bad_lines)
@@ -140,8 +147,10 @@ def run_cmd(
     m = _model(model, param, analyzer)
     corpus = ds.corpus()
     start = time.perf_counter()
-    if not (isinstance(m, LexicalModel) and m._index is not None and list(m.doc_ids) == corpus.ids):
+    if not (isinstance(m, LexicalModel) and m.indexed and list(m.doc_ids) == corpus.ids):
         m.index(corpus.ids, corpus.joined(fields))  # type: ignore[arg-type]
+    if isinstance(m, LexicalModel) and m.p.stats == "exclude-query-pool":
+        m.use_pools(query_pools(ds, qs))
     if candidates == "full":
         run = rank(m, qs, k=k, progress="retrieving")
     elif candidates == "judged":
@@ -298,9 +307,13 @@ def train_cmd(
 ) -> None:
     """Train a model on a data set's judged pairs; progress shows pairs/s, loss and the dev metric."""
     from .data import EvalSet, TrainingData, open_dataset
-    from .plugins import create_model
-    from .training import fit, recipe
+    from .plugins import create_model, family, model_names
+    from .training import TRAINERS, fit, recipe
 
+    fam = family(model) if model in model_names() else None
+    if fam is not None and fam not in TRAINERS:
+        raise ValueError(f"{model} ({fam} family) is not trainable: it needs no training; use it directly "
+                         f"(semsearch run --model {model} ...)")
     model_kw, args = recipe(model, _parse_params(param), where="--param")  # validated before any data is read
     m = create_model(model, **model_kw)
     ds = open_dataset(data)

@@ -87,15 +87,25 @@ def create_model(kind: str, **params: Any) -> Model:
         specs = [{"name": f, "model": f, "params": {}} if isinstance(f, str) else
                  {"name": f.get("name", f["model"]), "model": f["model"], "params": dict(f.get("params", {}))}
                  for f in params.pop("features", ())]
-        return cls.from_models({s["name"]: resolve_model(s["model"], **s["params"]) for s in specs}, **params)  # type: ignore[attr-defined]
+        return cls.from_models({s["name"]: _feature_model(s) for s in specs}, **params)  # type: ignore[attr-defined]
     return cls(**params)
+
+
+def _feature_model(spec: dict[str, Any]) -> Model:
+    """A ranker's feature model: a saved (trained) model directory, or a kind that needs no
+    training (lexical and term-dependency models)."""
+    name = spec["model"]
+    if name in KINDS and KINDS[name].family not in ("lexical", "termdep") and not (Path(name) / CONFIG).exists():
+        raise ValueError(f"lambdamart feature {spec['name']!r}: a {name} model must be trained first "
+                         f"(semsearch train {name} ...); name its saved directory instead")
+    return resolve_model(name, **spec["params"])
 
 
 def load_model(path: str | Path) -> Model:
     """Any saved model directory (its ``config.json`` names the kind); a composite's children too."""
     p = Path(path)
     if not p.is_dir():
-        raise ModelDirError(f"{p}: no model at this path ({'a file, not a directory' if p.exists() else 'it does not exist'})")
+        raise ModelDirError(f"no model at {p} ({'a file, not a directory' if p.exists() else 'no such directory'})")
     config = read_config(p)
     kind = config["model"]
     if kind not in KINDS:
@@ -114,9 +124,9 @@ def resolve_model(name_or_dir: str, **params: Any) -> Model:
         model = load_model(p)
         return model.with_params(**params) if params else model
     if p.is_dir():
-        raise ModelDirError(f"{p}: a directory without {CONFIG}; not a saved model")
+        raise ModelDirError(f"no model at {p}: a directory without {CONFIG}")
     if name_or_dir not in KINDS and (len(p.parts) > 1 or name_or_dir.startswith(".")):
-        raise ModelDirError(f"{p}: no model at this path (no such directory)")
+        raise ModelDirError(f"no model at {name_or_dir} (no such directory)")
     return create_model(name_or_dir, **params)
 
 

@@ -13,6 +13,7 @@ from semsearch.models import rank
 from semsearch.plugins import create_model
 from semsearch.training import fit
 from semsearch.training.pairwise import PairwiseArgs
+from semsearch.training.lambdamart import fit_ranker
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +40,7 @@ def test_lambdamart_over_lexical_features_is_at_least_bm25(homedepot, prior):
     ranker = create_model("lambdamart", features=[{"name": "BM25", "model": "bm25", "params": {"k1": 1.2, "b": 0.25}},
                           "ulm", "tfidf"], pair_features=["query_words", "doc_words", "query_coverage"], **prior)
     ranker.index(corpus.ids, corpus.joined("title"))
-    log = ranker.fit(train.queries, train.candidates, train.qrels, dev)
+    log = fit_ranker(ranker, train, dev)
     assert 1 <= log["trees"] <= 1000 and log["held-out ndcg@10"] > 0.87
     imp = log["importance"]
     assert max(imp, key=lambda n: imp[n]["gain"]).split(" (")[0] in ("BM25", "ulm", "tfidf", "query_coverage")

@@ -59,13 +59,11 @@ def test_key_changes_with_the_kind_and_its_trainer_version(monkeypatch):
 
 
 def test_every_trainable_kind_has_a_version():
-    from semsearch.models.base import TrainedModel
-    from semsearch.plugins import model_class, model_names
-    from semsearch.training import ARGS
+    from semsearch.plugins import family, model_names
+    from semsearch.training import TRAINERS
 
     def trainable(name: str) -> bool:
-        cls = model_class(name)
-        return issubclass(cls, TrainedModel) or callable(getattr(cls, "fit", None)) or name in ARGS
+        return family(name) in TRAINERS
 
     kinds = {n for n in model_names() if trainable(n) and not n.startswith("test-")}
     assert kinds == set(TRAINER_VERSIONS)

@@ -124,3 +124,34 @@ expect = { "ndcg@1" = [0.0, 0.01] }
     assert r.exit_code == 1 and "out of range" in r.output  # the check fails on purpose
     assert (tmp_path / "res" / "t.md").is_file() and (tmp_path / "res" / "t.json").is_file()
     assert runner.invoke(app, ["reproduce", str(spec), "--out", str(tmp_path / "res"), "--no-check"]).exit_code == 0
+
+
+@pytest.mark.parametrize("args,says", [
+    (["run", "--param", "k1"], ["--param 'k1': expected NAME=VALUE", "got 'k1'"]),
+    (["run", "--param", "=3"], ["--param '=3': expected NAME=VALUE"]),
+    (["run", "--param", "k1=high"], ["--param: bm25 parameter 'k1' must be a number, got 'high'"]),
+    (["run", "--param", "k1=[1,2"], ["--param k1: cannot read '[1,2' as JSON"]),
+    (["run", "--param", "k1x=1"], ["bm25 has no parameter 'k1x' (did you mean 'k1'?)"]),
+    (["run", "--param", "stats=pooled"], ["'stats' must be one of 'collection', 'exclude-query-pool', got 'pooled'"]),
+    (["run", "--model", "./nope"], ["no model at ./nope"]),
+    (["index", "build", "--models", "bm25,./nope"], ["no model at ./nope"]),
+    (["train", "bm25"], ["bm25 (lexical family) is not trainable"]),
+    (["train", "lambdamart", "--param", "num_leaves=lots"], ["lambdamart parameter 'num_leaves' must be a whole number, got 'lots'"]),
+])
+def test_cli_edges_name_the_parameter(tiny_data, tmp_path, args, says):
+    base = {"run": ["--model", "bm25", "--data", "tiny", "--out", str(tmp_path / "x.trec")],
+            "index": ["--data", "tiny", "--out", str(tmp_path / "B")],
+            "train": ["--data", "tiny", "--out", str(tmp_path / "m")]}[args[0]]
+    r = runner.invoke(app, [*args, *base] if args[0] != "run" or "--model" not in args else [
+        *args, *base[2:]])
+    msg = " ".join(r.output.split())
+    assert r.exit_code == 2 and all(s in msg for s in says), msg
+    assert not any((tmp_path / n).exists() for n in ("x.trec", "B", "m"))
+
+
+def test_string_params_still_work(tiny_data, tmp_path):
+    out = tmp_path / "x.trec"
+    r = runner.invoke(app, ["run", "--model", "bm25", "--data", "tiny", "--candidates", "judged", "--param",
+                            "stats=exclude-query-pool", "--param", "k1=1.2", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.read_text().strip()

@@ -34,8 +34,7 @@ expect = {{ "ndcg@3" = [0.3, 1.0] }}
 [[models]]
 label = "ULM"
 model = "ulm"
-params = {{ mu = 10 }}
-stats = "{stats}"
+params = {{ mu = 10, stats = "{stats}" }}
 """
 
 
@@ -70,8 +69,32 @@ def test_out_of_range_is_reported(tiny_data, tmp_path):
 
 
 def test_pool_excluded_statistics(tiny_data, tmp_path):
+    from semsearch.data import open_dataset, query_pools
+    from semsearch.models import rank
+    from semsearch.plugins import create_model
+
     result = run_experiment(_spec(tmp_path, "run:first:10", "cv2", stats="exclude-query-pool"), progress=False)
     assert result.table.rows["ULM"].result.n_queries > 0
+    # the runner's row is the model with the data set's pools: what `semsearch run` computes too
+    ds = open_dataset("tiny")
+    queries = {q: ds.queries()[q] for q in ds.qrels("test")}
+    corpus = ds.corpus()
+    m = create_model("ulm", mu=10, stats="exclude-query-pool")
+    m.index(corpus.ids, corpus.joined("title+text"))
+    m.use_pools(query_pools(ds, queries))
+    first = {q: [f"d{i:02d}" for i in range(10)] for q in queries}
+    assert result.runs["ULM"] == rank(m, queries, first)
+    plain = run_experiment(_spec(tmp_path, "run:first:10", "cv2"), progress=False)
+    assert plain.runs["ULM"] != result.runs["ULM"]
+
+
+def test_stats_field_moved_into_params(tmp_path):
+    p = tmp_path / "old.toml"
+    p.write_text(SPEC.format(candidates="judged", tune="cv2", stats="collection").replace(
+        'params = { mu = 10, stats = "collection" }', 'params = { mu = 10 }\nstats = "exclude-query-pool"'))
+    with pytest.raises(SpecError, match=r"old.toml.*'ULM'.*'stats' moved into the model's params.*"
+                                        r"params = \{ stats = 'exclude-query-pool' \}"):
+        load_spec(p)
 
 
 @pytest.mark.parametrize("change,message", [
@@ -299,3 +322,41 @@ def test_trained_on_another_dataset(tiny_data, tmp_path):
     assert result.training["Cooc"]["pairs"] > 0 and result.training["Cooc"]["dev_queries"] > 0
     (saved,) = (tmp_path / "models").iterdir()
     assert json.loads((saved / "recipe.json").read_text())["dataset"] == "other"
+
+
+@pytest.mark.parametrize("row,message", [
+    ('params = { k1x = 1.2 }', r"bm25 has no parameter 'k1x' \(did you mean 'k1'\?\)"),
+    ('params = { k1 = "high" }', r"bm25 parameter 'k1' must be a number, got 'high'"),
+    ('grid = { b = [0.5, 2.0] }', r"bm25 parameter 'b' must be <= 1, got 2.0"),
+    ('grid = { k1s = [0.5] }', r"bm25 has no parameter 'k1s' \(did you mean 'k1'\?\)"),
+    ('params = { stats = "pooled" }', r"bm25 parameter 'stats' must be one of 'collection', 'exclude-query-pool'"),
+    ('train = { split = "train" }', r"bm25 is not trainable"),
+])
+def test_row_params_are_validated_at_load(tmp_path, row, message):
+    p = tmp_path / "bad.toml"
+    text = SPEC.format(candidates="judged", tune="cv2", stats="collection") + f'''
+[[models]]
+label = "BM25 again"
+model = "bm25"
+{row}
+'''
+    p.write_text(text)
+    line = text.splitlines().index('label = "BM25 again"') + 1
+    with pytest.raises(SpecError, match=rf"bad.toml:{line}: row 'BM25 again': {message}"):
+        load_spec(p)
+
+
+def test_reproduce_refuses_a_bad_row_before_running_any(tiny_data, tmp_path):
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+
+    p = tmp_path / "bad.toml"
+    text = SPEC.format(candidates="judged", tune="cv2", stats="collection") + (
+        '\n[[models]]\nlabel = "Last"\nmodel = "bm25"\nparams = { k1x = 1.2 }\n')
+    p.write_text(text)
+    r = CliRunner().invoke(app, ["reproduce", str(p), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2
+    msg = " ".join(r.output.split())
+    assert f"bad.toml:{len(text.splitlines()) - 2}: row 'Last'" in msg and "'k1x'" in msg and "did you mean 'k1'" in msg
+    assert not (tmp_path / "out").exists()  # nothing ran: no results, no model directory

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
 from semsearch.models import BM25, ModelDirError, rank
+from semsearch.params import ParamError
 from semsearch.plugins import create_model, load_model, model_names, resolve_model
 
 IDS = ["d1", "d2", "d3", "d4", "d5"]
@@ -61,10 +63,20 @@ def test_ties_are_broken_by_doc_id():
 def test_unknown_candidate_and_bad_params(bm25):
     with pytest.raises(ValueError, match="not in the indexed collection"):
         bm25.score(["cat"], [["d1", "nope"]])
-    with pytest.raises(ValueError, match="0 <= b <= 1"):
+    with pytest.raises(ParamError, match=r"bm25 parameter 'b' must be <= 1, got 2"):
         create_model("bm25", b=2)
-    with pytest.raises(ValueError, match="unknown parameters"):
+    with pytest.raises(ParamError, match="bm25 has no parameter 'mu'"):
         create_model("bm25", mu=3)
+    with pytest.raises(ParamError, match=r"no parameter 'k1x' \(did you mean 'k1'\?\)"):
+        create_model("bm25", k1x=3)
+    with pytest.raises(ParamError, match="bm25 parameter 'k1' must be a number, got 'high'"):
+        create_model("bm25", k1="high")
+    with pytest.raises(ParamError, match="'stats' must be one of 'collection', 'exclude-query-pool'"):
+        create_model("tfidf", stats="pooled")
+    with pytest.raises(ParamError, match="'analyzer' must be 'paper' or 'english'"):
+        create_model("ulm", analyzer="french")
+    with pytest.raises(ParamError, match="random parameter 'seed' must be a whole number"):
+        create_model("random", seed=1.5)
     with pytest.raises(ValueError, match="unknown model"):
         create_model("bm26")
     with pytest.raises(RuntimeError, match="index"):
@@ -102,7 +114,7 @@ def test_query_likelihood_is_rank_equivalent_to_the_full_formula(bm25, query):
     got, want = ulm.score([query], [IDS])[0], _ql(query, mu=3.0)
     np.testing.assert_allclose(got - want, (got - want)[0], atol=1e-5)  # differ by a per-query constant
     jm = ulm.with_params(lam=0.3)
-    assert jm.params() == {"mu": 0.0, "lam": 0.3}
+    assert jm.params() == {"analyzer": "paper", "stats": "collection", "mu": 0.0, "lam": 0.3}
     got, want = jm.score([query], [IDS[:4]])[0], _ql(query, lam=0.3)[:4]
     np.testing.assert_allclose(got - want, (got - want)[0], atol=1e-5)
     with pytest.raises(ValueError, match="exactly one"):
@@ -134,7 +146,7 @@ def test_corrupt_or_mismatched_model_directory(tmp_path, bm25):
     with pytest.raises(ModelDirError, match="not 'ulm'"):
         create_model("ulm").load(tmp_path / "m")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ModelDirError, match="not a saved model"):
+    with pytest.raises(ModelDirError, match="no model at .*without config.json"):
         resolve_model(str(tmp_path / "empty"))
     (tmp_path / "m" / "config.json").write_text("{")
     with pytest.raises(ModelDirError, match="unreadable"):
@@ -196,3 +208,55 @@ def test_default_retrieve_breaks_ties_by_doc_id():
     m = Flat()
     m.index(["z", "m", "a"], ["", "", ""])
     assert [d for d, _ in m.retrieve(["q"], 2)[0]] == ["a", "m"]
+
+
+def test_exclude_query_pool_statistics(bm25):
+    """stats = "exclude-query-pool": each query's statistics leave out the documents of its pool."""
+    ix = bm25.lexical_index
+    pooled = bm25.with_params(stats="exclude-query-pool")
+    with pytest.raises(ValueError, match="needs each query's pool"):
+        pooled.score(["dog"], [IDS])
+    pooled.use_pools({"dog": {IDS[1], IDS[3], "not-in-corpus"}})
+    want = bm25.with_stats(ix.stats(exclude=[1, 3]))
+    for m in (pooled, pooled.with_params(k1=1.5)):  # the pools follow with_params
+        w = want.with_params(k1=m.p.k1)
+        assert m.score(["dog", "cat"], [IDS, IDS])[0].tolist() == w.score(["dog"], [IDS])[0].tolist()
+        assert m.score(["cat"], [IDS])[0].tolist() == bm25.with_params(k1=m.p.k1).score(["cat"], [IDS])[0].tolist()
+        assert m.retrieve(["dog"], 3) == w.retrieve(["dog"], 3)
+    for kind in ("ulm", "tfidf"):
+        m = create_model(kind, stats="exclude-query-pool")
+        m.use_index(ix)
+        m.use_pools({"dog": [IDS[1]]})
+        plain = create_model(kind)
+        plain.use_index(ix)
+        plain = plain.with_stats(ix.stats(exclude=[1]))
+        np.testing.assert_allclose(m.score(["dog"], [IDS])[0], plain.score(["dog"], [IDS])[0])
+
+
+def test_lexical_recipe_and_old_configs(bm25, tmp_path):
+    from semsearch.training import recipe
+
+    assert recipe("bm25", {"k1": 1.2, "analyzer": "english", "stats": "exclude-query-pool"}) == (
+        {"k1": 1.2, "analyzer": "english", "stats": "exclude-query-pool"}, None)
+    with pytest.raises(ParamError, match=r"--param: bm25 has no parameter 'epochs'"):
+        recipe("bm25", {"epochs": 3}, where="--param")
+    bm25.with_params(k1=1.1).save(tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert cfg["params"] == {"stats": "collection", "k1": 1.1, "b": 0.75} and cfg["analyzer"] == bm25.analyzer.config()
+    cfg["params"] = {"k1": 1.1, "b": 0.75, "lr": 0.1}  # an older config: names the model no longer has are ignored
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    back = load_model(tmp_path / "m")
+    assert back.params() == bm25.with_params(k1=1.1).params()
+    assert back.score(["dog"], [IDS])[0].tolist() == bm25.with_params(k1=1.1).score(["dog"], [IDS])[0].tolist()
+
+
+def test_query_pools(tiny_data):
+    from semsearch.data import open_dataset, query_pools
+
+    ds = open_dataset("tiny")
+    pools = query_pools(ds)
+    judged = {q for s in ds.splits for q in ds.qrels(s)}
+    assert set(pools) == judged | set(ds.queries())  # the run ranks every query
+    assert {f"d{i:02d}" for i in range(20)} <= pools["q0"] and set(ds.qrels("train")["q0"]) <= pools["q0"]
+    by_text = query_pools(ds, {"q0": "red", "q3": "cat"})
+    assert by_text == {"red": pools["q0"], "cat": pools["q3"]}

@@ -12,8 +12,9 @@ from semsearch.experiments import load_spec, run_experiment
 from semsearch.experiments.spec import SpecError
 from semsearch.models import ModelDirError, rank
 from semsearch.plugins import create_model, load_model
-from semsearch.ranking import (LambdaMART, LambdaMARTRanker, cross_validated, groups, pair_columns,
-                               run_columns)
+from semsearch.params import ParamError
+from semsearch.ranking import LambdaMART, LambdaMARTRanker, groups, pair_columns, run_columns
+from semsearch.training.lambdamart import cross_validated, fit_ranker, train_booster
 
 FAST = {"num_boost_round": 40, "min_data_in_leaf": 5, "num_leaves": 7, "early_stopping": 10}
 
@@ -54,29 +55,35 @@ def test_informative_feature_ranks_first_and_beats_noise():
     g = _synthetic()
     train, dev = g.subset(g.qids[:40]), g.subset(g.qids[40:])
     ranker = LambdaMART(["noise_a", "signal", "noise_b"], **FAST)
-    log = ranker.fit(train, dev)
+    log = train_booster(ranker, train, dev)
     imp = ranker.importance()
     assert max(imp, key=lambda n: imp[n]["gain"]) == "signal" and imp["signal"]["gain"] > 0.5
     assert sum(v["gain"] for v in imp.values()) == pytest.approx(1.0)
     assert log["rounds_by"] == "dev early stopping" and 1 <= log["trees"] <= 40 and log["held-out ndcg@10"] > 0.8
     s = ranker.predict(dev)
     assert np.corrcoef(s, dev.X[:, 1])[0, 1] > 0.8
-    cv_log = LambdaMART(["noise_a", "signal", "noise_b"], **FAST).fit(train, cv_folds=3)
+    cv_log = train_booster(LambdaMART(["noise_a", "signal", "noise_b"], **FAST), train, cv_folds=3)
     assert cv_log["rounds_by"] == "3-fold CV" and cv_log["held-out ndcg@10"] > 0.8
 
 
 def test_lambdamart_save_load_and_errors(tmp_path):
     g = _synthetic(20)
     ranker = LambdaMART(["noise_a", "signal", "noise b/c"], **FAST)
-    ranker.fit(g)
+    train_booster(ranker, g)
     ranker.save(tmp_path / "r")
     back = LambdaMART.load(tmp_path / "r")
     assert back.feature_names == ["noise_a", "signal", "noise b/c"]
     assert np.array_equal(back.predict(g), ranker.predict(g))
     with pytest.raises(ValueError, match="feature columns"):
         back.predict(groups({"q": ["a"]}, g.X[:1, :2]))
-    with pytest.raises(ValueError, match="unknown parameters"):
+    with pytest.raises(ParamError, match="lambdamart has no parameter 'trees'"):
         LambdaMART(["a"], trees=3)
+    with pytest.raises(ParamError, match=r"no parameter 'num_leafs' \(did you mean 'num_leaves'\?\)"):
+        LambdaMART(["a"], num_leafs=3)
+    with pytest.raises(ParamError, match="lambdamart parameter 'learning_rate' must be > 0, got 0"):
+        LambdaMART(["a"], learning_rate=0)
+    with pytest.raises(ParamError, match="lambdamart parameter 'num_boost_round' must be a whole number, got 'many'"):
+        LambdaMART(["a"], num_boost_round="many")
     with pytest.raises(ValueError, match="unique"):
         LambdaMART(["a", "a"])
     (tmp_path / "r" / "lambdamart.txt").write_text("not a model")
@@ -90,7 +97,7 @@ def test_query_zscore_columns():
     assert r.columns == ["f", "g", "f (query z-score)", "g (query z-score)"]
     Z = r.matrix(g)[:, 2:]
     assert np.allclose(Z[:3, 0], [-1.2247, 0.0, 1.2247], atol=1e-4) and np.all(Z[:, 1] == 0) and Z[3, 0] == 0
-    with pytest.raises(ValueError, match="query_norm"):
+    with pytest.raises(ParamError, match="lambdamart parameter 'query_norm' must be one of 'none', 'zscore'"):
         LambdaMART(["f"], query_norm="rank")
 
 
@@ -100,7 +107,7 @@ def test_prior_features_start_boosting_from_their_zscore_sum(tmp_path):
     r = LambdaMART(names, prior_features=["signal", "noise_b"], **FAST)
     Z = LambdaMART(names, query_norm="zscore").matrix(g)[:, 3:]
     assert np.allclose(r.prior(g), Z[:, 1] + Z[:, 2])
-    r.fit(g.subset(g.qids[:30]), g.subset(g.qids[30:]))
+    train_booster(r, g.subset(g.qids[:30]), g.subset(g.qids[30:]))
     # the booster's trees are corrections added to the prior, also after a save and load
     assert np.allclose(r.predict(g), r.booster.predict(g.X, num_iteration=r.best_iteration) + r.prior(g))
     r.save(tmp_path / "r")
@@ -114,10 +121,10 @@ def test_prior_features_start_boosting_from_their_zscore_sum(tmp_path):
 
 def test_cross_validated_covers_every_query():
     g = _synthetic(30)
-    run, logs = cross_validated(g, k=3, feature_names=["noise_a", "signal", "noise_b"], **FAST)
+    run, logs = cross_validated(g, ["noise_a", "signal", "noise_b"], k=3, **FAST)
     assert sorted(run) == sorted(g.qids) and len(logs) == 3
     assert sum(log["test_queries"] for log in logs) == 30 and {log["rounds_by"] for log in logs} == {"fixed"}
-    nested, inner = cross_validated(g, k=3, inner_folds=2, feature_names=["noise_a", "signal", "noise_b"], **FAST)
+    nested, inner = cross_validated(g, ["noise_a", "signal", "noise_b"], k=3, inner_folds=2, **FAST)
     assert sorted(nested) == sorted(g.qids) and {log["rounds_by"] for log in inner} == {"2-fold CV"}
     assert all(1 <= log["trees"] <= FAST["num_boost_round"] for log in inner)
 
@@ -129,7 +136,7 @@ def _ranker(tiny_data, **kw):
                      **{**FAST, "min_data_in_leaf": 2, **kw})
     r.index(corpus.ids, corpus.joined("title"))
     train, dev = EvalSet.judged(ds, "train"), EvalSet.judged(ds, "dev")
-    r.fit(train.queries, train.candidates, train.qrels, dev)
+    fit_ranker(r, train, dev)
     return r, ds, corpus
 
 
@@ -226,3 +233,57 @@ def test_ltr_rows_are_validated(tmp_path):
         'split = "dev" }', 'split = "dev", cv_folds = 3 }'))
     with pytest.raises(SpecError, match=r"unknown keys \['cv_folds'\]"):  # ... and only under tune = "cvK"
         load_spec(p)
+
+
+def test_train_bundle_search_and_serve_a_ranker(tiny_data, tmp_path):
+    """`semsearch train lambdamart` -> `index build --ranker` -> `semsearch search` and the
+    service's /search, both ordered by the ranker's scores."""
+    from fastapi.testclient import TestClient
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+    from semsearch.index import Bundle
+    from semsearch.serving import create_app
+
+    cli = CliRunner()
+    r = cli.invoke(app, ["train", "lambdamart", "--data", "tiny", "--out", str(tmp_path / "ltr"), "--fields", "title",
+                         "--threshold", "2", "--param", 'features=["bm25","ulm","tfidf"]',
+                         "--param", 'pair_features=["query_coverage"]', "--param", "num_boost_round=20",
+                         "--param", "min_data_in_leaf=2", "--param", "num_leaves=4", "--param", "cv_folds=2"])
+    assert r.exit_code == 0, r.output
+    log = json.loads((tmp_path / "ltr" / "training.json").read_text())
+    assert log["rounds_by"] == "dev early stopping" and log["args"] == {"cv_folds": 2}
+    assert set(log["importance"]) == {"bm25", "ulm", "tfidf", "query_coverage"}
+    ranker = load_model(tmp_path / "ltr")
+    assert ranker.feature_names == ["bm25", "ulm", "tfidf", "query_coverage"] and ranker.params()["num_leaves"] == 4
+    r = cli.invoke(app, ["index", "build", "--data", "tiny", "--models", "bm25", "--ranker", str(tmp_path / "ltr"),
+                         "--fields", "title", "--out", str(tmp_path / "B")])
+    assert r.exit_code == 0, r.output
+    bundle = Bundle.load(tmp_path / "B")
+    ranker.use_texts(bundle.corpus.ids, bundle.corpus.joined("title"))
+    hits = bundle.search("red cat", 5).hits
+    want = ranker.score(["red cat"], [[h.doc_id for h in hits]])[0]
+    assert [h.score for h in hits] == sorted(want.tolist(), reverse=True)[:5]
+    bundle.close()
+    r = cli.invoke(app, ["search", "--index", str(tmp_path / "B"), "--json", "-k", "5", "red cat"])
+    assert r.exit_code == 0, r.output
+    lines = [json.loads(x) for x in r.output.splitlines() if x.startswith("{")]
+    assert [x["doc_id"] for x in lines] == [h.doc_id for h in hits] and [x["score"] for x in lines] == [h.score for h in hits]
+    with TestClient(create_app(tmp_path / "B")) as c:
+        body = c.get("/search", params={"q": "red cat", "k": 5}).json()
+    assert [h["doc_id"] for h in body["hits"]] == [h.doc_id for h in hits]
+    assert [h["score"] for h in body["hits"]] == pytest.approx([h.score for h in hits])
+    assert "rank_ms" in body["timing_ms"]
+
+
+def test_ranker_features_must_be_trained_or_need_no_training(tiny_data):
+    with pytest.raises(ValueError, match="'dssm'.*must be trained first"):
+        create_model("lambdamart", features=["bm25", "dssm"])
+    with pytest.raises(ParamError, match="lambdamart parameter 'pair_features': unknown"):
+        create_model("lambdamart", features=["bm25"], pair_features=["length"])
+    from semsearch.training import recipe
+
+    kw, args = recipe("lambdamart", {"features": ["bm25"], "num_leaves": 4, "cv_folds": 3})
+    assert kw == {"features": ["bm25"], "num_leaves": 4} and args.cv_folds == 3
+    with pytest.raises(ParamError, match=r"no parameter 'cv_fold' \(did you mean 'cv_folds'\?\)"):
+        recipe("lambdamart", {"cv_fold": 3})

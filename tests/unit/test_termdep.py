@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
+from semsearch.params import ParamError
 from semsearch.plugins import create_model, load_model
 from semsearch.models.termdep import LatentConceptExpansion, PositionalIndex, SequentialDependence
 
@@ -107,10 +109,35 @@ def test_with_params_reuses_the_cached_statistics(index):
     m.score(["cordless drill"], [list(DOCS)])
     clone = m.with_params(lambda_o=0.3)
     assert clone._cache is m._cache and clone.params()["lambda_o"] == 0.3
-    with pytest.raises(ValueError, match="mu must be > 0"):
+    with pytest.raises(ParamError, match="mrf parameter 'mu' must be > 0, got 0"):
         m.with_params(mu=0)
-    with pytest.raises(ValueError, match="unknown parameters"):
+    with pytest.raises(ParamError, match="mrf has no parameter 'k1'"):
         create_model("mrf", k1=1.2)
+
+
+def test_termdep_params_are_typed(index, tmp_path):
+    from semsearch.training import recipe
+
+    with pytest.raises(ParamError, match=r"lce has no parameter 'fb_term' \(did you mean 'fb_terms'\?\)"):
+        create_model("lce", fb_term=3)
+    with pytest.raises(ParamError, match="mrf parameter 'window' must be <= 16, got 20"):
+        create_model("mrf", window=20)
+    with pytest.raises(ParamError, match="lce parameter 'fb_docs' must be a whole number, got 2.5"):
+        create_model("lce", fb_docs=2.5)
+    with pytest.raises(ParamError, match="mrf parameter 'lambda_t' must be >= 0"):
+        create_model("mrf", lambda_t=-1)
+    assert recipe("lce", {"fb_docs": 5.0, "mu": 100, "analyzer": "english"}) == (
+        {"fb_docs": 5.0, "mu": 100, "analyzer": "english"}, None)
+    m = create_model("lce", mu=10, fb_docs=3.0)
+    assert m.p.fb_docs == 3 and m.p.window == 8
+    m.use_index(index)
+    m.save(tmp_path / "lce")
+    cfg = json.loads((tmp_path / "lce" / "config.json").read_text())
+    cfg["params"] = {**cfg["params"], "window": 8.0, "fb_docs": 3.0, "epochs": 5}  # an older config
+    (tmp_path / "lce" / "config.json").write_text(json.dumps(cfg))
+    back = load_model(tmp_path / "lce")
+    assert back.params() == m.params()
+    np.testing.assert_allclose(back.score(["cordless drill"], [list(DOCS)])[0], m.score(["cordless drill"], [list(DOCS)])[0])
 
 
 def test_bad_input_is_finite(index):

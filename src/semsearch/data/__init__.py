@@ -27,6 +27,7 @@ from .domains import (DomainTasks, LabelledQuery, binary_labels, domain_names, l
                       open_domain_set)
 from .errors import BadLinePolicy, DataFormatError, DataWarning
 from .pairs import iter_clicks, iter_pairs, write_clicks, write_pairs
+from .pools import query_pools
 from .positives import pair_texts, positive_pairs
 from .training import EvalSet, TrainingData
 from .trec import iter_run, ranked, read_run, write_run, write_trec_qrels
@@ -63,6 +64,7 @@ __all__ = [
     "normalise_split",
     "open_dataset",
     "pair_texts",
+    "query_pools",
     "positive_pairs",
     "ranked",
     "read_run",

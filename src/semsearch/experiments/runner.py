@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data import BeirDataset, EvalSet, TrainingData, open_dataset, ranked, read_run
+from ..data import BeirDataset, EvalSet, TrainingData, open_dataset, query_pools, ranked, read_run
 from ..evaluation import (EvalResult, ResultTable, canonical_metric, cross_validate, evaluate, top1_crosstab,
                           tune)
 from ..evaluation.compare import PAPER_BINS
@@ -43,7 +43,7 @@ class _Context:
         self.queries = self.ds.queries()
         self.mode, self.run_name, self.k = spec.candidate_mode
         self._indexes: dict[tuple[Analyzer, str], LexicalIndex] = {}
-        self._pools: dict[str, list[int]] | None = None
+        self._pools: dict[str, set[str]] | None = None
         self._run_cache: dict[str, Run] = {}
 
     def qrels(self, split: str) -> Qrels:
@@ -76,19 +76,11 @@ class _Context:
             self._indexes[key] = LexicalIndex.build(self.corpus.ids, self.texts(fields), analyzer)
         return self._indexes[key]
 
-    def pools(self) -> dict[str, list[int]]:
-        """Per query, the positions of the documents that are in the corpus because of it:
-        every run's retrieved documents and every split's judged documents for that query."""
+    def pools(self) -> dict[str, set[str]]:
+        """Per query text, the documents pooled for it (``data.query_pools``), for lexical rows
+        with ``stats = "exclude-query-pool"``."""
         if self._pools is None:
-            pools: dict[str, set[str]] = {}
-            for name in self.ds.runs:
-                for q, docs in self.dataset_run(name).items():
-                    pools.setdefault(q, set()).update(docs)
-            for split in self.ds.splits:
-                for q, docs in self.ds.qrels(split).items():
-                    pools.setdefault(q, set()).update(docs)
-            index = self.corpus.index
-            self._pools = {q: sorted(index[d] for d in docs if d in index) for q, docs in pools.items()}
+            self._pools = query_pools(self.ds, self.queries, runs={n: self.dataset_run(n) for n in self.ds.runs})
         return self._pools
 
     def build(self, ms: ModelSpec) -> Model:
@@ -105,6 +97,8 @@ class _Context:
             model.index(self.corpus.ids, self.texts(fields), progress=f"{ms.label}: encoding" if self.progress else None)
         elif isinstance(model, LexicalModel):
             model.use_index(self.lexical_index(model.analyzer, fields))
+            if "exclude-query-pool" in (ms.params.get("stats"), *ms.grid.get("stats", ())):
+                model.use_pools(self.pools())
         else:
             model.index(self.corpus.ids, self.texts(fields))
         return model
@@ -140,19 +134,7 @@ class _Context:
     def rank(self, model: Model, ms: ModelSpec, qrels: Qrels) -> Run:
         queries = {q: self.queries[q] for q in qrels if q in self.queries}
         cands = self.candidates(qrels)
-        k = ms.depth or self.k
-        if ms.stats == "exclude-query-pool":
-            if not isinstance(model, LexicalModel):
-                raise ValueError(f"{ms.label}: stats = 'exclude-query-pool' applies to lexical models only")
-            pools, ix = self.pools(), model.lexical_index
-            run: Run = {}
-            for q, text in queries.items():
-                m = model.with_stats(ix.stats(exclude=pools.get(q, [])))
-                run.update(rank(m, {q: text}, None if cands is None else {q: cands.get(q, [])}, k=k))
-            return run
-        if ms.stats != "collection":
-            raise ValueError(f"{ms.label}: unknown stats {ms.stats!r}")
-        return rank(model, queries, cands, k=k)
+        return rank(model, queries, cands, k=ms.depth or self.k)
 
 
 def run_experiment(
@@ -289,7 +271,8 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
     dev split, or — when it learns from the dev split itself — with the number of trees set by
     5-fold CV over those queries. Under ``cvK`` (no training split) it is cross-validated over the
     test queries. The log, with the feature importance (Table 5), goes into ``training``."""
-    from ..ranking import LambdaMART, cross_validated, groups, mean_importance, pair_columns, run_columns
+    from ..ranking import LambdaMART, groups, mean_importance, pair_columns, run_columns
+    from ..training.lambdamart import cross_validated, train_booster
 
     spec = ctx.spec
     try:
@@ -314,8 +297,8 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
         raise ValueError(f"{ms.label}: lambdamart re-ranks candidates; use judged or run candidates")
     test_g = grouped(test, [p.test for p in parts])
     if spec.tune.startswith("cv"):
-        run, logs = cross_validated(test_g, k=int(spec.tune[2:]), inner_folds=int(ms.train.get("cv_folds", 0)),
-                                    feature_names=names, gain=spec.gain, **params)
+        run, logs = cross_validated(test_g, names, k=int(spec.tune[2:]), inner_folds=int(ms.train.get("cv_folds", 0)),
+                                    gain=spec.gain, **params)
         inner = f", trees by inner {logs[0]['rounds_by']}" if logs[0]["rounds_by"] != "fixed" else ""
         ctx.training[ms.label] = {"folds": logs, "importance": mean_importance(logs),
                                   "rounds_by": f"mean of {len(logs)} CV folds{inner}"}
@@ -333,6 +316,6 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
     train_g = split_groups(split)
     dev_g = split_groups(tune_split) if tune_split and tune_split != split else None
     ranker = LambdaMART(names, gain=spec.gain, **params)
-    log = ranker.fit(train_g, dev_g, cv_folds=5 if dev_g is None else 0)
+    log = train_booster(ranker, train_g, dev_g, cv_folds=5 if dev_g is None else 0)
     ctx.training[ms.label] = {**log, "train_split": split}
     return test_g.to_run(ranker.predict(test_g)), [dict(ms.params, train_split=split)]

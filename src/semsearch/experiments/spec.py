@@ -40,7 +40,6 @@ class ModelSpec:
     norm: str = "minmax"  # per-query score normalisation of interpolated rows
     analyzer: str | None = None
     fields: str | None = None  # document fields for this row (default: the spec's)
-    stats: str = "collection"  # or "exclude-query-pool" (lexical models on pooled corpora)
     paper: dict[str, float] = field(default_factory=dict)
     expect: dict[str, tuple[float, float]] = field(default_factory=dict)
     depth: int | None = None  # full-collection rows: this row's own top-k (default: the spec's K)
@@ -156,7 +155,8 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
     """Parse and validate a spec file."""
     p = Path(path)
     try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+        raw = tomllib.loads(text)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise SpecError(f"{p}: {e}") from None
     if "kind" in raw:
@@ -166,6 +166,8 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
         spec = ExperimentSpec(models=models, **raw)
     except (KeyError, TypeError) as e:
         raise SpecError(f"{p}: missing or unknown field ({e})") from None
+    except SpecError as e:
+        raise SpecError(f"{p}: {e}") from None
     if not _CANDIDATES.match(spec.candidates):
         raise SpecError(f"{p}: candidates must be 'judged', 'full:K' or 'run:NAME:K', got {spec.candidates!r}")
     if not re.match(r"^(none|cv\d+|split:[\w.-]+)$", spec.tune):
@@ -206,10 +208,53 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
         unknown = set(m.train) - {"split", "threshold", "fields", "dataset", "dev"} - ({"cv_folds"} if nested else set())
         if unknown:
             raise SpecError(f"{p}: {m.label!r} train has unknown keys {sorted(unknown)}")
+        _check_params(m, f"{p}:{_label_line(text, m.label, i)}: row {m.label!r}")
     return spec
 
 
+def _label_line(text: str, label: str, i: int) -> int:
+    """The line of row ``label`` (its ``label = ...`` line, else the i-th ``[[models]]``)."""
+    lines = text.splitlines()
+    quoted = re.compile(r"""^\s*label\s*=\s*(["'])""" + re.escape(label) + r"\1\s*(#.*)?$")
+    hit = next((n for n, line in enumerate(lines, 1) if quoted.match(line)), None)
+    starts = [n for n, line in enumerate(lines, 1) if line.strip() == "[[models]]"]
+    return hit or (starts[i] if i < len(starts) else 0)
+
+
+def _check_params(m: ModelSpec, where: str) -> None:
+    """The row's ``params`` and ``grid`` against its kind's parameters and training arguments
+    (``training.recipe``), and its ``train`` block against the kind being trainable, before any
+    data is read. Rows of saved model directories, runs, interpolations and hybrids are skipped,
+    and so are kinds whose class declares no ``Params`` (their constructor checks)."""
+    from ..params import ParamError
+    from ..plugins import KINDS, create_model, family, model_class
+    from ..training import TRAINERS, recipe
+
+    if m.model not in KINDS or (m.combine and m.model != "lambdamart"):
+        return
+    if m.train and family(m.model) not in TRAINERS:
+        raise SpecError(f"{where}: {m.model} is not trainable; remove its train block")
+    if getattr(model_class(m.model), "Params", None) is None:
+        return
+    params = dict(m.params, **({"analyzer": m.analyzer} if m.analyzer else {}))
+    try:
+        model_kw, _ = recipe(m.model, params)
+        for key, values in m.grid.items():
+            if not isinstance(values, list) or not values:
+                raise SpecError(f"{where}: grid {key!r} must be a non-empty list of values")
+            recipe(m.model, {**params, key: values[0]})  # the name and one value, then every setting:
+        if m.grid and not m.train and not m.combine:
+            base = create_model(m.model, **model_kw)  # no data: validation only
+            for setting in m.settings():
+                base.with_params(**setting)
+    except ParamError as e:
+        raise SpecError(f"{where}: {e}") from None
+
+
 def _model(raw: dict[str, Any]) -> ModelSpec:
+    if "stats" in raw:
+        raise SpecError(f"row {raw.get('label', '?')!r}: the field 'stats' moved into the model's params: "
+                        f"write params = {{ stats = {raw['stats']!r} }} (lexical models)")
     expect = {k: (float(v[0]), float(v[1])) for k, v in raw.pop("expect", {}).items()}
     return ModelSpec(expect=expect, **raw)
 

@@ -193,6 +193,9 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
                                      model=encoder_id(enc)).close()
             manifest["models"].append(entry)
         if ranker is not None:
+            if list(ranker.doc_ids) != corpus.ids:
+                raise ValueError(f"the ranker's feature models index other documents than {dataset or 'this collection'}; "
+                                 "train it on this data set (or index it over these documents)")
             ranker.save(tmp / "ranker")
             manifest["ranker"] = {"name": ranker.name, "path": "ranker"}
         pause = float(os.environ.get(SLEEP_ENV, "0") or 0)
@@ -247,9 +250,11 @@ class Bundle:
                  semantic: Mapping[str, SemanticRetriever], ranker: Model | None):
         self.path, self.manifest, self.corpus = path, manifest, corpus
         self.lexical, self.semantic, self.ranker = lexical, dict(semantic), ranker
-        for name, m in [("lexical", lexical), *semantic.items()]:
+        for name, m in [("lexical", lexical), *semantic.items(), ("ranker", ranker)]:
             if m is not None and list(m.doc_ids) != corpus.ids:
                 raise ModelDirError(f"{path}: {name} index and documents do not match (different document ids)")
+        if ranker is not None and hasattr(ranker, "use_texts"):  # per-pair text features read the documents
+            ranker.use_texts(corpus.ids, corpus.joined(manifest.get("fields", "title+text")))
         # encoders and analyzers keep in-memory caches (e.g. the trigram word table) that are not
         # thread-safe: one lock per stage model; lexical and semantic still run at the same time
         self._locks = {id(m): threading.Lock() for m in [lexical, *semantic.values(), ranker] if m is not None}

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import scipy.sparse as sp
 
+from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
 from .base import Model, ModelDirError, best_k, id_ranks, read_config, write_config
 
@@ -78,8 +79,8 @@ class LexicalIndex:
     def stats(self, exclude: Sequence[int] | np.ndarray | None = None) -> CollectionStats:
         """Statistics of the collection, or of the collection without documents ``exclude``
         (positions). Excluding a query's own judged pool estimates unbiased background statistics
-        when the corpus is itself a union of per-query pools (TREC DL's texts): see
-        ``experiments`` option ``stats = "exclude-query-pool"``."""
+        when the corpus is itself a union of per-query pools (TREC DL's texts): see the lexical
+        models' parameter ``stats = "exclude-query-pool"``."""
         if exclude is None or len(exclude) == 0:
             return CollectionStats(len(self), self.df, self.cf, float(self.doc_len.mean()) if len(self) else 0.0)
         keep = np.ones(len(self), dtype=bool)
@@ -126,31 +127,41 @@ class LexicalIndex:
             raise ModelDirError(f"{path}: corrupt or missing lexical index ({e})") from None
 
 
+@dataclass(frozen=True)
+class AnalyzedParams(Params):
+    """Parameters of every model over an analysed index: the analyzer, by name ('paper' or
+    'english') or as its saved config (``Analyzer.config()``)."""
+
+    analyzer: str | dict = "paper"
+
+    def check(self) -> None:
+        if isinstance(self.analyzer, str) and self.analyzer not in ("paper", "english"):
+            raise ParamError(f"{self._label('analyzer')} must be 'paper' or 'english', got {self.analyzer!r}")
+
+
 class IndexedModel(Model):
-    """Shared machinery of models that rank over an analysed index of the collection: float
-    hyper-parameters with defaults and validation, the analyzer, the index (built, shared between
-    models, or loaded), and npz + JSON persistence. ``index_class`` builds, saves and loads it."""
+    """Shared machinery of models that rank over an analysed index of the collection: typed
+    parameters (``Params``), the analyzer, the index (built, shared between models, or loaded),
+    and npz + JSON persistence. ``index_class`` builds, saves and loads it."""
 
     index_class: Any = None
-    defaults: dict[str, float] = {}
+    Params: ClassVar[type[AnalyzedParams]] = AnalyzedParams
 
-    def __init__(self, analyzer: str | Analyzer = "paper", **params: Any):
-        self.analyzer = Analyzer.named(analyzer) if isinstance(analyzer, str) else analyzer
-        unknown = set(params) - set(self.defaults)
-        if unknown:
-            raise ValueError(f"{self.name}: unknown parameters {sorted(unknown)}; known: {sorted(self.defaults)}")
-        self._params = {**self.defaults, **{k: float(v) for k, v in params.items()}}
-        self._validate(self._params)
+    def __init__(self, analyzer: str | dict | Analyzer = "paper", **params: Any):
+        if isinstance(analyzer, Analyzer):
+            analyzer = analyzer.config()
+        if isinstance(analyzer, dict):  # a saved config: by name where it has one
+            analyzer = next((n for n in ("paper", "english") if Analyzer.named(n).config() == analyzer), analyzer)
+        self.p = self.Params.from_mapping({"analyzer": analyzer, **params})  # errors name the kind
+        a = self.p.analyzer
+        self.analyzer = Analyzer.named(a) if isinstance(a, str) else Analyzer.from_config(a)
         self._index: Any = None
 
-    def _validate(self, p: dict[str, float]) -> None:
-        pass
-
     def params(self) -> dict[str, Any]:
-        return dict(self._params)
+        return self.p.as_dict()
 
     def with_params(self, **params: Any) -> "IndexedModel":
-        clone = type(self)(self.analyzer, **{**self._params, **params})
+        clone = type(self)(**{**self.p.as_dict(), **params})
         if self._index is not None:
             clone.use_index(self._index)
         return clone
@@ -164,6 +175,10 @@ class IndexedModel(Model):
             raise ValueError(f"index analyzer {index.analyzer} differs from the model's {self.analyzer}")
         self._index = index
 
+    @property
+    def indexed(self) -> bool:
+        return self._index is not None
+
     def _require_index(self) -> Any:
         if self._index is None:
             raise RuntimeError(f"{self.name}: no collection indexed; call index() first")
@@ -175,16 +190,28 @@ class IndexedModel(Model):
 
     def save(self, path: str | Path) -> None:
         d = Path(path)
-        write_config(d, {"model": self.name, "params": self._params, "analyzer": self.analyzer.config()})
+        params = {k: v for k, v in self.p.as_dict().items() if k != "analyzer"}
+        write_config(d, {"model": self.name, "params": params, "analyzer": self.analyzer.config()})
         self._require_index().save(d)
 
     @classmethod
     def load(cls, path: str | Path) -> "IndexedModel":
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
-        model = cls(Analyzer.from_config(cfg.get("analyzer", {})), **cfg.get("params", {}))
+        # only names the parameters still have (older configs may carry others)
+        params = {k: v for k, v in cfg.get("params", {}).items() if k in cls.Params.names()}
+        model = cls(Analyzer.from_config(cfg.get("analyzer", {})), **params)
         model.use_index(cls.index_class.load(d))
         return model
+
+
+@dataclass(frozen=True)
+class LexicalParams(AnalyzedParams):
+    """``stats``: the background statistics terms are weighted with: the collection's own, or,
+    per query, the collection without the documents pooled for that query ("exclude-query-pool":
+    for corpora that are a union of per-query pools, e.g. TREC DL's texts; see ``use_pools``)."""
+
+    stats: Literal["collection", "exclude-query-pool"] = "collection"
 
 
 class LexicalModel(IndexedModel):
@@ -192,14 +219,16 @@ class LexicalModel(IndexedModel):
     per-document addend (multiplied per query by ``_addend_scale``)."""
 
     index_class = LexicalIndex
+    Params: ClassVar[type[LexicalParams]] = LexicalParams
 
-    def __init__(self, analyzer: str | Analyzer = "paper", **params: Any):
+    def __init__(self, analyzer: str | dict | Analyzer = "paper", **params: Any):
         super().__init__(analyzer, **params)
         self._stats: CollectionStats | None = None
+        self._pools: Mapping[str, Collection[str]] | None = None
 
     def with_params(self, **params: Any) -> "LexicalModel":
         clone = super().with_params(**params)
-        clone._stats = self._stats  # type: ignore[attr-defined]
+        clone._stats, clone._pools = self._stats, self._pools  # type: ignore[attr-defined]
         return clone  # type: ignore[return-value]
 
     def with_stats(self, stats: CollectionStats | None) -> "LexicalModel":
@@ -207,6 +236,19 @@ class LexicalModel(IndexedModel):
         clone = self.with_params()
         clone._stats = stats
         return clone
+
+    def use_pools(self, pools: Mapping[str, Collection[str]]) -> None:
+        """Each query's pool (query text -> doc ids, ``data.query_pools``): the documents that
+        ``stats = "exclude-query-pool"`` leaves out of that query's statistics."""
+        self._pools = pools
+
+    def _for_query(self, query: str) -> "LexicalModel":
+        """This model with ``query``'s pool-excluded statistics (a query without a pool: all)."""
+        if self._pools is None:
+            raise ValueError(f"{self.name}: stats = 'exclude-query-pool' needs each query's pool (use_pools)")
+        ix = self.lexical_index
+        exclude = sorted(ix.position[d] for d in self._pools.get(query, ()) if d in ix.position)
+        return self.with_params(stats="collection").with_stats(ix.stats(exclude=exclude))
 
     def use_index(self, index: LexicalIndex) -> None:
         super().use_index(index)
@@ -256,6 +298,8 @@ class LexicalModel(IndexedModel):
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
         if len(queries) != len(candidates):
             raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        if self.p.stats == "exclude-query-pool":
+            return [self._for_query(q).score([q], [c])[0] for q, c in zip(queries, candidates)]
         ix = self.lexical_index
         s, scale = self._scores(queries)
         addend = self._addend
@@ -279,6 +323,8 @@ class LexicalModel(IndexedModel):
         """Top-k among documents that match at least one query term (as Lucene/Anserini)."""
         if k < 1:
             raise ValueError("k must be at least 1")
+        if self.p.stats == "exclude-query-pool":
+            return [self._for_query(q).retrieve([q], k)[0] for q in queries]
         ix = self.lexical_index
         s, scale = self._scores(queries)
         addend, id_order, ids = self._addend, ix.id_order, ix.doc_ids
@@ -298,14 +344,16 @@ class BM25(LexicalModel):
     tf / (tf + k1·(1 − b + b·|d|/avgdl)); query terms count as often as they occur."""
     name = "bm25"
 
-    defaults = {"k1": 0.9, "b": 0.4}
+    @dataclass(frozen=True)
+    class Params(LexicalParams):
+        kind = "bm25"
+        k1: float = param(0.9, ge=0)
+        b: float = param(0.4, ge=0, le=1)
 
-    def _validate(self, p: dict[str, float]) -> None:
-        if p["k1"] < 0 or not 0 <= p["b"] <= 1:
-            raise ValueError(f"bm25 needs k1 >= 0 and 0 <= b <= 1, got {p}")
+    p: Params
 
     def _doc_weights(self, ix, st, tf, docs, terms):  # type: ignore[no-untyped-def]
-        k1, b = self._params["k1"], self._params["b"]
+        k1, b = self.p.k1, self.p.b
         idf = np.log1p((st.n_docs - st.df + 0.5) / (st.df + 0.5))
         norm = k1 * (1.0 - b + b * ix.doc_len[docs] / max(st.avgdl, 1e-9))
         return idf[terms] * tf / (tf + norm)
@@ -319,13 +367,19 @@ class UnigramLM(LexicalModel):
     Query terms absent from the collection add the same constant to every document and are dropped."""
     name = "ulm"
 
-    defaults = {"mu": 2000.0, "lam": 0.0}
+    @dataclass(frozen=True)
+    class Params(LexicalParams):
+        kind = "ulm"
+        mu: float = param(2000.0, ge=0)  # Dirichlet prior
+        lam: float = param(0.0, ge=0, lt=1)  # Jelinek-Mercer weight of the collection model
 
-    def _validate(self, p: dict[str, float]) -> None:
-        if (p["mu"] > 0) == (p["lam"] > 0):
-            raise ValueError(f"ulm takes exactly one of mu > 0 (Dirichlet) or lam in (0,1) (Jelinek-Mercer), got {p}")
-        if p["mu"] < 0 or not 0 <= p["lam"] < 1:
-            raise ValueError(f"ulm needs mu >= 0 and 0 <= lam < 1, got {p}")
+        def check(self) -> None:
+            super().check()
+            if (self.mu > 0) == (self.lam > 0):
+                raise ParamError(f"ulm takes exactly one of mu > 0 (Dirichlet) or lam in (0,1) (Jelinek-Mercer), "
+                                 f"got mu={self.mu}, lam={self.lam}")
+
+    p: Params
 
     def with_params(self, **params: Any) -> "UnigramLM":
         if "lam" in params and params["lam"] > 0 and "mu" not in params:
@@ -337,19 +391,23 @@ class UnigramLM(LexicalModel):
     def _doc_weights(self, ix, st, tf, docs, terms):  # type: ignore[no-untyped-def]
         # A term the background never saw gets half a count, so log(0) cannot occur.
         p_c = np.maximum(st.cf, 0.5) / max(st.cf.sum(), 1.0)
-        mu, lam = self._params["mu"], self._params["lam"]
+        mu, lam = self.p.mu, self.p.lam
         if mu > 0:
             return np.log1p(tf / (mu * p_c[terms]))
         return np.log1p((1.0 - lam) * tf / (lam * ix.doc_len[docs] * p_c[terms]))
 
     def _doc_addend(self, ix: LexicalIndex) -> np.ndarray | None:
-        mu = self._params["mu"]
+        mu = self.p.mu
         return np.log(mu / (ix.doc_len + mu)) if mu > 0 else None
 
 
 class TfIdf(LexicalModel):
     """Vector space model: cosine of (1 + log tf)·idf vectors, idf = log(N/df) (both sides)."""
     name = "tfidf"
+
+    @dataclass(frozen=True)
+    class Params(LexicalParams):
+        kind = "tfidf"
 
     def _idf(self, st: CollectionStats) -> np.ndarray:
         return np.log(max(st.n_docs, 1) / np.maximum(st.df, 0.5))
@@ -370,12 +428,18 @@ class RandomOrder(Model):
     """A reproducible random score per (seed, query, document): the floor of every table."""
     name = "random"
 
-    def __init__(self, seed: int = 0):
-        self.seed = int(seed)
+    @dataclass(frozen=True)
+    class Params(Params):
+        kind = "random"
+        seed: int = 0
+
+    def __init__(self, **params: Any):
+        self.p = self.Params.from_mapping(params)
+        self.seed = self.p.seed
         self._ids: list[str] = []
 
     def params(self) -> dict[str, Any]:
-        return {"seed": self.seed}
+        return self.p.as_dict()
 
     def with_params(self, **params: Any) -> "RandomOrder":
         clone = RandomOrder(**{**self.params(), **params})
@@ -401,7 +465,7 @@ class RandomOrder(Model):
     @classmethod
     def load(cls, path: str | Path) -> "RandomOrder":
         cfg = read_config(path, expect=cls.name)
-        m = cls(**cfg.get("params", {}))
+        m = cls(**{k: v for k, v in cfg.get("params", {}).items() if k in cls.Params.names()})  # known names only
         m._ids = list(cfg.get("doc_ids", []))
         return m
 

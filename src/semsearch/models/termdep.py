@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,10 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ..params import param
 from ..text import Analyzer, Vocabulary
 from .base import ModelDirError, best_k, id_ranks
-from .lexical import IndexedModel
+from .lexical import AnalyzedParams, IndexedModel
 
 _POS_NPZ = "positional.npz"
 _POS_JSON = "positional.json"
@@ -203,7 +205,7 @@ class _PositionalModel(IndexedModel):
 
     index_class = PositionalIndex
 
-    def __init__(self, analyzer: str | Analyzer = "paper", **params: Any):
+    def __init__(self, analyzer: str | dict | Analyzer = "paper", **params: Any):
         super().__init__(analyzer, **params)
         self._cache: dict[Any, Any] = {}
 
@@ -233,15 +235,16 @@ class SequentialDependence(_PositionalModel):
     The λ are not renormalised (rank-equivalent) so that a grid can tune them freely."""
     name = "mrf"
 
-    defaults = {"lambda_t": 0.85, "lambda_o": 0.10, "lambda_u": 0.05, "mu": 2500.0, "window": 8.0}
+    @dataclass(frozen=True)
+    class Params(AnalyzedParams):
+        kind = "mrf"
+        lambda_t: float = param(0.85, ge=0)
+        lambda_o: float = param(0.10, ge=0)
+        lambda_u: float = param(0.05, ge=0)
+        mu: float = param(2500.0, gt=0)
+        window: int = param(8, ge=2, le=MAX_WINDOW)  # the unordered window #uwN
 
-    def _validate(self, p: dict[str, float]) -> None:
-        if p["mu"] <= 0:
-            raise ValueError(f"{self.name}: mu must be > 0, got {p['mu']}")
-        if min(p["lambda_t"], p["lambda_o"], p["lambda_u"]) < 0:
-            raise ValueError(f"{self.name}: the lambda weights must be >= 0, got {p}")
-        if not 2 <= p["window"] <= MAX_WINDOW:
-            raise ValueError(f"{self.name}: window must be in [2, {MAX_WINDOW}], got {p['window']}")
+    p: Params
 
     # -- feature statistics (cached per term / pair) -------------------------------------------
     def _stat(self, key: tuple) -> tuple[np.ndarray, np.ndarray, float]:
@@ -258,14 +261,14 @@ class SequentialDependence(_PositionalModel):
         return cache[key]
 
     def _keys(self, q: np.ndarray) -> tuple[list[tuple], list[tuple], list[tuple]]:
-        w = int(self._params["window"])
+        w = self.p.window
         pairs = list(zip(q[:-1].tolist(), q[1:].tolist()))
         return ([("t", int(t)) for t in q], [("o", a, b, 0) for a, b in pairs], [("u", a, b, w) for a, b in pairs])
 
     def _feature(self, key: tuple, at: np.ndarray | None) -> np.ndarray:
         """f(e, D) for candidate documents ``at`` (None: every document)."""
         ix = self.positional_index
-        mu = self._params["mu"]
+        mu = self.p.mu
         docs, tf, pc = self._stat(key)
         if at is None:
             dl = ix.lengths.astype(np.float64)
@@ -287,11 +290,10 @@ class SequentialDependence(_PositionalModel):
 
     @property
     def _weights(self) -> np.ndarray:
-        p = self._params
-        return np.array([p["lambda_t"], p["lambda_o"], p["lambda_u"]])
+        return np.array([self.p.lambda_t, self.p.lambda_o, self.p.lambda_u])
 
     def _sdm(self, query: str, at: np.ndarray | None) -> np.ndarray:
-        key = ("f", self._params["mu"], self._params["window"], query, None if at is None else at.tobytes())
+        key = ("f", self.p.mu, self.p.window, query, None if at is None else at.tobytes())
         feats = self._cache.get(key) if at is not None else None
         if feats is None:
             feats = self.features(query, at)
@@ -338,16 +340,19 @@ class LatentConceptExpansion(SequentialDependence):
     trained λ's for expansion unigrams. All three parameters apply through ``with_params``."""
     name = "lce"
 
-    defaults = {**SequentialDependence.defaults, "fb_docs": 10.0, "fb_terms": 10.0, "fb_weight": 0.5, "fb_idf": 0.0}
+    @dataclass(frozen=True)
+    class Params(SequentialDependence.Params):
+        kind = "lce"
+        fb_docs: int = param(10, ge=1)  # pseudo-relevant documents
+        fb_terms: int = param(10, ge=0)  # expansion concepts kept
+        fb_weight: float = param(0.5, ge=0)  # weight of the expansion feature
+        fb_idf: float = param(0.0, ge=0)  # collection-frequency penalty exponent
 
-    def _validate(self, p: dict[str, float]) -> None:
-        super()._validate(p)
-        if p["fb_docs"] < 1 or p["fb_terms"] < 0 or p["fb_weight"] < 0 or p["fb_idf"] < 0:
-            raise ValueError(f"{self.name}: needs fb_docs >= 1 and fb_terms, fb_weight, fb_idf >= 0, got {p}")
+    p: Params
 
     def _sdm_key(self) -> tuple:
-        p = self._params
-        return (p["mu"], p["window"], p["lambda_t"], p["lambda_o"], p["lambda_u"])
+        p = self.p
+        return (p.mu, p.window, p.lambda_t, p.lambda_o, p.lambda_u)
 
     def _feedback(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """Top-50 documents of the whole collection by SDM and their scores (cached)."""
@@ -361,8 +366,8 @@ class LatentConceptExpansion(SequentialDependence):
     def _concept_weights(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """Every candidate concept (a term of the feedback documents, query terms excluded) with
         its unnormalised LCE weight, best first (cached; ``fb_terms`` only cuts this list)."""
-        p = self._params
-        key = ("fbw", self._sdm_key(), p["fb_docs"], p["fb_idf"], query)
+        p = self.p
+        key = ("fbw", self._sdm_key(), p.fb_docs, p.fb_idf, query)
         if key in self._cache:
             return self._cache[key]
         ix = self.positional_index
@@ -370,15 +375,15 @@ class LatentConceptExpansion(SequentialDependence):
         out = (np.zeros(0, np.int64), np.zeros(0))
         if len(q) and len(ix):
             top, scores = self._feedback(query)
-            top, scores = top[: int(p["fb_docs"])], scores[: int(p["fb_docs"])]
+            top, scores = top[: p.fb_docs], scores[: p.fb_docs]
             rows = ix.counts[top]
             terms = np.unique(rows.indices)
             terms = terms[~np.isin(terms, q)]
             if len(top) and len(terms):
                 post = np.exp(scores - scores.max())  # exp(SDM), scaled for range
-                mu, pc = p["mu"], np.maximum(ix.cf[terms], 0.5) / ix.total
+                mu, pc = p.mu, np.maximum(ix.cf[terms], 0.5) / ix.total
                 p_d = (rows[:, terms].toarray() + mu * pc) / (ix.lengths[top][:, None] + mu)
-                w = (post @ p_d) * pc ** (-p["fb_idf"])
+                w = (post @ p_d) * pc ** (-p.fb_idf)
                 order = np.lexsort((terms, -w))
                 out = (terms[order], w[order])
         self._cache[key] = out
@@ -387,14 +392,14 @@ class LatentConceptExpansion(SequentialDependence):
     def expansion(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """(term ids, normalised weights ŵ) of the expansion concepts; empty for an empty query."""
         terms, w = self._concept_weights(query)
-        k = int(self._params["fb_terms"])
+        k = self.p.fb_terms
         terms, w = terms[:k], w[:k]
         return terms, (w / w.sum() if w.sum() > 0 else w)
 
     def _expansion_feature(self, query: str, at: np.ndarray | None) -> np.ndarray:
         """Σ_e ŵ_e·f_T(e, D) for documents ``at`` (None: all), cached for candidate lists."""
-        p = self._params
-        key = ("fbf", self._sdm_key(), p["fb_docs"], p["fb_idf"], p["fb_terms"], query, None if at is None else at.tobytes())
+        p = self.p
+        key = ("fbf", self._sdm_key(), p.fb_docs, p.fb_idf, p.fb_terms, query, None if at is None else at.tobytes())
         if key in self._cache:
             return self._cache[key]
         ix = self.positional_index
@@ -402,7 +407,7 @@ class LatentConceptExpansion(SequentialDependence):
         n = len(ix) if at is None else len(at)
         out = np.zeros(n)
         if len(terms):
-            mu, pc = p["mu"], np.maximum(ix.cf[terms], 0.5) / ix.total
+            mu, pc = p.mu, np.maximum(ix.cf[terms], 0.5) / ix.total
             tf = (ix.counts_csc[:, terms] if at is None else ix.counts[at][:, terms]).toarray()
             dl = (ix.lengths if at is None else ix.lengths[at]).astype(np.float64)
             out = np.log((tf + mu * pc) / (dl[:, None] + mu)) @ w
@@ -412,9 +417,9 @@ class LatentConceptExpansion(SequentialDependence):
 
     def _expanded(self, query: str, at: np.ndarray | None) -> np.ndarray:
         base = SequentialDependence._sdm(self, query, at) if at is not None else self._weights @ self.features(query, None)
-        if self._params["fb_weight"] == 0:
+        if self.p.fb_weight == 0:
             return base
-        return base + self._params["fb_weight"] * self._expansion_feature(query, at)
+        return base + self.p.fb_weight * self._expansion_feature(query, at)
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
         if len(queries) != len(candidates):

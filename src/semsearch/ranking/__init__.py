@@ -1,10 +1,10 @@
 """Learning to rank: features from any set of models, LightGBM LambdaMART (BERT retrieval paper §4.5)."""
 
 from .features import PAIR_FEATURES, Groups, groups, model_columns, pair_columns, run_columns
-from .lambdamart import (LambdaMART, LambdaMARTRanker, cross_validated, importance_markdown,
+from .lambdamart import (BoosterParams, LambdaMART, LambdaMARTParams, LambdaMARTRanker, importance_markdown,
                          mean_importance)
 
 __all__ = [
-    "Groups", "LambdaMART", "LambdaMARTRanker", "PAIR_FEATURES", "cross_validated", "groups",
+    "BoosterParams", "Groups", "LambdaMART", "LambdaMARTParams", "LambdaMARTRanker", "PAIR_FEATURES", "groups",
     "importance_markdown", "mean_importance", "model_columns", "pair_columns", "run_columns",
 ]

@@ -13,71 +13,75 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from ..evaluation import kfold_queries
 from ..models.base import Model, ModelDirError, read_config, write_config
-from ..types import Qrels, Run
+from ..params import ParamError, Params, param
+from ..types import Qrels
 from .features import PAIR_FEATURES, Groups, groups, model_columns, pair_columns
 
 BOOSTER = "lambdamart.txt"
 RANKER_JSON = "ranker.json"
 
-DEFAULTS: dict[str, Any] = {
-    "learning_rate": 0.05,
-    "num_leaves": 15,
-    "min_data_in_leaf": 50,
-    "feature_fraction": 1.0,
-    "bagging_fraction": 1.0,
-    "bagging_freq": 0,
-    "lambda_l2": 0.0,
-    "num_boost_round": 1000,  # the most trees; early stopping on dev picks fewer
-    "early_stopping": 50,  # rounds without dev improvement before stopping
-    "metric_at": 10,  # early stopping on dev NDCG@metric_at
-    "gain": "exp",  # "exp" (2^label − 1, the papers) or "linear" (trec_eval)
-    "seed": 0,
-    "num_threads": 1,
-    "query_norm": "none",  # "zscore": add each feature standardised within its query as a column
-    "prior_features": [],  # boost from the sum of these features' per-query z-scores (init score)
-}
+
+@dataclass(frozen=True)
+class BoosterParams(Params):
+    """LambdaMART's settings (saved in ``ranker.json``); training is ``training.lambdamart``."""
+
+    kind = "lambdamart"
+
+    learning_rate: float = param(0.05, gt=0)
+    num_leaves: int = param(15, ge=2)
+    min_data_in_leaf: int = param(50, ge=1)
+    feature_fraction: float = param(1.0, gt=0, le=1)
+    bagging_fraction: float = param(1.0, gt=0, le=1)
+    bagging_freq: int = param(0, ge=0)
+    lambda_l2: float = param(0.0, ge=0)
+    num_boost_round: int = param(1000, ge=1)  # the most trees; early stopping on dev picks fewer
+    early_stopping: int = param(50, ge=1)  # rounds without dev improvement before stopping
+    metric_at: int = param(10, ge=1)  # early stopping on dev NDCG@metric_at
+    gain: Literal["exp", "linear"] = "exp"  # 2^label − 1 (the papers) or the label (trec_eval)
+    seed: int = 0
+    num_threads: int = param(1, ge=0)
+    query_norm: Literal["none", "zscore"] = "none"  # "zscore": add each feature standardised within its query
+    prior_features: list[str] = param([])  # boost from the sum of these features' per-query z-scores
+
 
 
 class LambdaMART:
-    """A LightGBM lambdarank booster over named feature columns."""
+    """A LightGBM lambdarank booster over named feature columns (trained by
+    ``training.lambdamart.train_booster``)."""
 
     def __init__(self, feature_names: Sequence[str], **params: Any):
-        unknown = set(params) - set(DEFAULTS)
-        if unknown:
-            raise ValueError(f"lambdamart: unknown parameters {sorted(unknown)}; known: {sorted(DEFAULTS)}")
         if len(set(feature_names)) != len(feature_names) or not feature_names:
             raise ValueError(f"lambdamart: feature names must be unique and non-empty, got {list(feature_names)}")
         self.feature_names = list(feature_names)
-        self.params: dict[str, Any] = {**DEFAULTS, **params}
-        if self.params["gain"] not in ("exp", "linear"):
-            raise ValueError(f"lambdamart: gain must be 'exp' or 'linear', got {self.params['gain']!r}")
-        if self.params["query_norm"] not in ("none", "zscore"):
-            raise ValueError(f"lambdamart: query_norm must be 'none' or 'zscore', got {self.params['query_norm']!r}")
-        prior = self.params["prior_features"]
-        if isinstance(prior, str) or not all(isinstance(f, str) for f in prior) or set(prior) - set(self.feature_names):
-            raise ValueError(f"lambdamart: prior_features must name features of {self.feature_names}, got {prior!r}")
-        self.params["prior_features"] = list(prior)
+        self.p = BoosterParams.from_mapping(params)
+        if set(self.p.prior_features) - set(self.feature_names):
+            raise ParamError(f"lambdamart parameter 'prior_features' must name features of {self.feature_names}, "
+                             f"got {self.p.prior_features!r}")
         self.booster: Any = None
         self.best_iteration = 0
 
     @property
+    def params(self) -> dict[str, Any]:
+        return self.p.as_dict()
+
+    @property
     def columns(self) -> list[str]:
         """The booster's columns: the features, then (``query_norm = "zscore"``) their per-query z-scores."""
-        extra = [f"{n} (query z-score)" for n in self.feature_names] if self.params["query_norm"] == "zscore" else []
+        extra = [f"{n} (query z-score)" for n in self.feature_names] if self.p.query_norm == "zscore" else []
         return self.feature_names + extra
 
     def matrix(self, g: Groups) -> np.ndarray:
         """The booster's input for ``g``: its features, plus per-query standardised copies."""
         if g.X.shape[1] != len(self.feature_names):
             raise ValueError(f"lambdamart: {g.X.shape[1]} feature columns but the ranker has {len(self.feature_names)} features")
-        if self.params["query_norm"] == "none":
+        if self.p.query_norm == "none":
             return g.X
         return np.hstack([g.X, _query_zscores(g.X, g.offsets)])
 
@@ -86,24 +90,25 @@ class LambdaMART:
         an untrained fusion of the models (zero without ``prior_features``). The trees learn
         corrections to it, so with few training queries the ranker stays near the fusion instead
         of below its best feature (Home Depot dev, bert-homedepot-full: README)."""
-        cols = [self.feature_names.index(f) for f in self.params["prior_features"]]
+        cols = [self.feature_names.index(f) for f in self.p.prior_features]
         if not cols:
             return np.zeros(len(g.X))
         return _query_zscores(g.X[:, cols], g.offsets).sum(1)
 
-    def _lgb_params(self) -> dict[str, Any]:
-        p = self.params
-        gain = [float(2**i - 1) for i in range(31)] if p["gain"] == "exp" else [float(i) for i in range(31)]
+    def lgb_params(self) -> dict[str, Any]:
+        """LightGBM's parameters for these settings."""
+        p = self.p
+        gain = [float(2**i - 1) for i in range(31)] if p.gain == "exp" else [float(i) for i in range(31)]
         return {
-            "objective": "lambdarank", "metric": "ndcg", "eval_at": [int(p["metric_at"])], "label_gain": gain,
-            "learning_rate": float(p["learning_rate"]), "num_leaves": int(p["num_leaves"]),
-            "min_data_in_leaf": int(p["min_data_in_leaf"]), "feature_fraction": float(p["feature_fraction"]),
-            "bagging_fraction": float(p["bagging_fraction"]), "bagging_freq": int(p["bagging_freq"]),
-            "lambda_l2": float(p["lambda_l2"]), "seed": int(p["seed"]), "deterministic": True,
-            "force_row_wise": True, "num_threads": int(p["num_threads"]), "verbosity": -1,
+            "objective": "lambdarank", "metric": "ndcg", "eval_at": [p.metric_at], "label_gain": gain,
+            "learning_rate": p.learning_rate, "num_leaves": p.num_leaves, "min_data_in_leaf": p.min_data_in_leaf,
+            "feature_fraction": p.feature_fraction, "bagging_fraction": p.bagging_fraction,
+            "bagging_freq": p.bagging_freq, "lambda_l2": p.lambda_l2, "seed": p.seed, "deterministic": True,
+            "force_row_wise": True, "num_threads": p.num_threads, "verbosity": -1,
         }
 
-    def _dataset(self, g: Groups, reference: Any = None) -> Any:
+    def dataset(self, g: Groups, reference: Any = None) -> Any:
+        """``g`` as a LightGBM data set (labels 0..30, the prior as init score)."""
         import lightgbm as lgb
 
         if len(g.y) and g.y.max() > 30:
@@ -111,38 +116,9 @@ class LambdaMART:
         return lgb.Dataset(self.matrix(g), label=g.y, group=g.sizes, feature_name=[_safe(n) for n in self.columns],
                            init_score=self.prior(g), reference=reference, free_raw_data=False)
 
-    def fit(self, train: Groups, dev: Groups | None = None, *, cv_folds: int = 0) -> dict[str, Any]:
-        """Train on ``train``'s query groups. With ``dev``: stop once dev NDCG@k has not improved
-        for ``early_stopping`` rounds and keep the best round. Without ``dev`` but ``cv_folds`` ≥ 2:
-        pick the number of rounds the same way by k-fold CV over ``train``'s queries, then train
-        on all of it. Otherwise ``num_boost_round`` trees. Returns the training log."""
-        import lightgbm as lgb
-
-        if not len(train.qids):
-            raise ValueError("lambdamart: no training queries")
-        dtrain = self._dataset(train)
-        stop = lgb.early_stopping(int(self.params["early_stopping"]), first_metric_only=True, verbose=False)
-        rounds, metric, how = int(self.params["num_boost_round"]), None, "fixed"
-        key = f"ndcg@{int(self.params['metric_at'])}"
-        if dev is None and cv_folds >= 2:
-            cv = lgb.cv(self._lgb_params(), dtrain, num_boost_round=rounds, nfold=cv_folds, callbacks=[stop])
-            curve = cv[f"valid {key}-mean"]
-            rounds, metric, how = int(np.argmax(curve)) + 1, float(np.max(curve)), f"{cv_folds}-fold CV"
-        evals: dict[str, Any] = {}
-        callbacks: list[Any] = [lgb.record_evaluation(evals)]
-        valid = []
-        if dev is not None and len(dev.qids):
-            valid = [self._dataset(dev, reference=dtrain)]
-            callbacks.append(stop)
-            how = "dev early stopping"
-        self.booster = lgb.train(self._lgb_params(), dtrain, num_boost_round=rounds,
-                                 valid_sets=valid, valid_names=["dev"][: len(valid)], callbacks=callbacks)
-        self.best_iteration = int(self.booster.best_iteration or self.booster.current_iteration())
-        if valid:
-            metric = float(evals["dev"][key][self.best_iteration - 1])
-        return {"trees": self.best_iteration, "rounds_by": how, f"held-out {key}": metric,
-                "train_queries": len(train.qids), "train_pairs": len(train.y),
-                "dev_queries": len(dev.qids) if dev is not None else 0, "importance": self.importance()}
+    def set_booster(self, booster: Any, best_iteration: int) -> None:
+        """The trained booster and the round to predict with."""
+        self.booster, self.best_iteration = booster, int(best_iteration)
 
     def predict(self, g: Groups) -> np.ndarray:
         """One score per row of ``g``."""
@@ -182,9 +158,9 @@ class LambdaMART:
         d = Path(path)
         try:
             meta = json.loads((d / RANKER_JSON).read_text(encoding="utf-8"))
-            ranker = cls(meta["features"], **meta["params"])
-            ranker.booster = lgb.Booster(model_file=str(d / BOOSTER))
-            ranker.best_iteration = int(meta["best_iteration"])
+            known = BoosterParams.names()  # only names the settings still have
+            ranker = cls(meta["features"], **{k: v for k, v in meta["params"].items() if k in known})
+            ranker.set_booster(lgb.Booster(model_file=str(d / BOOSTER)), int(meta["best_iteration"]))
         except (OSError, ValueError, KeyError, TypeError, lgb.basic.LightGBMError) as e:
             raise ModelDirError(f"{d}: corrupt or missing LambdaMART ranker ({e})") from None
         if ranker.booster.num_feature() != len(ranker.columns):
@@ -209,25 +185,6 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_-." else "_" for c in name)
 
 
-def cross_validated(g: Groups, k: int = 5, seed: int = 0, inner_folds: int = 0,
-                    **params: Any) -> tuple[Run, list[dict[str, Any]]]:
-    """k-fold cross-validation over queries (data sets with no training split, e.g. TREC DL's 43
-    queries, or comparing rankers on a selection split): each fold's queries are ranked by a
-    LambdaMART trained on the other folds, with ``num_boost_round`` trees, or, with
-    ``inner_folds`` ≥ 2, as many as an inner k-fold CV over those folds' queries picks (nested
-    CV: the scored fold never chooses anything). Returns the combined run and each fold's log."""
-    names = params.pop("feature_names")
-    run: Run = {}
-    logs = []
-    for train_q, test_q in kfold_queries(g.qids, k=k, seed=seed):
-        model = LambdaMART(names, **params)
-        log = model.fit(g.subset(train_q), cv_folds=inner_folds)
-        test = g.subset(test_q)
-        run.update(test.to_run(model.predict(test)))
-        logs.append({**log, "test_queries": len(test_q)})
-    return run, logs
-
-
 def mean_importance(logs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Feature importance averaged over several trained rankers' logs (e.g. CV folds)."""
     names = list(logs[0]["importance"])
@@ -244,20 +201,35 @@ def importance_markdown(importance: Mapping[str, Mapping[str, float]]) -> str:
 
 
 # ------------------------------------------------------------------------------------ as a Model
+@dataclass(frozen=True)
+class LambdaMARTParams(BoosterParams):
+    """The registered kind's parameters: its feature models (names of kinds, saved model
+    directories, or ``{name, model, params}``; resolved by ``plugins.create_model``), the per-pair
+    text features, and the booster's settings."""
+
+    features: list[str | dict] = param([])
+    pair_features: list[str] = param([])
+
+    def check(self) -> None:
+        bad = [p for p in self.pair_features if p not in PAIR_FEATURES]
+        if bad:
+            raise ParamError(f"lambdamart parameter 'pair_features': unknown {bad}; known: {', '.join(PAIR_FEATURES)}")
+
+
 class LambdaMARTRanker(Model):
     """LambdaMART over named, built feature models and optional per-pair text features; a ``Model``
     itself (``score``, ``rank``). Build one with ``from_models`` (or by name through the registry,
     ``plugins.create_model("lambdamart", features=[...])``, which resolves the feature models);
-    ``pair_features``: names from ``features.PAIR_FEATURES``; other keywords: booster parameters."""
+    ``pair_features``: names from ``features.PAIR_FEATURES``; other keywords: booster parameters.
+    Trained by ``training.lambdamart`` (``training.fit``)."""
     name = "lambdamart"
+    Params = LambdaMARTParams
 
     def _init(self, names: Sequence[str], models: Sequence[Model], pair_features: Sequence[str], params: dict[str, Any]) -> None:
-        bad = [p for p in pair_features if p not in PAIR_FEATURES]
-        if bad:
-            raise ValueError(f"lambdamart: unknown pair features {bad}; known: {', '.join(PAIR_FEATURES)}")
+        pair = LambdaMARTParams.from_mapping({"pair_features": list(pair_features)}).pair_features
         self.model_names = list(names)
         self.models = list(models)
-        self.pair_features = list(pair_features)
+        self.pair_features = pair
         self.ranker = LambdaMART(self.model_names + self.pair_features, **params)
         self._texts: dict[str, str] = {}
         self._ids: list[str] = []
@@ -279,12 +251,17 @@ class LambdaMARTRanker(Model):
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
         for m in self.models:
             m.index(doc_ids, texts)
+        self.use_texts(doc_ids, texts)
+
+    def use_texts(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        """The collection's texts for the pair features, without indexing the feature models
+        again (a loaded ranker whose models hold their indexes, e.g. in a bundle)."""
         self._ids = list(doc_ids)
         self._texts = dict(zip(doc_ids, texts)) if self.pair_features else {}
 
     @property
     def doc_ids(self) -> Sequence[str]:
-        return self._ids
+        return self._ids or (self.models[0].doc_ids if self.models else [])
 
     def features(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> np.ndarray:
         """(pairs, features): the feature models' scores, then the pair features."""
@@ -301,13 +278,6 @@ class LambdaMARTRanker(Model):
         qids = [q for q in queries if len(candidates.get(q, ()))]
         cands = {q: list(candidates[q]) for q in qids}
         return groups(cands, self.features([queries[q] for q in qids], [cands[q] for q in qids]), qrels)
-
-    def fit(self, queries: Mapping[str, str], candidates: Mapping[str, Sequence[str]], qrels: Qrels,
-            dev: Any = None) -> dict[str, Any]:
-        """Train on the queries' candidates labelled by ``qrels``; ``dev`` (an ``EvalSet``) early-stops."""
-        train = self.groups(queries, candidates, qrels)
-        dv = self.groups(dev.queries, dev.candidates, dev.qrels) if dev is not None else None
-        return self.ranker.fit(train, dv)
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
         if len(queries) != len(candidates):

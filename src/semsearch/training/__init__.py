@@ -18,6 +18,7 @@ from ..models import Model
 from ..params import Params, split
 from ..plugins import family, model_class
 from .args import TrainArgs
+from .lambdamart import train_ranker
 from .pairwise import train_interaction
 from .projection import train_projection
 from .topic import train_topic
@@ -54,6 +55,7 @@ TRAINERS: dict[str, Callable[..., dict[str, Any]]] = {
     "translation": train_translation,
     "projection": train_projection,
     "plugin": _own,
+    "ranker": train_ranker,
 }
 
 
@@ -66,6 +68,7 @@ ARGS: dict[str, str] = {
     "wtm": "translation:IBM1Args", "ptm": "translation:IBM1Args",
     "lsa": "projection:PCAArgs", "cl-lsa": "projection:PCAArgs", "opca": "projection:OPCAArgs",
     "s2net": "projection:S2NetArgs",
+    "lambdamart": "lambdamart:RankerArgs",
 }
 
 
