@@ -447,7 +447,7 @@ def reproduce_cmd(
     retrain: Annotated[bool, typer.Option(help="Train every model again instead of reusing a saved one with the same recipe.")] = False,
 ) -> None:
     """Reproduce paper tables: our figures beside the paper's, as markdown and JSON."""
-    from .experiments import get_spec, run_experiment, spec_paths
+    from .experiments import get_spec, spec_paths
 
     if list_:
         for name in spec_paths():
@@ -457,7 +457,9 @@ def reproduce_cmd(
     todo = list(spec_paths()) if all_ else (names or [])
     if not todo:
         raise ValueError("name an experiment, or use --all / --list")
-    specs = [get_spec(n) for n in todo]  # validate every spec before running any
+    specs = [get_spec(n) for n in todo]  # validate every spec before running any (or loading torch)
+    from .experiments import run_experiment
+
     failed = []
     for spec in specs:
         result = run_experiment(spec, model_dir=models_dir or out_dir / "models", retrain=retrain)

@@ -18,45 +18,44 @@ from ..models import Model
 from ..params import Params, split
 from ..plugins import family, model_class
 from .args import TrainArgs
-from .lambdamart import train_ranker
-from .pairwise import train_interaction
-from .projection import train_projection
-from .topic import train_topic
-from .trainer import dev_score, run_epochs, train_encoder
-from .transformer import train_transformer
-from .translation import train_translation
 
-__all__ = ["ARGS", "TRAINERS", "args_type", "dev_score", "fit", "recipe", "run_epochs", "train_encoder",
-           "train_interaction", "train_transformer"]
-
-
-def _mtdnn(model: Any, data: TrainingData, dev: EvalSet | None, *, args: Any, progress: bool = True,
-           checkpoint_dir: Any = None, resume: bool = False) -> dict[str, Any]:
-    from .mtdnn import train_mtdnn
-
-    if checkpoint_dir:
-        raise ValueError("mt-dnn training does not write checkpoints; train without --checkpoint")
-    return train_mtdnn(model, data if model.p.ranking else None, dev, args=args, progress=progress)
+__all__ = ["ARGS", "TRAINERS", "args_type", "fit", "recipe", "trainer_of"]
 
 
 def _own(model: Any, data: TrainingData, dev: EvalSet | None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
-    """Families that learn in closed form or by EM, through the model's ``fit``."""
+    """A plugin kind that learns by its own ``fit(data, dev=, progress=)``."""
     if options:
         raise ValueError(f"{model.name}: training options {sorted(options)} are not supported")
     return model.fit(data, dev=dev, progress=progress)
 
 
-TRAINERS: dict[str, Callable[..., dict[str, Any]]] = {
-    "neural": train_encoder,
-    "interaction": train_interaction,
-    "transformer": train_transformer,
-    "mtdnn": _mtdnn,
-    "topic": train_topic,
-    "translation": train_translation,
-    "projection": train_projection,
-    "plugin": _own,
-    "ranker": train_ranker,
+# family -> its trainer ("module:function" under training/, imported when first used, so checking a
+# spec or a --param list does not load torch)
+TRAINERS: dict[str, str] = {
+    "neural": "trainer:train_encoder",
+    "interaction": "pairwise:train_interaction",
+    "transformer": "transformer:train_transformer",
+    "mtdnn": "mtdnn:train_mtdnn_kind",
+    "topic": "topic:train_topic",
+    "translation": "translation:train_translation",
+    "projection": "projection:train_projection",
+    "ranker": "lambdamart:train_ranker",
+    "plugin": "_own",
 }
+
+
+def _resolve(target: str) -> Any:
+    if ":" not in target:
+        return globals()[target]
+    module, name = target.split(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def trainer_of(kind_or_family: str) -> Callable[..., dict[str, Any]] | None:
+    """The trainer function of a family (or of a kind's family); None when it does not learn."""
+    target = TRAINERS.get(kind_or_family) or TRAINERS.get(family(kind_or_family))
+    return _resolve(target) if target else None
+
 
 
 # kind -> its trainer's arguments ("module:Class" under training/); a kind not listed takes none
@@ -77,8 +76,7 @@ def args_type(kind: str) -> type[TrainArgs] | None:
     target = ARGS.get(kind)
     if target is None:
         return None
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), cls)
+    return _resolve(target)
 
 
 def recipe(kind: str, raw: Mapping[str, Any], *, where: str = "") -> tuple[dict[str, Any], TrainArgs | None]:
@@ -104,11 +102,11 @@ def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progres
         raise ValueError(f"{model.name} takes {targs.__name__ if targs else 'no training arguments'}, got {type(args).__name__}")
     if targs is not None:
         options["args"] = args if args is not None else targs()
-    trainer = TRAINERS.get(family(model))
-    if trainer is None or (trainer is _own and not hasattr(model, "fit")):
+    train = trainer_of(family(model))
+    if train is None or (train is _own and not hasattr(model, "fit")):
         raise ValueError(f"model {model.name!r} ({family(model)}) is not trainable; trainable kinds are in families "
                          f"{', '.join(sorted(TRAINERS))}")
-    log = trainer(model, data, dev, progress=progress, **options)
+    log = train(model, data, dev, progress=progress, **options)
     if targs is not None:
         log["args"] = options["args"].as_dict()
     return log

@@ -172,3 +172,11 @@ def train_mtdnn(
     log = epoch_loop(net, opt, args, batches=batches, loss=loss, size=lambda batch: len(batch[1]), dev=evaluate,
                      title=model.name, rng=rng, progress=progress, n_batches=lambda: steps)
     return {**log, "tasks": names, "steps_per_epoch": steps}
+
+
+def train_mtdnn_kind(model: MTDNN, data: TrainingData, dev: EvalSet | None = None, *, args: MTDNNArgs,
+                     progress: bool = True, checkpoint_dir: Any = None, resume: bool = False) -> dict[str, Any]:
+    """``fit``'s entry for the mt-dnn kind: its ranking task only when the model ranks."""
+    if checkpoint_dir:
+        raise ValueError("mt-dnn training does not write checkpoints; train without --checkpoint")
+    return train_mtdnn(model, data if model.p.ranking else None, dev, args=args, progress=progress)
