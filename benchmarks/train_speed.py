@@ -69,7 +69,8 @@ from semsearch.models.neural import BagFeatures, WindowFeatures, csr_take
 from semsearch.text import TrigramHasher
 from semsearch.training.losses import softmax_cosine_loss
 from semsearch.training.negatives import random_negatives, sample_pool
-from semsearch.training.trainer import EncoderArgs, Pairs, batch_loss, make_optimizer, train_encoder
+from semsearch.training.trainer import Pairs, batch_loss, make_optimizer, train_encoder
+from semsearch.training.args import EncoderArgs
 
 GAMMA, LR, SEED, WINDOW = 10.0, 0.5, 0, 3
 HIDDEN, OUT, CONV = (300, 300), 128, 300

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .models.base import CONFIG, Model, ModelDirError, read_config
+from .params import Params
 
 
 class Kind(NamedTuple):
     family: str  # lexical, termdep, topic, translation, projection, neural, interaction, transformer, mtdnn, ranker
     target: str | type  # "module:Class" under semsearch, or (a plugin's) class
+    params: str = ""  # "module:Class" of its Params where importing the class would load torch
 
 
 KINDS: dict[str, Kind] = {
@@ -36,13 +38,13 @@ KINDS: dict[str, Kind] = {
     "cl-lsa": Kind("projection", "models.projection:CLLSA"),
     "opca": Kind("projection", "models.projection:OPCA"),
     "s2net": Kind("projection", "models.projection:S2Net"),
-    "dssm": Kind("neural", "models.neural:DSSM"),
-    "clsm": Kind("neural", "models.neural:CLSM"),
-    "knrm": Kind("interaction", "models.interaction:KNRM"),
-    "matchpyramid": Kind("interaction", "models.interaction:MatchPyramid"),
-    "bert-rep": Kind("transformer", "models.transformer:BiEncoder"),
-    "bert-rel": Kind("transformer", "models.transformer:CrossEncoder"),
-    "mt-dnn": Kind("mtdnn", "models.mtdnn:MTDNN"),
+    "dssm": Kind("neural", "models.neural:DSSM", "models.hparams:DSSMParams"),
+    "clsm": Kind("neural", "models.neural:CLSM", "models.hparams:CLSMParams"),
+    "knrm": Kind("interaction", "models.interaction:KNRM", "models.hparams:KNRMParams"),
+    "matchpyramid": Kind("interaction", "models.interaction:MatchPyramid", "models.hparams:MatchPyramidParams"),
+    "bert-rep": Kind("transformer", "models.transformer:BiEncoder", "models.hparams:BiEncoderParams"),
+    "bert-rel": Kind("transformer", "models.transformer:CrossEncoder", "models.hparams:CrossEncoderParams"),
+    "mt-dnn": Kind("mtdnn", "models.mtdnn:MTDNN", "models.hparams:MTDNNParams"),
     "lambdamart": Kind("ranker", "ranking.lambdamart:LambdaMARTRanker"),
 }
 
@@ -77,6 +79,16 @@ def model_class(kind: str) -> type[Model]:
     cls = getattr(importlib.import_module(f"{__package__}.{module}"), cls_name)
     assert cls.name == kind, f"{target} is named {cls.name!r}, registered as {kind!r}"
     return cls
+
+
+def params_type(kind: str) -> type[Params] | None:
+    """The kind's typed model parameters (None: its constructor checks its own), without importing
+    torch where the kind names them apart."""
+    entry = KINDS.get(kind)
+    if entry is not None and entry.params:
+        module, cls_name = entry.params.split(":")
+        return getattr(importlib.import_module(f"{__package__}.{module}"), cls_name)
+    return getattr(model_class(kind), "Params", None)
 
 
 def create_model(kind: str, **params: Any) -> Model:

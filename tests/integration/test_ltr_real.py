@@ -12,7 +12,7 @@ from semsearch.evaluation import evaluate
 from semsearch.models import rank
 from semsearch.plugins import create_model
 from semsearch.training import fit
-from semsearch.training.pairwise import PairwiseArgs
+from semsearch.training.args import PairwiseArgs
 from semsearch.training.lambdamart import fit_ranker
 
 pytestmark = pytest.mark.integration

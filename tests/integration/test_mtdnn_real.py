@@ -11,7 +11,8 @@ from semsearch.models import rank
 from semsearch.plugins import create_model, load_model
 from semsearch.models.classifiers import svm_scores, word_ngram_features
 from semsearch.training import fit
-from semsearch.training.mtdnn import MTDNNArgs, classification_auc, domain_tasks
+from semsearch.training.mtdnn import classification_auc, domain_tasks
+from semsearch.training.args import MTDNNArgs
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from semsearch.plugins import load_model
 from semsearch.models.explain import explain
 from semsearch.plugins import create_model
 from semsearch.training import fit
-from semsearch.training.trainer import EncoderArgs
+from semsearch.training.args import EncoderArgs
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ def test_homedepot_bundle_served(shared_data: Path, tmp_path: Path) -> None:
     from semsearch.plugins import create_model
     from semsearch.serving import create_app
     from semsearch.training import fit
-    from semsearch.training.trainer import EncoderArgs
+    from semsearch.training.args import EncoderArgs
 
     ds = open_dataset("homedepot")
     dssm = create_model("dssm")

@@ -360,3 +360,21 @@ def test_reproduce_refuses_a_bad_row_before_running_any(tiny_data, tmp_path):
     msg = " ".join(r.output.split())
     assert f"bad.toml:{len(text.splitlines()) - 2}: row 'Last'" in msg and "'k1x'" in msg and "did you mean 'k1'" in msg
     assert not (tmp_path / "out").exists()  # nothing ran: no results, no model directory
+
+
+def test_checking_a_spec_loads_no_torch(tmp_path):
+    """A misspelt parameter of a torch family's row fails at load without importing torch (that
+    import alone takes a second or more), so `semsearch reproduce` answers at once."""
+    import subprocess
+    import sys
+
+    spec = tmp_path / "bad.toml"
+    spec.write_text('name = "bad"\ntitle = "t"\nsource = "s"\ndataset = "tiny"\nsplit = "test"\n'
+                    'candidates = "judged"\nmetrics = ["ndcg@1"]\n\n'
+                    '[[models]]\nlabel = "DSSM"\nmodel = "dssm"\nparams = { negatives = 4, gama = 5 }\ntrain = { split = "train" }\n')
+    code = ("import sys\nfrom semsearch.experiments import SpecError, get_spec\n"
+            f"try:\n    get_spec({str(spec)!r})\nexcept SpecError as e:\n    print(e)\n"
+            "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.splitlines()
+    assert "'gama'" in out[0] and "did you mean 'gamma'" in out[0] and "bad.toml:10" in out[0], out  # the row's line
+    assert out[-1] == "False"

@@ -15,7 +15,7 @@ from semsearch.models.interaction import dynamic_pool_index, knrm_kernels, pad_r
 from semsearch.text import Vocabulary
 from semsearch.params import ParamError
 from semsearch.training import fit, recipe
-from semsearch.training.pairwise import PairwiseArgs
+from semsearch.training.args import PairwiseArgs
 
 SMALL = {"knrm": {"dim": 8}, "matchpyramid": {"dim": 8, "channels": 2, "hidden": 8, "query_words": 4, "doc_words": 6}}
 

@@ -21,7 +21,8 @@ from semsearch.models.classifiers import letter_trigram_features, svm_scores, wo
 from semsearch.text import TrigramHasher
 from semsearch.params import ParamError
 from semsearch.training import fit, recipe
-from semsearch.training.mtdnn import MTDNNArgs, classification_auc, train_mtdnn
+from semsearch.training.mtdnn import classification_auc, train_mtdnn
+from semsearch.training.args import MTDNNArgs
 
 WORDS = {
     "food": ["restaurant", "dinner", "eat", "lunch", "pizza", "table"],

@@ -15,7 +15,7 @@ from semsearch.models.neural import segment_max
 from semsearch.text import TrigramHasher, word_trigrams
 from semsearch.params import ParamError
 from semsearch.training import fit, recipe
-from semsearch.training.trainer import EncoderArgs
+from semsearch.training.args import EncoderArgs
 
 TEXTS = ["red brick wall", "blue door", "brick", "", "über café ñandú", "x " * 200]
 
@@ -203,7 +203,7 @@ def test_parameters_are_typed_and_checked(name):
 
 
 def test_fit_takes_only_the_kinds_arguments(tiny_data):
-    from semsearch.training.pairwise import PairwiseArgs
+    from semsearch.training.args import PairwiseArgs
 
     ds, data, dev = _tiny(tiny_data)
     with pytest.raises(ValueError, match="takes EncoderArgs, got PairwiseArgs"):

@@ -14,7 +14,8 @@ from semsearch.models.projection import ProjectionModel, tfidf_matrix
 from semsearch.params import ParamError
 from semsearch.plugins import create_model, load_model
 from semsearch.training import fit, recipe
-from semsearch.training.projection import OPCAArgs, PCAArgs, S2NetArgs, opca_matrices, pca
+from semsearch.training.projection import opca_matrices, pca
+from semsearch.training.args import OPCAArgs, PCAArgs, S2NetArgs
 
 TOPICS = {
     "sofa": ["couch", "sofa", "sectional", "loveseat"],

@@ -18,8 +18,8 @@ from semsearch.models.topic import BLTM, PLSA, TopicModel
 from semsearch.params import ParamError
 from semsearch.plugins import create_model, load_model
 from semsearch.training import recipe
-from semsearch.training.topic import (BLTMArgs, EMArgs, LDAArgs, bltm_step, clear_fit_memo, counts_matrix, fit_pairs,
-                                      fit_texts, normalize_cols, plsa_step, pr_fractions)
+from semsearch.training.topic import bltm_step, clear_fit_memo, counts_matrix, fit_pairs, fit_texts, normalize_cols, plsa_step, pr_fractions
+from semsearch.training.args import BLTMArgs, EMArgs, LDAArgs
 from semsearch.text import Vocabulary
 
 TOPICS = 3

@@ -17,8 +17,8 @@ from semsearch.params import ParamError
 from semsearch.training import fit, recipe
 from semsearch.training.losses import graded_hinge_loss
 from semsearch.training.negatives import uniform_negatives
-from semsearch.training.transformer import (BiEncoderArgs, Clusters, CrossEncoderArgs, Example, _batch_loss, _param_groups,
-                                           _shared_labels, add_negatives, judged_examples)
+from semsearch.training.transformer import Clusters, Example, _batch_loss, _param_groups, _shared_labels, add_negatives, judged_examples
+from semsearch.training.args import BiEncoderArgs, CrossEncoderArgs
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
 THINGS = ["chair", "table", "lamp", "door", "sofa", "rug"]

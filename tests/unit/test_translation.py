@@ -15,7 +15,8 @@ from semsearch.models.translation import PhraseTranslationModel, WordTranslation
 from semsearch.params import ParamError
 from semsearch.plugins import create_model, load_model
 from semsearch.training import fit, recipe
-from semsearch.training.translation import IBM1Args, _grow_diag_final, extract_phrases, ibm1
+from semsearch.training.translation import _grow_diag_final, extract_phrases, ibm1
+from semsearch.training.args import IBM1Args
 
 # query word -> the title word users' products call it
 SYNONYMS = {"sofa": "couch", "tv": "television", "fridge": "refrigerator", "drill": "driver", "lamp": "light"}

@@ -22,7 +22,8 @@ from ..models.mtdnn import MTDNN
 from ..progress import track
 from ..text import TrigramHasher
 from ..training import recipe
-from ..training.mtdnn import MTDNNArgs, classification_auc, train_mtdnn
+from ..training.mtdnn import classification_auc, train_mtdnn
+from ..training.args import MTDNNArgs
 from .cache import cached_training
 from .result import Check
 from .spec import SYSTEMS, ClassificationSpec

@@ -23,9 +23,8 @@ Scorers, so ``retrieve`` scores the whole collection. Weights: safetensors + JSO
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,52 +32,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..device import model_device, resolve_device
-from ..params import ParamError, Params, param
 from ..text import Vocabulary, tokenize
 from .base import ModelDirError, TrainedModel, read_config, write_config
+from .hparams import InteractionParams, KNRMParams, MatchPyramidParams
 from .neural import load_weights, save_weights
 
 PAD, UNK, FIRST = 0, 1, 2  # embedding rows: padding, unknown word (both zero), then the vocabulary
 
-
-@dataclass(frozen=True)
-class InteractionParams(Params):
-    """What an interaction model is. Its word vocabulary (``min_count``, ``max_vocab``) is fitted
-    on the training texts but is the embedding table, saved with the model: model parameters."""
-
-    dim: int = param(300, ge=1)  # word embedding width
-    max_words: int = param(64, ge=1)  # texts are cut to their first words
-    min_count: int = param(2, ge=1)  # vocabulary: words seen at least this often in the training texts
-    max_vocab: int = param(50000, ge=1)
-    init: Literal["random", "minilm"] = "random"  # embeddings' start; "minilm" needs dim = 384
-
-    def check(self) -> None:
-        if self.init == "minilm" and self.dim != 384:
-            raise ParamError(f"{self.kind}: init = 'minilm' needs dim = 384 (MiniLM's width), got {self.dim}")
-
-
-@dataclass(frozen=True)
-class KNRMParams(InteractionParams):
-    kind = "knrm"
-    kernels: int = param(11, ge=2)  # RBF kernels: the exact-match one and kernels − 1 soft ones
-
-
-@dataclass(frozen=True)
-class MatchPyramidParams(InteractionParams):
-    kind = "matchpyramid"
-    channels: int = param(8, ge=1)  # convolution kernels
-    kernel: list[int] = param([3, 3])  # convolution size (query, document)
-    pool: list[int] = param([3, 5])  # dynamic max-pooling grid
-    hidden: int = param(128, ge=1)  # the MLP's hidden layer
-    query_words: int = param(10, ge=1)  # the matching matrix is query_words × doc_words
-    doc_words: int = param(30, ge=1)
-
-    def check(self) -> None:
-        super().check()
-        for name in ("kernel", "pool"):
-            v = getattr(self, name)
-            if len(v) != 2 or min(v) < 1:
-                raise ParamError(f"{self._label(name)} must be two positive whole numbers, got {v!r}")
 
 def knrm_kernels(n: int = 11) -> tuple[np.ndarray, np.ndarray]:
     """K-NRM's kernel means and widths: the exact-match kernel (μ = 1, σ = 10⁻³), then n − 1 soft

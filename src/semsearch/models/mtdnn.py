@@ -13,19 +13,16 @@ of Table 2; with domains empty it is a one-hidden-layer DSSM."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..params import ParamError, Params, param
 from ..text import Bags
+from .hparams import MTDNNParams
 from .neural import DSSM, DSSMTower, _glorot
 
 # the paper's Restaurant, Hotel, Flight and Nightlife domains, as the SGD file names them
-PAPER_DOMAINS = ["Restaurants", "Hotels", "Flights", "Events"]
 
 
 class MTDNNNet(nn.Module):
@@ -79,30 +76,6 @@ class MTDNNNet(nn.Module):
     def _need_ranking(self) -> None:
         if not self.ranking:
             raise ValueError("this MT-DNN was built without the ranking task; it only classifies")
-
-
-@dataclass(frozen=True)
-class MTDNNParams(Params):
-    """MT-DNN's network (Figure 1 / 3) and its tasks; ``out``, ``max_words`` and ``max_trigrams``
-    as DSSM's (``EncoderParams``)."""
-
-    kind = "mt-dnn"
-    l2: int = param(300, ge=1)  # the shared semantic layer
-    out: int = param(128, ge=1)
-    max_words: int = param(64, ge=1)
-    max_trigrams: int | None = param(None, ge=1)
-    share: Literal["all", "query"] = "all"  # Figure 1, or Figure 3 (only the query side shared)
-    domain_set: str = "sgd"
-    domains: list[str] = param(PAPER_DOMAINS)
-    ranking: bool = True
-
-    def check(self) -> None:
-        if "rank" in self.domains:
-            raise ParamError("mt-dnn: 'rank' names the ranking task; rename that domain")
-        if len(set(self.domains)) != len(self.domains):
-            raise ParamError(f"mt-dnn: duplicate domains in {self.domains}")
-        if not self.domains and not self.ranking:
-            raise ParamError("mt-dnn needs at least one task: a classification domain or ranking")
 
 
 class MTDNN(DSSM):

@@ -25,41 +25,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..device import model_device, resolve_device
-from ..params import ParamError, Params, param
 from ..text import Bags, TrigramHasher, WordTable
 from .base import ModelDirError, TrainedModel, best_k, id_ranks, read_config, write_config
+from .hparams import CLSMParams, DSSMParams, EncoderParams
 
 WEIGHTS = "weights.safetensors"
-
-
-@dataclass(frozen=True)
-class EncoderParams(Params):
-    """What a trigram encoder is. ``max_trigrams`` caps its trigram vocabulary (most frequent
-    first): the vocabulary is fitted on the training texts, but it is the model's input layer —
-    its size is the first weight matrix's and it is saved with the model — so the cap is a model
-    parameter like ``max_words``, not a training argument."""
-
-    out: int = param(128, ge=1)  # the semantic layer (DSSM's 128, CLSM's L)
-    shared: bool = False  # one tower for queries and documents
-    max_words: int = param(64, ge=1)  # texts are cut to their first words
-    max_trigrams: int | None = param(None, ge=1)
-
-
-@dataclass(frozen=True)
-class DSSMParams(EncoderParams):
-    kind = "dssm"
-    hidden: list[int] = param([300, 300])  # DSSM §3.1: 300 → 300 → 128
-
-
-@dataclass(frozen=True)
-class CLSMParams(EncoderParams):
-    kind = "clsm"
-    window: int = param(3, ge=1)  # words per convolution window (CLSM §3.2)
-    conv: int = param(300, ge=1)  # K, the convolution's units
-
-    def check(self) -> None:
-        if self.window % 2 == 0:
-            raise ParamError(f"{self._label('window')} must be odd, got {self.window}")
 
 
 def _glorot(t: torch.Tensor, fan_in: int, fan_out: int, gen: torch.Generator) -> None:

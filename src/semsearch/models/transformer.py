@@ -26,9 +26,7 @@ safetensors only."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,37 +35,9 @@ import torch
 from torch import nn
 
 from ..device import model_device, resolve_device
-from ..params import ParamError, Params, param
 from ..progress import track
 from .base import CONFIG, ModelDirError, TrainedModel, best_k, id_ranks, read_config
-
-
-@dataclass(frozen=True)
-class TransformerParams(Params):
-    """What the bi- and cross-encoder share: the starting BERT folder and the token limits."""
-
-    base: str | None = None  # a Hugging Face BERT folder (None: all-MiniLM-L6-v2, offline)
-    max_query_length: int = param(32, ge=1)
-    max_doc_length: int = param(256, ge=1)
-    batch_encode: int = param(128, ge=1)  # texts per forward pass when encoding
-
-
-@dataclass(frozen=True)
-class BiEncoderParams(TransformerParams):
-    kind = "bert-rep"
-    pooling: str = "mean"  # "mean", "cls", "layer:K" or "attention" (§4.7)
-    normalize: bool = False  # unit vectors: the dot product becomes a cosine
-
-    def check(self) -> None:
-        if not re.fullmatch(r"mean|cls|attention|layer:\d+", self.pooling):
-            raise ParamError(f"{self._label('pooling')} must be 'mean', 'cls', 'layer:K' or 'attention', got {self.pooling!r}")
-
-
-@dataclass(frozen=True)
-class CrossEncoderParams(TransformerParams):
-    kind = "bert-rel"
-    max_length: int = param(256, ge=1)  # tokens of a (query, document) pair
-    batch_pairs: int = param(64, ge=1)  # pairs per forward pass when scoring
+from .hparams import BiEncoderParams, CrossEncoderParams, TransformerParams
 
 
 WEIGHTS = "model.safetensors"

@@ -16,7 +16,7 @@ from typing import Any
 from ..data import EvalSet, TrainingData
 from ..models import Model
 from ..params import Params, split
-from ..plugins import family, model_class
+from ..plugins import family, params_type
 from .args import TrainArgs
 
 __all__ = ["ARGS", "TRAINERS", "args_type", "fit", "recipe", "trainer_of"]
@@ -60,14 +60,14 @@ def trainer_of(kind_or_family: str) -> Callable[..., dict[str, Any]] | None:
 
 # kind -> its trainer's arguments ("module:Class" under training/); a kind not listed takes none
 ARGS: dict[str, str] = {
-    "dssm": "trainer:EncoderArgs", "clsm": "trainer:EncoderArgs", "mt-dnn": "mtdnn:MTDNNArgs",
-    "knrm": "pairwise:PairwiseArgs", "matchpyramid": "pairwise:PairwiseArgs",
-    "bert-rep": "transformer:BiEncoderArgs", "bert-rel": "transformer:CrossEncoderArgs",
-    "plsa": "topic:EMArgs", "lda": "topic:LDAArgs", "bltm": "topic:BLTMArgs",
-    "wtm": "translation:IBM1Args", "ptm": "translation:IBM1Args",
-    "lsa": "projection:PCAArgs", "cl-lsa": "projection:PCAArgs", "opca": "projection:OPCAArgs",
-    "s2net": "projection:S2NetArgs",
-    "lambdamart": "lambdamart:RankerArgs",
+    "dssm": "args:EncoderArgs", "clsm": "args:EncoderArgs", "mt-dnn": "args:MTDNNArgs",
+    "knrm": "args:PairwiseArgs", "matchpyramid": "args:PairwiseArgs",
+    "bert-rep": "args:BiEncoderArgs", "bert-rel": "args:CrossEncoderArgs",
+    "plsa": "args:EMArgs", "lda": "args:LDAArgs", "bltm": "args:BLTMArgs",
+    "wtm": "args:IBM1Args", "ptm": "args:IBM1Args",
+    "lsa": "args:PCAArgs", "cl-lsa": "args:PCAArgs", "opca": "args:OPCAArgs",
+    "s2net": "args:S2NetArgs",
+    "lambdamart": "args:RankerArgs",
 }
 
 
@@ -84,7 +84,7 @@ def recipe(kind: str, raw: Mapping[str, Any], *, where: str = "") -> tuple[dict[
     constructor) and its training arguments; unknown names and bad values fail here, naming
     ``where`` they came from."""
     targs = args_type(kind)
-    mp: type[Params] | None = getattr(model_class(kind), "Params", None)
+    mp: type[Params] | None = params_type(kind)
     if mp is None:  # the model checks its own keywords
         train = {k: v for k, v in raw.items() if targs is not None and k in targs.names()}
         return {k: v for k, v in raw.items() if k not in train}, targs.from_mapping(train, where=where) if targs else None

@@ -39,3 +39,222 @@ class TrainArgs(Params):
         if not _METRIC.match(self.dev_metric):
             raise ParamError(f"{self._label('dev_metric')} must be a metric like 'ndcg@10', 'recall@100', 'mrr', got {self.dev_metric!r}")
 
+
+# ------------------------------------------------------------------------------------ trainer
+@dataclass(frozen=True)
+class EncoderArgs(TrainArgs):
+    """How DSSM and CLSM learn (CLSM §4): softmax over γ·cosine of D⁺ and J negatives, SGD."""
+
+    kind = "dssm/clsm training"
+    negatives: int = param(4, ge=0)  # J random unclicked documents per query (CLSM §4, Eq. 5)
+    sampling: Literal["random", "in-batch"] = "random"  # from the document pool, or the batch's other pairs
+    hard_negatives: int = param(0, ge=0)  # judged documents below the positive grade, added per query
+    gamma: float | list[float] = 10.0  # softmax smoothing γ; a list: each is trained, the best on dev kept
+    neg_pool: int = param(8192, ge=1)  # distinct random documents encoded per batch; negatives drawn from them
+
+    def check(self) -> None:
+        super().check()
+        gammas = self.gamma if isinstance(self.gamma, list) else [self.gamma]
+        if not gammas or min(gammas) <= 0:
+            raise ParamError(f"{self._label('gamma')} must be a positive number or a non-empty list of them, got {self.gamma!r}")
+
+    @property
+    def gammas(self) -> list[float]:
+        return self.gamma if isinstance(self.gamma, list) else [self.gamma]
+
+
+# ------------------------------------------------------------------------------------ pairwise
+@dataclass(frozen=True)
+class PairwiseArgs(TrainArgs):
+    """How K-NRM and MatchPyramid learn: pairwise hinge against random and judged negatives, Adam."""
+
+    kind = "knrm/matchpyramid training"
+    negatives: int = param(2, ge=0)  # random documents of the pool per positive pair
+    hard_negatives: int = param(4, ge=0)  # judged documents graded below the positive threshold per pair
+    margin: float = param(1.0, gt=0)  # hinge margin: max(0, margin − s⁺ + s⁻)
+    optimizer: Literal["sgd", "adam"] = "adam"
+    lr: float = param(1e-3, gt=0)
+    batch_size: int = param(256, ge=1)
+    epochs: int = param(6, ge=1)
+    patience: int = param(2, ge=1)
+    neg_pool: int = param(4096, ge=1)  # distinct random documents drawn per batch; negatives come from them
+
+
+# ------------------------------------------------------------------------------------ transformer
+@dataclass(frozen=True)
+class TransformerArgs(TrainArgs):
+    """How BERT(rep) and BERT(rel) are fine-tuned (Algorithm 1): Adam on the graded hinge."""
+
+    margin: float | list[float] = 1.0  # hinge margin τ of Eq. 3; a list: each is trained, the best on dev kept
+    optimizer: Literal["adam"] = "adam"
+    lr: float = param(1e-5, gt=0)
+    epochs: int = param(1, ge=1)
+    batch_size: int = param(8, ge=1)  # queries per step; each brings its judged documents and sampled negatives
+    neg_global: int = param(10, ge=0)  # NEG_global: documents drawn uniformly from the corpus per query (§3.2.1)
+    neg_cluster: int = param(10, ge=0)  # NEG_cluster: documents drawn from the query's k-means cluster
+    # embeddings to cluster: "first" (a model fine-tuned on the judged data only, Algorithm 1) or
+    # "pretrained" (the untrained bi-encoder of ``base``)
+    cluster_model: Literal["first", "pretrained"] = "first"
+    n_clusters: int = param(100, ge=1)
+    cluster_docs: int = param(20000, ge=1)  # documents encoded and clustered (a uniform sample; all if fewer)
+    max_queries: int | None = param(None, ge=1)  # train on this many random training queries (None: all)
+    max_judged: int = param(30, ge=1)  # at most this many judged documents per query (random sample)
+    dev_queries: int = param(300, ge=1)  # dev queries (random sample) used to pick the margin
+
+    def check(self) -> None:
+        super().check()
+        if isinstance(self.margin, list) and not self.margin:
+            raise ParamError(f"{self._label('margin')} must be a number or a non-empty list of numbers")
+
+    @property
+    def margins(self) -> list[float]:
+        return self.margin if isinstance(self.margin, list) else [self.margin]
+
+
+@dataclass(frozen=True)
+class BiEncoderArgs(TransformerArgs):
+    kind = "bert-rep training"
+    # every query of a batch also meets the other queries' documents as negatives (their vectors
+    # are computed for the batch anyway; a cross-encoder would score each pair anew)
+    share_negatives: bool = False
+
+
+@dataclass(frozen=True)
+class CrossEncoderArgs(TransformerArgs):
+    kind = "bert-rel training"
+    cluster_model: Literal["first", "pretrained"] = "pretrained"
+    head_lr: float | None = param(None, gt=0)  # the linear head's learning rate (None: lr)
+
+    def check(self) -> None:
+        super().check()
+        if self.cluster_model == "first" and self.neg_cluster > 0:
+            raise ParamError(f"{self._label('cluster_model')} = 'first' needs a bi-encoder; use 'pretrained'")
+
+
+# ------------------------------------------------------------------------------------ mtdnn
+@dataclass(frozen=True)
+class MTDNNArgs(EncoderArgs):
+    """How MT-DNN learns (Algorithm 1): the ranking task as DSSM's (one ``gamma``, no judged
+    negatives), plus the choice of task per minibatch and the dev score that stops training."""
+
+    kind = "mt-dnn training"
+    task_sampling: Literal["uniform", "proportional"] = "uniform"  # Algorithm 1 picks a task at random
+    cls_lr: float | None = param(None, gt=0)  # learning rate of the classification minibatches (None: lr)
+    freeze_l2: bool = False  # keep the shared layer fixed (DNN2 of the domain-adaptation study)
+    select: Literal["mean", "rank", "classification"] = "mean"  # dev score: mean over tasks, or one kind
+
+    def check(self) -> None:
+        super().check()
+        if isinstance(self.gamma, list):
+            raise ParamError(f"{self._label('gamma')} must be one number for mt-dnn, got {self.gamma!r}")
+        if self.hard_negatives:
+            raise ParamError(f"{self._label('hard_negatives')}: mt-dnn's ranking task takes random negatives only")
+
+
+# ------------------------------------------------------------------------------------ projection
+@dataclass(frozen=True)
+class PCAArgs(Params):
+    """LSA and CL-LSA: the seed of the PCA's random start."""
+
+    kind = "pca"
+
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class OPCAArgs(PCAArgs):
+    """OPCA: the leading PCA directions it solves in (``reduce``) and the noise ridge ``reg``
+    (ε = reg·tr(N)/m; both picked on homedepot's dev split, models/projection.py)."""
+
+    kind = "opca"
+
+    reduce: int = param(200, ge=1)
+    reg: float = param(0.3, ge=0)
+
+
+@dataclass(frozen=True)
+class S2NetArgs(TrainArgs):
+    """S2Net: loss log(1 + exp(−γΔ)) over ``negatives`` random pool titles per pair, minibatch Adam
+    at lr 0.01 (picked on dev), early stopping on dev NDCG@10 (an epoch counts when it beats the
+    best, the LSA start included, by more than 1e-5)."""
+
+    kind = "s2net"
+
+    lr: float = param(0.01, gt=0)
+    optimizer: Literal["sgd", "adam"] = "adam"
+    min_delta: float = param(1e-5, ge=0)
+    gamma: float = param(10.0, gt=0)
+    negatives: int = param(4, ge=1)
+
+
+# ------------------------------------------------------------------------------------ topic
+@dataclass(frozen=True)
+class EMArgs(Params):
+    """How PLSA learns by MAP-EM: iterations, the stopping tolerance, the φ prior β, the
+    vocabulary's minimum count, the seed of the random start."""
+
+    kind = "plsa"
+
+    iterations: int = param(100, ge=1)
+    min_iterations: int = param(20, ge=0)
+    tol: float = param(1e-3, ge=0)
+    beta: float = 1.01
+    min_count: int = param(1, ge=1)
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.beta < 1.0:
+            raise ParamError(f"{self._label('beta')}: MAP-EM needs beta >= 1 (a Dirichlet prior whose mode "
+                             f"exists), got {self.beta}")
+
+
+@dataclass(frozen=True)
+class BLTMArgs(EMArgs):
+    """BLTM's MAP-EM; ``pr``: posterior regularisation (BLTM-PR) with ``pr_steps`` dual steps per
+    pair and EM iteration, warm-started, stopping early at ``pr_tol`` (``bltm_step``)."""
+
+    kind = "bltm"
+
+    pr: bool = False
+    pr_steps: int = param(10, ge=0)
+    pr_tol: float = param(1e-3, ge=0)
+    pr_method: Literal["diag", "gradient"] = "diag"
+
+
+@dataclass(frozen=True)
+class LDAArgs(Params):
+    """gensim's online VB: ``passes`` over the titles, its per-document ``iterations`` and
+    ``chunksize``, the topic prior η (0.01, Wei & Croft 2006), the vocabulary's minimum count."""
+
+    kind = "lda"
+
+    passes: int = param(10, ge=1)
+    iterations: int = param(50, ge=1)
+    eta: float = param(0.01, gt=0)
+    chunksize: int = param(2000, ge=1)
+    min_count: int = param(1, ge=1)
+    seed: int = 0
+
+
+# ------------------------------------------------------------------------------------ translation
+@dataclass(frozen=True)
+class IBM1Args(Params):
+    """How the WTM and PTM learn: IBM-1 EM ``iterations`` and relative tolerance ``tol``, the NULL
+    title word (``null``), and ``min_prob``: translations below it are pruned after training."""
+
+    kind = "ibm-1"
+
+    iterations: int = param(10, ge=1)
+    tol: float = param(1e-4, ge=0)
+    null: bool = True
+    min_prob: float = param(1e-4, ge=0, lt=1)
+
+
+# ------------------------------------------------------------------------------------ lambdamart
+@dataclass(frozen=True)
+class RankerArgs(Params):
+    """How the ``lambdamart`` kind learns besides its booster settings (saved with the model)."""
+
+    kind = "lambdamart training"
+
+    cv_folds: int = param(0, ge=0)  # without a dev split: trees picked by this k-fold CV (0: num_boost_round)

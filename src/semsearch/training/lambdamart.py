@@ -6,26 +6,16 @@ the registered ``lambdamart`` kind's trainer (``fit``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..data import EvalSet, TrainingData
 from ..evaluation import kfold_queries
-from ..params import Params, param
 from ..ranking.features import Groups
 from ..ranking.lambdamart import LambdaMART, LambdaMARTRanker
 from ..types import Run
-
-
-@dataclass(frozen=True)
-class RankerArgs(Params):
-    """How the ``lambdamart`` kind learns besides its booster settings (saved with the model)."""
-
-    kind = "lambdamart training"
-
-    cv_folds: int = param(0, ge=0)  # without a dev split: trees picked by this k-fold CV (0: num_boost_round)
+from .args import RankerArgs
 
 
 def train_booster(booster: LambdaMART, train: Groups, dev: Groups | None = None, *, cv_folds: int = 0) -> dict[str, Any]:

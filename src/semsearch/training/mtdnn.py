@@ -12,8 +12,7 @@ dev AUC (``select = "rank"`` or ``"classification"`` uses only those); training 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,29 +22,10 @@ from ..data import DomainTasks, EvalSet, TrainingData, open_domain_set
 from ..device import model_device
 from ..evaluation import auc
 from ..models.mtdnn import MTDNN
-from ..params import ParamError, param
 from ..text import TrigramHasher
+from .args import MTDNNArgs
 from .loop import epoch_loop
-from .trainer import EncoderArgs, Pairs, batch_loss, dev_score, make_optimizer
-
-
-@dataclass(frozen=True)
-class MTDNNArgs(EncoderArgs):
-    """How MT-DNN learns (Algorithm 1): the ranking task as DSSM's (one ``gamma``, no judged
-    negatives), plus the choice of task per minibatch and the dev score that stops training."""
-
-    kind = "mt-dnn training"
-    task_sampling: Literal["uniform", "proportional"] = "uniform"  # Algorithm 1 picks a task at random
-    cls_lr: float | None = param(None, gt=0)  # learning rate of the classification minibatches (None: lr)
-    freeze_l2: bool = False  # keep the shared layer fixed (DNN2 of the domain-adaptation study)
-    select: Literal["mean", "rank", "classification"] = "mean"  # dev score: mean over tasks, or one kind
-
-    def check(self) -> None:
-        super().check()
-        if isinstance(self.gamma, list):
-            raise ParamError(f"{self._label('gamma')} must be one number for mt-dnn, got {self.gamma!r}")
-        if self.hard_negatives:
-            raise ParamError(f"{self._label('hard_negatives')}: mt-dnn's ranking task takes random negatives only")
+from .trainer import Pairs, batch_loss, dev_score, make_optimizer
 
 
 def domain_tasks(model: MTDNN, split: str) -> DomainTasks:

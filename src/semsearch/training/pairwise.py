@@ -9,9 +9,8 @@ the negatives (``losses.pairwise_hinge_loss``). Negatives are drawn as for DSSM/
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,27 +18,10 @@ import torch
 from ..data import EvalSet, TrainingData
 from ..device import model_device
 from ..models.interaction import InteractionModel
-from ..params import param
-from .args import TrainArgs
+from .args import PairwiseArgs
 from .losses import pairwise_hinge_loss
 from .negatives import hard_negatives, random_negatives, sample_pool
 from .trainer import Pairs, make_optimizer, run_epochs
-
-
-@dataclass(frozen=True)
-class PairwiseArgs(TrainArgs):
-    """How K-NRM and MatchPyramid learn: pairwise hinge against random and judged negatives, Adam."""
-
-    kind = "knrm/matchpyramid training"
-    negatives: int = param(2, ge=0)  # random documents of the pool per positive pair
-    hard_negatives: int = param(4, ge=0)  # judged documents graded below the positive threshold per pair
-    margin: float = param(1.0, gt=0)  # hinge margin: max(0, margin − s⁺ + s⁻)
-    optimizer: Literal["sgd", "adam"] = "adam"
-    lr: float = param(1e-3, gt=0)
-    batch_size: int = param(256, ge=1)
-    epochs: int = param(6, ge=1)
-    patience: int = param(2, ge=1)
-    neg_pool: int = param(4096, ge=1)  # distinct random documents drawn per batch; negatives come from them
 
 
 def train_interaction(

@@ -6,9 +6,8 @@ S2Net's gradient training from the LSA solution on the one epoch loop (DPM; Yih 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import scipy.linalg
@@ -21,45 +20,9 @@ from ..data import EvalSet, TrainingData
 from ..device import model_device
 from ..evaluation import evaluate
 from ..models.projection import ProjectionModel, project, tfidf_matrix
-from ..params import Params, param
 from ..text import Vocabulary
-from .args import TrainArgs
+from .args import OPCAArgs, PCAArgs, S2NetArgs
 from .loop import Checkpoint, epoch_loop
-
-
-@dataclass(frozen=True)
-class PCAArgs(Params):
-    """LSA and CL-LSA: the seed of the PCA's random start."""
-
-    kind = "pca"
-
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class OPCAArgs(PCAArgs):
-    """OPCA: the leading PCA directions it solves in (``reduce``) and the noise ridge ``reg``
-    (ε = reg·tr(N)/m; both picked on homedepot's dev split, models/projection.py)."""
-
-    kind = "opca"
-
-    reduce: int = param(200, ge=1)
-    reg: float = param(0.3, ge=0)
-
-
-@dataclass(frozen=True)
-class S2NetArgs(TrainArgs):
-    """S2Net: loss log(1 + exp(−γΔ)) over ``negatives`` random pool titles per pair, minibatch Adam
-    at lr 0.01 (picked on dev), early stopping on dev NDCG@10 (an epoch counts when it beats the
-    best, the LSA start included, by more than 1e-5)."""
-
-    kind = "s2net"
-
-    lr: float = param(0.01, gt=0)
-    optimizer: Literal["sgd", "adam"] = "adam"
-    min_delta: float = param(1e-5, ge=0)
-    gamma: float = param(10.0, gt=0)
-    negatives: int = param(4, ge=1)
 
 
 def train_projection(model: ProjectionModel, data: TrainingData, dev: EvalSet | None = None, *,

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,57 +30,10 @@ import scipy.sparse as sp
 from ..data import EvalSet, TrainingData
 from ..models.topic import TopicModel
 from ..models.topic_em import TINY, Chunk, chunk_bounds, make_chunks, max_nnz, normalize_rows, run_groups, side
-from ..params import ParamError, Params, param
+from ..params import Params
 from ..progress import Reporter
 from ..text import Vocabulary, count_matrix
-
-
-@dataclass(frozen=True)
-class EMArgs(Params):
-    """How PLSA learns by MAP-EM: iterations, the stopping tolerance, the φ prior β, the
-    vocabulary's minimum count, the seed of the random start."""
-
-    kind = "plsa"
-
-    iterations: int = param(100, ge=1)
-    min_iterations: int = param(20, ge=0)
-    tol: float = param(1e-3, ge=0)
-    beta: float = 1.01
-    min_count: int = param(1, ge=1)
-    seed: int = 0
-
-    def check(self) -> None:
-        if self.beta < 1.0:
-            raise ParamError(f"{self._label('beta')}: MAP-EM needs beta >= 1 (a Dirichlet prior whose mode "
-                             f"exists), got {self.beta}")
-
-
-@dataclass(frozen=True)
-class BLTMArgs(EMArgs):
-    """BLTM's MAP-EM; ``pr``: posterior regularisation (BLTM-PR) with ``pr_steps`` dual steps per
-    pair and EM iteration, warm-started, stopping early at ``pr_tol`` (``bltm_step``)."""
-
-    kind = "bltm"
-
-    pr: bool = False
-    pr_steps: int = param(10, ge=0)
-    pr_tol: float = param(1e-3, ge=0)
-    pr_method: Literal["diag", "gradient"] = "diag"
-
-
-@dataclass(frozen=True)
-class LDAArgs(Params):
-    """gensim's online VB: ``passes`` over the titles, its per-document ``iterations`` and
-    ``chunksize``, the topic prior η (0.01, Wei & Croft 2006), the vocabulary's minimum count."""
-
-    kind = "lda"
-
-    passes: int = param(10, ge=1)
-    iterations: int = param(50, ge=1)
-    eta: float = param(0.01, gt=0)
-    chunksize: int = param(2000, ge=1)
-    min_count: int = param(1, ge=1)
-    seed: int = 0
+from .args import BLTMArgs, EMArgs, LDAArgs
 
 
 _ARGS: dict[str, type[Params]] = {"plsa": EMArgs, "lda": LDAArgs, "bltm": BLTMArgs}

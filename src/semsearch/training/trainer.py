@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,33 +23,10 @@ from ..device import model_device
 from ..evaluation import evaluate
 from ..models.base import Model, rank
 from ..models.neural import NeuralEncoder
-from ..params import ParamError, param
-from .args import TrainArgs
+from .args import EncoderArgs, TrainArgs
 from .losses import in_batch_loss, softmax_cosine_loss
 from .loop import Checkpoint, epoch_loop
 from .negatives import hard_negatives, random_negatives, sample_pool
-
-
-@dataclass(frozen=True)
-class EncoderArgs(TrainArgs):
-    """How DSSM and CLSM learn (CLSM §4): softmax over γ·cosine of D⁺ and J negatives, SGD."""
-
-    kind = "dssm/clsm training"
-    negatives: int = param(4, ge=0)  # J random unclicked documents per query (CLSM §4, Eq. 5)
-    sampling: Literal["random", "in-batch"] = "random"  # from the document pool, or the batch's other pairs
-    hard_negatives: int = param(0, ge=0)  # judged documents below the positive grade, added per query
-    gamma: float | list[float] = 10.0  # softmax smoothing γ; a list: each is trained, the best on dev kept
-    neg_pool: int = param(8192, ge=1)  # distinct random documents encoded per batch; negatives drawn from them
-
-    def check(self) -> None:
-        super().check()
-        gammas = self.gamma if isinstance(self.gamma, list) else [self.gamma]
-        if not gammas or min(gammas) <= 0:
-            raise ParamError(f"{self._label('gamma')} must be a positive number or a non-empty list of them, got {self.gamma!r}")
-
-    @property
-    def gammas(self) -> list[float]:
-        return self.gamma if isinstance(self.gamma, list) else [self.gamma]
 
 
 @dataclass

@@ -24,69 +24,18 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..data import EvalSet, TrainingData
 from ..models.transformer import BiEncoder, CrossEncoder, TransformerModel
-from ..params import ParamError, param
-from .args import TrainArgs
+from .args import TransformerArgs
 from .losses import graded_hinge_loss
 from .loop import epoch_loop
 from .negatives import uniform_negatives
 from .trainer import dev_score
-
-
-@dataclass(frozen=True)
-class TransformerArgs(TrainArgs):
-    """How BERT(rep) and BERT(rel) are fine-tuned (Algorithm 1): Adam on the graded hinge."""
-
-    margin: float | list[float] = 1.0  # hinge margin τ of Eq. 3; a list: each is trained, the best on dev kept
-    optimizer: Literal["adam"] = "adam"
-    lr: float = param(1e-5, gt=0)
-    epochs: int = param(1, ge=1)
-    batch_size: int = param(8, ge=1)  # queries per step; each brings its judged documents and sampled negatives
-    neg_global: int = param(10, ge=0)  # NEG_global: documents drawn uniformly from the corpus per query (§3.2.1)
-    neg_cluster: int = param(10, ge=0)  # NEG_cluster: documents drawn from the query's k-means cluster
-    # embeddings to cluster: "first" (a model fine-tuned on the judged data only, Algorithm 1) or
-    # "pretrained" (the untrained bi-encoder of ``base``)
-    cluster_model: Literal["first", "pretrained"] = "first"
-    n_clusters: int = param(100, ge=1)
-    cluster_docs: int = param(20000, ge=1)  # documents encoded and clustered (a uniform sample; all if fewer)
-    max_queries: int | None = param(None, ge=1)  # train on this many random training queries (None: all)
-    max_judged: int = param(30, ge=1)  # at most this many judged documents per query (random sample)
-    dev_queries: int = param(300, ge=1)  # dev queries (random sample) used to pick the margin
-
-    def check(self) -> None:
-        super().check()
-        if isinstance(self.margin, list) and not self.margin:
-            raise ParamError(f"{self._label('margin')} must be a number or a non-empty list of numbers")
-
-    @property
-    def margins(self) -> list[float]:
-        return self.margin if isinstance(self.margin, list) else [self.margin]
-
-
-@dataclass(frozen=True)
-class BiEncoderArgs(TransformerArgs):
-    kind = "bert-rep training"
-    # every query of a batch also meets the other queries' documents as negatives (their vectors
-    # are computed for the batch anyway; a cross-encoder would score each pair anew)
-    share_negatives: bool = False
-
-
-@dataclass(frozen=True)
-class CrossEncoderArgs(TransformerArgs):
-    kind = "bert-rel training"
-    cluster_model: Literal["first", "pretrained"] = "pretrained"
-    head_lr: float | None = param(None, gt=0)  # the linear head's learning rate (None: lr)
-
-    def check(self) -> None:
-        super().check()
-        if self.cluster_model == "first" and self.neg_cluster > 0:
-            raise ParamError(f"{self._label('cluster_model')} = 'first' needs a bi-encoder; use 'pretrained'")
 
 
 @dataclass

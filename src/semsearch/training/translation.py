@@ -19,23 +19,10 @@ import scipy.sparse as sp
 
 from ..data import EvalSet, TrainingData
 from ..models.translation import KEY_BASE, TINY, PhraseTranslationModel, WordTranslationModel, phrase_key
-from ..params import Params, param
 from ..progress import track
 from ..text import Vocabulary, count_matrix
+from .args import IBM1Args
 from .loop import em_loop
-
-
-@dataclass(frozen=True)
-class IBM1Args(Params):
-    """How the WTM and PTM learn: IBM-1 EM ``iterations`` and relative tolerance ``tol``, the NULL
-    title word (``null``), and ``min_prob``: translations below it are pruned after training."""
-
-    kind = "ibm-1"
-
-    iterations: int = param(10, ge=1)
-    tol: float = param(1e-4, ge=0)
-    null: bool = True
-    min_prob: float = param(1e-4, ge=0, lt=1)
 
 
 def train_translation(model: WordTranslationModel | PhraseTranslationModel, data: TrainingData,
