@@ -326,11 +326,6 @@ def train_cmd(
     log = fit(m, train_data, dev_set, args=args, **options)
     m.save(out_dir)
     (out_dir / "training.json").write_text(json.dumps(log, indent=2) + "\n", encoding="utf-8")
-    for e in log.get("epochs", []):
-        losses = "  ".join(f"{k} {v:.4f}" for k, v in e.items() if k.startswith("loss"))
-        speed = f"  {e['pairs_per_s']:>8.0f} pairs/s" if "pairs_per_s" in e else ""
-        dev_txt = f"  dev {e['dev']:.4f}" if "dev" in e else ""
-        err.print(f"epoch {e['epoch']:>3}  {losses}{speed}{dev_txt}", highlight=False)
     if "stopped" in log:
         kept = f"; kept epoch {log['best_epoch']}" if "best_epoch" in log else ""
         err.print(f"{log['stopped']}{kept}", highlight=False)

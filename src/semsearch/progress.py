@@ -92,12 +92,12 @@ class Reporter:
             self._bar = None
 
     def epoch_line(self, epoch: int, epochs: int, seconds_so_far: float, **metrics: Any) -> None:
-        """One line for a finished epoch (on a terminal too, above the bar's place)."""
+        """One line for finished epoch ``epoch`` of ``epochs`` (the title names it), on a terminal too."""
         if self.mode == "off":
             return
         shown = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
         eta = seconds_so_far / epoch * (epochs - epoch) if epoch else 0.0
-        _line(f"{self.title} epoch {epoch}/{epochs}  {self.rate():,.0f} {self.unit}/s  {shown}  "
+        _line(f"{self.title}  {self.rate():,.0f} {self.unit}/s  {shown}  "
               f"ETA {_duration(eta)}" + (" (at most: early stopping may end sooner)" if epoch < epochs else ""))
 
 

@@ -137,7 +137,9 @@ def epoch_loop(
             entry.update(dev())
         if stop.record(entry) and keep:
             best_state = state_copy(net)
-        shown = {k: v for k, v in entry.items() if k.startswith("loss") or k == "dev"}
+        shown = {k: v for k, v in entry.items() if k.startswith("loss")}
+        if "dev" in entry:
+            shown[f"dev {args.dev_metric}"] = entry["dev"]
         rep.epoch_line(epoch + 1, args.epochs, time.perf_counter() - t_start, **shown)
         if checkpoint is not None:
             _save_checkpoint(checkpoint, net, opt, epoch + 1, stop, rng, best_state if keep else state_copy(net))
