@@ -184,7 +184,7 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             vecs = r.embed(corpus.ids, texts, progress=f"encoding documents ({name})")  # type: ignore[arg-type]
             r.index_vectors(corpus.ids, vecs)
             r.save(tmp / "models" / name)
-            entry = {"name": name, "kind": kind, "dim": int(r._probes.shape[1]), "path": f"models/{name}"}
+            entry = {"name": name, "kind": kind, "dim": r.dim, "path": f"models/{name}"}
             if dsn is not None:
                 from .pgstore import PgVectorStore
 
@@ -291,8 +291,8 @@ class Bundle:
         semantic = {}
         for m in manifest.get("models", []):
             r = SemanticRetriever.load(p / m["path"])
-            if r._probes.shape[1] != m["dim"]:
-                raise ModelDirError(f"{p}: model {m['name']} has dimension {r._probes.shape[1]}, manifest says {m['dim']}")
+            if r.dim != m["dim"]:
+                raise ModelDirError(f"{p}: model {m['name']} has dimension {r.dim}, manifest says {m['dim']}")
             _open_store(store, r, p / m["path"], m, manifest)
             semantic[m["name"]] = r
         rk = manifest.get("ranker")

@@ -98,6 +98,11 @@ class SemanticRetriever(Model):
                                          threads=self.threads, **self.index_params)
         self._probes = self._probe_vectors()
 
+    @property
+    def dim(self) -> int:
+        """The encoder's vector width (0 before ``index``)."""
+        return int(self._probes.shape[1])
+
     def _probe_vectors(self) -> np.ndarray:
         return np.asarray(self.encoder.encode_documents(list(PROBES)), dtype=np.float32)
 
