@@ -17,7 +17,6 @@ from ..data import EvalSet, TrainingData
 from ..models import Model
 from ..params import Params, split
 from ..plugins import family, params_type
-from .args import TrainArgs
 
 __all__ = ["ARGS", "TRAINERS", "args_type", "fit", "recipe", "trainer_of"]
 
@@ -51,9 +50,9 @@ def _resolve(target: str) -> Any:
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
-def trainer_of(kind_or_family: str) -> Callable[..., dict[str, Any]] | None:
-    """The trainer function of a family (or of a kind's family); None when it does not learn."""
-    target = TRAINERS.get(kind_or_family) or TRAINERS.get(family(kind_or_family))
+def trainer_of(fam: str) -> Callable[..., dict[str, Any]] | None:
+    """The trainer function of a family; None when its models do not learn."""
+    target = TRAINERS.get(fam)
     return _resolve(target) if target else None
 
 
@@ -71,15 +70,16 @@ ARGS: dict[str, str] = {
 }
 
 
-def args_type(kind: str) -> type[TrainArgs] | None:
-    """The typed training arguments of ``kind`` (None: it trains without arguments, or not at all)."""
+def args_type(kind: str) -> type[Params] | None:
+    """The typed training arguments of ``kind`` (``TrainArgs`` for the epoch loop's trainers, a plain
+    ``Params`` for closed-form and EM ones; None: it trains without arguments, or not at all)."""
     target = ARGS.get(kind)
     if target is None:
         return None
     return _resolve(target)
 
 
-def recipe(kind: str, raw: Mapping[str, Any], *, where: str = "") -> tuple[dict[str, Any], TrainArgs | None]:
+def recipe(kind: str, raw: Mapping[str, Any], *, where: str = "") -> tuple[dict[str, Any], Params | None]:
     """``raw`` (one vocabulary) split into the kind's validated model parameters (a dict for its
     constructor) and its training arguments; unknown names and bad values fail here, naming
     ``where`` they came from."""
@@ -89,11 +89,11 @@ def recipe(kind: str, raw: Mapping[str, Any], *, where: str = "") -> tuple[dict[
         train = {k: v for k, v in raw.items() if targs is not None and k in targs.names()}
         return {k: v for k, v in raw.items() if k not in train}, targs.from_mapping(train, where=where) if targs else None
     parts = split(raw, mp, *([targs] if targs else []), where=where)
-    return {k: v for k, v in raw.items() if k in mp.names()}, parts[1] if targs else None  # type: ignore[return-value]
+    return {k: v for k, v in raw.items() if k in mp.names()}, parts[1] if targs else None
 
 
 def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progress: bool = True,
-        args: TrainArgs | None = None, **options: Any) -> dict[str, Any]:
+        args: Params | None = None, **options: Any) -> dict[str, Any]:
     """Train ``model`` on ``data`` (early stopping / tuning on ``dev``); returns its training log.
     ``args``: the kind's typed training arguments (default: its defaults); ``options``: how to run
     (``checkpoint_dir``, ``resume``)."""
