@@ -78,10 +78,12 @@ class Model(ABC):
 class TrainedModel(Model):
     """A model whose hyper-parameters are fixed once it is trained: a typed ``Params`` class
     (``params.Params``) validates the constructor's keywords into ``self.p``; ``params`` returns
-    them and ``with_params`` refuses to change them (train another model instead)."""
+    them and ``with_params`` refuses to change them (train another model instead). The torch
+families keep their network in ``self.net``: ``to``, ``trained`` and ``_require`` act on it."""
 
     Params: ClassVar[type[Params]]
     p: Any
+    net: Any  # the torch network (torch families), None until built or loaded
 
     def __init__(self, **params: Any):
         self.p = self.Params.from_mapping(params, where=self.name)
@@ -101,6 +103,23 @@ class TrainedModel(Model):
         if changed:
             raise ValueError(f"{self.name}: {changed} are fixed at training time; train another model")
         return self
+
+    def to(self, device: str) -> "TrainedModel":
+        """Put the weights on ``device`` (a ``device`` setting: 'cpu', 'cuda', 'auto', ...) to score there."""
+        from ..device import resolve_device  # torch only here: checking a spec imports this module
+
+        self._require().to(resolve_device(device))
+        return self
+
+    @property
+    def trained(self) -> bool:
+        return self.net is not None
+
+    def _require(self) -> Any:
+        """The torch network ``self.net``, or RuntimeError before the model is trained or loaded."""
+        if self.net is None:
+            raise RuntimeError(f"{self.name}: not trained; train it or load a saved model")
+        return self.net
 
 
 def write_config(path: str | Path, config: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..device import model_device, resolve_device
+from ..device import model_device
 from ..text import Vocabulary, tokenize
 from .base import ModelDirError, TrainedModel, read_config, write_config
 from .hparams import InteractionParams, KNRMParams, MatchPyramidParams
@@ -183,20 +183,6 @@ class InteractionModel(TrainedModel):
         if self.p.init == "minilm" and pretrained:
             with torch.no_grad():
                 self.net.match.embed.weight[FIRST:] = torch.from_numpy(minilm_word_vectors(vocab.terms))
-
-    def to(self, device: str) -> "InteractionModel":
-        """Put the weights on ``device`` (a ``device`` setting: 'cpu', 'cuda', 'auto', ...) to score there."""
-        self._require().to(resolve_device(device))
-        return self
-
-    @property
-    def trained(self) -> bool:
-        return self.net is not None
-
-    def _require(self) -> nn.Module:
-        if self.net is None or self.vocab is None:
-            raise RuntimeError(f"{self.name}: not trained; train it or load a saved model")
-        return self.net
 
     def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Word ids of each text (first ``max_words`` words): vocabulary rows, or a negative id per

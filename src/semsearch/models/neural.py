@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..device import model_device, resolve_device
+from ..device import model_device
 from ..text import Bags, TrigramHasher, WordTable
 from .base import ModelDirError, TrainedModel, best_k, id_ranks, read_config, write_config
 from .hparams import CLSMParams, DSSMParams, EncoderParams
@@ -251,20 +251,6 @@ class NeuralEncoder(TrainedModel):
     def copy_from(self, other: "NeuralEncoder") -> None:
         """Take ``other``'s vocabulary and weights (a trained trial of the same kind)."""
         self.hasher, self.net = other.hasher, other.net
-
-    def to(self, device: str) -> "NeuralEncoder":
-        """Put the weights on ``device`` (a ``device`` setting: 'cpu', 'cuda', 'auto', ...) to encode there."""
-        self._require().to(resolve_device(device))
-        return self
-
-    @property
-    def trained(self) -> bool:
-        return self.net is not None
-
-    def _require(self) -> TwoTowers:
-        if self.net is None or self.hasher is None:
-            raise RuntimeError(f"{self.name}: not trained; train it or load a saved model")
-        return self.net
 
     # -- encoding -------------------------------------------------------------------------------
     def _batched(self, texts: Sequence[str], fn: Callable[[nn.Module, Any], torch.Tensor],

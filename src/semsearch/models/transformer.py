@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..device import model_device, resolve_device
+from ..device import model_device
 from ..progress import track
 from .base import CONFIG, ModelDirError, TrainedModel, best_k, id_ranks, read_config
 from .hparams import BiEncoderParams, CrossEncoderParams, TransformerParams
@@ -152,11 +152,6 @@ class TransformerModel(TrainedModel):
     def copy_from(self, other: "TransformerModel") -> None:
         """Take ``other``'s weights and tokenizer (a trained trial of the same kind)."""
         self.tokenizer, self.net = other.tokenizer, other.net
-
-    def to(self, device: str) -> "TransformerModel":
-        """Put the weights on ``device`` (a ``device`` setting: 'cpu', 'cuda', 'auto', ...) to encode there."""
-        self.net.to(resolve_device(device))  # type: ignore[union-attr]
-        return self
 
     @property
     def doc_ids(self) -> Sequence[str]:
