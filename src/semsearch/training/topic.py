@@ -31,9 +31,9 @@ from ..data import EvalSet, TrainingData
 from ..models.topic import TopicModel
 from ..models.topic_em import TINY, Chunk, chunk_bounds, make_chunks, max_nnz, normalize_rows, run_groups, side
 from ..params import Params
-from ..progress import Reporter
 from ..text import Vocabulary, count_matrix
 from .args import BLTMArgs, EMArgs, LDAArgs
+from .loop import em_loop
 
 
 _ARGS: dict[str, type[Params]] = {"plsa": EMArgs, "lda": LDAArgs, "bltm": BLTMArgs}
@@ -180,30 +180,27 @@ def _bltm(model: TopicModel, queries: Sequence[str], titles: Sequence[str], args
 
 def _em(model: TopicModel, step: Callable[[], tuple[float, float, dict[str, Any]]], iterations: int, tol: float,
         tokens: int, progress: bool, min_iterations: int = 0) -> dict[str, Any]:
-    """Run ``step`` (one EM iteration: log-likelihood, objective, extras) up to ``iterations`` times;
-    from iteration ``min_iterations`` on, stop by ``loop.em_loop``'s rule on the log-likelihood (not
-    the MAP objective: with many topics the prior terms dwarf it). ``em_loop`` itself has no
-    minimum, so the loop is spelt out here, reporting through the same ``progress.Reporter``."""
-    rep = Reporter(f"{model.name} EM ({model.p.topics} topics)", iterations, unit="tokens", show=progress)
-    history: list[dict[str, Any]] = []
-    stopped = f"reached the iteration limit ({iterations}) without the relative change falling below tol {tol:g}"
-    try:
-        for it in range(iterations):
-            t0 = time.perf_counter()
-            ll, obj, extra = step()
-            dt = max(time.perf_counter() - t0, 1e-9)
-            history.append({"iteration": it + 1, "loglik": ll, "objective": obj, "seconds": round(dt, 4),
-                            "tokens_per_s": round(tokens / dt, 1), **extra})
-            rep.advance(1, tokens, loglik=ll, objective=obj)
-            if not np.isfinite(obj):
-                raise FloatingPointError(f"{model.name}: EM objective became {obj} at iteration {it + 1}")
-            prev = history[-2]["loglik"] if len(history) > 1 else None
-            if tol > 0 and prev is not None and it + 1 >= min_iterations and abs(ll - prev) <= tol * max(abs(prev), 1e-12):
-                stopped = (f"converged at iteration {it + 1}: relative change of the log-likelihood "
-                           f"{(ll - prev) / abs(prev):.3g} below tol {tol:g}")
-                break
-    finally:
-        rep.close()
+    """Run ``step`` (one EM iteration: log-likelihood, objective, extras) up to ``iterations`` times
+    on ``loop.em_loop``: from iteration ``min_iterations`` on, stop by its rule on the
+    log-likelihood (not the MAP objective: with many topics the prior terms dwarf it)."""
+
+    def timed(_: int) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        ll, obj, extra = step()
+        dt = max(time.perf_counter() - t0, 1e-9)
+        if not np.isfinite(obj):
+            raise FloatingPointError(f"{model.name}: EM objective became {obj} at iteration {_ + 1}")
+        return {"loglik": ll, "objective": obj, "seconds": round(dt, 4), "tokens_per_s": round(tokens / dt, 1), **extra}
+
+    res = em_loop(timed, iterations, tol=tol, min_iterations=min_iterations, progress=progress, unit="tokens",
+                  title=f"{model.name} EM ({model.p.topics} topics)", items=tokens, shown=("objective",))
+    history = res["iterations"]
+    if res["stopped"].startswith("reached"):
+        stopped = f"reached the iteration limit ({iterations}) without the relative change falling below tol {tol:g}"
+    else:
+        ll, prev = history[-1]["loglik"], history[-2]["loglik"]
+        stopped = (f"converged at iteration {len(history)}: relative change of the log-likelihood "
+                   f"{(ll - prev) / abs(prev):.3g} below tol {tol:g}")
     return {"iterations": history, "stopped": stopped}
 
 
