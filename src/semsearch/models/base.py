@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -196,3 +196,18 @@ def best_k(scores: np.ndarray, ranks: np.ndarray, k: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     cand = np.flatnonzero(scores >= np.partition(scores, len(scores) - k)[len(scores) - k])
     return cand[np.lexsort((ranks[cand], -scores[cand]))][:k]
+
+
+def same_length(a: Sized, b: Sized, what_a: str, what_b: str) -> None:
+    """ValueError unless ``a`` and ``b`` (say, doc ids and texts) align one to one."""
+    if len(a) != len(b):
+        raise ValueError(f"{len(a)} {what_a} but {len(b)} {what_b}")
+
+
+def positions(position: Mapping[str, int], docs: Sequence[str]) -> np.ndarray:
+    """Positions (``position``: doc id -> row) of candidate ``docs``; ValueError for a document
+    that is not in the indexed collection."""
+    try:
+        return np.fromiter((position[d] for d in docs), dtype=np.int64, count=len(docs))
+    except KeyError as e:
+        raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None

@@ -26,7 +26,7 @@ from torch import nn
 
 from ..device import model_device
 from ..text import Bags, TrigramHasher, WordTable
-from .base import ModelDirError, TrainedModel, best_k, id_ranks, read_config, write_config
+from .base import ModelDirError, TrainedModel, best_k, id_ranks, positions, read_config, same_length, write_config
 from .hparams import CLSMParams, DSSMParams, EncoderParams
 
 WEIGHTS = "weights.safetensors"
@@ -288,8 +288,7 @@ class NeuralEncoder(TrainedModel):
 
     # -- ranking ----------------------------------------------------------------------------------
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
-        if len(doc_ids) != len(texts):
-            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        same_length(doc_ids, texts, "doc ids", "texts")
         self._ids = list(doc_ids)
         self._doc_vecs = self.encode_documents(texts)
         self._position = {d: i for i, d in enumerate(self._ids)}
@@ -300,15 +299,11 @@ class NeuralEncoder(TrainedModel):
         return self._ids
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         q = self.encode_queries(queries)
         out = []
         for i, docs in enumerate(candidates):
-            try:
-                pos = np.fromiter((self._position[d] for d in docs), dtype=np.int64, count=len(docs))
-            except KeyError as e:
-                raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
+            pos = positions(self._position, docs)
             out.append((self._doc_vecs[pos] @ q[i]).astype(np.float64))
         return out
 

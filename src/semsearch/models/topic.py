@@ -49,7 +49,7 @@ import scipy.sparse as sp
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
 from . import topic_em as em
-from .base import Model, ModelDirError, read_config, write_config
+from .base import Model, ModelDirError, positions, read_config, same_length, write_config
 from .lexical import LexicalIndex
 
 _NPZ = "topic.npz"
@@ -171,8 +171,7 @@ class TopicModel(Model):
         """Index the collection: term counts for P_ML and P(q|C), and θ_D of every document by
         folding it in with the trained model (vectorised over the whole collection)."""
         self._require_trained()
-        if len(doc_ids) != len(texts):
-            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        same_length(doc_ids, texts, "doc ids", "texts")
         if len(set(doc_ids)) != len(doc_ids):
             raise ValueError("duplicate document ids")
         tokens = [self.analyzer(t) for t in texts]
@@ -225,8 +224,7 @@ class TopicModel(Model):
     # -- scoring --------------------------------------------------------------------------------
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """log P(Q|D) of Gao 2011 Eq. 14-17 (see the module docstring) for each query's candidates."""
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         ix = self.lexical_index
         mu, lam = self.p.mu, self.p.lam
         out = []
@@ -235,10 +233,7 @@ class TopicModel(Model):
             key = (q, docs)
             comp = self._cache.get(key)
             if comp is None:
-                try:
-                    pos = np.fromiter((ix.position[d] for d in docs), dtype=np.int64, count=len(docs))
-                except KeyError as e:
-                    raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
+                pos = positions(ix.position, docs)
                 comp = self._components(q, pos)
                 if len(docs) <= 1000:
                     if len(self._cache) >= _CACHE_LIMIT:

@@ -36,7 +36,7 @@ from torch import nn
 
 from ..device import model_device
 from ..progress import track
-from .base import CONFIG, ModelDirError, TrainedModel, best_k, id_ranks, read_config
+from .base import CONFIG, ModelDirError, TrainedModel, best_k, id_ranks, positions, read_config, same_length
 from .hparams import BiEncoderParams, CrossEncoderParams, TransformerParams
 
 
@@ -158,18 +158,11 @@ class TransformerModel(TrainedModel):
         return self._ids
 
     def _set_ids(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
-        if len(doc_ids) != len(texts):
-            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        same_length(doc_ids, texts, "doc ids", "texts")
         self._ids = list(doc_ids)
         self._texts = list(texts)
         self._position = {d: i for i, d in enumerate(self._ids)}
         self._id_order = id_ranks(self._ids)
-
-    def _positions(self, docs: Sequence[str]) -> np.ndarray:
-        try:
-            return np.fromiter((self._position[d] for d in docs), dtype=np.int64, count=len(docs))
-        except KeyError as e:
-            raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
 
     def _tokens(self, a: Sequence[str], b: Sequence[str] | None, max_length: int) -> dict[str, torch.Tensor]:
         return self.tokenizer(list(a), None if b is None else list(b), padding=True, truncation=True,
@@ -277,10 +270,9 @@ class BiEncoder(TransformerModel):
         return self._doc_vecs[pos]
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         q = self.encode_queries(queries)
-        pos = [self._positions(docs) for docs in candidates]
+        pos = [positions(self._position, docs) for docs in candidates]
         self._doc_vectors(np.concatenate(pos) if pos else np.zeros(0, dtype=np.int64))
         return [(self._doc_vecs[p] @ q[i]).astype(np.float64) for i, p in enumerate(pos)]
 
@@ -376,10 +368,9 @@ class CrossEncoder(TransformerModel):
         self._set_ids(doc_ids, texts)
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         check_queries(queries)
-        pos = [self._positions(docs) for docs in candidates]
+        pos = [positions(self._position, docs) for docs in candidates]
         qs = [q for q, p in zip(queries, pos) for _ in p]
         ds = [self._texts[i] for p in pos for i in p]
         flat = self.score_pairs(qs, ds)
