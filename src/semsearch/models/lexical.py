@@ -39,6 +39,19 @@ class CollectionStats:
     avgdl: float
 
 
+def analyzed(doc_ids: Sequence[str], texts: Sequence[str],
+             analyzer: Analyzer | None = None) -> tuple[Analyzer, Vocabulary, list[list[int]]]:
+    """A collection analysed for an index: (analyzer, the collection's vocabulary, term ids per
+    text); ValueError for misaligned or duplicate doc ids."""
+    same_length(doc_ids, texts, "doc ids", "texts")
+    if len(set(doc_ids)) != len(doc_ids):
+        raise ValueError("duplicate document ids")
+    analyzer = analyzer or Analyzer()
+    tokens = [analyzer(t) for t in texts]
+    vocab = Vocabulary.build(tokens)
+    return analyzer, vocab, [vocab.encode(t) for t in tokens]
+
+
 class LexicalIndex:
     """Analysed term counts of a collection (CSR, documents x terms) and derived statistics."""
 
@@ -52,13 +65,8 @@ class LexicalIndex:
 
     @classmethod
     def build(cls, doc_ids: Sequence[str], texts: Sequence[str], analyzer: Analyzer | None = None) -> "LexicalIndex":
-        same_length(doc_ids, texts, "doc ids", "texts")
-        if len(set(doc_ids)) != len(doc_ids):
-            raise ValueError("duplicate document ids")
-        analyzer = analyzer or Analyzer()
-        tokens = [analyzer(t) for t in texts]
-        vocab = Vocabulary.build(tokens)
-        return cls(analyzer, vocab, doc_ids, count_matrix([vocab.encode(t) for t in tokens], len(vocab)))
+        analyzer, vocab, ids = analyzed(doc_ids, texts, analyzer)
+        return cls(analyzer, vocab, doc_ids, count_matrix(ids, len(vocab)))
 
     def __len__(self) -> int:
         return len(self.doc_ids)

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from ..params import param
 from ..text import Analyzer, Vocabulary
 from .base import ModelDirError, best_k, id_ranks, positions, same_length
-from .lexical import AnalyzedParams, IndexedModel
+from .lexical import AnalyzedParams, IndexedModel, analyzed
 
 _POS_NPZ = "positional.npz"
 _POS_JSON = "positional.json"
@@ -53,13 +53,7 @@ class PositionalIndex:
 
     @classmethod
     def build(cls, doc_ids: Sequence[str], texts: Sequence[str], analyzer: Analyzer | None = None) -> "PositionalIndex":
-        same_length(doc_ids, texts, "doc ids", "texts")
-        if len(set(doc_ids)) != len(doc_ids):
-            raise ValueError("duplicate document ids")
-        analyzer = analyzer or Analyzer()
-        toks = [analyzer(t) for t in texts]
-        vocab = Vocabulary.build(toks)
-        ids = [vocab.encode(t) for t in toks]
+        analyzer, vocab, ids = analyzed(doc_ids, texts, analyzer)
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter((i for x in ids for i in x), dtype=np.int32, count=int(lengths.sum()))
         return cls(analyzer, vocab, doc_ids, flat, lengths)
