@@ -111,8 +111,8 @@ class BLTMParams(TopicParams):
 
 class TopicModel(Model):
     """Shared by the topic models: the mixture ranking function, indexing (folding-in), the
-    score cache shared by ``with_params`` copies, save/load. Subclasses define ``_fold_in`` (θ of
-    a count matrix over ``doc_vocab``); ``training.topic`` learns them (``set_trained``)."""
+    score cache shared by ``with_params`` copies, save/load. ``_fold_in`` gives θ of a count matrix
+    over ``doc_vocab`` (LDA overrides it); ``training.topic`` learns them (``set_trained``)."""
 
     Params: ClassVar[type[TopicParams]] = TopicParams
 
@@ -189,10 +189,8 @@ class TopicModel(Model):
         self._index, self._theta, self._cache = ix, theta, {}
 
     def _fold_in(self, counts: sp.csr_matrix) -> np.ndarray:
-        raise NotImplementedError
-
-    def _fold_in_map(self, counts: sp.csr_matrix) -> np.ndarray:
-        """MAP folding-in with the title-side φ (``phi_doc``, or the one φ when there is one)."""
+        """MAP folding-in with the title-side φ (``phi_doc``, or the one φ when there is one): PLSA
+        and BLTM; LDA folds in by its variational E-step."""
         phi_d = self.arrays.get("phi_doc", self.phi_query)
         assert phi_d is not None
         return em.fold_in(counts, phi_d, self.p.alpha, self.p.fold_iterations, threads=self.threads)
@@ -346,9 +344,6 @@ class PLSA(TopicModel):
     name = "plsa"
     Params = PLSAParams
 
-    def _fold_in(self, counts: sp.csr_matrix) -> np.ndarray:
-        return self._fold_in_map(counts)
-
 
 class LDA(TopicModel):
     """LDA by gensim's online variational Bayes (CLSM 2014 Table 5 rows 5-6; the paper used Gibbs
@@ -371,6 +366,3 @@ class BLTM(TopicModel):
     ``one_vocab``: one vocabulary for queries and titles (BLTM-PR-1V)."""
     name = "bltm"
     Params = BLTMParams
-
-    def _fold_in(self, counts: sp.csr_matrix) -> np.ndarray:
-        return self._fold_in_map(counts)

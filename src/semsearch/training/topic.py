@@ -207,11 +207,8 @@ def _em(model: TopicModel, step: Callable[[], tuple[float, float, dict[str, Any]
 # ------------------------------------------------------------------------------------ data
 def distinct_titles(data: TrainingData) -> list[str]:
     """The title side of the training pairs, each distinct document once, in first-seen order."""
-    seen: dict[str, None] = {}
-    for _, d in data.positives:
-        seen.setdefault(d, None)
     idx = data.doc_index
-    return [data.doc_texts[idx[d]] for d in seen]
+    return [data.doc_texts[idx[d]] for d in dict.fromkeys(d for _, d in data.positives)]
 
 
 def counts_matrix(token_lists: Sequence[Sequence[str]], vocab: Vocabulary) -> sp.csr_matrix:
@@ -248,11 +245,8 @@ def _random_rows(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 
 def to_gensim_corpus(counts: sp.csr_matrix) -> list[list[tuple[int, float]]]:
     """CSR counts -> gensim's bag-of-words corpus (a list of (word id, count) lists)."""
-    out = []
-    for i in range(counts.shape[0]):
-        lo, hi = counts.indptr[i], counts.indptr[i + 1]
-        out.append(list(zip(counts.indices[lo:hi].tolist(), counts.data[lo:hi].tolist())))
-    return out
+    p, words, n = counts.indptr, counts.indices.tolist(), counts.data.tolist()
+    return [list(zip(words[p[i] : p[i + 1]], n[p[i] : p[i + 1]])) for i in range(counts.shape[0])]
 
 
 # ------------------------------------------------------------------------------------ memo
@@ -297,12 +291,15 @@ def normalize_cols(m: np.ndarray) -> np.ndarray:
     return m
 
 
-def _sum_into(parts: list[np.ndarray]) -> np.ndarray:
-    """Sum of equally shaped arrays, accumulated into the first (no new allocation)."""
-    out = parts[0]
-    for p in parts[1:]:
-        out += p
-    return out
+def _m_step(accs: list[np.ndarray], phiT: np.ndarray, beta: float) -> np.ndarray:
+    """The new φᵀ from the threads' accumulators (summed into the first, no new allocation):
+    Σ acc ⊙ φᵀ + β − 1, columns normalised."""
+    out = accs[0]
+    for a in accs[1:]:
+        out += a
+    out *= phiT
+    out += beta - 1.0
+    return normalize_cols(out)
 
 
 def plsa_step(
@@ -336,10 +333,7 @@ def plsa_step(
     parts = run_groups(work, len(chunks), threads)
     ll = sum(p[1] for p in parts)
     objective = ll + sum(p[2] for p in parts) + _log_prior(phiT, beta)
-    new_phiT = _sum_into([p[0] for p in parts])
-    new_phiT *= phiT
-    new_phiT += beta - 1.0
-    return normalize_cols(new_phiT), ll, objective
+    return _m_step([p[0] for p in parts], phiT, beta), ll, objective
 
 
 def _log_prior(m: np.ndarray, a: float) -> float:
@@ -447,17 +441,11 @@ def bltm_step(
         sum(p[6] for p in parts) / max(n_pr, 1), n_pr,
     )
     objective = ll + sum(p[3] for p in parts) + _log_prior(phiQT, beta)
-    new_q = _sum_into([p[0] for p in parts])
-    new_q *= phiQT
-    new_q += beta - 1.0
-    normalize_cols(new_q)
+    new_q = _m_step([p[0] for p in parts], phiQT, beta)
     if one_vocab:
         return new_q, new_q, ll, objective, stats
     objective += _log_prior(phiDT, beta)
-    new_d = _sum_into([p[1] for p in parts])
-    new_d *= phiDT
-    new_d += beta - 1.0
-    return new_q, normalize_cols(new_d), ll, objective, stats
+    return new_q, _m_step([p[1] for p in parts], phiDT, beta), ll, objective, stats
 
 
 def _tilt(theta: np.ndarray, exponent: np.ndarray) -> np.ndarray:
