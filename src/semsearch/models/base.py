@@ -198,6 +198,17 @@ def best_k(scores: np.ndarray, ranks: np.ndarray, k: int) -> np.ndarray:
     return cand[np.lexsort((ranks[cand], -scores[cand]))][:k]
 
 
+def dense_top_k(q: np.ndarray, docs: np.ndarray, ids: Sequence[str], ranks: np.ndarray,
+                k: int) -> list[list[tuple[str, float]]]:
+    """Exact top-``k`` (doc id, score) per query vector (rows of ``q``) by dot product with the
+    document vectors (rows of ``docs``), ties by ``ranks`` (``id_ranks``); 256 queries at a time."""
+    out = []
+    for start in range(0, len(q), 256):
+        for row in q[start : start + 256] @ docs.T:
+            out.append([(ids[j], float(row[j])) for j in best_k(row, ranks, k)])
+    return out
+
+
 def same_length(a: Sized, b: Sized, what_a: str, what_b: str) -> None:
     """ValueError unless ``a`` and ``b`` (say, doc ids and texts) align one to one."""
     if len(a) != len(b):

@@ -26,7 +26,7 @@ from torch import nn
 
 from ..device import model_device
 from ..text import Bags, TrigramHasher, WordTable
-from .base import ModelDirError, TrainedModel, best_k, id_ranks, positions, read_config, same_length, write_config
+from .base import ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length, write_config
 from .hparams import CLSMParams, DSSMParams, EncoderParams
 
 WEIGHTS = "weights.safetensors"
@@ -311,13 +311,7 @@ class NeuralEncoder(TrainedModel):
         """Exact top-k by cosine over the encoded collection (ties by doc id)."""
         if k < 1:
             raise ValueError("k must be at least 1")
-        q = self.encode_queries(queries)
-        out = []
-        for start in range(0, len(q), 256):
-            sims = q[start : start + 256] @ self._doc_vecs.T
-            for row in sims:
-                out.append([(self._ids[j], float(row[j])) for j in best_k(row, self._id_order, k)])
-        return out
+        return dense_top_k(self.encode_queries(queries), self._doc_vecs, self._ids, self._id_order, k)
 
     # -- persistence --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:

@@ -49,7 +49,7 @@ import scipy.sparse as sp
 
 from ..params import Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import Model, ModelDirError, best_k, id_ranks, positions, read_config, same_length, write_config
+from .base import Model, ModelDirError, dense_top_k, id_ranks, positions, read_config, same_length, write_config
 
 _NPZ = "projection.npz"
 _JSON = "projection.json"
@@ -170,13 +170,7 @@ class ProjectionModel(Model):
             raise ValueError("k must be at least 1")
         docs = self._doc_matrix()
         order = id_ranks(self._ids)
-        out = []
-        Q = self.encode_queries(queries)
-        for start in range(0, len(Q), 256):
-            S = Q[start : start + 256] @ docs.T
-            for s in S:
-                out.append([(self._ids[i], float(s[i])) for i in best_k(s, order, k)])
-        return out
+        return dense_top_k(self.encode_queries(queries), docs, self._ids, order, k)
 
     # -- persistence ------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:

@@ -36,7 +36,7 @@ from torch import nn
 
 from ..device import model_device
 from ..progress import track
-from .base import CONFIG, ModelDirError, TrainedModel, best_k, id_ranks, positions, read_config, same_length
+from .base import CONFIG, ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length
 from .hparams import BiEncoderParams, CrossEncoderParams, TransformerParams
 
 
@@ -281,12 +281,7 @@ class BiEncoder(TransformerModel):
         if k < 1:
             raise ValueError("k must be at least 1")
         q = self.encode_queries(queries)
-        docs = self._doc_vectors(np.arange(len(self._ids)))
-        out = []
-        for start in range(0, len(q), 256):
-            for row in q[start : start + 256] @ docs.T:
-                out.append([(self._ids[j], float(row[j])) for j in best_k(row, self._id_order, k)])
-        return out
+        return dense_top_k(q, self._doc_vectors(np.arange(len(self._ids))), self._ids, self._id_order, k)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
