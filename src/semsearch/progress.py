@@ -25,10 +25,6 @@ def mode() -> str:
     return "bar" if sys.stderr.isatty() else "lines"
 
 
-def enabled() -> bool:
-    return mode() != "off"
-
-
 def _duration(secs: float) -> str:
     secs = int(round(secs))
     h, rest = divmod(secs, 3600)

@@ -43,13 +43,6 @@ class TrainingData:
     def doc_index(self) -> dict[str, int]:
         return {d: i for i, d in enumerate(self.doc_ids)}
 
-    @cached_property
-    def positives_by_query(self) -> dict[str, set[str]]:
-        out: dict[str, set[str]] = {}
-        for q, d in self.positives:
-            out.setdefault(q, set()).add(d)
-        return out
-
     def pair_texts(self) -> tuple[list[str], list[str]]:
         """(query texts, positive document texts), aligned, one entry per positive pair."""
         idx = self.doc_index

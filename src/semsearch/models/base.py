@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -78,10 +78,12 @@ class Model(ABC):
 class TrainedModel(Model):
     """A model whose hyper-parameters are fixed once it is trained: a typed ``Params`` class
     (``params.Params``) validates the constructor's keywords into ``self.p``; ``params`` returns
-    them and ``with_params`` refuses to change them (train another model instead)."""
+    them and ``with_params`` refuses to change them (train another model instead). The torch
+families keep their network in ``self.net``: ``to``, ``trained`` and ``_require`` act on it."""
 
     Params: ClassVar[type[Params]]
     p: Any
+    net: Any  # the torch network (torch families), None until built or loaded
 
     def __init__(self, **params: Any):
         self.p = self.Params.from_mapping(params, where=self.name)
@@ -101,6 +103,23 @@ class TrainedModel(Model):
         if changed:
             raise ValueError(f"{self.name}: {changed} are fixed at training time; train another model")
         return self
+
+    def to(self, device: str) -> "TrainedModel":
+        """Put the weights on ``device`` (a ``device`` setting: 'cpu', 'cuda', 'auto', ...) to score there."""
+        from ..device import resolve_device  # torch only here: checking a spec imports this module
+
+        self._require().to(resolve_device(device))
+        return self
+
+    @property
+    def trained(self) -> bool:
+        return self.net is not None
+
+    def _require(self) -> Any:
+        """The torch network ``self.net``, or RuntimeError before the model is trained or loaded."""
+        if self.net is None:
+            raise RuntimeError(f"{self.name}: not trained; train it or load a saved model")
+        return self.net
 
 
 def write_config(path: str | Path, config: dict[str, Any]) -> None:
@@ -177,3 +196,29 @@ def best_k(scores: np.ndarray, ranks: np.ndarray, k: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     cand = np.flatnonzero(scores >= np.partition(scores, len(scores) - k)[len(scores) - k])
     return cand[np.lexsort((ranks[cand], -scores[cand]))][:k]
+
+
+def dense_top_k(q: np.ndarray, docs: np.ndarray, ids: Sequence[str], ranks: np.ndarray,
+                k: int) -> list[list[tuple[str, float]]]:
+    """Exact top-``k`` (doc id, score) per query vector (rows of ``q``) by dot product with the
+    document vectors (rows of ``docs``), ties by ``ranks`` (``id_ranks``); 256 queries at a time."""
+    out = []
+    for start in range(0, len(q), 256):
+        for row in q[start : start + 256] @ docs.T:
+            out.append([(ids[j], float(row[j])) for j in best_k(row, ranks, k)])
+    return out
+
+
+def same_length(a: Sized, b: Sized, what_a: str, what_b: str) -> None:
+    """ValueError unless ``a`` and ``b`` (say, doc ids and texts) align one to one."""
+    if len(a) != len(b):
+        raise ValueError(f"{len(a)} {what_a} but {len(b)} {what_b}")
+
+
+def positions(position: Mapping[str, int], docs: Sequence[str]) -> np.ndarray:
+    """Positions (``position``: doc id -> row) of candidate ``docs``; ValueError for a document
+    that is not in the indexed collection."""
+    try:
+        return np.fromiter((position[d] for d in docs), dtype=np.int64, count=len(docs))
+    except KeyError as e:
+        raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None

@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..device import model_device, resolve_device
+from ..device import model_device
 from ..text import Vocabulary, tokenize
-from .base import ModelDirError, TrainedModel, read_config, write_config
+from .base import ModelDirError, TrainedModel, positions, read_config, same_length, write_config
 from .hparams import InteractionParams, KNRMParams, MatchPyramidParams
 from .neural import load_weights, save_weights
 
@@ -184,20 +184,6 @@ class InteractionModel(TrainedModel):
             with torch.no_grad():
                 self.net.match.embed.weight[FIRST:] = torch.from_numpy(minilm_word_vectors(vocab.terms))
 
-    def to(self, device: str) -> "InteractionModel":
-        """Put the weights on ``device`` (a ``device`` setting: 'cpu', 'cuda', 'auto', ...) to score there."""
-        self._require().to(resolve_device(device))
-        return self
-
-    @property
-    def trained(self) -> bool:
-        return self.net is not None
-
-    def _require(self) -> nn.Module:
-        if self.net is None or self.vocab is None:
-            raise RuntimeError(f"{self.name}: not trained; train it or load a saved model")
-        return self.net
-
     def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Word ids of each text (first ``max_words`` words): vocabulary rows, or a negative id per
         distinct unknown word (consistent within this model object, so exact matches survive)."""
@@ -221,8 +207,7 @@ class InteractionModel(TrainedModel):
 
     # -- ranking ------------------------------------------------------------------------------------
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
-        if len(doc_ids) != len(texts):
-            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        same_length(doc_ids, texts, "doc ids", "texts")
         self._ids = list(doc_ids)
         self._docs = self.encode(texts)
         self._position = {d: i for i, d in enumerate(self._ids)}
@@ -232,14 +217,10 @@ class InteractionModel(TrainedModel):
         return self._ids
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]], batch_size: int = 4096) -> list[np.ndarray]:
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         net = self._require()
         qs = self.encode(queries)
-        try:
-            pos = [self._position[d] for docs in candidates for d in docs]
-        except KeyError as e:
-            raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
+        pos = positions(self._position, [d for docs in candidates for d in docs])
         owner = np.repeat(np.arange(len(queries)), [len(c) for c in candidates])
         flat = np.zeros(len(pos), dtype=np.float64)
         was_training = net.training

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import Model, ModelDirError, best_k, id_ranks, read_config, write_config
+from .base import Model, ModelDirError, best_k, id_ranks, positions, read_config, same_length, write_config
 
 _INDEX_NPZ = "lexical.npz"
 _INDEX_JSON = "lexical.json"
@@ -39,6 +39,19 @@ class CollectionStats:
     avgdl: float
 
 
+def analyzed(doc_ids: Sequence[str], texts: Sequence[str],
+             analyzer: Analyzer | None = None) -> tuple[Analyzer, Vocabulary, list[list[int]]]:
+    """A collection analysed for an index: (analyzer, the collection's vocabulary, term ids per
+    text); ValueError for misaligned or duplicate doc ids."""
+    same_length(doc_ids, texts, "doc ids", "texts")
+    if len(set(doc_ids)) != len(doc_ids):
+        raise ValueError("duplicate document ids")
+    analyzer = analyzer or Analyzer()
+    tokens = [analyzer(t) for t in texts]
+    vocab = Vocabulary.build(tokens)
+    return analyzer, vocab, [vocab.encode(t) for t in tokens]
+
+
 class LexicalIndex:
     """Analysed term counts of a collection (CSR, documents x terms) and derived statistics."""
 
@@ -52,14 +65,8 @@ class LexicalIndex:
 
     @classmethod
     def build(cls, doc_ids: Sequence[str], texts: Sequence[str], analyzer: Analyzer | None = None) -> "LexicalIndex":
-        if len(doc_ids) != len(texts):
-            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
-        if len(set(doc_ids)) != len(doc_ids):
-            raise ValueError("duplicate document ids")
-        analyzer = analyzer or Analyzer()
-        tokens = [analyzer(t) for t in texts]
-        vocab = Vocabulary.build(tokens)
-        return cls(analyzer, vocab, doc_ids, count_matrix([vocab.encode(t) for t in tokens], len(vocab)))
+        analyzer, vocab, ids = analyzed(doc_ids, texts, analyzer)
+        return cls(analyzer, vocab, doc_ids, count_matrix(ids, len(vocab)))
 
     def __len__(self) -> int:
         return len(self.doc_ids)
@@ -296,8 +303,7 @@ class LexicalModel(IndexedModel):
         return (q @ self._postings).tocsr(), scale
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         if self.p.stats == "exclude-query-pool":
             return [self._for_query(q).score([q], [c])[0] for q, c in zip(queries, candidates)]
         ix = self.lexical_index
@@ -306,10 +312,7 @@ class LexicalModel(IndexedModel):
         out = []
         dense = np.zeros(len(ix), dtype=np.float64)
         for i, docs in enumerate(candidates):
-            try:
-                pos = np.fromiter((ix.position[d] for d in docs), dtype=np.int64, count=len(docs))
-            except KeyError as e:
-                raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
+            pos = positions(ix.position, docs)
             lo, hi = s.indptr[i], s.indptr[i + 1]
             dense[s.indices[lo:hi]] = s.data[lo:hi]
             row = dense[pos]

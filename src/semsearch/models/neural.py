@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..device import model_device, resolve_device
+from ..device import model_device
 from ..text import Bags, TrigramHasher, WordTable
-from .base import ModelDirError, TrainedModel, best_k, id_ranks, read_config, write_config
+from .base import ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length, write_config
 from .hparams import CLSMParams, DSSMParams, EncoderParams
 
 WEIGHTS = "weights.safetensors"
@@ -252,20 +252,6 @@ class NeuralEncoder(TrainedModel):
         """Take ``other``'s vocabulary and weights (a trained trial of the same kind)."""
         self.hasher, self.net = other.hasher, other.net
 
-    def to(self, device: str) -> "NeuralEncoder":
-        """Put the weights on ``device`` (a ``device`` setting: 'cpu', 'cuda', 'auto', ...) to encode there."""
-        self._require().to(resolve_device(device))
-        return self
-
-    @property
-    def trained(self) -> bool:
-        return self.net is not None
-
-    def _require(self) -> TwoTowers:
-        if self.net is None or self.hasher is None:
-            raise RuntimeError(f"{self.name}: not trained; train it or load a saved model")
-        return self.net
-
     # -- encoding -------------------------------------------------------------------------------
     def _batched(self, texts: Sequence[str], fn: Callable[[nn.Module, Any], torch.Tensor],
                  batch_size: int = 4096) -> torch.Tensor | None:
@@ -302,8 +288,7 @@ class NeuralEncoder(TrainedModel):
 
     # -- ranking ----------------------------------------------------------------------------------
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
-        if len(doc_ids) != len(texts):
-            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        same_length(doc_ids, texts, "doc ids", "texts")
         self._ids = list(doc_ids)
         self._doc_vecs = self.encode_documents(texts)
         self._position = {d: i for i, d in enumerate(self._ids)}
@@ -314,15 +299,11 @@ class NeuralEncoder(TrainedModel):
         return self._ids
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         q = self.encode_queries(queries)
         out = []
         for i, docs in enumerate(candidates):
-            try:
-                pos = np.fromiter((self._position[d] for d in docs), dtype=np.int64, count=len(docs))
-            except KeyError as e:
-                raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
+            pos = positions(self._position, docs)
             out.append((self._doc_vecs[pos] @ q[i]).astype(np.float64))
         return out
 
@@ -330,13 +311,7 @@ class NeuralEncoder(TrainedModel):
         """Exact top-k by cosine over the encoded collection (ties by doc id)."""
         if k < 1:
             raise ValueError("k must be at least 1")
-        q = self.encode_queries(queries)
-        out = []
-        for start in range(0, len(q), 256):
-            sims = q[start : start + 256] @ self._doc_vecs.T
-            for row in sims:
-                out.append([(self._ids[j], float(row[j])) for j in best_k(row, self._id_order, k)])
-        return out
+        return dense_top_k(self.encode_queries(queries), self._doc_vecs, self._ids, self._id_order, k)
 
     # -- persistence --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:

@@ -49,7 +49,7 @@ import scipy.sparse as sp
 
 from ..params import Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import Model, ModelDirError, best_k, id_ranks, read_config, write_config
+from .base import Model, ModelDirError, dense_top_k, id_ranks, positions, read_config, same_length, write_config
 
 _NPZ = "projection.npz"
 _JSON = "projection.json"
@@ -138,8 +138,7 @@ class ProjectionModel(Model):
 
     # -- collection -------------------------------------------------------------------------------
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
-        if len(doc_ids) != len(texts):
-            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        same_length(doc_ids, texts, "doc ids", "texts")
         if len(set(doc_ids)) != len(doc_ids):
             raise ValueError("duplicate document ids")
         self._docs = self.encode_documents(texts)
@@ -156,16 +155,12 @@ class ProjectionModel(Model):
         return self._docs
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         docs = self._doc_matrix()
         Q = self.encode_queries(queries)
         out = []
         for q, cands in zip(Q, candidates):
-            try:
-                pos = np.fromiter((self._position[d] for d in cands), dtype=np.int64, count=len(cands))
-            except KeyError as e:
-                raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
+            pos = positions(self._position, cands)
             out.append((docs[pos] @ q).astype(np.float64))
         return out
 
@@ -175,13 +170,7 @@ class ProjectionModel(Model):
             raise ValueError("k must be at least 1")
         docs = self._doc_matrix()
         order = id_ranks(self._ids)
-        out = []
-        Q = self.encode_queries(queries)
-        for start in range(0, len(Q), 256):
-            S = Q[start : start + 256] @ docs.T
-            for s in S:
-                out.append([(self._ids[i], float(s[i])) for i in best_k(s, order, k)])
-        return out
+        return dense_top_k(self.encode_queries(queries), docs, self._ids, order, k)
 
     # -- persistence ------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:

@@ -27,8 +27,8 @@ import scipy.sparse as sp
 
 from ..params import param
 from ..text import Analyzer, Vocabulary
-from .base import ModelDirError, best_k, id_ranks
-from .lexical import AnalyzedParams, IndexedModel
+from .base import ModelDirError, best_k, id_ranks, positions, same_length
+from .lexical import AnalyzedParams, IndexedModel, analyzed
 
 _POS_NPZ = "positional.npz"
 _POS_JSON = "positional.json"
@@ -53,14 +53,7 @@ class PositionalIndex:
 
     @classmethod
     def build(cls, doc_ids: Sequence[str], texts: Sequence[str], analyzer: Analyzer | None = None) -> "PositionalIndex":
-        if len(doc_ids) != len(texts):
-            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
-        if len(set(doc_ids)) != len(doc_ids):
-            raise ValueError("duplicate document ids")
-        analyzer = analyzer or Analyzer()
-        toks = [analyzer(t) for t in texts]
-        vocab = Vocabulary.build(toks)
-        ids = [vocab.encode(t) for t in toks]
+        analyzer, vocab, ids = analyzed(doc_ids, texts, analyzer)
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter((i for x in ids for i in x), dtype=np.int32, count=int(lengths.sum()))
         return cls(analyzer, vocab, doc_ids, flat, lengths)
@@ -130,10 +123,7 @@ class PositionalIndex:
 
     # -- lookups -----------------------------------------------------------------------------------
     def positions_of(self, doc_ids: Sequence[str]) -> np.ndarray:
-        try:
-            return np.fromiter((self.position[d] for d in doc_ids), dtype=np.int64, count=len(doc_ids))
-        except KeyError as e:
-            raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
+        return positions(self.position, doc_ids)
 
     def encode(self, text: str) -> np.ndarray:
         """Analysed query -> term ids, -1 for terms the collection never uses (order kept)."""
@@ -302,8 +292,7 @@ class SequentialDependence(_PositionalModel):
         return self._weights @ feats
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         ix = self.positional_index
         return [self._sdm(q, ix.positions_of(list(c))) for q, c in zip(queries, candidates)]
 
@@ -422,8 +411,7 @@ class LatentConceptExpansion(SequentialDependence):
         return base + self.p.fb_weight * self._expansion_feature(query, at)
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         ix = self.positional_index
         return [self._expanded(q, ix.positions_of(list(c))) for q, c in zip(queries, candidates)]
 

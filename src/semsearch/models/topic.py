@@ -49,7 +49,7 @@ import scipy.sparse as sp
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
 from . import topic_em as em
-from .base import Model, ModelDirError, read_config, write_config
+from .base import Model, ModelDirError, positions, read_config, same_length, write_config
 from .lexical import LexicalIndex
 
 _NPZ = "topic.npz"
@@ -111,8 +111,8 @@ class BLTMParams(TopicParams):
 
 class TopicModel(Model):
     """Shared by the topic models: the mixture ranking function, indexing (folding-in), the
-    score cache shared by ``with_params`` copies, save/load. Subclasses define ``_fold_in`` (θ of
-    a count matrix over ``doc_vocab``); ``training.topic`` learns them (``set_trained``)."""
+    score cache shared by ``with_params`` copies, save/load. ``_fold_in`` gives θ of a count matrix
+    over ``doc_vocab`` (LDA overrides it); ``training.topic`` learns them (``set_trained``)."""
 
     Params: ClassVar[type[TopicParams]] = TopicParams
 
@@ -171,8 +171,7 @@ class TopicModel(Model):
         """Index the collection: term counts for P_ML and P(q|C), and θ_D of every document by
         folding it in with the trained model (vectorised over the whole collection)."""
         self._require_trained()
-        if len(doc_ids) != len(texts):
-            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        same_length(doc_ids, texts, "doc ids", "texts")
         if len(set(doc_ids)) != len(doc_ids):
             raise ValueError("duplicate document ids")
         tokens = [self.analyzer(t) for t in texts]
@@ -190,10 +189,8 @@ class TopicModel(Model):
         self._index, self._theta, self._cache = ix, theta, {}
 
     def _fold_in(self, counts: sp.csr_matrix) -> np.ndarray:
-        raise NotImplementedError
-
-    def _fold_in_map(self, counts: sp.csr_matrix) -> np.ndarray:
-        """MAP folding-in with the title-side φ (``phi_doc``, or the one φ when there is one)."""
+        """MAP folding-in with the title-side φ (``phi_doc``, or the one φ when there is one): PLSA
+        and BLTM; LDA folds in by its variational E-step."""
         phi_d = self.arrays.get("phi_doc", self.phi_query)
         assert phi_d is not None
         return em.fold_in(counts, phi_d, self.p.alpha, self.p.fold_iterations, threads=self.threads)
@@ -225,8 +222,7 @@ class TopicModel(Model):
     # -- scoring --------------------------------------------------------------------------------
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """log P(Q|D) of Gao 2011 Eq. 14-17 (see the module docstring) for each query's candidates."""
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         ix = self.lexical_index
         mu, lam = self.p.mu, self.p.lam
         out = []
@@ -235,10 +231,7 @@ class TopicModel(Model):
             key = (q, docs)
             comp = self._cache.get(key)
             if comp is None:
-                try:
-                    pos = np.fromiter((ix.position[d] for d in docs), dtype=np.int64, count=len(docs))
-                except KeyError as e:
-                    raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
+                pos = positions(ix.position, docs)
                 comp = self._components(q, pos)
                 if len(docs) <= 1000:
                     if len(self._cache) >= _CACHE_LIMIT:
@@ -351,9 +344,6 @@ class PLSA(TopicModel):
     name = "plsa"
     Params = PLSAParams
 
-    def _fold_in(self, counts: sp.csr_matrix) -> np.ndarray:
-        return self._fold_in_map(counts)
-
 
 class LDA(TopicModel):
     """LDA by gensim's online variational Bayes (CLSM 2014 Table 5 rows 5-6; the paper used Gibbs
@@ -376,6 +366,3 @@ class BLTM(TopicModel):
     ``one_vocab``: one vocabulary for queries and titles (BLTM-PR-1V)."""
     name = "bltm"
     Params = BLTMParams
-
-    def _fold_in(self, counts: sp.csr_matrix) -> np.ndarray:
-        return self._fold_in_map(counts)

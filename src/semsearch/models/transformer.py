@@ -34,9 +34,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..device import model_device, resolve_device
+from ..device import model_device
 from ..progress import track
-from .base import CONFIG, ModelDirError, TrainedModel, best_k, id_ranks, read_config
+from .base import CONFIG, ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length
 from .hparams import BiEncoderParams, CrossEncoderParams, TransformerParams
 
 
@@ -153,28 +153,16 @@ class TransformerModel(TrainedModel):
         """Take ``other``'s weights and tokenizer (a trained trial of the same kind)."""
         self.tokenizer, self.net = other.tokenizer, other.net
 
-    def to(self, device: str) -> "TransformerModel":
-        """Put the weights on ``device`` (a ``device`` setting: 'cpu', 'cuda', 'auto', ...) to encode there."""
-        self.net.to(resolve_device(device))  # type: ignore[union-attr]
-        return self
-
     @property
     def doc_ids(self) -> Sequence[str]:
         return self._ids
 
     def _set_ids(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
-        if len(doc_ids) != len(texts):
-            raise ValueError(f"{len(doc_ids)} doc ids but {len(texts)} texts")
+        same_length(doc_ids, texts, "doc ids", "texts")
         self._ids = list(doc_ids)
         self._texts = list(texts)
         self._position = {d: i for i, d in enumerate(self._ids)}
         self._id_order = id_ranks(self._ids)
-
-    def _positions(self, docs: Sequence[str]) -> np.ndarray:
-        try:
-            return np.fromiter((self._position[d] for d in docs), dtype=np.int64, count=len(docs))
-        except KeyError as e:
-            raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
 
     def _tokens(self, a: Sequence[str], b: Sequence[str] | None, max_length: int) -> dict[str, torch.Tensor]:
         return self.tokenizer(list(a), None if b is None else list(b), padding=True, truncation=True,
@@ -282,10 +270,9 @@ class BiEncoder(TransformerModel):
         return self._doc_vecs[pos]
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         q = self.encode_queries(queries)
-        pos = [self._positions(docs) for docs in candidates]
+        pos = [positions(self._position, docs) for docs in candidates]
         self._doc_vectors(np.concatenate(pos) if pos else np.zeros(0, dtype=np.int64))
         return [(self._doc_vecs[p] @ q[i]).astype(np.float64) for i, p in enumerate(pos)]
 
@@ -294,12 +281,7 @@ class BiEncoder(TransformerModel):
         if k < 1:
             raise ValueError("k must be at least 1")
         q = self.encode_queries(queries)
-        docs = self._doc_vectors(np.arange(len(self._ids)))
-        out = []
-        for start in range(0, len(q), 256):
-            for row in q[start : start + 256] @ docs.T:
-                out.append([(self._ids[j], float(row[j])) for j in best_k(row, self._id_order, k)])
-        return out
+        return dense_top_k(q, self._doc_vectors(np.arange(len(self._ids))), self._ids, self._id_order, k)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
@@ -381,10 +363,9 @@ class CrossEncoder(TransformerModel):
         self._set_ids(doc_ids, texts)
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         check_queries(queries)
-        pos = [self._positions(docs) for docs in candidates]
+        pos = [positions(self._position, docs) for docs in candidates]
         qs = [q for q, p in zip(queries, pos) for _ in p]
         ds = [self._texts[i] for p in pos for i in p]
         flat = self.score_pairs(qs, ds)

@@ -54,7 +54,7 @@ import scipy.sparse as sp
 
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary
-from .base import Model, ModelDirError, best_k, id_ranks, read_config, write_config
+from .base import Model, ModelDirError, best_k, id_ranks, positions, read_config, same_length, write_config
 from .termdep import PositionalIndex
 
 _NPZ = "translation.npz"
@@ -208,13 +208,6 @@ class _TranslationModel(Model):
             raise RuntimeError(f"{self.name}: no collection indexed; call index() first")
         return self._state["doc_ids"]
 
-    def _positions(self, docs: Sequence[str]) -> np.ndarray:
-        pos = self._state["position"]
-        try:
-            return np.fromiter((pos[d] for d in docs), dtype=np.int64, count=len(docs))
-        except KeyError as e:
-            raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
-
     def _encode(self, text: str) -> np.ndarray:
         get = self._state["ext"].ids.get
         return np.array([get(t, -1) for t in self.analyzer(text)], dtype=np.int64)
@@ -239,14 +232,13 @@ class _TranslationModel(Model):
         """Scores of every (query, candidate) of the batch at once. The channel probabilities
         of a batch are computed once and cached (shared with ``with_params`` clones), so a grid
         over α, μ, β re-scores with a few array operations."""
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         self.doc_ids  # noqa: B018 - raises when nothing is indexed
         cands = [list(c) for c in candidates]
         key = ("batch", tuple(queries), tuple(map(tuple, cands)))
         prep = self._cache.get(key)
         if prep is None:
-            prep = self._prepare([self._encode(q) for q in queries], [self._positions(c) for c in cands])
+            prep = self._prepare([self._encode(q) for q in queries], [positions(self._state["position"], c) for c in cands])
             if len(self._cache) > 64:  # bounded: a few batches per grid are reused, not all
                 self._cache.clear()
             self._cache[key] = prep

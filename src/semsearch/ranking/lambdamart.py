@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..models.base import Model, ModelDirError, read_config, write_config
+from ..models.base import Model, ModelDirError, read_config, same_length, write_config
 from ..params import ParamError, Params, param
 from ..types import Qrels
 from .features import PAIR_FEATURES, Groups, groups, model_columns, pair_columns
@@ -280,8 +280,7 @@ class LambdaMARTRanker(Model):
         return groups(cands, self.features([queries[q] for q in qids], [cands[q] for q in qids]), qrels)
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        if len(queries) != len(candidates):
-            raise ValueError(f"{len(queries)} queries but {len(candidates)} candidate lists")
+        same_length(queries, candidates, "queries", "candidate lists")
         bounds = np.cumsum([0] + [len(c) for c in candidates]).astype(np.int64)
         X = self.features(queries, candidates)
         s = self.ranker.predict(Groups([str(i) for i in range(len(queries))], [d for c in candidates for d in c], X,

@@ -18,14 +18,15 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-import torch
 
-from ..device import resolve_device
 from ..progress import Reporter
 from .args import TrainArgs
+
+if TYPE_CHECKING:  # torch loads where a network trains: EM (topic, translation models) runs without it
+    import torch
 
 B = TypeVar("B")
 
@@ -99,6 +100,8 @@ def epoch_loop(
     """Train ``net`` for at most ``args.epochs`` epochs (module docstring); returns the log.
     ``rng`` (restored in place on resume, so ``batches`` and ``loss`` may close over it);
     ``dev_before``: score the untrained weights first, as epoch 0, so training can keep them."""
+    from ..device import resolve_device
+
     net.to(resolve_device(args.device))  # the one place training moves weights; inputs follow them
     stop = EarlyStopping(args.patience, args.min_delta)
     keep = args.epochs > 1 or dev_before  # one epoch and nothing to compare: no copy of the weights
@@ -154,19 +157,22 @@ def epoch_loop(
     return stop.to_dict()
 
 
-def em_loop(step: Callable[[int], dict[str, float]], iterations: int, *, tol: float = 0.0, title: str = "EM",
-            progress: bool = True, key: str = "loglik") -> dict[str, Any]:
+def em_loop(step: Callable[[int], dict[str, float]], iterations: int, *, tol: float = 0.0, min_iterations: int = 0,
+            title: str = "EM", progress: bool = True, key: str = "loglik", unit: str = "iterations",
+            items: int | None = None, shown: tuple[str, ...] = ()) -> dict[str, Any]:
     """The one EM loop: ``step(i)`` runs iteration ``i`` (E and M) and returns its figures; stops
-    after ``iterations`` or when ``key`` changes by less than ``tol`` relative to its size."""
-    rep = Reporter(title, iterations, unit="iterations", show=progress)
+    after ``iterations`` or, from iteration ``min_iterations`` on, when ``key`` changes by less than
+    ``tol`` relative to its size. The progress shows ``key`` and the ``shown`` figures, and a rate
+    of ``items`` (per iteration) ``unit``."""
+    rep = Reporter(title, iterations, unit=unit, show=progress)
     log: list[dict[str, float]] = []
     stopped = f"reached {iterations} iterations"
     try:
         for i in range(iterations):
             entry = {"iteration": i + 1, **step(i)}
             log.append(entry)
-            rep.advance(1, **{key: entry[key]} if key in entry else {})
-            if tol > 0 and len(log) > 1 and key in entry:
+            rep.advance(1, items, **{k: entry[k] for k in (key, *shown) if k in entry})
+            if tol > 0 and len(log) > 1 and key in entry and i + 1 >= min_iterations:
                 prev = log[-2][key]
                 if abs(entry[key] - prev) <= tol * max(abs(prev), 1e-12):
                     stopped = f"{key} changed by less than {tol:g} (relative) at iteration {i + 1}"
@@ -178,6 +184,7 @@ def em_loop(step: Callable[[int], dict[str, float]], iterations: int, *, tol: fl
 
 # ------------------------------------------------------------------------------------ checkpoints
 def _save_checkpoint(ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:  # type: ignore[no-untyped-def]
+    import torch
     from safetensors.torch import save_file
 
     d = ck.path
@@ -198,6 +205,7 @@ def _save_checkpoint(ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> 
 
 
 def _load_checkpoint(ck: Checkpoint, net, opt, rng, stop):  # type: ignore[no-untyped-def]
+    import torch
     from safetensors.torch import load_file
 
     d = ck.path

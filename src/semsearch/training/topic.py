@@ -31,9 +31,9 @@ from ..data import EvalSet, TrainingData
 from ..models.topic import TopicModel
 from ..models.topic_em import TINY, Chunk, chunk_bounds, make_chunks, max_nnz, normalize_rows, run_groups, side
 from ..params import Params
-from ..progress import Reporter
 from ..text import Vocabulary, count_matrix
 from .args import BLTMArgs, EMArgs, LDAArgs
+from .loop import em_loop
 
 
 _ARGS: dict[str, type[Params]] = {"plsa": EMArgs, "lda": LDAArgs, "bltm": BLTMArgs}
@@ -180,41 +180,35 @@ def _bltm(model: TopicModel, queries: Sequence[str], titles: Sequence[str], args
 
 def _em(model: TopicModel, step: Callable[[], tuple[float, float, dict[str, Any]]], iterations: int, tol: float,
         tokens: int, progress: bool, min_iterations: int = 0) -> dict[str, Any]:
-    """Run ``step`` (one EM iteration: log-likelihood, objective, extras) up to ``iterations`` times;
-    from iteration ``min_iterations`` on, stop by ``loop.em_loop``'s rule on the log-likelihood (not
-    the MAP objective: with many topics the prior terms dwarf it). ``em_loop`` itself has no
-    minimum, so the loop is spelt out here, reporting through the same ``progress.Reporter``."""
-    rep = Reporter(f"{model.name} EM ({model.p.topics} topics)", iterations, unit="tokens", show=progress)
-    history: list[dict[str, Any]] = []
-    stopped = f"reached the iteration limit ({iterations}) without the relative change falling below tol {tol:g}"
-    try:
-        for it in range(iterations):
-            t0 = time.perf_counter()
-            ll, obj, extra = step()
-            dt = max(time.perf_counter() - t0, 1e-9)
-            history.append({"iteration": it + 1, "loglik": ll, "objective": obj, "seconds": round(dt, 4),
-                            "tokens_per_s": round(tokens / dt, 1), **extra})
-            rep.advance(1, tokens, loglik=ll, objective=obj)
-            if not np.isfinite(obj):
-                raise FloatingPointError(f"{model.name}: EM objective became {obj} at iteration {it + 1}")
-            prev = history[-2]["loglik"] if len(history) > 1 else None
-            if tol > 0 and prev is not None and it + 1 >= min_iterations and abs(ll - prev) <= tol * max(abs(prev), 1e-12):
-                stopped = (f"converged at iteration {it + 1}: relative change of the log-likelihood "
-                           f"{(ll - prev) / abs(prev):.3g} below tol {tol:g}")
-                break
-    finally:
-        rep.close()
+    """Run ``step`` (one EM iteration: log-likelihood, objective, extras) up to ``iterations`` times
+    on ``loop.em_loop``: from iteration ``min_iterations`` on, stop by its rule on the
+    log-likelihood (not the MAP objective: with many topics the prior terms dwarf it)."""
+
+    def timed(_: int) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        ll, obj, extra = step()
+        dt = max(time.perf_counter() - t0, 1e-9)
+        if not np.isfinite(obj):
+            raise FloatingPointError(f"{model.name}: EM objective became {obj} at iteration {_ + 1}")
+        return {"loglik": ll, "objective": obj, "seconds": round(dt, 4), "tokens_per_s": round(tokens / dt, 1), **extra}
+
+    res = em_loop(timed, iterations, tol=tol, min_iterations=min_iterations, progress=progress, unit="tokens",
+                  title=f"{model.name} EM ({model.p.topics} topics)", items=tokens, shown=("objective",))
+    history = res["iterations"]
+    if res["stopped"].startswith("reached"):
+        stopped = f"reached the iteration limit ({iterations}) without the relative change falling below tol {tol:g}"
+    else:
+        ll, prev = history[-1]["loglik"], history[-2]["loglik"]
+        stopped = (f"converged at iteration {len(history)}: relative change of the log-likelihood "
+                   f"{(ll - prev) / abs(prev):.3g} below tol {tol:g}")
     return {"iterations": history, "stopped": stopped}
 
 
 # ------------------------------------------------------------------------------------ data
 def distinct_titles(data: TrainingData) -> list[str]:
     """The title side of the training pairs, each distinct document once, in first-seen order."""
-    seen: dict[str, None] = {}
-    for _, d in data.positives:
-        seen.setdefault(d, None)
     idx = data.doc_index
-    return [data.doc_texts[idx[d]] for d in seen]
+    return [data.doc_texts[idx[d]] for d in dict.fromkeys(d for _, d in data.positives)]
 
 
 def counts_matrix(token_lists: Sequence[Sequence[str]], vocab: Vocabulary) -> sp.csr_matrix:
@@ -251,11 +245,8 @@ def _random_rows(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
 
 def to_gensim_corpus(counts: sp.csr_matrix) -> list[list[tuple[int, float]]]:
     """CSR counts -> gensim's bag-of-words corpus (a list of (word id, count) lists)."""
-    out = []
-    for i in range(counts.shape[0]):
-        lo, hi = counts.indptr[i], counts.indptr[i + 1]
-        out.append(list(zip(counts.indices[lo:hi].tolist(), counts.data[lo:hi].tolist())))
-    return out
+    p, words, n = counts.indptr, counts.indices.tolist(), counts.data.tolist()
+    return [list(zip(words[p[i] : p[i + 1]], n[p[i] : p[i + 1]])) for i in range(counts.shape[0])]
 
 
 # ------------------------------------------------------------------------------------ memo
@@ -300,12 +291,15 @@ def normalize_cols(m: np.ndarray) -> np.ndarray:
     return m
 
 
-def _sum_into(parts: list[np.ndarray]) -> np.ndarray:
-    """Sum of equally shaped arrays, accumulated into the first (no new allocation)."""
-    out = parts[0]
-    for p in parts[1:]:
-        out += p
-    return out
+def _m_step(accs: list[np.ndarray], phiT: np.ndarray, beta: float) -> np.ndarray:
+    """The new φᵀ from the threads' accumulators (summed into the first, no new allocation):
+    Σ acc ⊙ φᵀ + β − 1, columns normalised."""
+    out = accs[0]
+    for a in accs[1:]:
+        out += a
+    out *= phiT
+    out += beta - 1.0
+    return normalize_cols(out)
 
 
 def plsa_step(
@@ -339,10 +333,7 @@ def plsa_step(
     parts = run_groups(work, len(chunks), threads)
     ll = sum(p[1] for p in parts)
     objective = ll + sum(p[2] for p in parts) + _log_prior(phiT, beta)
-    new_phiT = _sum_into([p[0] for p in parts])
-    new_phiT *= phiT
-    new_phiT += beta - 1.0
-    return normalize_cols(new_phiT), ll, objective
+    return _m_step([p[0] for p in parts], phiT, beta), ll, objective
 
 
 def _log_prior(m: np.ndarray, a: float) -> float:
@@ -450,17 +441,11 @@ def bltm_step(
         sum(p[6] for p in parts) / max(n_pr, 1), n_pr,
     )
     objective = ll + sum(p[3] for p in parts) + _log_prior(phiQT, beta)
-    new_q = _sum_into([p[0] for p in parts])
-    new_q *= phiQT
-    new_q += beta - 1.0
-    normalize_cols(new_q)
+    new_q = _m_step([p[0] for p in parts], phiQT, beta)
     if one_vocab:
         return new_q, new_q, ll, objective, stats
     objective += _log_prior(phiDT, beta)
-    new_d = _sum_into([p[1] for p in parts])
-    new_d *= phiDT
-    new_d += beta - 1.0
-    return new_q, normalize_cols(new_d), ll, objective, stats
+    return new_q, _m_step([p[1] for p in parts], phiDT, beta), ll, objective, stats
 
 
 def _tilt(theta: np.ndarray, exponent: np.ndarray) -> np.ndarray:
