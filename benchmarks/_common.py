@@ -1,14 +1,16 @@
-"""Helpers shared by the benchmark scripts: hardware line, memory readings, timing, JSON output."""
+"""Helpers shared by the benchmark scripts: hardware line, memory readings, timing, JSON output, and
+a bundle served on a free loopback port."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import resource
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -79,3 +81,59 @@ def write_json(obj: Any, out: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
     return path
+
+
+class Served:
+    """A ``semsearch serve`` process on a free loopback port; ``stderr`` holds its log once stopped."""
+
+    def __init__(self, bundle: str | Path, workers: int = 1):
+        import socket
+        import subprocess
+        import sys
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.base = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        cmd = [sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--host", "127.0.0.1", "--port", str(port),
+               "--workers", str(workers)]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.stderr = ""
+
+    def wait_healthy(self, timeout: float = 300.0) -> None:
+        import httpx
+
+        deadline = time.time() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"server exited: {self.proc.stderr.read().decode(errors='replace')[-2000:]}")  # type: ignore[union-attr]
+            try:
+                if httpx.get(self.base + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline:
+                raise SystemExit(f"server did not become healthy in {timeout:.0f} s")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        import subprocess
+
+        self.proc.terminate()  # SIGTERM: uvicorn shuts down gracefully
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.stderr = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+
+
+@contextlib.contextmanager
+def served(bundle: str | Path, workers: int = 1) -> Iterator[Served]:
+    """Serve ``bundle`` for the duration of a ``with`` block; yields the healthy server."""
+    server = Served(bundle, workers)
+    try:
+        server.wait_healthy()
+        yield server
+    finally:
+        server.stop()

@@ -25,17 +25,14 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from urllib.parse import quote
 
 import httpx
 
-from _common import REPO, hardware, hardware_line, write_json
+from _common import REPO, hardware, hardware_line, served, write_json
 
 FALLBACK = ["cordless drill", "red cat", "stainless steel sink", "wood screws", "led light bulb"]
 
@@ -57,12 +54,6 @@ done = function(summary, latency, requests)
     latency:percentile(50), latency:percentile(95), latency:percentile(99), latency.max))
 end
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def queries(data: str | None, n: int) -> list[str]:
@@ -119,36 +110,14 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "load_test.json"))
     args = ap.parse_args()
 
-    port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    cmd = [sys.executable, "-m", "semsearch.cli", "serve", args.bundle, "--host", "127.0.0.1", "--port", str(port), "--workers", str(args.workers)]
-    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 300
-        while True:
-            if server.poll() is not None:
-                raise SystemExit(f"server exited: {server.stderr.read().decode(errors='replace')[-2000:]}")
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline:
-                raise SystemExit("server did not become healthy in 300 s")
-            time.sleep(0.2)
+    with served(args.bundle, args.workers) as server:
+        base = server.base
         hw = hardware(("numpy", "torch", "faiss-cpu", "fastapi", "uvicorn", "uvloop", "httptools"))
         qs = queries(args.data, args.queries)
         res = run_wrk(base, qs, args.clients, args.seconds)
         res["server_mean_ms"] = server_mean_ms(base)
         hw["load_avg_1min_end"] = round(os.getloadavg()[0], 2)
-    finally:
-        server.terminate()  # SIGTERM: uvicorn shuts down gracefully
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-    stderr = server.stderr.read().decode(errors="replace") if server.stderr else ""
+    stderr = server.stderr
     # uvicorn re-raises SIGTERM after its graceful shutdown, so the exit code is -15 either way
     result = {"bundle": args.bundle, "workers": args.workers, "clients": args.clients, "seconds": args.seconds, "distinct_queries": len(qs),
               "server_stopped_cleanly": "server stopped cleanly" in stderr, **res, "hardware": hw}
