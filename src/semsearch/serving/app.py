@@ -36,8 +36,16 @@ MAX_QUERY_CHARS = 1000
 MAX_K = 1000
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 STOPPED = "semsearch: server stopped cleanly"
-PAGE = Path(__file__).with_name("static") / "index.html"
+STATIC = Path(__file__).with_name("static")
+PAGE = STATIC / "index.html"
+ASSETS = {"search.js": "text/javascript; charset=utf-8", "search.css": "text/css; charset=utf-8"}
 DOCS_STATIC = "/docs-static"
+# The search page and its assets: scripts only from this origin (no inline script, no eval), no
+# plugins, no framing. /docs and /redoc (fastapi-offline's inline script) do not get it.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+       "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+PAGE_HEADERS = {"Content-Security-Policy": CSP, "Referrer-Policy": "no-referrer"}
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
 class _JSON(Response):
@@ -50,8 +58,9 @@ class _JSON(Response):
 
 
 class _Measure:
-    """Pure ASGI middleware counting every HTTP request into ``Metrics`` (Starlette's
-    ``BaseHTTPMiddleware`` costs a task and a stream per request)."""
+    """Pure ASGI middleware counting every HTTP request into ``Metrics`` and adding
+    ``X-Content-Type-Options: nosniff`` to every answer (Starlette's ``BaseHTTPMiddleware`` costs a
+    task and a stream per request)."""
 
     def __init__(self, app: ASGIApp, metrics: "Metrics", paths: Callable[[], set[str]]):
         self.app, self.metrics, self._paths_of = app, metrics, paths
@@ -67,6 +76,7 @@ class _Measure:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message["headers"] = [*message.get("headers", ()), NOSNIFF]
             await send(message)
 
         try:
@@ -142,6 +152,7 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
     b = bundle if isinstance(bundle, Bundle) else Bundle.load(bundle, store=store)
     metrics = Metrics()
     page = PAGE.read_text(encoding="utf-8")
+    assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
     started = time.time()
 
     @asynccontextmanager
@@ -232,7 +243,13 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def home() -> HTMLResponse:
-        return HTMLResponse(page)
+        return HTMLResponse(page, headers=PAGE_HEADERS)
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def asset(name: str) -> Response:
+        if name not in assets:
+            raise BadRequest(f"no such file: {name}", 404)
+        return Response(assets[name], media_type=ASSETS[name], headers=PAGE_HEADERS)
 
     return app
 
