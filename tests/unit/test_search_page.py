@@ -139,3 +139,41 @@ def test_page_headers(make_bundle, tmp_path):
         assert client.get("/static/nope.js").status_code == 404
         assert client.get("/health").headers["x-content-type-options"] == "nosniff"
         assert "content-security-policy" not in client.get("/docs").headers
+
+
+def test_url_holds_the_query_and_history_restores_it(server):
+    """/?q=... shows its results on load; each search is pushed to history, so Back shows the
+    previous query's results with the input holding it."""
+    _need_chromium()
+    import re
+
+    from playwright.sync_api import expect, sync_playwright
+
+    def first_titles(page) -> list[str]:  # type: ignore[no-untyped-def]
+        page.wait_for_selector("li.hit .title", timeout=15_000)
+        return page.locator("li.hit .title").all_inner_texts()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(server + "/?q=green&k=3")  # a linked URL
+            titles = first_titles(page)
+            assert len(titles) == 3 and "green" in titles[0] and page.input_value("#q") == "green"
+            for q in ("red", "lamp"):
+                page.fill("#q", q)
+                page.press("#q", "Enter")
+                expect(page).to_have_url(re.compile(f"q={q}"))
+                expect(page.locator("li.hit .title").first).to_contain_text(q)
+            assert "k=3" in page.url
+            page.go_back()
+            expect(page.locator("li.hit .title").first).to_contain_text("red")
+            assert page.input_value("#q") == "red" and "q=red" in page.url
+            page.go_back()
+            expect(page.locator("li.hit .title").first).to_contain_text("green")
+            assert page.input_value("#q") == "green"
+            page.go_forward()
+            expect(page.locator("li.hit .title").first).to_contain_text("red")
+            assert page.input_value("#q") == "red"
+        finally:
+            browser.close()

@@ -40,6 +40,17 @@ function hitItem(h) {
   return [li, title];
 }
 
+// The state of a search as URL parameters (q, k, merge): what the address bar and history hold.
+function stateFromUrl() {
+  const p = new URLSearchParams(location.search);
+  const k = parseInt(p.get("k") || "10", 10);
+  return { q: p.get("q") || "", k: k >= 1 ? k : 10, merge: p.get("merge") || "union" };
+}
+
+function urlOf(s) {
+  return "?" + new URLSearchParams({ q: s.q, k: String(s.k), merge: s.merge }).toString();
+}
+
 async function search(s) {
   const gen = ++generation, status = $("status"), ol = $("results");
   $("q").value = s.q;
@@ -62,6 +73,11 @@ async function search(s) {
 document.addEventListener("DOMContentLoaded", () => {
   $("f").addEventListener("submit", ev => {
     ev.preventDefault();
-    search({ q: $("q").value, k: 10, merge: $("merge").value });
+    const s = { ...stateFromUrl(), q: $("q").value, merge: $("merge").value };
+    if (urlOf(s) !== location.search) history.pushState(s, "", urlOf(s));
+    search(s);
   });
+  window.addEventListener("popstate", () => search(stateFromUrl()));
+  const s = stateFromUrl();
+  if (s.q) search(s);  // a linked or bookmarked /?q=... shows its results
 });
