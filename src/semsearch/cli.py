@@ -260,6 +260,20 @@ def search_cmd(
     err.print(f"load {loaded - start:.2f} s, search {result.timing['total_ms']:.1f} ms", highlight=False)
 
 
+def _check_port(host: str, port: int) -> None:
+    """Fail (exit 2, naming the port) when ``host:port`` cannot be listened on, e.g. it is in use.
+    Binds as uvicorn does (SO_REUSEADDR), so a port left in TIME_WAIT still counts as free."""
+    import socket
+
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as e:
+        raise ValueError(f"cannot listen on {host} port {port}: {e.strerror or e} (is another server running there?)") from None
+
+
 @app.command("serve")
 @_guard
 def serve_cmd(
@@ -280,6 +294,7 @@ def serve_cmd(
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     app_ = create_app(bundle, store=store)  # loads and verifies the bundle before listening
+    _check_port(host, port)
     err.print(f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)})", highlight=False)
     if workers == 1:
         uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
