@@ -115,6 +115,32 @@ def test_killed_build_leaves_old_bundle_loadable(make_bundle, tmp_path):
     assert Bundle.load(old).manifest["models"][0]["name"] == "clsm"
 
 
+def test_leftover_build_folders_are_removed_and_never_loaded(tiny_data, tmp_path):
+    """A killed build's ``B.tmp-<pid>`` (pid gone) is removed by the next build of B; a running
+    build's folder is left alone; neither is ever loaded as a bundle."""
+    corpus = open_dataset("tiny").corpus()
+    out = build_bundle(corpus, [create_model("bm25")], tmp_path / "b")
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dead_tmp, live_tmp = tmp_path / f"b.tmp-{gone.pid}", tmp_path / f"b.tmp-{running.pid}"
+        other = tmp_path / f"bb.tmp-{gone.pid}"  # another bundle's leftover: not this build's business
+        for d in (dead_tmp, live_tmp, other):
+            shutil.copytree(out, d)  # even a complete copy, manifest and all
+        for d in (dead_tmp, live_tmp):
+            with pytest.raises(ModelDirError, match="temporary folder of a build"):
+                Bundle.load(d)
+        assert Bundle.load(out).search("red cat", 3).hits
+        build_bundle(corpus, [create_model("bm25")], out)
+        assert not dead_tmp.exists() and live_tmp.is_dir() and other.is_dir()
+        with pytest.raises(ValueError, match="tmp-<number>"):
+            build_bundle(corpus, [create_model("bm25")], tmp_path / "x.tmp-12")
+    finally:
+        running.kill()
+        running.wait()
+
+
 def test_cli_build_search_and_bad_input(trained_clsm, tmp_path):
     runner = CliRunner()
     enc = tmp_path / "clsm"
