@@ -285,11 +285,13 @@ def serve_cmd(
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /health, /metrics, /docs and a search page at /."""
     import os
+    import shutil
+    import tempfile
 
     import uvicorn
 
     from .serving import create_app
-    from .serving.app import BUNDLE_ENV, STORE_ENV
+    from .serving.app import BUNDLE_ENV, MULTIPROC_ENV, STORE_ENV
 
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
@@ -301,8 +303,14 @@ def serve_cmd(
         return
     del app_
     os.environ[BUNDLE_ENV], os.environ[STORE_ENV] = str(bundle.resolve()), store or ""
-    uvicorn.run("semsearch.serving.app:app_from_env", factory=True, workers=workers, host=host, port=port,
-                log_level="warning", timeout_graceful_shutdown=5)
+    # /metrics of any worker adds up all workers: prometheus_client's multiprocess mode, in a
+    # fresh directory (old numbers never leak in) removed at exit
+    os.environ[MULTIPROC_ENV] = metrics_dir = tempfile.mkdtemp(prefix="semsearch-metrics-")
+    try:
+        uvicorn.run("semsearch.serving.app:app_from_env", factory=True, workers=workers, host=host, port=port,
+                    log_level="warning", timeout_graceful_shutdown=5)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------- train / encode / explain

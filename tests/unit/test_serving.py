@@ -87,3 +87,61 @@ def test_concurrent_searches_and_explains_all_succeed(make_bundle, tmp_path, mod
         codes = list(pool.map(lambda q: client.get("/search", params={"q": q, "k": 5}).status_code, qs))
         codes += list(pool.map(lambda q: client.get("/explain", params={"q": q, "doc_id": "d01"}).status_code, qs))
     assert codes == [200] * (2 * len(qs))
+
+
+def test_metrics_add_up_over_worker_processes(tiny_data, tmp_path):
+    """``semsearch serve --workers 2``: after N searches, /metrics counts N whichever worker
+    answers (prometheus_client's multiprocess mode); its directory is removed at exit."""
+    import os
+    import re
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import httpx
+
+    from semsearch.data import open_dataset
+    from semsearch.index import build_bundle
+    from semsearch.plugins import create_model
+
+    bundle = build_bundle(open_dataset("tiny").corpus(), [create_model("bm25")], tmp_path / "b")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    (tmp := tmp_path / "tmp").mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+           "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    server = subprocess.Popen([sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--port", str(port),
+                               "--workers", "2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base, n = f"http://127.0.0.1:{port}", 30
+    try:
+        deadline = time.time() + 60
+        while True:
+            assert server.poll() is None and time.time() < deadline, "server did not start"
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert [p.name for p in tmp.iterdir()][0].startswith("semsearch-metrics-")
+        for i in range(n):  # a new connection each: the kernel spreads them over the workers
+            assert httpx.get(base + "/search", params={"q": f"red cat {i}", "k": 3}).status_code == 200
+        for _ in range(6):
+            text = httpx.get(base + "/metrics").text
+            c = re.search(r'^semsearch_requests_total\{path="/search",status="200"\} (\S+)$', text, re.M)
+            assert c and float(c.group(1)) == n, text
+            count = re.search(r"^semsearch_request_seconds_count (\S+)$", text, re.M)
+            assert count and float(count.group(1)) >= n
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    assert list(tmp.iterdir()) == [], server.stderr.read().decode(errors="replace")[-2000:] if server.stderr else ""

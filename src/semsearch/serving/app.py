@@ -4,16 +4,14 @@ each tagged with its source).
 Everything is loaded at startup; the request path only reads (no writes). ``/search`` runs on the
 event loop and each search runs its lexical stage there while its semantic stage runs in one of
 the bundle's threads; the other handlers are plain functions in FastAPI's thread pool. Bad input
-gets a 4xx answer with a JSON body ``{"error": "..."}``. ``/metrics`` is the Prometheus text format, hand-written."""
+gets a 4xx answer with a JSON body ``{"error": "..."}``. ``/metrics`` is the Prometheus text format
+(prometheus_client), added up over all worker processes when there are several."""
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
-from bisect import bisect_left
-from collections import Counter
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,6 +23,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi_offline import FastAPIOffline
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -36,6 +35,7 @@ MAX_QUERY_CHARS = 1000
 MAX_K = 1000
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 STOPPED = "semsearch: server stopped cleanly"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 STATIC = Path(__file__).with_name("static")
 PAGE = STATIC / "index.html"
 ASSETS = {"search.js": "text/javascript; charset=utf-8", "search.css": "text/css; charset=utf-8"}
@@ -97,34 +97,31 @@ class BadRequest(Exception):
 
 
 class Metrics:
-    """Request counts by path and status and a latency histogram, in Prometheus text format."""
+    """Request counts by path and status and a latency histogram (prometheus_client). When
+    $PROMETHEUS_MULTIPROC_DIR is set (``semsearch serve --workers N`` sets it), every worker
+    process writes its values there and ``text`` adds up all of them."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.counts: Counter[tuple[str, int]] = Counter()
-        self.buckets = [0] * (len(BUCKETS) + 1)
-        self.total, self.n = 0.0, 0
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("semsearch_requests", "HTTP requests by path and status.", ["path", "status"],
+                                registry=self.registry)
+        self.seconds = Histogram("semsearch_request_seconds", "Request latency.", buckets=BUCKETS,
+                                 registry=self.registry)
+        self._children: dict[tuple[str, int], Any] = {}
 
     def observe(self, path: str, status: int, seconds: float) -> None:
-        with self.lock:
-            self.counts[(path, status)] += 1
-            self.buckets[bisect_left(BUCKETS, seconds)] += 1
-            self.total += seconds
-            self.n += 1
+        child = self._children.get((path, status))
+        if child is None:
+            child = self._children[(path, status)] = self.requests.labels(path, str(status))
+        child.inc()
+        self.seconds.observe(seconds)
 
     def text(self) -> str:
-        with self.lock:
-            lines = ["# HELP semsearch_requests_total HTTP requests by path and status.",
-                     "# TYPE semsearch_requests_total counter"]
-            for (path, status), c in sorted(self.counts.items()):
-                lines.append(f'semsearch_requests_total{{path="{path}",status="{status}"}} {c}')
-            lines += ["# HELP semsearch_request_seconds Request latency.", "# TYPE semsearch_request_seconds histogram"]
-            cum = 0
-            for le, c in zip([*map(str, BUCKETS), "+Inf"], self.buckets):
-                cum += c
-                lines.append(f'semsearch_request_seconds_bucket{{le="{le}"}} {cum}')
-            lines += [f"semsearch_request_seconds_sum {self.total:.6f}", f"semsearch_request_seconds_count {self.n}"]
-        return "\n".join(lines) + "\n"
+        registry = self.registry
+        if os.environ.get(MULTIPROC_ENV):
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry).decode("utf-8")
 
 
 def _strict_query(request: Request) -> dict[str, str]:
