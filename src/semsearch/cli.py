@@ -283,7 +283,7 @@ def serve_cmd(
     store: Annotated[Optional[str], typer.Option(help="Vector store: faiss or postgres (default: the bundle's).")] = None,
     workers: Annotated[int, typer.Option(help="Worker processes, each with its own copy of the bundle in memory.")] = 1,
 ) -> None:
-    """Serve a bundle over HTTP: /search, /explain, /health, /metrics, /docs and a search page at /."""
+    """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
     import os
     import shutil
     import tempfile

@@ -45,6 +45,8 @@ def test_explain_health_metrics_openapi_page(client):
     assert "semsearch_request_seconds_count" in m.text and 'le="+Inf"' in m.text
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/search", "/explain", "/health", "/metrics"} <= paths.keys()
+    assert client.get("/ready").json() == {"status": "ready", "documents": h["documents"]}
+    assert "/ready" in paths and "503" in paths["/ready"]["get"]["responses"]
     page = client.get("/")
     assert page.status_code == 200 and "<form" in page.text and "http" not in page.text.split("<script>")[0].lower()
     for page_url, asset in [("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")]:
@@ -52,6 +54,16 @@ def test_explain_health_metrics_openapi_page(client):
         assert f"/docs-static/{asset}" in html and "cdn" not in html.lower()
         js = client.get(f"/docs-static/{asset}")
         assert js.status_code == 200 and len(js.content) > 100_000
+
+
+def test_ready_only_while_serving(make_bundle, tmp_path):
+    """/ready answers 503 before the app has started and after it has shut down, 200 in between."""
+    app = create_app(make_bundle(tmp_path / "b"))
+    client = TestClient(app)
+    assert client.get("/ready").status_code == 503  # no lifespan startup yet
+    with client:
+        assert client.get("/ready").status_code == 200 and client.get("/health").status_code == 200
+    assert client.get("/ready").status_code == 503
 
 
 def test_every_scorer_of_the_hybrid_is_a_merge(client):

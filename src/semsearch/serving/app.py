@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -152,9 +153,13 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
     assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
     started = time.time()
 
+    ready = threading.Event()  # set while the loaded bundle is being served: startup done, no shutdown yet
+
     @asynccontextmanager
     async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
+        ready.set()
         yield
+        ready.clear()
         b.close()  # graceful shutdown: in-flight searches finish, then the threads stop
         print(STOPPED, file=sys.stderr, flush=True)
 
@@ -233,6 +238,15 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
         return {"status": "ok", "documents": len(b.corpus), "lexical": b.manifest.get("lexical"),
                 "models": [m["name"] for m in b.manifest.get("models", [])], "dataset": b.manifest.get("dataset"),
                 "uptime_s": round(time.time() - started, 1)}
+
+    @app.get("/ready", summary="Readiness: 200 once the bundle is loaded and served, 503 otherwise",
+             responses={503: {"description": "Not serving yet (starting) or any more (shutting down)."}})
+    def readiness() -> JSONResponse:
+        """For load balancers and orchestrators: send traffic only while this answers 200. The bundle
+        is loaded and verified before the server listens; 503 before startup ends and from shutdown on."""
+        if ready.is_set():
+            return JSONResponse({"status": "ready", "documents": len(b.corpus)})
+        return JSONResponse({"status": "not ready"}, status_code=503)
 
     @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics")
     def prometheus() -> PlainTextResponse:
