@@ -191,3 +191,15 @@ def test_cli_builds_a_bundle_from_a_tsv_collection(tmp_path):
     bad.write_text("d1\tok\nd2\n", encoding="utf-8")
     r = runner.invoke(app, ["index", "build", "--data", str(bad), "--out", str(tmp_path / "b2")])
     assert r.exit_code == 2 and "bad.tsv:2" in r.output and not (tmp_path / "b2").exists(), r.output
+
+
+def test_cli_tsv_collection_with_a_header_line(tmp_path):
+    """A TSV collection whose first line names its columns: the header is not indexed."""
+    docs = tmp_path / "docs.tsv"
+    docs.write_text("Doc_ID\tTitle\tText\nd1\tCordless drill 18V\tBattery included\nd2\tRed wall paint\t\n",
+                    encoding="utf-8")
+    r = CliRunner().invoke(app, ["index", "build", "--data", str(docs), "--out", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    b = Bundle.load(tmp_path / "b")
+    assert b.corpus.ids == ["d1", "d2"] and not b.search("title text", 5).hits
+    b.close()
