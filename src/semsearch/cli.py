@@ -209,6 +209,7 @@ def index_build(
     vector_index: Annotated[str, typer.Option("--vector-index", help="Vector index kind: flat, hnsw or ivfpq.")] = "flat",
     store: Annotated[str, typer.Option(help="Vector store: faiss or postgres (PostgreSQL + pgvector, HNSW; the faiss index is kept too).")] = "faiss",
     pg_data: Annotated[Optional[Path], typer.Option(help="postgres store: data directory of the embedded server (default BUNDLE/../.semsearch-pg); $SEMSEARCH_PG_DSN names an existing server instead.")] = None,
+    skip_bad_lines: Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")] = False,
 ) -> None:
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
     from .data import load_corpus, open_dataset
@@ -220,7 +221,8 @@ def index_build(
     if not names:
         raise ValueError("--models is empty")
     built = [_model(n, param, analyzer) for n in names]
-    corpus = load_corpus(data) if Path(data).is_file() else open_dataset(data).corpus()
+    corpus = (load_corpus(data, skip_bad_lines=skip_bad_lines) if Path(data).is_file()
+              else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus())
     rk = load_model(ranker) if ranker is not None else None
     path = build_bundle(corpus, built, out_dir, ranker=rk, dataset=data, fields=fields, kind=vector_index,
                         store=store, pg_data=pg_data)

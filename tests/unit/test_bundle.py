@@ -203,3 +203,19 @@ def test_cli_tsv_collection_with_a_header_line(tmp_path):
     b = Bundle.load(tmp_path / "b")
     assert b.corpus.ids == ["d1", "d2"] and not b.search("title text", 5).hits
     b.close()
+
+
+def test_cli_build_skips_and_counts_bad_tsv_lines(tmp_path):
+    """index build --skip-bad-lines: malformed lines are skipped with one warning counting them."""
+    from semsearch.data import DataWarning
+
+    docs = tmp_path / "docs.tsv"
+    docs.write_text("d1\tCordless drill\nno-tabs-here\nd2\tRed paint\nd3\ta\tb\tc\nd1\tagain\n", encoding="utf-8")
+    r = CliRunner().invoke(app, ["index", "build", "--data", str(docs), "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "docs.tsv:2" in r.output and not (tmp_path / "x").exists()
+    with pytest.warns(DataWarning, match=r"skipped 3 bad lines \(lines 2, 4, 5\)"):
+        r = CliRunner().invoke(app, ["index", "build", "--data", str(docs), "--out", str(tmp_path / "b"), "--skip-bad-lines"])
+    assert r.exit_code == 0, r.output
+    b = Bundle.load(tmp_path / "b")
+    assert b.corpus.ids == ["d1", "d2"] and b.corpus.titles[0] == "Cordless drill"
+    b.close()
