@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install serve bundle reproduce test bench clean
+.PHONY: install serve bundle reproduce test test-tools bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -33,8 +33,13 @@ serve: bundle
 reproduce: $(STAMP)
 	$(BIN)/semsearch reproduce --all --out results
 
+## The Debian packages the tests drive: chromium (the search page in a browser) and wrk (load-test
+## smoke), installed when missing (the one place: CI's .ci/run runs `make test`).
+test-tools:
+	@command -v chromium >/dev/null && command -v wrk >/dev/null || (apt-get update && apt-get install -y chromium wrk)
+
 ## Every test: unit tests on generated fixtures and integration tests on ../shared/data.
-test: $(STAMP)
+test: $(STAMP) test-tools
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

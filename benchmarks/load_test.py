@@ -92,7 +92,7 @@ def run_wrk(base: str, qs: list[str], clients: int, seconds: float) -> dict:
 
 
 def server_mean_ms(base: str) -> float | None:
-    """Mean seconds per request from one worker's ``/metrics`` histogram, in ms."""
+    """Mean seconds per request from the ``/metrics`` histogram (all workers), in ms."""
     text = httpx.get(base + "/metrics", timeout=10).text
     s = re.search(r"^semsearch_request_seconds_sum (\S+)$", text, re.M)
     n = re.search(r"^semsearch_request_seconds_count (\S+)$", text, re.M)
@@ -124,7 +124,7 @@ def main() -> None:
     print(hardware_line(hw), f"| load avg at end {hw['load_avg_1min_end']}")
     print(f"{args.clients} clients x {args.seconds:.0f} s: {res['requests']} requests, {res['errors']} errors, "
           f"{res['throughput_rps']} req/s, p50 {res['p50_ms']} ms, p95 {res['p95_ms']} ms, p99 {res['p99_ms']} ms "
-          f"(server mean {res['server_mean_ms']} ms per request, one worker's /metrics)")
+          f"(server mean {res['server_mean_ms']} ms per request, all workers' /metrics)")
     print(f"written to {write_json(result, args.out)}")
 
 

@@ -209,6 +209,7 @@ def index_build(
     vector_index: Annotated[str, typer.Option("--vector-index", help="Vector index kind: flat, hnsw or ivfpq.")] = "flat",
     store: Annotated[str, typer.Option(help="Vector store: faiss or postgres (PostgreSQL + pgvector, HNSW; the faiss index is kept too).")] = "faiss",
     pg_data: Annotated[Optional[Path], typer.Option(help="postgres store: data directory of the embedded server (default BUNDLE/../.semsearch-pg); $SEMSEARCH_PG_DSN names an existing server instead.")] = None,
+    skip_bad_lines: Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")] = False,
 ) -> None:
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
     from .data import load_corpus, open_dataset
@@ -220,7 +221,8 @@ def index_build(
     if not names:
         raise ValueError("--models is empty")
     built = [_model(n, param, analyzer) for n in names]
-    corpus = load_corpus(data) if Path(data).is_file() else open_dataset(data).corpus()
+    corpus = (load_corpus(data, skip_bad_lines=skip_bad_lines) if Path(data).is_file()
+              else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus())
     rk = load_model(ranker) if ranker is not None else None
     path = build_bundle(corpus, built, out_dir, ranker=rk, dataset=data, fields=fields, kind=vector_index,
                         store=store, pg_data=pg_data)
@@ -260,6 +262,20 @@ def search_cmd(
     err.print(f"load {loaded - start:.2f} s, search {result.timing['total_ms']:.1f} ms", highlight=False)
 
 
+def _check_port(host: str, port: int) -> None:
+    """Fail (exit 2, naming the port) when ``host:port`` cannot be listened on, e.g. it is in use.
+    Binds as uvicorn does (SO_REUSEADDR), so a port left in TIME_WAIT still counts as free."""
+    import socket
+
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as e:
+        raise ValueError(f"cannot listen on {host} port {port}: {e.strerror or e} (is another server running there?)") from None
+
+
 @app.command("serve")
 @_guard
 def serve_cmd(
@@ -269,25 +285,34 @@ def serve_cmd(
     store: Annotated[Optional[str], typer.Option(help="Vector store: faiss or postgres (default: the bundle's).")] = None,
     workers: Annotated[int, typer.Option(help="Worker processes, each with its own copy of the bundle in memory.")] = 1,
 ) -> None:
-    """Serve a bundle over HTTP: /search, /explain, /health, /metrics, /docs and a search page at /."""
+    """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
     import os
+    import shutil
+    import tempfile
 
     import uvicorn
 
     from .serving import create_app
-    from .serving.app import BUNDLE_ENV, STORE_ENV
+    from .serving.app import BUNDLE_ENV, MULTIPROC_ENV, STORE_ENV
 
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     app_ = create_app(bundle, store=store)  # loads and verifies the bundle before listening
+    _check_port(host, port)
     err.print(f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)})", highlight=False)
     if workers == 1:
         uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
         return
     del app_
     os.environ[BUNDLE_ENV], os.environ[STORE_ENV] = str(bundle.resolve()), store or ""
-    uvicorn.run("semsearch.serving.app:app_from_env", factory=True, workers=workers, host=host, port=port,
-                log_level="warning", timeout_graceful_shutdown=5)
+    # /metrics of any worker adds up all workers: prometheus_client's multiprocess mode, in a
+    # fresh directory (old numbers never leak in) removed at exit
+    os.environ[MULTIPROC_ENV] = metrics_dir = tempfile.mkdtemp(prefix="semsearch-metrics-")
+    try:
+        uvicorn.run("semsearch.serving.app:app_from_env", factory=True, workers=workers, host=host, port=port,
+                    log_level="warning", timeout_graceful_shutdown=5)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------- train / encode / explain

@@ -115,6 +115,32 @@ def test_killed_build_leaves_old_bundle_loadable(make_bundle, tmp_path):
     assert Bundle.load(old).manifest["models"][0]["name"] == "clsm"
 
 
+def test_leftover_build_folders_are_removed_and_never_loaded(tiny_data, tmp_path):
+    """A killed build's ``B.tmp-<pid>`` (pid gone) is removed by the next build of B; a running
+    build's folder is left alone; neither is ever loaded as a bundle."""
+    corpus = open_dataset("tiny").corpus()
+    out = build_bundle(corpus, [create_model("bm25")], tmp_path / "b")
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dead_tmp, live_tmp = tmp_path / f"b.tmp-{gone.pid}", tmp_path / f"b.tmp-{running.pid}"
+        other = tmp_path / f"bb.tmp-{gone.pid}"  # another bundle's leftover: not this build's business
+        for d in (dead_tmp, live_tmp, other):
+            shutil.copytree(out, d)  # even a complete copy, manifest and all
+        for d in (dead_tmp, live_tmp):
+            with pytest.raises(ModelDirError, match="temporary folder of a build"):
+                Bundle.load(d)
+        assert Bundle.load(out).search("red cat", 3).hits
+        build_bundle(corpus, [create_model("bm25")], out)
+        assert not dead_tmp.exists() and live_tmp.is_dir() and other.is_dir()
+        with pytest.raises(ValueError, match="tmp-<number>"):
+            build_bundle(corpus, [create_model("bm25")], tmp_path / "x.tmp-12")
+    finally:
+        running.kill()
+        running.wait()
+
+
 def test_cli_build_search_and_bad_input(trained_clsm, tmp_path):
     runner = CliRunner()
     enc = tmp_path / "clsm"
@@ -165,3 +191,31 @@ def test_cli_builds_a_bundle_from_a_tsv_collection(tmp_path):
     bad.write_text("d1\tok\nd2\n", encoding="utf-8")
     r = runner.invoke(app, ["index", "build", "--data", str(bad), "--out", str(tmp_path / "b2")])
     assert r.exit_code == 2 and "bad.tsv:2" in r.output and not (tmp_path / "b2").exists(), r.output
+
+
+def test_cli_tsv_collection_with_a_header_line(tmp_path):
+    """A TSV collection whose first line names its columns: the header is not indexed."""
+    docs = tmp_path / "docs.tsv"
+    docs.write_text("Doc_ID\tTitle\tText\nd1\tCordless drill 18V\tBattery included\nd2\tRed wall paint\t\n",
+                    encoding="utf-8")
+    r = CliRunner().invoke(app, ["index", "build", "--data", str(docs), "--out", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    b = Bundle.load(tmp_path / "b")
+    assert b.corpus.ids == ["d1", "d2"] and not b.search("title text", 5).hits
+    b.close()
+
+
+def test_cli_build_skips_and_counts_bad_tsv_lines(tmp_path):
+    """index build --skip-bad-lines: malformed lines are skipped with one warning counting them."""
+    from semsearch.data import DataWarning
+
+    docs = tmp_path / "docs.tsv"
+    docs.write_text("d1\tCordless drill\nno-tabs-here\nd2\tRed paint\nd3\ta\tb\tc\nd1\tagain\n", encoding="utf-8")
+    r = CliRunner().invoke(app, ["index", "build", "--data", str(docs), "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "docs.tsv:2" in r.output and not (tmp_path / "x").exists()
+    with pytest.warns(DataWarning, match=r"skipped 3 bad lines \(lines 2, 4, 5\)"):
+        r = CliRunner().invoke(app, ["index", "build", "--data", str(docs), "--out", str(tmp_path / "b"), "--skip-bad-lines"])
+    assert r.exit_code == 0, r.output
+    b = Bundle.load(tmp_path / "b")
+    assert b.corpus.ids == ["d1", "d2"] and b.corpus.titles[0] == "Cordless drill"
+    b.close()

@@ -155,3 +155,19 @@ def test_string_params_still_work(tiny_data, tmp_path):
                             "stats=exclude-query-pool", "--param", "k1=1.2", "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert out.read_text().strip()
+
+
+def test_serve_on_a_busy_port_fails_before_serving(tiny_data, tmp_path):
+    """A port another process listens on: exit 2 naming the port, before any 'serving ...' line."""
+    import socket
+
+    idx = tmp_path / "idx"
+    assert invoke("index", "build", "--data", "tiny", "--out", str(idx)).exit_code == 0
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = runner.invoke(app, ["serve", str(idx), "--port", str(port)])
+    msg = " ".join(r.output.split())
+    assert r.exit_code == 2 and f"port {port}" in msg and "error:" in msg, msg
+    assert "serving" not in msg

@@ -157,6 +157,7 @@ def test_query_domains_formats(tmp_path):
 # reader -> (call, file name, header line or None, two good lines that give two records)
 READERS = {
     "corpus": (load_corpus, "corpus.jsonl", None, ['{"_id": "d1", "title": "t"}', '{"_id": "d2", "text": "y"}']),
+    "corpus_tsv": (load_corpus, "docs.tsv", "ID\tTitle\tText", ["d1\tt\tx", "d2\tu"]),
     "queries": (load_queries, "queries.jsonl", None, ['{"_id": "q1", "text": "a"}', '{"_id": "q2", "text": "b"}']),
     "queries_tsv": (load_queries, "queries.tsv", None, ["q1\ta", "q2\tb"]),
     "qrels": (load_qrels, "test.tsv", "query-id\tcorpus-id\tscore", ["q1\td1\t1", "q2\td2\t0"]),
@@ -176,6 +177,11 @@ BAD_LINES = [
     ("corpus", '["d3", "t"]', "expected a JSON object"),
     ("corpus", '{"_id": "d1", "title": "again"}', "duplicate _id 'd1'"),
     ("corpus", BAD_UTF8, "not valid UTF-8"),
+    ("corpus_tsv", "d3", "expected 2 or 3 tab-separated columns"),
+    ("corpus_tsv", "d3\ta\tb\tc", "expected 2 or 3 tab-separated columns"),
+    ("corpus_tsv", "d3\t \t ", "neither title nor text"),
+    ("corpus_tsv", "d1\tagain", "duplicate _id 'd1'"),
+    ("corpus_tsv", BAD_UTF8, "not valid UTF-8"),
     ("queries", '{"_id": "q3", "text": "a"', "invalid JSON"),
     ("queries", '{"_id": "q3"}', "missing 'text'"),
     ("queries", '{"_id": "q1", "text": "x"}', "duplicate query id 'q1'"),
@@ -252,7 +258,7 @@ def test_empty_file_is_an_error(tmp_path, reader, content):
     assert info.value.line is None and str(info.value).startswith(f"{path}: ")
 
 
-@pytest.mark.parametrize("reader", ["qrels", "domains"])
+@pytest.mark.parametrize("reader", ["qrels", "domains", "corpus_tsv"])
 def test_header_only_is_an_error(tmp_path, reader):
     call, name, header, _ = READERS[reader]
     with pytest.raises(DataFormatError, match="no records"):
@@ -360,3 +366,16 @@ def test_empty_domain_label(tmp_path):
     path = put(tmp_path / "clinc.tsv", [DOMAIN_FILES["clinc"][0], "train\t\tbalance\tmy balance"])
     with pytest.raises(DataFormatError, match=r":2: empty label"):
         load_query_domains(path)
+
+
+@pytest.mark.parametrize("header", ["id\ttitle\ttext", "doc_id\ttitle", "DocID\tTITLE\tBody", "_id\ttext",
+                                    "docno\tcontents", " id \t title "])
+def test_tsv_corpus_header_is_not_a_document(tmp_path, header):
+    c = load_corpus(put(tmp_path / "docs.tsv", [header, "d1\tRed drill\tcordless", "d2\tBlue paint"]))
+    assert c.ids == ["d1", "d2"] and c.titles == ["Red drill", "Blue paint"]
+
+
+def test_tsv_corpus_first_line_that_is_data_is_kept(tmp_path):
+    """Only names of columns make a header: a document whose id is 'id' with a real title stays."""
+    c = load_corpus(put(tmp_path / "docs.txt", ["id\tIdentity card holder", "d2\ttitle"]))
+    assert c.ids == ["id", "d2"]

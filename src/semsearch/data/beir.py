@@ -118,10 +118,21 @@ def _is_tsv(path: PathLike) -> bool:
     return first is not None and not first[1].lstrip().startswith("{")
 
 
+TSV_ID_NAMES = {"id", "_id", "doc_id", "docid", "doc-id", "docno", "document_id", "corpus-id", "corpus_id"}
+TSV_FIELD_NAMES = {"title", "text", "body", "content", "contents", "name", "description", "abstract"}
+
+
+def _is_corpus_header(line: str) -> bool:
+    """A TSV corpus's header line: an id column name then title/text-like names (any case)."""
+    names = [c.strip().lower() for c in line.split("	")]
+    return len(names) in (2, 3) and names[0] in TSV_ID_NAMES and all(n in TSV_FIELD_NAMES for n in names[1:])
+
+
 def iter_corpus(path: PathLike, *, skip_bad_lines: bool = False) -> Iterator[Document]:
     """Stream the documents of a corpus.jsonl (`_id` required; `title`/`text` default to ""), or
     of a TSV file (see `_is_tsv`): `id<TAB>title` or `id<TAB>title<TAB>text` per line, the
-    quickest way to bring one's own collection."""
+    quickest way to bring one's own collection. A TSV's first line naming its columns (`id<TAB>title<TAB>text`,
+    `doc_id<TAB>title`, ...: see `TSV_ID_NAMES`, `TSV_FIELD_NAMES`; any case) is a header, not a document."""
     seen: set[str] = set()
     tsv = _is_tsv(path)
 
@@ -139,7 +150,7 @@ def iter_corpus(path: PathLike, *, skip_bad_lines: bool = False) -> Iterator[Doc
         _unique(seen, doc.id, "_id")
         return doc
 
-    return parse_lines(path, parse, skip_bad_lines=skip_bad_lines)
+    return parse_lines(path, parse, skip_bad_lines=skip_bad_lines, header=_is_corpus_header if tsv else None)
 
 
 def load_corpus(path: PathLike, *, skip_bad_lines: bool = False) -> Corpus:

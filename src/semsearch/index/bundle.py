@@ -6,14 +6,17 @@ Sec. 2.2 and 4.4: inverted index ∪ semantic k-NN index, results tagged LEXICAL
 A bundle is built in ``BUNDLE.tmp-<pid>`` beside the target, fsynced, then swapped in by renames
 (old → ``.BUNDLE.old``, new → ``BUNDLE``, old removed). A build killed at any point leaves a
 loadable bundle: before the swap the old one is untouched; between the two renames ``load``
-falls back to ``.BUNDLE.old``. Loading verifies every checksum and that each vector index was
+falls back to ``.BUNDLE.old``. The next build of the same target removes the ``.tmp-<pid>``
+folders of builds whose process is gone; ``load`` never takes such a folder for a bundle. Loading verifies every checksum and that each vector index was
 built by the encoder stored beside it (``SemanticRetriever``'s probe check)."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -83,6 +86,31 @@ def _fsync_tree(root: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+TMP_SUFFIX = re.compile(r"\.tmp-(\d+)$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_stale_builds(out: Path) -> list[Path]:
+    """Remove ``out.tmp-<pid>`` folders left by killed builds (their pid is no longer running);
+    those of running builds stay. Returns the removed folders."""
+    removed = []
+    for p in out.parent.glob(f"{glob.escape(out.name)}.tmp-*"):
+        m = TMP_SUFFIX.search(p.name)
+        if m and p.name == f"{out.name}{m.group(0)}" and p.is_dir() and not _alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
 
 
 def _swap_in(tmp: Path, out: Path) -> None:
@@ -157,7 +185,10 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
     if len(set(names)) != len(names):
         raise ValueError(f"two encoders with the same name in one bundle: {names}")
     out = Path(out)
+    if TMP_SUFFIX.search(out.name):
+        raise ValueError(f"{out}: a bundle name may not end in .tmp-<number> (kept for the temporary folders of builds)")
     out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_builds(out)
     tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -266,6 +297,9 @@ class Bundle:
         """Read a bundle (or its ``.old`` backup left by a build killed mid-swap), check every
         file against the manifest's sha256 and each vector index against its encoder."""
         p = Path(path)
+        if TMP_SUFFIX.search(p.name):
+            raise ModelDirError(f"{p}: the temporary folder of a build (unfinished or killed), not a bundle; "
+                                "load the bundle it was building, or rebuild it")
         backup = p.with_name(f".{p.name}.old")
         if not (p / MANIFEST).is_file() and (backup / MANIFEST).is_file():
             p = backup

@@ -4,7 +4,8 @@ each tagged with its source).
 Everything is loaded at startup; the request path only reads (no writes). ``/search`` runs on the
 event loop and each search runs its lexical stage there while its semantic stage runs in one of
 the bundle's threads; the other handlers are plain functions in FastAPI's thread pool. Bad input
-gets a 4xx answer with a JSON body ``{"error": "..."}``. ``/metrics`` is the Prometheus text format, hand-written."""
+gets a 4xx answer with a JSON body ``{"error": "..."}``. ``/metrics`` is the Prometheus text format
+(prometheus_client), added up over all worker processes when there are several."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import os
 import sys
 import threading
 import time
-from bisect import bisect_left
-from collections import Counter
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi_offline import FastAPIOffline
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -36,8 +36,17 @@ MAX_QUERY_CHARS = 1000
 MAX_K = 1000
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 STOPPED = "semsearch: server stopped cleanly"
-PAGE = Path(__file__).with_name("static") / "index.html"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+STATIC = Path(__file__).with_name("static")
+PAGE = STATIC / "index.html"
+ASSETS = {"search.js": "text/javascript; charset=utf-8", "search.css": "text/css; charset=utf-8"}
 DOCS_STATIC = "/docs-static"
+# The search page and its assets: scripts only from this origin (no inline script, no eval), no
+# plugins, no framing. /docs and /redoc (fastapi-offline's inline script) do not get it.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+       "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+PAGE_HEADERS = {"Content-Security-Policy": CSP, "Referrer-Policy": "no-referrer"}
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
 class _JSON(Response):
@@ -50,8 +59,9 @@ class _JSON(Response):
 
 
 class _Measure:
-    """Pure ASGI middleware counting every HTTP request into ``Metrics`` (Starlette's
-    ``BaseHTTPMiddleware`` costs a task and a stream per request)."""
+    """Pure ASGI middleware counting every HTTP request into ``Metrics`` and adding
+    ``X-Content-Type-Options: nosniff`` to every answer (Starlette's ``BaseHTTPMiddleware`` costs a
+    task and a stream per request)."""
 
     def __init__(self, app: ASGIApp, metrics: "Metrics", paths: Callable[[], set[str]]):
         self.app, self.metrics, self._paths_of = app, metrics, paths
@@ -67,6 +77,7 @@ class _Measure:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message["headers"] = [*message.get("headers", ()), NOSNIFF]
             await send(message)
 
         try:
@@ -87,34 +98,31 @@ class BadRequest(Exception):
 
 
 class Metrics:
-    """Request counts by path and status and a latency histogram, in Prometheus text format."""
+    """Request counts by path and status and a latency histogram (prometheus_client). When
+    $PROMETHEUS_MULTIPROC_DIR is set (``semsearch serve --workers N`` sets it), every worker
+    process writes its values there and ``text`` adds up all of them."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.counts: Counter[tuple[str, int]] = Counter()
-        self.buckets = [0] * (len(BUCKETS) + 1)
-        self.total, self.n = 0.0, 0
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("semsearch_requests", "HTTP requests by path and status.", ["path", "status"],
+                                registry=self.registry)
+        self.seconds = Histogram("semsearch_request_seconds", "Request latency.", buckets=BUCKETS,
+                                 registry=self.registry)
+        self._children: dict[tuple[str, int], Any] = {}
 
     def observe(self, path: str, status: int, seconds: float) -> None:
-        with self.lock:
-            self.counts[(path, status)] += 1
-            self.buckets[bisect_left(BUCKETS, seconds)] += 1
-            self.total += seconds
-            self.n += 1
+        child = self._children.get((path, status))
+        if child is None:
+            child = self._children[(path, status)] = self.requests.labels(path, str(status))
+        child.inc()
+        self.seconds.observe(seconds)
 
     def text(self) -> str:
-        with self.lock:
-            lines = ["# HELP semsearch_requests_total HTTP requests by path and status.",
-                     "# TYPE semsearch_requests_total counter"]
-            for (path, status), c in sorted(self.counts.items()):
-                lines.append(f'semsearch_requests_total{{path="{path}",status="{status}"}} {c}')
-            lines += ["# HELP semsearch_request_seconds Request latency.", "# TYPE semsearch_request_seconds histogram"]
-            cum = 0
-            for le, c in zip([*map(str, BUCKETS), "+Inf"], self.buckets):
-                cum += c
-                lines.append(f'semsearch_request_seconds_bucket{{le="{le}"}} {cum}')
-            lines += [f"semsearch_request_seconds_sum {self.total:.6f}", f"semsearch_request_seconds_count {self.n}"]
-        return "\n".join(lines) + "\n"
+        registry = self.registry
+        if os.environ.get(MULTIPROC_ENV):
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry).decode("utf-8")
 
 
 def _strict_query(request: Request) -> dict[str, str]:
@@ -142,11 +150,16 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
     b = bundle if isinstance(bundle, Bundle) else Bundle.load(bundle, store=store)
     metrics = Metrics()
     page = PAGE.read_text(encoding="utf-8")
+    assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
     started = time.time()
+
+    ready = threading.Event()  # set while the loaded bundle is being served: startup done, no shutdown yet
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
+        ready.set()
         yield
+        ready.clear()
         b.close()  # graceful shutdown: in-flight searches finish, then the threads stop
         print(STOPPED, file=sys.stderr, flush=True)
 
@@ -226,13 +239,28 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
                 "models": [m["name"] for m in b.manifest.get("models", [])], "dataset": b.manifest.get("dataset"),
                 "uptime_s": round(time.time() - started, 1)}
 
+    @app.get("/ready", summary="Readiness: 200 once the bundle is loaded and served, 503 otherwise",
+             responses={503: {"description": "Not serving yet (starting) or any more (shutting down)."}})
+    def readiness() -> JSONResponse:
+        """For load balancers and orchestrators: send traffic only while this answers 200. The bundle
+        is loaded and verified before the server listens; 503 before startup ends and from shutdown on."""
+        if ready.is_set():
+            return JSONResponse({"status": "ready", "documents": len(b.corpus)})
+        return JSONResponse({"status": "not ready"}, status_code=503)
+
     @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics")
     def prometheus() -> PlainTextResponse:
         return PlainTextResponse(metrics.text(), media_type="text/plain; version=0.0.4")
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def home() -> HTMLResponse:
-        return HTMLResponse(page)
+        return HTMLResponse(page, headers=PAGE_HEADERS)
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def asset(name: str) -> Response:
+        if name not in assets:
+            raise BadRequest(f"no such file: {name}", 404)
+        return Response(assets[name], media_type=ASSETS[name], headers=PAGE_HEADERS)
 
     return app
 
