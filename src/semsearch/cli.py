@@ -333,11 +333,10 @@ def train_cmd(
     """Train a model on a data set's judged pairs; progress shows pairs/s, loss and the dev metric."""
     from .data import EvalSet, TrainingData, open_dataset
     from .plugins import create_model, family, model_names
-    from .training import TRAINERS, fit, recipe
+    from .training import fit, recipe, trainable
 
-    fam = family(model) if model in model_names() else None
-    if fam is not None and fam not in TRAINERS:
-        raise ValueError(f"{model} ({fam} family) is not trainable: it needs no training; use it directly "
+    if model in model_names() and not trainable(model):
+        raise ValueError(f"{model} ({family(model)} family) is not trainable: it needs no training; use it directly "
                          f"(semsearch run --model {model} ...)")
     model_kw, args = recipe(model, _parse_params(param), where="--param")  # validated before any data is read
     m = create_model(model, **model_kw)

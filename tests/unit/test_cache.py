@@ -59,11 +59,8 @@ def test_key_changes_with_the_kind_and_its_trainer_version(monkeypatch):
 
 
 def test_every_trainable_kind_has_a_version():
-    from semsearch.plugins import family, model_names
-    from semsearch.training import TRAINERS
-
-    def trainable(name: str) -> bool:
-        return family(name) in TRAINERS
+    from semsearch.plugins import model_names
+    from semsearch.training import trainable
 
     kinds = {n for n in model_names() if trainable(n) and not n.startswith("test-")}
     assert kinds == set(TRAINER_VERSIONS)

@@ -227,12 +227,12 @@ def _check_params(m: ModelSpec, where: str) -> None:
     data is read. Rows of saved model directories, runs, interpolations and hybrids are skipped,
     and so are kinds whose class declares no ``Params`` (their constructor checks)."""
     from ..params import ParamError
-    from ..plugins import KINDS, create_model, family, params_type
-    from ..training import TRAINERS, recipe
+    from ..plugins import KINDS, create_model, params_type
+    from ..training import recipe, trainable
 
     if m.model not in KINDS or (m.combine and m.model != "lambdamart"):
         return
-    if m.train and family(m.model) not in TRAINERS:
+    if m.train and not trainable(m.model):
         raise SpecError(f"{where}: {m.model} is not trainable; remove its train block")
     if params_type(m.model) is None:
         return

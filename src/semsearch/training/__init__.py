@@ -18,7 +18,7 @@ from ..models import Model
 from ..params import Params, split
 from ..plugins import family, params_type
 
-__all__ = ["ARGS", "TRAINERS", "args_type", "fit", "recipe", "trainer_of"]
+__all__ = ["ARGS", "TRAINERS", "args_type", "fit", "recipe", "trainable", "trainer_of"]
 
 
 def _own(model: Any, data: TrainingData, dev: EvalSet | None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
@@ -48,6 +48,11 @@ def _resolve(target: str) -> Any:
         return globals()[target]
     module, name = target.split(":")
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def trainable(kind: str) -> bool:
+    """Whether ``kind``'s family learns (the CLI and specs ask before reading any data)."""
+    return family(kind) in TRAINERS
 
 
 def trainer_of(fam: str) -> Callable[..., dict[str, Any]] | None:
