@@ -86,7 +86,7 @@ def write_json(obj: Any, out: str | Path) -> Path:
 class Served:
     """A ``semsearch serve`` process on a free loopback port; ``stderr`` holds its log once stopped."""
 
-    def __init__(self, bundle: str | Path, workers: int = 1):
+    def __init__(self, bundle: str | Path, workers: int = 1, extra: list[str] | None = None):
         import socket
         import subprocess
         import sys
@@ -97,7 +97,7 @@ class Served:
         self.base = f"http://127.0.0.1:{port}"
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         cmd = [sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--host", "127.0.0.1", "--port", str(port),
-               "--workers", str(workers)]
+               "--workers", str(workers), *(extra or [])]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.stderr = ""
 
@@ -129,9 +129,10 @@ class Served:
 
 
 @contextlib.contextmanager
-def served(bundle: str | Path, workers: int = 1) -> Iterator[Served]:
-    """Serve ``bundle`` for the duration of a ``with`` block; yields the healthy server."""
-    server = Served(bundle, workers)
+def served(bundle: str | Path, workers: int = 1, extra: list[str] | None = None) -> Iterator[Served]:
+    """Serve ``bundle`` (``extra``: more ``semsearch serve`` options) for the duration of a ``with``
+    block; yields the healthy server."""
+    server = Served(bundle, workers, extra)
     try:
         server.wait_healthy()
         yield server

@@ -107,10 +107,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--workers", type=int, default=1, help="server worker processes (semsearch serve --workers)")
     ap.add_argument("--queries", type=int, default=2000, help="distinct queries to cycle through")
+    ap.add_argument("--result-cache", type=int, default=None,
+                    help="semsearch serve --result-cache (0: every request runs both stages and the ranker)")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "load_test.json"))
     args = ap.parse_args()
 
-    with served(args.bundle, args.workers) as server:
+    extra = ["--result-cache", str(args.result_cache)] if args.result_cache is not None else []
+    with served(args.bundle, args.workers, extra) as server:
         base = server.base
         hw = hardware(("numpy", "torch", "faiss-cpu", "fastapi", "uvicorn", "uvloop", "httptools"))
         qs = queries(args.data, args.queries)
@@ -120,6 +123,7 @@ def main() -> None:
     stderr = server.stderr
     # uvicorn re-raises SIGTERM after its graceful shutdown, so the exit code is -15 either way
     result = {"bundle": args.bundle, "workers": args.workers, "clients": args.clients, "seconds": args.seconds, "distinct_queries": len(qs),
+              "result_cache": args.result_cache,
               "server_stopped_cleanly": "server stopped cleanly" in stderr, **res, "hardware": hw}
     print(hardware_line(hw), f"| load avg at end {hw['load_avg_1min_end']}")
     print(f"{args.clients} clients x {args.seconds:.0f} s: {res['requests']} requests, {res['errors']} errors, "

@@ -86,6 +86,50 @@ def _model(name_or_dir: str, param: list[str], analyzer: str | None):  # type: i
         raise ParamError(f"--param: {e}") from None
 
 
+def _bundle_models(names: list[str], param: list[str], analyzer: str | None) -> list:  # type: ignore[type-arg]
+    """``index build``'s models; ``--param`` and ``--analyzer`` go to the lexical one (the neural
+    models are saved directories or off-the-shelf kinds)."""
+    from .plugins import KINDS
+
+    lexical = [n for n in names if n in KINDS and KINDS[n].family in ("lexical", "termdep")]
+    if (param or analyzer) and not lexical:
+        raise ValueError("--param and --analyzer set the lexical model's parameters; --models names none")
+    return [_model(n, param, analyzer) if n in lexical else _model(n, [], None) for n in names]
+
+
+def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str]) -> Any:
+    """``index build --train-ranker``: the function that trains a two-stage ranker (``TWO_STAGE``
+    with the ``--ranker-param`` changes) on the bundle's stage 1, over the data set's train split,
+    choosing depths and trees on its dev split. Parameters are checked here, before any indexing."""
+    from .data import EvalSet, open_dataset
+    from .params import ParamError
+    from .plugins import create_model
+    from .ranking.lambdamart import TWO_STAGE
+    from .training import recipe
+    from .training.lambdamart import fit_stage_ranker
+
+    if Path(data).is_file():
+        raise ValueError("--train-ranker needs a data set with train and dev judgments (a BEIR-layout folder), not a TSV file")
+    try:
+        kwargs, args = recipe("lambdamart", {**TWO_STAGE, **_parse_params(raw)}, where="--ranker-param")
+    except ParamError as e:
+        raise ParamError(f"--ranker-param: {e}") from None
+    ds = open_dataset(data)
+    missing = [s for s in ("train", "dev") if s not in ds.splits]
+    if missing:
+        raise ValueError(f"--train-ranker: data set {data} has no {' or '.join(missing)} judgments (splits: {', '.join(ds.splits) or 'none'})")
+    queries = ds.queries()
+    train, dev = (EvalSet(queries, {}, ds.qrels(s)) for s in ("train", "dev"))
+
+    def train_ranker(search: Any) -> Any:
+        ranker = create_model("lambdamart", **kwargs)
+        ranker.index(corpus.ids, corpus.joined(fields))
+        ranker.training_log = fit_stage_ranker(ranker, search, train, dev, args=args)  # type: ignore[attr-defined]
+        return ranker
+
+    return train_ranker
+
+
 # ---------------------------------------------------------------------------------------- data
 @data_app.command("list")
 @_guard
@@ -206,6 +250,8 @@ def index_build(
     analyzer: Annotated[Optional[str], typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
     fields: Annotated[str, typer.Option(help="Document fields: title+text, title or text.")] = "title+text",
     ranker: Annotated[Optional[Path], typer.Option(help="Saved ranker directory to include (optional).")] = None,
+    train_ranker: Annotated[bool, typer.Option("--train-ranker", help="Two-stage search: train a LambdaMART ranker on what this bundle's stage 1 (lexical ∪ first neural model) returns for the data set's train queries, stage depths and trees chosen on its dev queries.")] = False,
+    ranker_param: Annotated[list[str], typer.Option("--ranker-param", help="--train-ranker: ranker parameter NAME=VALUE (repeatable), e.g. stage_depths=[[100,100]].")] = [],
     vector_index: Annotated[str, typer.Option("--vector-index", help="Vector index kind: flat, hnsw or ivfpq.")] = "flat",
     store: Annotated[str, typer.Option(help="Vector store: faiss or postgres (PostgreSQL + pgvector, HNSW; the faiss index is kept too).")] = "faiss",
     pg_data: Annotated[Optional[Path], typer.Option(help="postgres store: data directory of the embedded server (default BUNDLE/../.semsearch-pg); $SEMSEARCH_PG_DSN names an existing server instead.")] = None,
@@ -220,12 +266,17 @@ def index_build(
     names = [m.strip() for m in models.split(",") if m.strip()]
     if not names:
         raise ValueError("--models is empty")
-    built = [_model(n, param, analyzer) for n in names]
+    if ranker is not None and train_ranker:
+        raise ValueError("give --ranker (a saved ranker) or --train-ranker, not both")
+    if ranker_param and not train_ranker:
+        raise ValueError("--ranker-param needs --train-ranker")
+    built = _bundle_models(names, param, analyzer)
     corpus = (load_corpus(data, skip_bad_lines=skip_bad_lines) if Path(data).is_file()
               else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus())
     rk = load_model(ranker) if ranker is not None else None
-    path = build_bundle(corpus, built, out_dir, ranker=rk, dataset=data, fields=fields, kind=vector_index,
-                        store=store, pg_data=pg_data)
+    trainer = _stage_ranker(data, corpus, fields, ranker_param) if train_ranker else None
+    path = build_bundle(corpus, built, out_dir, ranker=rk, train_ranker=trainer, dataset=data, fields=fields,
+                        kind=vector_index, store=store, pg_data=pg_data)
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
 
 
@@ -284,6 +335,7 @@ def serve_cmd(
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     store: Annotated[Optional[str], typer.Option(help="Vector store: faiss or postgres (default: the bundle's).")] = None,
     workers: Annotated[int, typer.Option(help="Worker processes, each with its own copy of the bundle in memory.")] = 1,
+    result_cache: Annotated[Optional[int], typer.Option("--result-cache", help="Recent distinct searches whose answers each worker keeps (default 2,048; 0: every search runs both stages and the ranker).")] = None,
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
     import os
@@ -291,6 +343,13 @@ def serve_cmd(
     import tempfile
 
     import uvicorn
+
+    from .index.bundle import RESULT_CACHE_ENV
+
+    if result_cache is not None:
+        if result_cache < 0:
+            raise ValueError(f"--result-cache must be >= 0, got {result_cache}")
+        os.environ[RESULT_CACHE_ENV] = str(result_cache)  # read by each worker's Bundle.load
 
     from .serving import create_app
     from .serving.app import BUNDLE_ENV, MULTIPROC_ENV, STORE_ENV
@@ -308,6 +367,8 @@ def serve_cmd(
     # /metrics of any worker adds up all workers: prometheus_client's multiprocess mode, in a
     # fresh directory (old numbers never leak in) removed at exit
     os.environ[MULTIPROC_ENV] = metrics_dir = tempfile.mkdtemp(prefix="semsearch-metrics-")
+    # each worker's torch / faiss threads share the cores with the other workers, not each take them all
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     try:
         uvicorn.run("semsearch.serving.app:app_from_env", factory=True, workers=workers, host=host, port=port,
                     log_level="warning", timeout_graceful_shutdown=5)

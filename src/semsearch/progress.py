@@ -36,6 +36,12 @@ def _line(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
+def note(text: str) -> None:
+    """One timestamped line on stderr, on a terminal and in a log (nothing with progress off)."""
+    if mode() != "off":
+        _line(text)
+
+
 class Reporter:
     """Progress of ``total`` steps of work (batches of an epoch, items of a loop).
 
@@ -65,7 +71,8 @@ class Reporter:
         return self.items / max(time.perf_counter() - self.t0, 1e-9)
 
     def status(self) -> str:
-        parts = [f"{self.rate():,.0f} {self.unit}/s"] if self.items else []
+        r = self.rate()
+        parts = [f"{r:,.0f} {self.unit}/s" if r >= 10 else f"{r:.2f} {self.unit}/s"] if self.items else []
         parts += [f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in self.fields.items()]
         return "  ".join(parts)
 

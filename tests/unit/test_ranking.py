@@ -287,3 +287,58 @@ def test_ranker_features_must_be_trained_or_need_no_training(tiny_data):
     assert kw == {"features": ["bm25"], "num_leaves": 4} and args.cv_folds == 3
     with pytest.raises(ParamError, match=r"no parameter 'cv_fold' \(did you mean 'cv_folds'\?\)"):
         recipe("lambdamart", {"cv_fold": 3})
+
+
+def test_two_stage_bundle_trained_in_the_build(tiny_data, tmp_path, trained_clsm):
+    """`index build --train-ranker`: stage 1 = BM25 ∪ an encoder's k-NN, stage 2 = LambdaMART
+    trained on stage 1's train-query candidates with stage features, depths chosen on dev; the
+    bundle serves it (scores are the ranker's), explains a hit (contributions + bias = score)
+    and round-trips through save/load."""
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+    from semsearch.index import Bundle
+
+    trained_clsm(0, "dssm").save(tmp_path / "enc")
+    r = CliRunner().invoke(app, ["index", "build", "--data", "tiny", "--models", f"bm25,{tmp_path / 'enc'}",
+                                 "--analyzer", "english", "--fields", "title", "--out", str(tmp_path / "B"),
+                                 "--train-ranker", "--ranker-param", "stage_depths=[[3,2],[5,5]]",
+                                 "--ranker-param", "min_data_in_leaf=2", "--ranker-param", "num_boost_round=30"])
+    assert r.exit_code == 0, r.output
+    log = json.loads((tmp_path / "B" / "ranker" / "training.json").read_text())
+    assert [(t["n_lexical"], t["n_semantic"]) for t in log["tried"]] == [(3, 2), (5, 5)]
+    best = max(log["tried"], key=lambda t: t["dev selection"])
+    assert log["chosen"] == best and log["labels"].startswith("judged grade")
+    b = Bundle.load(tmp_path / "B")
+    assert b.two_stage and (b.ranker.n_lexical, b.ranker.n_semantic) == (best["n_lexical"], best["n_semantic"])
+    assert b.ranker.feature_names[:4] == ["lexical_score", "semantic_score", "lexical_rank", "semantic_rank"]
+    res = b.search("red cat", 20)
+    hits = res.hits
+    assert hits and [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert all(h.lexical is not None and h.semantic is not None for h in hits)  # both stage scores filled in
+    assert len(hits) <= best["n_lexical"] + best["n_semantic"] and "rank_ms" in res.timing
+    e = b.explain_rank("red cat", hits[0].doc_id, top=100)
+    assert e["score"] == pytest.approx(hits[0].score)
+    assert e["bias"] + sum(c["contribution"] for c in e["contributions"]) == pytest.approx(e["score"], abs=1e-6)
+    assert {c["feature"] for c in e["contributions"]} == set(b.ranker.feature_names)
+    assert e["source"] == hits[0].sources.name and e["lexical_rank"] == hits[0].lexical_rank
+    missing = next(d for d in b.corpus.ids if d not in {h.doc_id for h in hits})
+    assert b.explain_rank("red cat", missing)["score"] is None
+    with pytest.raises(KeyError):
+        b.explain_rank("red cat", "no-such-doc")
+    b.close()
+
+
+def test_train_ranker_refuses_bad_input(tiny_data, tmp_path):
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+
+    cli = CliRunner()
+    r = cli.invoke(app, ["index", "build", "--data", "tiny", "--models", "bm25", "--out", str(tmp_path / "B"),
+                         "--train-ranker", "--ranker-param", "stage_depth=[[3,2]]"])
+    assert r.exit_code != 0 and "stage_depth" in r.output and "did you mean 'stage_depths'" in r.output
+    r = cli.invoke(app, ["index", "build", "--data", "tiny", "--models", "bm25", "--out", str(tmp_path / "B"),
+                         "--ranker-param", "num_leaves=4"])
+    assert r.exit_code != 0 and "--ranker-param needs --train-ranker" in r.output
+    assert not (tmp_path / "B").exists()

@@ -20,7 +20,8 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -41,6 +42,7 @@ PG_DSN_ENV = "SEMSEARCH_PG_DSN"
 """DSN of the PostgreSQL server holding a postgres-store bundle's vectors (never written into the
 manifest: it may carry a password). Without it, an embedded server runs on the data directory
 the manifest names."""
+RESULT_CACHE_ENV = "SEMSEARCH_RESULT_CACHE"
 SLEEP_ENV = "SEMSEARCH_BUILD_SLEEP"
 """Seconds to pause after writing the files and before the swap (tests kill a build there)."""
 
@@ -164,11 +166,19 @@ def _drop_collections(manifest: dict[str, Any] | None, dsn: str | None) -> None:
         pass
 
 
+StageSearch = Callable[[Sequence[str], int, int], list[list[HybridHit]]]
+"""``search(query texts, n_lexical, n_semantic)``: stage 1 of a bundle being built, each hit with
+both stages' scores (what ``train_ranker`` learns from)."""
+
+
 def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ranker: Model | None = None,
+                 train_ranker: Callable[[StageSearch], Model] | None = None,
                  dataset: str = "", fields: str = "title+text", kind: str = "flat", store: str = "faiss",
                  pg_data: str | Path | None = None, postgres_dsn: str | None = None) -> Path:
     """Index ``corpus`` with each model (at most one lexical model; each encoder gets a vector
     index of ``kind``) and save everything as a bundle at ``out``, replacing it atomically.
+    ``train_ranker``: called with the new bundle's stage 1 (lexical ∪ first encoder) once it is
+    indexed, returns the stage-2 ranker to include (a two-stage search, trained in the build).
     ``store = "postgres"`` also loads each encoder's vectors into PostgreSQL/pgvector (HNSW), in a
     collection named per build, so a killed build never touches the collections the current
     bundle uses; the server is ``postgres_dsn`` / $SEMSEARCH_PG_DSN, else an embedded one on
@@ -181,6 +191,8 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
         raise ValueError(f"at most one lexical model per bundle, got {', '.join(m.name for m in lexical)}")
     if not models:
         raise ValueError("a bundle needs at least one model")
+    if ranker is not None and train_ranker is not None:
+        raise ValueError("give a trained ranker or train_ranker, not both")
     names = [encoder_id(e) for e in encoders]
     if len(set(names)) != len(names):
         raise ValueError(f"two encoders with the same name in one bundle: {names}")
@@ -210,8 +222,10 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             dsn = pg_dsn(data_dir, postgres_dsn)
             manifest["postgres"] = {"data": None if (postgres_dsn or os.environ.get(PG_DSN_ENV)) else str(data_dir.resolve())}
         build_tag = hashlib.sha1(f"{out.resolve()}:{os.getpid()}:{time.time_ns()}".encode()).hexdigest()[:10]
+        retrievers = []
         for i, (enc, name) in enumerate(zip(encoders, names)):
             r = SemanticRetriever(enc, kind)  # type: ignore[arg-type]
+            retrievers.append(r)
             vecs = r.embed(corpus.ids, texts, progress=f"encoding documents ({name})")  # type: ignore[arg-type]
             r.index_vectors(corpus.ids, vecs)
             r.save(tmp / "models" / name)
@@ -223,12 +237,22 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
                 PgVectorStore.create(dsn, entry["collection"], corpus.ids, vecs, metric=r.metric,
                                      model=encoder_id(enc)).close()
             manifest["models"].append(entry)
+        if train_ranker is not None:
+            stage1 = HybridRetriever(lexical[0] if lexical else None, retrievers[0] if retrievers else None,
+                                     scorer="union", complete=True)
+            try:
+                ranker = train_ranker(lambda qs, nl, ns: stage1.timed_search(qs, None, n_lexical=nl, n_semantic=ns)[0])
+            finally:
+                stage1.close()
         if ranker is not None:
             if list(ranker.doc_ids) != corpus.ids:
                 raise ValueError(f"the ranker's feature models index other documents than {dataset or 'this collection'}; "
                                  "train it on this data set (or index it over these documents)")
             ranker.save(tmp / "ranker")
             manifest["ranker"] = {"name": ranker.name, "path": "ranker"}
+            log = getattr(ranker, "training_log", None)
+            if log:  # how a ranker trained in the build learnt (depths tried on dev, importance)
+                (tmp / "ranker" / "training.json").write_text(json.dumps(log, indent=2) + "\n", encoding="utf-8")
         pause = float(os.environ.get(SLEEP_ENV, "0") or 0)
         if pause > 0:
             time.sleep(pause)
@@ -277,9 +301,22 @@ def _open_store(store: str, retriever: SemanticRetriever, path: Path, entry: dic
 class Bundle:
     """A loaded bundle: documents, the lexical model, the semantic retrievers, the ranker."""
 
+    QUERY_CACHE = 4096
+    """Recent distinct query embeddings each semantic retriever keeps (``SemanticRetriever.query_cache``)."""
+    RESULT_CACHE = 2048
+    """Recent distinct searches whose results are kept (a loaded bundle never changes, so a
+    repeated search gets the same answer without running either stage or the ranker again);
+    $SEMSEARCH_RESULT_CACHE overrides it (``semsearch serve --result-cache``), 0 turns it off."""
+
     def __init__(self, path: Path, manifest: dict[str, Any], corpus: Corpus, lexical: Model | None,
-                 semantic: Mapping[str, SemanticRetriever], ranker: Model | None):
+                 semantic: Mapping[str, SemanticRetriever], ranker: Model | None, *, query_cache: int = QUERY_CACHE,
+                 result_cache: int | None = None):
         self.path, self.manifest, self.corpus = path, manifest, corpus
+        self.result_cache = int(os.environ.get(RESULT_CACHE_ENV) or self.RESULT_CACHE) if result_cache is None else result_cache
+        self._results: OrderedDict[tuple[Any, ...], Result] = OrderedDict()
+        self._results_lock = threading.Lock()
+        for r in semantic.values():
+            r.query_cache = query_cache
         self.lexical, self.semantic, self.ranker = lexical, dict(semantic), ranker
         for name, m in [("lexical", lexical), *semantic.items(), ("ranker", ranker)]:
             if m is not None and list(m.doc_ids) != corpus.ids:
@@ -289,13 +326,19 @@ class Bundle:
         # encoders and analyzers keep in-memory caches (e.g. the trigram word table) that are not
         # thread-safe: one lock per stage model; lexical and semantic still run at the same time
         self._locks = {id(m): threading.Lock() for m in [lexical, *semantic.values(), ranker] if m is not None}
-        self._hybrid = {name: HybridRetriever(lexical, sem, scorer="union", concurrent=True, locks=self._locks)
+        self.two_stage = bool(getattr(ranker, "stage_features", None))
+        """The ranker re-ranks stage 1's merged hits with their stage scores (fills them in)."""
+        self._hybrid = {name: HybridRetriever(lexical, sem, scorer="union", concurrent=True, locks=self._locks,
+                                              complete=self.two_stage)
                         for name, sem in (self.semantic.items() if self.semantic else [(None, None)])}
 
     @classmethod
-    def load(cls, path: str | Path, *, store: str | None = None, verify: bool = True) -> "Bundle":
+    def load(cls, path: str | Path, *, store: str | None = None, verify: bool = True,
+             query_cache: int = QUERY_CACHE, result_cache: int | None = None) -> "Bundle":
         """Read a bundle (or its ``.old`` backup left by a build killed mid-swap), check every
-        file against the manifest's sha256 and each vector index against its encoder."""
+        file against the manifest's sha256 and each vector index against its encoder;
+        ``query_cache``: recent query embeddings kept per neural model, ``result_cache``: recent
+        searches' results (None: ``RESULT_CACHE`` or $SEMSEARCH_RESULT_CACHE; 0: none)."""
         p = Path(path)
         if TMP_SUFFIX.search(p.name):
             raise ModelDirError(f"{p}: the temporary folder of a build (unfinished or killed), not a bundle; "
@@ -331,7 +374,7 @@ class Bundle:
             semantic[m["name"]] = r
         rk = manifest.get("ranker")
         ranker = load_model(p / rk["path"]) if rk else None
-        return cls(p, manifest, corpus, lexical, semantic, ranker)
+        return cls(p, manifest, corpus, lexical, semantic, ranker, query_cache=query_cache, result_cache=result_cache)
 
     # -- search -----------------------------------------------------------------------------------
     def encoder(self, name: str | None = None) -> Any:
@@ -371,7 +414,9 @@ class Bundle:
         ``HybridRetriever`` of ``model``), merged by ``merge_by``: union (lexical order, semantic-only
         hits after; the default: on homedepot dev RRF with a 2-epoch DSSM lowered BM25's NDCG@10),
         rrf or interpolate (weight 0.5, min-max); re-ranked by the ranker if the bundle has one; the
-        top ``k`` with their sources and a timing breakdown."""
+        top ``k`` with their sources and a timing breakdown. A two-stage bundle (its ranker has
+        stage features) retrieves at the depths its ranker was trained for, and every hit's score
+        is the ranker's."""
         if not query.strip():
             raise ValueError("empty query")
         if k < 1:
@@ -379,20 +424,74 @@ class Bundle:
         if merge_by not in SCORERS:
             raise ValueError(f"merge must be one of {', '.join(SCORERS)}, got {merge_by!r}")
         t0 = time.perf_counter()
+        key = (query, k, model, merge_by, n_lexical, n_semantic)
+        if self.result_cache > 0:
+            with self._results_lock:
+                hit = self._results.get(key)
+                if hit is not None:
+                    self._results.move_to_end(key)
+            if hit is not None:
+                return Result(list(hit.hits), {"cached_ms": 1000 * (time.perf_counter() - t0),
+                                         "total_ms": 1000 * (time.perf_counter() - t0)})
+        result = self._search(query, k, model, merge_by, n_lexical, n_semantic, t0)
+        if self.result_cache > 0:
+            with self._results_lock:
+                self._results[key] = result
+                while len(self._results) > self.result_cache:
+                    self._results.popitem(last=False)
+        return result
+
+    def _search(self, query: str, k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int,
+                t0: float) -> Result:
         hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
         if hybrid is None:
             raise ValueError(f"no model {model!r} in this bundle (has {', '.join(self.semantic) or 'none'})")
+        if self.two_stage:
+            n_lexical, n_semantic = self.ranker.n_lexical, self.ranker.n_semantic  # type: ignore[union-attr]
         (hits,), timing = hybrid.timed_search([query], None if self.ranker is not None else k, scorer=merge_by,
-                                              n_lexical=max(n_lexical, k), n_semantic=max(n_semantic, 1))
+                                              n_lexical=max(n_lexical, 0 if self.two_stage else k),
+                                              n_semantic=max(n_semantic, 0 if self.two_stage else 1))
         if self.ranker is not None and hits:
             t2 = time.perf_counter()
             with self._locks[id(self.ranker)]:
-                scores = self.ranker.score([query], [[h.doc_id for h in hits]])[0]
+                scores = (self.ranker.score_hits([query], [hits]) if self.two_stage  # type: ignore[attr-defined]
+                          else self.ranker.score([query], [[h.doc_id for h in hits]]))[0]
             order = sorted(range(len(hits)), key=lambda i: (-float(scores[i]), hits[i].doc_id))
             hits = [replace(hits[i], score=float(scores[i])) for i in order]
             timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
         timing["total_ms"] = 1000 * (time.perf_counter() - t0)
         return Result(hits[:k], timing)
+
+    def explain_rank(self, query: str, doc_id: str, *, top: int = 10, model: str | None = None) -> dict[str, Any]:
+        """Why a two-stage bundle ranks ``doc_id`` where it does for ``query``: which stage found
+        it, both stage scores and ranks, the ranker's score and the ``top`` feature contributions
+        by size (LightGBM's per-prediction SHAP values; contributions + bias = score). A document
+        stage 1 did not return has no ranker score (its ``source`` is None)."""
+        if not self.two_stage:
+            raise ValueError("this bundle has no two-stage ranker")
+        if doc_id not in self.corpus.index:
+            raise KeyError(f"no document {doc_id!r}")
+        if top < 1:
+            raise ValueError(f"top must be >= 1, got {top}")
+        if not query.strip():
+            raise ValueError("empty query")
+        hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
+        if hybrid is None:
+            raise ValueError(f"no model {model!r} in this bundle (has {', '.join(self.semantic) or 'none'})")
+        rk: Any = self.ranker
+        (hits,), _ = hybrid.timed_search([query], None, n_lexical=rk.n_lexical, n_semantic=rk.n_semantic)
+        at = next((i for i, h in enumerate(hits) if h.doc_id == doc_id), None)
+        if at is None:
+            return {"doc_id": doc_id, "score": None, "bias": None, "source": None, "lexical_score": None,
+                    "semantic_score": None, "lexical_rank": None, "semantic_rank": None, "contributions": []}
+        with self._locks[id(self.ranker)]:
+            scores, X, contrib, base = rk.explain_hits(query, hits)
+        h = hits[at]
+        rows = sorted(({"feature": f, "value": float(X[at, j]), "contribution": float(contrib[at, j])}
+                       for j, f in enumerate(rk.feature_names)), key=lambda r: -abs(r["contribution"]))
+        return {"doc_id": doc_id, "score": float(scores[at]), "bias": float(base[at]), "source": h.sources.name,
+                "lexical_score": h.lexical, "semantic_score": h.semantic, "lexical_rank": h.lexical_rank,
+                "semantic_rank": h.semantic_rank, "contributions": rows[:top]}
 
     def hits(self, result: Result) -> list[Hit]:
         """Plain (rank, id, score, title, text) rows for a result."""

@@ -13,7 +13,8 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ..data import ranked
 from ..models.base import Model
@@ -111,29 +112,59 @@ class HybridRetriever:
     nothing). With ``concurrent`` the semantic stage runs in a pool thread while the lexical one
     runs in the caller's (numpy, torch and faiss release the GIL for their heavy parts). Each
     model's calls hold its lock in ``locks`` (model id -> lock, may be shared with the caller):
-    encoders and analyzers keep in-memory caches that are not thread-safe."""
+    encoders and analyzers keep in-memory caches that are not thread-safe. With ``complete`` every
+    merged hit carries both stages' scores: the lexical model scores the semantic-only hits and
+    the semantic index the lexical-only ones (its stored vectors against the query embedding it
+    searched with); ranks stay None where a stage did not return the hit — what a stage-2 ranker
+    needs (BERT paper §4.5)."""
 
     def __init__(self, lexical: Model | None, semantic: Model | None, *, n_lexical: int = 300, n_semantic: int = 20,
                  scorer: str = "rrf", weight: float = 0.5, rrf_k: int = 60, norm: str = "minmax",
-                 concurrent: bool = False, locks: dict[int, threading.Lock] | None = None):
+                 concurrent: bool = False, locks: dict[int, threading.Lock] | None = None, complete: bool = False):
         _check(scorer, weight)
         if n_lexical < 0 or n_semantic < 0 or n_lexical + n_semantic == 0:
             raise ValueError("n_lexical and n_semantic must be >= 0, and not both 0")
         self.lexical, self.semantic = lexical, semantic
         self.n_lexical, self.n_semantic = n_lexical, n_semantic
         self.scorer, self.weight, self.rrf_k, self.norm, self.concurrent = scorer, weight, rrf_k, norm, concurrent
+        self.complete = complete
         self.locks = {} if locks is None else locks
         for m in [m for m in (lexical, semantic) if m is not None]:
             self.locks.setdefault(id(m), threading.Lock())
         self._pool: ThreadPoolExecutor | None = None
 
-    def _stage(self, model: Model | None, queries: list[str], n: int) -> tuple[list[Hits], float]:
+    def _stage(self, model: Model | None, queries: list[str], n: int) -> tuple[list[Hits], float, Any]:
+        """One stage's top ``n`` per query, its time (ms), and the query embeddings when the
+        model searched with some (``SemanticRetriever.search``)."""
         if model is None or n <= 0:
-            return [[] for _ in queries], 0.0
+            return [[] for _ in queries], 0.0, None
         t = time.perf_counter()
+        vecs = None
         with self.locks[id(model)]:
-            hits = model.retrieve(queries, n)
-        return hits, 1000 * (time.perf_counter() - t)
+            if hasattr(model, "similarity"):
+                hits, vecs = model.search(queries, n)  # type: ignore[attr-defined]
+            else:
+                hits = model.retrieve(queries, n)
+        return hits, 1000 * (time.perf_counter() - t), vecs
+
+    def _complete(self, queries: list[str], merged: list[list[HybridHit]], vecs: Any) -> list[list[HybridHit]]:
+        """Fill each hit's missing stage score (see the class docstring)."""
+        out = []
+        for i, (q, hits) in enumerate(zip(queries, merged)):
+            no_lex = [h.doc_id for h in hits if h.lexical is None]
+            no_sem = [h.doc_id for h in hits if h.semantic is None]
+            lex: dict[str, float] = {}
+            sem: dict[str, float] = {}
+            if no_lex and self.lexical is not None:
+                with self.locks[id(self.lexical)]:
+                    lex = dict(zip(no_lex, map(float, self.lexical.score([q], [no_lex])[0])))
+            if no_sem and self.semantic is not None and vecs is not None:
+                with self.locks[id(self.semantic)]:
+                    sem = dict(zip(no_sem, map(float, self.semantic.similarity(vecs[i], no_sem))))  # type: ignore[attr-defined]
+            out.append([h if h.lexical is not None and h.semantic is not None else
+                        replace(h, lexical=lex.get(h.doc_id, h.lexical), semantic=sem.get(h.doc_id, h.semantic))
+                        for h in hits])
+        return out
 
     def timed_search(self, queries: Sequence[str], k: int | None = None, *, scorer: str | None = None,
                      n_lexical: int | None = None, n_semantic: int | None = None
@@ -152,12 +183,17 @@ class HybridRetriever:
             self._pool = self._pool or ThreadPoolExecutor(4, thread_name_prefix="hybrid")
         # one thread hand-off per query, not two: hand-offs and GIL switches dominate at sub-ms stages
         sem_f = self._pool.submit(self._stage, self.semantic, qs, n_sem) if self._pool else None
-        lex, lex_ms = self._stage(self.lexical, qs, n_lex)
-        sem, sem_ms = sem_f.result() if sem_f else self._stage(self.semantic, qs, n_sem)
+        lex, lex_ms, _ = self._stage(self.lexical, qs, n_lex)
+        sem, sem_ms, vecs = sem_f.result() if sem_f else self._stage(self.semantic, qs, n_sem)
         t = time.perf_counter()
         out = [merge(lh, sh, scorer=scorer, weight=self.weight, rrf_k=self.rrf_k, norm=self.norm, k=k)
                for lh, sh in zip(lex, sem)]
-        return out, {"lexical_ms": lex_ms, "semantic_ms": sem_ms, "merge_ms": 1000 * (time.perf_counter() - t)}
+        timing = {"lexical_ms": lex_ms, "semantic_ms": sem_ms, "merge_ms": 1000 * (time.perf_counter() - t)}
+        if self.complete:
+            t = time.perf_counter()
+            out = self._complete(qs, out, vecs)
+            timing["complete_ms"] = 1000 * (time.perf_counter() - t)
+        return out, timing
 
     def search(self, queries: Sequence[str], k: int | None = None) -> list[list[HybridHit]]:
         """Per query, the merged hits (at most ``k`` if given), with sources and stage scores."""

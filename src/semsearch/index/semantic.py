@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,7 +21,7 @@ import numpy as np
 
 from ..models.base import Model, ModelDirError
 from ..plugins import load_model
-from ..progress import track
+from ..progress import Reporter
 from .vector import Hits, IndexMismatchError, VectorIndex
 
 PROBES = ("cordless drill", "how long is a marathon", "stainless steel kitchen sink 33 inch")
@@ -52,14 +53,22 @@ class SemanticRetriever(Model):
         self.cache = Path(cache) if cache is not None else None
         self.index_params = index_params
         self.vectors: VectorIndex | None = None
+        self.query_cache = 0  # recent distinct query embeddings kept (0: none); see encode_queries
+        self._query_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._probes = np.zeros((0, 0), dtype=np.float32)
 
     def encode_documents(self, texts: Sequence[str], progress: str | None = None) -> np.ndarray:
         """Document embeddings in batches of ``batch_size`` (with a progress bar if named)."""
         starts = range(0, len(texts), self.batch_size)
-        it = track(starts, progress, total=len(starts)) if progress else starts
-        parts = [np.asarray(self.encoder.encode_documents(list(texts[s : s + self.batch_size])), dtype=np.float32)
-                 for s in it]
+        rep = Reporter(progress or "", len(starts), unit="documents", show=bool(progress))
+        parts = []
+        try:
+            for s in starts:
+                batch = list(texts[s : s + self.batch_size])
+                parts.append(np.asarray(self.encoder.encode_documents(batch), dtype=np.float32))
+                rep.advance(1, len(batch))
+        finally:
+            rep.close()
         if not parts:
             raise ValueError("cannot index an empty collection")
         return np.concatenate(parts)
@@ -116,19 +125,44 @@ class SemanticRetriever(Model):
         return self._require().doc_ids
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
-        """Query embeddings; an empty or blank query is an error (it has no meaning to embed)."""
+        """Query embeddings; an empty or blank query is an error (it has no meaning to embed).
+        With ``query_cache`` > 0 the embeddings of that many recent distinct queries are kept (a
+        service answers repeated queries without running a transformer again)."""
         blank = [i for i, q in enumerate(queries) if not q.strip()]
         if blank:
             raise ValueError(f"empty query text at position {blank[0]}")
-        return np.asarray(self.encoder.encode_queries(list(queries)), dtype=np.float32)
+        if self.query_cache <= 0:
+            return np.asarray(self.encoder.encode_queries(list(queries)), dtype=np.float32)
+        cache = self._query_vectors
+        missing = [q for q in dict.fromkeys(queries) if q not in cache]
+        if missing:
+            for q, v in zip(missing, np.asarray(self.encoder.encode_queries(missing), dtype=np.float32)):
+                cache[q] = v
+        out = np.stack([cache[q] for q in queries])
+        for q in queries:
+            cache.move_to_end(q)
+        while len(cache) > self.query_cache:
+            cache.popitem(last=False)
+        return out
 
     def retrieve(self, queries: Sequence[str], k: int) -> list[Hits]:
         """Top-``k`` of the collection per query via the vector index (k past the collection
         size returns all of it)."""
+        return self.search(queries, k)[0]
+
+    def search(self, queries: Sequence[str], k: int) -> tuple[list[Hits], np.ndarray]:
+        """``retrieve`` and the query embeddings it searched with (a stage-2 ranker scores other
+        candidates against them: ``similarity``)."""
         ix = self._require()
         if not queries:
-            return []
-        return ix.search(self.encode_queries(queries), k)
+            return [], np.zeros((0, self.dim), dtype=np.float32)
+        q = self.encode_queries(queries)
+        return ix.search(q, k), q
+
+    def similarity(self, query_vector: np.ndarray, doc_ids: Sequence[str]) -> np.ndarray:
+        """The index's score (cosine for a cosine index) of one query embedding with each of
+        ``doc_ids``, from the stored document vectors (no document is encoded again)."""
+        return self._require().similarity(query_vector, doc_ids)
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """Scores of given candidates by the encoder's own ``score`` (it must be a ``Model``: the

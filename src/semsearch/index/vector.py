@@ -202,6 +202,31 @@ class VectorIndex:
             out.append([(self._ids[j], float(s[i])) for i, j in zip(order, p[order])])
         return out
 
+    def similarity(self, query: Any, doc_ids: Sequence[str]) -> np.ndarray:
+        """One query vector's score with each of ``doc_ids`` (the stored vectors; for cosine the
+        cosine), so a stage-2 ranker has the semantic score of candidates the k-NN search did not
+        return. Exact for flat and hnsw; ivfpq scores the quantised vectors. Unknown ids raise
+        ``KeyError``."""
+        q = _as_matrix(np.asarray(query, dtype=np.float32).reshape(1, -1), self.dim, "query vector")
+        if len(q) != 1:
+            raise ValueError(f"similarity takes one query vector, got {len(q)}")
+        if self.metric == "cosine":
+            q = _unit(q)
+        if not len(doc_ids):
+            return np.zeros(0, dtype=np.float64)
+        pos = np.fromiter((self._position[d] for d in doc_ids), dtype=np.int64, count=len(doc_ids))
+        return (self._stored()[pos] @ q[0]).astype(np.float64)
+
+    def _stored(self) -> np.ndarray:
+        """All stored vectors as one matrix (read from faiss once, then kept)."""
+        m = getattr(self, "_matrix", None)
+        if m is None or len(m) != len(self._ids):
+            if self.kind == "ivfpq":
+                self._faiss.make_direct_map()
+            m = self._faiss.reconstruct_n(0, len(self._ids)) if self._ids else np.zeros((0, self.dim), np.float32)
+            self._matrix = m
+        return m
+
     # -- size and persistence --------------------------------------------------------------------
     def nbytes(self) -> int:
         """Bytes of the serialised faiss index (the vectors/codes and graph/lists; ids excluded)."""

@@ -21,6 +21,31 @@ PAIR_FEATURES = ("query_words", "doc_words", "query_coverage")
 """Per-pair text features: query length and document length in words (the papers' tokens), and
 the fraction of the query's distinct words that occur in the document."""
 
+STAGE_FEATURES = ("lexical_score", "semantic_score", "lexical_rank", "semantic_rank")
+"""Per-candidate stage-1 features of a two-stage search (BERT paper §3.3, §4.5): each stage's score
+(filled in for candidates the stage did not return: ``HybridRetriever(complete=True)``) and its
+1-based rank, ``depth + 1`` where the stage did not return the candidate."""
+
+
+def stage_columns(names: Sequence[str], hits: Sequence[Sequence[object]], n_lexical: int, n_semantic: int) -> np.ndarray:
+    """(pairs, len(names)) ``STAGE_FEATURES`` of merged stage-1 hits (objects with ``lexical``,
+    ``semantic``, ``lexical_rank``, ``semantic_rank``, like ``index.HybridHit``); a missing score is 0."""
+    unknown = [n for n in names if n not in STAGE_FEATURES]
+    if unknown:
+        raise ValueError(f"unknown stage features {unknown}; known: {', '.join(STAGE_FEATURES)}")
+    cap = {"lexical_rank": n_lexical + 1, "semantic_rank": n_semantic + 1}
+    attr = {"lexical_score": "lexical", "semantic_score": "semantic", "lexical_rank": "lexical_rank",
+            "semantic_rank": "semantic_rank"}
+    rows = []
+    for hs in hits:
+        for h in hs:
+            row = []
+            for n in names:
+                v = getattr(h, attr[n])
+                row.append(float(cap.get(n, 0.0) if v is None else min(v, cap[n]) if n in cap else v))
+            rows.append(row)
+    return np.array(rows, dtype=np.float64).reshape(len(rows), len(names))
+
 
 @dataclass
 class Groups:

@@ -22,7 +22,7 @@ import numpy as np
 from ..models.base import Model, ModelDirError, read_config, same_length, write_config
 from ..params import ParamError, Params, param
 from ..types import Qrels
-from .features import PAIR_FEATURES, Groups, groups, model_columns, pair_columns
+from .features import PAIR_FEATURES, STAGE_FEATURES, Groups, groups, model_columns, pair_columns, stage_columns
 
 BOOSTER = "lambdamart.txt"
 RANKER_JSON = "ranker.json"
@@ -47,7 +47,9 @@ class BoosterParams(Params):
     gain: Literal["exp", "linear"] = "exp"  # 2^label − 1 (the papers) or the label (trec_eval)
     seed: int = 0
     num_threads: int = param(1, ge=0)
-    query_norm: Literal["none", "zscore"] = "none"  # "zscore": add each feature standardised within its query
+    # "zscore": add each feature standardised within its query; "zscore+max": also each feature
+    # minus its query's maximum (how far a candidate is from the query's best, Home Depot dev)
+    query_norm: Literal["none", "zscore", "zscore+max"] = "none"
     prior_features: list[str] = param([])  # boost from the sum of these features' per-query z-scores
 
 
@@ -73,9 +75,19 @@ class LambdaMART:
 
     @property
     def columns(self) -> list[str]:
-        """The booster's columns: the features, then (``query_norm = "zscore"``) their per-query z-scores."""
-        extra = [f"{n} (query z-score)" for n in self.feature_names] if self.p.query_norm == "zscore" else []
+        """The booster's columns: the features, then (``query_norm``) their per-query z-scores and
+        distances from the query's maximum."""
+        extra = [f"{n} (query z-score)" for n in self.feature_names] if self.p.query_norm != "none" else []
+        if self.p.query_norm == "zscore+max":
+            extra += [f"{n} (minus query max)" for n in self.feature_names]
         return self.feature_names + extra
+
+    def base_feature(self, column: str) -> str:
+        """The feature a booster column derives from (itself for a plain feature)."""
+        for suffix in (" (query z-score)", " (minus query max)"):
+            if column.endswith(suffix) and column[: -len(suffix)] in self.feature_names:
+                return column[: -len(suffix)]
+        return column
 
     def matrix(self, g: Groups) -> np.ndarray:
         """The booster's input for ``g``: its features, plus per-query standardised copies."""
@@ -83,7 +95,10 @@ class LambdaMART:
             raise ValueError(f"lambdamart: {g.X.shape[1]} feature columns but the ranker has {len(self.feature_names)} features")
         if self.p.query_norm == "none":
             return g.X
-        return np.hstack([g.X, _query_zscores(g.X, g.offsets)])
+        parts = [g.X, _query_zscores(g.X, g.offsets)]
+        if self.p.query_norm == "zscore+max":
+            parts.append(_minus_query_max(g.X, g.offsets))
+        return np.hstack(parts)
 
     def prior(self, g: Groups) -> np.ndarray:
         """The score boosting starts from: the sum of the ``prior_features``' per-query z-scores,
@@ -128,6 +143,19 @@ class LambdaMART:
         if not len(X):
             return np.zeros(0)
         return np.asarray(self.booster.predict(X, num_iteration=self.best_iteration), dtype=np.float64) + self.prior(g)
+
+    def contributions(self, g: Groups) -> tuple[np.ndarray, np.ndarray]:
+        """Per row of ``g``: each feature's contribution to the score (LightGBM's SHAP values,
+        derived columns summed into their feature), and the row's base value (the booster's
+        expected value plus the prior); contributions + base = ``predict``."""
+        if self.booster is None:
+            raise RuntimeError("lambdamart: not trained")
+        X = self.matrix(g)
+        c = np.asarray(self.booster.predict(X, num_iteration=self.best_iteration, pred_contrib=True), dtype=np.float64)
+        out = np.zeros((len(X), len(self.feature_names)))
+        for j, col in enumerate(self.columns):
+            out[:, self.feature_names.index(self.base_feature(col))] += c[:, j]
+        return out, c[:, -1] + self.prior(g)
 
     def importance(self) -> dict[str, dict[str, float]]:
         """Per booster column, its share of the total gain and of the splits (each sums to 1)."""
@@ -180,6 +208,15 @@ def _query_zscores(X: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return Z
 
 
+def _minus_query_max(X: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Each column of ``X`` minus its maximum within each query's rows (0 for the query's best)."""
+    M = np.zeros_like(X, dtype=np.float64)
+    for a, b in zip(offsets[:-1], offsets[1:]):
+        if b > a:
+            M[a:b] = X[a:b] - X[a:b].max(0)
+    return M
+
+
 def _safe(name: str) -> str:
     """LightGBM refuses some characters in feature names; the config keeps the real names."""
     return "".join(c if c.isalnum() or c in "_-." else "_" for c in name)
@@ -205,15 +242,33 @@ def importance_markdown(importance: Mapping[str, Mapping[str, float]]) -> str:
 class LambdaMARTParams(BoosterParams):
     """The registered kind's parameters: its feature models (names of kinds, saved model
     directories, or ``{name, model, params}``; resolved by ``plugins.create_model``), the per-pair
-    text features, and the booster's settings."""
+    text features, the stage-1 features of a two-stage search (``STAGE_FEATURES``, with the stage
+    depths they were learnt at: a search bundle retrieves that deep), and the booster's settings."""
 
     features: list[str | dict] = param([])
     pair_features: list[str] = param([])
+    stage_features: list[str] = param([])
+    n_lexical: int = param(100, ge=0)  # stage-1 depths (two-stage search; training may choose them on dev)
+    n_semantic: int = param(100, ge=0)
 
     def check(self) -> None:
-        bad = [p for p in self.pair_features if p not in PAIR_FEATURES]
-        if bad:
-            raise ParamError(f"lambdamart parameter 'pair_features': unknown {bad}; known: {', '.join(PAIR_FEATURES)}")
+        for name, known in (("pair_features", PAIR_FEATURES), ("stage_features", STAGE_FEATURES)):
+            bad = [p for p in getattr(self, name) if p not in known]
+            if bad:
+                raise ParamError(f"lambdamart parameter '{name}': unknown {bad}; known: {', '.join(known)}")
+
+
+TWO_STAGE: dict[str, Any] = {
+    "features": ["bm25", "ulm"], "pair_features": list(PAIR_FEATURES), "stage_features": list(STAGE_FEATURES),
+    "query_norm": "zscore+max", "learning_rate": 0.1, "num_leaves": 15, "min_data_in_leaf": 50,
+}
+"""The stage-2 ranker ``semsearch index build --train-ranker`` trains unless ``--ranker-param``
+says otherwise: stage-1 scores and ranks, BM25 (paper analyzer) and ULM scores, the pair
+features, each also as a per-query z-score and distance from the query's best; settings chosen on
+Home Depot dev (README, "The served search")."""
+
+RANKER_ONLY = ("features", "pair_features", "stage_features", "n_lexical", "n_semantic")
+"""``LambdaMARTParams`` that belong to the ranker, not to its booster."""
 
 
 class LambdaMARTRanker(Model):
@@ -225,20 +280,25 @@ class LambdaMARTRanker(Model):
     name = "lambdamart"
     Params = LambdaMARTParams
 
-    def _init(self, names: Sequence[str], models: Sequence[Model], pair_features: Sequence[str], params: dict[str, Any]) -> None:
-        pair = LambdaMARTParams.from_mapping({"pair_features": list(pair_features)}).pair_features
+    def _init(self, names: Sequence[str], models: Sequence[Model], pair_features: Sequence[str], params: dict[str, Any],
+              stage_features: Sequence[str] = (), n_lexical: int = 100, n_semantic: int = 100) -> None:
+        p = LambdaMARTParams.from_mapping({"pair_features": list(pair_features), "stage_features": list(stage_features),
+                                           "n_lexical": n_lexical, "n_semantic": n_semantic})
         self.model_names = list(names)
         self.models = list(models)
-        self.pair_features = pair
-        self.ranker = LambdaMART(self.model_names + self.pair_features, **params)
+        self.pair_features, self.stage_features = p.pair_features, p.stage_features
+        self.n_lexical, self.n_semantic = p.n_lexical, p.n_semantic
+        self.ranker = LambdaMART(self.stage_features + self.model_names + self.pair_features, **params)
         self._texts: dict[str, str] = {}
         self._ids: list[str] = []
 
     @classmethod
-    def from_models(cls, models: Mapping[str, Model], pair_features: Sequence[str] = (), **params: Any) -> "LambdaMARTRanker":
-        """A ranker over already built (trained, indexed) models, keyed by feature name."""
+    def from_models(cls, models: Mapping[str, Model], pair_features: Sequence[str] = (), stage_features: Sequence[str] = (),
+                    n_lexical: int = 100, n_semantic: int = 100, **params: Any) -> "LambdaMARTRanker":
+        """A ranker over already built (trained, indexed) models, keyed by feature name;
+        ``stage_features`` make it a stage-2 ranker of a two-stage search (``score_hits``)."""
         self = cls.__new__(cls)
-        self._init(list(models), list(models.values()), pair_features, params)
+        self._init(list(models), list(models.values()), pair_features, params, stage_features, n_lexical, n_semantic)
         return self
 
     @property
@@ -246,7 +306,12 @@ class LambdaMARTRanker(Model):
         return self.ranker.feature_names
 
     def params(self) -> dict[str, Any]:
-        return dict(self.ranker.params)
+        return {**self.ranker.params, "stage_features": self.stage_features, "n_lexical": self.n_lexical,
+                "n_semantic": self.n_semantic}
+
+    def set_depths(self, n_lexical: int, n_semantic: int) -> None:
+        """The stage-1 depths this ranker serves with (chosen on dev by its trainer)."""
+        self.n_lexical, self.n_semantic = int(n_lexical), int(n_semantic)
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
         for m in self.models:
@@ -263,9 +328,16 @@ class LambdaMARTRanker(Model):
     def doc_ids(self) -> Sequence[str]:
         return self._ids or (self.models[0].doc_ids if self.models else [])
 
-    def features(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> np.ndarray:
-        """(pairs, features): the feature models' scores, then the pair features."""
+    def features(self, queries: Sequence[str], candidates: Sequence[Sequence[str]],
+                 hits: Sequence[Sequence[Any]] | None = None) -> np.ndarray:
+        """(pairs, features): the stage features of ``hits`` (the merged stage-1 hits the
+        candidates come from; required when the ranker has stage features), the feature models'
+        scores, then the pair features."""
         X = model_columns(self.models, queries, candidates)
+        if self.stage_features:
+            if hits is None:
+                raise ValueError("this ranker re-ranks two-stage search results: it needs the stage-1 hits (score_hits)")
+            X = np.hstack([stage_columns(self.stage_features, hits, self.n_lexical, self.n_semantic), X])
         if self.pair_features:
             try:
                 texts = [[self._texts[d] for d in c] for c in candidates]
@@ -278,6 +350,37 @@ class LambdaMARTRanker(Model):
         qids = [q for q in queries if len(candidates.get(q, ()))]
         cands = {q: list(candidates[q]) for q in qids}
         return groups(cands, self.features([queries[q] for q in qids], [cands[q] for q in qids]), qrels)
+
+    def hit_groups(self, queries: Sequence[str], hits: Sequence[Sequence[Any]], qrels: Qrels | None = None,
+                   qids: Sequence[str] | None = None) -> Groups:
+        """Query groups over merged stage-1 hits (objects with ``doc_id`` and the stage scores and
+        ranks, like ``index.HybridHit``), labelled by ``qrels`` (unjudged: 0) under ``qids``."""
+        same_length(queries, hits, "queries", "hit lists")
+        qids = [str(i) for i in range(len(queries))] if qids is None else list(qids)
+        cands = {q: [h.doc_id for h in hs] for q, hs in zip(qids, hits)}
+        keep = [i for i, q in enumerate(qids) if cands[q]]
+        X = self.features([queries[i] for i in keep], [cands[qids[i]] for i in keep], [hits[i] for i in keep])
+        return groups({qids[i]: cands[qids[i]] for i in keep}, X, qrels)
+
+    def score_hits(self, queries: Sequence[str], hits: Sequence[Sequence[Any]]) -> list[np.ndarray]:
+        """The ranker's score of each merged stage-1 hit of each query (a two-stage search)."""
+        g = self.hit_groups(queries, hits)
+        s = self.ranker.predict(g)
+        out, i = [], 0
+        for hs in hits:  # queries without hits have no group
+            if hs:
+                out.append(s[g.offsets[i]:g.offsets[i + 1]])
+                i += 1
+            else:
+                out.append(np.zeros(0))
+        return out
+
+    def explain_hits(self, query: str, hits: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For one query's merged hits: scores, feature values, each feature's contribution
+        (rows × features) and each row's base value (contributions + base = score)."""
+        g = self.hit_groups([query], [hits])
+        contrib, base = self.ranker.contributions(g)
+        return self.ranker.predict(g), g.X, contrib, base
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
         same_length(queries, candidates, "queries", "candidate lists")
@@ -297,7 +400,8 @@ class LambdaMARTRanker(Model):
             m.save(d / sub)
             dirs.append(sub)
         write_config(d, {"model": self.name, "features": self.model_names, "feature_dirs": dirs,
-                         "pair_features": self.pair_features})
+                         "pair_features": self.pair_features, "stage_features": self.stage_features,
+                         "n_lexical": self.n_lexical, "n_semantic": self.n_semantic})
 
     @classmethod
     def child_dirs(cls, config: Mapping[str, Any]) -> dict[str, str]:
@@ -316,13 +420,18 @@ class LambdaMARTRanker(Model):
         ranker = LambdaMART.load(d)
         try:
             names, pair = list(cfg["features"]), list(cfg["pair_features"])
-        except (KeyError, TypeError) as e:
+            stage = list(cfg.get("stage_features", []))
+            depths = int(cfg.get("n_lexical", 100)), int(cfg.get("n_semantic", 100))
+        except (KeyError, TypeError, ValueError) as e:
             raise ModelDirError(f"{d}: corrupt lambdamart config ({e})") from None
-        if ranker.feature_names != names + pair:
-            raise ModelDirError(f"{d}: booster features {ranker.feature_names} differ from the config's {names + pair}")
+        if ranker.feature_names != stage + names + pair:
+            raise ModelDirError(f"{d}: booster features {ranker.feature_names} differ from the config's {stage + names + pair}")
         if models is None or list(models) != names:
             raise ModelDirError(f"{d}: ranker was trained on features {names}, given {list(models or {})}")
         self = cls.__new__(cls)
-        self._init(names, list(models.values()), pair, dict(ranker.params))
+        try:
+            self._init(names, list(models.values()), pair, dict(ranker.params), stage, *depths)
+        except ParamError as e:
+            raise ModelDirError(f"{d}: corrupt lambdamart config ({e})") from None
         self.ranker = ranker
         return self

@@ -258,3 +258,21 @@ class RankerArgs(Params):
     kind = "lambdamart training"
 
     cv_folds: int = param(0, ge=0)  # without a dev split: trees picked by this k-fold CV (0: num_boost_round)
+    # a two-stage search's ranker: the (lexical, semantic) stage-1 depths tried; dev nDCG@10 picks one
+    stage_depths: list[list[int]] = param([[50, 50], [100, 50], [100, 100], [200, 100]])
+    # ... by the sum of these dev metrics (the served goals: ranking quality and what stage 1 keeps)
+    stage_select: list[str] = param(["ndcg@10", "recall@100"])
+    rel_threshold: int = param(1, ge=1)  # a judged grade this high is relevant for recall (Home Depot: 3)
+
+    def check(self) -> None:
+        if not self.stage_depths or any(len(d) != 2 or min(d) < 0 or max(d) < 1 for d in self.stage_depths):
+            raise ParamError("lambdamart training parameter 'stage_depths' must be a non-empty list of "
+                             f"[n_lexical, n_semantic] pairs (>= 0, not both 0), got {self.stage_depths!r}")
+        from ..evaluation.metrics import parse_metric
+
+        for m in self.stage_select or [""]:
+            try:
+                parse_metric(m)
+            except ValueError:
+                raise ParamError(f"lambdamart training parameter 'stage_select' must list metrics like 'ndcg@10', "
+                                 f"'recall@100', got {self.stage_select!r}") from None

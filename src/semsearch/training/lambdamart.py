@@ -5,7 +5,8 @@ the registered ``lambdamart`` kind's trainer (``fit``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ import numpy as np
 from ..data import EvalSet, TrainingData
 from ..evaluation import kfold_queries
 from ..ranking.features import Groups
+from ..progress import Reporter, note
 from ..ranking.lambdamart import LambdaMART, LambdaMARTRanker
 from ..types import Run
 from .args import RankerArgs
@@ -88,3 +90,100 @@ def train_ranker(model: LambdaMARTRanker, data: TrainingData, dev: EvalSet | Non
     train = EvalSet({q: t for q, t in data.queries.items() if q in data.qrels},
                     {q: list(docs) for q, docs in data.qrels.items() if q in data.queries}, data.qrels)
     return fit_ranker(model, train, dev, cv_folds=args.cv_folds)
+
+
+# ----------------------------------------------------------------------------- two-stage search
+StageSearch = Callable[[Sequence[str], int, int], "list[list[Any]]"]
+"""``search(query texts, n_lexical, n_semantic)``: each query's merged stage-1 hits with both
+stages' scores filled in (``index.HybridRetriever(complete=True).search``)."""
+
+
+def _stage_hits(search: StageSearch, queries: Sequence[str], n_lexical: int, n_semantic: int, what: str,
+                progress: bool, batch: int = 512) -> list[list[Any]]:
+    rep = Reporter(f"stage 1 for the ranker's {what} queries", (len(queries) + batch - 1) // batch, unit="queries",
+                   show=progress)
+    out: list[list[Any]] = []
+    for s in range(0, len(queries), batch):
+        out += search(list(queries[s : s + batch]), n_lexical, n_semantic)
+        rep.advance(1, len(queries[s : s + batch]))
+    rep.close()
+    return out
+
+
+def _cut(g: Groups, ranks: np.ndarray, cols: Sequence[int], n_lexical: int, n_semantic: int) -> Groups:
+    """The rows of ``g`` that stage 1 at depths (n_lexical, n_semantic) returns; ``ranks``: each
+    row's raw (lexical, semantic) rank, 0 where not found; rank columns ``cols`` re-capped."""
+    lr, sr = ranks[:, 0], ranks[:, 1]
+    keep = ((lr > 0) & (lr <= n_lexical)) | ((sr > 0) & (sr <= n_semantic))
+    X = g.X[keep].copy()
+    for c, (r, n) in zip(cols, ((lr, n_lexical), (sr, n_semantic))):
+        if c >= 0:
+            X[:, c] = np.where((r[keep] > 0) & (r[keep] <= n), r[keep], n + 1)
+    sizes = np.add.reduceat(keep.astype(np.int64), g.offsets[:-1]) if len(g.qids) else np.zeros(0, np.int64)
+    present = sizes > 0
+    docs = [d for d, k in zip(g.docs, keep) if k]
+    return Groups([q for q, p in zip(g.qids, present) if p], docs, X, g.y[keep],
+                  np.concatenate([[0], np.cumsum(sizes[present])]).astype(np.int64))
+
+
+def fit_stage_ranker(model: LambdaMARTRanker, search: StageSearch, train: EvalSet, dev: EvalSet, *,
+                     args: RankerArgs, progress: bool = True) -> dict[str, Any]:
+    """Train the stage-2 ranker of a two-stage search (BERT paper §3.3, §4.5) on what stage 1
+    really returns: each training query's merged lexical ∪ semantic hits over the whole
+    collection, labelled by its judgments (unjudged = not relevant). For each stage-1 depth pair in
+    ``args.stage_depths`` a booster is trained (early-stopped on dev) and scored on dev by the sum
+    of ``args.stage_select`` (default nDCG@10 + Recall@100) over every judged dev query (a
+    relevant product stage 1 misses counts against it); the best pair and its booster are kept. Features are computed once, at the deepest depths."""
+    from ..evaluation import evaluate
+    from ..evaluation.metrics import parse_metric
+
+    if not model.stage_features:
+        raise ValueError("fit_stage_ranker: the ranker has no stage_features (a two-stage ranker needs them)")
+    depths = [(int(a), int(b)) for a, b in args.stage_depths]
+    n_lex, n_sem = max(d[0] for d in depths), max(d[1] for d in depths)
+    model.set_depths(n_lex, n_sem)
+    data: dict[str, tuple[Groups, np.ndarray]] = {}
+    for what, es in (("training", train), ("dev", dev)):
+        qids = [q for q in es.queries if q in es.qrels and es.queries[q].strip()]
+        texts = [es.queries[q] for q in qids]
+        hits = _stage_hits(search, texts, n_lex, n_sem, what, progress)
+        t = time.perf_counter()
+        g = model.hit_groups(texts, hits, es.qrels, qids)
+        ranks = np.array([[h.lexical_rank or 0, h.semantic_rank or 0] for hs in hits for h in hs], np.int64).reshape(-1, 2)
+        data[what] = (g, ranks)
+        if progress:
+            note(f"ranker features for {len(g.qids):,} {what} queries: {len(g.y):,} candidates in "
+                  f"{time.perf_counter() - t:.0f} s")
+    cols = [model.feature_names.index(c) if c in model.feature_names else -1 for c in ("lexical_rank", "semantic_rank")]
+    tried, best = [], None
+    for nl, ns in depths:
+        gtr, gdv = _cut(*data["training"], cols, nl, ns), _cut(*data["dev"], cols, nl, ns)
+        booster = LambdaMART(model.ranker.feature_names, **model.ranker.params)
+        t = time.perf_counter()
+        log = train_booster(booster, gtr, gdv)
+        run = gdv.to_run(booster.predict(gdv))
+        m: dict[str, float] = {}
+        graded = [x for x in args.stage_select if parse_metric(x)[0] == "ndcg"]
+        binary = [x for x in args.stage_select if x not in graded]  # relevant: grade >= rel_threshold
+        if graded:
+            m.update(evaluate(run, dev.qrels, graded).mean)
+        if binary:
+            m.update(evaluate(run, dev.qrels, binary, rel_threshold=args.rel_threshold).mean)
+        row = {"n_lexical": nl, "n_semantic": ns, **{f"dev {k}": round(float(v), 4) for k, v in m.items()},
+               "dev selection": round(float(sum(m.values())), 4), "trees": log["trees"],
+               "candidates per query": round(len(gtr.y) / max(len(gtr.qids), 1), 1),
+               "seconds": round(time.perf_counter() - t, 1)}
+        tried.append(row)
+        if progress:
+            note("stage-2 ranker at depths " + "  ".join(f"{k} {v}" for k, v in row.items()))
+        if best is None or row["dev selection"] > best[0]["dev selection"]:
+            best = (row, booster, log)
+    assert best is not None
+    row, booster, log = best
+    model.ranker = booster
+    model.set_depths(row["n_lexical"], row["n_semantic"])
+    if progress:
+        note(f"stage-2 ranker: depths lexical {row['n_lexical']}, semantic {row['n_semantic']} chosen on dev "
+             f"by {' + '.join(args.stage_select)} = {row['dev selection']}")
+    return {**log, "chosen": row, "tried": tried, "selected_by": f"dev {' + '.join(args.stage_select)}",
+            "recall_threshold": args.rel_threshold, "labels": "judged grade; unjudged candidates = 0"}
