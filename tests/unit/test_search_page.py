@@ -1,7 +1,9 @@
 """The search page end to end in headless Chromium (Debian's ``chromium`` driven by Playwright):
-type a query, see results tagged by source with highlighted words and the latency; a screenshot
-is saved under the test's tmp dir. Documents whose ids and titles carry HTML/script show as text
-and run nothing (the page builds DOM text nodes; its CSP forbids inline script)."""
+type a query, see results tagged by source with the query terms that matched highlighted, the
+score and a "why" per hit, and the latency; a screenshot is saved under the test's tmp dir. Pages
+of results continue each other and live in the URL and history. Documents whose ids and titles
+carry HTML/script show as text and run nothing (the page builds DOM text nodes; its CSP forbids
+inline script)."""
 
 from __future__ import annotations
 
@@ -69,15 +71,24 @@ def test_search_page_in_headless_chromium(server, tmp_path):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
             page = browser.new_page()
+            urls: list[str] = []
+            page.on("request", lambda r: urls.append(r.url))
             page.goto(server + "/")
             page.fill("#q", "red cat")
             page.select_option("#merge", "rrf")
             page.press("#q", "Enter")
             page.wait_for_selector("li.hit .tag", timeout=15_000)
-            page.wait_for_selector("li.hit mark", timeout=15_000)  # winning words from /explain
+            page.wait_for_selector("li.hit mark", timeout=15_000)  # query terms that matched, from /search
             tags = page.locator("li.hit .tag").all_inner_texts()
             assert tags and set(tags) <= {"LEXICAL", "SEMANTIC", "BOTH"}
-            assert "ms" in page.inner_text("#status")
+            assert "ms" in page.inner_text("#status") and "scored by rrf" in page.inner_text("#status")
+            assert set(page.locator("li.hit mark").all_inner_texts()) <= {"red", "cat"}
+            assert all(" rrf " in s for s in page.locator("li.hit .score").all_inner_texts())
+            why = page.locator("li.hit details.why").first
+            why.locator("summary").click()  # no ranker: the stage, its scores and ranks, no /explain
+            assert "found by: " + tags[0] in why.inner_text() and "lexical" in why.inner_text()
+            assert why.locator("table.contrib").count() == 0
+            assert not [u for u in urls if "/explain" in u]
             page.screenshot(path=str(tmp_path / "search-page.png"), full_page=True)
             page.evaluate("document.getElementById('q').removeAttribute('maxlength')")
             page.fill("#q", "x" * 1001)  # past the server's limit: the page shows the JSON error
@@ -115,7 +126,8 @@ def test_html_in_ids_and_titles_is_shown_as_text(trained_clsm, tiny_data, tmp_pa
             page.fill("#q", "red cat")
             page.press("#q", "Enter")
             page.wait_for_selector("li.hit mark", timeout=15_000)
-            page.wait_for_timeout(500)  # every /explain answer has been highlighted
+            for d in page.locator("li.hit details.why summary").all():
+                d.click()  # every "why" open: still text only
             text = page.inner_text("#results")
             for payload in (IMG, SCRIPT, f"red cat {SCRIPT}", f"red cat {IMG}", f"x{IMG}y"):
                 assert payload in text
@@ -175,5 +187,156 @@ def test_url_holds_the_query_and_history_restores_it(server):
             page.go_forward()
             expect(page.locator("li.hit .title").first).to_contain_text("red")
             assert page.input_value("#q") == "red"
+        finally:
+            browser.close()
+
+
+def _browser(p):  # type: ignore[no-untyped-def]
+    return p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+
+
+HIGHLIGHT_PAYLOAD = "<img src=x onerror=alert(1)> drill"
+
+
+def test_highlights_are_text_marks_at_utf16_offsets(tiny_data, tmp_path):
+    """The query terms that matched are <mark>ed: inside a title carrying an HTML payload (no
+    element is made from it, no dialog opens) and after non-BMP characters (the spans are UTF-16
+    offsets: the mark holds exactly the word). A hit without a title is highlighted in its text."""
+    _need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    c = open_dataset("tiny").corpus()
+    corpus = Corpus([*c.ids, "p1", "e1", "e2"], [*c.titles, HIGHLIGHT_PAYLOAD, "🐈🐕 Drills, 🐈 drilling", ""],
+                    [*c.texts, "x", "y", "the DRILL bits"])
+    bundle = build_bundle(corpus, [create_model("bm25", analyzer="english")], tmp_path / "b")
+    with _serve(create_app(bundle)) as url, sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = browser.new_page()
+            dialogs: list[str] = []
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.goto(url + "/?q=drill")
+            page.wait_for_selector("li.hit mark", timeout=15_000)
+            titles = dict(zip(page.locator("li.hit .score").all_inner_texts(), page.locator("li.hit .title").all()))
+            by_id = {k.split(" · ")[0]: v for k, v in titles.items()}
+            assert set(by_id) == {"p1", "e1", "e2"}
+            assert by_id["p1"].inner_text() == HIGHLIGHT_PAYLOAD
+            assert by_id["p1"].locator("mark").all_inner_texts() == ["drill"]
+            assert by_id["e1"].inner_text() == "🐈🐕 Drills, 🐈 drilling"
+            assert by_id["e1"].locator("mark").all_inner_texts() == ["Drills", "drilling"]
+            assert by_id["e2"].inner_text() == "the DRILL bits" and by_id["e2"].locator("mark").all_inner_texts() == ["DRILL"]
+            page.wait_for_timeout(300)  # time for a (broken) image to fail and its onerror to run
+            assert page.locator("#results img, #results script").count() == 0
+            assert page.locator("#results mark").count() == 4 and page.locator("#results *:not(li, span, mark, details, "
+                                                                               "summary, div, table, tr, th, td)").count() == 0
+            assert dialogs == []
+        finally:
+            browser.close()
+
+
+def test_pages_continue_each_other_and_live_in_history(server):
+    """/?q=red&k=3: next shows ranks 4-6, continuing page 1 without overlap or gap (the two pages
+    are /search's top 6); page is in the URL; back, forward and previous work."""
+    _need_chromium()
+    import re
+
+    import httpx
+    from playwright.sync_api import expect, sync_playwright
+
+    top6 = [h["doc_id"] for h in httpx.get(server + "/search", params={"q": "red", "k": 6}).json()["hits"]]
+
+    def shown(page) -> tuple[list[str], list[int]]:  # type: ignore[no-untyped-def]
+        page.wait_for_selector("li.hit .score", timeout=15_000)
+        ids = [s.split(" · ")[0] for s in page.locator("li.hit .score").all_inner_texts()]
+        return ids, page.locator("li.hit").evaluate_all("els => els.map(e => e.value)")
+
+    with sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = browser.new_page()
+            page.goto(server + "/?q=red&k=3")
+            assert shown(page) == (top6[:3], [1, 2, 3])
+            assert page.locator("#pager a.prev").count() == 0
+            page.click("#pager a.next")
+            expect(page).to_have_url(re.compile(r"page=2"))
+            expect(page.locator("li.hit").first).to_have_js_property("value", 4)
+            assert shown(page) == (top6[3:], [4, 5, 6]) and "results 4–6" in page.inner_text("#status")
+            assert "k=3" in page.url and "q=red" in page.url
+            page.go_back()
+            expect(page.locator("li.hit").first).to_have_js_property("value", 1)
+            assert shown(page) == (top6[:3], [1, 2, 3]) and "page=2" not in page.url
+            page.go_forward()
+            expect(page.locator("li.hit").first).to_have_js_property("value", 4)
+            assert shown(page)[0] == top6[3:]
+            page.click("#pager a.prev")
+            expect(page.locator("li.hit").first).to_have_js_property("value", 1)
+            assert shown(page)[0] == top6[:3] and "page=1" in page.url
+            page.goto(server + "/?q=green&k=3&page=2")  # a linked page 2
+            expect(page.locator("li.hit").first).to_have_js_property("value", 4)
+            assert page.locator("#pager a.prev").count() == 1
+            page.fill("#q", "lamp")
+            page.press("#q", "Enter")  # a new search starts on page 1
+            expect(page).to_have_url(re.compile(r"q=lamp.*page=1|page=1.*q=lamp"))
+            expect(page.locator("li.hit").first).to_have_js_property("value", 1)
+        finally:
+            browser.close()
+
+
+class _FakeRanker:
+    """A stand-in ranker: the number of query words in the title (the bundle breaks ties by id)."""
+
+    name = "fake"
+
+    def __init__(self, corpus) -> None:  # type: ignore[no-untyped-def]
+        self.doc_ids, self.titles = list(corpus.ids), dict(zip(corpus.ids, corpus.titles))
+
+    def score(self, queries, candidates):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        return [np.array([float(sum(w in self.titles[d].split() for w in q.split())) for d in docs])
+                for q, docs in zip(queries, candidates)]
+
+
+def test_ranker_score_and_its_contributions_on_demand(make_bundle, tmp_path):
+    """With a ranker the page shows its score, and opening a hit's "why" fetches /explain once and
+    shows the feature contributions as a table of text (an HTML feature name stays text)."""
+    _need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    from semsearch.index.bundle import Bundle
+
+    b = Bundle.load(make_bundle(tmp_path / "b"))
+    rb = Bundle(b.path, b.manifest, b.corpus, b.lexical, b.semantic, _FakeRanker(b.corpus))
+    calls: list[tuple[str, str, int]] = []
+
+    def explain_rank(query: str, doc_id: str, *, top: int = 5) -> dict:
+        calls.append((query, doc_id, top))
+        return {"doc_id": doc_id, "score": 2.0, "bias": 0.5, "source": "LEXICAL", "lexical_score": 3.0,
+                "semantic_score": None, "lexical_rank": 1, "semantic_rank": None,
+                "contributions": [{"feature": "bm25", "value": 3.0, "contribution": 1.25},
+                                  {"feature": SCRIPT, "value": 1.0, "contribution": 0.25}]}
+
+    rb.explain_rank = explain_rank  # type: ignore[attr-defined]
+    with _serve(create_app(rb)) as url, sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = browser.new_page()
+            page.goto(url + "/?q=red%20cat&k=5")
+            page.wait_for_selector("li.hit .score", timeout=15_000)
+            assert "scored by ranker" in page.inner_text("#status")
+            first = page.locator("li.hit").first
+            doc = first.locator(".score").inner_text().split(" · ")[0]
+            assert first.locator(".score").inner_text() == f"{doc} · ranker 2.0000"  # the fake ranker: both words
+            assert calls == []  # nothing fetched until a "why" is opened
+            first.locator("details.why summary").click()
+            first.locator("table.contrib td").first.wait_for(timeout=15_000)
+            rows = first.locator("table.contrib tr").all_inner_texts()
+            assert "bm25" in rows[1] and "1.2500" in rows[1] and SCRIPT in rows[2]
+            assert "bias 0.5000" in first.locator("details.why").inner_text()
+            first.locator("details.why summary").click()  # closed and opened again: no second fetch
+            first.locator("details.why summary").click()
+            page.wait_for_timeout(200)
+            assert calls == [("red cat", doc, 10)]
+            assert page.locator("#results script").count() == 0 and page.evaluate("typeof window.__xss") == "undefined"
         finally:
             browser.close()

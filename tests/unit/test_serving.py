@@ -157,3 +157,165 @@ def test_metrics_add_up_over_worker_processes(tiny_data, tmp_path):
             server.kill()
             server.wait()
     assert list(tmp.iterdir()) == [], server.stderr.read().decode(errors="replace")[-2000:] if server.stderr else ""
+
+
+# -- paging, highlights, score_by, the ranker's explanation ----------------------------------------
+
+def test_pages_continue_one_ranking_without_overlap_or_gap(client):
+    """offset + k of one deterministic ranking: consecutive pages concatenate to the top of a
+    single deeper search; ranks are absolute."""
+    for merge in ("union", "rrf", "interpolate"):
+        whole = client.get("/search", params={"q": "red cat", "k": 12, "merge": merge}).json()
+        assert whole["offset"] == 0 and len(whole["hits"]) == 12
+        paged = []
+        for offset in (0, 4, 8):
+            body = client.get("/search", params={"q": "red cat", "k": 4, "offset": offset, "merge": merge}).json()
+            assert body["offset"] == offset and body["next_offset"] == offset + 4
+            assert [h["rank"] for h in body["hits"]] == list(range(offset + 1, offset + 5))
+            paged += body["hits"]
+        assert [(h["doc_id"], h["score"]) for h in paged] == [(h["doc_id"], h["score"]) for h in whole["hits"]]
+    everything = client.get("/search", params={"q": "red cat", "k": 1000}).json()["hits"]
+    n = len(everything)
+    last = client.get("/search", params={"q": "red cat", "k": 7, "offset": n - 3}).json()
+    assert [h["doc_id"] for h in last["hits"]] == [h["doc_id"] for h in everything[-3:]]
+    assert last["next_offset"] is None  # fewer than k: the last page
+    past = client.get("/search", params={"q": "red cat", "k": 5, "offset": n + 5}).json()
+    assert past["hits"] == [] and past["next_offset"] is None
+
+
+@pytest.mark.parametrize("query,message", [
+    ("q=red&offset=-1", "'offset' must be in [0, 990]"), ("q=red&offset=991", "'offset' must be in [0, 990]"),
+    ("q=red&k=100&offset=901", "'offset' must be in [0, 900] (offset + k at most 1000), got 901"),
+    ("q=red&offset=ten", "offset"), ("q=red&offset=", "offset"), ("q=red&offset=1.5", "offset"),
+])
+def test_bad_offset_gets_422_naming_it(client, query, message):
+    r = client.get("/search?" + query)
+    assert r.status_code == 422 and message in r.json()["error"]
+
+
+def test_highlights_mark_the_query_terms_that_matched(client):
+    """The bundle's BM25 uses the english analyzer: 'cats' and 'reds' match 'cat' and 'red', the
+    stop word 'a' matches nothing; spans index the title."""
+    body = client.get("/search", params={"q": "a reds cats", "k": 10}).json()
+    assert body["score_by"] == "union"
+    for h in body["hits"]:
+        assert h["highlight_field"] == "title"
+        marked = [h["title"][a:b] for a, b in h["highlights"]]
+        assert set(marked) <= {"red", "cat"} and set(marked) == {"red", "cat"} & set(h["title"].split())
+
+
+def _corpus_bundle(tmp_path, ids, titles, texts, analyzer="english"):  # type: ignore[no-untyped-def]
+    from semsearch.data import Corpus, open_dataset
+    from semsearch.index import build_bundle
+    from semsearch.plugins import create_model
+
+    c = open_dataset("tiny").corpus()
+    corpus = Corpus([*c.ids, *ids], [*c.titles, *titles], [*c.texts, *texts])
+    return build_bundle(corpus, [create_model("bm25", analyzer=analyzer)], tmp_path / "b")
+
+
+def test_highlights_in_utf16_units_and_text_when_no_title(tiny_data, tmp_path):
+    """Offsets count UTF-16 code units (JavaScript string indices): an emoji counts 2. A hit
+    without a title is highlighted in its text."""
+    path = _corpus_bundle(tmp_path, ["e1", "e2"], ["🐈🐕 Red cats, 🐈 running", ""], ["x", "The red CAT ran"])
+    with TestClient(create_app(path)) as c:
+        hits = {h["doc_id"]: h for h in c.get("/search", params={"q": "cat running", "k": 100}).json()["hits"]}
+    e1, e2 = hits["e1"], hits["e2"]
+    assert e1["highlight_field"] == "title" and e1["highlights"] == [[9, 13], [18, 25]]
+    units = e1["title"].encode("utf-16-le")
+    assert [units[2 * a:2 * b].decode("utf-16-le") for a, b in e1["highlights"]] == ["cats", "running"]
+    assert e2["highlight_field"] == "text" and [e2["text"][a:b] for a, b in e2["highlights"]] == ["CAT"]
+
+
+def test_paging_stops_at_the_depth_limit(tiny_data, tmp_path):
+    """offset + k is at most max_k: the last full page before it has no next page."""
+    with TestClient(create_app(_corpus_bundle(tmp_path, [], [], []), max_k=10)) as c:
+        body = c.get("/search", params={"q": "red", "k": 5, "offset": 5}).json()
+        assert len(body["hits"]) == 5 and body["next_offset"] is None
+        assert c.get("/search", params={"q": "red", "k": 5}).json()["next_offset"] == 5
+        r = c.get("/search", params={"q": "red", "k": 5, "offset": 6})
+        assert r.status_code == 422 and "'offset' must be in [0, 5]" in r.json()["error"]
+
+
+def test_highlights_without_a_lexical_model_are_lowercase_equality(make_bundle, tmp_path):
+    from semsearch.index.bundle import Bundle
+
+    b = Bundle.load(make_bundle(tmp_path / "b"))
+    semantic_only = Bundle(b.path, b.manifest, b.corpus, None, b.semantic, None)
+    with TestClient(create_app(semantic_only)) as c:
+        body = c.get("/search", params={"q": "RED cats", "k": 20}).json()
+    assert body["hits"] and {h["source"] for h in body["hits"]} == {"SEMANTIC"}
+    for h in body["hits"]:  # 'cats' is not 'cat' without the stemmer
+        assert [h["title"][a:b] for a, b in h["highlights"]] == [w for w in h["title"].split() if w == "red"]
+
+
+class FakeRanker:
+    """A stand-in ranker: the number of query words in the title, ties broken by the bundle."""
+
+    name = "fake"
+
+    def __init__(self, corpus) -> None:  # type: ignore[no-untyped-def]
+        self.doc_ids = list(corpus.ids)
+        self.titles = dict(zip(corpus.ids, corpus.titles))
+
+    def score(self, queries, candidates):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        return [np.array([float(sum(w in self.titles[d].split() for w in q.split())) for d in docs])
+                for q, docs in zip(queries, candidates)]
+
+
+def ranked_bundle(path):  # type: ignore[no-untyped-def]
+    """The bundle at ``path`` with a FakeRanker and a fake ``explain_rank`` (recording its calls),
+    as Bundle.explain_rank is specified: KeyError for an unknown id, ValueError for bad input."""
+    from semsearch.index.bundle import Bundle
+
+    b = Bundle.load(path)
+    rb = Bundle(b.path, b.manifest, b.corpus, b.lexical, b.semantic, FakeRanker(b.corpus))
+    calls = []
+
+    def explain_rank(query: str, doc_id: str, *, top: int = 5) -> dict:
+        calls.append((query, doc_id, top))
+        if doc_id not in rb.corpus.index:
+            raise KeyError(f"no document {doc_id!r}")
+        if query.strip() == "bad":
+            raise ValueError("bad query")
+        contributions = [{"feature": "bm25", "value": 2.5, "contribution": 1.25},
+                         {"feature": "<b>cosine</b>", "value": 0.5, "contribution": -0.25},
+                         {"feature": "doc_len", "value": 9.0, "contribution": 0.125}][:top]
+        return {"doc_id": doc_id, "score": 1.125, "bias": 0.125, "source": "BOTH", "lexical_score": 2.5,
+                "semantic_score": 0.5, "lexical_rank": 1, "semantic_rank": 3, "contributions": contributions}
+
+    rb.explain_rank = explain_rank  # type: ignore[attr-defined]
+    rb.explain_calls = calls  # type: ignore[attr-defined]
+    return rb
+
+
+def test_with_a_ranker_scores_are_its_and_explain_gives_its_contributions(make_bundle, tmp_path):
+    rb = ranked_bundle(make_bundle(tmp_path / "b"))
+    with TestClient(create_app(rb)) as c:
+        body = c.get("/search", params={"q": "red cat", "k": 5, "merge": "rrf"}).json()
+        assert body["score_by"] == "ranker" and body["merge"] == "rrf"
+        scores = [h["score"] for h in body["hits"]]
+        assert scores == sorted(scores, reverse=True) and scores[0] == 2.0  # the fake ranker's: both words
+        page2 = c.get("/search", params={"q": "red cat", "k": 5, "offset": 5, "merge": "rrf"}).json()["hits"]
+        whole = c.get("/search", params={"q": "red cat", "k": 10, "merge": "rrf"}).json()["hits"]
+        assert [h["doc_id"] for h in body["hits"] + page2] == [h["doc_id"] for h in whole]
+        doc = body["hits"][0]["doc_id"]
+        e = c.get("/explain", params={"q": "red cat", "doc_id": doc, "top": 2}).json()
+        assert e["explained_by"] == "ranker" and e["doc_id"] == doc and e["bias"] == 0.125
+        assert [x["feature"] for x in e["contributions"]] == ["bm25", "<b>cosine</b>"]
+        assert rb.explain_calls == [("red cat", doc, 2)]
+        assert c.get("/explain", params={"q": "red cat", "doc_id": "nope"}).status_code == 404
+        r = c.get("/explain", params={"q": "bad", "doc_id": doc})
+        assert r.status_code == 422 and r.json()["error"] == "bad query"
+        assert c.get("/explain", params={"q": "", "doc_id": doc}).status_code == 400
+        neural = c.get("/explain", params={"q": "red cat", "doc_id": doc, "model": "clsm"}).json()
+        assert neural["model"] == "clsm" and "matching_neurons" in neural  # a named model: the DSSM/CLSM explain
+
+
+def test_without_a_ranker_explain_is_the_neural_models(client):
+    body = client.get("/search", params={"q": "red cat", "k": 1, "merge": "rrf"}).json()
+    assert body["score_by"] == "rrf"
+    e = client.get("/explain", params={"q": "red cat", "doc_id": body["hits"][0]["doc_id"]}).json()
+    assert "explained_by" not in e and e["model"] == "clsm"

@@ -4,7 +4,9 @@ each tagged with its source).
 Everything is loaded at startup; the request path only reads (no writes). ``/search`` runs on the
 event loop and each search runs its lexical stage there while its semantic stage runs in one of
 the bundle's threads; the other handlers are plain functions in FastAPI's thread pool. Bad input
-gets a 4xx answer with a JSON body ``{"error": "..."}``. ``/metrics`` is the Prometheus text format
+gets a 4xx answer with a JSON body ``{"error": "..."}``. ``/search`` pages with ``offset``, marks the
+query terms that matched in each hit (``text.highlight``) and says what its scores are (``score_by``);
+``/explain`` gives the ranker's feature contributions to a hit's score when the bundle has a ranker. ``/metrics`` is the Prometheus text format
 (prometheus_client), added up over all worker processes when there are several."""
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
-from ..index.bundle import Bundle
+from ..index.bundle import Bundle, Result
 from ..index.hybrid import SCORERS
+from ..text.highlight import Span, query_terms, term_spans, utf16_spans
+from ..text.normalize import Analyzer
 
 MAX_QUERY_CHARS = 1000
 MAX_K = 1000
@@ -125,6 +129,28 @@ class Metrics:
         return generate_latest(registry).decode("utf-8")
 
 
+class Highlighter:
+    """/search's highlight spans with the bundle's lexical analyzer (``text.highlight``). It uses a
+    copy of the analyzer, under its own lock: analyzers keep a stemming cache that is not
+    thread-safe, and the search stages hold the original's. Without a lexical model: lower-case
+    alphanumeric equality."""
+
+    def __init__(self, lexical: Any) -> None:
+        a = getattr(lexical, "analyzer", None)
+        self.analyzer: Any = Analyzer.from_config(a.config()) if isinstance(a, Analyzer) else a if callable(a) else None
+        self._lock = threading.Lock()
+
+    def terms(self, query: str) -> frozenset[str]:
+        with self._lock:
+            return query_terms(query, self.analyzer)
+
+    def spans(self, terms: frozenset[str], text: str) -> list[Span]:
+        """Matching words of ``text`` as ``[start, end)`` in UTF-16 code units (JavaScript indices)."""
+        with self._lock:
+            spans = term_spans(terms, text, self.analyzer)
+        return utf16_spans(text, spans)
+
+
 def _strict_query(request: Request) -> dict[str, str]:
     """Query parameters decoded as strict UTF-8 (Starlette would silently replace bad bytes)."""
     try:
@@ -152,6 +178,11 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
     page = PAGE.read_text(encoding="utf-8")
     assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
     started = time.time()
+    highlighter = Highlighter(b.lexical)
+
+    def score_by(merge: str) -> str:
+        """What a hit's ``score`` is: the ranker's when the bundle has one, else the merge's."""
+        return "ranker" if b.ranker is not None else merge
 
     ready = threading.Event()  # set while the loaded bundle is being served: startup done, no shutdown yet
 
@@ -194,42 +225,81 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
             raise BadRequest(f"parameter 'k' must be in [1, {max_k}], got {k}", 422)
         return k
 
+    def _offset(params: dict[str, str], k: int) -> int:
+        try:
+            offset = int(params.get("offset", "0"))
+        except ValueError:
+            raise BadRequest("parameter 'offset' must be an integer", 422) from None
+        if not 0 <= offset <= max_k - k:
+            raise BadRequest(f"parameter 'offset' must be in [0, {max_k - k}] (offset + k at most {max_k}), "
+                             f"got {offset}", 422)
+        return offset
+
     @app.get("/search", summary="Lexical ∪ semantic search", response_class=_JSON)
     async def search(request: Request, q: str = Query("", description=f"Query text (at most {max_query_chars} characters)."),
                k: int = Query(10, description=f"Number of hits, 1 to {max_k}."),
+               offset: int = Query(0, description=f"0-based rank of the first hit (paging); offset + k at most {max_k}."),
                merge: str = Query("union", description="union (lexical order, semantic-only hits after), rrf or interpolate."),
                model: str | None = Query(None, description="Neural model of the bundle (default: the first).")
                ) -> Response:
-        """Top-k hits with source (LEXICAL, SEMANTIC, BOTH), merged and stage scores, and timings (ms).
+        """Hits ``[offset, offset + k)`` of the ranking, with source (LEXICAL, SEMANTIC, BOTH),
+        score (the ranker's if the bundle has one, else the merged one: ``score_by`` says which),
+        stage scores and ranks, highlight spans and timings (ms).
+
+        ``rank`` is the absolute 1-based rank. ``highlights``: ``[start, end)`` spans, in UTF-16
+        code units (JavaScript string indices), of the words of ``highlight_field`` (``title``, or
+        ``text`` when the title is empty) whose normalised form is a query term under the bundle's
+        lexical analyzer. ``next_offset``: the next page's offset, null when this page is the
+        last (fewer than k hits, or past the depth limit).
+
+        Pages are cut from ``Bundle.search(q, offset + k)`` (ties broken by doc id), so they
+        continue each other exactly while offset + k stays within the lexical stage's depth (300
+        candidates); deeper, Bundle.search deepens that stage to offset + k, which keeps the union's
+        order but may reorder rrf, interpolate or a ranker's list past rank 300.
 
         Runs on the event loop itself (``async``), not in FastAPI's thread pool: the search is
         CPU-bound and sub-millisecond, and the pool's hand-offs and GIL switches cost more than it."""
         params = _strict_query(request)
         text, kk = _text(params, "q", max_query_chars), _k(params)
+        start = _offset(params, kk)
         if merge not in SCORERS:
             raise BadRequest(f"parameter 'merge' must be one of {', '.join(SCORERS)}", 422)
         if model is not None and model not in b.semantic:
             raise BadRequest(f"no model {model!r} in this bundle", 422)
-        result = b.search(text, kk, model=model, merge_by=merge)
+        # one deterministic ranking, cut: the top offset + k, then the page (Bundle.search breaks ties by id)
+        result = b.search(text, start + kk, model=model, merge_by=merge)
+        page_hits = result.hits[start:]
+        terms = highlighter.terms(text)
         hits = []
-        for row, h in zip(b.hits(result), result.hits):
-            hits.append({"rank": row.rank, "doc_id": h.doc_id, "title": row.title, "text": row.text,
+        for row, h in zip(b.hits(Result(page_hits, result.timing)), page_hits):
+            field = "title" if row.title else "text"
+            shown = row.title or row.text
+            hits.append({"rank": start + row.rank, "doc_id": h.doc_id, "title": row.title, "text": row.text,
                          "source": h.sources.name, "score": h.score, "lexical_score": h.lexical,
-                         "semantic_score": h.semantic, "lexical_rank": h.lexical_rank, "semantic_rank": h.semantic_rank})
-        return _JSON({"query": text, "k": kk, "merge": merge, "hits": hits, "timing_ms": result.timing})
+                         "semantic_score": h.semantic, "lexical_rank": h.lexical_rank, "semantic_rank": h.semantic_rank,
+                         "highlight_field": field, "highlights": highlighter.spans(terms, shown)})
+        more = len(page_hits) == kk and start + 2 * kk <= max_k
+        return _JSON({"query": text, "k": kk, "offset": start, "merge": merge, "score_by": score_by(merge),
+                      "next_offset": start + kk if more else None, "hits": hits, "timing_ms": result.timing})
 
-    @app.get("/explain", summary="Why the neural model matches a query and a document")
+    @app.get("/explain", summary="Why the ranker scores a document so, or why the neural model matches it")
     def explain_pair(request: Request, q: str = Query("", description="Query text."),
                      doc_id: str = Query("", description="Document id from /search."),
-                     top: int = Query(5, ge=1, le=50), model: str | None = Query(None)) -> dict[str, Any]:
-        """CLSM: most active max-pool neurons, their winning words, neurons shared by both sides;
-        any encoder: per-word contributions to the cosine."""
+                     top: int = Query(5, ge=1, le=50),
+                     model: str | None = Query(None, description="Explain this neural model of the bundle "
+                                                                 "(DSSM/CLSM) rather than the ranker.")) -> Any:
+        """With a ranker (and no ``model``): the ranker's score, bias and its ``top`` feature
+        contributions by absolute size, with the hit's source and stage scores and ranks
+        (``explained_by: "ranker"``). Otherwise CLSM: most active max-pool neurons, their winning
+        words, neurons shared by both sides; any encoder: per-word contributions to the cosine."""
         params = _strict_query(request)
         text = _text(params, "q", max_query_chars)
         try:
+            if b.ranker is not None and model is None:
+                return _JSON({**b.explain_rank(text, doc_id, top=top), "explained_by": "ranker"})  # type: ignore[attr-defined]
             return b.explain(text, doc_id, model=model, top=top)
         except KeyError as e:
-            raise BadRequest(str(e.args[0]), 404) from None
+            raise BadRequest(str(e.args[0]) if e.args else f"no document {doc_id!r}", 404) from None
         except ValueError as e:
             raise BadRequest(str(e), 422) from None
 

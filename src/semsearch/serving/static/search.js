@@ -12,43 +12,127 @@ function el(tag, className, text) {
   return e;
 }
 
-// Replace node's children with text whose words in `words` are wrapped in <mark> elements.
-function highlight(node, text, words) {
-  const set = new Set(words.map(w => String(w).toLowerCase()));
+function num(x, digits = 4) {
+  return x === null || x === undefined ? "–" : Number(x).toFixed(digits);
+}
+
+// Replace node's children with `text`, the spans [start, end) of `spans` wrapped in <mark>.
+// Spans are in UTF-16 code units (what /search returns and JavaScript strings index by); spans
+// that are malformed, out of order or overlapping are skipped.
+function highlight(node, text, spans) {
   node.replaceChildren();
-  for (const t of text.split(/(\s+)/)) {
-    if (set.has(t.toLowerCase().replace(/[^\p{L}\p{N}]/gu, ""))) node.appendChild(el("mark", "", t));
-    else node.appendChild(document.createTextNode(t));
+  let pos = 0;
+  for (const s of Array.isArray(spans) ? spans : []) {
+    const [a, b] = Array.isArray(s) ? s : [];
+    if (!Number.isInteger(a) || !Number.isInteger(b) || a < pos || b <= a || b > text.length) continue;
+    if (a > pos) node.appendChild(document.createTextNode(text.slice(pos, a)));
+    node.appendChild(el("mark", "", text.slice(a, b)));
+    pos = b;
   }
+  if (pos < text.length) node.appendChild(document.createTextNode(text.slice(pos)));
 }
 
-async function explainHit(q, hit, span, gen) {
-  const r = await fetch(`/explain?q=${encodeURIComponent(q)}&doc_id=${encodeURIComponent(hit.doc_id)}&top=3`);
-  if (!r.ok || gen !== generation) return;
-  const e = await r.json();
-  const words = e.matching_neurons && e.matching_neurons.length ? e.matching_neurons.map(n => n.document_word)
-    : e.document_words.filter(w => w.contribution > 0).slice(0, 3).map(w => w.word);
-  if (gen === generation) highlight(span, String(hit.title || hit.text), words);
+// A small table (header row, then rows), every cell a text node.
+function table(className, header, rows) {
+  const t = el("table", className), head = el("tr");
+  for (const h of header) head.appendChild(el("th", "", h));
+  t.appendChild(head);
+  for (const row of rows) {
+    const tr = el("tr");
+    for (const cell of row) tr.appendChild(el("td", "", cell));
+    t.appendChild(tr);
+  }
+  return t;
 }
 
-function hitItem(h) {
+// The ranker's feature contributions to one hit's score, fetched from /explain.
+async function explainRank(q, hit, box, gen) {
+  box.replaceChildren(el("span", "muted", "loading…"));
+  let r, e;
+  try {
+    r = await fetch(`/explain?${new URLSearchParams({ q, doc_id: String(hit.doc_id), top: "10" })}`);
+    e = await r.json();
+  } catch (err) {
+    e = { error: String(err) };
+  }
+  if (gen !== generation) return;
+  if (!r || !r.ok) { box.replaceChildren(el("span", "err", String((e && e.error) || "explain failed"))); return; }
+  const rows = (Array.isArray(e.contributions) ? e.contributions : []).map(
+    c => [String(c.feature), num(c.value), num(c.contribution)]);
+  box.replaceChildren(
+    table("contrib", ["feature", "value", "contribution"], rows),
+    el("div", "muted", `ranker score ${num(e.score)} = bias ${num(e.bias)} + contributions (largest shown)`));
+}
+
+// "why": which stage found the hit, its stage scores and ranks, and with a ranker the ranker's
+// feature contributions, fetched when the details element is first opened.
+function why(q, h, scoreBy, gen) {
+  const d = el("details", "why"), source = String(h.source);
+  d.appendChild(el("summary", "", "why"));
+  d.appendChild(el("div", "", `found by: ${source}`));
+  d.appendChild(table("stages", ["stage", "score", "rank"], [
+    ["lexical", num(h.lexical_score), h.lexical_rank == null ? "–" : String(h.lexical_rank)],
+    ["semantic", num(h.semantic_score), h.semantic_rank == null ? "–" : String(h.semantic_rank)],
+  ]));
+  if (scoreBy === "ranker") {
+    const box = el("div", "ranker");
+    d.appendChild(box);
+    let asked = false;
+    d.addEventListener("toggle", () => {
+      if (d.open && !asked) { asked = true; explainRank(q, h, box, gen); }
+    });
+  }
+  return d;
+}
+
+function hitItem(q, h, scoreBy, gen) {
   const li = el("li", "hit");
+  if (Number.isInteger(h.rank) && h.rank > 0) li.value = h.rank;  // the absolute rank, on every page
   const source = String(h.source);
   li.appendChild(el("span", SOURCES.has(source) ? `tag ${source}` : "tag", source));
-  const title = el("span", "title", String(h.title || h.text));
-  li.append(title, " ", el("span", "score", `${h.doc_id} · ${Number(h.score).toFixed(4)}`));
-  return [li, title];
+  const field = h.highlight_field === "text" ? "text" : "title";
+  const shown = String(h[field] ?? "");
+  const title = el("span", "title");
+  highlight(title, shown, h.highlights);
+  li.append(title, " ", el("span", "score", `${h.doc_id} · ${scoreBy} ${num(h.score)}`), why(q, h, scoreBy, gen));
+  return li;
 }
 
-// The state of a search as URL parameters (q, k, merge): what the address bar and history hold.
+// The state of a search as URL parameters (q, k, page, merge): what the address bar and history hold.
 function stateFromUrl() {
   const p = new URLSearchParams(location.search);
-  const k = parseInt(p.get("k") || "10", 10);
-  return { q: p.get("q") || "", k: k >= 1 ? k : 10, merge: p.get("merge") || "union" };
+  const k = parseInt(p.get("k") || "10", 10), page = parseInt(p.get("page") || "1", 10);
+  return { q: p.get("q") || "", k: k >= 1 ? k : 10, page: page >= 1 ? page : 1, merge: p.get("merge") || "union" };
 }
 
 function urlOf(s) {
-  return "?" + new URLSearchParams({ q: s.q, k: String(s.k), merge: s.merge }).toString();
+  return "?" + new URLSearchParams({ q: s.q, k: String(s.k), page: String(s.page), merge: s.merge }).toString();
+}
+
+// Show state `s` and record it in history (a new entry unless it is the current URL).
+function go(s) {
+  if (urlOf(s) !== location.search) history.pushState(s, "", urlOf(s));
+  search(s);
+}
+
+function pageLink(text, rel, s) {
+  const a = el("a", rel, text);
+  a.rel = rel;
+  a.href = urlOf(s);
+  a.addEventListener("click", ev => {
+    if (ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || ev.altKey) return;  // new tab etc.
+    ev.preventDefault();
+    go(s);
+  });
+  return a;
+}
+
+function pager(s, body) {
+  const nav = $("pager");
+  nav.replaceChildren();
+  if (s.page > 1) nav.appendChild(pageLink("← previous", "prev", { ...s, page: s.page - 1 }));
+  nav.appendChild(el("span", "muted", `page ${s.page}`));
+  if (body && body.next_offset != null) nav.appendChild(pageLink("next →", "next", { ...s, page: s.page + 1 }));
 }
 
 async function search(s) {
@@ -56,26 +140,32 @@ async function search(s) {
   $("q").value = s.q;
   if ([...$("merge").options].some(o => o.value === s.merge)) $("merge").value = s.merge;
   ol.replaceChildren();
+  $("pager").replaceChildren();
   status.textContent = "searching…";
   const t0 = performance.now();
-  const r = await fetch(`/search?${new URLSearchParams({ q: s.q, k: String(s.k), merge: s.merge })}`);
-  const body = await r.json().catch(() => ({}));
-  if (gen !== generation) return;
-  if (!r.ok) { status.replaceChildren(el("span", "err", String(body.error || r.statusText))); return; }
-  status.textContent = `${body.hits.length} results in ${body.timing_ms.total_ms.toFixed(1)} ms on the server, ${(performance.now() - t0).toFixed(0)} ms round trip`;
-  for (const h of body.hits) {
-    const [li, title] = hitItem(h);
-    ol.appendChild(li);
-    explainHit(s.q, h, title, gen);
+  const params = { q: s.q, k: String(s.k), offset: String((s.page - 1) * s.k), merge: s.merge };
+  let r, body;
+  try {
+    r = await fetch(`/search?${new URLSearchParams(params)}`);
+    body = await r.json().catch(() => ({}));
+  } catch (err) {
+    body = { error: String(err) };
   }
+  if (gen !== generation) return;
+  if (!r || !r.ok) { status.replaceChildren(el("span", "err", String(body.error || (r && r.statusText) || "error"))); return; }
+  const n = body.hits.length, first = Number(body.offset) + 1;
+  status.textContent = (n ? `results ${first}–${first + n - 1}` : "no results on this page")
+    + ` in ${body.timing_ms.total_ms.toFixed(1)} ms on the server, ${(performance.now() - t0).toFixed(0)} ms round trip`
+    + ` · scored by ${body.score_by}`;
+  const scoreBy = String(body.score_by);
+  for (const h of body.hits) ol.appendChild(hitItem(s.q, h, scoreBy, gen));
+  pager(s, body);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
   $("f").addEventListener("submit", ev => {
     ev.preventDefault();
-    const s = { ...stateFromUrl(), q: $("q").value, merge: $("merge").value };
-    if (urlOf(s) !== location.search) history.pushState(s, "", urlOf(s));
-    search(s);
+    go({ ...stateFromUrl(), q: $("q").value, merge: $("merge").value, page: 1 });
   });
   window.addEventListener("popstate", () => search(stateFromUrl()));
   const s = stateFromUrl();
