@@ -8,12 +8,16 @@ Prints and writes (JSON, default results/bench/load_test.json): requests, errors
 timeouts and non-2xx answers), throughput (requests/s), client-side latency p50 / p95 / p99 / max
 (ms, wrk's histogram), the server's mean time per request from its ``/metrics``, and the hardware
 line with the 1-minute load average at the start and end (the machine may be shared). Target
-for a homedepot bundle (BM25 + one neural model): p99 < 50 ms, 0 errors.
+(the served issue): p99 < 50 ms at 50 clients with 2 workers, 0 errors at 200. ``--result-cache
+0 --queries 20000`` makes every request a new search (both stages and the ranker run); the
+default cycles 2,000 distinct queries, which the server's result cache answers after their first
+request.
 
 Needs ``wrk`` (Debian: ``apt-get install wrk``).
 
 Run:
     .venv/bin/python benchmarks/load_test.py --bundle bundles/homedepot --data homedepot --workers 2
+    .venv/bin/python benchmarks/load_test.py --bundle bundles/homedepot --data homedepot --workers 2 --result-cache 0 --queries 20000
     .venv/bin/python benchmarks/load_test.py --bundle B --seconds 2 --clients 4   # smoke
 Benchmarks print; they never fail on speed.
 """

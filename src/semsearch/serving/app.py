@@ -12,6 +12,7 @@ query terms that matched in each hit (``text.highlight``) and says what its scor
 from __future__ import annotations
 
 import os
+import gc
 import sys
 import threading
 import time
@@ -188,6 +189,11 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
+        # the loaded bundle (indexes, documents, models: millions of objects) lives as long as the
+        # process: keep it out of the garbage collector's scans, whose full passes over it paused
+        # searches for hundreds of ms under load
+        gc.collect()
+        gc.freeze()
         ready.set()
         yield
         ready.clear()
