@@ -274,6 +274,10 @@ def test_train_bundle_search_and_serve_a_ranker(tiny_data, tmp_path):
     assert [h["doc_id"] for h in body["hits"]] == [h.doc_id for h in hits]
     assert [h["score"] for h in body["hits"]] == pytest.approx([h.score for h in hits])
     assert "rank_ms" in body["timing_ms"]
+    with TestClient(create_app(tmp_path / "B")) as c:  # a ranker without stage features explains too
+        e = c.get("/explain", params={"q": "red cat", "doc_id": hits[0].doc_id, "top": 50}).json()
+    assert e["explained_by"] == "ranker" and e["score"] == pytest.approx(hits[0].score)
+    assert e["bias"] + sum(x["contribution"] for x in e["contributions"]) == pytest.approx(e["score"], abs=1e-6)
 
 
 def test_ranker_features_must_be_trained_or_need_no_training(tiny_data):
@@ -327,6 +331,19 @@ def test_two_stage_bundle_trained_in_the_build(tiny_data, tmp_path, trained_clsm
     with pytest.raises(KeyError):
         b.explain_rank("red cat", "no-such-doc")
     b.close()
+    from fastapi.testclient import TestClient
+
+    from semsearch.serving import create_app
+
+    with TestClient(create_app(tmp_path / "B")) as c:  # the service: the ranker's scores, its explanation
+        body = c.get("/search", params={"q": "red cat", "k": 5}).json()
+        assert body["score_by"] == "ranker"
+        assert [h["doc_id"] for h in body["hits"]] == [h.doc_id for h in hits[:5]]
+        assert [h["score"] for h in body["hits"]] == pytest.approx([h.score for h in hits[:5]])
+        e = c.get("/explain", params={"q": "red cat", "doc_id": hits[1].doc_id, "top": 3}).json()
+        assert e["explained_by"] == "ranker" and len(e["contributions"]) == 3
+        assert e["score"] == pytest.approx(hits[1].score)
+        assert c.get("/explain", params={"q": "red cat", "doc_id": "no-such-doc"}).status_code == 404
 
 
 def test_train_ranker_refuses_bad_input(tiny_data, tmp_path):

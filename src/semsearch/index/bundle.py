@@ -463,12 +463,12 @@ class Bundle:
         return Result(hits[:k], timing)
 
     def explain_rank(self, query: str, doc_id: str, *, top: int = 10, model: str | None = None) -> dict[str, Any]:
-        """Why a two-stage bundle ranks ``doc_id`` where it does for ``query``: which stage found
+        """Why a bundle with a LambdaMART ranker ranks ``doc_id`` where it does for ``query``: which stage found
         it, both stage scores and ranks, the ranker's score and the ``top`` feature contributions
         by size (LightGBM's per-prediction SHAP values; contributions + bias = score). A document
         stage 1 did not return has no ranker score (its ``source`` is None)."""
-        if not self.two_stage:
-            raise ValueError("this bundle has no two-stage ranker")
+        if not hasattr(self.ranker, "explain_hits"):
+            raise ValueError("this bundle has no LambdaMART ranker to explain")
         if doc_id not in self.corpus.index:
             raise KeyError(f"no document {doc_id!r}")
         if top < 1:
@@ -479,7 +479,8 @@ class Bundle:
         if hybrid is None:
             raise ValueError(f"no model {model!r} in this bundle (has {', '.join(self.semantic) or 'none'})")
         rk: Any = self.ranker
-        (hits,), _ = hybrid.timed_search([query], None, n_lexical=rk.n_lexical, n_semantic=rk.n_semantic)
+        depths = (rk.n_lexical, rk.n_semantic) if self.two_stage else (300, 20)  # search()'s defaults
+        (hits,), _ = hybrid.timed_search([query], None, n_lexical=depths[0], n_semantic=depths[1])
         at = next((i for i, h in enumerate(hits) if h.doc_id == doc_id), None)
         if at is None:
             return {"doc_id": doc_id, "score": None, "bias": None, "source": None, "lexical_score": None,
