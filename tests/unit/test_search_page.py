@@ -82,6 +82,7 @@ def test_search_page_in_headless_chromium(server, tmp_path):
             tags = page.locator("li.hit .tag").all_inner_texts()
             assert tags and set(tags) <= {"LEXICAL", "SEMANTIC", "BOTH"}
             assert "ms" in page.inner_text("#status") and "scored by rrf" in page.inner_text("#status")
+            assert page.locator("#merge").is_enabled()
             assert set(page.locator("li.hit mark").all_inner_texts()) <= {"red", "cat"}
             assert all(" rrf " in s for s in page.locator("li.hit .score").all_inner_texts())
             why = page.locator("li.hit details.why").first
@@ -324,6 +325,7 @@ def test_ranker_score_and_its_contributions_on_demand(make_bundle, tmp_path):
             page.goto(url + "/?q=red%20cat&k=5")
             page.wait_for_selector("li.hit .score", timeout=15_000)
             assert "scored by ranker" in page.inner_text("#status")
+            assert page.locator("#merge").is_disabled()  # the ranker orders results: no merge choice
             first = page.locator("li.hit").first
             doc = first.locator(".score").inner_text().split(" · ")[0]
             assert first.locator(".score").inner_text() == f"{doc} · ranker 2.0000"  # the fake ranker: both words

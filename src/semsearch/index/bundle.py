@@ -328,6 +328,13 @@ class Bundle:
         self._locks = {id(m): threading.Lock() for m in [lexical, *semantic.values(), ranker] if m is not None}
         self.two_stage = bool(getattr(ranker, "stage_features", None))
         """The ranker re-ranks stage 1's merged hits with their stage scores (fills them in)."""
+        if self.two_stage:
+            for name, r in self.semantic.items():
+                stored = getattr(r.vectors, "_stored", None)
+                if stored is None:
+                    raise ModelDirError(f"{path}: a two-stage bundle scores candidates against the stored vectors of "
+                                        f"{name}; serve it with the faiss store, not {type(r.vectors).__name__}")
+                stored()  # read them now, not during the first search
         self._hybrid = {name: HybridRetriever(lexical, sem, scorer="union", concurrent=True, locks=self._locks,
                                               complete=self.two_stage)
                         for name, sem in (self.semantic.items() if self.semantic else [(None, None)])}

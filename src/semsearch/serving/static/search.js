@@ -158,6 +158,9 @@ async function search(s) {
     + ` in ${body.timing_ms.total_ms.toFixed(1)} ms on the server, ${(performance.now() - t0).toFixed(0)} ms round trip`
     + ` · scored by ${body.score_by}`;
   const scoreBy = String(body.score_by);
+  // a ranker orders the merged candidates itself: the merge choice does not apply
+  $("merge").disabled = scoreBy === "ranker";
+  $("merge").title = scoreBy === "ranker" ? "the ranker orders the results" : "";
   for (const h of body.hits) ol.appendChild(hitItem(s.q, h, scoreBy, gen));
   pager(s, body);
 }
