@@ -219,3 +219,34 @@ def test_cli_build_skips_and_counts_bad_tsv_lines(tmp_path):
     b = Bundle.load(tmp_path / "b")
     assert b.corpus.ids == ["d1", "d2"] and b.corpus.titles[0] == "Cordless drill"
     b.close()
+
+
+def test_result_and_query_caches(make_bundle, tmp_path, monkeypatch):
+    """A repeated search is answered from the result cache (same hits, a ``cached_ms`` timing);
+    the cache is bounded, off with 0, and $SEMSEARCH_RESULT_CACHE sets it; query embeddings are
+    cached and evicted oldest first."""
+    path = make_bundle(tmp_path / "b")
+    b = Bundle.load(path, result_cache=2)
+    first = b.search("red cat", 5)
+    again = b.search("red cat", 5)
+    assert "cached_ms" not in first.timing and "cached_ms" in again.timing
+    assert [(h.doc_id, h.score) for h in again.hits] == [(h.doc_id, h.score) for h in first.hits]
+    b.search("blue dog", 5)
+    b.search("green bird", 5)  # evicts "red cat"
+    assert "cached_ms" not in b.search("red cat", 5).timing
+    assert "cached_ms" not in b.search("red cat", 6).timing  # another k is another search
+    b.close()
+    off = Bundle.load(path, result_cache=0)
+    off.search("red cat", 5)
+    assert "cached_ms" not in off.search("red cat", 5).timing
+    off.close()
+    monkeypatch.setenv("SEMSEARCH_RESULT_CACHE", "0")
+    assert Bundle.load(path).result_cache == 0
+    r = next(iter(Bundle.load(path, query_cache=2).semantic.values()))
+    calls = []
+    enc = r.encoder.encode_queries
+    r.encoder.encode_queries = lambda qs: calls.append(list(qs)) or enc(qs)  # type: ignore[method-assign]
+    v1 = r.encode_queries(["red cat", "blue dog"])
+    v2 = r.encode_queries(["blue dog", "red cat", "green bird"])
+    assert calls == [["red cat", "blue dog"], ["green bird"]]
+    assert (v2[1] == v1[0]).all() and (v2[0] == v1[1]).all() and len(r._query_vectors) == 2

@@ -240,3 +240,24 @@ def test_semantic_retriever_flat_equals_the_models_exact_retrieve() -> None:
         assert [d for d, _ in got] == [d for d, _ in want]
         assert np.allclose([s for _, s in got], [s for _, s in want], atol=1e-5)
     assert [list(s) for s in r.score(["drill"], [["d0", "d1"]])] == [list(s) for s in m.score(["drill"], [["d0", "d1"]])]
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivfpq"])
+def test_similarity_scores_any_document(data, kind: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``similarity``: one query's score with given documents from the stored vectors — exactly
+    the search's score for flat and hnsw (the cosine), the quantised one for ivfpq; after a
+    save/load too; unknown ids raise KeyError."""
+    ids, x, q = data
+    ix = VectorIndex.build(ids, x, kind, **PARAMS[kind])
+    hits = ix.search(q[:1], 5)[0]
+    got = ix.similarity(q[0], [d for d, _ in hits])
+    assert got == pytest.approx([s for _, s in hits], abs=1e-4)
+    if kind != "ivfpq":
+        cos = (x[[7, 9]] / np.linalg.norm(x[[7, 9]], axis=1, keepdims=True)) @ (q[0] / np.linalg.norm(q[0]))
+        assert ix.similarity(q[0], [ids[7], ids[9]]) == pytest.approx(cos, abs=1e-5)
+    ix.save(tmp_path / "ix")
+    back = VectorIndex.load(tmp_path / "ix")
+    assert back.similarity(q[0], [d for d, _ in hits]) == pytest.approx(got, abs=1e-6)
+    assert back.similarity(q[0], []).shape == (0,)
+    with pytest.raises(KeyError):
+        back.similarity(q[0], ["nope"])
