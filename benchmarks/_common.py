@@ -95,6 +95,7 @@ class Served:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         self.base = f"http://127.0.0.1:{port}"
+        self.workers = workers
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         cmd = [sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--host", "127.0.0.1", "--port", str(port),
                "--workers", str(workers), *(extra or [])]
@@ -102,15 +103,22 @@ class Served:
         self.stderr = ""
 
     def wait_healthy(self, timeout: float = 300.0) -> None:
+        """Until every worker answers ``/health`` (each new connection goes to whichever worker
+        accepts it first; a load started while one worker still loads the bundle would pile its
+        connections on the other, and the measurement would be of the start-up, not the service)."""
         import httpx
 
         deadline = time.time() + timeout
+        pids: set[int] = set()
         while True:
             if self.proc.poll() is not None:
                 raise SystemExit(f"server exited: {self.proc.stderr.read().decode(errors='replace')[-2000:]}")  # type: ignore[union-attr]
             try:
-                if httpx.get(self.base + "/health", timeout=2).status_code == 200:
-                    return
+                r = httpx.get(self.base + "/health", timeout=2)
+                if r.status_code == 200:
+                    pids.add(r.json().get("pid", 0))
+                    if len(pids) >= self.workers:
+                        return
             except httpx.HTTPError:
                 pass
             if time.time() > deadline:

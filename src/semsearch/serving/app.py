@@ -313,7 +313,7 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
     def health() -> dict[str, Any]:
         return {"status": "ok", "documents": len(b.corpus), "lexical": b.manifest.get("lexical"),
                 "models": [m["name"] for m in b.manifest.get("models", [])], "dataset": b.manifest.get("dataset"),
-                "uptime_s": round(time.time() - started, 1)}
+                "uptime_s": round(time.time() - started, 1), "pid": os.getpid()}
 
     @app.get("/ready", summary="Readiness: 200 once the bundle is loaded and served, 503 otherwise",
              responses={503: {"description": "Not serving yet (starting) or any more (shutting down)."}})
