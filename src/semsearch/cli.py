@@ -335,6 +335,7 @@ def serve_cmd(
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     store: Annotated[Optional[str], typer.Option(help="Vector store: faiss or postgres (default: the bundle's).")] = None,
     workers: Annotated[int, typer.Option(help="Worker processes, each with its own copy of the bundle in memory.")] = 1,
+    loop: Annotated[str, typer.Option(help="Event loop: asyncio (default) or uvloop. Under a load of 25 connections per worker on a two-stage bundle (11 ms per search) uvloop left some requests waiting seconds (p99 1.3 s, max 2.8 s, where asyncio gave 0.32 s / 0.33 s at the same throughput).")] = "asyncio",
     result_cache: Annotated[Optional[int], typer.Option("--result-cache", help="Recent distinct searches whose answers each worker keeps (default 2,048; 0: every search runs both stages and the ranker).")] = None,
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
@@ -356,11 +357,13 @@ def serve_cmd(
 
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
+    if loop not in ("asyncio", "uvloop"):
+        raise ValueError(f"--loop must be asyncio or uvloop, got {loop!r}")
     app_ = create_app(bundle, store=store)  # loads and verifies the bundle before listening
     _check_port(host, port)
     err.print(f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)})", highlight=False)
     if workers == 1:
-        uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+        uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5, loop=loop)
         return
     del app_
     os.environ[BUNDLE_ENV], os.environ[STORE_ENV] = str(bundle.resolve()), store or ""
@@ -371,7 +374,7 @@ def serve_cmd(
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     try:
         uvicorn.run("semsearch.serving.app:app_from_env", factory=True, workers=workers, host=host, port=port,
-                    log_level="warning", timeout_graceful_shutdown=5)
+                    log_level="warning", timeout_graceful_shutdown=5, loop=loop)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
