@@ -319,3 +319,59 @@ def test_without_a_ranker_explain_is_the_neural_models(client):
     assert body["score_by"] == "rrf"
     e = client.get("/explain", params={"q": "red cat", "doc_id": body["hits"][0]["doc_id"]}).json()
     assert "explained_by" not in e and e["model"] == "clsm"
+
+
+# -- the OpenAPI contract (tests/unit/test_contract.py runs schemathesis against it) ---------------
+
+def test_answers_validate_against_the_documented_models(make_bundle, tmp_path):
+    """What the handlers return (orjson, unvalidated on the hot path) matches the response models
+    in /openapi.json: both /explain shapes (ranker; CLSM and DSSM), search, health, ready, errors."""
+    from semsearch.serving import schemas
+
+    rb = ranked_bundle(make_bundle(tmp_path / "b"))
+    with TestClient(create_app(rb)) as c:
+        body = c.get("/search", params={"q": "red cat", "k": 5, "merge": "rrf"}).json()
+        schemas.SearchResponse.model_validate(body)
+        doc = body["hits"][0]["doc_id"]
+        ranker = c.get("/explain", params={"q": "red cat", "doc_id": doc, "top": 2}).json()
+        schemas.RankerExplanation.model_validate(ranker)
+        clsm = c.get("/explain", params={"q": "red cat", "doc_id": doc, "model": "clsm"}).json()
+        assert schemas.NeuralExplanation.model_validate(clsm).matching_neurons is not None
+        schemas.Health.model_validate(c.get("/health").json())
+        schemas.Ready.model_validate(c.get("/ready").json())
+        for url, status in [("/search?q=", 400), ("/search?q=" + "a" * 1001, 413), ("/search?q=a&k=0", 422),
+                            ("/explain?q=red&doc_id=nope", 404)]:
+            r = c.get(url)
+            assert r.status_code == status and schemas.ErrorBody.model_validate(r.json()).error
+    with TestClient(create_app(make_bundle(tmp_path / "d", model="dssm"))) as c:
+        dssm = schemas.NeuralExplanation.model_validate(c.get("/explain", params={"q": "red cat", "doc_id": "d01"}).json())
+        assert dssm.query_words and dssm.matching_neurons is None  # no neurons: not a CLSM
+
+
+def test_openapi_documents_required_bounded_parameters_and_errors(client):
+    spec = client.get("/openapi.json").json()
+    search = spec["paths"]["/search"]["get"]
+    params = {p["name"]: p for p in search["parameters"]}
+    assert params["q"]["required"] and "default" not in params["q"]["schema"]
+    assert (params["q"]["schema"]["minLength"], params["q"]["schema"]["maxLength"]) == (1, 1000)
+    assert (params["k"]["schema"]["minimum"], params["k"]["schema"]["maximum"]) == (1, 1000)
+    assert (params["offset"]["schema"]["minimum"], params["offset"]["schema"]["maximum"]) == (0, 999)
+    assert params["merge"]["schema"]["enum"] == ["union", "rrf", "interpolate"]
+    assert params["model"]["schema"] == {**params["model"]["schema"], "type": "string", "enum": ["clsm"]}
+    error = {"$ref": "#/components/schemas/ErrorBody"}
+    assert search["responses"]["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/SearchResponse"}
+    assert all(search["responses"][s]["content"]["application/json"]["schema"] == error for s in ("400", "413", "422"))
+    explain = spec["paths"]["/explain"]["get"]
+    assert {"400", "404", "413", "422"} <= explain["responses"].keys()
+    assert {p["name"] for p in explain["parameters"] if p["required"]} == {"q", "doc_id"}
+    top = next(p for p in explain["parameters"] if p["name"] == "top")["schema"]
+    assert (top["minimum"], top["maximum"]) == (1, 50)
+    assert "text/plain" in spec["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
+    assert "text/html" in spec["paths"]["/"]["get"]["responses"]["200"]["content"]
+
+
+def test_method_not_allowed_says_which_are(client):
+    r = client.request("TRACE", "/health")
+    assert r.status_code == 405 and "GET" in r.headers["allow"] and r.json() == {"error": "Method Not Allowed"}
+    assert "GET" in client.post("/search?q=red").headers["allow"]
+    assert client.get("/nope").status_code == 404 and "allow" not in client.get("/nope").headers

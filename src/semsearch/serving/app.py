@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 from urllib.parse import parse_qsl
 
 import orjson
@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
+from . import schemas
 from ..index.bundle import Bundle, Result
 from ..index.hybrid import SCORERS
 from ..text.highlight import Span, query_terms, term_spans, utf16_spans
@@ -39,6 +40,8 @@ from ..text.normalize import Analyzer
 
 MAX_QUERY_CHARS = 1000
 MAX_K = 1000
+NON_BLANK = r"[^\s\x1c-\x1f\x85]"
+"""A character ``str.strip`` keeps (JSON Schema's ECMA ``\\s`` lacks \\x1c-\\x1f and \\x85): a query must have one."""
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 STOPPED = "semsearch: server stopped cleanly"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -54,8 +57,10 @@ PAGE_HEADERS = {"Content-Security-Policy": CSP, "Referrer-Policy": "no-referrer"
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
-class _JSON(Response):
-    """JSON by orjson, without FastAPI's response validation and encoding pass (the hot path)."""
+class _JSON(JSONResponse):
+    """JSON by orjson, without FastAPI's response validation and encoding pass (the hot path). A
+    ``JSONResponse`` so that FastAPI documents the route's ``response_model`` under it; handlers
+    return it built, which FastAPI passes through without validating."""
 
     media_type = "application/json"
 
@@ -220,7 +225,8 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(e.detail)}, status_code=e.status_code)
+        # keep the exception's headers: the router's 405 carries ``Allow`` (RFC 9110 requires it)
+        return JSONResponse({"error": str(e.detail)}, status_code=e.status_code, headers=e.headers)
 
     def _k(params: dict[str, str]) -> int:
         try:
@@ -241,12 +247,32 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
                              f"got {offset}", 422)
         return offset
 
-    @app.get("/search", summary="Lexical ∪ semantic search", response_class=_JSON)
-    async def search(request: Request, q: str = Query("", description=f"Query text (at most {max_query_chars} characters)."),
-               k: int = Query(10, description=f"Number of hits, 1 to {max_k}."),
-               offset: int = Query(0, description=f"0-based rank of the first hit (paging); offset + k at most {max_k}."),
-               merge: str = Query("union", description="union (lexical order, semantic-only hits after), rrf or interpolate."),
-               model: str | None = Query(None, description="Neural model of the bundle (default: the first).")
+    models = list(b.semantic)
+    # Bounds the handlers check themselves (to answer with their own statuses and messages) are only
+    # documented here (``json_schema_extra``: no FastAPI validation); ``required`` is set in ``contract``.
+    q_doc = {"minLength": 1, "maxLength": max_query_chars, "pattern": NON_BLANK}
+
+    def model_doc(schema: dict[str, Any]) -> None:
+        """``model``: one of the bundle's model names (a string, not ``anyOf`` string or null)."""
+        if models:
+            schema.pop("anyOf", None)
+            schema.update(type="string", enum=models)
+
+    # response_model documents the answer; the handler returns a ``_JSON`` response, which FastAPI
+    # passes through as is (no validation or encoding pass on the hot path)
+    @app.get("/search", summary="Lexical ∪ semantic search", response_class=_JSON, response_model=schemas.SearchResponse,
+             responses=schemas.errors(400, 413, 422))
+    async def search(request: Request,
+               q: str = Query("", description=f"Query text, not blank, at most {max_query_chars} characters "
+                                              "(blank or missing: 400; longer: 413).", json_schema_extra=q_doc),
+               k: int = Query(10, description=f"Number of hits, 1 to {max_k}.",
+                              json_schema_extra={"minimum": 1, "maximum": max_k}),
+               offset: int = Query(0, description=f"0-based rank of the first hit (paging); offset + k at most {max_k} "
+                                                  "(else 422).", json_schema_extra={"minimum": 0, "maximum": max_k - 1}),
+               merge: str = Query("union", description="union (lexical order, semantic-only hits after), rrf or interpolate.",
+                                  json_schema_extra={"enum": list(SCORERS)}),
+               model: str | None = Query(None, description="Neural model of the bundle (default: the first).",
+                                         json_schema_extra=model_doc)
                ) -> Response:
         """Hits ``[offset, offset + k)`` of the ranking, with source (LEXICAL, SEMANTIC, BOTH),
         score (the ranker's if the bundle has one, else the merged one: ``score_by`` says which),
@@ -288,12 +314,17 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
         return _JSON({"query": text, "k": kk, "offset": start, "merge": merge, "score_by": score_by(merge),
                       "next_offset": start + kk if more else None, "hits": hits, "timing_ms": result.timing})
 
-    @app.get("/explain", summary="Why the ranker scores a document so, or why the neural model matches it")
-    def explain_pair(request: Request, q: str = Query("", description="Query text."),
-                     doc_id: str = Query("", description="Document id from /search."),
-                     top: int = Query(5, ge=1, le=50),
+    @app.get("/explain", summary="Why the ranker scores a document so, or why the neural model matches it",
+             response_class=_JSON, response_model=Union[schemas.RankerExplanation, schemas.NeuralExplanation],
+             responses=schemas.errors(400, 404, 413, 422))
+    def explain_pair(request: Request,
+                     q: str = Query("", description=f"Query text, not blank, at most {max_query_chars} characters.",
+                                    json_schema_extra=q_doc),
+                     doc_id: str = Query("", description="Document id from /search (unknown: 404)."),
+                     top: int = Query(5, ge=1, le=50, description="Number of contributions or neurons."),
                      model: str | None = Query(None, description="Explain this neural model of the bundle "
-                                                                 "(DSSM/CLSM) rather than the ranker.")) -> Any:
+                                                                 "(DSSM/CLSM) rather than the ranker.",
+                                               json_schema_extra=model_doc)) -> Response:
         """With a ranker (and no ``model``): the ranker's score, bias and its ``top`` feature
         contributions by absolute size, with the hit's source and stage scores and ranks
         (``explained_by: "ranker"``). Otherwise CLSM: most active max-pool neurons, their winning
@@ -303,20 +334,22 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
         try:
             if b.ranker is not None and model is None:
                 return _JSON({**b.explain_rank(text, doc_id, top=top), "explained_by": "ranker"})  # type: ignore[attr-defined]
-            return b.explain(text, doc_id, model=model, top=top)
+            return _JSON(b.explain(text, doc_id, model=model, top=top))
         except KeyError as e:
             raise BadRequest(str(e.args[0]) if e.args else f"no document {doc_id!r}", 404) from None
         except ValueError as e:
             raise BadRequest(str(e), 422) from None
 
-    @app.get("/health", summary="Liveness and what is loaded")
+    @app.get("/health", summary="Liveness and what is loaded", response_model=schemas.Health)
     def health() -> dict[str, Any]:
         return {"status": "ok", "documents": len(b.corpus), "lexical": b.manifest.get("lexical"),
                 "models": [m["name"] for m in b.manifest.get("models", [])], "dataset": b.manifest.get("dataset"),
                 "uptime_s": round(time.time() - started, 1), "pid": os.getpid()}
 
     @app.get("/ready", summary="Readiness: 200 once the bundle is loaded and served, 503 otherwise",
-             responses={503: {"description": "Not serving yet (starting) or any more (shutting down)."}})
+             response_model=schemas.Ready,
+             responses={503: {"model": schemas.NotReady,
+                              "description": "Not serving yet (starting) or any more (shutting down)."}})
     def readiness() -> JSONResponse:
         """For load balancers and orchestrators: send traffic only while this answers 200. The bundle
         is loaded and verified before the server listens; 503 before startup ends and from shutdown on."""
@@ -324,11 +357,13 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
             return JSONResponse({"status": "ready", "documents": len(b.corpus)})
         return JSONResponse({"status": "not ready"}, status_code=503)
 
-    @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics (text format)",
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
     def prometheus() -> PlainTextResponse:
         return PlainTextResponse(metrics.text(), media_type="text/plain; version=0.0.4")
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    @app.get("/", response_class=HTMLResponse, summary="The search page (HTML)",
+             responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}})
     def home() -> HTMLResponse:
         return HTMLResponse(page, headers=PAGE_HEADERS)
 
@@ -338,7 +373,22 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
             raise BadRequest(f"no such file: {name}", 404)
         return Response(assets[name], media_type=ASSETS[name], headers=PAGE_HEADERS)
 
+    required = {("/search", "q"), ("/explain", "q"), ("/explain", "doc_id")}
+    app.openapi = lambda: contract(FastAPI.openapi(app), required)  # type: ignore[method-assign]
     return app
+
+
+def contract(schema: dict[str, Any], required: set[tuple[str, str]]) -> dict[str, Any]:
+    """The generated OpenAPI schema with the (path, query parameter) pairs in ``required`` marked
+    required and without a default: the handlers check them themselves, to answer 400 rather than
+    FastAPI's 422, so FastAPI sees them as optional."""
+    for path, name in required:
+        for op in schema["paths"].get(path, {}).values():
+            for p in op.get("parameters", ()):
+                if p["name"] == name and p["in"] == "query":
+                    p["required"] = True
+                    p["schema"].pop("default", None)
+    return schema
 
 
 BUNDLE_ENV, STORE_ENV = "SEMSEARCH_BUNDLE", "SEMSEARCH_STORE"

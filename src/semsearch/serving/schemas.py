@@ -1,0 +1,134 @@
+"""The service's answers as pydantic models: the OpenAPI contract a client generates code from.
+
+They document what ``app.py`` returns; /search and /explain build their JSON directly (orjson, no
+validation pass on the hot path), so the contract tests (schemathesis, tests/unit/test_contract.py)
+check that the answers match these models. ``extra="forbid"``: an undocumented field is a contract
+break, not a silent addition."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(_Model):
+    """Every 4xx answer (bad parameters, unknown document, too long a query, wrong method)."""
+
+    error: str = Field(description="What was wrong, naming the parameter.")
+
+
+class SearchHit(_Model):
+    rank: int = Field(ge=1, description="Absolute 1-based rank.")
+    doc_id: str
+    title: str
+    text: str
+    source: Literal["LEXICAL", "SEMANTIC", "BOTH"] = Field(description="Which stage found the document.")
+    score: float = Field(description="The ranker's score if the bundle has one, else the merged score (score_by).")
+    lexical_score: float | None = Field(description="Null when only the semantic stage found it.")
+    semantic_score: float | None = Field(description="Null when only the lexical stage found it.")
+    lexical_rank: int | None
+    semantic_rank: int | None
+    highlight_field: Literal["title", "text"] = Field(description="The field `highlights` index: title, or text when the title is empty.")
+    highlights: list[tuple[int, int]] = Field(
+        description="[start, end) spans of matching words in UTF-16 code units (JavaScript string indices).")
+
+
+class SearchResponse(_Model):
+    query: str
+    k: int
+    offset: int
+    merge: Literal["union", "rrf", "interpolate"]
+    score_by: Literal["ranker", "union", "rrf", "interpolate"] = Field(description="What a hit's score is.")
+    next_offset: int | None = Field(description="The next page's offset; null on the last page.")
+    hits: list[SearchHit]
+    timing_ms: dict[str, float] = Field(description="Milliseconds per stage (lexical_ms, semantic_ms, merge_ms, total_ms, ...).")
+
+
+class Contribution(_Model):
+    feature: str
+    value: float
+    contribution: float
+
+
+class RankerExplanation(_Model):
+    """/explain with a ranker: its score = bias + the contributions (nulls when stage 1 missed the document)."""
+
+    explained_by: Literal["ranker"]
+    doc_id: str
+    score: float | None
+    bias: float | None
+    source: Literal["LEXICAL", "SEMANTIC", "BOTH"] | None
+    lexical_score: float | None
+    semantic_score: float | None
+    lexical_rank: int | None
+    semantic_rank: int | None
+    contributions: list[Contribution]
+
+
+class WordContribution(_Model):
+    word: str
+    position: int
+    contribution: float = Field(description="cosine(full text) - cosine(text without this word).")
+
+
+class Neuron(_Model):
+    neuron: int
+    activation: float
+    position: int
+    word: str
+    window: str
+
+
+class MatchingNeuron(_Model):
+    neuron: int
+    query_activation: float
+    document_activation: float
+    query_word: str
+    document_word: str
+    query_window: str
+    document_window: str
+
+
+class NeuralExplanation(_Model):
+    """/explain with a DSSM/CLSM model: per-word contributions; the neuron fields only for CLSM."""
+
+    doc_id: str
+    model: str
+    cosine: float | None = Field(description="Null when not a number (a text with no features).")
+    query_words: list[WordContribution]
+    document_words: list[WordContribution]
+    query_neurons: list[Neuron] | None = None
+    document_neurons: list[Neuron] | None = None
+    matching_neurons: list[MatchingNeuron] | None = None
+
+
+class Health(_Model):
+    status: Literal["ok"]
+    documents: int
+    lexical: dict[str, str] | None = Field(description="The lexical model's manifest entry (name, path), null if none.")
+    models: list[str]
+    dataset: str | None
+    uptime_s: float
+    pid: int
+
+
+class Ready(_Model):
+    status: Literal["ready"]
+    documents: int
+
+
+class NotReady(_Model):
+    status: Literal["not ready"]
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, object]]:
+    """``responses=`` entries documenting ``ErrorBody`` for these statuses."""
+    what = {400: "Missing, empty or undecodable parameter.", 404: "No such document or file.",
+            405: "Method not allowed (with an Allow header).", 413: "Query text longer than the limit.",
+            422: "Parameter out of range or of the wrong type."}
+    return {s: {"model": ErrorBody, "description": what[s]} for s in statuses}
