@@ -25,7 +25,7 @@ WORKERS ?= 2  # server processes: one per core of this 2-core machine
 BUILD = $(BIN)/semsearch index build --data homedepot --models bm25,bert-rep --analyzer english --fields title \
 	--vector-index hnsw --train-ranker --ranker-param rel_threshold=3 --out $(BUNDLE)
 
-$(BUNDLE)/manifest.json: $(STAMP)
+$(BUNDLE)/manifest.json: | $(STAMP)  # built once (order-only: a reinstall does not rebuild it); `make bundle` rebuilds
 	$(BUILD)
 
 bundle: $(STAMP)  # rebuild (the old bundle is served until the new one is swapped in)
