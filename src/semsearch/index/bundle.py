@@ -34,6 +34,7 @@ from ..plugins import load_model
 from ..models.base import ModelDirError
 from .hybrid import SCORERS, HybridHit, HybridRetriever, Source
 from .semantic import SemanticRetriever, encoder_id
+from .vector import VectorIndex
 
 MANIFEST = "manifest.json"
 FORMAT = 2
@@ -42,6 +43,8 @@ PG_DSN_ENV = "SEMSEARCH_PG_DSN"
 """DSN of the PostgreSQL server holding a postgres-store bundle's vectors (never written into the
 manifest: it may carry a password). Without it, an embedded server runs on the data directory
 the manifest names."""
+N_LEXICAL, N_SEMANTIC = 300, 20
+"""Stage-1 depths of a search without a two-stage ranker (the BERT paper's Sec. 4.4)."""
 RESULT_CACHE_ENV = "SEMSEARCH_RESULT_CACHE"
 SLEEP_ENV = "SEMSEARCH_BUILD_SLEEP"
 """Seconds to pause after writing the files and before the swap (tests kill a build there)."""
@@ -330,11 +333,10 @@ class Bundle:
         """The ranker re-ranks stage 1's merged hits with their stage scores (fills them in)."""
         if self.two_stage:
             for name, r in self.semantic.items():
-                stored = getattr(r.vectors, "_stored", None)
-                if stored is None:
+                if not isinstance(r.vectors, VectorIndex):
                     raise ModelDirError(f"{path}: a two-stage bundle scores candidates against the stored vectors of "
                                         f"{name}; serve it with the faiss store, not {type(r.vectors).__name__}")
-                stored()  # read them now, not during the first search
+                r.vectors.stored_vectors()  # read them now, not during the first search
         # a two-stage search runs its stages one after the other: with one core per worker, handing
         # the semantic stage to a thread cost more than it overlapped (load test, one worker, 25
         # clients, new queries: 111.7 req/s sequential, 99.0 concurrent)
@@ -419,7 +421,7 @@ class Bundle:
             return {"doc_id": doc_id, **explain(enc, query, self.document_text(doc_id), top=top)}
 
     def search(self, query: str, k: int = 10, *, model: str | None = None, merge_by: str = "union",
-               n_lexical: int = 300, n_semantic: int = 20) -> Result:
+               n_lexical: int = N_LEXICAL, n_semantic: int = N_SEMANTIC) -> Result:
         """Lexical top ``n_lexical`` and semantic top ``n_semantic`` (run concurrently by the
         ``HybridRetriever`` of ``model``), merged by ``merge_by``: union (lexical order, semantic-only
         hits after; the default: on homedepot dev RRF with a 2-epoch DSSM lowered BM25's NDCG@10),
@@ -451,16 +453,24 @@ class Bundle:
                     self._results.popitem(last=False)
         return result
 
-    def _search(self, query: str, k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int,
-                t0: float) -> Result:
+    def _stage1(self, query: str, k: int, model: str | None, merge_by: str, n_lexical: int,
+                n_semantic: int) -> tuple[list[HybridHit], dict[str, float]]:
+        """Stage 1 of ``search`` (and of ``explain_rank``): the merged hits of ``model``'s hybrid,
+        all of them when a ranker re-orders them, at the ranker's depths in a two-stage bundle."""
         hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
         if hybrid is None:
             raise ValueError(f"no model {model!r} in this bundle (has {', '.join(self.semantic) or 'none'})")
         if self.two_stage:
             n_lexical, n_semantic = self.ranker.n_lexical, self.ranker.n_semantic  # type: ignore[union-attr]
+        else:
+            n_lexical, n_semantic = max(n_lexical, k), max(n_semantic, 1)
         (hits,), timing = hybrid.timed_search([query], None if self.ranker is not None else k, scorer=merge_by,
-                                              n_lexical=max(n_lexical, 0 if self.two_stage else k),
-                                              n_semantic=max(n_semantic, 0 if self.two_stage else 1))
+                                              n_lexical=n_lexical, n_semantic=n_semantic)
+        return hits, timing
+
+    def _search(self, query: str, k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int,
+                t0: float) -> Result:
+        hits, timing = self._stage1(query, k, model, merge_by, n_lexical, n_semantic)
         if self.ranker is not None and hits:
             t2 = time.perf_counter()
             with self._locks[id(self.ranker)]:
@@ -485,12 +495,8 @@ class Bundle:
             raise ValueError(f"top must be >= 1, got {top}")
         if not query.strip():
             raise ValueError("empty query")
-        hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
-        if hybrid is None:
-            raise ValueError(f"no model {model!r} in this bundle (has {', '.join(self.semantic) or 'none'})")
         rk: Any = self.ranker
-        depths = (rk.n_lexical, rk.n_semantic) if self.two_stage else (300, 20)  # search()'s defaults
-        (hits,), _ = hybrid.timed_search([query], None, n_lexical=depths[0], n_semantic=depths[1])
+        hits, _ = self._stage1(query, 1, model, "union", N_LEXICAL, N_SEMANTIC)  # as search() with its defaults
         at = next((i for i, h in enumerate(hits) if h.doc_id == doc_id), None)
         if at is None:
             return {"doc_id": doc_id, "score": None, "bias": None, "source": None, "lexical_score": None,

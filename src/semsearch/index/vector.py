@@ -93,6 +93,7 @@ class VectorIndex:
         self._ids: list[str] = []
         self._position: dict[str, int] = {}
         self._ranks = np.zeros(0, dtype=np.int64)
+        self._matrix: np.ndarray | None = None  # stored_vectors(), read on first use
         self._faiss = self._new_faiss()
 
     # -- building -------------------------------------------------------------------------------
@@ -135,6 +136,7 @@ class VectorIndex:
         if not self._faiss.is_trained:
             self._train(v)
         self._faiss.add(v)
+        self._matrix = None
         start = len(self._ids)
         self._ids.extend(ids)
         self._position.update((d, start + i) for i, d in enumerate(ids))
@@ -215,17 +217,17 @@ class VectorIndex:
         if not len(doc_ids):
             return np.zeros(0, dtype=np.float64)
         pos = np.fromiter((self._position[d] for d in doc_ids), dtype=np.int64, count=len(doc_ids))
-        return (self._stored()[pos] @ q[0]).astype(np.float64)
+        return (self.stored_vectors()[pos] @ q[0]).astype(np.float64)
 
-    def _stored(self) -> np.ndarray:
-        """All stored vectors as one matrix (read from faiss once, then kept)."""
-        m = getattr(self, "_matrix", None)
-        if m is None or len(m) != len(self._ids):
+    def stored_vectors(self) -> np.ndarray:
+        """All stored vectors (normalised for cosine; decoded for ivfpq) as one matrix, read from
+        faiss on first use and kept until documents are added."""
+        if self._matrix is None:
             if self.kind == "ivfpq":
                 self._faiss.make_direct_map()
-            m = self._faiss.reconstruct_n(0, len(self._ids)) if self._ids else np.zeros((0, self.dim), np.float32)
-            self._matrix = m
-        return m
+            self._matrix = (self._faiss.reconstruct_n(0, len(self._ids)) if self._ids
+                            else np.zeros((0, self.dim), np.float32))
+        return self._matrix
 
     # -- size and persistence --------------------------------------------------------------------
     def nbytes(self) -> int:

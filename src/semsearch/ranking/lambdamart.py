@@ -196,25 +196,29 @@ class LambdaMART:
         return ranker
 
 
+def _per_query(X: np.ndarray, offsets: np.ndarray, f: Any) -> np.ndarray:
+    """``f`` applied to each query's rows ``X[offsets[i]:offsets[i+1]]`` (a matrix of X's shape)."""
+    out = np.zeros_like(X, dtype=np.float64)
+    for a, b in zip(offsets[:-1], offsets[1:]):
+        if b > a:
+            out[a:b] = f(X[a:b])
+    return out
+
+
+def _zscore(x: np.ndarray) -> np.ndarray:
+    sd = x.std(0)
+    return np.where(sd > 0, (x - x.mean(0)) / np.where(sd > 0, sd, 1.0), 0.0)
+
+
 def _query_zscores(X: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Each column of ``X`` standardised within each query's rows ``offsets[i]:offsets[i+1]``
     (0 where a query's column is constant)."""
-    Z = np.zeros_like(X, dtype=np.float64)
-    for a, b in zip(offsets[:-1], offsets[1:]):
-        if b > a:
-            x = X[a:b]
-            sd = x.std(0)
-            Z[a:b] = np.where(sd > 0, (x - x.mean(0)) / np.where(sd > 0, sd, 1.0), 0.0)
-    return Z
+    return _per_query(X, offsets, _zscore)
 
 
 def _minus_query_max(X: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Each column of ``X`` minus its maximum within each query's rows (0 for the query's best)."""
-    M = np.zeros_like(X, dtype=np.float64)
-    for a, b in zip(offsets[:-1], offsets[1:]):
-        if b > a:
-            M[a:b] = X[a:b] - X[a:b].max(0)
-    return M
+    return _per_query(X, offsets, lambda x: x - x.max(0))
 
 
 def _safe(name: str) -> str:

@@ -54,7 +54,7 @@ class EncoderArgs(TrainArgs):
 
     def check(self) -> None:
         super().check()
-        gammas = self.gamma if isinstance(self.gamma, list) else [self.gamma]
+        gammas = self.gammas
         if not gammas or min(gammas) <= 0:
             raise ParamError(f"{self._label('gamma')} must be a positive number or a non-empty list of them, got {self.gamma!r}")
 
