@@ -121,11 +121,10 @@ def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str]) -> Any:
     queries = ds.queries()
     train, dev = (EvalSet(queries, {}, ds.qrels(s)) for s in ("train", "dev"))
 
-    def train_ranker(search: Any) -> Any:
+    def train_ranker(search: Any) -> tuple[Any, dict[str, Any]]:
         ranker = create_model("lambdamart", **kwargs)
         ranker.index(corpus.ids, corpus.joined(fields))
-        ranker.training_log = fit_stage_ranker(ranker, search, train, dev, args=args)  # type: ignore[attr-defined]
-        return ranker
+        return ranker, fit_stage_ranker(ranker, search, train, dev, args=args)
 
     return train_ranker
 

@@ -47,7 +47,7 @@ def test_two_stage_beats_bm25_served(shared_data: Path, tmp_path: Path) -> None:
     def train(search):  # type: ignore[no-untyped-def]
         logs.append(fit_stage_ranker(ranker, search, EvalSet(queries, {}, sub["train"]), EvalSet(queries, {}, sub["dev"]),
                                      args=args, progress=False))
-        return ranker
+        return ranker, logs[-1]
 
     two = build_bundle(corpus, [create_model("bm25", analyzer="english"), create_model("bert-rep")], tmp_path / "two",
                        train_ranker=train, fields="title", kind="hnsw")

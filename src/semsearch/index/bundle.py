@@ -175,13 +175,14 @@ both stages' scores (what ``train_ranker`` learns from)."""
 
 
 def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ranker: Model | None = None,
-                 train_ranker: Callable[[StageSearch], Model] | None = None,
+                 train_ranker: Callable[[StageSearch], tuple[Model, dict[str, Any]]] | None = None,
                  dataset: str = "", fields: str = "title+text", kind: str = "flat", store: str = "faiss",
                  pg_data: str | Path | None = None, postgres_dsn: str | None = None) -> Path:
     """Index ``corpus`` with each model (at most one lexical model; each encoder gets a vector
     index of ``kind``) and save everything as a bundle at ``out``, replacing it atomically.
     ``train_ranker``: called with the new bundle's stage 1 (lexical ∪ first encoder) once it is
-    indexed, returns the stage-2 ranker to include (a two-stage search, trained in the build).
+    indexed, returns the stage-2 ranker to include (a two-stage search, trained in the build) and
+    its training log (saved beside it as ``ranker/training.json``).
     ``store = "postgres"`` also loads each encoder's vectors into PostgreSQL/pgvector (HNSW), in a
     collection named per build, so a killed build never touches the collections the current
     bundle uses; the server is ``postgres_dsn`` / $SEMSEARCH_PG_DSN, else an embedded one on
@@ -240,11 +241,12 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
                 PgVectorStore.create(dsn, entry["collection"], corpus.ids, vecs, metric=r.metric,
                                      model=encoder_id(enc)).close()
             manifest["models"].append(entry)
+        log: dict[str, Any] | None = None
         if train_ranker is not None:
             stage1 = HybridRetriever(lexical[0] if lexical else None, retrievers[0] if retrievers else None,
                                      scorer="union", complete=True)
             try:
-                ranker = train_ranker(lambda qs, nl, ns: stage1.timed_search(qs, None, n_lexical=nl, n_semantic=ns)[0])
+                ranker, log = train_ranker(lambda qs, nl, ns: stage1.timed_search(qs, None, n_lexical=nl, n_semantic=ns)[0])
             finally:
                 stage1.close()
         if ranker is not None:
@@ -253,7 +255,6 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
                                  "train it on this data set (or index it over these documents)")
             ranker.save(tmp / "ranker")
             manifest["ranker"] = {"name": ranker.name, "path": "ranker"}
-            log = getattr(ranker, "training_log", None)
             if log:  # how a ranker trained in the build learnt (depths tried on dev, importance)
                 (tmp / "ranker" / "training.json").write_text(json.dumps(log, indent=2) + "\n", encoding="utf-8")
         pause = float(os.environ.get(SLEEP_ENV, "0") or 0)
