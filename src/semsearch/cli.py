@@ -97,6 +97,38 @@ def _bundle_models(names: list[str], param: list[str], analyzer: str | None) -> 
     return [_model(n, param, analyzer) if n in lexical else _model(n, [], None) for n in names]
 
 
+ONNX_CHOICES = ("fp32", "int8", "off")
+
+
+def _check_onnx(precision: str) -> None:
+    """``--onnx``: one of ONNX_CHOICES, and onnxruntime importable unless 'off' (checked before any work)."""
+    from .models import onnxrt
+
+    if precision not in ONNX_CHOICES:
+        raise ValueError(f"--onnx must be one of {', '.join(ONNX_CHOICES)}, got {precision!r}")
+    if precision != "off" and not onnxrt.available():
+        raise ValueError(f"--onnx {precision}: onnxruntime (and onnx) are not installed; pip install onnxruntime onnx, or --onnx off")
+
+
+def _onnx_models(models: list, precision: str) -> None:  # type: ignore[type-arg]
+    """Transformer models run inference (encoding the collection, and later the service's queries)
+    through ONNX Runtime at ``precision``, or in torch with 'off'. A saved model whose folder holds
+    an export of that precision keeps it; otherwise its current weights are exported now."""
+    from .models.transformer import TransformerModel
+    from .progress import note
+
+    for m in models:
+        if not isinstance(m, TransformerModel):
+            continue
+        if precision == "off":
+            m.runner = None
+        elif m.runner is None or m.runner.precision != precision:
+            start = time.perf_counter()
+            meta = m.use_onnx(precision)
+            note(f"{m.name}: exported to ONNX {precision} in {time.perf_counter() - start:.1f} s "
+                 f"(cosine to torch {meta['cosine_to_torch']:.6f})")
+
+
 def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str]) -> Any:
     """``index build --train-ranker``: the function that trains a two-stage ranker (``TWO_STAGE``
     with the ``--ranker-param`` changes) on the bundle's stage 1, over the data set's train split,
@@ -255,6 +287,7 @@ def index_build(
     store: Annotated[str, typer.Option(help="Vector store: faiss or postgres (PostgreSQL + pgvector, HNSW; the faiss index is kept too).")] = "faiss",
     pg_data: Annotated[Optional[Path], typer.Option(help="postgres store: data directory of the embedded server (default BUNDLE/../.semsearch-pg); $SEMSEARCH_PG_DSN names an existing server instead.")] = None,
     skip_bad_lines: Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")] = False,
+    onnx: Annotated[str, typer.Option("--onnx", help="Transformer encoders: inference through ONNX Runtime, 'fp32' (torch's vectors, about 2x faster on a CPU), 'int8' (faster; its quality cost is measured by benchmarks/encode_speed.py), or 'off' (torch). The bundle keeps the export, so the service encodes queries with it.")] = "fp32",
 ) -> None:
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
     from .data import load_corpus, open_dataset
@@ -269,7 +302,9 @@ def index_build(
         raise ValueError("give --ranker (a saved ranker) or --train-ranker, not both")
     if ranker_param and not train_ranker:
         raise ValueError("--ranker-param needs --train-ranker")
+    _check_onnx(onnx)
     built = _bundle_models(names, param, analyzer)
+    _onnx_models(built, onnx)
     corpus = (load_corpus(data, skip_bad_lines=skip_bad_lines) if Path(data).is_file()
               else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus())
     rk = load_model(ranker) if ranker is not None else None
@@ -474,6 +509,28 @@ def encode_cmd(
     np.save(out_path, vecs)
     secs = time.perf_counter() - start
     err.print(f"wrote {out_path}: {vecs.shape[0]} x {vecs.shape[1]} in {secs:.2f} s ({len(items) / max(secs, 1e-9):,.0f} texts/s)", highlight=False)
+
+
+@app.command("export-onnx")
+@_guard
+def export_onnx_cmd(
+    model: Annotated[Path, typer.Argument(help="Saved transformer model directory (bert-rep or bert-rel).")],
+    precision: Annotated[str, typer.Option(help="'fp32' (torch's outputs, cosine >= 0.9999 checked) or 'int8' (dynamic quantisation; measure its quality first: benchmarks/encode_speed.py).")] = "fp32",
+) -> None:
+    """Write model.onnx + onnx.json into a saved transformer's folder: its inference (encoding,
+    scoring, the service's query encoder) then runs through ONNX Runtime on the CPU."""
+    from .models.transformer import TransformerModel
+    from .plugins import load_model
+
+    _check_onnx(precision)
+    if precision == "off":
+        raise ValueError("--precision must be fp32 or int8")
+    m = load_model(model)
+    if not isinstance(m, TransformerModel):
+        raise ValueError(f"{model}: a {m.name} model is not a transformer (bert-rep or bert-rel)")
+    _onnx_models([m], precision)
+    m.save_onnx(model)
+    err.print(f"wrote {model / 'model.onnx'} ({precision})", highlight=False)
 
 
 @app.command("explain")

@@ -1,4 +1,4 @@
-"""Fixtures for the bundle and service tests: a tiny trained CLSM and a BM25 + CLSM bundle."""
+"""Fixtures for the unit tests: a tiny trained CLSM, a BM25 + CLSM bundle, a tiny random BERT."""
 
 from __future__ import annotations
 
@@ -39,3 +39,21 @@ def make_bundle(tiny_data) -> Callable[..., Path]:
                             dataset="tiny")
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory):
+    """A 2-layer, 32-wide BERT with random weights and the real tokenizer, in a HF folder."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from semsearch.models.transformer import default_base
+
+    d = tmp_path_factory.mktemp("tiny-bert")
+    tok = AutoTokenizer.from_pretrained(default_base(), local_files_only=True)
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=64)
+    BertModel(cfg, add_pooling_layer=False).save_pretrained(str(d))
+    tok.save_pretrained(str(d))
+    return str(d)

@@ -12,7 +12,7 @@ import torch
 from semsearch.data import EvalSet, TrainingData
 from semsearch.models import ModelDirError, rank
 from semsearch.plugins import create_model, load_model
-from semsearch.models.transformer import BiEncoder, CrossEncoder, default_base
+from semsearch.models.transformer import BiEncoder, CrossEncoder
 from semsearch.params import ParamError
 from semsearch.training import fit, recipe
 from semsearch.training.losses import graded_hinge_loss
@@ -22,21 +22,6 @@ from semsearch.training.args import BiEncoderArgs, CrossEncoderArgs
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
 THINGS = ["chair", "table", "lamp", "door", "sofa", "rug"]
-
-
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory):
-    """A 2-layer, 32-wide BERT with random weights and the real tokenizer, in a HF folder."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    d = tmp_path_factory.mktemp("tiny-bert")
-    tok = AutoTokenizer.from_pretrained(default_base(), local_files_only=True)
-    torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=64)
-    BertModel(cfg, add_pooling_layer=False).save_pretrained(str(d))
-    tok.save_pretrained(str(d))
-    return str(d)
 
 
 def _make(name: str, **raw):  # type: ignore[no-untyped-def]

@@ -26,6 +26,7 @@ safetensors only."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,8 @@ from ..device import model_device
 from ..progress import track
 from .base import CONFIG, ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length
 from .hparams import BiEncoderParams, CrossEncoderParams, TransformerParams
+from . import onnxrt
+from .onnxrt import OnnxRunner
 
 
 WEIGHTS = "model.safetensors"
@@ -122,12 +125,48 @@ class TransformerModel(TrainedModel):
         self._ids: list[str] = []
         self._position: dict[str, int] = {}
         self._id_order = np.zeros(0, dtype=np.int64)
+        self.runner: OnnxRunner | None = None  # ONNX Runtime inference (models/onnxrt.py), or torch
+        self._runner_version = 0
         self.build(self.p.base or default_base())
 
     def build(self, path: str) -> None:
         """Load the tokenizer and weights of the Hugging Face folder ``path`` (the starting point)."""
         self.tokenizer, bert = _load_bert(path)
         self.net = self._make_net(bert)
+        self.runner = None
+
+    # -- ONNX Runtime inference ------------------------------------------------------------------
+    def _weights_version(self) -> int:
+        """Sum of the weights' in-place modification counters: an optimizer step changes it, so an
+        ONNX export of earlier weights is never used after training (``_active_runner``)."""
+        return sum(p._version for p in self.net.parameters())  # type: ignore[union-attr]
+
+    def attach_runner(self, runner: OnnxRunner) -> None:
+        """Run inference through ``runner`` (an export of the current weights) while the model is on
+        the CPU and its weights do not change."""
+        self.runner = runner
+        self._runner_version = self._weights_version()
+
+    def use_onnx(self, precision: str = "fp32") -> dict[str, Any]:
+        """Export the current weights to ONNX (a private temporary folder, removed at exit) and run
+        inference through it; returns the export's metadata (precision, cosine to torch)."""
+        import atexit
+        import tempfile
+
+        tmp = tempfile.mkdtemp(prefix="semsearch-onnx-")
+        atexit.register(shutil.rmtree, tmp, True)
+        meta = onnxrt.export(self, tmp, precision=precision)
+        self.attach_runner(onnxrt.OnnxRunner(Path(tmp) / onnxrt.ONNX_FILE, precision=precision))
+        return meta
+
+    def _active_runner(self) -> OnnxRunner | None:
+        r = self.runner
+        if r is None or model_device(self.net).type != "cpu":  # type: ignore[arg-type]
+            return None
+        if self._weights_version() != self._runner_version:  # trained since the export
+            self.runner = None
+            return None
+        return r
 
     def _make_net(self, bert: nn.Module) -> nn.Module:
         raise NotImplementedError
@@ -139,6 +178,12 @@ class TransformerModel(TrainedModel):
         batches = range(0, len(order), batch)
         if len(order) > 20 * batch:
             batches = track(batches, f"{self.name}: {label}", total=len(batches))  # type: ignore[assignment]
+        runner = self._active_runner()
+        if runner is not None:
+            for start in batches:
+                rows = order[start : start + batch]
+                out[rows] = runner.run(tokens(rows)).reshape(out[rows].shape)
+            return out
         net = self.net
         was = net.training  # type: ignore[union-attr]
         net.eval()  # type: ignore[union-attr]
@@ -152,6 +197,7 @@ class TransformerModel(TrainedModel):
     def copy_from(self, other: "TransformerModel") -> None:
         """Take ``other``'s weights and tokenizer (a trained trial of the same kind)."""
         self.tokenizer, self.net = other.tokenizer, other.net
+        self.runner, self._runner_version = other.runner, other._runner_version
 
     @property
     def doc_ids(self) -> Sequence[str]:
@@ -194,6 +240,20 @@ class TransformerModel(TrainedModel):
         (d / CONFIG).write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return d
 
+    def save_onnx(self, d: Path) -> None:
+        """The ONNX export in use into the saved model folder ``d``, bound to its weights by their
+        digest (called after the weights are written; no export in use: remove any stale one)."""
+        runner = self._active_runner()
+        if runner is None:
+            for name in (onnxrt.ONNX_FILE, onnxrt.ONNX_META):
+                (d / name).unlink(missing_ok=True)
+            return
+        meta = onnxrt.read_meta(runner.path.parent) or {}
+        if runner.path.parent.resolve() != d.resolve():
+            shutil.copyfile(runner.path, d / onnxrt.ONNX_FILE)
+        meta.update({"model": self.name, "precision": runner.precision, "weights_sha256": onnxrt.weights_digest(d)})
+        (d / onnxrt.ONNX_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
     @classmethod
     def load(cls, path: str | Path) -> "TransformerModel":
         from safetensors import SafetensorError
@@ -208,6 +268,9 @@ class TransformerModel(TrainedModel):
             model._load_extra(d)
         except (KeyError, TypeError, ValueError, OSError, RuntimeError, SafetensorError) as e:
             raise ModelDirError(f"{d}: corrupt or incomplete {cls.name} model ({str(e).splitlines()[0]})") from None
+        runner = onnxrt.open_runner(d, model=cls.name)
+        if runner is not None:
+            model.attach_runner(runner)
         return model
 
     def _load_extra(self, d: Path) -> None:
@@ -296,6 +359,7 @@ class BiEncoder(TransformerModel):
             (d / f).unlink(missing_ok=True)
         if pooling == "attention":
             save_file({"attention.weight": self.net.pooler.attention.weight.detach().contiguous()}, str(d / POOLING_WEIGHTS))  # type: ignore[union-attr]
+        self.save_onnx(d)
         if pooling not in ("mean", "cls"):
             return
         modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -378,6 +442,7 @@ class CrossEncoder(TransformerModel):
         d = self._save_bert(path)
         head = self.net.head  # type: ignore[union-attr]
         save_file({"weight": head.weight.detach().contiguous(), "bias": head.bias.detach().contiguous()}, str(d / HEAD))
+        self.save_onnx(d)
 
     def _load_extra(self, d: Path) -> None:
         from safetensors.torch import load_file
