@@ -477,7 +477,7 @@ class Bundle:
             with self._locks[id(self.ranker)]:
                 scores = (self.ranker.score_hits([query], [hits]) if self.two_stage  # type: ignore[attr-defined]
                           else self.ranker.score([query], [[h.doc_id for h in hits]]))[0]
-            order = sorted(range(len(hits)), key=lambda i: (-float(scores[i]), hits[i].doc_id))
+            order = sorted(range(len(hits)), key=lambda i: (-float(scores[i]), hits[i].doc_id))[:k]
             hits = [replace(hits[i], score=float(scores[i])) for i in order]
             timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
         timing["total_ms"] = 1000 * (time.perf_counter() - t0)

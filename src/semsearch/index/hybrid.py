@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..data import ranked
@@ -161,8 +161,10 @@ class HybridRetriever:
             if no_sem and self.semantic is not None and vecs is not None:
                 with self.locks[id(self.semantic)]:
                     sem = dict(zip(no_sem, map(float, self.semantic.similarity(vecs[i], no_sem))))  # type: ignore[attr-defined]
+            # built directly rather than by dataclasses.replace (a tenth of a search's time)
             out.append([h if h.lexical is not None and h.semantic is not None else
-                        replace(h, lexical=lex.get(h.doc_id, h.lexical), semantic=sem.get(h.doc_id, h.semantic))
+                        HybridHit(h.doc_id, h.score, h.sources, lex.get(h.doc_id, h.lexical), sem.get(h.doc_id, h.semantic),
+                                  h.lexical_rank, h.semantic_rank)
                         for h in hits])
         return out
 

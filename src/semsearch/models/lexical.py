@@ -260,8 +260,8 @@ class LexicalModel(IndexedModel):
     def use_index(self, index: LexicalIndex) -> None:
         super().use_index(index)
         self._stats = None
-        self.__dict__.pop("_postings", None)
-        self.__dict__.pop("_addend", None)
+        for cached in ("_postings", "_doc_major", "_addend", "_query_cache"):
+            self.__dict__.pop(cached, None)
 
     @property
     def lexical_index(self) -> LexicalIndex:
@@ -276,6 +276,12 @@ class LexicalModel(IndexedModel):
         w.data = self._doc_weights(ix, st, ix.counts.data.astype(np.float64), ix.nnz_rows, ix.counts.indices).astype(np.float32)
         w.eliminate_zeros()
         return w.T.tocsr()
+
+    @cached_property
+    def _doc_major(self) -> sp.csr_matrix:
+        """Document-major weights (documents x terms) for scoring given candidates; built on first
+        use, so retrieval alone never holds this second copy."""
+        return self._postings.T.tocsr()
 
     @cached_property
     def _addend(self) -> np.ndarray | None:
@@ -307,20 +313,36 @@ class LexicalModel(IndexedModel):
         if self.p.stats == "exclude-query-pool":
             return [self._for_query(q).score([q], [c])[0] for q, c in zip(queries, candidates)]
         ix = self.lexical_index
-        s, scale = self._scores(queries)
-        addend = self._addend
+        weights, addend = self._doc_major, self._addend
         out = []
-        dense = np.zeros(len(ix), dtype=np.float64)
-        for i, docs in enumerate(candidates):
+        for query, docs in zip(queries, candidates):
+            # only the candidates' rows of the document-major weights meet the query's terms, not
+            # every posting of those terms (the served ranker scores ~150 candidates per search)
             pos = positions(ix.position, docs)
-            lo, hi = s.indptr[i], s.indptr[i + 1]
-            dense[s.indices[lo:hi]] = s.data[lo:hi]
-            row = dense[pos]
+            terms, w, scale = self._query_terms(query)
+            qv = np.zeros(weights.shape[1], dtype=np.float64)
+            qv[terms] = w
+            row = (weights[pos] @ qv) if len(pos) else np.zeros(0)
             if addend is not None:
-                row = row + scale[i] * addend[pos]
-            out.append(row)
-            dense[s.indices[lo:hi]] = 0.0
+                row = row + scale * addend[pos]
+            out.append(row.astype(np.float64))
         return out
+
+    def _query_terms(self, query: str) -> tuple[np.ndarray, np.ndarray, float]:
+        """A query's term ids, their weights (``_query_weights``) and its addend scale, cached per
+        query text (a search scores the same query against several candidate lists; building the
+        one-row sparse matrix cost more than the scoring)."""
+        cache = self.__dict__.setdefault("_query_cache", {})
+        hit = cache.get(query)
+        if hit is None:
+            ix = self.lexical_index
+            qc = ix.query_counts([query])
+            q = self._query_weights(ix, qc).astype(np.float32).tocsr()
+            hit = (q.indices.astype(np.int64), q.data.astype(np.float64), float(qc.sum()))
+            if len(cache) >= 4096:
+                cache.pop(next(iter(cache)), None)
+            cache[query] = hit
+        return hit
 
     def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
         """Top-k among documents that match at least one query term (as Lucene/Anserini)."""
