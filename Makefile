@@ -47,8 +47,8 @@ test-tools:
 test: $(STAMP) test-tools
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/bm25_speed.py
+bench: $(STAMP)  # every benchmark against its peer in one run (< 15 min); writes docs/benchmarks.md
+	$(BIN)/python benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) results build *.egg-info src/*.egg-info

@@ -74,6 +74,19 @@ def median_time(fn: Callable[[], Any], reps: int) -> tuple[float, Any]:
     return statistics.median(times), result
 
 
+def summary_row(measure: str, unit: str, ours: float, peer: str, peer_value: float | None, *,
+                target: str, met: bool | None, higher_is_better: bool = True) -> dict[str, Any]:
+    """One line of the ``make bench`` table (``benchmarks/run_all.py`` collects every script's
+    ``summary`` list): what was measured, ours, the strongest peer (or ceiling) measured in the same
+    run, their ratio (>1 means ours is better, whichever way the unit points), the issue's target
+    and whether this run met it (None: nothing to meet)."""
+    ratio = None
+    if peer_value:
+        ratio = ours / peer_value if higher_is_better else peer_value / ours if ours else None
+    return {"measure": measure, "unit": unit, "ours": ours, "peer": peer, "peer_value": peer_value,
+            "ratio": ratio, "target": target, "met": met}
+
+
 def write_json(obj: Any, out: str | Path) -> Path:
     path = Path(out)
     if not path.is_absolute():

@@ -36,7 +36,9 @@ from urllib.parse import quote
 
 import httpx
 
-from _common import REPO, hardware, hardware_line, served, write_json
+from _common import REPO, hardware, hardware_line, served, summary_row, write_json
+
+TARGET_P99_MS = 50.0  # at 50 clients, 2 workers, ranker on (the served issue)
 
 FALLBACK = ["cordless drill", "red cat", "stainless steel sink", "wood screws", "led light bulb"]
 
@@ -126,7 +128,13 @@ def main() -> None:
         hw["load_avg_1min_end"] = round(os.getloadavg()[0], 2)
     stderr = server.stderr
     # uvicorn re-raises SIGTERM after its graceful shutdown, so the exit code is -15 either way
-    result = {"bundle": args.bundle, "workers": args.workers, "clients": args.clients, "seconds": args.seconds, "distinct_queries": len(qs),
+    mode = "new queries" if args.result_cache == 0 else f"{len(qs):,} queries cycling, result cache"
+    summary = [summary_row(f"served search p99, {args.clients} clients, {args.workers} workers, {mode} ({res['throughput_rps']:,.0f} req/s)",
+                           "ms", res["p99_ms"], "the issue's target", TARGET_P99_MS,
+                           target=f"p99 < {TARGET_P99_MS:.0f} ms at 50 clients" if args.clients == 50 else "0 errors at 200 clients",
+                           met=(res["p99_ms"] < TARGET_P99_MS) if args.clients == 50 else (res["errors"] == 0) if args.clients == 200 else None,
+                           higher_is_better=False)]
+    result = {"summary": summary, "bundle": args.bundle, "workers": args.workers, "clients": args.clients, "seconds": args.seconds, "distinct_queries": len(qs),
               "result_cache": args.result_cache,
               "server_stopped_cleanly": "server stopped cleanly" in stderr, **res, "hardware": hw}
     print(hardware_line(hw), f"| load avg at end {hw['load_avg_1min_end']}")
