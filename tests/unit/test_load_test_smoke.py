@@ -26,3 +26,5 @@ def test_load_test_runs(make_bundle, tmp_path, workers):
     res = json.loads(out.read_text())
     assert res["workers"] == workers and res["requests"] > 0 and res["errors"] == 0 and 0 < res["p50_ms"] <= res["p95_ms"] <= res["p99_ms"]
     assert res["server_stopped_cleanly"]  # graceful shutdown on SIGTERM (lifespan shutdown ran)
+    (row,) = res["summary"]  # the make bench table's line: p99 against the target, no verdict at 4 clients
+    assert row["ours"] == res["p99_ms"] and row["unit"] == "ms" and row["met"] is None
