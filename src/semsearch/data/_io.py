@@ -47,7 +47,7 @@ def parse_lines(
     Each line's bytes are decoded on their own so an encoding error names its line. A ValueError
     from `parse` marks the line bad (raised as DataFormatError, or skipped and counted under
     `skip_bad_lines`). The first non-blank line is dropped when `header(line)` is true. A file
-    without any record (and no skipped line) is an error.
+    without any record is an error, also when all its lines were skipped as bad.
     """
     policy = BadLinePolicy(path, skip_bad_lines)
     records, first = 0, True
@@ -73,6 +73,8 @@ def parse_lines(
             yield record
     if records == 0 and policy.skipped == 0:
         raise DataFormatError(path, None, "no records (empty file)")
+    if records == 0:  # every line was bad: an empty result would only fail later, far from the cause
+        raise DataFormatError(path, None, f"no valid records ({policy.summary()})")
     policy.finish()
 
 
