@@ -239,3 +239,69 @@ def test_query_domains(scratch: Path, raw: bytes, skip: bool) -> None:
     records = reads_or_names_line(scratch / "domains.tsv", raw, lambda p: load_query_domains(p, skip_bad_lines=skip))
     if records is not None:
         assert records and all(r.labels and all(r.labels) and r.text.strip() for r in records)
+
+
+# ------------------------------------------------------------------------------ spec TOML
+def toml_value(v: Any) -> str:
+    """A value as TOML (inline tables and arrays; no null in TOML, so None becomes a string)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return "nan" if v != v else ("inf" if v > 0 else "-inf") if abs(v) == float("inf") else repr(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + "}"
+    return json.dumps(v if isinstance(v, str) else str(v))
+
+
+def toml_lines(doc: Any) -> list[str]:
+    """A spec as TOML lines: top-level keys, then each model as a ``[[models]]`` table."""
+    if not isinstance(doc, dict):
+        return [toml_value(doc)]
+    lines = [f"{json.dumps(k)} = {toml_value(v)}" for k, v in doc.items()
+             if not (k == "models" and isinstance(v, list) and all(isinstance(m, dict) for m in v))]
+    for m in doc.get("models", []) if isinstance(doc.get("models"), list) else []:
+        if isinstance(m, dict):
+            lines += ["", "[[models]]", *(f"{json.dumps(k)} = {toml_value(v)}" for k, v in m.items())]
+    return lines
+
+
+RANKING_SPEC = {
+    "name": "fuzz", "title": "T", "source": "S", "dataset": "tiny", "split": "test", "candidates": "full:100",
+    "metrics": ["ndcg@10"], "tune": "split:dev", "baselines": ["BM25"], "rel_threshold": 1,
+    "models": [{"label": "BM25", "model": "bm25", "params": {"k1": 0.9}, "grid": {"b": [0.4, 0.75]},
+                "expect": {"ndcg@10": [0.1, 0.9]}, "paper": {"ndcg@10": 0.5}},
+               {"label": "ULM", "model": "ulm", "depth": 10},
+               {"label": "mix", "model": "interpolate", "combine": ["BM25", "ULM"], "grid": {"weight": [0.5]}}],
+}
+CLASSIFICATION_SPEC = {
+    "name": "fuzz-c", "title": "T", "source": "S", "kind": "classification", "domain_set": "sgd",
+    "domains": ["a", "b"], "fractions": [0.1, 1.0], "paper": {"DNN": {"a": 0.9}}, "expect": {"DNN": {"a": [0.5, 1.0]}},
+}
+SPEC_KEYS = sorted({*RANKING_SPEC, *CLASSIFICATION_SPEC, "label", "model", "params", "grid", "train", "combine",
+                    "depth", "hybrid", "index", "crosstab", "gain", "queries", "fields", "norm", "analyzer"})
+
+
+@FUZZ
+@given(raw=file_bytes(st.one_of(mutated(st.just(RANKING_SPEC), SPEC_KEYS),
+                                mutated(st.just(CLASSIFICATION_SPEC), SPEC_KEYS)).map(toml_lines)))
+def test_spec_toml(scratch: Path, raw: bytes) -> None:
+    """A spec file loads, or SpecError names the file (and the line or key)."""
+    from semsearch.experiments.spec import ClassificationSpec, ExperimentSpec, SpecError, load_spec
+
+    path = scratch / "spec.toml"
+    path.write_bytes(raw)
+    try:
+        spec = load_spec(path)
+    except SpecError as e:
+        assert str(e).startswith(f"{path}:"), e
+        return
+    event("parsed")
+    assert isinstance(spec, (ExperimentSpec, ClassificationSpec))
+    if isinstance(spec, ExperimentSpec):
+        spec.candidate_mode  # noqa: B018 — validated once, so it never fails afterwards
+        assert all(isinstance(m.label, str) and isinstance(m.model, str) for m in spec.models)
+        assert all(isinstance(x, str) for x in spec.metrics)
