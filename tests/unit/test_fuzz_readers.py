@@ -305,3 +305,68 @@ def test_spec_toml(scratch: Path, raw: bytes) -> None:
         spec.candidate_mode  # noqa: B018 — validated once, so it never fails afterwards
         assert all(isinstance(m.label, str) and isinstance(m.model, str) for m in spec.models)
         assert all(isinstance(x, str) for x in spec.metrics)
+
+
+# ------------------------------------------------------------------------------ model config.json
+DOC_IDS, DOC_TEXTS = ["a", "b", "c"], ["red brick wall", "blue door", "brick door"]
+
+
+def _saved(kind: str, out: Path) -> Path:
+    """A tiny saved model of ``kind`` (indexed or built, no training: seconds for all kinds)."""
+    from semsearch.plugins import create_model
+    from semsearch.text import TrigramHasher
+    from semsearch.text.vocab import Vocabulary
+
+    shapes = {"dssm": {"hidden": [8], "out": 4}, "clsm": {"conv": 8, "out": 4, "window": 3}, "knrm": {"dim": 8}}
+    m: Any = create_model(kind, **shapes.get(kind, {}))
+    if kind in ("dssm", "clsm"):
+        m.build(TrigramHasher.fit(DOC_TEXTS, max_words=8))
+    elif kind == "knrm":
+        m.build(Vocabulary(["red", "brick", "wall", "blue", "door"]))
+    m.index(DOC_IDS, DOC_TEXTS)
+    m.save(out / kind)
+    return out / kind
+
+
+MODEL_KINDS = ["bm25", "random", "mrf", "dssm", "clsm", "knrm"]
+
+
+@pytest.fixture(scope="module")
+def saved_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict]]:
+    """Each kind's model directory and its config as saved."""
+    out = tmp_path_factory.mktemp("models")
+    dirs = {k: _saved(k, out) for k in MODEL_KINDS}
+    return {k: (d, json.loads((d / "config.json").read_text(encoding="utf-8"))) for k, d in dirs.items()}
+
+
+CONFIG_KEYS = ["model", "params", "analyzer", "vocabulary", "trigrams", "max_words", "terms", "doc_ids", "stem",
+               "stopwords", "k1", "b", "out", "hidden", "conv", "window", "dim", "kernels", "seed"]
+
+
+@FUZZ
+@given(data=st.data(), kind=st.sampled_from(MODEL_KINDS))
+def test_model_config_json(saved_models: dict[str, tuple[Path, dict]], data: st.DataObject, kind: str) -> None:
+    """A saved model whose config.json is corrupted loads (then ranks), or ModelDirError names
+    the model directory; the weights and index files are left as saved."""
+    from semsearch.models import Model, ModelDirError, rank
+    from semsearch.plugins import load_model
+
+    d, config = saved_models[kind]
+    raw = data.draw(st.one_of(
+        mutated(st.just(config), CONFIG_KEYS).map(lambda c: json.dumps(c, ensure_ascii=False).encode()),
+        mutated(st.just(config), CONFIG_KEYS).map(lambda c: json.dumps(c, indent=1).encode()),
+        file_bytes(st.just(json.dumps(config, indent=1).splitlines()))), label="config.json")
+    (d / "config.json").write_bytes(raw)
+    try:
+        model = load_model(d)
+    except ModelDirError as e:
+        assert str(d) in str(e), e
+        return
+    finally:
+        (d / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    event("parsed")
+    assert isinstance(model, Model)
+    if list(model.doc_ids) != DOC_IDS:  # encoders save no collection: index it the way it was
+        model.index(DOC_IDS, DOC_TEXTS)
+    run = rank(model, {"q": "red door"}, {"q": DOC_IDS})
+    assert set(run["q"]) == set(DOC_IDS)

@@ -129,8 +129,14 @@ def write_config(path: str | Path, config: dict[str, Any]) -> None:
     (d / CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+_TABLES = ("params", "settings", "train", "vocabulary")
+"""Keys of a saved config that hold a table (parameters, older configs' training settings)."""
+
+
 def read_config(path: str | Path, expect: str | None = None) -> dict[str, Any]:
-    """Read ``config.json`` of a model directory; ``expect`` checks the registered model name."""
+    """Read ``config.json`` of a model directory; ``expect`` checks the registered model name.
+    The shape is checked here (``model`` a name, ``params`` and the like tables); each kind's
+    ``load`` checks the values, and ``plugins.load_model`` names the directory in any error."""
     f = Path(path) / CONFIG
     try:
         config = json.loads(f.read_text(encoding="utf-8"))
@@ -140,6 +146,13 @@ def read_config(path: str | Path, expect: str | None = None) -> dict[str, Any]:
         raise ModelDirError(f"{f}: unreadable model config ({e})") from None
     if not isinstance(config, dict) or "model" not in config:
         raise ModelDirError(f"{f}: model config has no 'model' field")
+    if not isinstance(config["model"], str):
+        raise ModelDirError(f"{f}: 'model' must be a model name, got {config['model']!r}")
+    for key in _TABLES:
+        if key in config and not isinstance(config[key], dict):
+            raise ModelDirError(f"{f}: {key!r} must be a table, got {config[key]!r}")
+    if "analyzer" in config and not isinstance(config["analyzer"], (str, dict)):
+        raise ModelDirError(f"{f}: 'analyzer' must be a name or a table, got {config['analyzer']!r}")
     if expect is not None and config["model"] != expect:
         raise ModelDirError(f"{path}: holds a {config['model']!r} model, not {expect!r}")
     return config
