@@ -370,3 +370,52 @@ def test_model_config_json(saved_models: dict[str, tuple[Path, dict]], data: st.
         model.index(DOC_IDS, DOC_TEXTS)
     run = rank(model, {"q": "red door"}, {"q": DOC_IDS})
     assert set(run["q"]) == set(DOC_IDS)
+
+
+# ------------------------------------------------------------------------------ bundle manifest
+@pytest.fixture(scope="module")
+def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A tiny BM25 + DSSM bundle (the DSSM built, not trained) and its manifest as written."""
+    from semsearch.data import Corpus
+    from semsearch.index import build_bundle
+    from semsearch.plugins import create_model
+    from semsearch.text import TrigramHasher
+
+    out = tmp_path_factory.mktemp("bundle")
+    dssm: Any = create_model("dssm", hidden=[8], out=4)
+    dssm.build(TrigramHasher.fit(DOC_TEXTS, max_words=8))
+    p = build_bundle(Corpus(DOC_IDS, DOC_TEXTS, ["", "", ""]), [create_model("bm25"), dssm], out / "b", dataset="t")
+    return p, json.loads((p / "manifest.json").read_text(encoding="utf-8"))
+
+
+MANIFEST_KEYS = ["format", "files", "models", "lexical", "ranker", "name", "path", "dim", "kind", "store",
+                 "documents", "fields", "collection", "postgres", "data", "documents.jsonl", "../x", "/etc/passwd"]
+
+
+@FUZZ
+@given(data=st.data(), verify=st.booleans())
+def test_bundle_manifest(bundle_dir: tuple[Path, dict], data: st.DataObject, verify: bool) -> None:
+    """A bundle whose manifest.json is corrupted loads (then searches), or ModelDirError names
+    the bundle; the bundle's other files are never changed."""
+    from semsearch.index import Bundle
+    from semsearch.models import ModelDirError
+
+    p, manifest = bundle_dir
+    raw = data.draw(st.one_of(
+        mutated(st.just(manifest), MANIFEST_KEYS).map(lambda m: json.dumps(m, indent=1).encode()),
+        mutated(st.just(manifest), MANIFEST_KEYS).map(lambda m: json.dumps(m, indent=1).encode()),
+        file_bytes(st.just(json.dumps(manifest, indent=1).splitlines()))), label="manifest.json")
+    (p / "manifest.json").write_bytes(raw)
+    try:
+        bundle = Bundle.load(p, verify=verify, store="faiss" if data.draw(st.booleans()) else None)
+    except ModelDirError as e:
+        assert str(p) in str(e), e
+        return
+    finally:
+        (p / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    event("parsed")
+    try:
+        hits = bundle.hits(bundle.search("red door", 3))
+        assert 1 <= len(hits) <= 3 and {h.doc_id for h in hits} <= set(DOC_IDS)
+    finally:
+        bundle.close()
