@@ -32,6 +32,7 @@ from ..data import Corpus, DataFormatError, join_fields, load_corpus, write_corp
 from ..models import Model
 from ..plugins import load_model
 from ..models.base import ModelDirError
+from ..models.base import sha256_file as _sha256
 from .hybrid import SCORERS, HybridHit, HybridRetriever, Source
 from .semantic import SemanticRetriever, encoder_id
 from .vector import VectorIndex
@@ -70,14 +71,6 @@ class Result:
 def is_encoder(model: Any) -> bool:
     """Encoders (DSSM, CLSM, bi-encoders) get a vector index; anything else is the lexical stage."""
     return callable(getattr(model, "encode_queries", None)) and callable(getattr(model, "encode_documents", None))
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _fsync_tree(root: Path) -> None:

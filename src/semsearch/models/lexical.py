@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import CONFIG, Model, ModelDirError, best_k, id_ranks, positions, read_config, same_length, write_config
+from .base import CONFIG, SAVED_DATA_ERRORS, Model, ModelDirError, best_k, id_ranks, positions, read_config, same_length, seal, write_config
 
 _INDEX_NPZ = "lexical.npz"
 _INDEX_JSON = "lexical.json"
@@ -130,7 +130,7 @@ class LexicalIndex:
                 shape = (len(meta["doc_ids"]), len(meta["terms"]))
                 counts = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=shape)
             return cls(Analyzer.from_config(meta["analyzer"]), Vocabulary(meta["terms"]), meta["doc_ids"], counts)
-        except (OSError, KeyError, ValueError, TypeError) as e:
+        except SAVED_DATA_ERRORS as e:
             raise ModelDirError(f"{path}: corrupt or missing lexical index ({e})") from None
 
 
@@ -205,6 +205,7 @@ class IndexedModel(Model):
         params = {k: v for k, v in self.p.as_dict().items() if k != "analyzer"}
         write_config(d, {"model": self.name, "params": params, "analyzer": self.analyzer.config()})
         self._require_index().save(d)
+        seal(d)
 
     @classmethod
     def load(cls, path: str | Path) -> "IndexedModel":
