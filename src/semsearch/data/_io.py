@@ -35,6 +35,27 @@ def _decoded(raw: bytes, number: int) -> str:
     return raw.decode("utf-8").rstrip("\r\n")
 
 
+def _bad_utf8(e: UnicodeDecodeError) -> str:
+    return f"not valid UTF-8 ({e.reason} at byte {e.start})"
+
+
+def read_lines(path: PathLike) -> list[str]:
+    """Every line of a UTF-8 text file, blank ones included (one text a line: row i is line i+1),
+    without line endings; only LF (or CRLF) ends a line, not the other characters
+    ``str.splitlines`` splits at (U+2028, U+0085, form feed, ...), so rows stay aligned with lines.
+    Bad UTF-8 is a DataFormatError naming its line; an empty file is one too."""
+    out = []
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                out.append(_decoded(raw, number))
+            except UnicodeDecodeError as e:
+                raise DataFormatError(path, number, _bad_utf8(e)) from None
+    if not out:
+        raise DataFormatError(path, None, "no lines (empty file)")
+    return out
+
+
 def parse_lines(
     path: PathLike,
     parse: Callable[[str], T],
@@ -56,7 +77,7 @@ def parse_lines(
             try:
                 line = _decoded(raw, number)
             except UnicodeDecodeError as e:
-                policy.bad(number, f"not valid UTF-8 ({e.reason} at byte {e.start})")
+                policy.bad(number, _bad_utf8(e))
                 continue
             if not line.strip():
                 continue
@@ -91,8 +112,9 @@ def first_line(path: PathLike) -> tuple[int, str] | None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: PathLike) -> Iterator[IO[str]]:
-    """Write a UTF-8 text file via a temporary file in the same folder and `os.replace`.
+def atomic_write(path: PathLike, *, binary: bool = False) -> Iterator[IO]:
+    """Write a UTF-8 text file (or, `binary`, a bytes file) via a temporary file in the same
+    folder and `os.replace`.
 
     If the body raises, the temporary file is removed and any existing file is left untouched.
     """
@@ -101,7 +123,7 @@ def atomic_write(path: PathLike) -> Iterator[IO[str]]:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 & ~umask, like open()
     try:
-        with open(fd, "w", encoding="utf-8", newline="\n") as f:
+        with (open(fd, "wb") if binary else open(fd, "w", encoding="utf-8", newline="\n")) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
