@@ -374,8 +374,8 @@ def test_model_config_json(saved_models: dict[str, tuple[Path, dict]], data: st.
 
 # ------------------------------------------------------------------------------ bundle manifest
 @pytest.fixture(scope="module")
-def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """A tiny BM25 + DSSM bundle (the DSSM built, not trained) and its manifest as written."""
+def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
+    """A tiny BM25 + DSSM bundle (the DSSM built, not trained) and its JSON files as written."""
     from semsearch.data import Corpus
     from semsearch.index import build_bundle
     from semsearch.plugins import create_model
@@ -385,37 +385,108 @@ def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     dssm: Any = create_model("dssm", hidden=[8], out=4)
     dssm.build(TrigramHasher.fit(DOC_TEXTS, max_words=8))
     p = build_bundle(Corpus(DOC_IDS, DOC_TEXTS, ["", "", ""]), [create_model("bm25"), dssm], out / "b", dataset="t")
-    return p, json.loads((p / "manifest.json").read_text(encoding="utf-8"))
+    return p, {f: (p / f).read_bytes() for f in BUNDLE_JSON}
+
+
+BUNDLE_JSON = ["manifest.json", "models/dssm/retriever.json", "models/dssm/index/vector_index.json",
+               "models/dssm/index/ids.json"]
+"""The bundle's JSON files that no model directory seals (the manifest's checksums cover them:
+the last three are fuzzed with verification off)."""
 
 
 MANIFEST_KEYS = ["format", "files", "models", "lexical", "ranker", "name", "path", "dim", "kind", "store",
-                 "documents", "fields", "collection", "postgres", "data", "documents.jsonl", "../x", "/etc/passwd"]
+                 "documents", "fields", "collection", "postgres", "data", "documents.jsonl", "../x", "/etc/passwd",
+                 "metric", "params", "count", "model", "probes", "encoder", "batch_size", "index_params", "efSearch"]
 
 
+@pytest.mark.parametrize("target", BUNDLE_JSON)
 @FUZZ
 @given(data=st.data(), verify=st.booleans())
-def test_bundle_manifest(bundle_dir: tuple[Path, dict], data: st.DataObject, verify: bool) -> None:
-    """A bundle whose manifest.json is corrupted loads (then searches), or ModelDirError names
-    the bundle; the bundle's other files are never changed."""
+def test_bundle_json_files(bundle_dir: tuple[Path, dict[str, bytes]], data: st.DataObject, target: str,
+                           verify: bool) -> None:
+    """A bundle whose manifest.json (or, unverified, a vector index's or retriever's JSON) is
+    corrupted loads (then searches), or ModelDirError names the bundle."""
     from semsearch.index import Bundle
     from semsearch.models import ModelDirError
 
-    p, manifest = bundle_dir
+    p, saved = bundle_dir
+    original = json.loads(saved[target])
     raw = data.draw(st.one_of(
-        mutated(st.just(manifest), MANIFEST_KEYS).map(lambda m: json.dumps(m, indent=1).encode()),
-        mutated(st.just(manifest), MANIFEST_KEYS).map(lambda m: json.dumps(m, indent=1).encode()),
-        file_bytes(st.just(json.dumps(manifest, indent=1).splitlines()))), label="manifest.json")
-    (p / "manifest.json").write_bytes(raw)
+        mutated(st.just(original), MANIFEST_KEYS).map(lambda m: json.dumps(m, indent=1).encode()),
+        mutated(st.just(original), MANIFEST_KEYS).map(lambda m: json.dumps(m, indent=1).encode()),
+        file_bytes(st.just(json.dumps(original, indent=1).splitlines()))), label=target)
+    (p / target).write_bytes(raw)
     try:
-        bundle = Bundle.load(p, verify=verify, store="faiss" if data.draw(st.booleans()) else None)
+        bundle = Bundle.load(p, verify=verify and target == "manifest.json",
+                             store="faiss" if data.draw(st.booleans()) else None)
     except ModelDirError as e:
         assert str(p) in str(e), e
         return
     finally:
-        (p / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+        (p / target).write_bytes(saved[target])  # as built: the manifest's checksums hold again
     event("parsed")
     try:
         hits = bundle.hits(bundle.search("red door", 3))
         assert 1 <= len(hits) <= 3 and {h.doc_id for h in hits} <= set(DOC_IDS)
     finally:
         bundle.close()
+
+
+# ------------------------------------------------------------------------------ the CLI: no half-written output
+@FUZZ
+@given(raw=file_bytes(tsv_lines(3, ["id", "title", "text"], kinds=["id", "text", "text"])),
+       fields=st.sampled_from(["title+text", "title", "text"]), skip=st.booleans())
+def test_index_build_from_a_tsv_collection(scratch: Path, raw: bytes, fields: str, skip: bool) -> None:
+    """`semsearch index build --data FILE.tsv`: a bundle that loads and searches, or exit code 2
+    with one `error:` line naming the file, and no bundle nor temporary folder left behind."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+    from semsearch.index import Bundle
+
+    src, out = scratch / "collection.tsv", scratch / "cli" / "bundle"
+    shutil.rmtree(out.parent, ignore_errors=True)
+    src.write_bytes(raw)
+    args = ["index", "build", "--data", str(src), "--out", str(out), "--models", "bm25", "--fields", fields]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        r = CliRunner().invoke(app, [*args, "--skip-bad-lines"] if skip else args)
+    if r.exit_code == 0:
+        event("parsed")
+        bundle = Bundle.load(out)
+        try:
+            assert len(bundle.corpus) >= 1 and bundle.search("a", 3).hits is not None
+        finally:
+            bundle.close()
+        return
+    msg = " ".join(r.output.split())
+    assert r.exit_code == 2 and "error:" in msg and "Traceback" not in msg, (msg, r.exception)
+    assert "collection.tsv" in msg, msg
+    assert not out.parent.exists() or not any(out.parent.iterdir()), list(out.parent.iterdir())
+
+
+@FUZZ
+@given(raw=file_bytes(st.lists(st.one_of(words, atoms), max_size=6)), side=st.sampled_from(["query", "document"]))
+def test_encode_a_text_file(scratch: Path, saved_models: dict[str, tuple[Path, dict]], raw: bytes, side: str) -> None:
+    """`semsearch encode --texts FILE`: one row per line of the file (lines end at LF only), or
+    exit code 2 naming the file and no .npy written."""
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+
+    src, out = scratch / "texts.txt", scratch / "enc" / "vectors.npy"
+    src.write_bytes(raw)
+    out.unlink(missing_ok=True)
+    r = CliRunner().invoke(app, ["encode", "--model", str(saved_models["dssm"][0]), "--texts", str(src),
+                                 "--out", str(out), "--side", side])
+    if r.exit_code == 0:
+        event("parsed")
+        lines = raw.split(b"\n")
+        assert np.load(out, allow_pickle=False).shape == (len(lines) - (lines[-1] == b""), 4)
+        return
+    msg = " ".join(r.output.split())
+    assert r.exit_code == 2 and "error:" in msg and "texts.txt" in msg and "Traceback" not in msg, (msg, r.exception)
+    assert not (out.parent.exists() and any(out.parent.iterdir())), list(out.parent.iterdir())
