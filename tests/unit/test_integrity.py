@@ -119,6 +119,30 @@ def test_a_config_files_table_that_escapes_the_directory_is_refused(tmp_path):
         load_model(tmp_path / "m")
 
 
+def test_saving_again_over_a_training_log_and_a_cache_entry(tmp_path):
+    """Files callers write beside a model after saving it (training.json, the cache's recipe.json)
+    are not sealed, so saving again into the folder and rewriting them keeps it loadable; a cache
+    entry whose model no longer verifies is trained again, not an error."""
+    from semsearch.experiments.cache import cached_training
+
+    calls = []
+
+    def train() -> tuple[Any, dict]:
+        calls.append(1)
+        return _bm25(), {"epochs": len(calls)}
+
+    _, log = cached_training(tmp_path, "bm25", {"x": 1}, train)
+    saved = next(tmp_path.iterdir())
+    assert set(json.loads((saved / "config.json").read_text())["files"]) == {"lexical.json", "lexical.npz"}
+    _, log = cached_training(tmp_path, "bm25", {"x": 1}, train, retrain=True)  # saved over the old entry
+    model, log = cached_training(tmp_path, "bm25", {"x": 1}, train)
+    assert len(calls) == 2 and log == {"epochs": 2} and list(model.doc_ids) == IDS
+    (saved / "lexical.npz").write_bytes(b"cut")
+    model, log = cached_training(tmp_path, "bm25", {"x": 1}, train)
+    assert len(calls) == 3 and log == {"epochs": 3}
+    load_model(saved)
+
+
 # ------------------------------------------------------------------------------ bundles
 @pytest.fixture
 def bundles(tmp_path) -> tuple[Path, Path]:

@@ -139,14 +139,21 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+SIDECARS = ("training.json", "recipe.json")
+"""Files callers write beside a saved model after ``save`` (the CLI's and the experiment cache's
+training log, the cache's recipe): not part of the model, never sealed."""
+
+
 def seal(path: str | Path) -> None:
     """Record in ``config.json`` the sha256 of each file beside it (``files``; sub-directories,
-    e.g. a ranker's feature models, seal their own). Called last by every ``save``, so loading
-    (``read_config`` with ``expect``) refuses weights or an index cut short, removed, or swapped
-    in from another model, and a ``config.json`` swapped in from another model."""
+    e.g. a ranker's feature models, seal their own; ``SIDECARS`` are left out). Called last by
+    every ``save``, so loading (``read_config`` with ``expect``) refuses weights or an index cut
+    short, removed, or swapped in from another model, and a ``config.json`` swapped in from
+    another model."""
     d = Path(path)
     config = json.loads((d / CONFIG).read_text(encoding="utf-8"))
-    config["files"] = {p.name: sha256_file(p) for p in sorted(d.iterdir()) if p.is_file() and p.name != CONFIG}
+    config["files"] = {p.name: sha256_file(p) for p in sorted(d.iterdir())
+                       if p.is_file() and p.name != CONFIG and p.name not in SIDECARS}
     (d / CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
