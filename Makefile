@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install serve bundle reproduce test test-tools bench clean
+.PHONY: install serve bundle reproduce test test-tools fuzz bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -46,6 +46,11 @@ test-tools:
 ## Every test: unit tests on generated fixtures and integration tests on ../shared/data.
 test: $(STAMP) test-tools
 	$(BIN)/python -m pytest -q
+
+## Property-based fuzzing of every reader under the nightly profile (2,000 examples each; `make test`
+## runs the same tests at 200, derandomized).
+fuzz: $(STAMP)
+	SEMSEARCH_FUZZ_PROFILE=nightly $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_fuzz_readers.py
 
 bench: $(STAMP)  # every benchmark against its peer in one run (< 15 min); writes docs/benchmarks.md
 	$(BIN)/python benchmarks/run_all.py

@@ -267,7 +267,10 @@ def evaluate_cmd(
         table.add(label, evaluate(read_run(path), qr, ms, gain=gain, queries=query_set, rel_threshold=rel_threshold))
     out.print(table.to_markdown(columns=ms), highlight=False)
     if json_out:
-        json_out.write_text(json.dumps(table.to_json(), indent=2) + "\n", encoding="utf-8")
+        from .data._io import atomic_write
+
+        with atomic_write(json_out) as f:
+            f.write(json.dumps(table.to_json(), indent=2) + "\n")
 
 
 # ---------------------------------------------------------------------------------------- index / search
@@ -491,6 +494,7 @@ def encode_cmd(
     import numpy as np
 
     from .data import iter_corpus, join_fields, load_queries
+    from .data._io import atomic_write, read_lines
     from .plugins import load_model
 
     m = load_model(model)
@@ -501,12 +505,15 @@ def encode_cmd(
     elif texts.suffix == ".jsonl":
         items = list(load_queries(texts).values())
     else:
-        items = texts.read_text(encoding="utf-8").splitlines()
+        items = read_lines(texts)
     if side not in ("query", "document"):
         raise ValueError("--side must be 'query' or 'document'")
     start = time.perf_counter()
     vecs = m.encode_queries(items) if side == "query" else m.encode_documents(items)  # type: ignore[attr-defined]
-    np.save(out_path, vecs)
+    if out_path.suffix != ".npy":  # where np.save(out_path) would write
+        out_path = out_path.with_name(out_path.name + ".npy")
+    with atomic_write(out_path, binary=True) as f:  # a failed write leaves no partial .npy
+        np.save(f, vecs, allow_pickle=False)
     secs = time.perf_counter() - start
     err.print(f"wrote {out_path}: {vecs.shape[0]} x {vecs.shape[1]} in {secs:.2f} s ({len(items) / max(secs, 1e-9):,.0f} texts/s)", highlight=False)
 
@@ -519,6 +526,7 @@ def export_onnx_cmd(
 ) -> None:
     """Write model.onnx + onnx.json into a saved transformer's folder: its inference (encoding,
     scoring, the service's query encoder) then runs through ONNX Runtime on the CPU."""
+    from .models.base import seal
     from .models.transformer import TransformerModel
     from .plugins import load_model
 
@@ -530,6 +538,7 @@ def export_onnx_cmd(
         raise ValueError(f"{model}: a {m.name} model is not a transformer (bert-rep or bert-rel)")
     _onnx_models([m], precision)
     m.save_onnx(model)
+    seal(model)  # the folder's checksums now cover the export
     err.print(f"wrote {model / 'model.onnx'} ({precision})", highlight=False)
 
 

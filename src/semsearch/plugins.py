@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .models.base import CONFIG, Model, ModelDirError, read_config
-from .params import Params
+from .params import ParamError, Params
 
 
 class Kind(NamedTuple):
@@ -114,7 +114,9 @@ def _feature_model(spec: dict[str, Any]) -> Model:
 
 
 def load_model(path: str | Path) -> Model:
-    """Any saved model directory (its ``config.json`` names the kind); a composite's children too."""
+    """Any saved model directory (its ``config.json`` names the kind); a composite's children too.
+    Every refusal is a ``ModelDirError`` naming the directory: a value the kind's parameters
+    reject (``ParamError``) is a corrupt ``config.json``."""
     p = Path(path)
     if not p.is_dir():
         raise ModelDirError(f"no model at {p} ({'a file, not a directory' if p.exists() else 'no such directory'})")
@@ -123,9 +125,16 @@ def load_model(path: str | Path) -> Model:
     if kind not in KINDS:
         raise ModelDirError(f"{p}: config.json names unknown model {kind!r}; known: {', '.join(model_names())}")
     cls = model_class(kind)
-    if KINDS[kind].family == "ranker":
-        return cls.load(p, models={n: load_model(p / d) for n, d in cls.child_dirs(config).items()})  # type: ignore[attr-defined]
-    return cls.load(p)
+    try:
+        if KINDS[kind].family == "ranker":
+            children = cls.child_dirs(config)  # type: ignore[attr-defined]
+            for sub in children.values():
+                if not isinstance(sub, str) or Path(sub).is_absolute() or ".." in Path(sub).parts:
+                    raise ModelDirError(f"{p / CONFIG}: 'feature_dirs' names {sub!r}, not a directory inside the model")
+            return cls.load(p, models={n: load_model(p / d) for n, d in children.items()})  # type: ignore[attr-defined]
+        return cls.load(p)
+    except ParamError as e:
+        raise ModelDirError(f"{p / CONFIG}: {e}") from None
 
 
 def resolve_model(name_or_dir: str, **params: Any) -> Model:

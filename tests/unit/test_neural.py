@@ -162,6 +162,10 @@ def test_save_load_round_trip_and_corruption(tmp_path, name):
     with pytest.raises(ModelDirError, match="do not match"):
         load_model(tmp_path / "m")
     (tmp_path / "m" / "weights.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(ModelDirError, match=r"weights\.safetensors: sha256 .*config\.json 'files\.weights\.safetensors'"):
+        load_model(tmp_path / "m")
+    cfg.pop("files")  # a directory saved before sealing: the safetensors reader's own check
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelDirError, match="corrupt"):
         load_model(tmp_path / "m")
     (tmp_path / "m" / "weights.safetensors").unlink()

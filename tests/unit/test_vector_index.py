@@ -222,7 +222,7 @@ def test_semantic_retriever_save_load_checks_the_encoder(tmp_path: Path) -> None
     assert back.kind == "hnsw" and back.retrieve(["drill"], 3) == want
     with pytest.raises(IndexMismatchError, match="embeds differently"):
         SemanticRetriever.load(tmp_path / "sem", encoder=_dssm(2))  # same name, other weights
-    with pytest.raises(IndexMismatchError, match="built for model 'dssm'"):
+    with pytest.raises(IndexMismatchError, match=r"retriever\.json: 'encoder' says 'dssm', the encoder is 'HashEncoder'"):
         SemanticRetriever.load(tmp_path / "sem", encoder=HashEncoder(dim=8))
     with pytest.raises(ModelDirError, match="not a semantic retriever"):
         SemanticRetriever.load(tmp_path)

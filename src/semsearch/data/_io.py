@@ -35,6 +35,27 @@ def _decoded(raw: bytes, number: int) -> str:
     return raw.decode("utf-8").rstrip("\r\n")
 
 
+def _bad_utf8(e: UnicodeDecodeError) -> str:
+    return f"not valid UTF-8 ({e.reason} at byte {e.start})"
+
+
+def read_lines(path: PathLike) -> list[str]:
+    """Every line of a UTF-8 text file, blank ones included (one text a line: row i is line i+1),
+    without line endings; only LF (or CRLF) ends a line, not the other characters
+    ``str.splitlines`` splits at (U+2028, U+0085, form feed, ...), so rows stay aligned with lines.
+    Bad UTF-8 is a DataFormatError naming its line; an empty file is one too."""
+    out = []
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                out.append(_decoded(raw, number))
+            except UnicodeDecodeError as e:
+                raise DataFormatError(path, number, _bad_utf8(e)) from None
+    if not out:
+        raise DataFormatError(path, None, "no lines (empty file)")
+    return out
+
+
 def parse_lines(
     path: PathLike,
     parse: Callable[[str], T],
@@ -47,7 +68,7 @@ def parse_lines(
     Each line's bytes are decoded on their own so an encoding error names its line. A ValueError
     from `parse` marks the line bad (raised as DataFormatError, or skipped and counted under
     `skip_bad_lines`). The first non-blank line is dropped when `header(line)` is true. A file
-    without any record (and no skipped line) is an error.
+    without any record is an error, also when all its lines were skipped as bad.
     """
     policy = BadLinePolicy(path, skip_bad_lines)
     records, first = 0, True
@@ -56,7 +77,7 @@ def parse_lines(
             try:
                 line = _decoded(raw, number)
             except UnicodeDecodeError as e:
-                policy.bad(number, f"not valid UTF-8 ({e.reason} at byte {e.start})")
+                policy.bad(number, _bad_utf8(e))
                 continue
             if not line.strip():
                 continue
@@ -73,6 +94,8 @@ def parse_lines(
             yield record
     if records == 0 and policy.skipped == 0:
         raise DataFormatError(path, None, "no records (empty file)")
+    if records == 0:  # every line was bad: an empty result would only fail later, far from the cause
+        raise DataFormatError(path, None, f"no valid records ({policy.summary()})")
     policy.finish()
 
 
@@ -89,8 +112,9 @@ def first_line(path: PathLike) -> tuple[int, str] | None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: PathLike) -> Iterator[IO[str]]:
-    """Write a UTF-8 text file via a temporary file in the same folder and `os.replace`.
+def atomic_write(path: PathLike, *, binary: bool = False) -> Iterator[IO]:
+    """Write a UTF-8 text file (or, `binary`, a bytes file) via a temporary file in the same
+    folder and `os.replace`.
 
     If the body raises, the temporary file is removed and any existing file is left untouched.
     """
@@ -99,7 +123,7 @@ def atomic_write(path: PathLike) -> Iterator[IO[str]]:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 & ~umask, like open()
     try:
-        with open(fd, "w", encoding="utf-8", newline="\n") as f:
+        with (open(fd, "wb") if binary else open(fd, "w", encoding="utf-8", newline="\n")) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())

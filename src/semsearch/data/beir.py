@@ -100,8 +100,11 @@ def _string(obj: dict, key: str, default: str | None = None) -> str:
 
 
 def _unique(seen: set[str], key: str, what: str) -> str:
+    """A new, non-empty id without a line break (what write_corpus / write_queries can write back)."""
     if not key:
         raise ValueError(f"empty {what}")
+    if "\r" in key or "\n" in key:
+        raise ValueError(f"{what} {key!r} contains a line break")
     if key in seen:
         raise ValueError(f"duplicate {what} {key!r}")
     seen.add(key)

@@ -50,14 +50,12 @@ class BadLinePolicy:
         if self.first_message is None:
             self.first_message = message
 
+    def summary(self) -> str:
+        """What was skipped: how many bad lines, which ones (the first few) and the first message."""
+        where = ", ".join(map(str, self.lines)) + (", ..." if self.skipped > len(self.lines) else "")
+        return f"skipped {self.skipped} bad line{'s' * (self.skipped != 1)} (lines {where}); first: {self.first_message}"
+
     def finish(self) -> None:
         """Emit the single summary DataWarning if any line was skipped."""
-        if not self.skipped:
-            return
-        where = ", ".join(map(str, self.lines)) + (", ..." if self.skipped > len(self.lines) else "")
-        warnings.warn(
-            f"{self.path}: skipped {self.skipped} bad line{'s' * (self.skipped != 1)} "
-            f"(lines {where}); first: {self.first_message}",
-            DataWarning,
-            stacklevel=3,
-        )
+        if self.skipped:
+            warnings.warn(f"{self.path}: {self.summary()}", DataWarning, stacklevel=3)

@@ -39,8 +39,11 @@ def cached_training(
     keyed = keyed_recipe(kind, recipe)
     saved = model_dir / f"{kind}-{cache_key(kind, recipe)}" if model_dir else None
     if saved is not None and not retrain and (saved / "recipe.json").is_file():
-        if json.loads((saved / "recipe.json").read_text()) == keyed:
-            return load_model(saved), json.loads((saved / "training.json").read_text())
+        try:
+            if json.loads((saved / "recipe.json").read_text(encoding="utf-8")) == keyed:
+                return load_model(saved), json.loads((saved / "training.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # a corrupt entry (ModelDirError, bad JSON) is a miss: train again
+            pass
     model, log = train()
     if saved is not None:
         model.save(saved)

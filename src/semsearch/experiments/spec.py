@@ -7,9 +7,13 @@ markers, the paper's own figures, and the bounds our figures are expected to fal
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import re
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,12 +133,65 @@ class ClassificationSpec:
 SYSTEMS = ("SVM-Word", "SVM-Letter", "DNN", "MT-DNN")
 
 
+def _typed_value(value: Any, tp: Any, key: str) -> Any:
+    """``value`` (from TOML) checked against the field type ``tp``; ``(lo, hi)`` bounds become tuples.
+    SpecError names the key (e.g. ``models[2].grid.weight``), what it must be and what it is."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (types.UnionType, typing.Union):  # X | None: TOML has no null, so X when present
+        return _typed_value(value, next(a for a in args if a is not type(None)), key)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SpecError(f"{key} must be a finite number, got {value!r}")
+        return float(value)
+    if tp in (str, int, bool):
+        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+            raise SpecError(f"{key} must be {_TYPE_NAMES[tp]}, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list) or len(value) != len(args):
+            raise SpecError(f"{key} must be a list of {len(args)} values [low, high], got {value!r}")
+        return tuple(_typed_value(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if origin is list:
+        if not isinstance(value, list):
+            raise SpecError(f"{key} must be a list, got {value!r}")
+        if args and args[0] is ModelSpec:
+            return [_model(v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [_typed_value(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)] if args else value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise SpecError(f"{key} must be a table, got {value!r}")
+        return {k: _typed_value(v, args[1], f"{key}.{k}") for k, v in value.items()}
+    raise TypeError(f"spec field type {tp!r} has no check")  # a new field type: add its check here
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false"}
+
+
+def _typed(cls: type, raw: Any, where: str) -> Any:
+    """A spec dataclass from one TOML table: every key known, every required key present, every
+    value of its field's type (the one place a spec's raw TOML becomes typed)."""
+    if not isinstance(raw, dict):
+        raise SpecError(f"{where or 'the spec'} must be a table, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    prefix = f"{where}." if where else ""
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise SpecError(f"unknown field {prefix}{unknown[0]}; fields: {', '.join(fields)}")
+    missing = [n for n, f in fields.items() if n not in raw and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise SpecError(f"missing field {prefix}{missing[0]}")
+    return cls(**{k: _typed_value(v, hints[k], f"{prefix}{k}") for k, v in raw.items()})
+
+
 def _classification_spec(p: Path, raw: dict[str, Any]) -> ClassificationSpec:
     try:
-        expect = {s: {d: (float(v[0]), float(v[1])) for d, v in e.items()} for s, e in raw.pop("expect", {}).items()}
-        spec = ClassificationSpec(expect=expect, **raw)
-    except (KeyError, TypeError, ValueError, IndexError) as e:
-        raise SpecError(f"{p}: missing or unknown field ({e})") from None
+        spec = _typed(ClassificationSpec, raw, "")
+    except SpecError as e:
+        raise SpecError(f"{p}: {e}") from None
     if spec.kind not in ("classification", "adaptation"):
         raise SpecError(f"{p}: kind must be 'classification' or 'adaptation', got {spec.kind!r}")
     if not spec.domains or len(set(spec.domains)) != len(spec.domains):
@@ -162,10 +219,7 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
     if "kind" in raw:
         return _classification_spec(p, raw)
     try:
-        models = [_model(m) for m in raw.pop("models")]
-        spec = ExperimentSpec(models=models, **raw)
-    except (KeyError, TypeError) as e:
-        raise SpecError(f"{p}: missing or unknown field ({e})") from None
+        spec = _typed(ExperimentSpec, raw, "")
     except SpecError as e:
         raise SpecError(f"{p}: {e}") from None
     if not _CANDIDATES.match(spec.candidates):
@@ -251,12 +305,11 @@ def _check_params(m: ModelSpec, where: str) -> None:
         raise SpecError(f"{where}: {e}") from None
 
 
-def _model(raw: dict[str, Any]) -> ModelSpec:
-    if "stats" in raw:
-        raise SpecError(f"row {raw.get('label', '?')!r}: the field 'stats' moved into the model's params: "
+def _model(raw: Any, where: str) -> ModelSpec:
+    if isinstance(raw, dict) and "stats" in raw:
+        raise SpecError(f"{where} (row {raw.get('label', '?')!r}): the field 'stats' moved into the model's params: "
                         f"write params = {{ stats = {raw['stats']!r} }} (lexical models)")
-    expect = {k: (float(v[0]), float(v[1])) for k, v in raw.pop("expect", {}).items()}
-    return ModelSpec(expect=expect, **raw)
+    return _typed(ModelSpec, raw, where)
 
 
 def spec_paths() -> dict[str, Path]:

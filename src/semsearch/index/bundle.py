@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..data import Corpus, join_fields, load_corpus, write_corpus
+from ..data import Corpus, DataFormatError, join_fields, load_corpus, write_corpus
 from ..models import Model
 from ..plugins import load_model
 from ..models.base import ModelDirError
+from ..models.base import sha256_file as _sha256
 from .hybrid import SCORERS, HybridHit, HybridRetriever, Source
 from .semantic import SemanticRetriever, encoder_id
 from .vector import VectorIndex
@@ -70,14 +71,6 @@ class Result:
 def is_encoder(model: Any) -> bool:
     """Encoders (DSSM, CLSM, bi-encoders) get a vector index; anything else is the lexical stage."""
     return callable(getattr(model, "encode_queries", None)) and callable(getattr(model, "encode_documents", None))
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _fsync_tree(root: Path) -> None:
@@ -302,6 +295,110 @@ def _open_store(store: str, retriever: SemanticRetriever, path: Path, entry: dic
         raise ModelDirError(f"{path}: postgres collection {entry['collection']!r} is missing from the server") from None
 
 
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_FIELDS = ("title+text", "title", "text")
+
+
+def _manifest_error(p: Path, key: str, what: str, value: Any) -> ModelDirError:
+    return ModelDirError(f"{p / MANIFEST}: {key!r} must be {what}, got {value!r}"[:500])
+
+
+def _rel_path(p: Path, value: Any, key: str) -> str:
+    """A path inside the bundle (relative, no '..'), as the manifest names its files and models."""
+    if not isinstance(value, str) or not value or Path(value).is_absolute() or ".." in Path(value).parts \
+            or "\\" in value or "\x00" in value:
+        raise _manifest_error(p, key, "a relative path inside the bundle", value)
+    return value
+
+
+def _entry(p: Path, value: Any, key: str, *, encoder: bool = False) -> dict[str, Any]:
+    """One ``lexical`` / ``ranker`` / ``models[i]`` entry: a name and a path (encoders: kind, dim)."""
+    if not isinstance(value, dict):
+        raise _manifest_error(p, key, "a table", value)
+    if not isinstance(value.get("name"), str) or not value["name"]:
+        raise _manifest_error(p, f"{key}.name", "a model name", value.get("name"))
+    _rel_path(p, value.get("path"), f"{key}.path")
+    if encoder:
+        dim = value.get("dim")
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+            raise _manifest_error(p, f"{key}.dim", "a positive integer", dim)
+        if "collection" in value and not isinstance(value["collection"], str):
+            raise _manifest_error(p, f"{key}.collection", "a collection name", value["collection"])
+    return value
+
+
+def read_manifest(p: Path) -> dict[str, Any]:
+    """``manifest.json`` of bundle ``p``, its shape checked once (the one place): every key the
+    loader reads has its type, every path stays inside the bundle. ModelDirError names the file
+    and the key, what it must be and what it is."""
+    f = p / MANIFEST
+    try:
+        manifest = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelDirError(f"{p}: unreadable {MANIFEST} ({e})") from None
+    if not isinstance(manifest, dict):
+        raise _manifest_error(p, "(top level)", "a table", type(manifest).__name__)
+    if manifest.get("format") != FORMAT:
+        raise ModelDirError(f"{p}: bundle format {manifest.get('format')!r} is not {FORMAT}; rebuild it")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise _manifest_error(p, "files", "a table of file -> sha256", files)
+    for rel, digest in files.items():
+        _rel_path(p, rel, f"files.{rel}")
+        if not isinstance(digest, str) or not _SHA256.match(digest):
+            raise _manifest_error(p, f"files.{rel}", "a sha256 hex digest", digest)
+    if "documents.jsonl" not in files:
+        raise ModelDirError(f"{f}: 'files' does not list documents.jsonl")
+    docs = manifest.get("documents")
+    if docs is not None and (not isinstance(docs, int) or isinstance(docs, bool) or docs < 0):
+        raise _manifest_error(p, "documents", "a document count", docs)
+    if manifest.get("fields", "title+text") not in _FIELDS:
+        raise _manifest_error(p, "fields", f"one of {', '.join(_FIELDS)}", manifest.get("fields"))
+    if manifest.get("store", "faiss") not in STORES:
+        raise _manifest_error(p, "store", f"one of {', '.join(STORES)}", manifest.get("store"))
+    if not isinstance(manifest.get("postgres", {}), dict):
+        raise _manifest_error(p, "postgres", "a table", manifest.get("postgres"))
+    for key in ("lexical", "ranker"):
+        if manifest.get(key) is not None:
+            _entry(p, manifest[key], key)
+    models = manifest.get("models", [])
+    if not isinstance(models, list):
+        raise _manifest_error(p, "models", "a list", models)
+    for i, m in enumerate(models):
+        _entry(p, m, f"models[{i}]", encoder=True)
+    names = [m["name"] for m in models]
+    if len(set(names)) != len(names):
+        raise _manifest_error(p, "models", "entries with distinct names", names)
+    if manifest.get("lexical") is None and not models:
+        raise ModelDirError(f"{f}: names neither a lexical model nor a neural one")
+    return manifest
+
+
+def _verify_files(p: Path, files: Mapping[str, str]) -> None:
+    """Every file the manifest lists is there with its sha256, and nothing else is (a file
+    added or swapped in from elsewhere is refused, not served)."""
+    for rel, digest in files.items():
+        f = p / rel
+        if not f.is_file():
+            raise ModelDirError(f"{p}: missing file {rel} (listed in {MANIFEST} 'files')")
+        found = _sha256(f)
+        if found != digest:
+            raise ModelDirError(f"{p}: checksum mismatch for {rel}: {MANIFEST} 'files' says sha256 {digest[:12]}…, "
+                                f"the file has {found[:12]}… (bundle modified or corrupt)")
+    extra = sorted(x.relative_to(p).as_posix() for x in p.rglob("*") if x.is_file() and x.name != MANIFEST
+                   and x.relative_to(p).as_posix() not in files)
+    if extra:
+        raise ModelDirError(f"{p}: file {extra[0]} is not listed in {MANIFEST} 'files' "
+                            f"({len(extra)} unlisted; bundle modified)")
+
+
+def _same_name(p: Path, key: str, manifest_name: str, model: Any) -> None:
+    """The model loaded from ``key``'s directory is the one the manifest names."""
+    found = encoder_id(model)
+    if found != manifest_name:
+        raise ModelDirError(f"{p / MANIFEST}: {key!r} says {manifest_name!r}, but its directory holds a {found!r} model")
+
+
 class Bundle:
     """A loaded bundle: documents, the lexical model, the semantic retrievers, the ranker."""
 
@@ -361,32 +458,34 @@ class Bundle:
             p = backup
         if not (p / MANIFEST).is_file():
             raise ModelDirError(f"{p}: not a semsearch bundle (no {MANIFEST}); build one with 'semsearch index build'")
-        try:
-            manifest = json.loads((p / MANIFEST).read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ModelDirError(f"{p}: unreadable {MANIFEST} ({e})") from None
-        if manifest.get("format") != FORMAT:
-            raise ModelDirError(f"{p}: bundle format {manifest.get('format')} is not {FORMAT}; rebuild it")
+        manifest = read_manifest(p)
         if verify:
-            for rel, digest in manifest.get("files", {}).items():
-                f = p / rel
-                if not f.is_file():
-                    raise ModelDirError(f"{p}: missing file {rel}")
-                if _sha256(f) != digest:
-                    raise ModelDirError(f"{p}: checksum mismatch for {rel} (bundle modified or corrupt)")
-        corpus = load_corpus(p / "documents.jsonl")
+            _verify_files(p, manifest["files"])
+        try:
+            corpus = load_corpus(p / "documents.jsonl")
+        except (OSError, DataFormatError) as e:
+            raise ModelDirError(f"{p}: unreadable documents.jsonl ({e})") from None
+        if manifest.get("documents", len(corpus)) != len(corpus):
+            raise ModelDirError(f"{p / MANIFEST}: 'documents' says {manifest['documents']}, "
+                                f"documents.jsonl holds {len(corpus)}")
         lex = manifest.get("lexical")
         lexical = load_model(p / lex["path"]) if lex else None
+        if lex:
+            _same_name(p, "lexical.name", lex["name"], lexical)
         store = store or manifest.get("store", "faiss")
         semantic = {}
-        for m in manifest.get("models", []):
+        for i, m in enumerate(manifest.get("models", [])):
             r = SemanticRetriever.load(p / m["path"])
+            _same_name(p, f"models[{i}].name", m["name"], r.encoder)
             if r.dim != m["dim"]:
-                raise ModelDirError(f"{p}: model {m['name']} has dimension {r.dim}, manifest says {m['dim']}")
+                raise ModelDirError(f"{p / MANIFEST}: 'models[{i}].dim' says {m['dim']}, "
+                                    f"the {m['name']} encoder in {m['path']} embeds in {r.dim} dimensions")
             _open_store(store, r, p / m["path"], m, manifest)
             semantic[m["name"]] = r
         rk = manifest.get("ranker")
         ranker = load_model(p / rk["path"]) if rk else None
+        if rk:
+            _same_name(p, "ranker.name", rk["name"], ranker)
         return cls(p, manifest, corpus, lexical, semantic, ranker, query_cache=query_cache, result_cache=result_cache)
 
     # -- search -----------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import numpy as np
 from ..models.base import Model, ModelDirError
 from ..plugins import load_model
 from ..progress import Reporter
-from .vector import Hits, IndexMismatchError, VectorIndex
+from .vector import META, Hits, IndexMismatchError, VectorIndex
 
 PROBES = ("cordless drill", "how long is a marathon", "stainless steel kitchen sink 33 inch")
 """Fixed texts whose document vectors are saved with an index, to check on load that the encoder
@@ -195,16 +195,32 @@ class SemanticRetriever(Model):
         d = Path(path)
         try:
             cfg = json.loads((d / RETRIEVER).read_text(encoding="utf-8"))
+            if not isinstance(cfg, dict):
+                raise TypeError(f"expected a JSON object, got {type(cfg).__name__}")
             probes = np.asarray(cfg["probes"], dtype=np.float32)
+            kind, metric, batch_size, index_params = cfg["kind"], cfg["metric"], cfg["batch_size"], cfg["index_params"]
+            if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+                raise ValueError(f"'batch_size' must be a positive integer, got {batch_size!r}")
+            if not isinstance(index_params, dict):
+                raise TypeError(f"'index_params' must be a table, got {index_params!r}")
         except FileNotFoundError:
             raise ModelDirError(f"{d}: not a semantic retriever (no {RETRIEVER})") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, ValueError, TypeError) as e:
+        except KeyError as e:
+            raise ModelDirError(f"{d / RETRIEVER}: missing {e}") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError, OverflowError) as e:
             raise ModelDirError(f"{d}: unreadable {RETRIEVER} ({e})") from None
         enc = encoder if encoder is not None else load_model(d / "encoder")
-        r = cls(enc, cfg["kind"], cfg["metric"], batch_size=int(cfg["batch_size"]), threads=threads,
-                **cfg["index_params"])
+        if cfg.get("encoder", encoder_id(enc)) != encoder_id(enc):
+            raise IndexMismatchError(f"{d / RETRIEVER}: 'encoder' says {cfg['encoder']!r}, the encoder is "
+                                     f"{encoder_id(enc)!r}")
+        r = cls(enc, kind, metric, batch_size=batch_size, threads=threads, **index_params)
         now = r._probe_vectors()
-        r.vectors = VectorIndex.load(d / "index", expect_model=encoder_id(enc), expect_dim=now.shape[1], threads=threads)
+        r.vectors = ix = VectorIndex.load(d / "index", expect_model=encoder_id(enc), expect_dim=now.shape[1],
+                                          threads=threads)
+        for key, saved, found in (("kind", kind, ix.kind), ("metric", metric, ix.metric),
+                                  *((f"index_params.{k}", v, ix.params.get(k)) for k, v in index_params.items())):
+            if saved != found:
+                raise IndexMismatchError(f"{d / RETRIEVER}: {key!r} says {saved!r}, index/{META} says {found!r}")
         if now.shape != probes.shape or not np.allclose(now, probes, atol=1e-3):
             raise IndexMismatchError(f"{d}: the encoder embeds differently from the one that built this index "
                                      f"(same name {encoder_id(enc)!r}, other weights?)")

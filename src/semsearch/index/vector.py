@@ -281,15 +281,16 @@ class VectorIndex:
             ix._faiss = faiss.read_index(str(d / FAISS_FILE))
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise ModelDirError(f"{d}: corrupt vector index ({str(e).strip().splitlines()[0][:200]})") from None
-        if not isinstance(ids, list) or ix._faiss.ntotal != len(ids) or len(ids) != meta.get("count") \
-                or ix._faiss.d != ix.dim:
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids) or len(set(ids)) != len(ids):
+            raise ModelDirError(f"{d / IDS}: must be a list of distinct document ids")
+        if ix._faiss.ntotal != len(ids) or len(ids) != meta.get("count") or ix._faiss.d != ix.dim:
             raise ModelDirError(f"{d}: corrupt vector index (faiss holds {ix._faiss.ntotal} vectors of dimension "
                                 f"{ix._faiss.d}, metadata says {meta.get('count')} of {ix.dim}, {len(ids)} ids)")
         if ix.kind == "hnsw":
             ix._faiss.hnsw.efSearch = ix.params["efSearch"]
         elif ix.kind == "ivfpq":
             ix._faiss.nprobe = ix.params["nprobe"]
-        ix._ids = [str(i) for i in ids]
+        ix._ids = ids
         ix._position = {doc: i for i, doc in enumerate(ix._ids)}
         ix._ranks = id_ranks(ix._ids)
         return ix

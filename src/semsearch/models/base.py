@@ -9,7 +9,9 @@ weights — and never use pickle."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import zipfile
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence, Sized
 from pathlib import Path
@@ -122,6 +124,58 @@ families keep their network in ``self.net``: ``to``, ``trained`` and ``_require`
         return self.net
 
 
+SAVED_DATA_ERRORS = (OSError, KeyError, ValueError, TypeError, zipfile.BadZipFile, EOFError)
+"""What reading a model's saved npz + JSON files raises when they are corrupt, cut short or from
+another model (a truncated npz is a BadZipFile, which is none of the others): each loader turns
+these into a ModelDirError naming its directory."""
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+SIDECARS = ("training.json", "recipe.json")
+"""Files callers write beside a saved model after ``save`` (the CLI's and the experiment cache's
+training log, the cache's recipe): not part of the model, never sealed."""
+
+
+def seal(path: str | Path) -> None:
+    """Record in ``config.json`` the sha256 of each file beside it (``files``; sub-directories,
+    e.g. a ranker's feature models, seal their own; ``SIDECARS`` are left out). Called last by
+    every ``save``, so loading (``read_config`` with ``expect``) refuses weights or an index cut
+    short, removed, or swapped in from another model, and a ``config.json`` swapped in from
+    another model."""
+    d = Path(path)
+    config = json.loads((d / CONFIG).read_text(encoding="utf-8"))
+    config["files"] = {p.name: sha256_file(p) for p in sorted(d.iterdir())
+                       if p.is_file() and p.name != CONFIG and p.name not in SIDECARS}
+    (d / CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _verify_files(d: Path, files: Any) -> None:
+    """The files ``config.json`` lists (``seal``) are there with their sha256 (directories
+    saved before sealing list none and are not checked)."""
+    f = d / CONFIG
+    if not isinstance(files, dict):
+        raise ModelDirError(f"{f}: 'files' must be a table of file -> sha256, got {files!r}")
+    for name, digest in files.items():
+        if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+            raise ModelDirError(f"{f}: 'files' names {name!r}, not a file of this directory")
+        if not isinstance(digest, str):
+            raise ModelDirError(f"{f}: 'files.{name}' must be a sha256 digest, got {digest!r}")
+        if not (d / name).is_file():
+            raise ModelDirError(f"{d}: missing file {name} (listed in {CONFIG} 'files')")
+        found = sha256_file(d / name)
+        if found != digest:
+            raise ModelDirError(f"{d / name}: sha256 {found[:12]}…, but {CONFIG} 'files.{name}' says {digest[:12]}… "
+                                "(the file was changed, cut short, or comes from another model)")
+
+
 def write_config(path: str | Path, config: dict[str, Any]) -> None:
     """Write ``config.json`` into model directory ``path`` (created if needed)."""
     d = Path(path)
@@ -129,8 +183,14 @@ def write_config(path: str | Path, config: dict[str, Any]) -> None:
     (d / CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+_TABLES = ("params", "settings", "train", "vocabulary")
+"""Keys of a saved config that hold a table (parameters, older configs' training settings)."""
+
+
 def read_config(path: str | Path, expect: str | None = None) -> dict[str, Any]:
-    """Read ``config.json`` of a model directory; ``expect`` checks the registered model name."""
+    """Read ``config.json`` of a model directory; ``expect`` (each kind's ``load`` gives it) checks
+    the registered model name and the sha256 of the files ``seal`` listed. The shape is checked here (``model`` a name, ``params`` and the like tables); each kind's
+    ``load`` checks the values, and ``plugins.load_model`` names the directory in any error."""
     f = Path(path) / CONFIG
     try:
         config = json.loads(f.read_text(encoding="utf-8"))
@@ -140,8 +200,17 @@ def read_config(path: str | Path, expect: str | None = None) -> dict[str, Any]:
         raise ModelDirError(f"{f}: unreadable model config ({e})") from None
     if not isinstance(config, dict) or "model" not in config:
         raise ModelDirError(f"{f}: model config has no 'model' field")
+    if not isinstance(config["model"], str):
+        raise ModelDirError(f"{f}: 'model' must be a model name, got {config['model']!r}")
+    for key in _TABLES:
+        if key in config and not isinstance(config[key], dict):
+            raise ModelDirError(f"{f}: {key!r} must be a table, got {config[key]!r}")
+    if "analyzer" in config and not isinstance(config["analyzer"], (str, dict)):
+        raise ModelDirError(f"{f}: 'analyzer' must be a name or a table, got {config['analyzer']!r}")
     if expect is not None and config["model"] != expect:
         raise ModelDirError(f"{path}: holds a {config['model']!r} model, not {expect!r}")
+    if expect is not None and "files" in config:  # the kind's own load: its files, once
+        _verify_files(Path(path), config["files"])
     return config
 
 

@@ -33,7 +33,7 @@ from torch import nn
 
 from ..device import model_device
 from ..text import Vocabulary, tokenize
-from .base import ModelDirError, TrainedModel, positions, read_config, same_length, write_config
+from .base import ModelDirError, TrainedModel, positions, read_config, same_length, seal, write_config
 from .hparams import InteractionParams, KNRMParams, MatchPyramidParams
 from .neural import load_weights, save_weights
 
@@ -239,6 +239,7 @@ class InteractionModel(TrainedModel):
         d = Path(path)
         write_config(d, {"model": self.name, "params": self.params(), "vocabulary": {"terms": self.vocab.terms}})  # type: ignore[union-attr]
         save_weights(net, d)
+        seal(d)
 
     @classmethod
     def load(cls, path: str | Path) -> "InteractionModel":

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import Model, ModelDirError, best_k, id_ranks, positions, read_config, same_length, write_config
+from .base import CONFIG, SAVED_DATA_ERRORS, Model, ModelDirError, best_k, id_ranks, positions, read_config, same_length, seal, write_config
 
 _INDEX_NPZ = "lexical.npz"
 _INDEX_JSON = "lexical.json"
@@ -130,7 +130,7 @@ class LexicalIndex:
                 shape = (len(meta["doc_ids"]), len(meta["terms"]))
                 counts = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=shape)
             return cls(Analyzer.from_config(meta["analyzer"]), Vocabulary(meta["terms"]), meta["doc_ids"], counts)
-        except (OSError, KeyError, ValueError, TypeError) as e:
+        except SAVED_DATA_ERRORS as e:
             raise ModelDirError(f"{path}: corrupt or missing lexical index ({e})") from None
 
 
@@ -144,6 +144,11 @@ class AnalyzedParams(Params):
     def check(self) -> None:
         if isinstance(self.analyzer, str) and self.analyzer not in ("paper", "english"):
             raise ParamError(f"{self._label('analyzer')} must be 'paper' or 'english', got {self.analyzer!r}")
+        if isinstance(self.analyzer, dict):
+            try:
+                Analyzer.from_config(self.analyzer)
+            except ValueError as e:
+                raise ParamError(f"{self._label('analyzer')}: {e}") from None
 
 
 class IndexedModel(Model):
@@ -200,14 +205,15 @@ class IndexedModel(Model):
         params = {k: v for k, v in self.p.as_dict().items() if k != "analyzer"}
         write_config(d, {"model": self.name, "params": params, "analyzer": self.analyzer.config()})
         self._require_index().save(d)
+        seal(d)
 
     @classmethod
     def load(cls, path: str | Path) -> "IndexedModel":
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
-        # only names the parameters still have (older configs may carry others)
-        params = {k: v for k, v in cfg.get("params", {}).items() if k in cls.Params.names()}
-        model = cls(Analyzer.from_config(cfg.get("analyzer", {})), **params)
+        # only names the parameters still have (older configs may carry others); the analyzer is saved apart
+        params = {k: v for k, v in cfg.get("params", {}).items() if k in cls.Params.names() and k != "analyzer"}
+        model = cls(cfg.get("analyzer", {}), **params)
         model.use_index(cls.index_class.load(d))
         return model
 
@@ -491,7 +497,10 @@ class RandomOrder(Model):
     def load(cls, path: str | Path) -> "RandomOrder":
         cfg = read_config(path, expect=cls.name)
         m = cls(**{k: v for k, v in cfg.get("params", {}).items() if k in cls.Params.names()})  # known names only
-        m._ids = list(cfg.get("doc_ids", []))
+        ids = cfg.get("doc_ids", [])
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise ModelDirError(f"{Path(path) / CONFIG}: 'doc_ids' must be a list of strings")
+        m._ids = ids
         return m
 
 

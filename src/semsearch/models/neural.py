@@ -26,7 +26,7 @@ from torch import nn
 
 from ..device import model_device
 from ..text import Bags, TrigramHasher, WordTable
-from .base import ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length, write_config
+from .base import ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length, seal, write_config
 from .hparams import CLSMParams, DSSMParams, EncoderParams
 
 WEIGHTS = "weights.safetensors"
@@ -320,6 +320,7 @@ class NeuralEncoder(TrainedModel):
         write_config(d, {"model": self.name, "params": self.params(),
                          "vocabulary": {"max_words": self.hasher.max_words, "trigrams": self.hasher.trigrams}})  # type: ignore[union-attr]
         save_weights(net, d)
+        seal(d)
 
     @classmethod
     def load(cls, path: str | Path) -> "NeuralEncoder":
@@ -356,7 +357,10 @@ def load_weights(net: nn.Module, d: Path, name: str) -> None:
     got = {k: tuple(v.shape) for k, v in state.items()}
     if expected != got:
         diff = sorted(k for k in set(expected) | set(got) if expected.get(k) != got.get(k))
-        raise ModelDirError(f"{d}: weights do not match the config's architecture ({', '.join(diff[:4])})")
+        shown = "; ".join(f"{k}: config.json gives {expected.get(k, 'no such tensor')}, {WEIGHTS} has "
+                          f"{got.get(k, 'no such tensor')}" for k in diff[:3])
+        raise ModelDirError(f"{d}: weights do not match the config's architecture ({shown}"
+                            f"{f'; {len(diff) - 3} more' if len(diff) > 3 else ''})")
     net.load_state_dict(state)
 
 

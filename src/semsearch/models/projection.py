@@ -49,7 +49,7 @@ import scipy.sparse as sp
 
 from ..params import Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import Model, ModelDirError, dense_top_k, id_ranks, positions, read_config, same_length, write_config
+from .base import SAVED_DATA_ERRORS, Model, ModelDirError, dense_top_k, id_ranks, positions, read_config, same_length, seal, write_config
 
 _NPZ = "projection.npz"
 _JSON = "projection.json"
@@ -184,6 +184,7 @@ class ProjectionModel(Model):
         np.savez_compressed(d / _NPZ, **arrays)
         (d / _JSON).write_text(json.dumps({"terms": self.vocab.terms, "doc_ids": self._ids}, ensure_ascii=False),
                                encoding="utf-8")
+        seal(d)
 
     @classmethod
     def load(cls, path: str | Path) -> "ProjectionModel":
@@ -206,7 +207,7 @@ class ProjectionModel(Model):
                     raise ValueError("document vectors do not match the document ids")
                 model._docs, model._ids = docs, list(meta["doc_ids"])
                 model._position = {x: i for i, x in enumerate(model._ids)}
-        except (OSError, KeyError, ValueError, TypeError) as e:
+        except SAVED_DATA_ERRORS as e:
             raise ModelDirError(f"{d}: corrupt or missing projection model ({e})") from None
         return model
 

@@ -27,7 +27,7 @@ import scipy.sparse as sp
 
 from ..params import param
 from ..text import Analyzer, Vocabulary
-from .base import ModelDirError, best_k, id_ranks, positions, same_length
+from .base import SAVED_DATA_ERRORS, ModelDirError, best_k, id_ranks, positions, same_length
 from .lexical import AnalyzedParams, IndexedModel, analyzed
 
 _POS_NPZ = "positional.npz"
@@ -174,7 +174,7 @@ class PositionalIndex:
             with np.load(path / _POS_NPZ, allow_pickle=False) as z:
                 tokens, lengths = z["tokens"], z["lengths"]
             return cls(Analyzer.from_config(meta["analyzer"]), Vocabulary(meta["terms"]), meta["doc_ids"], tokens, lengths)
-        except (OSError, KeyError, ValueError, TypeError) as e:
+        except SAVED_DATA_ERRORS as e:
             raise ModelDirError(f"{path}: corrupt or missing positional index ({e})") from None
 
 

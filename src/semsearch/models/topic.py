@@ -49,7 +49,7 @@ import scipy.sparse as sp
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
 from . import topic_em as em
-from .base import Model, ModelDirError, positions, read_config, same_length, write_config
+from .base import SAVED_DATA_ERRORS, Model, ModelDirError, positions, read_config, same_length, seal, write_config
 from .lexical import LexicalIndex
 
 _NPZ = "topic.npz"
@@ -292,6 +292,7 @@ class TopicModel(Model):
         d = Path(path)
         write_config(d, {"model": self.name, "params": self.p.as_dict(), "trained": self.trained})
         if not self.trained:
+            seal(d)
             return
         assert self.query_vocab is not None and self.doc_vocab is not None and self.phi_query is not None
         np.savez_compressed(d / _NPZ, phi_query=self.phi_query, **self.arrays)
@@ -301,6 +302,7 @@ class TopicModel(Model):
         if self._index is not None and self._theta is not None:
             self._index.save(d)
             np.savez_compressed(d / _THETA, theta=self._theta)
+        seal(d)
 
     @classmethod
     def load(cls, path: str | Path) -> "TopicModel":
@@ -322,7 +324,7 @@ class TopicModel(Model):
             qv = Vocabulary(meta["query_terms"])
             dv = qv if meta.get("doc_terms") is None else Vocabulary(meta["doc_terms"])
             phi_query = arrays.pop("phi_query")
-        except (OSError, KeyError, ValueError, TypeError) as e:
+        except SAVED_DATA_ERRORS as e:
             raise ModelDirError(f"{d}: corrupt or missing topic model ({e})") from None
         if phi_query.shape != (model.topics, len(qv)):
             raise ModelDirError(f"{d}: φ has shape {phi_query.shape}, expected {model.topics} x {len(qv)}")
@@ -332,7 +334,7 @@ class TopicModel(Model):
             try:
                 with np.load(d / _THETA, allow_pickle=False) as z:
                     theta = z["theta"]
-            except (OSError, KeyError, ValueError) as e:
+            except SAVED_DATA_ERRORS as e:
                 raise ModelDirError(f"{d}: corrupt θ ({e})") from None
             model._use_index(ix, theta)
         return model

@@ -37,7 +37,7 @@ from torch import nn
 
 from ..device import model_device
 from ..progress import track
-from .base import CONFIG, ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length
+from .base import CONFIG, ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length, seal
 from .hparams import BiEncoderParams, CrossEncoderParams, TransformerParams
 from . import onnxrt
 from .onnxrt import OnnxRunner
@@ -361,6 +361,7 @@ class BiEncoder(TransformerModel):
             save_file({"attention.weight": self.net.pooler.attention.weight.detach().contiguous()}, str(d / POOLING_WEIGHTS))  # type: ignore[union-attr]
         self.save_onnx(d)
         if pooling not in ("mean", "cls"):
+            seal(d)
             return
         modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
@@ -377,6 +378,7 @@ class BiEncoder(TransformerModel):
             {"max_seq_length": self.p.max_doc_length, "do_lower_case": False}, indent=2) + "\n")
         (d / "config_sentence_transformers.json").write_text(json.dumps(
             {"similarity_fn_name": "cosine" if self.p.normalize else "dot"}, indent=2) + "\n")
+        seal(d)
 
     def _load_extra(self, d: Path) -> None:
         if self.p.pooling == "attention":
@@ -443,6 +445,7 @@ class CrossEncoder(TransformerModel):
         head = self.net.head  # type: ignore[union-attr]
         save_file({"weight": head.weight.detach().contiguous(), "bias": head.bias.detach().contiguous()}, str(d / HEAD))
         self.save_onnx(d)
+        seal(d)
 
     def _load_extra(self, d: Path) -> None:
         from safetensors.torch import load_file

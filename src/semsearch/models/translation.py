@@ -54,7 +54,7 @@ import scipy.sparse as sp
 
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary
-from .base import Model, ModelDirError, best_k, id_ranks, positions, read_config, same_length, write_config
+from .base import SAVED_DATA_ERRORS, Model, ModelDirError, best_k, id_ranks, positions, read_config, same_length, seal, write_config
 from .termdep import PositionalIndex
 
 _NPZ = "translation.npz"
@@ -309,6 +309,7 @@ class _TranslationModel(Model):
             meta["collection_terms"] = self._state["ext"].terms[len(self.vocab):]
             np.savez_compressed(d / "collection.npz", tokens=self._state["tokens"], offsets=self._state["offsets"])
         (d / _JSON).write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+        seal(d)
 
     @classmethod
     def load(cls, path: str | Path) -> "_TranslationModel":
@@ -326,7 +327,7 @@ class _TranslationModel(Model):
                 with np.load(d / "collection.npz", allow_pickle=False) as z:
                     tokens, offsets = z["tokens"], z["offsets"]
                 model._build_state(meta["doc_ids"], meta["collection_terms"], tokens, offsets)
-        except (OSError, KeyError, ValueError, TypeError) as e:
+        except SAVED_DATA_ERRORS as e:
             raise ModelDirError(f"{d}: corrupt or missing translation model ({e})") from None
         return model
 

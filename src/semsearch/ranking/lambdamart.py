@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..models.base import Model, ModelDirError, read_config, same_length, write_config
+from ..models.base import Model, ModelDirError, read_config, same_length, seal, write_config
 from ..params import ParamError, Params, param
 from ..types import Qrels
 from .features import PAIR_FEATURES, STAGE_FEATURES, Groups, groups, model_columns, pair_columns, stage_columns
@@ -406,6 +406,7 @@ class LambdaMARTRanker(Model):
         write_config(d, {"model": self.name, "features": self.model_names, "feature_dirs": dirs,
                          "pair_features": self.pair_features, "stage_features": self.stage_features,
                          "n_lexical": self.n_lexical, "n_semantic": self.n_semantic})
+        seal(d)
 
     @classmethod
     def child_dirs(cls, config: Mapping[str, Any]) -> dict[str, str]:

@@ -48,7 +48,18 @@ class Analyzer:
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "Analyzer":
-        return cls(stem=config.get("stem"), stopwords=bool(config.get("stopwords", False)))
+        """An analyzer from its ``config()`` (a saved model's); ValueError names a bad key."""
+        import Stemmer
+
+        if not isinstance(config, dict):
+            raise ValueError(f"analyzer config must be a table, got {config!r}")
+        stem, stopwords = config.get("stem"), config.get("stopwords", False)
+        if stem is not None and (not isinstance(stem, str) or stem not in Stemmer.algorithms()):
+            raise ValueError(f"analyzer 'stem' must be null or a Snowball algorithm "
+                             f"({', '.join(Stemmer.algorithms())}), got {stem!r}")
+        if not isinstance(stopwords, bool):
+            raise ValueError(f"analyzer 'stopwords' must be true or false, got {stopwords!r}")
+        return cls(stem=stem, stopwords=stopwords)
 
     def config(self) -> dict[str, Any]:
         return {"stem": self.stem, "stopwords": self.stopwords}

@@ -56,9 +56,13 @@ class TrigramHasher:
 
     def __init__(self, trigrams: Sequence[str], max_words: int = DEFAULT_MAX_WORDS):
         self.trigrams = list(trigrams)
+        if not all(isinstance(t, str) for t in self.trigrams):
+            raise ValueError("trigram vocabulary must be a list of strings")
         self.index = {t: i for i, t in enumerate(self.trigrams)}
         if len(self.index) != len(self.trigrams):
             raise ValueError("trigram vocabulary has duplicates")
+        if not isinstance(max_words, int) or isinstance(max_words, bool) or max_words < 1:
+            raise ValueError(f"max_words must be a positive integer, got {max_words!r}")
         self.max_words = max_words
         self._table: WordTable | None = None
 
