@@ -13,7 +13,8 @@ import torch
 from typer.testing import CliRunner
 
 from semsearch.cli import app
-from semsearch.models import onnxrt
+from semsearch.models import ModelDirError, onnxrt
+from semsearch.models.base import seal
 from semsearch.models.onnxrt import OnnxError
 from semsearch.models.transformer import BiEncoder, CrossEncoder
 from semsearch.plugins import load_model
@@ -59,6 +60,9 @@ def test_saved_export_loads_and_is_bound_to_weights(bi, tiny_bert, tmp_path) -> 
         next(other.net.parameters()).add_(0.5)
     other.save(tmp_path / "other")
     shutil.copyfile(tmp_path / "other" / "model.safetensors", tmp_path / "m" / "model.safetensors")
+    with pytest.raises(ModelDirError, match=r"model\.safetensors: sha256 .* comes from another model"):
+        load_model(tmp_path / "m")  # the folder's seal catches the swap first
+    seal(tmp_path / "m")  # a folder whose checksums were re-made over the new weights: the export is still stale
     with pytest.raises(OnnxError, match=r"model\.onnx: exported from other weights.*export-onnx"):
         load_model(tmp_path / "m")
 
@@ -70,14 +74,15 @@ def test_mismatched_or_unreadable_metadata_is_refused(bi, tmp_path) -> None:  # 
     meta_path = tmp_path / "m" / onnxrt.ONNX_META
     meta = json.loads(meta_path.read_text())
     meta_path.write_text(json.dumps({**meta, "model": "bert-rel"}))
-    with pytest.raises(OnnxError, match="exported from a 'bert-rel' model"):
-        load_model(tmp_path / "m")
-    meta_path.write_text("{not json")
-    with pytest.raises(OnnxError, match=r"onnx\.json: unreadable"):
-        load_model(tmp_path / "m")
-    meta_path.write_text(json.dumps({**meta, "precision": "fp8"}))
-    with pytest.raises(OnnxError, match="'precision' must be one of fp32, int8"):
-        load_model(tmp_path / "m")
+    with pytest.raises(ModelDirError, match=r"onnx\.json: sha256"):
+        load_model(tmp_path / "m")  # any change to the sealed folder is refused first
+    for text, message in [(json.dumps({**meta, "model": "bert-rel"}), "exported from a 'bert-rel' model"),
+                          ("{not json", r"onnx\.json: unreadable"),
+                          (json.dumps({**meta, "precision": "fp8"}), "'precision' must be one of fp32, int8")]:
+        meta_path.write_text(text)
+        seal(tmp_path / "m")  # checksums re-made: the export's own checks still hold
+        with pytest.raises(OnnxError, match=message):
+            load_model(tmp_path / "m")
 
 
 def test_training_after_export_falls_back_to_torch(tiny_bert, tmp_path) -> None:  # type: ignore[no-untyped-def]
