@@ -368,12 +368,15 @@ def _check_port(host: str, port: int) -> None:
 @_guard
 def serve_cmd(
     bundle: Annotated[Path, typer.Argument(help="Bundle directory from `semsearch index build`.")],
-    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default; any other address needs --expose and an API key).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     store: Annotated[Optional[str], typer.Option(help="Vector store: faiss or postgres (default: the bundle's).")] = None,
     workers: Annotated[int, typer.Option(help="Worker processes, each with its own copy of the bundle in memory.")] = 1,
     loop: Annotated[str, typer.Option(help="Event loop: asyncio (default) or uvloop. Under a load of 25 connections per worker on a two-stage bundle (11 ms per search) uvloop left some requests waiting seconds (p99 1.3 s, max 2.8 s, where asyncio gave 0.32 s / 0.33 s at the same throughput).")] = "asyncio",
     result_cache: Annotated[Optional[int], typer.Option("--result-cache", help="Recent distinct searches whose answers each worker keeps (default 2,048; 0: every search runs both stages and the ranker).")] = None,
+    expose: Annotated[bool, typer.Option("--expose", help="Allow a --host other than loopback (needs an API key: $SEMSEARCH_API_KEY or --api-key-file).")] = False,
+    api_key_file: Annotated[Optional[Path], typer.Option("--api-key-file", help="File holding the API key that /search, /explain and /metrics require in the X-API-Key header (or set $SEMSEARCH_API_KEY; never on the command line).")] = None,
+    rate_limit: Annotated[Optional[float], typer.Option("--rate-limit", help="Requests a second each client address may send to each worker, with bursts of twice that (429 beyond; default: 20 with --expose, none on loopback; 0: none).")] = None,
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
     import os
@@ -384,6 +387,22 @@ def serve_cmd(
 
     from .index.bundle import RESULT_CACHE_ENV
 
+    from .serving.exposure import API_KEY_ENV, RATE_ENV, Exposure, check_key, check_rate, is_loopback, read_key_file
+
+    key = read_key_file(str(api_key_file)) if api_key_file is not None else None
+    if key is None and os.environ.get(API_KEY_ENV):
+        key = check_key(os.environ[API_KEY_ENV], f"${API_KEY_ENV}")
+    if not is_loopback(host):
+        if not expose:
+            raise ValueError(f"--host {host} is not a loopback address: serving beyond this machine needs --expose "
+                             f"and an API key (${API_KEY_ENV} or --api-key-file)")
+        if key is None:
+            raise ValueError(f"--expose needs an API key: set ${API_KEY_ENV} or give --api-key-file")
+    rate = check_rate(rate_limit if rate_limit is not None else 20.0 if expose else 0.0)
+    exposure = Exposure(key, rate)
+    if key is not None:
+        os.environ[API_KEY_ENV] = key  # for the worker processes (Exposure.from_env)
+    os.environ[RATE_ENV] = str(rate)
     if result_cache is not None:
         if result_cache < 0:
             raise ValueError(f"--result-cache must be >= 0, got {result_cache}")
@@ -396,9 +415,12 @@ def serve_cmd(
         raise ValueError(f"--workers must be >= 1, got {workers}")
     if loop not in ("asyncio", "uvloop"):
         raise ValueError(f"--loop must be asyncio or uvloop, got {loop!r}")
-    app_ = create_app(bundle, store=store)  # loads and verifies the bundle before listening
+    app_ = create_app(bundle, store=store, exposure=exposure)  # loads and verifies the bundle before listening
     _check_port(host, port)
-    err.print(f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)})", highlight=False)
+    guards = ", ".join([f"API key required ({'file' if api_key_file else '$' + API_KEY_ENV})"] * (key is not None)
+                       + [f"at most {rate:g} requests/s per client and worker"] * (rate > 0))
+    err.print(f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)}"
+              f"{'; ' + guards if guards else ''})", highlight=False)
     if workers == 1:
         uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5, loop=loop)
         return

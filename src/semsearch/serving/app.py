@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
 from . import schemas
+from .exposure import Exposure, Guard
 from ..index.bundle import Bundle, Result
 from ..index.hybrid import SCORERS
 from ..text.highlight import Span, query_terms, term_spans, utf16_spans
@@ -177,8 +178,10 @@ def _text(params: dict[str, str], name: str, limit: int) -> str:
 
 
 def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_query_chars: int = MAX_QUERY_CHARS,
-               max_k: int = MAX_K) -> FastAPI:
-    """The service for one bundle (a path, loaded and verified now, or a loaded ``Bundle``)."""
+               max_k: int = MAX_K, exposure: Exposure | None = None) -> FastAPI:
+    """The service for one bundle (a path, loaded and verified now, or a loaded ``Bundle``), with
+    the guards of ``exposure`` (API key, rate limit; None: none, for loopback)."""
+    exposure = exposure or Exposure()
     b = bundle if isinstance(bundle, Bundle) else Bundle.load(bundle, store=store)
     metrics = Metrics()
     page = PAGE.read_text(encoding="utf-8")
@@ -211,7 +214,10 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
                          description="Lexical ∪ semantic search over a semsearch bundle.")
     app.state.bundle, app.state.metrics = b, metrics
 
+    # the guard runs inside the measuring middleware, so refusals (401, 413, 414, 429) are counted too
+    app.add_middleware(Guard, exposure=exposure)  # type: ignore[arg-type]
     app.add_middleware(_Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]
+    guarded = (401,) * (exposure.api_key is not None) + (429,) * (exposure.rate > 0)
 
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, e: BadRequest) -> JSONResponse:
@@ -261,7 +267,7 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
     # response_model documents the answer; the handler returns a ``_JSON`` response, which FastAPI
     # passes through as is (no validation or encoding pass on the hot path)
     @app.get("/search", summary="Lexical ∪ semantic search", response_class=_JSON, response_model=schemas.SearchResponse,
-             responses=schemas.errors(400, 413, 422))
+             responses=schemas.errors(400, 413, 414, 422, *guarded))
     async def search(request: Request,
                q: str = Query("", description=f"Query text, not blank, at most {max_query_chars} characters "
                                               "(blank or missing: 400; longer: 413).", json_schema_extra=q_doc),
@@ -316,7 +322,7 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
 
     @app.get("/explain", summary="Why the ranker scores a document so, or why the neural model matches it",
              response_class=_JSON, response_model=Union[schemas.RankerExplanation, schemas.NeuralExplanation],
-             responses=schemas.errors(400, 404, 413, 422))
+             responses=schemas.errors(400, 404, 413, 414, 422, *guarded))
     def explain_pair(request: Request,
                      q: str = Query("", description=f"Query text, not blank, at most {max_query_chars} characters.",
                                     json_schema_extra=q_doc),
@@ -358,7 +364,7 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
         return JSONResponse({"status": "not ready"}, status_code=503)
 
     @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics (text format)",
-             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **schemas.errors(414, *guarded)})
     def prometheus() -> PlainTextResponse:
         return PlainTextResponse(metrics.text(), media_type="text/plain; version=0.0.4")
 
@@ -396,5 +402,6 @@ BUNDLE_ENV, STORE_ENV = "SEMSEARCH_BUNDLE", "SEMSEARCH_STORE"
 
 def app_from_env() -> FastAPI:
     """App factory for uvicorn worker processes (``semsearch serve --workers N``): the bundle path
-    and store come from $SEMSEARCH_BUNDLE / $SEMSEARCH_STORE, since workers import the app by name."""
-    return create_app(os.environ[BUNDLE_ENV], store=os.environ.get(STORE_ENV) or None)
+    and store come from $SEMSEARCH_BUNDLE / $SEMSEARCH_STORE, the guards from $SEMSEARCH_API_KEY /
+    $SEMSEARCH_RATE_LIMIT, since workers import the app by name."""
+    return create_app(os.environ[BUNDLE_ENV], store=os.environ.get(STORE_ENV) or None, exposure=Exposure.from_env())

@@ -128,7 +128,9 @@ class NotReady(_Model):
 
 def errors(*statuses: int) -> dict[int | str, dict[str, object]]:
     """``responses=`` entries documenting ``ErrorBody`` for these statuses."""
-    what = {400: "Missing, empty or undecodable parameter.", 404: "No such document or file.",
-            405: "Method not allowed (with an Allow header).", 413: "Query text longer than the limit.",
-            422: "Parameter out of range or of the wrong type."}
+    what = {400: "Missing, empty or undecodable parameter.", 401: "Missing or wrong API key (X-API-Key header).",
+            404: "No such document or file.", 405: "Method not allowed (with an Allow header).",
+            413: "Query text longer than the limit, or a request body.", 414: "URL longer than 8,192 bytes.",
+            422: "Parameter out of range or of the wrong type.",
+            429: "Over the per-client rate limit (with a Retry-After header)."}
     return {s: {"model": ErrorBody, "description": what[s]} for s in statuses}

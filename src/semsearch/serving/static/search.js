@@ -45,12 +45,31 @@ function table(className, header, rows) {
   return t;
 }
 
+// A service exposed beyond loopback wants its API key in the X-API-Key header: asked for once
+// (on the first 401) and kept for this tab only (sessionStorage), never in the URL.
+const KEY = "semsearch-api-key";
+function keyHeaders() {
+  const k = sessionStorage.getItem(KEY);
+  return k ? { "X-API-Key": k } : {};
+}
+async function api(url) {
+  let r = await fetch(url, { headers: keyHeaders() });
+  if (r.status === 401) {
+    const k = window.prompt("This search service needs its API key:");
+    if (k && k.trim()) {
+      sessionStorage.setItem(KEY, k.trim());
+      r = await fetch(url, { headers: keyHeaders() });
+    }
+  }
+  return r;
+}
+
 // The ranker's feature contributions to one hit's score, fetched from /explain.
 async function explainRank(q, hit, box, gen) {
   box.replaceChildren(el("span", "muted", "loading…"));
   let r, e;
   try {
-    r = await fetch(`/explain?${new URLSearchParams({ q, doc_id: String(hit.doc_id), top: "10" })}`);
+    r = await api(`/explain?${new URLSearchParams({ q, doc_id: String(hit.doc_id), top: "10" })}`);
     e = await r.json();
   } catch (err) {
     e = { error: String(err) };
@@ -146,7 +165,7 @@ async function search(s) {
   const params = { q: s.q, k: String(s.k), offset: String((s.page - 1) * s.k), merge: s.merge };
   let r, body;
   try {
-    r = await fetch(`/search?${new URLSearchParams(params)}`);
+    r = await api(`/search?${new URLSearchParams(params)}`);
     body = await r.json().catch(() => ({}));
   } catch (err) {
     body = { error: String(err) };
