@@ -413,6 +413,7 @@ class Bundle:
                  semantic: Mapping[str, SemanticRetriever], ranker: Model | None, *, query_cache: int = QUERY_CACHE,
                  result_cache: int | None = None):
         self.path, self.manifest, self.corpus = path, manifest, corpus
+        self.store = "faiss"  # where the vectors are searched: faiss, or postgres (set by load)
         self.result_cache = int(os.environ.get(RESULT_CACHE_ENV) or self.RESULT_CACHE) if result_cache is None else result_cache
         self._results: OrderedDict[tuple[Any, ...], Result] = OrderedDict()
         self._results_lock = threading.Lock()
@@ -486,7 +487,9 @@ class Bundle:
         ranker = load_model(p / rk["path"]) if rk else None
         if rk:
             _same_name(p, "ranker.name", rk["name"], ranker)
-        return cls(p, manifest, corpus, lexical, semantic, ranker, query_cache=query_cache, result_cache=result_cache)
+        bundle = cls(p, manifest, corpus, lexical, semantic, ranker, query_cache=query_cache, result_cache=result_cache)
+        bundle.store = store
+        return bundle
 
     # -- search -----------------------------------------------------------------------------------
     def encoder(self, name: str | None = None) -> Any:

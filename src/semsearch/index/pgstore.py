@@ -60,6 +60,19 @@ def check_name(name: str) -> str:
     return name
 
 
+def server_name(dsn: str | None) -> str:
+    """``host:port/dbname`` of a DSN, for messages (never its password)."""
+    if not dsn:
+        return "(no DSN)"
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        d = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - a DSN psycopg cannot parse is named vaguely, not echoed
+        return "(unparsable DSN)"
+    return f"{d.get('host') or 'localhost'}:{d.get('port') or 5432}/{d.get('dbname') or ''}"
+
+
 def connect(dsn: str) -> Any:
     """An autocommit psycopg connection to ``dsn`` with the pgvector extension loaded and its
     types registered (clear ``PgStoreError`` when the server or the extension is missing)."""
@@ -71,7 +84,7 @@ def connect(dsn: str) -> Any:
     try:
         conn = psycopg.connect(dsn, autocommit=True)
     except psycopg.OperationalError as e:
-        raise PgStoreError(f"cannot connect to PostgreSQL: {str(e).strip().splitlines()[0]}") from None
+        raise PgStoreError(f"cannot connect to PostgreSQL {server_name(dsn)}: {str(e).strip().splitlines()[0]}") from None
     try:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     except psycopg.Error as e:
@@ -117,8 +130,8 @@ class PgVectorStore:
     The metadata (count, dim, model) is read once: reopen after the collection is replaced. One
     store holds one connection; calls from several threads are serialised by a lock."""
 
-    def __init__(self, conn: Any, name: str, meta: dict[str, Any]):
-        self._conn, self.name = conn, check_name(name)
+    def __init__(self, conn: Any, name: str, meta: dict[str, Any], dsn: str | None = None):
+        self._conn, self.name, self._dsn = conn, check_name(name), dsn
         self.dim, self.metric, self.model = int(meta["dim"]), str(meta["metric"]), str(meta["model"])
         self.params: dict[str, int] = {**DEFAULTS, **{k: int(v) for k, v in meta["params"].items()}}
         self._count = int(meta["count"])
@@ -141,7 +154,7 @@ class PgVectorStore:
         except BaseException:
             conn.close()
             raise
-        return cls(conn, name, meta)
+        return cls(conn, name, meta, dsn)
 
     @classmethod
     def open(cls, dsn: str, name: str, *, expect_model: str | None = None, expect_dim: int | None = None,
@@ -162,7 +175,7 @@ class PgVectorStore:
         except BaseException:
             conn.close()
             raise
-        store = cls(conn, name, meta)
+        store = cls(conn, name, meta, dsn)
         if ef_search is not None:
             store.set_search_params(ef_search=ef_search)
         return store
@@ -182,8 +195,7 @@ class PgVectorStore:
             from psycopg import sql
 
             q = sql.SQL("SELECT id FROM {} ORDER BY position").format(sql.Identifier(self.name))
-            with self._lock:
-                self._ids = [r[0] for r in self._conn.execute(q).fetchall()]
+            self._ids = self._run(lambda conn: [r[0] for r in conn.execute(q).fetchall()])
         return self._ids
 
     def texts(self, doc_ids: Sequence[str]) -> list[str | None]:
@@ -191,8 +203,7 @@ class PgVectorStore:
         from psycopg import sql
 
         q = sql.SQL("SELECT id, text FROM {} WHERE id = ANY(%s)").format(sql.Identifier(self.name))
-        with self._lock:
-            found = dict(self._conn.execute(q, (list(doc_ids),)).fetchall())
+        found = self._run(lambda conn: dict(conn.execute(q, (list(doc_ids),)).fetchall()))
         return [found.get(d) for d in doc_ids]
 
     def set_search_params(self, *, ef_search: int) -> None:
@@ -223,17 +234,44 @@ class PgVectorStore:
         # <#> is the negative inner product; ORDER BY it (then id) is what the HNSW index serves
         stmt = sql.SQL('SELECT id, -(embedding <#> %(q)s) FROM {} ORDER BY embedding <#> %(q)s, id COLLATE "C" '
                        "LIMIT %(k)s").format(sql.Identifier(self.name))
-        out: list[Hits] = []
-        with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
-            if exact:
-                cur.execute("SET LOCAL enable_indexscan = off")
-                cur.execute("SET LOCAL enable_bitmapscan = off")
-            else:
-                cur.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
-            for row in q:
-                cur.execute(stmt, {"q": row, "k": k}, prepare=True)
-                out.append(_ties_by_id([(d, float(s)) for d, s in cur.fetchall()]))
-        return out
+
+        def run(conn: Any) -> list[Hits]:
+            out: list[Hits] = []
+            with conn.transaction(), conn.cursor() as cur:
+                if exact:
+                    cur.execute("SET LOCAL enable_indexscan = off")
+                    cur.execute("SET LOCAL enable_bitmapscan = off")
+                else:
+                    cur.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
+                for row in q:
+                    cur.execute(stmt, {"q": row, "k": k}, prepare=True)
+                    out.append(_ties_by_id([(d, float(s)) for d, s in cur.fetchall()]))
+            return out
+
+        return self._run(run)
+
+    def _run(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(connection)`` under the store's lock. A connection the server dropped (stopped,
+        restarted, network gone) is closed and the call fails with a ``PgStoreError`` naming the
+        server; the next call connects afresh, so a service recovers by itself once the server is
+        back (the data and its HNSW index live in the server, nothing is lost)."""
+        import psycopg
+
+        with self._lock:
+            if self._conn.closed or self._conn.broken:
+                if self._dsn is None:
+                    raise PgStoreError(f"the connection to PostgreSQL {server_name(None)} is closed")
+                self._conn = connect(self._dsn)  # PgStoreError "cannot connect ..." while it is down
+            try:
+                return fn(self._conn)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                try:
+                    self._conn.close()
+                except Exception:  # noqa: BLE001 - the connection is already gone
+                    pass
+                raise PgStoreError(f"PostgreSQL {server_name(self._dsn)} stopped answering "
+                                   f"({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}); "
+                                   "the store reconnects on the next request") from None
 
     # -- maintenance ----------------------------------------------------------------------------
     def meta(self) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from .. import __version__
 from . import schemas
 from .exposure import Exposure, Guard
 from ..index.bundle import Bundle, Result
+from ..index.pgstore import PgStoreError
 from ..index.hybrid import SCORERS
 from ..text.highlight import Span, query_terms, term_spans, utf16_spans
 from ..text.normalize import Analyzer
@@ -218,10 +219,16 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
     app.add_middleware(Guard, exposure=exposure)  # type: ignore[arg-type]
     app.add_middleware(_Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]
     guarded = (401,) * (exposure.api_key is not None) + (429,) * (exposure.rate > 0)
+    store_errors = (503,) * (b.store == "postgres")  # the PostgreSQL server may be down
 
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, e: BadRequest) -> JSONResponse:
         return JSONResponse({"error": e.message}, status_code=e.status)
+
+    @app.exception_handler(PgStoreError)
+    async def store_down(_: Request, e: PgStoreError) -> JSONResponse:
+        # the vector store's server is unreachable: the store reconnects on a later request
+        return JSONResponse({"error": f"vector store unavailable: {e}"}, status_code=503, headers={"Retry-After": "1"})
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
@@ -267,7 +274,7 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
     # response_model documents the answer; the handler returns a ``_JSON`` response, which FastAPI
     # passes through as is (no validation or encoding pass on the hot path)
     @app.get("/search", summary="Lexical ∪ semantic search", response_class=_JSON, response_model=schemas.SearchResponse,
-             responses=schemas.errors(400, 413, 414, 422, *guarded))
+             responses=schemas.errors(400, 413, 414, 422, *guarded, *store_errors))
     async def search(request: Request,
                q: str = Query("", description=f"Query text, not blank, at most {max_query_chars} characters "
                                               "(blank or missing: 400; longer: 413).", json_schema_extra=q_doc),
@@ -322,7 +329,7 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
 
     @app.get("/explain", summary="Why the ranker scores a document so, or why the neural model matches it",
              response_class=_JSON, response_model=Union[schemas.RankerExplanation, schemas.NeuralExplanation],
-             responses=schemas.errors(400, 404, 413, 414, 422, *guarded))
+             responses=schemas.errors(400, 404, 413, 414, 422, *guarded, *store_errors))
     def explain_pair(request: Request,
                      q: str = Query("", description=f"Query text, not blank, at most {max_query_chars} characters.",
                                     json_schema_extra=q_doc),

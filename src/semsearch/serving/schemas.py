@@ -132,5 +132,6 @@ def errors(*statuses: int) -> dict[int | str, dict[str, object]]:
             404: "No such document or file.", 405: "Method not allowed (with an Allow header).",
             413: "Query text longer than the limit, or a request body.", 414: "URL longer than 8,192 bytes.",
             422: "Parameter out of range or of the wrong type.",
-            429: "Over the per-client rate limit (with a Retry-After header)."}
+            429: "Over the per-client rate limit (with a Retry-After header).",
+            503: "The vector store's PostgreSQL server is unreachable (with Retry-After; the service reconnects by itself)."}
     return {s: {"model": ErrorBody, "description": what[s]} for s in statuses}
