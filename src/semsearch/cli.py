@@ -454,7 +454,10 @@ def train_cmd(
     resume: Annotated[bool, typer.Option(help="Resume from the checkpoint directory.")] = False,
 ) -> None:
     """Train a model on a data set's judged pairs; progress shows pairs/s, loss and the dev metric."""
+    import shutil
+
     from .data import EvalSet, TrainingData, open_dataset
+    from .data._io import fsync_tree, replace_dir, tmp_dir
     from .plugins import create_model, family, model_names
     from .training import fit, recipe, trainable
 
@@ -471,8 +474,17 @@ def train_cmd(
               + (f", early stopping on {dev_split}" if dev_split else ""), highlight=False)
     options = {"checkpoint_dir": checkpoint, "resume": resume} if checkpoint else {}
     log = fit(m, train_data, dev_set, args=args, **options)
-    m.save(out_dir)
-    (out_dir / "training.json").write_text(json.dumps(log, indent=2) + "\n", encoding="utf-8")
+    # written beside --out and swapped in whole: a run killed at any point leaves the previous
+    # model there intact (its leftover folder is removed by the next run)
+    tmp = tmp_dir(out_dir)
+    try:
+        m.save(tmp)
+        (tmp / "training.json").write_text(json.dumps(log, indent=2) + "\n", encoding="utf-8")
+        fsync_tree(tmp)
+        replace_dir(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if "stopped" in log:
         kept = f"; kept epoch {log['best_epoch']}" if "best_epoch" in log else ""
         err.print(f"{log['stopped']}{kept}", highlight=False)

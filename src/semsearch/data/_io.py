@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
+import re
 import secrets
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TypeVar
@@ -131,6 +134,103 @@ def atomic_write(path: PathLike, *, binary: bool = False) -> Iterator[IO]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_TMP_SUFFIX = re.compile(r"\.tmp-(\d+)$")
+
+
+def _renameat2_exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where the call
+    or the file system does not offer it."""
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    rc = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE)
+    return rc == 0
+
+
+def fsync_tree(root: Path) -> None:
+    """Flush every file and folder under ``root`` to disk (before it is swapped in)."""
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    for d in [root, *[p for p in root.rglob("*") if p.is_dir()]]:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def replace_dir(tmp: Path, out: Path) -> None:
+    """Put the finished folder ``tmp`` in place of ``out`` so that ``out`` is always either the
+    old folder or the new one, whenever the process dies: one atomic exchange where Linux offers
+    it (then the old folder, now at ``tmp``, is removed), else two renames through ``.NAME.old``
+    (which loaders of bundles fall back to)."""
+    tmp, out = Path(tmp), Path(out)
+    if out.exists() and _renameat2_exchange(tmp, out):
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        old = out.with_name(f".{out.name}.old")
+        if out.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    fd = os.open(out.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def tmp_dir(out: Path) -> Path:
+    """A fresh ``out.tmp-<pid>`` folder beside ``out`` (after removing those of dead processes)."""
+    out = Path(out)
+    if _TMP_SUFFIX.search(out.name):
+        raise ValueError(f"{out}: a name may not end in .tmp-<number> (kept for the temporary folders of writers)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_tmp(out)
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    return tmp
+
+
+def remove_stale_tmp(out: Path) -> list[Path]:
+    """Remove ``out.tmp-<pid>`` folders left by killed writers (their pid is no longer running) and
+    a ``.out.old`` left between two renames when ``out`` itself is there; those of running writers
+    stay. Returns the removed folders."""
+    out = Path(out)
+    removed = []
+    for p in out.parent.glob(f"{glob.escape(out.name)}.tmp-*"):
+        m = _TMP_SUFFIX.search(p.name)
+        if m and p.name == f"{out.name}{m.group(0)}" and p.is_dir() and not _alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    old = out.with_name(f".{out.name}.old")
+    if old.is_dir() and out.is_dir():
+        shutil.rmtree(old, ignore_errors=True)
+        removed.append(old)
+    return removed
 
 
 def tsv_field(value: object, what: str, forbidden: str = "\t\r\n") -> str:

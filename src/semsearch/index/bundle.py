@@ -12,11 +12,11 @@ built by the encoder stored beside it (``SemanticRetriever``'s probe check)."""
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import threading
 import time
@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import __version__
 from ..data import Corpus, DataFormatError, join_fields, load_corpus, write_corpus
+from ..data._io import _alive, fsync_tree, remove_stale_tmp, replace_dir
 from ..models import Model
 from ..plugins import load_model
 from ..models.base import ModelDirError
@@ -73,52 +74,13 @@ def is_encoder(model: Any) -> bool:
     return callable(getattr(model, "encode_queries", None)) and callable(getattr(model, "encode_documents", None))
 
 
-def _fsync_tree(root: Path) -> None:
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
-    for d in [root, *[p for p in root.rglob("*") if p.is_dir()]]:
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 TMP_SUFFIX = re.compile(r"\.tmp-(\d+)$")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def remove_stale_builds(out: Path) -> list[Path]:
     """Remove ``out.tmp-<pid>`` folders left by killed builds (their pid is no longer running);
     those of running builds stay. Returns the removed folders."""
-    removed = []
-    for p in out.parent.glob(f"{glob.escape(out.name)}.tmp-*"):
-        m = TMP_SUFFIX.search(p.name)
-        if m and p.name == f"{out.name}{m.group(0)}" and p.is_dir() and not _alive(int(m.group(1))):
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
-    return removed
-
-
-def _swap_in(tmp: Path, out: Path) -> None:
-    """Replace ``out`` by ``tmp`` with renames only; ``load`` covers the gap between them."""
-    old = out.with_name(f".{out.name}.old")
-    if out.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
+    return remove_stale_tmp(out)
 
 
 _SERVERS: dict[str, Any] = {}
@@ -141,6 +103,37 @@ def pg_dsn(data: str | Path | None, dsn: str | None = None) -> str:
             Path(key).parent.mkdir(parents=True, exist_ok=True)
             _SERVERS[key] = EmbeddedPostgres(key)
         return str(_SERVERS[key].dsn)
+
+
+def _collection_prefix(out: Path) -> str:
+    """``semsearch_<hash of the bundle path>``: the PostgreSQL collections of builds of ``out``
+    are named ``<prefix>_<pid>_<tag>_<i>``, so the next build knows which are its own."""
+    return "semsearch_" + hashlib.sha1(str(Path(out).resolve()).encode()).hexdigest()[:8]
+
+
+def _drop_orphans(dsn: str, out: Path, prefix: str) -> list[str]:
+    """Drop the collections a killed build of ``out`` created but never swapped in: named by this
+    bundle path's prefix, their build's process gone, and listed by neither the bundle at ``out``
+    nor its ``.old`` backup. Returns their names."""
+    from .pgstore import connect, drop_collection, list_collections
+
+    keep: set[str] = set()
+    for d in (out, out.with_name(f".{out.name}.old")):
+        try:
+            m = json.loads((d / MANIFEST).read_text(encoding="utf-8"))
+            keep |= {e.get("collection") for e in m.get("models", []) if isinstance(e, dict)}
+        except (OSError, ValueError, AttributeError):
+            continue
+    orphans = []
+    for name in list_collections(dsn):
+        parts = name[len(prefix) + 1:].split("_") if name.startswith(prefix + "_") else []
+        if len(parts) == 3 and parts[0].isdigit() and name not in keep and not _alive(int(parts[0])):
+            orphans.append(name)
+    if orphans:
+        with connect(dsn) as conn:
+            for name in orphans:
+                drop_collection(conn, name)
+    return orphans
 
 
 def _drop_collections(manifest: dict[str, Any] | None, dsn: str | None) -> None:
@@ -218,7 +211,10 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             data_dir = Path(pg_data) if pg_data else out.parent / ".semsearch-pg"
             dsn = pg_dsn(data_dir, postgres_dsn)
             manifest["postgres"] = {"data": None if (postgres_dsn or os.environ.get(PG_DSN_ENV)) else str(data_dir.resolve())}
-        build_tag = hashlib.sha1(f"{out.resolve()}:{os.getpid()}:{time.time_ns()}".encode()).hexdigest()[:10]
+        prefix = _collection_prefix(out)
+        build_tag = f"{prefix}_{os.getpid()}_{secrets.token_hex(2)}"
+        if dsn is not None:
+            _drop_orphans(dsn, out, prefix)
         retrievers = []
         for i, (enc, name) in enumerate(zip(encoders, names)):
             r = SemanticRetriever(enc, kind)  # type: ignore[arg-type]
@@ -230,7 +226,7 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             if dsn is not None:
                 from .pgstore import PgVectorStore
 
-                entry["collection"] = f"semsearch_{build_tag}_{i}"
+                entry["collection"] = f"{build_tag}_{i}"
                 PgVectorStore.create(dsn, entry["collection"], corpus.ids, vecs, metric=r.metric,
                                      model=encoder_id(enc)).close()
             manifest["models"].append(entry)
@@ -256,12 +252,12 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
         manifest["files"] = {p.relative_to(tmp).as_posix(): _sha256(p)
                              for p in sorted(tmp.rglob("*")) if p.is_file()}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         try:
             previous = json.loads((out / MANIFEST).read_text(encoding="utf-8")) if (out / MANIFEST).is_file() else None
         except (OSError, ValueError):
             previous = None
-        _swap_in(tmp, out)
+        replace_dir(tmp, out)
         if previous and previous.get("store") == "postgres":
             old_dsn = None
             try:

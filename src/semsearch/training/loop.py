@@ -184,11 +184,26 @@ def em_loop(step: Callable[[int], dict[str, float]], iterations: int, *, tol: fl
 
 # ------------------------------------------------------------------------------------ checkpoints
 def _save_checkpoint(ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:  # type: ignore[no-untyped-def]
+    # the whole checkpoint is written beside ck.path and swapped in at once: a run killed at any
+    # point resumes from the previous epoch's complete checkpoint, never a mix of two epochs
+    from ..data._io import fsync_tree, replace_dir, tmp_dir
+
+    d = tmp_dir(ck.path)
+    try:
+        _write_checkpoint(d, ck, net, opt, epoch, stop, rng, best_state)
+        fsync_tree(d)
+        replace_dir(d, ck.path)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
+        raise
+
+
+def _write_checkpoint(d, ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:  # type: ignore[no-untyped-def]
     import torch
     from safetensors.torch import save_file
 
-    d = ck.path
-    d.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(d / "weights.safetensors"))
     save_file({k: v.contiguous() for k, v in best_state.items()}, str(d / "best.safetensors"))
     sd = opt.state_dict()
@@ -199,9 +214,7 @@ def _save_checkpoint(ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> 
         ck.vocab.save(d / "vocabulary.json")
     meta = {"epoch": epoch, "log": stop.to_dict(), "since_best": stop.since_best,
             "rng": rng.bit_generator.state if rng is not None else None, "param_groups": sd["param_groups"]}
-    tmp = d / "trainer.json.tmp"
-    tmp.write_text(json.dumps(meta))
-    tmp.replace(d / "trainer.json")  # the checkpoint counts only once this is written
+    (d / "trainer.json").write_text(json.dumps(meta))
 
 
 def _load_checkpoint(ck: Checkpoint, net, opt, rng, stop):  # type: ignore[no-untyped-def]
