@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from semsearch.index import Bundle
 from semsearch.plugins import load_model
