@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -261,3 +262,45 @@ def test_similarity_scores_any_document(data, kind: str, tmp_path: Path) -> None
     assert back.similarity(q[0], []).shape == (0,)
     with pytest.raises(KeyError):
         back.similarity(q[0], ["nope"])
+
+
+def _clusters(n: int, dim: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(40, dim))
+    return (centres[rng.integers(0, 40, n)] + 0.5 * rng.normal(size=(n, dim))).astype(np.float32)
+
+
+def test_ivfpq_exact_rescoring(tmp_path: Path) -> None:
+    """IVF-PQ re-scoring its short list with the full vectors: high recall against exact search,
+    exact scores for what it returns, the full vectors memory-mapped after loading."""
+    x, q = _clusters(3000, 32, 0), _clusters(50, 32, 1)
+    ids = [f"d{i:05d}" for i in range(len(x))]
+    flat = VectorIndex.build(ids, x, "flat")
+    exact = flat.search(q, 10)
+    coarse = VectorIndex.build(ids, x, "ivfpq", nlist=32, m=4, nbits=8, nprobe=8, rerank=0)
+    fine = VectorIndex.build(ids, x, "ivfpq", nlist=32, m=4, nbits=8, nprobe=8, rerank=300)
+    r_coarse, r_fine = recall_at_k(coarse.search(q, 10), exact, 10), recall_at_k(fine.search(q, 10), exact, 10)
+    assert r_fine >= 0.9 and r_fine > r_coarse
+    for qv, hits in zip(q, fine.search(q, 10)):
+        got = np.array([s for _, s in hits])
+        want = flat.similarity(qv, [d for d, _ in hits])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # exact scores, not PQ estimates
+        assert list(got) == sorted(got, reverse=True)
+    fine.save(tmp_path / "ix")
+    loaded = VectorIndex.load(tmp_path / "ix")
+    assert isinstance(loaded.stored_vectors(), np.memmap)  # read from disk on demand
+    assert loaded.search(q, 10) == fine.search(q, 10)
+    np.testing.assert_allclose(loaded.similarity(q[0], ids[:5]), flat.similarity(q[0], ids[:5]), rtol=1e-5, atol=1e-6)
+    assert loaded.nbytes() < x.nbytes / 5  # what stays in RAM: codes and lists, not the vectors
+    (tmp_path / "ix" / "vectors.npy").write_bytes(b"\x93NUMPY broken")
+    with pytest.raises(ModelDirError, match=r"vectors\.npy: the full vectors ivfpq re-scores with"):
+        VectorIndex.load(tmp_path / "ix")
+    coarse.save(tmp_path / "old")  # an index saved before re-scoring existed (no rerank, no vectors)
+    meta = json.loads((tmp_path / "old" / "vector_index.json").read_text())
+    del meta["params"]["rerank"]
+    (tmp_path / "old" / "vector_index.json").write_text(json.dumps(meta))
+    assert VectorIndex.load(tmp_path / "old").search(q, 10) == coarse.search(q, 10)
+    with pytest.raises(ValueError, match="rerank must be >= 0"):
+        VectorIndex(32, "ivfpq", rerank=-1)
+    with pytest.raises(ValueError, match="rerank needs the full vectors"):
+        coarse.set_search_params(rerank=50)

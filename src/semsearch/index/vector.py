@@ -6,7 +6,13 @@ retrieves each query's top-k by k-NN search; this module is that index. Kinds:
 * ``"flat"``: ``IndexFlatIP``, exact search, ties broken by doc id (the project's convention).
 * ``"hnsw"``: ``IndexHNSWFlat`` (params ``M``, ``efConstruction``, ``efSearch``), approximate.
 * ``"ivfpq"``: ``IndexIVFPQ`` (params ``nlist``, ``m`` sub-quantisers, ``nbits``, ``nprobe``),
-  approximate and compressed; trained by k-means on the first vectors added.
+  approximate and compressed; trained by k-means on the first vectors added. With ``rerank`` =
+  R > 0 (the default, 200) it searches the codes for a short list of R candidates and re-scores
+  them exactly with the full vectors, which it keeps in ``vectors.npy`` beside the index and
+  reads memory-mapped once loaded: resident memory is the codes (m bytes a document, plus 8 for
+  its list entry) and the pages of the vectors actually re-scored; the file itself stays on disk
+  (a page cache the kernel may drop). Scores are then exact, as are ``similarity`` and
+  ``stored_vectors``. ``rerank = 0`` keeps the PQ approximations only.
 
 Metric ``"ip"`` scores by dot product; ``"cosine"`` normalises vectors on add and on search, so
 the inner product is the cosine. Documents have string ids. An index saves to a directory
@@ -27,13 +33,14 @@ from ..models.base import ModelDirError, id_ranks
 META = "vector_index.json"
 FAISS_FILE = "index.faiss"
 IDS = "ids.json"
+EXACT = "vectors.npy"  # ivfpq with rerank: the full vectors, memory-mapped once loaded
 FORMAT = 1
 KINDS = ("flat", "hnsw", "ivfpq")
 METRICS = ("ip", "cosine")
 DEFAULTS: dict[str, dict[str, int]] = {
     "flat": {},
     "hnsw": {"M": 32, "efConstruction": 200, "efSearch": 128},
-    "ivfpq": {"nlist": 256, "m": 16, "nbits": 8, "nprobe": 16},
+    "ivfpq": {"nlist": 256, "m": 16, "nbits": 8, "nprobe": 16, "rerank": 200},
 }
 
 Hits = list[tuple[str, float]]
@@ -94,6 +101,7 @@ class VectorIndex:
         self._position: dict[str, int] = {}
         self._ranks = np.zeros(0, dtype=np.int64)
         self._matrix: np.ndarray | None = None  # stored_vectors(), read on first use
+        self._exact: np.ndarray | None = None  # ivfpq with rerank: the full (normalised) vectors
         self._faiss = self._new_faiss()
 
     # -- building -------------------------------------------------------------------------------
@@ -108,6 +116,8 @@ class VectorIndex:
             ix.hnsw.efConstruction = p["efConstruction"]
             ix.hnsw.efSearch = p["efSearch"]
             return ix
+        if p["rerank"] < 0:
+            raise ValueError(f"ivfpq: rerank must be >= 0 (0: no exact re-scoring), got {p['rerank']}")
         ix = faiss.IndexIVFPQ(faiss.IndexFlatIP(self.dim), self.dim, p["nlist"], p["m"], p["nbits"], ip)
         ix.nprobe = p["nprobe"]
         return ix
@@ -137,6 +147,8 @@ class VectorIndex:
             self._train(v)
         self._faiss.add(v)
         self._matrix = None
+        if self._reranks:
+            self._exact = v.copy() if self._exact is None else np.vstack([self._exact, v])
         start = len(self._ids)
         self._ids.extend(ids)
         self._position.update((d, start + i) for i, d in enumerate(ids))
@@ -154,6 +166,10 @@ class VectorIndex:
         return ix
 
     # -- searching ------------------------------------------------------------------------------
+    @property
+    def _reranks(self) -> bool:
+        return self.kind == "ivfpq" and self.params.get("rerank", 0) > 0
+
     def __len__(self) -> int:
         return len(self._ids)
 
@@ -163,11 +179,15 @@ class VectorIndex:
 
     def set_search_params(self, **params: int) -> None:
         """Change search-time parameters: ``efSearch`` (hnsw) or ``nprobe`` (ivfpq)."""
-        allowed = {"hnsw": {"efSearch"}, "ivfpq": {"nprobe"}}.get(self.kind, set())
+        allowed = {"hnsw": {"efSearch"}, "ivfpq": {"nprobe", "rerank"}}.get(self.kind, set())
         if set(params) - allowed:
             raise ValueError(f"{self.kind} index: search parameters are {sorted(allowed) or 'none'}")
+        if params.get("rerank", 0) < 0 or (params.get("rerank", 0) > 0 and self._exact is None and self._ids):
+            raise ValueError("ivfpq: rerank needs the full vectors, kept only when the index was built with rerank > 0")
         for k, v in params.items():
             self.params[k] = int(v)
+            if k == "rerank":
+                continue
             if k == "efSearch":
                 self._faiss.hnsw.efSearch = int(v)
             else:
@@ -189,6 +209,8 @@ class VectorIndex:
         if self.metric == "cosine":
             q = _unit(q)
         k = min(k, n)
+        if self._reranks:
+            return self._rescored(q, k)
         fetch = min(n, k + 8)
         while True:
             scores, pos = self._faiss.search(q, fetch)
@@ -204,10 +226,24 @@ class VectorIndex:
             out.append([(self._ids[j], float(s[i])) for i, j in zip(order, p[order])])
         return out
 
+    def _rescored(self, q: np.ndarray, k: int) -> list[Hits]:
+        """IVF-PQ with exact re-scoring: the codes' top ``rerank`` candidates (at least k), scored
+        with the full vectors, best first, equal scores by doc id."""
+        assert self._exact is not None
+        _, pos = self._faiss.search(q, min(len(self._ids), max(k, self.params["rerank"])))
+        out = []
+        for qv, p in zip(q, pos):
+            p = np.sort(p[p >= 0])  # sorted rows: the memory-mapped file is read in order
+            s = self._exact[p] @ qv
+            order = np.lexsort((self._ranks[p], -s))[:k]
+            out.append([(self._ids[j], float(s[i])) for i, j in zip(order, p[order])])
+        return out
+
     def similarity(self, query: Any, doc_ids: Sequence[str]) -> np.ndarray:
         """One query vector's score with each of ``doc_ids`` (the stored vectors; for cosine the
         cosine), so a stage-2 ranker has the semantic score of candidates the k-NN search did not
-        return. Exact for flat and hnsw; ivfpq scores the quantised vectors. Unknown ids raise
+        return. Exact for flat, hnsw and re-scored ivfpq; ivfpq without re-scoring scores the
+        quantised vectors. Unknown ids raise
         ``KeyError``."""
         q = _as_matrix(np.asarray(query, dtype=np.float32).reshape(1, -1), self.dim, "query vector")
         if len(q) != 1:
@@ -222,6 +258,8 @@ class VectorIndex:
     def stored_vectors(self) -> np.ndarray:
         """All stored vectors (normalised for cosine; decoded for ivfpq) as one matrix, read from
         faiss on first use and kept until documents are added."""
+        if self._exact is not None:
+            return self._exact
         if self._matrix is None:
             if self.kind == "ivfpq":
                 self._faiss.make_direct_map()
@@ -251,6 +289,10 @@ class VectorIndex:
         d = Path(path)
         d.mkdir(parents=True, exist_ok=True)
         faiss.write_index(self._faiss, str(d / FAISS_FILE))
+        if self._exact is not None:
+            np.save(d / EXACT, np.ascontiguousarray(self._exact, dtype=np.float32), allow_pickle=False)
+        else:
+            (d / EXACT).unlink(missing_ok=True)
         (d / IDS).write_text(json.dumps(self._ids, ensure_ascii=False) + "\n", encoding="utf-8")
         (d / META).write_text(json.dumps(self.meta(), indent=2) + "\n", encoding="utf-8")
 
@@ -276,8 +318,11 @@ class VectorIndex:
         if expect_dim is not None and meta.get("dim") != expect_dim:
             raise IndexMismatchError(f"{d}: index has dimension {meta.get('dim')}, the model {expect_dim}")
         try:
+            params = dict(meta["params"])
+            if meta["kind"] == "ivfpq":
+                params.setdefault("rerank", 0)  # saved before exact re-scoring existed
             ix = cls(int(meta["dim"]), meta["kind"], meta["metric"], model=str(meta.get("model", "")),
-                     threads=threads, **meta["params"])
+                     threads=threads, **params)
             ix._faiss = faiss.read_index(str(d / FAISS_FILE))
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise ModelDirError(f"{d}: corrupt vector index ({str(e).strip().splitlines()[0][:200]})") from None
@@ -290,6 +335,15 @@ class VectorIndex:
             ix._faiss.hnsw.efSearch = ix.params["efSearch"]
         elif ix.kind == "ivfpq":
             ix._faiss.nprobe = ix.params["nprobe"]
+            if ix._reranks:
+                try:
+                    ix._exact = np.load(d / EXACT, mmap_mode="r", allow_pickle=False)
+                except (OSError, ValueError) as e:
+                    raise ModelDirError(f"{d / EXACT}: the full vectors ivfpq re-scores with are missing or "
+                                        f"unreadable ({str(e).splitlines()[0][:200]})") from None
+                if ix._exact.shape != (len(ids), ix.dim) or ix._exact.dtype != np.float32:
+                    raise ModelDirError(f"{d / EXACT}: holds {ix._exact.shape} {ix._exact.dtype}, the index "
+                                        f"{len(ids)} vectors of dimension {ix.dim} (float32)")
         ix._ids = ids
         ix._position = {doc: i for i, doc in enumerate(ix._ids)}
         ix._ranks = id_ranks(ix._ids)
