@@ -62,6 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from _common import summary_row
 from _common import hardware, hardware_line, maxrss_mb, median_time, write_json
 from semsearch.data import TrainingData, open_dataset
 from semsearch.plugins import create_model
@@ -74,8 +75,8 @@ from semsearch.training.args import EncoderArgs
 
 GAMMA, LR, SEED, WINDOW = 10.0, 0.5, 0, 3
 HIDDEN, OUT, CONV = (300, 300), 128, 300
-TARGETS = {("dssm", 4): 10_000, ("clsm", 4): 5_000}  # training pairs/s (the issue's)
-ENCODE_TARGET = {"dssm": 100_000}  # titles/s, featurisation included
+TARGETS = {("dssm", 4): 20_000, ("dssm", 50): 10_000, ("clsm", 4): 10_000}  # training pairs/s (the speed issue's goals)
+ENCODE_TARGET = {"dssm": 300_000}  # titles/s, featurisation included (the speed issue's goal)
 THREADS = torch.get_num_threads()
 
 
@@ -534,7 +535,22 @@ def main() -> None:
     settings = {k: v for k, v in vars(args).items() if k != "out"}
     settings.update(gamma=GAMMA, lr=LR, window=WINDOW, hidden=list(HIDDEN), out=OUT, conv=CONV, vocab=len(hasher),
                     pairs=len(data.positives), titles=len(texts))
-    path = write_json({"hardware": hw, "load_avg_1min_end": hw_end, "settings": settings, "targets": {
+    summary = []
+    for key, r in training.items():
+        name, j = key.split(" J=")
+        tgt = TARGETS.get((name, int(j)))
+        best = max(r["ours"]["pairs_per_s"], r["ours_1thread"]["pairs_per_s"])
+        summary.append(summary_row(f"{name.upper()} training J={j} (batch {args.batch}, best of {THREADS} and 1 threads)",
+                                   "pairs/s", best, "dense-input reference (not a compute ceiling)",
+                                   max(r["dense"]["pairs_per_s"], r["dense_1thread"]["pairs_per_s"]),
+                                   target=f">= {tgt:,} pairs/s" if tgt else "", met=(best >= tgt) if tgt else None))
+    for name, enc in encoding.items():
+        tgt = ENCODE_TARGET.get(name)
+        best = max(enc["ours"]["full_titles_per_s"], enc["ours_1thread"]["full_titles_per_s"])
+        summary.append(summary_row(f"{name.upper()} encoding, featurisation included", "titles/s", best,
+                                   "dense tower + our featuriser", max(enc["dense"]["full_titles_per_s"], enc["dense_1thread"]["full_titles_per_s"]),
+                                   target=f">= {tgt:,} titles/s" if tgt else "", met=(best >= tgt) if tgt else None))
+    path = write_json({"summary": summary, "hardware": hw, "load_avg_1min_end": hw_end, "settings": settings, "targets": {
         "train_pairs_per_s": {f"{n} J={j}": t for (n, j), t in TARGETS.items()},
         "encode_titles_per_s": ENCODE_TARGET}, "training": training, "encoding": encoding,
         "profile": profiles, "train_encoder_check": checks}, args.out)
