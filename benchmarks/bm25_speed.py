@@ -188,7 +188,8 @@ def bench_dataset(name: str, fields: str, split: str, args: argparse.Namespace) 
     if NUMBA:
         nb = Bm25s("numba")  # the peer's fastest backend: what its users install for speed
         res["bm25s_numba"] = timed_index(nb, ids, texts, reps)
-        nb.search(tput[:50], k)  # JIT compilation, not timed
+        nb.search(tput[:50], k)  # JIT compilation and the thread pool's start, not timed
+        nb.search(tput[:50], k, n_threads=NPROC)
         for kk, key in ((k, "qps"), (100, "qps_top100")):
             t, raw_nb = median_time(lambda: nb.search(tput, kk, n_threads=0), reps)
             res["bm25s_numba"][key] = len(tput) / t
@@ -282,8 +283,9 @@ def main() -> None:
                 summary.append(summary_row(f"BM25 {name} {what}, ours 1 thread vs bm25s {threads} thread{'s' * (threads > 1)}",
                                            "queries/s", o[key], "bm25s numba", peer, target=">= 1x bm25s numba",
                                            met=o[key] >= peer))
-        summary.append(summary_row(f"BM25 {name} index time (top-100 identical to bm25s numba: "
-                                   f"{r['numba_top100_same_ids']:.1%} of queries)", "s", o["index_s"], "bm25s numba",
+        summary.append(summary_row(f"BM25 {name} index time (top-100 scores identical to bm25s numba for "
+                                   f"{r['numba_top100_same_scores']:.1%} of queries; doc ids in the same order, ties "
+                                   f"included: {r['numba_top100_same_ids']:.1%})", "s", o["index_s"], "bm25s numba",
                                    nb["index_s"], target="", met=None, higher_is_better=False))
         summary.append(summary_row(f"BM25 {name} index memory kept", "MB", o["index_kept_mb"], "bm25s numba",
                                    nb["index_kept_mb"], target="", met=None, higher_is_better=False))

@@ -129,11 +129,15 @@ def main() -> None:
     stderr = server.stderr
     # uvicorn re-raises SIGTERM after its graceful shutdown, so the exit code is -15 either way
     mode = "new queries" if args.result_cache == 0 else f"{len(qs):,} queries cycling, result cache"
-    summary = [summary_row(f"served search p99, {args.clients} clients, {args.workers} workers, {mode} ({res['throughput_rps']:,.0f} req/s)",
-                           "ms", res["p99_ms"], "the issue's target", TARGET_P99_MS,
-                           target=f"p99 < {TARGET_P99_MS:.0f} ms at 50 clients" if args.clients == 50 else "0 errors at 200 clients",
-                           met=(res["p99_ms"] < TARGET_P99_MS) if args.clients == 50 else (res["errors"] == 0) if args.clients == 200 else None,
-                           higher_is_better=False)]
+    if args.clients == 200:  # the target here is no error; the tail is reported alongside
+        summary = [summary_row(f"served search errors, 200 clients, {args.workers} workers, {mode} ({res['throughput_rps']:,.0f} req/s, "
+                               f"p99 {res['p99_ms']:,.0f} ms)", "errors", float(res["errors"]), "", None,
+                               target="0 errors at 200 clients", met=res["errors"] == 0, higher_is_better=False)]
+    else:
+        summary = [summary_row(f"served search p99, {args.clients} clients, {args.workers} workers, {mode} ({res['throughput_rps']:,.0f} req/s)",
+                               "ms", res["p99_ms"], "the issue's target", TARGET_P99_MS,
+                               target=f"p99 < {TARGET_P99_MS:.0f} ms at 50 clients" if args.clients == 50 else "",
+                               met=(res["p99_ms"] < TARGET_P99_MS) if args.clients == 50 else None, higher_is_better=False)]
     result = {"summary": summary, "bundle": args.bundle, "workers": args.workers, "clients": args.clients, "seconds": args.seconds, "distinct_queries": len(qs),
               "result_cache": args.result_cache,
               "server_stopped_cleanly": "server stopped cleanly" in stderr, **res, "hardware": hw}
