@@ -232,3 +232,106 @@ def test_to_device_keeps_the_encoding():
     m = _built("dssm")
     before = m.encode_queries(TEXTS)
     assert m.to("cpu") is m and np.allclose(m.encode_queries(TEXTS), before)
+
+
+# ---- the fast kernels against the formulas they replace (EmbeddingBag's own backward, torch.tanh,
+# the convolution materialised for autograd and segment_reduce's max)
+def _reference_forward(tower, x):
+    """The towers as computed before the fast kernels: nn.EmbeddingBag, torch.tanh, segment_reduce."""
+    from semsearch.models.neural import CLSMTower, _bag_tensors
+
+    if isinstance(tower, CLSMTower):
+        conv = tower.convolve(x)
+        return torch.tanh(tower.semantic(torch.tanh(tower.pool(conv, x))))
+    ids, offsets, weights = _bag_tensors(x, torch.device("cpu"))
+    h = torch.tanh(tower.embed(ids, offsets, per_sample_weights=weights) + tower.bias)
+    for layer in tower.layers:
+        h = torch.tanh(layer(h))
+    return h
+
+
+ODD_TEXTS = ["red brick wall", "", "brick brick brick brick", "a b a b a b a b", "über café ñandú Ωμέγα ΣΑΣ",
+             "x " * 200, "red", "wall door red brick blue", "🙂 ☃ ¡¿", "door door"]
+
+
+@pytest.mark.parametrize("name", ["dssm", "clsm"])
+def test_fast_tower_equals_reference_values_and_gradients(name):
+    m = _built(name)
+    tower = m.net.q
+    rng = np.random.default_rng(0)
+    texts = ODD_TEXTS + [" ".join(rng.choice(["red", "brick", "wall", "door", "blue", "café", "zz"], rng.integers(0, 12)))
+                         for _ in range(60)]
+    x = m.features(texts).batch(np.arange(len(texts)))
+    g = torch.as_tensor(rng.standard_normal((len(texts), 4)), dtype=torch.float32)
+    grads = []
+    for fn in (tower, lambda b: _reference_forward(tower, b)):
+        tower.zero_grad(set_to_none=True)
+        out = fn(x)
+        out.backward(g)
+        grads.append((out.detach(), {k: p.grad.clone() for k, p in tower.named_parameters()}))
+    (a, ga), (b, gb) = grads
+    assert torch.allclose(a, b, atol=1e-6)
+    assert ga.keys() == gb.keys()
+    for k in ga:
+        assert torch.allclose(ga[k], gb[k], atol=1e-5), k
+    assert any(v.abs().sum() > 0 for v in ga.values())
+    with torch.inference_mode():  # encoding path (no autograd) gives the same vectors
+        assert torch.allclose(tower(x), b, atol=1e-6)
+
+
+def test_numpy_tanh_matches_torch():
+    from semsearch.models.neural import tanh
+
+    x = torch.linspace(-12, 12, 10001).view(-1, 1).repeat(1, 3).requires_grad_()
+    y = tanh(x)
+    y.backward(torch.ones_like(y))
+    gx = x.grad.clone()
+    x.grad = None
+    torch.tanh(x).backward(torch.ones_like(y))
+    assert torch.allclose(y, torch.tanh(x), atol=2e-7, rtol=0) and torch.allclose(gx, x.grad, atol=1e-6)
+    assert tanh(x.detach()[:, 1:]).shape == (10001, 2)  # not contiguous: torch's own
+
+
+def _reference_batch_loss(net, qf, df, pairs, rows, rng, args):
+    """trainer.batch_loss before it left undrawn pool documents out (random negatives only)."""
+    import torch.nn.functional as F
+
+    from semsearch.training.losses import softmax_cosine_loss
+    from semsearch.training.negatives import random_negatives, sample_pool
+
+    q_rows, d_rows = pairs.q_rows[rows], pairs.d_rows[rows]
+    pool = sample_pool(rng, len(df), min(args.neg_pool, args.batch_size * args.negatives, len(df)))
+    neg = random_negatives(rng, pool, [pairs.pos_sets[q] for q in q_rows], args.negatives)
+    qv = F.normalize(net.query(qf.batch(q_rows)), dim=1)
+    dv = F.normalize(net.doc(df.batch(np.concatenate([d_rows, pool]))), dim=1)
+    b, idx = len(rows), torch.as_tensor(neg)
+    nv = dv[b:][idx.clamp(min=0)]
+    sims = torch.einsum("bd,bjd->bj", qv, nv).masked_fill(idx < 0, float("-inf"))
+    return softmax_cosine_loss((qv * dv[:b]).sum(1), sims, args.gammas[0])
+
+
+@pytest.mark.parametrize("name,extra", [("dssm", {"hidden": [32], "out": 16}),
+                                        ("clsm", {"conv": 16, "out": 8, "window": 3})])
+def test_fast_training_follows_the_reference_loss_curve(tiny_data, monkeypatch, name, extra):
+    """Same seed, same data: the fast towers and batch assembly learn what the reference did."""
+    from semsearch.models import neural
+    from semsearch.training import trainer
+
+    ds, data, dev = _tiny(tiny_data)
+    cfg = {**SMALL, **extra, "negatives": 3, "epochs": 3}
+    fast, args = _make(name, **cfg)
+    log_fast = fit(fast, data, None, progress=False, args=args)
+    ref, _ = _make(name, **cfg)
+    with monkeypatch.context() as mp:
+        mp.setattr(trainer, "batch_loss", _reference_batch_loss)
+        mp.setattr(neural.DSSMTower, "forward", _reference_forward)
+        mp.setattr(neural.CLSMTower, "forward", _reference_forward)
+        log_ref = fit(ref, data, None, progress=False, args=args)
+    a, b = ([e["loss"] for e in log["epochs"]] for log in (log_fast, log_ref))
+    assert len(a) == 3 and a[-1] < a[0]
+    assert np.allclose(a, b, rtol=1e-5, atol=1e-6), (a, b)
+    ref_state = ref.net.state_dict()
+    for k, v in fast.net.state_dict().items():
+        assert torch.allclose(v, ref_state[k], atol=1e-4), k
+    texts = ["red door", "", "brick wall über"]
+    assert np.allclose(fast.encode_queries(texts), ref.encode_queries(texts), atol=1e-5)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -41,6 +42,123 @@ def _glorot(t: torch.Tensor, fan_in: int, fan_out: int, gen: torch.Generator) ->
 
 def _bag_tensors(b: Bags, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return tuple(torch.as_tensor(a, device=device) for a in (b.ids, b.offsets[:-1], b.weights))  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------------ kernels
+class _NumpyTanh(torch.autograd.Function):
+    """tanh by numpy's SIMD kernel; the backward is torch's own ``tanh_backward`` (g·(1 − y²))."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        y = torch.empty_like(x)
+        np.tanh(x.detach().numpy(), out=y.numpy())
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(g, y)
+
+
+def tanh(x: torch.Tensor) -> torch.Tensor:
+    """``torch.tanh``, on CPU float32 computed by numpy: this torch build's CPU tanh runs ~10x
+    slower than numpy's vectorised one (same values within an ulp); other devices use torch's."""
+    if x.device.type != "cpu" or x.dtype != torch.float32 or not x.is_contiguous():
+        return torch.tanh(x)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _NumpyTanh.apply(x)
+    y = torch.empty_like(x)
+    np.tanh(x.numpy(), out=y.numpy())
+    return y
+
+
+class _BagProduct(torch.autograd.Function):
+    """X·W for sparse bags X (``EmbeddingBag(mode="sum")`` with counts as weights). The weight
+    gradient Xᵀ·G is a second bag-sum over the transposed bags (per vocabulary row, the texts
+    holding it), instead of EmbeddingBag's backward, which sorts every entry to build it."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, counts: torch.Tensor,  # type: ignore[override]
+                t_rows: torch.Tensor, t_offsets: torch.Tensor, t_counts: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(t_rows, t_offsets, t_counts)
+        return F.embedding_bag(ids, weight, offsets, mode="sum", per_sample_weights=counts)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):  # type: ignore[no-untyped-def, override]
+        t_rows, t_offsets, t_counts = ctx.saved_tensors
+        gw = F.embedding_bag(t_rows, g.contiguous(), t_offsets, mode="sum", per_sample_weights=t_counts)
+        return gw, None, None, None, None, None, None
+
+
+def bag_product(weight: torch.Tensor, b: Bags) -> torch.Tensor:
+    """``EmbeddingBag(mode="sum")(ids, offsets, per_sample_weights=counts)`` over ``weight``: each
+    bag's weighted sum of rows (the first layer's sparse-times-dense product), with a cheaper
+    weight gradient when one is needed (``_BagProduct``)."""
+    dev = weight.device
+    ids, offsets, counts = _bag_tensors(b, dev)
+    if not (torch.is_grad_enabled() and weight.requires_grad):
+        return F.embedding_bag(ids, weight, offsets, mode="sum", per_sample_weights=counts)
+    m = sp.csr_matrix((b.weights, b.ids, b.offsets), shape=(len(b), weight.shape[0])).tocsc()  # keeps repeats
+    t = tuple(torch.as_tensor(a, device=dev) for a in (m.indices.astype(np.int64), m.indptr[:-1].astype(np.int64), m.data))
+    return _BagProduct.apply(weight, ids, offsets, counts, *t)
+
+
+class _WindowMax(torch.autograd.Function):
+    """CLSM's convolution and max-pooling (§3.3-3.4) in one: for every text and filter the max
+    over positions of bias + Σ_j slots[rows[p, j]]. The full (positions x K) convolution is built
+    without autograd; the backward routes each text's gradient to the window slots of its winning
+    position only (the max's gradient), so nothing of positions x K size is kept or scattered."""
+
+    @staticmethod
+    def forward(ctx, slots: torch.Tensor, bias: torch.Tensor, rows: torch.Tensor,  # type: ignore[override]
+                blocks: list[int], order: torch.Tensor) -> torch.Tensor:
+        # rows are position-major over texts sorted by length (longest first): the p-th positions
+        # of the n_p texts that have one are the block of n_p rows after the first p blocks
+        conv = F.embedding_bag(rows, slots, mode="sum")
+        n, k = blocks[0], slots.shape[1]
+        best = conv[:n].clone()
+        arg = torch.arange(n, device=conv.device)[:, None].expand(n, k).clone()
+        start = n
+        for m in blocks[1:]:
+            blk = conv[start : start + m]
+            win = blk > best[:m]  # strictly greater: the first of equal maxima wins
+            best[:m] = torch.where(win, blk, best[:m])
+            arg[:m] = torch.where(win, torch.arange(start, start + m, device=conv.device)[:, None], arg[:m])
+            start += m
+        out = torch.empty_like(best)
+        out[order] = best + bias
+        winner = torch.empty_like(arg)
+        winner[order] = arg
+        ctx.save_for_backward(rows, winner)
+        ctx.n_slots = slots.shape[0]
+        return out
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):  # type: ignore[no-untyped-def, override]
+        rows, winner = ctx.saved_tensors
+        n, k = g.shape
+        window = rows.shape[1]
+        flat = rows[winner] * k + torch.arange(k, device=g.device)[None, :, None]  # (texts, K, window)
+        gs = torch.zeros(ctx.n_slots * k, dtype=g.dtype, device=g.device)
+        gs.index_add_(0, flat.reshape(-1), g[:, :, None].expand(n, k, window).reshape(-1))
+        return gs.view(ctx.n_slots, k), g.sum(0), None, None, None
+
+
+def _position_major(segment: np.ndarray, n_texts: int) -> tuple[np.ndarray, list[int], np.ndarray]:
+    """For positions grouped by text (``segment``), the permutation that lists them position-major
+    over the texts sorted longest first, the block sizes (texts having a p-th position, for each
+    p), and for each sorted rank its text."""
+    lengths = np.bincount(segment, minlength=n_texts)
+    order = np.argsort(-lengths, kind="stable")
+    rank = np.empty(n_texts, dtype=np.int64)
+    rank[order] = np.arange(n_texts)
+    starts = np.zeros(n_texts, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    p = np.arange(len(segment), dtype=np.int64) - starts[segment]
+    blocks = np.bincount(p) if len(p) else np.zeros(1, dtype=np.int64)
+    perm = np.lexsort((rank[segment], p))
+    return perm, blocks.tolist(), order
 
 
 # ------------------------------------------------------------------------------------ features
@@ -151,10 +269,9 @@ class DSSMTower(nn.Module):
             nn.init.zeros_(layer.bias)
 
     def forward(self, x: Bags) -> torch.Tensor:
-        ids, offsets, weights = _bag_tensors(x, model_device(self))
-        h = torch.tanh(self.embed(ids, offsets, per_sample_weights=weights) + self.bias)
+        h = tanh(bag_product(self.embed.weight, x) + self.bias)
         for layer in self.layers:
-            h = torch.tanh(layer(h))
+            h = tanh(layer(h))
         return h
 
 
@@ -174,8 +291,15 @@ class CLSMTower(nn.Module):
         nn.init.zeros_(self.semantic.bias)
 
     def forward(self, x: WindowBatch) -> torch.Tensor:
-        conv = self.convolve(x)
-        return self.top(self.pool(conv, x))
+        """``top(pool(convolve(x)))`` computed without materialising the convolution for autograd
+        (``_WindowMax``)."""
+        dev = model_device(self)
+        per_word = bag_product(self.embed.weight, x.bags)
+        slots = torch.cat([per_word, self.pad[None, :]]).view(-1, self.conv)
+        perm, blocks, order = _position_major(x.segment, x.n_texts)
+        rows = torch.as_tensor((x.windows * self.window + np.arange(self.window)[:, None]).T[perm], device=dev)
+        pooled = _WindowMax.apply(slots, self.bias, rows, blocks, torch.as_tensor(order, device=dev))
+        return self.top(pooled)
 
     def convolve(self, x: WindowBatch) -> torch.Tensor:
         """Pre-activation convolution output at every word position: (positions, K)."""
@@ -196,7 +320,7 @@ class CLSMTower(nn.Module):
 
     def top(self, pooled: torch.Tensor) -> torch.Tensor:
         # max over positions of tanh(conv) = tanh(max over positions of conv): tanh is monotonic
-        return torch.tanh(self.semantic(torch.tanh(pooled)))
+        return tanh(self.semantic(tanh(pooled)))
 
 
 class TwoTowers(nn.Module):

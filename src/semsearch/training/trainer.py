@@ -149,17 +149,22 @@ def batch_loss(net, qf, df, pairs: Pairs, rows: np.ndarray, rng: np.random.Gener
     neg = random_negatives(rng, pool, [pairs.pos_sets[q] for q in q_rows], j) if j > 0 else np.zeros((len(rows), 0), np.int64)
     hard = hard_negatives(rng, [pairs.hard[q] for q in q_rows], h) if h > 0 else np.zeros((len(rows), 0), np.int64)
     hard_rows = hard[hard >= 0]
-    dv = F.normalize(net.doc(df.batch(np.concatenate([d_rows, pool, hard_rows]))), dim=1)
+    # only the pool documents some query drew are encoded (at J = 4 about 1 − 1/e of the pool):
+    # the others take no part in the loss, so leaving them out changes neither it nor the gradients
+    drawn = neg >= 0
+    used, inverse = np.unique(pool[neg[drawn]], return_inverse=True)
+    neg[drawn] = inverse.reshape(-1)
+    dv = F.normalize(net.doc(df.batch(np.concatenate([d_rows, used, hard_rows]))), dim=1)
     b = len(rows)
     pos = (qv * dv[:b]).sum(1)
     sims = [torch.zeros((b, 0), device=dev)]
     if j > 0:  # each query's J pool documents: gathered, not a full (batch x pool) similarity matrix
         idx = torch.as_tensor(neg, device=dev)
-        nv = dv[b : b + len(pool)][idx.clamp(min=0)]  # (b, J, dim)
+        nv = dv[b : b + len(used)][idx.clamp(min=0)]  # (b, J, dim)
         sims.append(torch.einsum("bd,bjd->bj", qv, nv).masked_fill(idx < 0, float("-inf")))
     if h > 0:
         slot = np.full(hard.shape, -1, dtype=np.int64)
-        slot[hard >= 0] = b + len(pool) + np.arange(len(hard_rows))
+        slot[hard >= 0] = b + len(used) + np.arange(len(hard_rows))
         hs = torch.as_tensor(slot, device=dev)
         hv = dv[hs.clamp(min=0)]  # (b, h, dim)
         sims.append((qv[:, None, :] * hv).sum(-1).masked_fill(hs < 0, float("-inf")))
