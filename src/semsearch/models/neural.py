@@ -118,14 +118,15 @@ class _WindowMax(torch.autograd.Function):
         conv = F.embedding_bag(rows, slots, mode="sum")
         n, k = blocks[0], slots.shape[1]
         best = conv[:n].clone()
-        arg = torch.arange(n, device=conv.device)[:, None].expand(n, k).clone()
-        start = n
-        for m in blocks[1:]:
-            blk = conv[start : start + m]
-            win = blk > best[:m]  # strictly greater: the first of equal maxima wins
-            best[:m] = torch.where(win, blk, best[:m])
-            arg[:m] = torch.where(win, torch.arange(start, start + m, device=conv.device)[:, None], arg[:m])
-            start += m
+        at = torch.zeros((n, k), dtype=torch.int16 if len(blocks) < 2**15 else torch.int64, device=conv.device)
+        starts = [0]
+        for p, m in enumerate(blocks[1:], 1):
+            starts.append(starts[-1] + blocks[p - 1])
+            blk = conv[starts[p] : starts[p] + m]
+            at[:m].masked_fill_(blk > best[:m], p)  # strictly greater: the first of equal maxima wins
+            torch.maximum(best[:m], blk, out=best[:m])
+        ranks = torch.arange(n, device=conv.device)[:, None]
+        arg = torch.as_tensor(starts, device=conv.device)[at.long()] + ranks  # the winning rows
         out = torch.empty_like(best)
         out[order] = best + bias
         winner = torch.empty_like(arg)
