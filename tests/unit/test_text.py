@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 import torch
 
-from semsearch.text import Analyzer, TrigramHasher, Vocabulary, count_matrix, normalize, tokenize, word_trigrams
+from semsearch.text import Analyzer, TrigramHasher, Vocabulary, WordTable, count_matrix, normalize, tokenize, word_trigrams
 
 
 def test_tokenize_follows_the_papers_normalisation():
@@ -84,3 +86,52 @@ def test_hasher_save_load(tmp_path):
 def test_fit_on_empty_texts_is_an_error():
     with pytest.raises(ValueError, match="no trigrams"):
         TrigramHasher.fit(["", "  ", "!!"])
+
+
+def _odd_texts(rng: random.Random, n: int) -> list[str]:
+    """Generated texts with what a tokenizer can trip on: scripts, final sigma, dotted İ, combining
+    marks, digits, punctuation, underscores, the separator character itself, empty and long texts."""
+    pieces = ["brick", "WALL", "über", "Straße", "ΟΔΟΣ", "σοφός", "İstanbul", "ǅemal", "e\u0301", "ﬁne", "٣٤",
+              "日本語", "🙂", "a_b", "x-y", "2x4", "", " ", "\t\n", "ΑΣ.", "ﬀ", "\x00", "Ⅻ", "ß", "ǈ", "Σ", "\x01", "\x01é"]
+    out = ["", "   ", "brick " * 100, "a a a a a a a a a a", "\x00", "\x00brick\x00"]
+    for _ in range(n):
+        out.append("".join(rng.choice(pieces) + rng.choice([" ", "", ",", " ", "  "]) for _ in range(rng.randint(0, 20))))
+    return out
+
+
+@pytest.mark.parametrize("with_sep", [False, True])
+def test_vectorised_encode_equals_text_by_text(with_sep):
+    rng = random.Random(7)
+    texts = _odd_texts(rng, 300)
+    if not with_sep:
+        texts = [t.replace("\x00", "") for t in texts]
+    h = TrigramHasher.fit(texts[::2], max_words=8)
+    fast, slow = WordTable(h), WordTable(h)
+    for part in (texts[:100], texts[100:], texts):  # new words, then a warm table
+        a, b = fast.encode(part, chunk=37), slow.encode_each(part)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+        assert fast.ids == slow.ids and len(fast) == len(slow)
+    # and both are the papers' tokens, truncated to max_words
+    ptr, ids = fast.encode(texts)
+    words = {i: w for w, i in fast.ids.items()}
+    for k, t in enumerate(texts):
+        assert [words[i] for i in ids[ptr[k] : ptr[k + 1]]] == tokenize(t)[:8]
+
+
+def test_features_equal_on_real_titles():
+    """The DSSM bags of real-looking titles equal the text-by-text path's."""
+    from semsearch.models.neural import BagFeatures
+
+    titles = ["DEWALT 20-Volt MAX Lithium-Ion Cordless Drill/Driver Kit", "Hampton Bay 52 in. Ceiling Fan",
+              "1/2 in. x 10 ft. Copper Pipe", "", "RIDGID 6 Gal. Wet/Dry Vac", "Behr Premium Plus 1-gal. #W-D-610",
+              "Café Nöir Ø 30 cm — Ölfarbe", "Husky 3/8 in. Drive SAE Socket Set (40-Piece)"] * 5
+    h = TrigramHasher.fit(titles, max_words=64)
+    f = BagFeatures(h, titles)
+    ptr, words = WordTable(h).encode_each(titles)
+    bags = WordTable(h)
+    bags.encode_each(titles)
+    ref = bags.bags(words)
+    assert np.array_equal(f.indptr, ref.offsets[ptr]) and np.array_equal(f.ids, ref.ids)
+    dense = h.transform(titles).toarray()
+    for i in range(len(titles)):
+        assert np.array_equal(np.bincount(f.ids[f.indptr[i] : f.indptr[i + 1]], minlength=len(h)), dense[i])

@@ -13,6 +13,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,14 @@ from .normalize import tokenize
 WORD_CACHE_SIZE = 1_000_000
 """Distinct words a hasher remembers with their trigram ids; past this the table starts afresh,
 so memory stays bounded on open-vocabulary streams."""
+
+_SEP, _OTHER = "\x00", "\x01"
+_JOIN = f" {_SEP} "
+"""Texts joined into one string for tokenising, separated by ``_SEP`` (a token of its own);
+a non-ASCII text stands there as the placeholder ``_OTHER``."""
+_ASCII_TOKENS = str.maketrans({c: chr(c).lower() if chr(c).isalnum() else " " for c in range(128)} | {0: _SEP, 1: _OTHER})
+"""ASCII characters -> ``normalize.tokenize``'s view: letters lower-cased, digits kept, the rest
+(punctuation, ``_``) a space; the two markers kept."""
 
 DEFAULT_MAX_WORDS = 64
 """Texts are truncated to their first 64 words before hashing (titles average ~8 words)."""
@@ -156,32 +165,86 @@ class WordTable:
 
     def __init__(self, hasher: TrigramHasher):
         self.hasher = hasher
-        self.ids: dict[str, int] = {}
+        self.ids: dict[str, int] = {_SEP: -2, _OTHER: -3}  # word -> id; the two markers negative
         self._tri = array("q")
         self._ptr = array("q", [0])
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self._ptr) - 1
 
     def _word(self, w: str) -> int:
         i = self.ids.get(w)
         if i is None:
-            i = self.ids[w] = len(self.ids)
+            i = self.ids[w] = len(self._ptr) - 1
             self._tri.extend(self.hasher.word_ids(w))
             self._ptr.append(len(self._tri))
         return i
 
-    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Per text its word ids (first ``hasher.max_words`` words): (indptr, ids), both int64."""
+    def encode(self, texts: Sequence[str], *, chunk: int = 50_000) -> tuple[np.ndarray, np.ndarray]:
+        """Per text its word ids (first ``hasher.max_words`` words): (indptr, ids), both int64.
+
+        Vectorised: a chunk of texts is lower-cased and tokenised as one string (texts joined by a
+        separator no token contains; ASCII by ``str.translate``, other texts by the regex), its
+        tokens looked up with one ``map`` over the dictionary, and rows, truncation and new words
+        found with numpy; only words met for the first time
+        cost Python work (their trigrams), in order of appearance, as ``encode_each`` does."""
+        parts = [self._encode_chunk(texts[i : i + chunk]) for i in range(0, len(texts), chunk)]
+        if len(parts) == 1:
+            return parts[0]
+        indptr = np.zeros(len(texts) + 1, dtype=np.int64)
+        ids = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+        at = 0
+        for ptr, _ in parts:
+            indptr[at + 1 : at + len(ptr)] = ptr[1:] + indptr[at]
+            at += len(ptr) - 1
+        return indptr, ids
+
+    def _encode_chunk(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        n = len(texts)
+        plain = [t.isascii() for t in texts]
+        others = [i for i, a in enumerate(plain) if not a]  # tokenised by the regex, one by one
+        joined = _JOIN.join(t if a else _OTHER for t, a in zip(texts, plain))
+        if joined.count(_SEP) != n - 1 or joined.count(_OTHER) != len(others):
+            return self.encode_each(texts)  # a text holds a marker character itself
+        # ASCII: lower-casing and dropping non-token characters is one str.translate (C, a
+        # byte table), the same tokens as normalize.tokenize's regex
+        tokens = joined.translate(_ASCII_TOKENS).split()
+        get = self.ids.get
+        ids = np.fromiter(map(get, tokens, repeat(-1)), dtype=np.int64, count=len(tokens))
+        if others:  # splice the other texts' tokens in place of their placeholders
+            words = [tokenize(texts[i]) for i in others]
+            at = np.flatnonzero(ids == -3)
+            flat = [w for ws in words for w in ws]
+            where = np.repeat(at - np.arange(len(at)), [len(ws) for ws in words])
+            ids = np.insert(np.delete(ids, at), where, np.fromiter(map(get, flat, repeat(-1)), dtype=np.int64, count=len(flat)))
+            pieces, prev = [], 0
+            for a, ws in zip(at.tolist(), words):
+                pieces += (tokens[prev:a], ws)
+                prev = a + 1
+            tokens = list(chain(*pieces, tokens[prev:]))
+        sep = ids == -2
+        word = ~sep
+        text = np.cumsum(sep)[word]  # the text of each word
+        counts = np.bincount(text, minlength=n)
+        starts = np.zeros(n, dtype=np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        keep = np.arange(len(text), dtype=np.int64) - starts[text] < self.hasher.max_words
+        ids = ids[word][keep]
+        new = np.flatnonzero(ids < 0)
+        if len(new):  # words met for the first time, in order
+            kept = np.flatnonzero(word)[keep]
+            ids[new] = [self._word(tokens[i]) for i in kept[new]]
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.minimum(counts, self.hasher.max_words), out=indptr[1:])
+        return indptr, ids
+
+    def encode_each(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``encode`` text by text (the reference the vectorised path must equal)."""
         ids = array("q")
         indptr = np.zeros(len(texts) + 1, dtype=np.int64)
-        get, word, words = self.ids.get, self._word, self.hasher.words
+        word, words = self._word, self.hasher.words
         for r, text in enumerate(texts):
-            ws = words(text)
-            row = [get(w, -1) for w in ws]
-            if -1 in row:  # words met for the first time
-                row = [word(w) for w in ws]
-            ids.extend(row)
+            ids.extend([word(w) for w in words(text)])
             indptr[r + 1] = len(ids)
         return indptr, np.frombuffer(ids, dtype=np.int64).copy() if len(ids) else np.zeros(0, dtype=np.int64)
 
