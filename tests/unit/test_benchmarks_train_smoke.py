@@ -47,15 +47,21 @@ def test_train_speed_quick(tmp_path: Path) -> None:
     r = json.loads(out.read_text())
     assert set(r["training"]) == {"dssm J=4", "dssm J=50", "clsm J=4", "clsm J=50"}
     for t in r["training"].values():
-        for side in ("ours", "ours_1thread", "dense", "dense_1thread"):
+        for side in ("ours", "ours_1thread", "ceiling", "ceiling_1thread"):
             assert t[side]["pairs_per_s"] > 0 and t[side]["steps"] >= 1
         assert set(t["ours"]["phases_ms"]) == {"assembly", "forward+loss", "backward", "optimizer"}
+        sh = t["shapes"]  # the ceiling's sizes: batch 16 queries, 16 positives plus drawn negatives
+        assert sh["q_texts"] == 16 and 16 < sh["d_texts"] <= 16 + 121 and sh["q_nnz"] > 0 and sh["d_nnz"] > 0
+        assert t["ceiling"]["gflops"] > 0
+    assert r["training"]["clsm J=4"]["shapes"]["d_positions"] >= r["training"]["clsm J=4"]["shapes"]["d_texts"]
     for name in ("dssm", "clsm"):
         e = r["encoding"][name]
         assert e["ours"]["titles"] == 121
-        assert e["ours"]["full_titles_per_s"] > 0 and e["ours"]["tower_titles_per_s"] > 0
-        assert e["dense"]["tower_titles_per_s"] > 0
+        for k in ("full_titles_per_s", "cold_titles_per_s", "featurise_titles_per_s", "tower_titles_per_s",
+                  "tower_ceiling_titles_per_s"):
+            assert e["ours"][k] > 0, k
     assert r["profile"]["clsm J=4"]["top"] and r["profile"]["clsm J=4"]["backward_nodes"]
     assert r["train_encoder_check"]["dssm J=4"]["pairs_per_s"] > 0
     assert r["hardware"]["load_avg_1min"] is not None
-    assert "ours/dense" in proc.stdout
+    assert r["targets"]["fraction_of_ceiling"] == 0.5 and r["targets"]["train_pairs_per_s"]["dssm J=50"] == 10_000
+    assert "fraction" in proc.stdout and "tower ceiling" in proc.stdout
