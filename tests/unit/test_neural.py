@@ -335,3 +335,14 @@ def test_fast_training_follows_the_reference_loss_curve(tiny_data, monkeypatch, 
         assert torch.allclose(v, ref_state[k], atol=1e-4), k
     texts = ["red door", "", "brick wall über"]
     assert np.allclose(fast.encode_queries(texts), ref.encode_queries(texts), atol=1e-5)
+
+
+def test_gathered_dots_equals_the_gather_and_einsum():
+    from semsearch.training.trainer import gathered_dots
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(5, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+    d = torch.randn(7, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+    idx = torch.tensor([[0, 6, 6], [1, 1, 1], [2, 3, 4], [6, 5, 0], [0, 0, 2]])
+    assert torch.allclose(gathered_dots(q, d, idx), torch.einsum("bd,bjd->bj", q, d[idx]))
+    assert torch.autograd.gradcheck(gathered_dots, (q, d, idx))

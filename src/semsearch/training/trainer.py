@@ -160,8 +160,7 @@ def batch_loss(net, qf, df, pairs: Pairs, rows: np.ndarray, rng: np.random.Gener
     sims = [torch.zeros((b, 0), device=dev)]
     if j > 0:  # each query's J pool documents: gathered, not a full (batch x pool) similarity matrix
         idx = torch.as_tensor(neg, device=dev)
-        nv = dv[b : b + len(used)][idx.clamp(min=0)]  # (b, J, dim)
-        sims.append(torch.einsum("bd,bjd->bj", qv, nv).masked_fill(idx < 0, float("-inf")))
+        sims.append(gathered_dots(qv, dv[b : b + len(used)], idx.clamp(min=0)).masked_fill(idx < 0, float("-inf")))
     if h > 0:
         slot = np.full(hard.shape, -1, dtype=np.int64)
         slot[hard >= 0] = b + len(used) + np.arange(len(hard_rows))
@@ -169,6 +168,33 @@ def batch_loss(net, qf, df, pairs: Pairs, rows: np.ndarray, rng: np.random.Gener
         hv = dv[hs.clamp(min=0)]  # (b, h, dim)
         sims.append((qv[:, None, :] * hv).sum(-1).masked_fill(hs < 0, float("-inf")))
     return softmax_cosine_loss(pos, torch.cat(sims, dim=1), gamma)
+
+
+class _GatheredDots(torch.autograd.Function):
+    """out[i, j] = q[i] · d[idx[i, j]]. Its backward adds each (i, j)'s q-gradient row into d with
+    one ``index_add_`` instead of autograd's accumulate-``index_put`` of a gathered (B, J, dim)
+    copy, and skips the batched matrix products of an einsum."""
+
+    @staticmethod
+    def forward(ctx, q: torch.Tensor, d: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        flat = idx.reshape(-1)
+        g = d.index_select(0, flat).view(*idx.shape, d.shape[1])
+        ctx.save_for_backward(q, g, flat)
+        ctx.n = d.shape[0]
+        return (g * q[:, None, :]).sum(-1)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[no-untyped-def, override]
+        q, g, flat = ctx.saved_tensors
+        gq = (grad[:, :, None] * g).sum(1)
+        gd = torch.zeros((ctx.n, q.shape[1]), dtype=q.dtype, device=q.device)
+        gd.index_add_(0, flat, (grad[:, :, None] * q[:, None, :]).reshape(-1, q.shape[1]))
+        return gq, gd, None
+
+
+def gathered_dots(q: torch.Tensor, d: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """(B, J) dot products of each query row with the J rows of ``d`` that ``idx`` picks for it."""
+    return _GatheredDots.apply(q, d, idx)
 
 
 def dev_score(model: Model, data: TrainingData, dev: EvalSet, metric: str) -> float:
