@@ -346,3 +346,17 @@ def test_gathered_dots_equals_the_gather_and_einsum():
     idx = torch.tensor([[0, 6, 6], [1, 1, 1], [2, 3, 4], [6, 5, 0], [0, 0, 2]])
     assert torch.allclose(gathered_dots(q, d, idx), torch.einsum("bd,bjd->bj", q, d[idx]))
     assert torch.autograd.gradcheck(gathered_dots, (q, d, idx))
+
+
+def test_running_max_numpy_and_torch_agree_and_pick_the_first_maximum():
+    from semsearch.models.neural import _running_max, _running_max_torch
+
+    blocks = [4, 3, 3, 1]  # 4 texts sorted by length: 4, 3, 3 and 1 positions... of lengths 4,3,3,1
+    starts = np.array([0, 4, 7, 10])
+    conv = np.random.default_rng(0).integers(0, 3, size=(11, 5)).astype(np.float32)  # many ties
+    best, at = _running_max(conv, blocks, starts)
+    tb, ta = _running_max_torch(torch.from_numpy(conv), blocks, starts)
+    assert np.array_equal(best, tb.numpy()) and np.array_equal(at, ta.numpy())
+    for t, length in enumerate([4, 3, 3, 1]):
+        vals = np.stack([conv[starts[p] + t] for p in range(length)])
+        assert np.array_equal(best[t], vals.max(0)) and np.array_equal(at[t], vals.argmax(0))
