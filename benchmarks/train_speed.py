@@ -394,6 +394,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per encoding timing (median)")
     ap.add_argument("--crosscheck-batches", type=int, default=12, help="train_encoder check: batches of pairs (0: skip)")
+    ap.add_argument("--dense-budget", type=float, default=None, help=argparse.SUPPRESS)  # gone with the dense
+    # reference; still accepted because benchmarks/run_all.py passes it
     ap.add_argument("--threads", type=int, default=None, help="torch threads for the main figures (default: torch's; --quick: 1)")
     ap.add_argument("--out", default="results/bench/train_speed.json", help="JSON output (relative: to the repo root)")
     args = ap.parse_args()
