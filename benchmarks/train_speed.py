@@ -277,6 +277,15 @@ def chunks(n: int, size: int) -> list[np.ndarray]:
 def encode_ours(ours: Ours, texts: list[str], hasher: TrigramHasher, reps: int, cold: bool) -> dict[str, Any]:
     model, n = ours.model, len(texts)
     r: dict[str, Any] = {"titles": n, "load_avg_1min": load1()}
+    tables = [model.hasher.table, *([model._table] if getattr(model, "_table", None) is not None else [])]
+
+    def new_texts() -> None:  # the words known, the titles not: every title tokenised again
+        for table in tables:
+            if hasattr(table, "forget_texts"):  # (a version without the text cache: nothing to forget)
+                table.forget_texts()
+
+    t, _ = median_time(lambda: (new_texts(), model.encode_documents(texts)), reps)
+    r["words_warm_titles_per_s"] = n / t
     t, _ = median_time(lambda: model.encode_documents(texts), reps)
     r["full_titles_per_s"] = n / t
     if cold:  # a freshly built model: empty word cache (and, for CLSM, an empty word table)
@@ -285,8 +294,10 @@ def encode_ours(ours: Ours, texts: list[str], hasher: TrigramHasher, reps: int, 
         t0 = time.perf_counter()
         fresh.encode_documents(texts)
         r["cold_titles_per_s"] = n / (time.perf_counter() - t0)
-    t, feats = median_time(lambda: model.features(texts), reps)
+    t, feats = median_time(lambda: (new_texts(), model.features(texts))[1], reps)
     r["featurise_titles_per_s"] = n / t
+    t, feats = median_time(lambda: model.features(texts), reps)
+    r["featurise_cached_titles_per_s"] = n / t
     rows = chunks(n, 4096)  # encode_documents' batch size
     t, batches = median_time(lambda: [feats.batch(x) for x in rows], reps)
     r["batching_titles_per_s"] = n / t
@@ -508,9 +519,11 @@ def main() -> None:
     for name, enc in encoding.items():
         o, o1 = enc["ours"], enc["ours_1thread"]
         rows = [
-            ("full: encode_documents (featurise+tower), warm", "full_titles_per_s", ENCODE_TARGET.get(name)),
-            ("  same, fresh model (cold word cache)", "cold_titles_per_s", None),
-            ("  featurisation alone (model.features)", "featurise_titles_per_s", None),
+            ("full: encode_documents, titles met before", "full_titles_per_s", ENCODE_TARGET.get(name)),
+            ("  same, new titles (words known)", "words_warm_titles_per_s", None),
+            ("  same, fresh model (cold: no word known)", "cold_titles_per_s", None),
+            ("  featurisation alone, new titles", "featurise_titles_per_s", None),
+            ("  featurisation alone, titles met before", "featurise_cached_titles_per_s", None),
             ("  batch slicing alone (features.batch)", "batching_titles_per_s", None),
             ("  tower alone (precomputed batches)", "tower_titles_per_s", None),
             ("  tower ceiling (its matrix products alone)", "tower_ceiling_titles_per_s", None),
@@ -547,8 +560,9 @@ def main() -> None:
         tgt = ENCODE_TARGET.get(name)
         tag = max(("ours", "ours_1thread"), key=lambda t: enc[t]["full_titles_per_s"])
         best = enc[tag]["full_titles_per_s"]
-        summary.append(summary_row(f"{name.upper()} encoding, featurisation included (cold: "
-                                   f"{enc['ours']['cold_titles_per_s']:,.0f})", "titles/s", best,
+        summary.append(summary_row(f"{name.upper()} encoding, featurisation included, titles met before (new titles "
+                                   f"{enc[tag]['words_warm_titles_per_s']:,.0f}, cold {enc['ours']['cold_titles_per_s']:,.0f})",
+                                   "titles/s", best,
                                    "tower ceiling (its matrix products alone)", enc[tag]["tower_ceiling_titles_per_s"],
                                    target=f">= {tgt:,} titles/s" if tgt else "", met=(best >= tgt) if tgt else None))
     path = write_json({"summary": summary, "hardware": hw, "load_avg_1min_end": hw_end, "settings": settings, "targets": {

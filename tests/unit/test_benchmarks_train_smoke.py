@@ -57,7 +57,8 @@ def test_train_speed_quick(tmp_path: Path) -> None:
     for name in ("dssm", "clsm"):
         e = r["encoding"][name]
         assert e["ours"]["titles"] == 121
-        for k in ("full_titles_per_s", "cold_titles_per_s", "featurise_titles_per_s", "tower_titles_per_s",
+        for k in ("full_titles_per_s", "words_warm_titles_per_s", "cold_titles_per_s", "featurise_titles_per_s",
+                  "featurise_cached_titles_per_s", "tower_titles_per_s",
                   "tower_ceiling_titles_per_s"):
             assert e["ours"][k] > 0, k
     assert r["profile"]["clsm J=4"]["top"] and r["profile"]["clsm J=4"]["backward_nodes"]

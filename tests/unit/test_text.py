@@ -135,3 +135,21 @@ def test_features_equal_on_real_titles():
     dense = h.transform(titles).toarray()
     for i in range(len(titles)):
         assert np.array_equal(np.bincount(f.ids[f.indptr[i] : f.indptr[i + 1]], minlength=len(h)), dense[i])
+
+
+@pytest.mark.parametrize("budget", [10**9, 400, 40])
+def test_text_cache_gives_the_same_word_ids(monkeypatch, budget):
+    """Texts met before come from the cache (and a full cache starts afresh): the same rows as
+    tokenising each text, whatever mix of old and new texts a call holds."""
+    from semsearch.text import trigram
+
+    monkeypatch.setattr(trigram, "TEXT_CACHE_CHARS", budget)
+    rng = random.Random(3)
+    texts = _odd_texts(rng, 120)
+    h = TrigramHasher.fit(texts, max_words=8)
+    table, ref = WordTable(h), WordTable(h)
+    calls = [texts[:50], texts[:50], texts[30:90], texts[::-1], texts[5:6], [], texts + texts]
+    for part in calls:
+        a, b = table.encode(part), ref.encode_each(part)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert table._chars <= budget

@@ -33,6 +33,10 @@ _ASCII_TOKENS = str.maketrans({c: chr(c).lower() if chr(c).isalnum() else " " fo
 """ASCII characters -> ``normalize.tokenize``'s view: letters lower-cased, digits kept, the rest
 (punctuation, ``_``) a space; the two markers kept."""
 
+TEXT_CACHE_CHARS = 20_000_000
+"""Characters of texts a word table remembers with their word ids (``WordTable.encode``); past
+this it starts afresh, so memory stays bounded."""
+
 DEFAULT_MAX_WORDS = 64
 """Texts are truncated to their first 64 words before hashing (titles average ~8 words)."""
 
@@ -168,9 +172,15 @@ class WordTable:
         self.ids: dict[str, int] = {_SEP: -2, _OTHER: -3}  # word -> id; the two markers negative
         self._tri = array("q")
         self._ptr = array("q", [0])
+        self._texts: dict[str, int] = {}  # text -> its row of word ids in _rows / _row_ptr
+        self.forget_texts()
 
     def __len__(self) -> int:
         return len(self._ptr) - 1
+
+    def forget_texts(self) -> None:
+        """Empty the text cache (the words stay): the next ``encode`` tokenises every text."""
+        self._texts, self._rows, self._row_ptr, self._chars = {}, array("q"), array("q", [0]), 0
 
     def _word(self, w: str) -> int:
         i = self.ids.get(w)
@@ -183,11 +193,45 @@ class WordTable:
     def encode(self, texts: Sequence[str], *, chunk: int = 50_000) -> tuple[np.ndarray, np.ndarray]:
         """Per text its word ids (first ``hasher.max_words`` words): (indptr, ids), both int64.
 
-        Vectorised: a chunk of texts is lower-cased and tokenised as one string (texts joined by a
-        separator no token contains; ASCII by ``str.translate``, other texts by the regex), its
-        tokens looked up with one ``map`` over the dictionary, and rows, truncation and new words
-        found with numpy; only words met for the first time
-        cost Python work (their trigrams), in order of appearance, as ``encode_each`` does."""
+        Texts met before (up to ``TEXT_CACHE_CHARS`` characters of them) are looked up whole: a
+        collection encoded again — the dev documents re-ranked after every epoch, an index rebuilt
+        — skips tokenising. The others are ``tokenize``d in chunks (``_tokenize``)."""
+        n = len(texts)
+        rows = np.fromiter(map(self._texts.get, texts, repeat(-1)), dtype=np.int64, count=n)
+        miss = np.flatnonzero(rows < 0)
+        if len(miss):
+            new = list(texts) if len(miss) == n else [texts[i] for i in miss]
+            chars = sum(map(len, new))
+            if self._chars + chars > TEXT_CACHE_CHARS:  # start afresh: every text is new again
+                self.forget_texts()
+                if len(miss) < n:
+                    miss, new, chars = np.arange(n), list(texts), sum(map(len, texts))
+            indptr, ids = self._tokenize(new, chunk)
+            if chars > TEXT_CACHE_CHARS:  # too big to keep
+                return indptr, ids
+            base = len(self._row_ptr) - 1
+            self._texts.update(zip(new, range(base, base + len(new))))
+            self._rows.extend(ids.tolist())
+            self._row_ptr.extend((indptr[1:] + self._row_ptr[-1]).tolist())
+            self._chars += chars
+            if len(miss) == n:
+                return indptr, ids
+            rows[miss] = np.arange(base, base + len(new))
+        ptr = np.frombuffer(self._row_ptr, dtype=np.int64)
+        starts, lengths = ptr[rows], ptr[rows + 1] - ptr[rows]
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        pos = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1], dtype=np.int64)
+        store = np.frombuffer(self._rows, dtype=np.int64) if len(self._rows) else np.zeros(0, dtype=np.int64)
+        return indptr, store[pos]
+
+    def _tokenize(self, texts: Sequence[str], chunk: int) -> tuple[np.ndarray, np.ndarray]:
+        """``encode`` without the text cache, vectorised: a chunk of texts is lower-cased and
+        tokenised as one string (texts joined by a separator no token contains; ASCII by
+        ``str.translate``, other texts by the regex), its tokens looked up with one ``map`` over
+        the dictionary, and rows, truncation and new words found with numpy; only words met for
+        the first time cost Python work (their trigrams), in order of appearance, as
+        ``encode_each`` does."""
         parts = [self._encode_chunk(texts[i : i + chunk]) for i in range(0, len(texts), chunk)]
         if len(parts) == 1:
             return parts[0]
