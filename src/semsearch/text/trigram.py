@@ -211,8 +211,8 @@ class WordTable:
                 return indptr, ids
             base = len(self._row_ptr) - 1
             self._texts.update(zip(new, range(base, base + len(new))))
-            self._rows.extend(ids.tolist())
-            self._row_ptr.extend((indptr[1:] + self._row_ptr[-1]).tolist())
+            self._rows.frombytes(ids.tobytes())
+            self._row_ptr.frombytes((indptr[1:] + self._row_ptr[-1]).tobytes())
             self._chars += chars
             if len(miss) == n:
                 return indptr, ids
