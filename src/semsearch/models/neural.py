@@ -127,20 +127,18 @@ class _WindowMax(torch.autograd.Function):
         out[order] = best + bias
         winner = torch.empty_like(arg)
         winner[order] = arg
-        ctx.save_for_backward(rows * slots.shape[1], winner)  # slot rows as offsets into the flat slots
+        ctx.save_for_backward(rows, winner)
         ctx.n_slots = slots.shape[0]
         return out
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[no-untyped-def, override]
-        row_offsets, winner = ctx.saved_tensors
-        n, k = g.shape
-        window = row_offsets.shape[1]
-        flat = row_offsets[winner]  # (texts, K, window): where each winner's slots start in the flat slots
-        flat += torch.arange(k, device=g.device)[None, :, None]
-        gs = torch.zeros(ctx.n_slots * k, dtype=g.dtype, device=g.device)
-        gs.index_add_(0, flat.reshape(-1), g[:, :, None].expand(n, k, window).reshape(-1))
-        return gs.view(ctx.n_slots, k), g.sum(0), None, None, None
+        rows, winner = ctx.saved_tensors
+        g = g.contiguous()
+        gs = torch.zeros((ctx.n_slots, g.shape[1]), dtype=g.dtype, device=g.device)
+        for j in range(rows.shape[1]):  # window slot j of each winning position gets the text's gradient
+            gs.scatter_add_(0, rows[:, j][winner], g)
+        return gs, g.sum(0), None, None, None
 
 
 def _running_max(conv: np.ndarray, blocks: list[int], starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
