@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -153,3 +154,27 @@ def test_text_cache_gives_the_same_word_ids(monkeypatch, budget):
         a, b = table.encode(part), ref.encode_each(part)
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     assert table._chars <= budget
+
+
+def test_encode_from_many_threads_gives_each_text_its_own_words():
+    """A server encodes queries from many threads: every call still gets its texts' words."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = random.Random(11)
+    texts = [f"w{rng.randint(0, 300)} x{i} y{rng.randint(0, 50)} " * rng.randint(1, 3) for i in range(3000)]
+    h = TrigramHasher.fit(texts[:100], max_words=8)
+    table = WordTable(h)
+
+    def words(k: int) -> bool:
+        part = texts[k * 30 : (k + 1) * 30]
+        ptr, ids = table.encode(part)
+        names = {i: w for w, i in list(table.ids.items())}
+        return all([names[i] for i in ids[ptr[r] : ptr[r + 1]]] == tokenize(t)[:8] for r, t in enumerate(part))
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: races show
+    try:
+        with ThreadPoolExecutor(8) as ex:
+            assert all(ex.map(words, list(range(100)) * 2))
+    finally:
+        sys.setswitchinterval(old)

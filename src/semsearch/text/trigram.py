@@ -9,6 +9,7 @@ vocabulary × texts (the dense-vector pitfall peers hit)."""
 from __future__ import annotations
 
 import json
+import threading
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -174,6 +175,7 @@ class WordTable:
         self._ptr = array("q", [0])
         self._texts: dict[str, int] = {}  # text -> its row of word ids in _rows / _row_ptr
         self.forget_texts()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._ptr) - 1
@@ -195,7 +197,12 @@ class WordTable:
 
         Texts met before (up to ``TEXT_CACHE_CHARS`` characters of them) are looked up whole: a
         collection encoded again — the dev documents re-ranked after every epoch, an index rebuilt
-        — skips tokenising. The others are ``tokenize``d in chunks (``_tokenize``)."""
+        — skips tokenising. The others are ``tokenize``d in chunks (``_tokenize``). One call at a
+        time (a lock): the table grows as texts come, and a server encodes from many threads."""
+        with self._lock:
+            return self._encode(texts, chunk)
+
+    def _encode(self, texts: Sequence[str], chunk: int) -> tuple[np.ndarray, np.ndarray]:
         n = len(texts)
         rows = np.fromiter(map(self._texts.get, texts, repeat(-1)), dtype=np.int64, count=n)
         miss = np.flatnonzero(rows < 0)
