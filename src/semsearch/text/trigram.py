@@ -282,9 +282,12 @@ class WordTable:
         keep = np.arange(len(text), dtype=np.int64) - starts[text] < self.hasher.max_words
         ids = ids[word][keep]
         new = np.flatnonzero(ids < 0)
-        if len(new):  # words met for the first time, in order
+        if len(new):  # words met for the first time: each hashed once, in order of appearance
             kept = np.flatnonzero(word)[keep]
-            ids[new] = [self._word(tokens[i]) for i in kept[new]]
+            met = list(map(tokens.__getitem__, kept[new].tolist()))
+            for w in dict.fromkeys(met):
+                self._word(w)
+            ids[new] = np.fromiter(map(self.ids.__getitem__, met), dtype=np.int64, count=len(met))
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.minimum(counts, self.hasher.max_words), out=indptr[1:])
         return indptr, ids
