@@ -168,7 +168,8 @@ def test_encode_from_many_threads_gives_each_text_its_own_words():
     def words(k: int) -> bool:
         part = texts[k * 30 : (k + 1) * 30]
         ptr, ids = table.encode(part)
-        names = {i: w for w, i in list(table.ids.items())}
+        with table._lock:  # other threads add words meanwhile: read the table as encode leaves it
+            names = {i: w for w, i in table.ids.items()}
         return all([names[i] for i in ids[ptr[r] : ptr[r + 1]]] == tokenize(t)[:8] for r, t in enumerate(part))
 
     old = sys.getswitchinterval()
