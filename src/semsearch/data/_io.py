@@ -137,7 +137,7 @@ def atomic_write(path: PathLike, *, binary: bool = False) -> Iterator[IO]:
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
-_TMP_SUFFIX = re.compile(r"\.tmp-(\d+)$")
+TMP_SUFFIX = re.compile(r"\.tmp-(\d+)$")
 
 
 def _renameat2_exchange(a: Path, b: Path) -> bool:
@@ -192,7 +192,8 @@ def replace_dir(tmp: Path, out: Path) -> None:
         os.close(fd)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` is running (another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -205,7 +206,7 @@ def _alive(pid: int) -> bool:
 def tmp_dir(out: Path) -> Path:
     """A fresh ``out.tmp-<pid>`` folder beside ``out`` (after removing those of dead processes)."""
     out = Path(out)
-    if _TMP_SUFFIX.search(out.name):
+    if TMP_SUFFIX.search(out.name):
         raise ValueError(f"{out}: a name may not end in .tmp-<number> (kept for the temporary folders of writers)")
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_tmp(out)
@@ -222,8 +223,8 @@ def remove_stale_tmp(out: Path) -> list[Path]:
     out = Path(out)
     removed = []
     for p in out.parent.glob(f"{glob.escape(out.name)}.tmp-*"):
-        m = _TMP_SUFFIX.search(p.name)
-        if m and p.name == f"{out.name}{m.group(0)}" and p.is_dir() and not _alive(int(m.group(1))):
+        m = TMP_SUFFIX.search(p.name)
+        if m and p.name == f"{out.name}{m.group(0)}" and p.is_dir() and not pid_alive(int(m.group(1))):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     old = out.with_name(f".{out.name}.old")

@@ -29,7 +29,7 @@ from typing import Any
 
 from .. import __version__
 from ..data import Corpus, DataFormatError, join_fields, load_corpus, write_corpus
-from ..data._io import _alive, fsync_tree, remove_stale_tmp, replace_dir
+from ..data._io import TMP_SUFFIX, fsync_tree, pid_alive, replace_dir, tmp_dir
 from ..models import Model
 from ..plugins import load_model
 from ..models.base import ModelDirError
@@ -72,15 +72,6 @@ class Result:
 def is_encoder(model: Any) -> bool:
     """Encoders (DSSM, CLSM, bi-encoders) get a vector index; anything else is the lexical stage."""
     return callable(getattr(model, "encode_queries", None)) and callable(getattr(model, "encode_documents", None))
-
-
-TMP_SUFFIX = re.compile(r"\.tmp-(\d+)$")
-
-
-def remove_stale_builds(out: Path) -> list[Path]:
-    """Remove ``out.tmp-<pid>`` folders left by killed builds (their pid is no longer running);
-    those of running builds stay. Returns the removed folders."""
-    return remove_stale_tmp(out)
 
 
 _SERVERS: dict[str, Any] = {}
@@ -127,7 +118,7 @@ def _drop_orphans(dsn: str, out: Path, prefix: str) -> list[str]:
     orphans = []
     for name in list_collections(dsn):
         parts = name[len(prefix) + 1:].split("_") if name.startswith(prefix + "_") else []
-        if len(parts) == 3 and parts[0].isdigit() and name not in keep and not _alive(int(parts[0])):
+        if len(parts) == 3 and parts[0].isdigit() and name not in keep and not pid_alive(int(parts[0])):
             orphans.append(name)
     if orphans:
         with connect(dsn) as conn:
@@ -189,11 +180,7 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
     out = Path(out)
     if TMP_SUFFIX.search(out.name):
         raise ValueError(f"{out}: a bundle name may not end in .tmp-<number> (kept for the temporary folders of builds)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_builds(out)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = tmp_dir(out)  # stale builds' folders removed first
     try:
         texts = corpus.joined(fields)
         write_corpus(corpus, tmp / "documents.jsonl")
