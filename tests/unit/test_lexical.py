@@ -260,3 +260,63 @@ def test_query_pools(tiny_data):
     assert {f"d{i:02d}" for i in range(20)} <= pools["q0"] and set(ds.qrels("train")["q0"]) <= pools["q0"]
     by_text = query_pools(ds, {"q0": "red", "q3": "cat"})
     assert by_text == {"red": pools["q0"], "cat": pools["q3"]}
+
+
+def _reference_retrieve(m, queries, k):
+    """The formula the compiled kernel replaced: the sparse product Q @ W, the addend, best_k."""
+    from semsearch.models.base import best_k
+
+    ix = m.lexical_index
+    qc = ix.query_counts(queries)
+    scale = np.asarray(qc.sum(axis=1), dtype=np.float64).ravel()
+    s = (m._query_weights(ix, qc).astype(np.float32) @ m._postings).tocsr()
+    out = []
+    for i in range(len(queries)):
+        docs, sc = s.indices[s.indptr[i]:s.indptr[i + 1]], s.data[s.indptr[i]:s.indptr[i + 1]].astype(np.float64)
+        if m._addend is not None:
+            sc = sc + scale[i] * m._addend[docs]
+        out.append([(ix.doc_ids[docs[j]], float(sc[j])) for j in best_k(sc, ix.id_order[docs], k)])
+    return out
+
+
+@pytest.mark.parametrize("name", ["bm25", "ulm", "tfidf"])
+@pytest.mark.parametrize("parallel", [False, True])
+def test_compiled_retrieval_equals_sparse_product_and_best_k(name, parallel, monkeypatch):
+    """Generated collection with Zipfian words (common words' postings outnumber the documents:
+    the kernel's dense scan; rare words: its touched list) and many ties (short texts, shuffled
+    ids): the kernel's hits — ids, order and scores to the bit — equal the sparse-product formula
+    at every k, on the calling thread and in the parallel batch."""
+    from semsearch.models.postings import PostingsTopK
+
+    rng = np.random.default_rng(7)
+    words = [f"w{i}" for i in range(400)]
+    p = 1.0 / np.arange(1, len(words) + 1)
+    p /= p.sum()
+    ids = [f"d{i:04d}" for i in rng.permutation(1500)]
+    texts = [" ".join(rng.choice(words, size=rng.integers(0, 30), p=p)) for _ in ids]
+    queries = [" ".join(rng.choice(words + ["unknown"], size=rng.integers(0, 6), p=np.append(p, 0.0) * 0.9
+                                   + 0.1 / (len(words) + 1))) for _ in range(300)]
+    m = create_model(name)
+    m.index(ids, texts)
+    walked = np.zeros(len(queries), dtype=np.int64)
+    qc = m.lexical_index.query_counts(queries)
+    m._top_k.search(qc.indptr, qc.indices, qc.data, np.zeros(len(queries)), 10, walked=walked)
+    assert (walked >= len(ids)).sum() > 20 and (walked < len(ids)).sum() > 20  # both of the kernel's paths
+    monkeypatch.setattr(PostingsTopK, "PARALLEL_FROM", 1 if parallel else 10**9)
+    for k in (1, 3, 10, 1499, 1500, 5000):
+        assert m.retrieve(queries, k) == _reference_retrieve(m, queries, k)
+    ids_, scores, counts = m.retrieve_arrays(queries, 10)
+    assert [list(zip(d[:n], s[:n])) for d, s, n in zip(ids_.tolist(), scores.tolist(), counts)] == m.retrieve(queries, 10)
+    assert all(d == "" for row, n in zip(ids_, counts) for d in row[n:])
+
+
+def test_compiled_retrieval_from_many_threads(bm25):
+    """Server threads search the same model at once (the kernel releases the GIL; each thread
+    has its own scratch): every thread gets the single-threaded answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    queries = ["the cat", "dog", "cat dog", "sat mat", "", "bird"] * 50
+    want = [bm25.retrieve([q], 5)[0] for q in queries]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda q: bm25.retrieve([q], 5)[0], queries))
+    assert got == want

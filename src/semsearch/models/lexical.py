@@ -3,8 +3,9 @@ likelihood with Dirichlet or Jelinek-Mercer smoothing), TF-IDF cosine (VSM); plu
 random order as the floor every table should show.
 
 Scoring is "eager" (as bm25s): at index time every (document, term) pair gets its model weight,
-stored term-major (an inverted index as a CSR matrix); a batch of queries is then one sparse
-matrix product ``Q @ W`` and a top-k per row. Re-ranking and full retrieval share that path."""
+stored term-major (an inverted index as a CSR matrix); retrieval walks the query terms' postings
+in a compiled kernel (``postings.PostingsTopK``: the sums of ``Q @ W`` and a bounded top-k heap),
+re-ranking given candidates multiplies their rows of the document-major copy."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ import scipy.sparse as sp
 
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import CONFIG, SAVED_DATA_ERRORS, Model, ModelDirError, best_k, id_ranks, positions, read_config, same_length, seal, write_config
+from .postings import PostingsTopK
+from .base import CONFIG, SAVED_DATA_ERRORS, Model, ModelDirError, id_ranks, positions, read_config, same_length, seal, write_config
 
 _INDEX_NPZ = "lexical.npz"
 _INDEX_JSON = "lexical.json"
@@ -266,7 +268,7 @@ class LexicalModel(IndexedModel):
     def use_index(self, index: LexicalIndex) -> None:
         super().use_index(index)
         self._stats = None
-        for cached in ("_postings", "_doc_major", "_addend", "_query_cache"):
+        for cached in ("_postings", "_doc_major", "_addend", "_query_cache", "_top_k", "_id_array"):
             self.__dict__.pop(cached, None)
 
     @property
@@ -306,14 +308,6 @@ class LexicalModel(IndexedModel):
         return None
 
     # -- scoring ---------------------------------------------------------------------------
-    def _scores(self, queries: Sequence[str]) -> tuple[sp.csr_matrix, np.ndarray]:
-        """Sparse (queries x documents) matched-term scores and each query's addend scale."""
-        ix = self.lexical_index
-        qc = ix.query_counts(queries)
-        scale = np.asarray(qc.sum(axis=1), dtype=np.float64).ravel()
-        q = self._query_weights(ix, qc).astype(np.float32)
-        return (q @ self._postings).tocsr(), scale
-
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
         same_length(queries, candidates, "queries", "candidate lists")
         if self.p.stats == "exclude-query-pool":
@@ -350,24 +344,41 @@ class LexicalModel(IndexedModel):
             cache[query] = hit
         return hit
 
+    @cached_property
+    def _top_k(self) -> PostingsTopK:
+        """The compiled retrieval kernel over ``_postings`` (same weights, same float32 sums)."""
+        ix, w = self.lexical_index, self._postings
+        return PostingsTopK(w.indptr, w.indices, w.data, len(ix), ix.id_order, self._addend)
+
+    @cached_property
+    def _id_array(self) -> np.ndarray:
+        return np.asarray(self.lexical_index.doc_ids, dtype=object)
+
     def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
         """Top-k among documents that match at least one query term (as Lucene/Anserini)."""
+        if self.p.stats == "exclude-query-pool":
+            if k < 1:
+                raise ValueError("k must be at least 1")
+            return [self._for_query(q).retrieve([q], k)[0] for q in queries]
+        ids, scores, counts = self.retrieve_arrays(queries, k)
+        return [list(zip(d[:n], s[:n])) for d, s, n in zip(ids.tolist(), scores.tolist(), counts.tolist())]
+
+    def retrieve_arrays(self, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``retrieve`` as arrays, for bulk runs where building (id, score) tuples costs more than
+        the search: doc ids (queries x k, object, ``""`` past a row's count), scores (float64, 0
+        past the count) and each row's count. Not for ``stats = "exclude-query-pool"``."""
         if k < 1:
             raise ValueError("k must be at least 1")
         if self.p.stats == "exclude-query-pool":
-            return [self._for_query(q).retrieve([q], k)[0] for q in queries]
+            raise ValueError("retrieve_arrays: stats = 'exclude-query-pool' scores each query apart; use retrieve")
         ix = self.lexical_index
-        s, scale = self._scores(queries)
-        addend, id_order, ids = self._addend, ix.id_order, ix.doc_ids
-        out = []
-        for i in range(len(queries)):
-            lo, hi = s.indptr[i], s.indptr[i + 1]
-            docs, sc = s.indices[lo:hi], s.data[lo:hi].astype(np.float64)
-            if addend is not None:
-                sc = sc + scale[i] * addend[docs]
-            top = best_k(sc, id_order[docs], k)
-            out.append([(ids[docs[j]], float(sc[j])) for j in top])
-        return out
+        qc = ix.query_counts(queries)
+        scale = np.asarray(qc.sum(axis=1), dtype=np.float64).ravel()
+        q = self._query_weights(ix, qc).astype(np.float32).tocsr()
+        docs, scores, counts = self._top_k.search(q.indptr, q.indices, q.data, scale, k)
+        ids = self._id_array[docs]
+        ids[docs < 0] = ""
+        return ids, scores, counts
 
 
 class BM25(LexicalModel):
