@@ -37,7 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from .vector import METRICS, Hits, IndexMismatchError, _as_matrix, _unit
+from .vector import Hits, IndexMismatchError, _as_matrix, _unit
+
+METRICS = ("ip", "cosine")  # (faiss's VectorIndex also offers l2)
 
 META_TABLE = "semsearch_collections"
 FORMAT = 1

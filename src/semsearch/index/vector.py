@@ -15,7 +15,8 @@ retrieves each query's top-k by k-NN search; this module is that index. Kinds:
   ``stored_vectors``. ``rerank = 0`` keeps the PQ approximations only.
 
 Metric ``"ip"`` scores by dot product; ``"cosine"`` normalises vectors on add and on search, so
-the inner product is the cosine. Documents have string ids. An index saves to a directory
+the inner product is the cosine; ``"l2"`` by Euclidean distance, reported as the negated squared
+distance so that, as for the others, a higher score is nearer. Documents have string ids. An index saves to a directory
 (``index.faiss`` + ``vector_index.json`` + ``ids.json``) and refuses to load for a different model
 or dimension than the caller expects (``IndexMismatchError``)."""
 
@@ -36,7 +37,7 @@ IDS = "ids.json"
 EXACT = "vectors.npy"  # ivfpq with rerank: the full vectors, memory-mapped once loaded
 FORMAT = 1
 KINDS = ("flat", "hnsw", "ivfpq")
-METRICS = ("ip", "cosine")
+METRICS = ("ip", "cosine", "l2")
 DEFAULTS: dict[str, dict[str, int]] = {
     "flat": {},
     "hnsw": {"M": 32, "efConstruction": 200, "efSearch": 128},
@@ -84,7 +85,7 @@ class VectorIndex:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if metric not in METRICS:
-            raise ValueError(f"metric must be 'ip' or 'cosine', got {metric!r}")
+            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
         if dim < 1:
             raise ValueError("dim must be at least 1")
         unknown = set(params) - set(DEFAULTS[kind])
@@ -108,9 +109,11 @@ class VectorIndex:
     def _new_faiss(self) -> Any:
         import faiss
 
-        p, ip = self.params, faiss.METRIC_INNER_PRODUCT
+        p = self.params
+        ip = faiss.METRIC_L2 if self.metric == "l2" else faiss.METRIC_INNER_PRODUCT
+        flat = faiss.IndexFlatL2 if self.metric == "l2" else faiss.IndexFlatIP
         if self.kind == "flat":
-            return faiss.IndexFlatIP(self.dim)
+            return flat(self.dim)
         if self.kind == "hnsw":
             ix = faiss.IndexHNSWFlat(self.dim, p["M"], ip)
             ix.hnsw.efConstruction = p["efConstruction"]
@@ -118,7 +121,7 @@ class VectorIndex:
             return ix
         if p["rerank"] < 0:
             raise ValueError(f"ivfpq: rerank must be >= 0 (0: no exact re-scoring), got {p['rerank']}")
-        ix = faiss.IndexIVFPQ(faiss.IndexFlatIP(self.dim), self.dim, p["nlist"], p["m"], p["nbits"], ip)
+        ix = faiss.IndexIVFPQ(flat(self.dim), self.dim, p["nlist"], p["m"], p["nbits"], ip)
         ix.nprobe = p["nprobe"]
         return ix
 
@@ -153,6 +156,17 @@ class VectorIndex:
         self._ids.extend(ids)
         self._position.update((d, start + i) for i, d in enumerate(ids))
         self._ranks = id_ranks(self._ids)
+
+    def empty_copy(self) -> "VectorIndex":
+        """An index with this one's settings and its trained state (IVF-PQ: the coarse and product
+        quantizers) but no documents: the start of each shard of a ``ShardedVectorIndex``."""
+        import faiss
+
+        if len(self._ids):
+            raise ValueError("empty_copy: copy the trained index before adding documents")
+        twin = VectorIndex(self.dim, self.kind, self.metric, model=self.model, threads=self.threads, **self.params)
+        twin._faiss = faiss.clone_index(self._faiss)
+        return twin
 
     @classmethod
     def build(cls, doc_ids: Sequence[str], vectors: Any, kind: str = "flat", metric: str = "cosine", *,
@@ -213,7 +227,7 @@ class VectorIndex:
             return self._rescored(q, k)
         fetch = min(n, k + 8)
         while True:
-            scores, pos = self._faiss.search(q, fetch)
+            scores, pos = self._faiss_search(q, fetch)
             # a tie at the last fetched score may continue past it: fetch more (exact kinds)
             if fetch == n or self.kind != "flat" or not (scores[:, k - 1] == scores[:, fetch - 1]).any():
                 break
@@ -230,14 +244,28 @@ class VectorIndex:
         """IVF-PQ with exact re-scoring: the codes' top ``rerank`` candidates (at least k), scored
         with the full vectors, best first, equal scores by doc id."""
         assert self._exact is not None
-        _, pos = self._faiss.search(q, min(len(self._ids), max(k, self.params["rerank"])))
-        out = []
-        for qv, p in zip(q, pos):
-            p = np.sort(p[p >= 0])  # sorted rows: the memory-mapped file is read in order
-            s = self._exact[p] @ qv
-            order = np.lexsort((self._ranks[p], -s))[:k]
-            out.append([(self._ids[j], float(s[i])) for i, j in zip(order, p[order])])
-        return out
+        _, pos = self._faiss_search(q, min(len(self._ids), max(k, self.params["rerank"])))
+        return [self._exact_top(qv, p, k) for qv, p in zip(q, pos)]
+
+    def _faiss_search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """faiss's (scores, positions), scores higher-is-nearer (l2: the negated squared distance)."""
+        scores, pos = self._faiss.search(q, k)
+        return (-scores if self.metric == "l2" else scores), pos
+
+    def _score(self, vectors: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """Exact scores of stored ``vectors`` for query vector ``q`` (l2: negated squared distance)."""
+        if self.metric == "l2":
+            d = vectors - q
+            return -np.einsum("ij,ij->i", d, d)
+        return vectors @ q
+
+    def _exact_top(self, qv: np.ndarray, p: np.ndarray, k: int) -> Hits:
+        """Candidates at positions ``p`` (-1: none) re-scored with the full vectors, best ``k``
+        first, equal scores by doc id."""
+        p = np.sort(p[p >= 0])  # sorted rows: the memory-mapped file is read in order
+        s = self._score(self._exact[p], qv)  # type: ignore[index]
+        order = np.lexsort((self._ranks[p], -s))[:k]
+        return [(self._ids[j], float(s[i])) for i, j in zip(order, p[order])]
 
     def similarity(self, query: Any, doc_ids: Sequence[str]) -> np.ndarray:
         """One query vector's score with each of ``doc_ids`` (the stored vectors; for cosine the
@@ -253,7 +281,7 @@ class VectorIndex:
         if not len(doc_ids):
             return np.zeros(0, dtype=np.float64)
         pos = np.fromiter((self._position[d] for d in doc_ids), dtype=np.int64, count=len(doc_ids))
-        return (self.stored_vectors()[pos] @ q[0]).astype(np.float64)
+        return self._score(self.stored_vectors()[pos], q[0]).astype(np.float64)
 
     def stored_vectors(self) -> np.ndarray:
         """All stored vectors (normalised for cosine; decoded for ivfpq) as one matrix, read from
