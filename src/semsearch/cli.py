@@ -317,6 +317,26 @@ def index_build(
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
 
 
+@index_app.command("from-shards")
+@_guard
+def index_from_shards_cmd(
+    shards: Annotated[list[Path], typer.Argument(help="Encoded shards: the .npy files `semsearch encode --shard I/N` wrote (their .json beside them).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory of the sharded vector index (one sub-index per shard).")],
+    kind: Annotated[str, typer.Option(help="flat, hnsw or ivfpq.")] = "ivfpq",
+    metric: Annotated[str, typer.Option(help="ip, cosine or l2.")] = "cosine",
+    train_sample: Annotated[int, typer.Option(help="IVF-PQ: vectors (from the first shards) the shared quantizers are trained on.")] = 100_000,
+    param: Annotated[list[str], typer.Option("--param", help="Index parameter NAME=VALUE (repeatable), e.g. nlist=1024, m=48, nprobe=64.")] = [],
+) -> None:
+    """Build one sharded vector index from encoded shards: IVF-PQ's quantizers trained once and
+    shared, one sub-index per shard, searched together with the unsharded index's answers."""
+    from .index.sharded import ShardedVectorIndex
+
+    params = _parse_params(param)
+    ix = ShardedVectorIndex.from_encoded(shards, kind=kind, metric=metric, train_sample=train_sample, **params)
+    ix.save(out)
+    err.print(f"wrote {out}: {len(ix):,} vectors in {len(ix.shards)} shards ({kind}, {metric})", highlight=False)
+
+
 @app.command("search")
 @_guard
 def search_cmd(
@@ -523,33 +543,48 @@ def encode_cmd(
     texts: Annotated[Path, typer.Option(help="Texts: one per line, or BEIR queries.jsonl / corpus.jsonl.")],
     out_path: Annotated[Path, typer.Option("--out", help="Output .npy file (float32, one row per text; unit length for DSSM, CLSM and MT-DNN, raw dot-product vectors for bert-rep).")],
     side: Annotated[str, typer.Option(help="'query' or 'document' tower.")] = "document",
+    shard: Annotated[Optional[str], typer.Option(help="I/N: encode only the I-th of N equal contiguous parts of the texts (0-based), for many machines; a shard already written is skipped (resumable). Writes the .npy and a .json beside it (ids, rows, model): `semsearch index from-shards` builds one index from them.")] = None,
 ) -> None:
     """Encode texts with a trained encoder into a .npy matrix (rows in input order)."""
     import numpy as np
 
     from .data import iter_corpus, join_fields, load_queries
     from .data._io import atomic_write, read_lines
+    from .index.sharded import EncodedShard, parse_shard
     from .plugins import load_model
 
+    part = parse_shard(shard) if shard is not None else None  # validated before the model is read
+    if side not in ("query", "document"):
+        raise ValueError("--side must be 'query' or 'document'")
+    if out_path.suffix != ".npy":  # where np.save(out_path) would write
+        out_path = out_path.with_name(out_path.name + ".npy")
     m = load_model(model)
     if not hasattr(m, "encode_queries"):
         raise ValueError(f"{model}: a {m.name} model is not an encoder")
     if texts.suffix == ".jsonl" and texts.name.startswith("corpus"):
-        items = [join_fields(d.title, d.text) for d in iter_corpus(texts)]
+        docs = list(iter_corpus(texts))
+        ids, items = [d.id for d in docs], [join_fields(d.title, d.text) for d in docs]
     elif texts.suffix == ".jsonl":
-        items = list(load_queries(texts).values())
+        queries = load_queries(texts)
+        ids, items = list(queries), list(queries.values())
     else:
         items = read_lines(texts)
-    if side not in ("query", "document"):
-        raise ValueError("--side must be 'query' or 'document'")
+        ids = [str(i) for i in range(len(items))]  # line numbers (0-based)
+    lo, hi = (0, len(items)) if part is None else (part[0] * len(items) // part[1], (part[0] + 1) * len(items) // part[1])
+    info = EncodedShard(out_path, model=str(model.resolve()), texts=str(texts.resolve()), side=side,
+                        shard=part or (0, 1), rows=(lo, hi), ids=ids[lo:hi])
+    if part is not None and info.done():
+        err.print(f"{out_path}: shard {part[0]}/{part[1]} already written, skipped", highlight=False)
+        return
     start = time.perf_counter()
-    vecs = m.encode_queries(items) if side == "query" else m.encode_documents(items)  # type: ignore[attr-defined]
-    if out_path.suffix != ".npy":  # where np.save(out_path) would write
-        out_path = out_path.with_name(out_path.name + ".npy")
+    chunk = items[lo:hi]
+    vecs = m.encode_queries(chunk) if side == "query" else m.encode_documents(chunk)  # type: ignore[attr-defined]
     with atomic_write(out_path, binary=True) as f:  # a failed write leaves no partial .npy
         np.save(f, vecs, allow_pickle=False)
+    if part is not None:
+        info.write_sidecar(dim=int(vecs.shape[1]))  # last: its presence says the shard is complete
     secs = time.perf_counter() - start
-    err.print(f"wrote {out_path}: {vecs.shape[0]} x {vecs.shape[1]} in {secs:.2f} s ({len(items) / max(secs, 1e-9):,.0f} texts/s)", highlight=False)
+    err.print(f"wrote {out_path}: {vecs.shape[0]} x {vecs.shape[1]} in {secs:.2f} s ({len(chunk) / max(secs, 1e-9):,.0f} texts/s)", highlight=False)
 
 
 @app.command("export-onnx")

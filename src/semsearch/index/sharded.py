@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..data._io import atomic_write
 from ..models.base import ModelDirError
 from .vector import Hits, VectorIndex, _as_matrix, _unit
 
@@ -51,6 +54,44 @@ class ShardedVectorIndex:
                 raise ValueError("a document id is in two shards")
             seen.update(s.doc_ids)
         self.shards = list(shards)
+
+    @classmethod
+    def from_encoded(cls, paths: Sequence[str | Path], kind: str = "ivfpq", metric: str = "cosine", *,
+                     train_sample: int = 100_000, threads: int | None = None, **params: int) -> "ShardedVectorIndex":
+        """One shard per encoded file (``semsearch encode --shard I/N``: the .npy and its .json),
+        in shard order; the files must be the N shards of one encoding, each complete. IVF-PQ:
+        the quantizers are trained once on the first ``train_sample`` vectors, read from the first
+        shards, and shared."""
+        shards = sorted((EncodedShard.read(p) for p in paths), key=lambda e: e.shard[0])
+        if not shards:
+            raise ValueError("from_encoded: no shards given")
+        n = shards[0].shard[1]
+        first = shards[0]
+        for e in shards:
+            if (e.model, e.texts, e.side, e.shard[1]) != (first.model, first.texts, first.side, n):
+                raise ValueError(f"{e.path}: shard of another encoding ({e.model}, {e.texts}, {e.side}, of {e.shard[1]}) "
+                                 f"than {first.path} ({first.model}, {first.texts}, {first.side}, of {n})")
+        got = [e.shard[0] for e in shards]
+        if got != list(range(n)):
+            missing = sorted(set(range(n)) - set(got))
+            raise ValueError(f"from_encoded: shards {missing or got} of {n} missing or repeated")
+        dim = int(np.load(first.path, mmap_mode="r").shape[1])
+        template = VectorIndex(dim, kind, metric, model=first.model, threads=threads, **params)
+        if kind == "ivfpq":
+            parts, need = [], train_sample
+            for e in shards:
+                if need <= 0:
+                    break
+                parts.append(np.asarray(np.load(e.path, mmap_mode="r")[:need], dtype=np.float32))
+                need -= len(parts[-1])
+            sample = np.vstack(parts)
+            template._train(_unit(sample) if metric == "cosine" else sample)
+        out = []
+        for e in shards:
+            ix = template.empty_copy()
+            ix.add(e.ids, np.load(e.path, allow_pickle=False))
+            out.append(ix)
+        return cls(out)
 
     @classmethod
     def build(cls, doc_ids: Sequence[str], vectors: Any, shards: int, kind: str = "flat", metric: str = "cosine", *,
@@ -157,3 +198,68 @@ def merge(lists: Sequence[Hits], k: int) -> Hits:
     """The best ``k`` of several best-first hit lists over disjoint documents: by score, equal
     scores by doc id."""
     return heapq.nsmallest(k, (h for hits in lists for h in hits), key=lambda h: (-h[1], h[0]))
+
+
+_SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"I/N"`` (0 <= I < N) -> (I, N); ValueError naming ``--shard`` otherwise."""
+    m = _SHARD_RE.match(text)
+    if not m or not int(m.group(1)) < int(m.group(2)):
+        raise ValueError(f"--shard {text!r}: expected I/N with 0 <= I < N, e.g. 0/8")
+    return int(m.group(1)), int(m.group(2))
+
+
+@dataclass
+class EncodedShard:
+    """One encoded shard: ``path`` (.npy, one row per text) and its sidecar ``path.json`` saying
+    what it is (model, texts, side, shard I/N, rows, doc ids). The sidecar is written last, so a
+    shard whose sidecar matches is complete and is skipped when the encoding is run again."""
+
+    path: Path
+    model: str
+    texts: str
+    side: str
+    shard: tuple[int, int]
+    rows: tuple[int, int]
+    ids: list[str] = field(default_factory=list)
+
+    @property
+    def sidecar(self) -> Path:
+        return self.path.with_name(self.path.name + ".json")
+
+    def _meta(self) -> dict[str, Any]:
+        return {"model": self.model, "texts": self.texts, "side": self.side, "shard": list(self.shard),
+                "rows": list(self.rows)}
+
+    def done(self) -> bool:
+        """The shard is on disk, complete, from the same model, texts, side and I/N."""
+        try:
+            old = EncodedShard.read(self.path)
+        except (ValueError, ModelDirError):
+            return False
+        return old._meta() == self._meta() and old.ids == self.ids
+
+    def write_sidecar(self, dim: int) -> None:
+        with atomic_write(self.sidecar) as f:
+            json.dump({**self._meta(), "dim": dim, "ids": self.ids}, f, ensure_ascii=False)
+
+    @classmethod
+    def read(cls, path: str | Path) -> "EncodedShard":
+        """An encoded shard from its .npy path; ValueError if it or its sidecar is missing,
+        unreadable or inconsistent (rows, ids)."""
+        p = Path(path)
+        side = p.with_name(p.name + ".json")
+        try:
+            meta = json.loads(side.read_text(encoding="utf-8"))
+            e = cls(p, str(meta["model"]), str(meta["texts"]), str(meta["side"]), tuple(meta["shard"]),  # type: ignore[arg-type]
+                    tuple(meta["rows"]), [str(i) for i in meta["ids"]])  # type: ignore[arg-type]
+            shape = np.load(p, mmap_mode="r", allow_pickle=False).shape
+        except FileNotFoundError as err:
+            raise ValueError(f"{p}: not a complete encoded shard (missing {Path(err.filename).name})") from None
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{p}: unreadable encoded shard ({err})") from None
+        if len(shape) != 2 or shape[0] != e.rows[1] - e.rows[0] or len(e.ids) != shape[0]:
+            raise ValueError(f"{p}: holds {shape} vectors, its sidecar rows {e.rows} and {len(e.ids)} ids")
+        return e

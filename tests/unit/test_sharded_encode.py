@@ -1,0 +1,86 @@
+"""`semsearch encode --shard I/N` and `semsearch index from-shards` (issue 20 item 2): shards of
+one encoding, resumable, built into one sharded index that answers as the unsharded one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from semsearch.cli import app
+from semsearch.index.sharded import EncodedShard, ShardedVectorIndex, parse_shard
+from semsearch.index.vector import VectorIndex
+
+WORDS = "red brick wall blue door oak table lamp shade steel pipe white paint".split()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from semsearch.plugins import create_model
+    from semsearch.text import TrigramHasher
+
+    d = tmp_path_factory.mktemp("enc")
+    rng = np.random.default_rng(3)
+    texts = [" ".join(rng.choice(WORDS, size=rng.integers(1, 6))) for _ in range(101)]
+    ids = [f"p{i:03d}" for i in rng.permutation(101)]
+    corpus = d / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": i, "title": t}) + "\n" for i, t in zip(ids, texts)), encoding="utf-8")
+    m = create_model("dssm", hidden=[8], out=6)
+    m.build(TrigramHasher.fit(texts, max_words=8))
+    m.save(d / "dssm")
+    return d, ids, m
+
+
+def _encode(d: Path, out: Path, *extra: str):
+    return CliRunner().invoke(app, ["encode", "--model", str(d / "dssm"), "--texts", str(d / "corpus.jsonl"),
+                                    "--out", str(out), *extra])
+
+
+def test_shards_cover_the_encoding_resume_and_build_one_index(setup, tmp_path):
+    d, ids, m = setup
+    r = _encode(d, tmp_path / "all.npy")
+    assert r.exit_code == 0, r.output
+    full = np.load(tmp_path / "all.npy")
+    paths = [tmp_path / "shards" / f"s{i}.npy" for i in range(3)]
+    for i, p in enumerate(paths):
+        r = _encode(d, p, "--shard", f"{i}/3")
+        assert r.exit_code == 0, r.output
+    parts = [EncodedShard.read(p) for p in paths]
+    assert [e.rows for e in parts] == [(0, 33), (33, 67), (67, 101)]
+    assert sum((e.ids for e in parts), []) == ids
+    np.testing.assert_allclose(np.vstack([np.load(p) for p in paths]), full, rtol=1e-5, atol=1e-6)
+    # run again: every shard is already complete and skipped; a shard without its sidecar is redone
+    before = paths[1].stat().st_mtime_ns
+    r = _encode(d, paths[1], "--shard", "1/3")
+    assert r.exit_code == 0 and "skipped" in r.output and paths[1].stat().st_mtime_ns == before
+    paths[2].with_name(paths[2].name + ".json").unlink()
+    r = _encode(d, paths[2], "--shard", "2/3")
+    assert r.exit_code == 0 and "skipped" not in r.output and EncodedShard.read(paths[2]).rows == (67, 101)
+    # one index from the shards, in any order given: the unsharded index's answers
+    r = CliRunner().invoke(app, ["index", "from-shards", *map(str, paths[::-1]), "--out", str(tmp_path / "ix"),
+                                 "--kind", "flat"])
+    assert r.exit_code == 0, r.output
+    sh = ShardedVectorIndex.load(tmp_path / "ix")
+    q = m.encode_queries(["red door", "steel pipe lamp", "white"])
+    plain = VectorIndex.build(ids, full, "flat", "cosine")
+    assert [[x for x, _ in h] for h in sh.search(q, 15)] == [[x for x, _ in h] for h in plain.search(q, 15)]
+
+
+def test_bad_shard_arguments_and_incomplete_sets(setup, tmp_path):
+    d, _, _ = setup
+    for bad in ("3/3", "-1/2", "a/b", "1"):
+        r = _encode(d, tmp_path / "x.npy", "--shard", bad)
+        assert r.exit_code == 2 and "--shard" in r.output, r.output
+        with pytest.raises(ValueError, match="--shard"):
+            parse_shard(bad)
+    assert not (tmp_path / "x.npy").exists()
+    paths = [tmp_path / f"s{i}.npy" for i in range(3)]
+    for i in (0, 2):
+        assert _encode(d, paths[i], "--shard", f"{i}/3").exit_code == 0
+    with pytest.raises(ValueError, match=r"missing or repeated"):
+        ShardedVectorIndex.from_encoded([paths[0], paths[2]], kind="flat")
+    with pytest.raises(ValueError, match="not a complete encoded shard"):
+        ShardedVectorIndex.from_encoded([paths[1]], kind="flat")
