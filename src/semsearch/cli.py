@@ -544,47 +544,31 @@ def encode_cmd(
     out_path: Annotated[Path, typer.Option("--out", help="Output .npy file (float32, one row per text; unit length for DSSM, CLSM and MT-DNN, raw dot-product vectors for bert-rep).")],
     side: Annotated[str, typer.Option(help="'query' or 'document' tower.")] = "document",
     shard: Annotated[Optional[str], typer.Option(help="I/N: encode only the I-th of N equal contiguous parts of the texts (0-based), for many machines; a shard already written is skipped (resumable). Writes the .npy and a .json beside it (ids, rows, model): `semsearch index from-shards` builds one index from them.")] = None,
+    ray: Annotated[int, typer.Option("--ray", help="N > 0: encode all N shards as Ray Data tasks (needs `pip install 'semsearch[ray]'`); --out is then a folder every worker reaches, getting shard-IIIII-of-NNNNN.npy files.")] = 0,
+    ray_address: Annotated[Optional[str], typer.Option(help="With --ray: the Ray cluster's address (default: a running local Ray, else one started here).")] = None,
 ) -> None:
     """Encode texts with a trained encoder into a .npy matrix (rows in input order)."""
-    import numpy as np
-
-    from .data import iter_corpus, join_fields, load_queries
-    from .data._io import atomic_write, read_lines
-    from .index.sharded import EncodedShard, parse_shard
-    from .plugins import load_model
+    from .index.sharded import encode_file, parse_shard
 
     part = parse_shard(shard) if shard is not None else None  # validated before the model is read
     if side not in ("query", "document"):
         raise ValueError("--side must be 'query' or 'document'")
-    if out_path.suffix != ".npy":  # where np.save(out_path) would write
-        out_path = out_path.with_name(out_path.name + ".npy")
-    m = load_model(model)
-    if not hasattr(m, "encode_queries"):
-        raise ValueError(f"{model}: a {m.name} model is not an encoder")
-    if texts.suffix == ".jsonl" and texts.name.startswith("corpus"):
-        docs = list(iter_corpus(texts))
-        ids, items = [d.id for d in docs], [join_fields(d.title, d.text) for d in docs]
-    elif texts.suffix == ".jsonl":
-        queries = load_queries(texts)
-        ids, items = list(queries), list(queries.values())
-    else:
-        items = read_lines(texts)
-        ids = [str(i) for i in range(len(items))]  # line numbers (0-based)
-    lo, hi = (0, len(items)) if part is None else (part[0] * len(items) // part[1], (part[0] + 1) * len(items) // part[1])
-    info = EncodedShard(out_path, model=str(model.resolve()), texts=str(texts.resolve()), side=side,
-                        shard=part or (0, 1), rows=(lo, hi), ids=ids[lo:hi])
-    if part is not None and info.done():
-        err.print(f"{out_path}: shard {part[0]}/{part[1]} already written, skipped", highlight=False)
+    if ray < 0 or (ray and part is not None):
+        raise ValueError("--ray N: N shards (N > 0), not together with --shard")
+    if ray:
+        from .index.sharded import encode_with_ray
+
+        start = time.perf_counter()
+        shards = encode_with_ray(model, texts, out_path, ray, side=side, address=ray_address)
+        err.print(f"wrote {len(shards)} shards into {out_path} with Ray ({sum(s.skipped for s in shards)} already complete, "
+                  f"{sum(s.rows for s in shards):,} texts) in {time.perf_counter() - start:.1f} s", highlight=False)
         return
-    start = time.perf_counter()
-    chunk = items[lo:hi]
-    vecs = m.encode_queries(chunk) if side == "query" else m.encode_documents(chunk)  # type: ignore[attr-defined]
-    with atomic_write(out_path, binary=True) as f:  # a failed write leaves no partial .npy
-        np.save(f, vecs, allow_pickle=False)
-    if part is not None:
-        info.write_sidecar(dim=int(vecs.shape[1]))  # last: its presence says the shard is complete
-    secs = time.perf_counter() - start
-    err.print(f"wrote {out_path}: {vecs.shape[0]} x {vecs.shape[1]} in {secs:.2f} s ({len(chunk) / max(secs, 1e-9):,.0f} texts/s)", highlight=False)
+    done = encode_file(model, texts, out_path, side=side, shard=part)
+    if done.skipped:
+        err.print(f"{done.path}: shard {part[0]}/{part[1]} already written, skipped", highlight=False)  # type: ignore[index]
+    else:
+        err.print(f"wrote {done.path}: {done.rows} x {done.dim} in {done.seconds:.2f} s "
+                  f"({done.rows / max(done.seconds, 1e-9):,.0f} texts/s)", highlight=False)
 
 
 @app.command("export-onnx")

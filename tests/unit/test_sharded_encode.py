@@ -4,6 +4,7 @@ one encoding, resumable, built into one sharded index that answers as the unshar
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from semsearch.cli import app
 from semsearch.index.sharded import EncodedShard, ShardedVectorIndex, parse_shard
 from semsearch.index.vector import VectorIndex
 
+CI = os.environ.get("CI") == "true"  # under CI Ray must be there (make test installs it), not skipped
 WORDS = "red brick wall blue door oak table lamp shade steel pipe white paint".split()
 
 
@@ -84,3 +86,26 @@ def test_bad_shard_arguments_and_incomplete_sets(setup, tmp_path):
         ShardedVectorIndex.from_encoded([paths[0], paths[2]], kind="flat")
     with pytest.raises(ValueError, match="not a complete encoded shard"):
         ShardedVectorIndex.from_encoded([paths[1]], kind="flat")
+
+
+def test_ray_runs_the_shards_as_tasks(setup, tmp_path):
+    """A local Ray (2 CPUs) encodes 4 shards with map_batches: the same files as `--shard I/4`
+    one by one; run again, every shard is found complete."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'semsearch[ray]'") if not CI else __import__("ray")
+    d, ids, _ = setup
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        r = CliRunner().invoke(app, ["encode", "--model", str(d / "dssm"), "--texts", str(d / "corpus.jsonl"),
+                                     "--out", str(tmp_path / "ray"), "--ray", "4"])
+        assert r.exit_code == 0, r.output
+        assert "0 already complete" in " ".join(r.output.split())
+        for i in range(4):
+            assert _encode(d, tmp_path / f"one{i}.npy", "--shard", f"{i}/4").exit_code == 0
+            got = EncodedShard.read(tmp_path / "ray" / f"shard-{i:05d}-of-00004.npy")
+            assert got.ids == EncodedShard.read(tmp_path / f"one{i}.npy").ids
+            np.testing.assert_allclose(np.load(got.path), np.load(tmp_path / f"one{i}.npy"), rtol=1e-5, atol=1e-6)
+        r = CliRunner().invoke(app, ["encode", "--model", str(d / "dssm"), "--texts", str(d / "corpus.jsonl"),
+                                     "--out", str(tmp_path / "ray"), "--ray", "4"])
+        assert r.exit_code == 0 and "4 already complete" in " ".join(r.output.split()), r.output
+    finally:
+        ray.shutdown()

@@ -23,10 +23,11 @@ from __future__ import annotations
 import heapq
 import json
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -263,3 +264,90 @@ class EncodedShard:
         if len(shape) != 2 or shape[0] != e.rows[1] - e.rows[0] or len(e.ids) != shape[0]:
             raise ValueError(f"{p}: holds {shape} vectors, its sidecar rows {e.rows} and {len(e.ids)} ids")
         return e
+
+
+class Encoded(NamedTuple):
+    """What ``encode_file`` did: the .npy written (or found complete), its rows and dimension."""
+
+    path: Path
+    rows: int
+    dim: int
+    seconds: float
+    skipped: bool
+
+
+def read_texts(texts: Path) -> tuple[list[str], list[str]]:
+    """(ids, texts) of a BEIR corpus.jsonl (title + text), a queries.jsonl, or a text file with
+    one text per line (ids: line numbers from 0)."""
+    from ..data import iter_corpus, join_fields, load_queries
+    from ..data._io import read_lines
+
+    if texts.suffix == ".jsonl" and texts.name.startswith("corpus"):
+        docs = list(iter_corpus(texts))
+        return [d.id for d in docs], [join_fields(d.title, d.text) for d in docs]
+    if texts.suffix == ".jsonl":
+        queries = load_queries(texts)
+        return list(queries), list(queries.values())
+    items = read_lines(texts)
+    return [str(i) for i in range(len(items))], items
+
+
+def encode_file(model_dir: Path, texts: Path, out_path: Path, *, side: str = "document",
+                shard: tuple[int, int] | None = None) -> Encoded:
+    """``semsearch encode``: the texts (or the ``shard`` = (I, N)-th contiguous part of them) encoded
+    by the saved encoder into ``out_path`` (.npy, written atomically); a shard also gets its
+    sidecar (``EncodedShard``) and is skipped when already complete. Ray workers call this too."""
+    from ..plugins import load_model
+
+    if out_path.suffix != ".npy":  # where np.save(out_path) would write
+        out_path = out_path.with_name(out_path.name + ".npy")
+    m = load_model(model_dir)
+    if not hasattr(m, "encode_queries"):
+        raise ValueError(f"{model_dir}: a {m.name} model is not an encoder")
+    ids, items = read_texts(texts)
+    i, n = shard or (0, 1)
+    lo, hi = i * len(items) // n, (i + 1) * len(items) // n
+    info = EncodedShard(out_path, model=str(Path(model_dir).resolve()), texts=str(texts.resolve()), side=side,
+                        shard=(i, n), rows=(lo, hi), ids=ids[lo:hi])
+    if shard is not None and info.done():
+        return Encoded(out_path, hi - lo, int(np.load(out_path, mmap_mode="r").shape[1]), 0.0, True)
+    start = time.perf_counter()
+    vecs = m.encode_queries(items[lo:hi]) if side == "query" else m.encode_documents(items[lo:hi])  # type: ignore[attr-defined]
+    with atomic_write(out_path, binary=True) as f:  # a failed write leaves no partial .npy
+        np.save(f, vecs, allow_pickle=False)
+    if shard is not None:
+        info.write_sidecar(dim=int(vecs.shape[1]))  # last: its presence says the shard is complete
+    return Encoded(out_path, int(vecs.shape[0]), int(vecs.shape[1]), time.perf_counter() - start, False)
+
+
+def shard_path(out_dir: Path, i: int, n: int) -> Path:
+    """Where shard I of N goes in a folder of shards."""
+    return Path(out_dir) / f"shard-{i:05d}-of-{n:05d}.npy"
+
+
+def encode_with_ray(model_dir: Path, texts: Path, out_dir: Path, shards: int, *, side: str = "document",
+                    address: str | None = None) -> list[Encoded]:
+    """All ``shards`` shards of an encoding as Ray Data tasks (``map_batches``, one shard a task),
+    on the cluster at ``address`` (None: a local Ray started here, or the one already running).
+    Each task runs ``encode_file`` into ``out_dir`` — a folder every worker reaches (shared
+    storage) — so a rerun skips the shards already complete. Ray is an optional dependency
+    (``pip install 'semsearch[ray]'``)."""
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("encoding with Ray needs Ray: pip install 'semsearch[ray]' (ray[data])") from None
+    if shards < 1:
+        raise ValueError(f"shards must be at least 1, got {shards}")
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    model_dir, texts, out_dir = Path(model_dir).resolve(), Path(texts).resolve(), Path(out_dir).resolve()
+
+    def run(batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
+        done = [encode_file(model_dir, texts, shard_path(out_dir, int(i), shards), side=side, shard=(int(i), shards))
+                for i in batch["shard"]]
+        return {"path": [str(d.path) for d in done], "rows": [d.rows for d in done], "dim": [d.dim for d in done],
+                "seconds": [d.seconds for d in done], "skipped": [d.skipped for d in done]}
+
+    rows = ray.data.from_items([{"shard": i} for i in range(shards)]).map_batches(run, batch_size=1).take_all()
+    return sorted((Encoded(Path(r["path"]), int(r["rows"]), int(r["dim"]), float(r["seconds"]), bool(r["skipped"]))
+                   for r in rows), key=lambda e: e.path.name)
