@@ -5,13 +5,52 @@ graded judgments that hard negatives come from. Built from a data set's qrels sp
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any, overload
+
+import numpy as np
 
 from ..types import Qrels
 from .beir import BeirDataset, Corpus, Fields
 from .positives import positive_pairs
+
+
+class PairList(Sequence[tuple[str, str]]):
+    """(query id, doc id) pairs held as two int32 arrays of positions in name lists: 8 bytes a
+    pair where a list of tuples takes ~100, so the positives of a click log with tens of millions
+    of clicks fit in memory. Reads like the list of tuples it stands for."""
+
+    def __init__(self, query_ids: Sequence[str], doc_ids: Sequence[str], q: np.ndarray, d: np.ndarray):
+        if len(q) != len(d):
+            raise ValueError(f"{len(q)} query positions but {len(d)} document positions")
+        self.query_ids, self.doc_ids = query_ids, doc_ids
+        self.q, self.d = np.asarray(q, dtype=np.int32), np.asarray(d, dtype=np.int32)
+
+    def __len__(self) -> int:
+        return len(self.q)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[str, str]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[str, str]]: ...
+    def __getitem__(self, i: int | slice) -> tuple[str, str] | list[tuple[str, str]]:
+        if isinstance(i, slice):
+            return list(zip(map(self.query_ids.__getitem__, self.q[i].tolist()),
+                            map(self.doc_ids.__getitem__, self.d[i].tolist())))
+        return self.query_ids[int(self.q[i])], self.doc_ids[int(self.d[i])]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        for start in range(0, len(self), 65_536):  # a chunk at a time: no full list of tuples
+            yield from self[start : start + 65_536]
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Sequence) and len(other) == len(self) and all(a == tuple(b) for a, b in zip(self, other))
+
+    def __repr__(self) -> str:
+        return f"PairList({len(self)} pairs)"
 
 
 @dataclass
@@ -21,8 +60,9 @@ class TrainingData:
     queries: dict[str, str]
     doc_ids: list[str]
     doc_texts: list[str]
-    positives: list[tuple[str, str]]
-    """(query id, doc id) positive pairs in input order; a pair can repeat (one per click)."""
+    positives: Sequence[tuple[str, str]]
+    """(query id, doc id) positive pairs in input order; a pair can repeat (one per click). A list,
+    or from a click log a ``PairList`` (the same pairs, compactly)."""
     qrels: Qrels = field(default_factory=dict)
     """Graded judgments, where known (hard negatives are judged documents below the threshold)."""
     threshold: int = 1
@@ -32,6 +72,8 @@ class TrainingData:
             raise ValueError(f"{len(self.doc_ids)} doc ids but {len(self.doc_texts)} texts")
         if not self.positives:
             raise ValueError("no positive pairs to train on")
+        if isinstance(self.positives, PairList):  # positions into these queries and documents, checked when made
+            return
         index = self.doc_index
         for q, d in self.positives:
             if q not in self.queries:
@@ -87,16 +129,30 @@ class TrainingData:
     ) -> "TrainingData":
         """From a click log (query text, doc id, clicks), e.g. ``iter_clicks(path)``: a pair with at
         least ``min_clicks`` clicks is a positive, repeated once per click (capped at 10) so heavily
-        clicked pairs weigh more, as in click-trained models."""
-        queries: dict[str, str] = {}
-        positives = []
+        clicked pairs weigh more, as in click-trained models.
+
+        Streams: the log is read once, row by row; what is kept is each distinct query's text and
+        three small integers per row that makes positives (a ``PairList``), so memory grows with
+        the distinct queries and the clicks, not with the log's lines of text
+        (``benchmarks/click_log_memory.py`` measures a generated 10M-line log)."""
+        qindex: dict[str, int] = {}
+        docs = corpus.index
+        q_pos, d_pos, reps = array("i"), array("i"), array("b")
         for q, d, clicks in rows:
-            if d not in corpus.index:
+            di = docs.get(d)
+            if di is None:
                 raise ValueError(f"click log names document {d!r} that is not in the corpus")
-            qid = queries.setdefault(q, f"q{len(queries)}")
+            qi = qindex.setdefault(q, len(qindex))
             if clicks >= min_clicks:
-                positives += [(qid, d)] * min(clicks, 10)
-        return cls({v: k for k, v in queries.items()}, corpus.ids, corpus.joined(fields), positives)
+                q_pos.append(qi)
+                d_pos.append(di)
+                reps.append(min(clicks, 10))
+        times = np.frombuffer(reps, dtype=np.int8) if len(reps) else np.zeros(0, dtype=np.int8)
+        qids = [f"q{i}" for i in range(len(qindex))]
+        positives = PairList(qids, corpus.ids, np.repeat(np.frombuffer(q_pos, dtype=np.int32) if len(q_pos) else
+                                                         np.zeros(0, np.int32), times),
+                             np.repeat(np.frombuffer(d_pos, dtype=np.int32) if len(d_pos) else np.zeros(0, np.int32), times))
+        return cls(dict(zip(qids, qindex)), corpus.ids, corpus.joined(fields), positives)
 
 
 @dataclass
