@@ -201,12 +201,8 @@ class BagFeatures:
     def __init__(self, hasher: TrigramHasher, texts: Sequence[str]):
         # a text's trigrams are its words' bags laid end to end; repeated ids are left for
         # EmbeddingBag(mode="sum") to add up, so no sort or de-duplication is needed
-        table = hasher.table
-        word_ptr, words = table.encode(texts)
-        bags = table.bags(words)
-        self.indptr = bags.offsets[word_ptr]
-        self.ids = bags.ids
-        self.weights = bags.weights
+        self.indptr, self.ids = hasher.table.text_bags(texts)
+        self.weights = np.ones(len(self.ids), dtype=np.float32)
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
