@@ -237,3 +237,17 @@ def test_vocabulary_with_a_lone_surrogate_is_harmless():
     h = TrigramHasher(["#ab", "ab#", "\ud800ab", "a\ud800\udc00"], max_words=4)
     ptr, ids = WordTable(h).text_bags(["ab AB", "x"])
     assert ptr.tolist() == [0, 4, 4] and ids.tolist() == [0, 1, 0, 1]
+
+
+def test_more_new_words_than_the_first_pass_has_room_for():
+    """A chunk with more new words than ``lookup_tokens`` is given room for (4,096 at first): the
+    rest go through ``add_words``, still numbered in order of appearance."""
+    rng = random.Random(17)
+    words = [f"w{i}" if i % 3 else f"ö{i}x" for i in range(9000)]
+    rng.shuffle(words)
+    texts = [" ".join(words[i : i + 7] + words[i : i + 2]) for i in range(0, len(words), 5)]
+    h = TrigramHasher.fit(texts[:40], max_words=8)
+    fast, slow = WordTable(h), WordTable(h)
+    a, b = fast.encode(texts), slow.encode_each(texts)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert fast.ids == slow.ids and list(fast._tri) == list(slow._tri) and len(fast) > 8000

@@ -61,12 +61,14 @@ def _find(buf, start, end, h, slots, keys, key_ptr, hashes):  # type: ignore[no-
 
 
 @njit(cache=True)
-def lookup_tokens(buf, text_ptr, max_words, token_byte, lower, slots, keys, key_ptr, hashes):  # type: ignore[no-untyped-def]
+def lookup_tokens(buf, text_ptr, max_words, n_words, token_byte, lower, slots, keys, key_ptr, hashes):  # type: ignore[no-untyped-def]
     """Tokens of each text ``buf[text_ptr[i]:text_ptr[i+1] - 1]`` (lower-cased in place), its
     first ``max_words``; each text is followed by a byte that is not a token's (a space; the
-    last text's may be missing), so a token's start is enough to find it again. Returns (tokens
-    per text, their word ids — a word not in the table is ``-1 - start``, its first byte —, how
-    many such tokens, their bytes)."""
+    last text's may be missing), so a token's start is enough to find it again. Words met for the
+    first time are added (ids from ``n_words`` on, in order of appearance) while the arrays have
+    room; once they have none, the rest are left to ``add_words``. Returns (tokens per text,
+    their word ids — a word left out is ``-1 - start``, its first byte —, how many such tokens,
+    their bytes, the new word count)."""
     n = len(text_ptr) - 1
     bound = 0
     for t in range(n):
@@ -75,6 +77,7 @@ def lookup_tokens(buf, text_ptr, max_words, token_byte, lower, slots, keys, key_
     counts = np.zeros(n, dtype=np.int64)
     k = 0
     unknown, unknown_bytes = 0, 0
+    room = True
     for t in range(n):
         p, end = text_ptr[t], min(text_ptr[t + 1] - 1, len(buf))
         c = 0
@@ -90,16 +93,30 @@ def lookup_tokens(buf, text_ptr, max_words, token_byte, lower, slots, keys, key_
                 buf[p] = b
                 h = (h ^ np.uint64(b)) * _FNV_PRIME
                 p += 1
-            w = slots[_find(buf, s, p, h, slots, keys, key_ptr, hashes)]
+            i = _find(buf, s, p, h, slots, keys, key_ptr, hashes)
+            w = slots[i]
             if w < 0:
-                w = -1 - s
-                unknown += 1
-                unknown_bytes += p - s
+                if room and (n_words == len(hashes) or n_words + 1 == len(key_ptr) or 2 * n_words + 2 > len(slots)
+                             or key_ptr[n_words] + p - s > len(keys)):
+                    room = False  # from here on, every new word waits for add_words (keeps the order)
+                if room:
+                    w = n_words
+                    at = key_ptr[w]
+                    for j in range(p - s):
+                        keys[at + j] = buf[s + j]
+                    key_ptr[w + 1] = at + p - s
+                    hashes[w] = h
+                    slots[i] = w
+                    n_words += 1
+                else:
+                    w = -1 - s
+                    unknown += 1
+                    unknown_bytes += p - s
             ids[k] = w
             k += 1
             c += 1
         counts[t] = c
-    return counts, ids[:k], unknown, unknown_bytes
+    return counts, ids[:k], unknown, unknown_bytes, n_words
 
 
 @njit(cache=True)

@@ -255,9 +255,10 @@ class WordTable:
     def _tokenize(self, texts: Sequence[str], chunk: int) -> tuple[np.ndarray, np.ndarray]:
         """``encode`` without the text cache, compiled (``_kernels``): a chunk of texts becomes
         one UTF-8 byte string, a space after each (ASCII texts as they are, others as their ``tokenize`` tokens),
-        split, lower-cased and looked up in the word hash table by ``lookup_tokens``; words met
-        for the first time are added in order of appearance, as ``encode_each`` does, and
-        hashed into trigrams in one more kernel call."""
+        split, lower-cased and looked up in the word hash table by ``lookup_tokens``, which adds
+        words met for the first time in order of appearance, as ``encode_each`` does (those past
+        the room it was given by ``add_words``); the new words are hashed into trigrams in one
+        more kernel call."""
         parts = [self._encode_chunk(texts[i : i + chunk]) for i in range(0, len(texts), chunk)]
         if len(parts) == 1:
             return parts[0]
@@ -282,12 +283,15 @@ class WordTable:
         text_ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths + 1, out=text_ptr[1:])  # each text and a space
         self._sync()
-        counts, ids, unknown, unknown_bytes = k.lookup_tokens(
-            buf, text_ptr, self.hasher.max_words, k.TOKEN_BYTE, k.LOWER, *self._hash_arrays())
-        if unknown:
+        first = self._hashed
+        room = min(len(buf) // 2 + 1, max(4096, first // 2))  # new words added in the first pass
+        self._reserve(room, 12 * room)
+        counts, ids, unknown, unknown_bytes, self._hashed = k.lookup_tokens(
+            buf, text_ptr, self.hasher.max_words, first, k.TOKEN_BYTE, k.LOWER, *self._hash_arrays())
+        if unknown:  # more new words than room: the rest, in order
             self._reserve(unknown, unknown_bytes)
-            first = self._hashed
-            self._hashed = k.add_words(buf, ids, first, k.TOKEN_BYTE, *self._hash_arrays())
+            self._hashed = k.add_words(buf, ids, self._hashed, k.TOKEN_BYTE, *self._hash_arrays())
+        if self._hashed > first:
             self._add_hashed(first)
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
@@ -340,11 +344,10 @@ class WordTable:
         text_ptr = np.zeros(len(words) + 1, dtype=np.int64)
         np.cumsum([len(w) + 1 for w in words], out=text_ptr[1:])
         k = _kernels()
-        _, ids, unknown, nbytes = k.lookup_tokens(buf, text_ptr, 1, k.TOKEN_BYTE, k.LOWER, *self._hash_arrays())
-        self._reserve(unknown, nbytes)
         first = self._hashed
-        self._hashed = k.add_words(buf, ids, first, k.TOKEN_BYTE, *self._hash_arrays())
-        assert unknown == len(words) and np.array_equal(ids, np.arange(first, self._hashed)), "word hash table out of step"
+        self._reserve(len(words), len(buf))
+        _, ids, unknown, _, self._hashed = k.lookup_tokens(buf, text_ptr, 1, first, k.TOKEN_BYTE, k.LOWER, *self._hash_arrays())
+        assert unknown == 0 and np.array_equal(ids, np.arange(first, first + len(words))), "word hash table out of step"
 
     def encode_each(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """``encode`` text by text (the reference the vectorised path must equal)."""
