@@ -360,3 +360,58 @@ def test_running_max_numpy_and_torch_agree_and_pick_the_first_maximum():
     for t, length in enumerate([4, 3, 3, 1]):
         vals = np.stack([conv[starts[p] + t] for p in range(length)])
         assert np.array_equal(best[t], vals.max(0)) and np.array_equal(at[t], vals.argmax(0))
+
+
+def test_bag_features_batch_of_consecutive_rows_equals_the_gathered_one():
+    """``BagFeatures.batch`` takes views for consecutive rows: the same bags as gathering them."""
+    from semsearch.models.neural import BagFeatures, csr_take
+
+    texts = ["red brick wall", "", "blue deck over deck", "wall", "x y z", "brick"] * 3
+    f = BagFeatures(TrigramHasher.fit(texts), texts)
+    for rows in ([0, 1, 2], [5], [], [3, 4, 5, 6, 7], [0, 2, 1, 3], [4, 4], [17], list(range(18))):
+        rows = np.array(rows, dtype=np.int64)
+        got = f.batch(rows)
+        ptr, pos = csr_take(f.indptr, f.ids, rows)
+        assert np.array_equal(got.offsets, ptr) and np.array_equal(got.ids, f.ids[pos])
+        assert np.array_equal(got.weights, f.weights[pos]) and len(got) == len(rows)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_in_place_tanh_equals_numpy_bit_for_bit(threads):
+    """``tanh_`` (row blocks over a thread pool) gives numpy's tanh exactly, any shape."""
+    from semsearch.models.neural import tanh_
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(threads)
+        for shape in [(0, 300), (1, 5), (4096, 300), (1001, 131), (7, 3)]:
+            a = (rng.standard_normal(shape) * 3).astype(np.float32)
+            x = torch.from_numpy(a.copy())
+            assert tanh_(x) is x and np.array_equal(x.numpy(), np.tanh(a))
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_dssm_encoding_path_equals_the_training_forward_bit_for_bit():
+    """The tower without autograd (``DSSMTower.encode``: in-place bias and tanh, addmm) gives
+    the autograd forward's vectors exactly, on batches large enough for the threaded tanh."""
+    rng = np.random.default_rng(1)
+    words = ["red", "brick", "wall", "door", "blue", "café", "zz", "ΟΔΟΣ", "2x4"]
+    texts = ODD_TEXTS + [" ".join(rng.choice(words, rng.integers(0, 12))) for _ in range(700)]
+    m = create_model("dssm")  # the papers' 300 -> 300 -> 128: 700 texts x 300 take the threaded tanh
+    m.build(TrigramHasher.fit(texts, max_words=8))
+    x = m.features(texts).batch(np.arange(len(texts)))
+    tower = m.net.d
+    with torch.enable_grad():
+        ref = tower(x).detach()
+    for threads in (1, 2):
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            with torch.inference_mode():
+                assert torch.equal(tower(x), ref)
+            with torch.no_grad():
+                assert torch.equal(tower(x), ref)
+        finally:
+            torch.set_num_threads(old)

@@ -179,3 +179,75 @@ def test_encode_from_many_threads_gives_each_text_its_own_words():
             assert all(ex.map(words, list(range(100)) * 2))
     finally:
         sys.setswitchinterval(old)
+
+
+def _many_words(rng: random.Random, n: int) -> list[str]:
+    """Texts over a few thousand distinct words: ASCII, accented, 2-, 3- and 4-byte letters."""
+    letters = "abcxyz019" + "éßøΣσЖж" + "日本語한" + "\U0001d518\U0001d52b\U0001d526"  # 𝔘𝔫𝔦: 4 bytes each
+    words = ["".join(rng.choice(letters) for _ in range(rng.randint(1, 9))) for _ in range(3000)]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(0, 12))) for _ in range(n)]
+
+
+def test_compiled_word_trigrams_equal_word_ids():
+    """The compiled tokeniser's words get ``TrigramHasher.word_ids`` as their trigrams, for words of
+    1- to 4-byte characters (trigrams of up to 12 bytes) and a vocabulary missing some."""
+    rng = random.Random(5)
+    texts = _many_words(rng, 400)
+    h = TrigramHasher.fit(texts[:50], max_words=10)
+    table = WordTable(h)
+    table.encode(texts, chunk=90)
+    assert len(table) > 1000
+    ptr = np.frombuffer(table._ptr, dtype=np.int64)
+    tri = np.frombuffer(table._tri, dtype=np.int64)
+    for w, i in table.ids.items():
+        assert tuple(tri[ptr[i] : ptr[i + 1]]) == h.word_ids(w), w
+
+
+def test_compiled_tokeniser_after_text_by_text_words():
+    """Words added text by text (``encode_each``) and by the compiled path mix: the same ids as
+    text-by-text alone, through hash-table growth (thousands of words from a 512-word start)."""
+    rng = random.Random(9)
+    texts = _many_words(rng, 600) + _odd_texts(rng, 100)
+    h = TrigramHasher.fit(texts[::3], max_words=5)
+    mixed, ref = WordTable(h), WordTable(h)
+    for k, start in enumerate(range(0, len(texts), 70)):
+        part = texts[start : start + 70]
+        a = mixed.encode_each(part) if k % 3 == 1 else mixed.encode(part, chunk=25)
+        b = ref.encode_each(part)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert mixed.ids == ref.ids and list(mixed._tri) == list(ref._tri)
+
+
+def test_text_bags_equal_word_bags():
+    """``text_bags``: each text's word bags laid end to end, as ``bags(encode(texts))``."""
+    rng = random.Random(13)
+    texts = _odd_texts(rng, 200) + ["", "brick " * 100, "🙂🙂", "Ⅻ ǅemal"]
+    h = TrigramHasher.fit(texts[::2], max_words=7)
+    table, ref = WordTable(h), WordTable(h)
+    indptr, ids = table.text_bags(texts)
+    word_ptr, words = ref.encode_each(texts)
+    bags = ref.bags(words)
+    assert np.array_equal(indptr, bags.offsets[word_ptr]) and np.array_equal(ids, bags.ids)
+    assert ids.dtype == np.int64 and indptr.dtype == np.int64
+
+
+def test_vocabulary_with_a_lone_surrogate_is_harmless():
+    """A loaded vocabulary may hold any string; one that is not UTF-8 (a lone surrogate) just
+    never matches."""
+    h = TrigramHasher(["#ab", "ab#", "\ud800ab", "a\ud800\udc00"], max_words=4)
+    ptr, ids = WordTable(h).text_bags(["ab AB", "x"])
+    assert ptr.tolist() == [0, 4, 4] and ids.tolist() == [0, 1, 0, 1]
+
+
+def test_more_new_words_than_the_first_pass_has_room_for():
+    """A chunk with more new words than ``lookup_tokens`` is given room for (4,096 at first): the
+    rest go through ``add_words``, still numbered in order of appearance."""
+    rng = random.Random(17)
+    words = [f"w{i}" if i % 3 else f"ö{i}x" for i in range(9000)]
+    rng.shuffle(words)
+    texts = [" ".join(words[i : i + 7] + words[i : i + 2]) for i in range(0, len(words), 5)]
+    h = TrigramHasher.fit(texts[:40], max_words=8)
+    fast, slow = WordTable(h), WordTable(h)
+    a, b = fast.encode(texts), slow.encode_each(texts)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert fast.ids == slow.ids and list(fast._tri) == list(slow._tri) and len(fast) > 8000

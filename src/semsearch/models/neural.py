@@ -15,6 +15,7 @@ weights are saved as safetensors plus a JSON config holding the trigram vocabula
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,28 @@ class _NumpyTanh(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         (y,) = ctx.saved_tensors
         return torch.ops.aten.tanh_backward(g, y)
+
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def tanh_(x: torch.Tensor) -> torch.Tensor:
+    """``tanh`` in place, for inference: on CPU float32 numpy's kernel over row blocks, one per
+    torch thread (numpy runs one thread and releases the GIL: this keeps tanh from being the
+    serial part of a multi-threaded encoding). The same values as ``tanh``, bit for bit."""
+    if x.device.type != "cpu" or x.dtype != torch.float32 or not x.is_contiguous() or x.requires_grad:
+        return x.tanh_()
+    a = x.numpy()
+    threads = torch.get_num_threads()
+    if threads < 2 or a.size < 1 << 17 or a.ndim != 2:
+        np.tanh(a, out=a)
+        return x
+    pool = _POOLS.get(threads) or _POOLS.setdefault(threads, ThreadPoolExecutor(threads, thread_name_prefix="semsearch-tanh"))
+    step = -(-len(a) // threads)
+    blocks = [a[i : i + step] for i in range(0, len(a), step)]
+    for _ in pool.map(lambda b: np.tanh(b, out=b), blocks):
+        pass
+    return x
 
 
 def tanh(x: torch.Tensor) -> torch.Tensor:
@@ -201,17 +224,19 @@ class BagFeatures:
     def __init__(self, hasher: TrigramHasher, texts: Sequence[str]):
         # a text's trigrams are its words' bags laid end to end; repeated ids are left for
         # EmbeddingBag(mode="sum") to add up, so no sort or de-duplication is needed
-        table = hasher.table
-        word_ptr, words = table.encode(texts)
-        bags = table.bags(words)
-        self.indptr = bags.offsets[word_ptr]
-        self.ids = bags.ids
-        self.weights = bags.weights
+        self.indptr, self.ids = hasher.table.text_bags(texts)
+        self.weights = np.ones(len(self.ids), dtype=np.float32)
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
 
     def batch(self, rows: np.ndarray) -> Bags:
+        """The bags of ``rows``; consecutive rows (encoding a collection) are views, not copies."""
+        n = len(rows)
+        if n and rows[-1] - rows[0] == n - 1 and (n == 1 or bool((np.diff(rows) == 1).all())):
+            a, b = int(rows[0]), int(rows[-1]) + 1
+            s, e = self.indptr[a], self.indptr[b]
+            return Bags(self.ids[s:e], self.weights[s:e], self.indptr[a : b + 1] - s)
         ptr, pos = csr_take(self.indptr, self.ids, rows)
         return Bags(self.ids[pos], self.weights[pos], ptr)
 
@@ -292,9 +317,21 @@ class DSSMTower(nn.Module):
             nn.init.zeros_(layer.bias)
 
     def forward(self, x: Bags) -> torch.Tensor:
+        if not torch.is_grad_enabled():
+            return self.encode(x)
         h = tanh(bag_product(self.embed.weight, x) + self.bias)
         for layer in self.layers:
             h = tanh(layer(h))
+        return h
+
+    def encode(self, x: Bags) -> torch.Tensor:
+        """``forward`` without autograd (encoding): the same operations, bias and tanh in place
+        on each layer's fresh output, tanh over all torch threads (``tanh_``)."""
+        h = bag_product(self.embed.weight, x)
+        h += self.bias
+        tanh_(h)
+        for layer in self.layers:
+            h = tanh_(torch.addmm(layer.bias, h, layer.weight.t()))
         return h
 
 

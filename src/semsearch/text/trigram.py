@@ -14,7 +14,8 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from functools import cached_property
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -26,20 +27,19 @@ WORD_CACHE_SIZE = 1_000_000
 """Distinct words a hasher remembers with their trigram ids; past this the table starts afresh,
 so memory stays bounded on open-vocabulary streams."""
 
-_SEP, _OTHER = "\x00", "\x01"
-_JOIN = f" {_SEP} "
-"""Texts joined into one string for tokenising, separated by ``_SEP`` (a token of its own);
-a non-ASCII text stands there as the placeholder ``_OTHER``."""
-_ASCII_TOKENS = str.maketrans({c: chr(c).lower() if chr(c).isalnum() else " " for c in range(128)} | {0: _SEP, 1: _OTHER})
-"""ASCII characters -> ``normalize.tokenize``'s view: letters lower-cased, digits kept, the rest
-(punctuation, ``_``) a space; the two markers kept."""
-
 TEXT_CACHE_CHARS = 20_000_000
 """Characters of texts a word table remembers with their word ids (``WordTable.encode``); past
 this it starts afresh, so memory stays bounded."""
 
 DEFAULT_MAX_WORDS = 64
 """Texts are truncated to their first 64 words before hashing (titles average ~8 words)."""
+
+
+def _kernels():  # type: ignore[no-untyped-def]
+    """The compiled kernels, imported on first use (numba's import takes a fraction of a second)."""
+    from . import _kernels as k
+
+    return k
 
 
 def word_trigrams(word: str) -> list[str]:
@@ -112,6 +112,16 @@ class TrigramHasher:
         index = self.index
         return tuple(index[t] for t in word_trigrams(word) if t in index)
 
+    @cached_property
+    def packed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The vocabulary as ``_kernels``' trigram hash table: (slots, packed keys lo, hi)."""
+        data = [t.encode("utf-8", "surrogatepass") for t in self.trigrams]
+        ptr = np.zeros(len(data) + 1, dtype=np.int64)
+        np.cumsum([len(d) for d in data], out=ptr[1:])
+        slots = np.full(1 << (2 * len(data) + 1).bit_length(), -1, dtype=np.int64)
+        lo, hi = _kernels().trigram_table(np.frombuffer(b"".join(data), dtype=np.uint8), ptr, slots)
+        return slots, lo, hi
+
     def words(self, text: str) -> list[str]:
         """The normalised words of ``text``, truncated to ``max_words``."""
         return tokenize(text)[: self.max_words]
@@ -170,9 +180,18 @@ class WordTable:
 
     def __init__(self, hasher: TrigramHasher):
         self.hasher = hasher
-        self.ids: dict[str, int] = {_SEP: -2, _OTHER: -3}  # word -> id; the two markers negative
+        self.ids: dict[str, int] = {}  # word -> id
+        self._words: list[str] = []  # by id
         self._tri = array("q")
         self._ptr = array("q", [0])
+        # the same words in an open-addressing hash table over their UTF-8 bytes, for the
+        # compiled tokeniser (_kernels): slots hold word ids (-1 empty), the words' bytes are
+        # keys[key_ptr[w]:key_ptr[w+1]]; the first _hashed words are in it (_sync adds the rest)
+        self._slots = np.full(1024, -1, dtype=np.int64)
+        self._keys = np.zeros(4096, dtype=np.uint8)
+        self._key_ptr = np.zeros(513, dtype=np.int64)
+        self._hashes = np.zeros(512, dtype=np.uint64)
+        self._hashed = 0
         self._texts: dict[str, int] = {}  # text -> its row of word ids in _rows / _row_ptr
         self.forget_texts()
         self._lock = threading.Lock()
@@ -188,6 +207,7 @@ class WordTable:
         i = self.ids.get(w)
         if i is None:
             i = self.ids[w] = len(self._ptr) - 1
+            self._words.append(w)
             self._tri.extend(self.hasher.word_ids(w))
             self._ptr.append(len(self._tri))
         return i
@@ -233,12 +253,12 @@ class WordTable:
         return indptr, store[pos]
 
     def _tokenize(self, texts: Sequence[str], chunk: int) -> tuple[np.ndarray, np.ndarray]:
-        """``encode`` without the text cache, vectorised: a chunk of texts is lower-cased and
-        tokenised as one string (texts joined by a separator no token contains; ASCII by
-        ``str.translate``, other texts by the regex), its tokens looked up with one ``map`` over
-        the dictionary, and rows, truncation and new words found with numpy; only words met for
-        the first time cost Python work (their trigrams), in order of appearance, as
-        ``encode_each`` does."""
+        """``encode`` without the text cache, compiled (``_kernels``): a chunk of texts becomes
+        one UTF-8 byte string, a space after each (ASCII texts as they are, others as their ``tokenize`` tokens),
+        split, lower-cased and looked up in the word hash table by ``lookup_tokens``, which adds
+        words met for the first time in order of appearance, as ``encode_each`` does (those past
+        the room it was given by ``add_words``); the new words are hashed into trigrams in one
+        more kernel call."""
         parts = [self._encode_chunk(texts[i : i + chunk]) for i in range(0, len(texts), chunk)]
         if len(parts) == 1:
             return parts[0]
@@ -251,46 +271,83 @@ class WordTable:
         return indptr, ids
 
     def _encode_chunk(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        k = _kernels()
         n = len(texts)
-        plain = [t.isascii() for t in texts]
-        others = [i for i, a in enumerate(plain) if not a]  # tokenised by the regex, one by one
-        joined = _JOIN.join(t if a else _OTHER for t, a in zip(texts, plain))
-        if joined.count(_SEP) != n - 1 or joined.count(_OTHER) != len(others):
-            return self.encode_each(texts)  # a text holds a marker character itself
-        # ASCII: lower-casing and dropping non-token characters is one str.translate (C, a
-        # byte table), the same tokens as normalize.tokenize's regex
-        tokens = joined.translate(_ASCII_TOKENS).split()
-        get = self.ids.get
-        ids = np.fromiter(map(get, tokens, repeat(-1)), dtype=np.int64, count=len(tokens))
-        if others:  # splice the other texts' tokens in place of their placeholders
-            words = [tokenize(texts[i]) for i in others]
-            at = np.flatnonzero(ids == -3)
-            flat = [w for ws in words for w in ws]
-            where = np.repeat(at - np.arange(len(at)), [len(ws) for ws in words])
-            ids = np.insert(np.delete(ids, at), where, np.fromiter(map(get, flat, repeat(-1)), dtype=np.int64, count=len(flat)))
-            pieces, prev = [], 0
-            for a, ws in zip(at.tolist(), words):
-                pieces += (tokens[prev:a], ws)
-                prev = a + 1
-            tokens = list(chain(*pieces, tokens[prev:]))
-        sep = ids == -2
-        word = ~sep
-        text = np.cumsum(sep)[word]  # the text of each word
-        counts = np.bincount(text, minlength=n)
-        starts = np.zeros(n, dtype=np.int64)
-        np.cumsum(counts[:-1], out=starts[1:])
-        keep = np.arange(len(text), dtype=np.int64) - starts[text] < self.hasher.max_words
-        ids = ids[word][keep]
-        new = np.flatnonzero(ids < 0)
-        if len(new):  # words met for the first time: each hashed once, in order of appearance
-            kept = np.flatnonzero(word)[keep]
-            met = list(map(tokens.__getitem__, kept[new].tolist()))
-            for w in dict.fromkeys(met):
-                self._word(w)
-            ids[new] = np.fromiter(map(self.ids.__getitem__, met), dtype=np.int64, count=len(met))
+        parts = list(texts)
+        plain = np.fromiter(map(str.isascii, parts), dtype=bool, count=n)
+        lengths = np.fromiter(map(len, parts), dtype=np.int64, count=n)
+        for i in np.flatnonzero(~plain).tolist():  # others: tokenised by the regex, bytes counted
+            parts[i] = " ".join(tokenize(parts[i]))
+            lengths[i] = len(parts[i].encode())
+        buf = np.frombuffer(bytearray(" ".join(parts).encode()), dtype=np.uint8)
+        text_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths + 1, out=text_ptr[1:])  # each text and a space
+        self._sync()
+        first = self._hashed
+        room = min(len(buf) // 2 + 1, max(4096, first // 2))  # new words added in the first pass
+        self._reserve(room, 12 * room)
+        counts, ids, unknown, unknown_bytes, self._hashed = k.lookup_tokens(
+            buf, text_ptr, self.hasher.max_words, first, k.TOKEN_BYTE, k.LOWER, *self._hash_arrays())
+        if unknown:  # more new words than room: the rest, in order
+            self._reserve(unknown, unknown_bytes)
+            self._hashed = k.add_words(buf, ids, self._hashed, k.TOKEN_BYTE, *self._hash_arrays())
+        if self._hashed > first:
+            self._add_hashed(first)
         indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.minimum(counts, self.hasher.max_words), out=indptr[1:])
+        np.cumsum(counts, out=indptr[1:])
         return indptr, ids
+
+    def _hash_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self._slots, self._keys, self._key_ptr, self._hashes
+
+    def _reserve(self, words: int, nbytes: int) -> None:
+        """Room in the word hash table for ``words`` more words of ``nbytes`` bytes in all (the
+        slots kept at most half full)."""
+        need = self._hashed + words
+
+        def grown(a: np.ndarray, size: int, used: int) -> np.ndarray:
+            if len(a) >= size:
+                return a
+            b = np.zeros(max(size, 2 * len(a)), dtype=a.dtype)
+            b[:used] = a[:used]
+            return b
+
+        self._hashes = grown(self._hashes, need, self._hashed)
+        self._key_ptr = grown(self._key_ptr, need + 1, self._hashed + 1)
+        used = int(self._key_ptr[self._hashed])
+        self._keys = grown(self._keys, used + nbytes, used)
+        if len(self._slots) < 2 * need:
+            size = 1 << (2 * need - 1).bit_length()
+            self._slots = np.full(size, -1, dtype=np.int64)
+            _kernels().rehash(self._slots, self._hashes, self._hashed)
+
+    def _add_hashed(self, first: int) -> None:
+        """Words ``first..`` just added to the hash table: into ``ids`` and ``_words``, and their
+        trigram ids into ``_tri``/``_ptr``."""
+        last, ptr = self._hashed, self._key_ptr
+        raw = self._keys[ptr[first] : ptr[last]].tobytes()
+        offs = (ptr[first : last + 1] - ptr[first]).tolist()
+        words = [raw[a:b].decode() for a, b in zip(offs, offs[1:])]
+        assert len(self._words) == first == len(self), "word table out of step with its hash table"
+        self.ids.update(zip(words, range(first, last)))
+        self._words += words
+        counts, tri = _kernels().word_trigram_ids(self._keys, ptr, first, last, *self.hasher.packed)
+        self._tri.frombytes(tri.tobytes())
+        self._ptr.frombytes((np.cumsum(counts) + self._ptr[-1]).tobytes())
+
+    def _sync(self) -> None:
+        """Words added text by text (``_word``) into the hash table too."""
+        if self._hashed == len(self._words):
+            return
+        words = [w.encode() for w in self._words[self._hashed :]]
+        buf = np.frombuffer(bytearray(b" ".join(words)), dtype=np.uint8)
+        text_ptr = np.zeros(len(words) + 1, dtype=np.int64)
+        np.cumsum([len(w) + 1 for w in words], out=text_ptr[1:])
+        k = _kernels()
+        first = self._hashed
+        self._reserve(len(words), len(buf))
+        _, ids, unknown, _, self._hashed = k.lookup_tokens(buf, text_ptr, 1, first, k.TOKEN_BYTE, k.LOWER, *self._hash_arrays())
+        assert unknown == 0 and np.array_equal(ids, np.arange(first, first + len(words))), "word hash table out of step"
 
     def encode_each(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """``encode`` text by text (the reference the vectorised path must equal)."""
@@ -301,6 +358,17 @@ class WordTable:
             ids.extend([word(w) for w in words(text)])
             indptr[r + 1] = len(ids)
         return indptr, np.frombuffer(ids, dtype=np.int64).copy() if len(ids) else np.zeros(0, dtype=np.int64)
+
+    def text_bags(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Per text its words' trigram ids laid end to end, repeats kept — DSSM's input —, as
+        (indptr, ids): ``bags(encode(texts))`` regrouped by text, in one compiled pass."""
+        with self._lock:  # the word arrays must not grow while numpy looks at them
+            word_ptr, words = self._encode(texts, 50_000)
+            ptr = np.frombuffer(self._ptr, dtype=np.int64)
+            tri = np.frombuffer(self._tri, dtype=np.int64) if len(self._tri) else np.zeros(0, dtype=np.int64)
+            out = _kernels().text_bags(np.diff(word_ptr), words, ptr, tri)
+            del ptr, tri  # release the arrays' buffers
+        return out
 
     def bags(self, word_ids: np.ndarray) -> Bags:
         """Trigram bags of the given words (repeated trigrams of one word stay separate entries,
