@@ -63,3 +63,28 @@ def test_trigram_memory_quick(data_root: Path, tmp_path: Path) -> None:
     r = _run("trigram_memory.py", data_root, tmp_path / "tri.json", "--n", "2000")
     assert r["shape"][0] == 2000 and r["nnz"] > 0
     assert r["tracemalloc_peak_bytes"] > 0
+
+
+def test_scale_quick(tmp_path: Path) -> None:
+    """benchmarks/scale.py end to end at 4,000 and 8,000 synthetic titles (recombined from the
+    real Home Depot titles: it needs ../shared/data) with an untrained DSSM: lexical, IVF-PQ
+    re-scored, HNSW; the pruned and exhaustive top-k agree, recall is sane, the table extrapolates."""
+    from semsearch.data import data_root
+
+    if not (data_root() / "homedepot" / "corpus.jsonl").is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail("../shared/data/homedepot is missing under CI=true")
+        pytest.skip("needs ../shared/data/homedepot")
+    out = tmp_path / "scale.json"
+    cmd = [sys.executable, str(BENCH / "scale.py"), "--quick", "--work", str(tmp_path / "w"), "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert [r["titles"] for r in res["sizes"]] == [4000, 8000]
+    for r in res["sizes"]:
+        lx = r["lexical"]
+        assert lx["top10_exhaustive"]["p99_ms"] > 0 and lx["resident_mb"] > 0
+        assert all(v for k, v in lx.items() if k.endswith("_identical"))
+        assert r["ivfpq"]["recall@10"] > 0.6 and r["hnsw"]["recall@10"] > 0.8
+    assert "100000000" in res["extrapolated"]["IVF-PQ + re-scoring"]
+    assert "extrapolated" in proc.stdout
