@@ -137,8 +137,9 @@ def batch_loss(net, qf, df, pairs: Pairs, rows: np.ndarray, rng: np.random.Gener
     """A minibatch's −log softmax over γ·cosine (``args.gamma`` one number): each query's positive
     against its J pool negatives and h judged ones, or (``in-batch``) the batch's other positives.
     Under torchrun (``distributed``) ``rows`` is the global batch: the negatives are drawn for all
-    of it (the same on every rank), the rank's slice of queries is scored against them, in-batch
-    against every rank's positives, and its loss is its share of the global batch's mean."""
+    of it (the same on every rank), the rank's slice of queries is scored against them (the
+    shared pool's documents, like in-batch positives, each encoded by one rank and gathered) and
+    its loss is its share of the global batch's mean."""
     mine, scale = distributed.shard(len(rows)), distributed.loss_scale(len(rows))
     q_rows, d_rows = pairs.q_rows[rows], pairs.d_rows[rows]
     gamma, j, h, n_docs = args.gammas[0], args.negatives, args.hard_negatives, len(df)
@@ -154,14 +155,19 @@ def batch_loss(net, qf, df, pairs: Pairs, rows: np.ndarray, rng: np.random.Gener
     pool = sample_pool(rng, n_docs, pool_size) if j > 0 else np.zeros(0, dtype=np.int64)
     neg = random_negatives(rng, pool, [pairs.pos_sets[q] for q in q_rows], j) if j > 0 else np.zeros((len(rows), 0), np.int64)
     hard = hard_negatives(rng, [pairs.hard[q] for q in q_rows], h) if h > 0 else np.zeros((len(rows), 0), np.int64)
-    d_rows, neg, hard = d_rows[mine], neg[mine], hard[mine]  # this rank's queries (all on one process)
-    hard_rows = hard[hard >= 0]
     # only the pool documents some query drew are encoded (at J = 4 about 1 − 1/e of the pool):
     # the others take no part in the loss, so leaving them out changes neither it nor the gradients
     drawn = neg >= 0
     used, inverse = np.unique(pool[neg[drawn]], return_inverse=True)
     neg[drawn] = inverse.reshape(-1)
-    dv = F.normalize(net.doc(df.batch(np.concatenate([d_rows, used, hard_rows]))), dim=1)
+    d_rows, neg, hard = d_rows[mine], neg[mine], hard[mine]  # this rank's queries (all on one process)
+    hard_rows = hard[hard >= 0]
+    if distributed.active() and len(used):  # the shared negatives: each encoded by one rank, gathered
+        own = F.normalize(net.doc(df.batch(np.concatenate([d_rows, hard_rows]))), dim=1)
+        shared = distributed.gather(F.normalize(net.doc(df.batch(used[distributed.shard(len(used))])), dim=1), len(used))
+        dv = torch.cat([own[: len(d_rows)], shared, own[len(d_rows) :]])
+    else:
+        dv = F.normalize(net.doc(df.batch(np.concatenate([d_rows, used, hard_rows]))), dim=1)
     b = len(d_rows)
     pos = (qv * dv[:b]).sum(1)
     sims = [torch.zeros((b, 0), device=dev)]
