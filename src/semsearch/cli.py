@@ -473,27 +473,56 @@ def train_cmd(
     checkpoint: Annotated[Optional[Path], typer.Option(help="Checkpoint directory (written every epoch).")] = None,
     resume: Annotated[bool, typer.Option(help="Resume from the checkpoint directory.")] = False,
 ) -> None:
-    """Train a model on a data set's judged pairs; progress shows pairs/s, loss and the dev metric."""
-    import shutil
-
-    from .data import EvalSet, TrainingData, open_dataset
-    from .data._io import fsync_tree, replace_dir, tmp_dir
-    from .plugins import create_model, family, model_names
-    from .training import fit, recipe, trainable
+    """Train a model on a data set's judged pairs; progress shows pairs/s, loss and the dev metric.
+    Under ``torchrun --nproc-per-node N -m semsearch train ...`` the N processes train one model
+    together (data-parallel; training/distributed.py); rank 0 prints and writes ``--out``."""
+    from .plugins import family, model_names
+    from .training import distributed, recipe, trainable
 
     if model in model_names() and not trainable(model):
         raise ValueError(f"{model} ({family(model)} family) is not trainable: it needs no training; use it directly "
                          f"(semsearch run --model {model} ...)")
     model_kw, args = recipe(model, _parse_params(param), where="--param")  # validated before any data is read
+    if not distributed.launched():
+        return _train(model, model_kw, args, data, out_dir, split, dev, threshold, fields, checkpoint, resume)
+    from .training.args import TrainArgs
+
+    if not isinstance(args, TrainArgs):
+        raise ValueError(f"{model} does not train on the epoch loop; distributed training (torchrun) covers dssm, "
+                         "clsm, mt-dnn, knrm, matchpyramid, bert-rep, bert-rel and s2net: train it without torchrun")
+    distributed.check_batch(args.batch_size)  # before any data is read
+    distributed.init(args.device)
+    try:
+        _train(model, model_kw, args, data, out_dir, split, dev, threshold, fields, checkpoint, resume)
+        distributed.barrier()  # the other ranks wait while rank 0 writes the model
+    finally:
+        distributed.teardown()
+
+
+def _train(model: str, model_kw: dict[str, Any], args: Any, data: str, out_dir: Path, split: str, dev: str | None,
+           threshold: int, fields: str, checkpoint: Path | None, resume: bool) -> None:
+    """``train``'s work: read the data, fit, and (on rank 0 only, under torchrun) save the model."""
+    import shutil
+
+    from .data import EvalSet, TrainingData, open_dataset
+    from .data._io import fsync_tree, replace_dir, tmp_dir
+    from .plugins import create_model
+    from .training import distributed, fit
+
+    main = distributed.is_main()
     m = create_model(model, **model_kw)
     ds = open_dataset(data)
     dev_split = dev if dev is not None else ("dev" if "dev" in ds.splits else None)
     train_data = TrainingData.from_dataset(ds, split, threshold=threshold, fields=fields)  # type: ignore[arg-type]
     dev_set = EvalSet.judged(ds, dev_split) if dev_split else None
-    err.print(f"training {model} on {len(train_data.positives)} positive pairs of {ds.name}/{split}"
-              + (f", early stopping on {dev_split}" if dev_split else ""), highlight=False)
+    if main:
+        err.print(f"training {model} on {len(train_data.positives)} positive pairs of {ds.name}/{split}"
+                  + (f", early stopping on {dev_split}" if dev_split else "")
+                  + (f", {distributed.world()} processes" if distributed.active() else ""), highlight=False)
     options = {"checkpoint_dir": checkpoint, "resume": resume} if checkpoint else {}
     log = fit(m, train_data, dev_set, args=args, **options)
+    if not main:
+        return
     # written beside --out and swapped in whole: a run killed at any point leaves the previous
     # model there intact (its leftover folder is removed by the next run)
     tmp = tmp_dir(out_dir)

@@ -4,13 +4,19 @@ the weights it meets (``model_device``), so no other code moves tensors between 
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 
 def resolve_device(name: str) -> torch.device:
-    """The torch device a ``device`` setting names (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``)."""
+    """The torch device a ``device`` setting names (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``).
+    Under torchrun with several processes, ``auto`` and ``cuda`` mean each process's own GPU
+    (``cuda:LOCAL_RANK``)."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and int(os.environ.get("WORLD_SIZE", "1")) > 1 and "LOCAL_RANK" in os.environ:
+        name = f"cuda:{int(os.environ['LOCAL_RANK'])}"
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r}: torch sees no CUDA GPU on this machine (use 'auto' or 'cpu')")

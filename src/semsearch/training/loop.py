@@ -9,7 +9,17 @@ early-stopping rule (stop after ``patience`` epochs without ``dev`` rising by mo
 ``min_delta``; keep the best epoch's weights), checkpoints with exact resume, the device, and
 the device (``args.device``: the net moves there once; models build their inputs where their
 weights are) and progress (``progress.Reporter``: a bar on a terminal, a line per epoch with rate
-and ETA in a log)."""
+and ETA in a log).
+
+Under torchrun (``training.distributed``) the loop is also where the processes meet: ``batches()``
+yields the global batch on every rank and ``loss(batch)`` returns the rank's share of it (a trainer
+that splits its batches so says with ``sharded=True``; others are refused); after ``backward()``
+the gradients and the loss are averaged over the ranks (one all-reduce, by hand rather than
+``DistributedDataParallel``: ``distributed.sync_gradients`` says why); after each epoch the ranks'
+sampler states are compared (ranks that drew different batches would train on a mix, silently);
+rank 0 scores dev and broadcasts the scores, so every rank takes the same early-stopping decision;
+only rank 0 prints progress and writes checkpoints, and the others wait for each checkpoint (a
+resume reads it on every rank). On one process none of this runs."""
 
 from __future__ import annotations
 
@@ -23,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ..progress import Reporter
+from . import distributed
 from .args import TrainArgs
 
 if TYPE_CHECKING:  # torch loads where a network trains: EM (topic, translation models) runs without it
@@ -96,13 +107,24 @@ def epoch_loop(
     progress: bool = True,
     dev_before: bool = False,
     n_batches: Callable[[], int] | None = None,
+    sharded: bool = False,
 ) -> dict[str, Any]:
     """Train ``net`` for at most ``args.epochs`` epochs (module docstring); returns the log.
     ``rng`` (restored in place on resume, so ``batches`` and ``loss`` may close over it);
-    ``dev_before``: score the untrained weights first, as epoch 0, so training can keep them."""
+    ``dev_before``: score the untrained weights first, as epoch 0, so training can keep them;
+    ``sharded``: under torchrun, ``loss`` computes this rank's share of each global batch
+    (``training.distributed``) and ``size`` counts the global batch."""
     from ..device import resolve_device
 
+    par = distributed.init(args.device) and distributed.active()
+    if par:
+        if not sharded:
+            raise ValueError(f"{title}: this trainer does not split its batches across processes; "
+                             "train it without torchrun")
+        distributed.check_batch(args.batch_size)
+    main = distributed.is_main()
     net.to(resolve_device(args.device))  # the one place training moves weights; inputs follow them
+    params = [p for p in net.parameters() if p.requires_grad] if par else []
     stop = EarlyStopping(args.patience, args.min_delta)
     keep = args.epochs > 1 or dev_before  # one epoch and nothing to compare: no copy of the weights
     best_state = state_copy(net) if keep else None
@@ -110,34 +132,43 @@ def epoch_loop(
     if checkpoint is not None and checkpoint.resume and (checkpoint.path / "trainer.json").is_file():
         start, best_state = _load_checkpoint(checkpoint, net, opt, rng, stop)
     elif dev_before and dev is not None:
-        stop.record({"epoch": 0, **dev()})
+        stop.record({"epoch": 0, **_dev(dev, main)})
+    if par:
+        distributed.broadcast_state(net)
     t_start = time.perf_counter()
     for epoch in range(start, args.epochs):
         net.train()
         rep = Reporter(f"{title} epoch {epoch + 1}/{args.epochs}", n_batches() if n_batches else None,
-                       unit="pairs", show=progress)
+                       unit="pairs", show=progress and main)
         t0, totals = time.perf_counter(), {}
         seen, steps = 0, 0
         for batch in batches():
             out = loss(batch)
             value, task = out if isinstance(out, tuple) else (out, "")
             opt.zero_grad(set_to_none=True)
-            value.backward()
+            if par:  # every rank's share of the global batch: gradients and loss averaged over ranks
+                if value.requires_grad:
+                    value.backward()
+                figure = distributed.sync_gradients(params, value.detach())[0]
+            else:
+                value.backward()
             opt.step()
             n = size(batch)
             s = totals.setdefault(task, [0.0, 0, 0])
-            s[0] += float(value.detach()) * n
+            s[0] += (figure if par else float(value.detach())) * n
             s[1] += n
             s[2] += 1
             seen, steps = seen + n, steps + 1
             rep.advance(1, n, loss=s[0] / max(s[1], 1))
         rep.close()
+        if par and rng is not None:  # the same global batches and negatives on every rank, still
+            distributed.check_in_step("sampler states", json.dumps(rng.bit_generator.state, sort_keys=True))
         secs = time.perf_counter() - t0
         entry: dict[str, Any] = {"epoch": epoch + 1, "seconds": secs, "steps": steps, "pairs_per_s": seen / max(secs, 1e-9)}
         entry.update({f"loss_{t}" if t else "loss": s[0] / max(s[1], 1) for t, s in totals.items()})
         if dev is not None:
             net.eval()
-            entry.update(dev())
+            entry.update(_dev(dev, main))
         if stop.record(entry) and keep:
             best_state = state_copy(net)
         shown = {k: v for k, v in entry.items() if k.startswith("loss")}
@@ -145,7 +176,10 @@ def epoch_loop(
             shown[f"dev {args.dev_metric}"] = entry["dev"]
         rep.epoch_line(epoch + 1, args.epochs, time.perf_counter() - t_start, **shown)
         if checkpoint is not None:
-            _save_checkpoint(checkpoint, net, opt, epoch + 1, stop, rng, best_state if keep else state_copy(net))
+            if main:
+                _save_checkpoint(checkpoint, net, opt, epoch + 1, stop, rng, best_state if keep else state_copy(net))
+            if par:  # no rank runs ahead of the checkpoint on disk (a resume reads it on every rank)
+                distributed.barrier()
         if stop.should_stop:
             stop.stopped = f"no {args.dev_metric} improvement on dev for {stop.since_best} epochs"
             break
@@ -155,6 +189,14 @@ def epoch_loop(
         net.load_state_dict(best_state)
     net.eval()
     return stop.to_dict()
+
+
+def _dev(dev: Callable[[], dict[str, float]], main: bool) -> dict[str, float]:
+    """The dev scores: on one process its own; under torchrun rank 0's, broadcast (the weights are
+    the same on every rank; one scoring is enough, and every rank then stops at the same epoch).
+    So ``dev`` must not draw from the training's random numbers (the ranks would then part ways;
+    ``check_in_step`` after each epoch would catch it)."""
+    return distributed.broadcast_object(dev() if main else {})
 
 
 def em_loop(step: Callable[[int], dict[str, float]], iterations: int, *, tol: float = 0.0, min_iterations: int = 0,

@@ -23,6 +23,7 @@ from ..device import model_device
 from ..evaluation import auc
 from ..models.mtdnn import MTDNN
 from ..text import TrigramHasher
+from . import distributed
 from .args import MTDNNArgs
 from .loop import epoch_loop
 from .trainer import Pairs, batch_loss, dev_score, make_optimizer
@@ -125,10 +126,13 @@ def train_mtdnn(
         name, rows = batch
         if name == "rank":
             value = batch_loss(net, qf, df, pairs, rows, rng, args)  # type: ignore[arg-type]
-        else:
+        else:  # under torchrun: this rank's slice of the global batch, its share of the mean
             di = domains.index(name)
-            y = torch.as_tensor(y_all[rows, di], device=model_device(net))
-            value = F.binary_cross_entropy_with_logits(net.logits(cf.batch(rows), di), y)  # type: ignore[union-attr]
+            mine, scale = distributed.shard(len(rows)), distributed.loss_scale(len(rows))
+            y = torch.as_tensor(y_all[rows[mine], di], device=model_device(net))
+            logits = net.logits(cf.batch(rows[mine]), di)  # type: ignore[union-attr]
+            value = (F.binary_cross_entropy_with_logits(logits, y) if scale is None
+                     else F.binary_cross_entropy_with_logits(logits, y, reduction="sum") * scale)
         for group in opt.param_groups:
             group["lr"] = args.lr if name == "rank" else cls_lr
         return value, name
@@ -150,7 +154,7 @@ def train_mtdnn(
         return entry
 
     log = epoch_loop(net, opt, args, batches=batches, loss=loss, size=lambda batch: len(batch[1]), dev=evaluate,
-                     title=model.name, rng=rng, progress=progress, n_batches=lambda: steps)
+                     title=model.name, rng=rng, progress=progress, n_batches=lambda: steps, sharded=True)
     return {**log, "tasks": names, "steps_per_epoch": steps}
 
 

@@ -18,6 +18,7 @@ import torch
 from ..data import EvalSet, TrainingData
 from ..device import model_device
 from ..models.interaction import InteractionModel
+from . import distributed
 from .args import PairwiseArgs
 from .losses import pairwise_hinge_loss
 from .negatives import hard_negatives, random_negatives, sample_pool
@@ -48,6 +49,8 @@ def train_interaction(
     pool_size = min(args.neg_pool, args.batch_size * max(j, 1), n_docs)
 
     def step(rows: np.ndarray) -> torch.Tensor:
+        # under torchrun the negatives are drawn for the global batch (``rows``, the same on every
+        # rank) and each rank scores its slice; its loss is its share of the mean over all valid pairs
         q_rows, d_rows = pairs.q_rows[rows], pairs.d_rows[rows]
         parts = []
         if j > 0:
@@ -57,15 +60,17 @@ def train_interaction(
         if h > 0:
             parts.append(hard_negatives(rng, [pairs.hard[q] for q in q_rows], h))
         neg = np.concatenate(parts, axis=1) if parts else np.zeros((len(rows), 0), dtype=np.int64)
+        mine, scale = distributed.shard(len(rows)), distributed.loss_scale(int((neg >= 0).sum()))
+        q_rows, d_rows, neg = q_rows[mine], d_rows[mine], neg[mine]
         valid = neg >= 0
         qs = np.concatenate([q_rows, np.repeat(q_rows, valid.sum(1))])
         ds = np.concatenate([d_rows, neg[valid]])
         s = model.pair_scores([q_ids[i] for i in qs], [d_ids[i] for i in ds])
-        b = len(rows)
+        b = len(q_rows)
         negs = torch.full(neg.shape, float("-inf"), device=model_device(net))
         if valid.any():
             negs = negs.index_put((torch.as_tensor(valid, device=negs.device),), s[b:])
-        return pairwise_hinge_loss(s[:b], negs, args.margin)
+        return pairwise_hinge_loss(s[:b], negs, args.margin, scale)
 
     return run_epochs(model, net, opt, vocab, step, len(pairs.q_rows), rng, data, dev, args,
                       progress=progress, checkpoint_dir=checkpoint_dir, resume=resume)

@@ -21,6 +21,7 @@ from ..device import model_device
 from ..evaluation import evaluate
 from ..models.projection import ProjectionModel, project, tfidf_matrix
 from ..text import Vocabulary
+from . import distributed
 from .args import OPCAArgs, PCAArgs, S2NetArgs
 from .loop import Checkpoint, epoch_loop
 
@@ -174,13 +175,16 @@ def _s2net(model: ProjectionModel, Xq: sp.csr_matrix, Xd: sp.csr_matrix, data: T
 
     def loss(batch: tuple[np.ndarray, np.ndarray]) -> torch.Tensor:
         idx, neg = batch
+        scale = distributed.loss_scale(len(idx))  # under torchrun: this rank's slice, its share of the mean
+        idx = idx[distributed.shard(len(idx))]
         where = model_device(net)
         q = _rows(tq, idx, where)
         docs = _rows(tpool, np.concatenate([pos_doc[idx][:, None], neg[idx]], axis=1).ravel(), where)
         zq = F.normalize(torch.sparse.mm(q, net.A), dim=1)
         zd = F.normalize(torch.sparse.mm(docs, net.A), dim=1).view(len(idx), J + 1, -1)
         cos = torch.einsum("bk,bjk->bj", zq, zd)
-        return F.softplus(-args.gamma * (cos[:, :1] - cos[:, 1:])).mean()
+        terms = F.softplus(-args.gamma * (cos[:, :1] - cos[:, 1:]))
+        return terms.mean() if scale is None else terms.sum() * (scale / J)
 
     metric = args.dev_metric
     scorer = _DevScorer(model, dev, data, metric) if dev is not None else None
@@ -192,7 +196,7 @@ def _s2net(model: ProjectionModel, Xq: sp.csr_matrix, Xd: sp.csr_matrix, data: T
 
     out = epoch_loop(net, opt, args, batches=batches, loss=loss, size=lambda b: len(b[0]),
                      dev=dev_score if scorer is not None else None, title="S2Net", rng=rng, checkpoint=ck,
-                     progress=progress, dev_before=True, n_batches=lambda: -(-n // bs))
+                     progress=progress, dev_before=True, n_batches=lambda: -(-n // bs), sharded=True)
     epochs = out["epochs"]
     if epochs and epochs[0]["epoch"] == 0:  # the LSA start's dev score
         log[f"dev_{metric}_init"] = epochs.pop(0)["dev"]

@@ -23,6 +23,7 @@ from ..device import model_device
 from ..evaluation import evaluate
 from ..models.base import Model, rank
 from ..models.neural import NeuralEncoder
+from . import distributed
 from .args import EncoderArgs, TrainArgs
 from .losses import in_batch_loss, softmax_cosine_loss
 from .loop import Checkpoint, epoch_loop
@@ -117,7 +118,8 @@ def run_epochs(
     checkpoint_dir: str | Path | None = None, resume: bool = False,
 ) -> dict[str, Any]:
     """``loop.epoch_loop`` over ``n_items`` training items shuffled each epoch into minibatches of
-    row indices; ``step(rows)`` gives a minibatch's loss; dev ``dev_metric`` after each epoch."""
+    row indices; ``step(rows)`` gives a minibatch's loss (under torchrun: this rank's share of it,
+    ``distributed``); dev ``dev_metric`` after each epoch."""
     b = args.batch_size
 
     def batches() -> Iterable[np.ndarray]:
@@ -127,35 +129,46 @@ def run_epochs(
     evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None
     ck = Checkpoint(Path(checkpoint_dir), vocab, resume) if checkpoint_dir else None
     return epoch_loop(net, opt, args, batches=batches, loss=step, size=len, dev=evaluate, title=model.name,
-                      rng=rng, checkpoint=ck, progress=progress, n_batches=lambda: -(-n_items // b))
+                      rng=rng, checkpoint=ck, progress=progress, n_batches=lambda: -(-n_items // b), sharded=True)
 
 
 def batch_loss(net, qf, df, pairs: Pairs, rows: np.ndarray, rng: np.random.Generator,  # type: ignore[no-untyped-def]
                args: EncoderArgs) -> torch.Tensor:
     """A minibatch's −log softmax over γ·cosine (``args.gamma`` one number): each query's positive
-    against its J pool negatives and h judged ones, or (``in-batch``) the batch's other positives."""
+    against its J pool negatives and h judged ones, or (``in-batch``) the batch's other positives.
+    Under torchrun (``distributed``) ``rows`` is the global batch: the negatives are drawn for all
+    of it (the same on every rank), the rank's slice of queries is scored against them (the
+    shared pool's documents, like in-batch positives, each encoded by one rank and gathered) and
+    its loss is its share of the global batch's mean."""
+    mine, scale = distributed.shard(len(rows)), distributed.loss_scale(len(rows))
     q_rows, d_rows = pairs.q_rows[rows], pairs.d_rows[rows]
     gamma, j, h, n_docs = args.gammas[0], args.negatives, args.hard_negatives, len(df)
     dev = model_device(net)
-    qv = F.normalize(net.query(qf.batch(q_rows)), dim=1)
+    qv = F.normalize(net.query(qf.batch(q_rows[mine])), dim=1)
     if args.sampling == "in-batch":
-        dv = F.normalize(net.doc(df.batch(d_rows)), dim=1)
-        pos_sets = [pairs.pos_sets[q] for q in q_rows]
-        same = torch.as_tensor(np.array([[int(d) in s for d in d_rows] for s in pos_sets], dtype=bool), device=dev)
-        same.fill_diagonal_(False)
-        return in_batch_loss(qv @ dv.T, same, gamma)
+        dv, d_all, first = distributed.batch_documents(F.normalize(net.doc(df.batch(d_rows[mine])), dim=1), d_rows)
+        pos_sets = [pairs.pos_sets[q] for q in q_rows[mine]]
+        same = np.array([[int(d) in s for d in d_all] for s in pos_sets], dtype=bool).reshape(len(pos_sets), len(d_all))
+        same[np.arange(len(pos_sets)), first + np.arange(len(pos_sets))] = False
+        return in_batch_loss(qv @ dv.T, torch.as_tensor(same, device=dev), gamma, first=first, scale=scale)
     pool_size = min(args.neg_pool, args.batch_size * max(j, 1), n_docs)
     pool = sample_pool(rng, n_docs, pool_size) if j > 0 else np.zeros(0, dtype=np.int64)
     neg = random_negatives(rng, pool, [pairs.pos_sets[q] for q in q_rows], j) if j > 0 else np.zeros((len(rows), 0), np.int64)
     hard = hard_negatives(rng, [pairs.hard[q] for q in q_rows], h) if h > 0 else np.zeros((len(rows), 0), np.int64)
-    hard_rows = hard[hard >= 0]
     # only the pool documents some query drew are encoded (at J = 4 about 1 − 1/e of the pool):
     # the others take no part in the loss, so leaving them out changes neither it nor the gradients
     drawn = neg >= 0
     used, inverse = np.unique(pool[neg[drawn]], return_inverse=True)
     neg[drawn] = inverse.reshape(-1)
-    dv = F.normalize(net.doc(df.batch(np.concatenate([d_rows, used, hard_rows]))), dim=1)
-    b = len(rows)
+    d_rows, neg, hard = d_rows[mine], neg[mine], hard[mine]  # this rank's queries (all on one process)
+    hard_rows = hard[hard >= 0]
+    if distributed.active() and len(used):  # the shared negatives: each encoded by one rank, gathered
+        own = F.normalize(net.doc(df.batch(np.concatenate([d_rows, hard_rows]))), dim=1)
+        shared = distributed.gather(F.normalize(net.doc(df.batch(used[distributed.shard(len(used))])), dim=1), len(used))
+        dv = torch.cat([own[: len(d_rows)], shared, own[len(d_rows) :]])
+    else:
+        dv = F.normalize(net.doc(df.batch(np.concatenate([d_rows, used, hard_rows]))), dim=1)
+    b = len(d_rows)
     pos = (qv * dv[:b]).sum(1)
     sims = [torch.zeros((b, 0), device=dev)]
     if j > 0:  # each query's J pool documents: gathered, not a full (batch x pool) similarity matrix
@@ -167,7 +180,7 @@ def batch_loss(net, qf, df, pairs: Pairs, rows: np.ndarray, rng: np.random.Gener
         hs = torch.as_tensor(slot, device=dev)
         hv = dv[hs.clamp(min=0)]  # (b, h, dim)
         sims.append((qv[:, None, :] * hv).sum(-1).masked_fill(hs < 0, float("-inf")))
-    return softmax_cosine_loss(pos, torch.cat(sims, dim=1), gamma)
+    return softmax_cosine_loss(pos, torch.cat(sims, dim=1), gamma, scale)
 
 
 class _GatheredDots(torch.autograd.Function):

@@ -32,7 +32,8 @@ import torch
 from ..data import EvalSet, TrainingData
 from ..models.transformer import BiEncoder, CrossEncoder, TransformerModel
 from .args import TransformerArgs
-from .losses import graded_hinge_loss
+from . import distributed
+from .losses import graded_hinge_loss, has_graded_pair
 from .loop import epoch_loop
 from .negatives import uniform_negatives
 from .trainer import dev_score
@@ -188,7 +189,8 @@ def _train(model: TransformerModel, data: TrainingData, examples: list[Example],
     evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None  # type: ignore[arg-type]
     log = epoch_loop(net, opt, args, batches=batches, size=lambda batch: sum(len(e.docs) for e in batch),
                      loss=lambda batch: _batch_loss(model, batch, data.doc_texts, margin, share=share),
-                     dev=evaluate, title=title, rng=rng, progress=progress, n_batches=lambda: -(-len(examples) // b))
+                     dev=evaluate, title=title, rng=rng, progress=progress, n_batches=lambda: -(-len(examples) // b),
+                     sharded=True)
     return {**log, "margin": margin}
 
 
@@ -222,21 +224,34 @@ def _param_groups(net: torch.nn.Module, head_lr: float | None) -> list[dict[str,
 def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[str], margin: float, *,
                 share: bool = False) -> torch.Tensor:
     """Eq. 3 over a batch of queries: scores of each query's documents, padded to (B, M);
-    ``share``: a bi-encoder's queries also meet the batch's other documents (``share_negatives``)."""
+    ``share``: a bi-encoder's queries also meet the batch's other documents (``share_negatives``).
+    Under torchrun (``distributed``) ``batch`` is the global batch: the rank scores its slice of
+    the queries (with ``share``, against every distinct document of the batch, each encoded by
+    one rank and gathered) and its loss is its share of the mean over the batch's queries."""
+    if share and isinstance(model, BiEncoder):
+        rows, inv = np.unique(np.concatenate([e.docs for e in batch]), return_inverse=True)
+        shared, ok = _shared_labels(batch, rows, inv)
+        mine, scale = distributed.shard(len(batch)), distributed.loss_scale(int(has_graded_pair(shared, ok).sum()))
+        qv = _encode(model, [e.query for e in batch[mine]], model.p.max_query_length)
+        dv = distributed.gather(_encode(model, [doc_texts[r] for r in rows[distributed.shard(len(rows))]],
+                                        model.p.max_doc_length), len(rows))
+        dev = qv.device
+        return graded_hinge_loss(qv @ dv.T, torch.as_tensor(shared[mine], device=dev),
+                                 torch.as_tensor(ok[mine], device=dev), margin, scale)
     m = max(len(e.docs) for e in batch)
     labels = np.zeros((len(batch), m), dtype=np.float32)
     valid = np.zeros((len(batch), m), dtype=bool)
     for i, e in enumerate(batch):
         labels[i, : len(e.docs)] = e.grades
         valid[i, : len(e.docs)] = True
+    mine, scale = distributed.shard(len(batch)), distributed.loss_scale(int(has_graded_pair(labels, valid).sum()))
+    if distributed.active():  # this rank's queries: each query's scores depend on its own documents only
+        batch, labels, valid = batch[mine], labels[mine], valid[mine]
     if isinstance(model, BiEncoder):
-        rows, inv = np.unique(np.concatenate([e.docs for e in batch]), return_inverse=True)
-        qv = model.forward_texts([e.query for e in batch], None, model.p.max_query_length)
-        dv = model.forward_texts([doc_texts[r] for r in rows], None, model.p.max_doc_length)
+        rows, inv = np.unique(np.concatenate([np.zeros(0, np.int64)] + [e.docs for e in batch]), return_inverse=True)
+        qv = _encode(model, [e.query for e in batch], model.p.max_query_length)
+        dv = _encode(model, [doc_texts[r] for r in rows], model.p.max_doc_length)
         dev = qv.device
-        if share:
-            shared, ok = _shared_labels(batch, rows, inv)
-            return graded_hinge_loss(qv @ dv.T, torch.as_tensor(shared, device=dev), torch.as_tensor(ok, device=dev), margin)
         slot = np.zeros((len(batch), m), dtype=np.int64)
         bounds = np.cumsum([0] + [len(e.docs) for e in batch])
         for i in range(len(batch)):
@@ -245,9 +260,17 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
     elif isinstance(model, CrossEncoder):
         qs = [e.query for e in batch for _ in e.docs]
         ds = [doc_texts[r] for e in batch for r in e.docs]
-        flat = model.forward_texts(qs, ds, model.p.max_length)
+        flat = _encode(model, qs, model.p.max_length, ds)
         dev = flat.device
         scores = torch.zeros((len(batch), m), dtype=flat.dtype, device=dev).masked_scatter(torch.as_tensor(valid, device=dev), flat)
     else:
         raise TypeError(f"cannot train {type(model).__name__}")
-    return graded_hinge_loss(scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev), margin)
+    return graded_hinge_loss(scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev), margin, scale)
+
+
+def _encode(model: TransformerModel, a: list[str], max_length: int, b: list[str] | None = None) -> torch.Tensor:
+    """``forward_texts`` with gradients; no texts (a rank's empty slice of an epoch's last, short
+    batch) give no rows, still attached to the weights so the rank's backward runs with the others."""
+    if a:
+        return model.forward_texts(a, b, max_length)
+    return model.forward_texts([""], None if b is None else [""], max_length)[:0]
