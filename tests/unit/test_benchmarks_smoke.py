@@ -83,7 +83,8 @@ def test_scale_quick(tmp_path: Path) -> None:
     assert [r["titles"] for r in res["sizes"]] == [4000, 8000]
     for r in res["sizes"]:
         lx = r["lexical"]
-        assert lx["top10_exhaustive"]["p99_ms"] > 0 and lx["resident_mb"] > 0
+        assert lx["top10_off"]["p99_ms"] > 0 and lx["resident_mb"] > 0
+        assert lx["top10_identical"] and lx["top100_identical"]  # pruned == exhaustive, every query
         assert all(v for k, v in lx.items() if k.endswith("_identical"))
         assert r["ivfpq"]["recall@10"] > 0.6 and r["hnsw"]["recall@10"] > 0.8
     assert "100000000" in res["extrapolated"]["IVF-PQ + re-scoring"]
