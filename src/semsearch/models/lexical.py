@@ -22,7 +22,7 @@ import scipy.sparse as sp
 
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
-from .postings import PostingsTopK
+from .postings import Prune, PostingsTopK
 from .base import CONFIG, SAVED_DATA_ERRORS, Model, ModelDirError, id_ranks, positions, read_config, same_length, seal, write_config
 
 _INDEX_NPZ = "lexical.npz"
@@ -244,6 +244,7 @@ class LexicalModel(IndexedModel):
     def with_params(self, **params: Any) -> "LexicalModel":
         clone = super().with_params(**params)
         clone._stats, clone._pools = self._stats, self._pools  # type: ignore[attr-defined]
+        clone.pruning = self.pruning  # type: ignore[attr-defined]
         return clone  # type: ignore[return-value]
 
     def with_stats(self, stats: CollectionStats | None) -> "LexicalModel":
@@ -270,6 +271,22 @@ class LexicalModel(IndexedModel):
         self._stats = None
         for cached in ("_postings", "_doc_major", "_addend", "_query_cache", "_top_k", "_id_array"):
             self.__dict__.pop(cached, None)
+
+    @property
+    def pruning(self) -> Prune:
+        """Which top-k kernel retrieval runs (``PostingsTopK.prune``): "auto" (default: pruning
+        for the queries with many postings), "on" (block-max MaxScore for every query) or "off"
+        (every posting scored). A speed setting, not a parameter: every setting returns the same
+        hits and scores."""
+        return self.__dict__.get("_pruning", "auto")
+
+    @pruning.setter
+    def pruning(self, value: Prune) -> None:
+        if value not in ("auto", "on", "off"):
+            raise ValueError(f"pruning must be 'auto', 'on' or 'off', got {value!r}")
+        self.__dict__["_pruning"] = value
+        if "_top_k" in self.__dict__:
+            self._top_k.prune = value
 
     @property
     def lexical_index(self) -> LexicalIndex:
@@ -348,7 +365,7 @@ class LexicalModel(IndexedModel):
     def _top_k(self) -> PostingsTopK:
         """The compiled retrieval kernel over ``_postings`` (same weights, same float32 sums)."""
         ix, w = self.lexical_index, self._postings
-        return PostingsTopK(w.indptr, w.indices, w.data, len(ix), ix.id_order, self._addend)
+        return PostingsTopK(w.indptr, w.indices, w.data, len(ix), ix.id_order, self._addend, prune=self.pruning)
 
     @cached_property
     def _id_array(self) -> np.ndarray:
