@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Mapping, Sequence
+from array import array
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -22,8 +23,9 @@ import scipy.sparse as sp
 
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
+from .doc_ids import DocIds, IdPositions
 from .postings import Prune, PostingsTopK
-from .base import CONFIG, SAVED_DATA_ERRORS, Model, ModelDirError, id_ranks, positions, read_config, same_length, seal, write_config
+from .base import CONFIG, SAVED_DATA_ERRORS, Model, ModelDirError, positions, read_config, same_length, seal, write_config
 
 _INDEX_NPZ = "lexical.npz"
 _INDEX_JSON = "lexical.json"
@@ -54,21 +56,60 @@ def analyzed(doc_ids: Sequence[str], texts: Sequence[str],
     return analyzer, vocab, [vocab.encode(t) for t in tokens]
 
 
+def analyzed_counts(texts: Iterable[str], analyzer: Analyzer) -> tuple[Vocabulary, sp.csr_matrix]:
+    """The vocabulary (``Vocabulary.build``'s: most frequent first, ties alphabetical) and the
+    count matrix (``count_matrix``'s: CSR, documents x terms, float32, sorted and summed) of
+    ``texts``, in one streaming pass: each text's terms become provisional ids as it is analysed
+    (4 bytes per token, not a list of str per text), renumbered once the frequencies are known."""
+    term_id: dict[str, int] = {}
+    flat = array("i")
+    lengths = array("q")
+    setdefault = term_id.setdefault
+    for text in texts:
+        terms = analyzer(text)
+        flat.extend([setdefault(t, len(term_id)) for t in terms])
+        lengths.append(len(terms))
+    provisional = np.frombuffer(flat, dtype=np.int32) if len(flat) else np.zeros(0, dtype=np.int32)
+    cf = np.bincount(provisional, minlength=len(term_id))
+    terms = list(term_id)
+    del term_id
+    order = sorted(range(len(terms)), key=lambda i: (-cf[i], terms[i]))
+    renumber = np.empty(len(terms), dtype=np.int32)
+    renumber[order] = np.arange(len(terms), dtype=np.int32)
+    indices = renumber[provisional]
+    del provisional, flat
+    indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(np.frombuffer(lengths, dtype=np.int64) if len(lengths) else np.zeros(0, dtype=np.int64), out=indptr[1:])
+    if indptr[-1] < 2**31:
+        indptr = indptr.astype(np.int32)
+    counts = sp.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr), shape=(len(lengths), len(terms)))
+    counts.sum_duplicates()  # (sorts each row's term ids, then sums repeats)
+    return Vocabulary([terms[i] for i in order]), counts
+
+
 class LexicalIndex:
-    """Analysed term counts of a collection (CSR, documents x terms) and derived statistics."""
+    """Analysed term counts of a collection (CSR, documents x terms), its doc ids (``DocIds``,
+    compact) and derived statistics."""
 
     def __init__(self, analyzer: Analyzer, vocab: Vocabulary, doc_ids: Sequence[str], counts: sp.csr_matrix):
         if counts.shape != (len(doc_ids), len(vocab)):
             raise ValueError(f"count matrix {counts.shape} does not match {len(doc_ids)} docs x {len(vocab)} terms")
         self.analyzer = analyzer
         self.vocab = vocab
-        self.doc_ids = list(doc_ids)
+        self.doc_ids = doc_ids if isinstance(doc_ids, DocIds) else DocIds(doc_ids)
         self.counts = counts
 
     @classmethod
     def build(cls, doc_ids: Sequence[str], texts: Sequence[str], analyzer: Analyzer | None = None) -> "LexicalIndex":
-        analyzer, vocab, ids = analyzed(doc_ids, texts, analyzer)
-        return cls(analyzer, vocab, doc_ids, count_matrix(ids, len(vocab)))
+        """The index of ``texts`` (``doc_ids[i]`` is text ``i``'s); ValueError for misaligned or
+        duplicate ids. Same vocabulary and counts as ``analyzed`` + ``count_matrix``, streamed."""
+        same_length(doc_ids, texts, "doc ids", "texts")
+        ids = doc_ids if isinstance(doc_ids, DocIds) else DocIds(doc_ids)
+        if ids.first_duplicate() is not None:
+            raise ValueError("duplicate document ids")
+        analyzer = analyzer or Analyzer()
+        vocab, counts = analyzed_counts(texts, analyzer)
+        return cls(analyzer, vocab, ids, counts)
 
     def __len__(self) -> int:
         return len(self.doc_ids)
@@ -99,19 +140,21 @@ class LexicalIndex:
         cf = np.bincount(sub.indices, weights=sub.data, minlength=len(self.vocab))
         return CollectionStats(int(keep.sum()), df, cf, float(self.doc_len[keep].mean()) if keep.any() else 0.0)
 
-    @cached_property
-    def nnz_rows(self) -> np.ndarray:
-        """Document index of every stored (document, term) count."""
-        return np.repeat(np.arange(len(self), dtype=np.int32), np.diff(self.counts.indptr))
+    def nnz_rows(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Document index of every stored (document, term) count of documents ``lo`` to ``hi``
+        (computed when asked: 4 bytes per count is too much to keep)."""
+        hi = len(self) if hi is None else hi
+        return np.repeat(np.arange(lo, hi, dtype=np.int32), np.diff(self.counts.indptr[lo:hi + 1]))
 
-    @cached_property
-    def position(self) -> dict[str, int]:
-        return {d: i for i, d in enumerate(self.doc_ids)}
+    @property
+    def position(self) -> IdPositions:
+        """doc id -> position (a mapping over ``doc_ids``; no dict is built)."""
+        return self.doc_ids.position
 
     @cached_property
     def id_order(self) -> np.ndarray:
         """Rank of each document's id in sorted order: the tie-breaker (doc id ascending)."""
-        return id_ranks(self.doc_ids)
+        return self.doc_ids.ranks
 
     def query_counts(self, queries: Sequence[str]) -> sp.csr_matrix:
         """Queries -> CSR (n x terms) counts; terms outside the collection are dropped."""
@@ -121,7 +164,7 @@ class LexicalIndex:
         np.savez_compressed(
             path / _INDEX_NPZ, indptr=self.counts.indptr, indices=self.counts.indices, data=self.counts.data
         )
-        meta = {"analyzer": self.analyzer.config(), "terms": self.vocab.terms, "doc_ids": self.doc_ids}
+        meta = {"analyzer": self.analyzer.config(), "terms": self.vocab.terms, "doc_ids": list(self.doc_ids)}
         (path / _INDEX_JSON).write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
@@ -263,13 +306,14 @@ class LexicalModel(IndexedModel):
         if self._pools is None:
             raise ValueError(f"{self.name}: stats = 'exclude-query-pool' needs each query's pool (use_pools)")
         ix = self.lexical_index
-        exclude = sorted(ix.position[d] for d in self._pools.get(query, ()) if d in ix.position)
+        pos = ix.doc_ids.positions(list(self._pools.get(query, ())))
+        exclude = np.unique(pos[pos >= 0])
         return self.with_params(stats="collection").with_stats(ix.stats(exclude=exclude))
 
     def use_index(self, index: LexicalIndex) -> None:
         super().use_index(index)
         self._stats = None
-        for cached in ("_postings", "_doc_major", "_addend", "_query_cache", "_top_k", "_id_array"):
+        for cached in ("_postings", "_doc_major", "_addend", "_query_cache", "_top_k"):
             self.__dict__.pop(cached, None)
 
     @property
@@ -292,14 +336,30 @@ class LexicalModel(IndexedModel):
     def lexical_index(self) -> LexicalIndex:
         return self._require_index()
 
+    #: counts weighted at a time when the postings are built (bounds the float64 temporaries)
+    WEIGHT_CHUNK = 1 << 22
+
     @cached_property
     def _postings(self) -> sp.csr_matrix:
-        """Term-major weights (terms x documents): the inverted index the queries multiply."""
+        """Term-major weights (terms x documents, float32): the inverted index the queries walk.
+        Weighted a chunk of documents at a time, into one float32 array beside the counts' own
+        index arrays, then transposed: the only copy kept."""
         ix = self.lexical_index
         st = self._stats or ix.stats()
-        w = ix.counts.copy()
-        w.data = self._doc_weights(ix, st, ix.counts.data.astype(np.float64), ix.nnz_rows, ix.counts.indices).astype(np.float32)
-        w.eliminate_zeros()
+        c = ix.counts
+        data = np.empty(c.nnz, dtype=np.float32)
+        lo = 0
+        while lo < len(ix):
+            hi = int(np.searchsorted(c.indptr, c.indptr[lo] + self.WEIGHT_CHUNK, side="right")) - 1
+            hi = min(len(ix), max(hi, lo + 1))
+            a, b = int(c.indptr[lo]), int(c.indptr[hi])
+            data[a:b] = self._doc_weights(ix, st, c.data[a:b].astype(np.float64), ix.nnz_rows(lo, hi), c.indices[a:b])
+            lo = hi
+        if data.all():
+            w = sp.csr_matrix((data, c.indices, c.indptr), shape=c.shape)  # (shares the counts' index arrays)
+        else:
+            w = sp.csr_matrix((data, c.indices.copy(), c.indptr.copy()), shape=c.shape)
+            w.eliminate_zeros()
         return w.T.tocsr()
 
     @cached_property
@@ -367,9 +427,26 @@ class LexicalModel(IndexedModel):
         ix, w = self.lexical_index, self._postings
         return PostingsTopK(w.indptr, w.indices, w.data, len(ix), ix.id_order, self._addend, prune=self.pruning)
 
-    @cached_property
-    def _id_array(self) -> np.ndarray:
-        return np.asarray(self.lexical_index.doc_ids, dtype=object)
+    def memory(self) -> dict[str, int]:
+        """Bytes of the arrays this model and its index hold now, by part (what retrieval keeps
+        resident: the postings, the kernel's block maxima, the doc ids; the counts; the
+        document-major copy only once ``score`` has been used)."""
+        ix = self.lexical_index
+
+        def csr(m: sp.spmatrix) -> int:
+            return int(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes)
+
+        out = {"counts": csr(ix.counts), "doc_ids": ix.doc_ids.nbytes,
+               "doc_stats": sum(int(a.nbytes) for k, a in ix.__dict__.items() if isinstance(a, np.ndarray))}
+        if "_postings" in self.__dict__:
+            out["postings"] = csr(self._postings)
+        if "_top_k" in self.__dict__:
+            out["kernel"] = self._top_k.nbytes() - int(self._postings.indices.nbytes + self._postings.data.nbytes)
+        if "_doc_major" in self.__dict__:
+            out["doc_major"] = csr(self._doc_major)
+        if self.__dict__.get("_addend") is not None:
+            out["addend"] = int(self._addend.nbytes)
+        return out
 
     def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
         """Top-k among documents that match at least one query term (as Lucene/Anserini)."""
@@ -393,7 +470,7 @@ class LexicalModel(IndexedModel):
         scale = np.asarray(qc.sum(axis=1), dtype=np.float64).ravel()
         q = self._query_weights(ix, qc).astype(np.float32).tocsr()
         docs, scores, counts = self._top_k.search(q.indptr, q.indices, q.data, scale, k)
-        ids = self._id_array[docs]
+        ids = ix.doc_ids.take(np.maximum(docs, 0))
         ids[docs < 0] = ""
         return ids, scores, counts
 
