@@ -56,18 +56,25 @@ def analyzed(doc_ids: Sequence[str], texts: Sequence[str],
     return analyzer, vocab, [vocab.encode(t) for t in tokens]
 
 
+class _NewIds(dict):
+    """term -> provisional id; a term not yet seen gets the next id."""
+
+    def __missing__(self, term: str) -> int:
+        i = self[term] = len(self)
+        return i
+
+
 def analyzed_counts(texts: Iterable[str], analyzer: Analyzer) -> tuple[Vocabulary, sp.csr_matrix]:
     """The vocabulary (``Vocabulary.build``'s: most frequent first, ties alphabetical) and the
     count matrix (``count_matrix``'s: CSR, documents x terms, float32, sorted and summed) of
     ``texts``, in one streaming pass: each text's terms become provisional ids as it is analysed
     (4 bytes per token, not a list of str per text), renumbered once the frequencies are known."""
-    term_id: dict[str, int] = {}
+    term_id = _NewIds()
     flat = array("i")
     lengths = array("q")
-    setdefault = term_id.setdefault
     for text in texts:
         terms = analyzer(text)
-        flat.extend([setdefault(t, len(term_id)) for t in terms])
+        flat.extend(map(term_id.__getitem__, terms))  # (C-level lookups; new terms get the next id)
         lengths.append(len(terms))
     provisional = np.frombuffer(flat, dtype=np.int32) if len(flat) else np.zeros(0, dtype=np.int32)
     cf = np.bincount(provisional, minlength=len(term_id))
