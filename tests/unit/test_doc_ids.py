@@ -18,7 +18,9 @@ WEIRD = ["b", "a", "", "a\x00", "ab", "é", "e", "\ud800x", "zz", "Z", "\U0001F6
          "doc-000000000010", "doc-00000000001", "doc-0000000000010"]
 
 
-def test_behaves_like_the_list():
+@pytest.mark.parametrize("cache", [True, False])
+def test_behaves_like_the_list(cache, monkeypatch):
+    monkeypatch.setattr(DocIds, "STR_CACHE_MAX", 10**6 if cache else 0)
     ids = DocIds(WEIRD)
     assert len(ids) == len(WEIRD) and list(ids) == WEIRD and ids == WEIRD and ids != WEIRD[:-1]
     assert ids[0] == "b" and ids[-1] == WEIRD[-1] and ids[np.int64(3)] == "a\x00"
@@ -46,7 +48,8 @@ def test_ranks_are_sorted_string_order():
     assert DocIds(WEIRD).first_duplicate() is None and DocIds(["x", "y", "x"]).first_duplicate() == "x"
 
 
-def test_take_without_the_fast_path():
+def test_take_without_the_fast_path(monkeypatch):
+    monkeypatch.setattr(DocIds, "STR_CACHE_MAX", 0)
     ids = DocIds(["a\x00b", "c"])  # a NUL inside an id: decoded one by one
     assert ids.take(np.array([1, 0, 1])).tolist() == ["c", "a\x00b", "c"]
 
