@@ -116,6 +116,27 @@ def test_pruned_batch_runs_in_parallel(collections, monkeypatch):
     assert all(np.array_equal(a, b) for a, b in zip(serial, parallel))
 
 
+@pytest.mark.parametrize("parallel", [False, True])
+def test_auto_chooses_per_query(collections, monkeypatch, parallel):
+    """"auto" prunes the queries with many postings and scores the others exhaustively, in one
+    batch; the answers are those of either kernel."""
+    post, ranks = collections[0]
+    kern = PostingsTopK(post.indptr, post.indices, post.data, post.shape[1], ranks)
+    qptr, qterms, qweights = _queries(np.random.default_rng(4), post.shape[0], 150)
+    monkeypatch.setattr(PostingsTopK, "PRUNE_FROM", 3000)
+    monkeypatch.setattr(PostingsTopK, "PRUNE_PER_K", 0)
+    monkeypatch.setattr(PostingsTopK, "PARALLEL_FROM", 1 if parallel else 10**9)
+    got = {}
+    for mode in ("off", "on", "auto"):
+        walked = np.zeros(150, dtype=np.int64)
+        got[mode] = (*kern.search(qptr, qterms, qweights, np.zeros(150), 10, walked=walked, prune=mode), walked)
+    _assert_identical(got["off"], got["auto"])
+    n_post = np.array([int(np.diff(post.indptr)[qterms[qptr[i]:qptr[i + 1]]].sum()) for i in range(150)])
+    pruned = n_post >= 3000
+    assert 10 < pruned.sum() < 140
+    assert np.array_equal(got["auto"][3], np.where(pruned, got["on"][3], got["off"][3]))
+
+
 def test_prune_switch_and_unordered_postings():
     indptr, indices = np.array([0, 3]), np.array([2, 0, 1])  # doc ids not ascending
     kern = PostingsTopK(indptr, indices, np.ones(3, dtype=np.float32), 3, np.arange(3))
@@ -150,6 +171,11 @@ def test_models_retrieve_the_same_with_pruning_on_and_off(name):
             assert np.array_equal(a[0], b[0]) and np.array_equal(a[2], b[2])
             assert np.array_equal(a[1].view(np.int64), b[1].view(np.int64))
         assert results["off"][3] == results[mode][3]
+    walked = {}
+    for mode in ("off", "on"):  # the model's own kernel and query arrays: pruning skipped postings
+        walked[mode] = np.zeros(len(queries), dtype=np.int64)
+        m._top_k.search(*m._query_arrays(queries), 10, walked=walked[mode], prune=mode)
+    assert walked["on"].sum() < 0.5 * walked["off"].sum(), {k: int(v.sum()) for k, v in walked.items()}
     assert m.with_params().pruning == "auto"
     m.pruning = "off"
     assert m.with_params().pruning == "off"

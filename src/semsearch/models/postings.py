@@ -46,9 +46,10 @@ its own accumulator; the GIL is released, so a server's threads also search conc
 Tried and left out: MaxScore in its term-at-a-time form (terms by decreasing upper bound, the rest
 probed once they cannot lift an unseen document into the top k). On Home Depot titles it skipped
 only 24-40 % of the postings at k=10 (3-10 % on SciFact), and its checks and the term-id-order
-re-summing needed for identical scores cost more than that saved; on 54k titles the
-document-at-a-time kernel above does not pay either, so "auto" leaves such collections to the
-exhaustive kernel. Reordering documents by length (short titles first, so the threshold rises
+re-summing needed for identical scores cost more than that saved. On those 54k titles the
+document-at-a-time kernel pays only at small k for queries with many postings (k=10, 10k-100k
+postings: 0.4-0.7x the exhaustive time) and costs up to 1.5x at k=100-1000, so "auto" leaves
+nearly all of them to the exhaustive kernel. Reordering documents by length (short titles first, so the threshold rises
 early and long titles' blocks have low maxima) changed the postings scored by ~1 % on 1M
 synthetic titles: title weights vary too little within a term.
 
@@ -578,8 +579,8 @@ class PostingsTopK:
     dropped before): the kernel reads a zero accumulator as an untouched document.
 
     ``prune`` chooses the kernel per query: "off" walks every posting (term at a time), "on"
-    runs block-max MaxScore (document at a time), "auto" prunes the queries with at least
-    ``PRUNE_FROM + k * PRUNE_PER_K`` postings. The answers are the same either way (the tests
+    runs block-max MaxScore (document at a time), "auto" prunes the queries with many postings
+    for their k and the collection's size (``PRUNE_FROM``). The answers are the same either way (the tests
     hold them to it); pruning needs each term's doc ids ascending (a canonical CSR), else "auto"
     never prunes and "on" is refused."""
 
@@ -587,11 +588,14 @@ class PostingsTopK:
     PARALLEL_FROM = 64
     #: postings per block of the block-max index
     BLOCK = _BLOCK
-    #: "auto" prunes a query with at least ``PRUNE_FROM + k * PRUNE_PER_K`` postings: measured on
-    #: 1M and 2M synthetic titles, pruning paid from ~50k postings at k=10 and ~200k at k=100; at
-    #: k=1000 hardly ever (the threshold rises slowly, so fewer documents are skipped)
+    #: "auto" prunes a query with at least ``(PRUNE_FROM + k * PRUNE_PER_K) * min(1, PRUNE_DOCS /
+    #: n_docs)`` postings. Measured per query on synthetic titles: at 1M-2M pruning paid from
+    #: ~50k postings at k=10, ~150-250k at k=100, ~1M at k=1000 (the k-th score rises slowly, so
+    #: fewer documents are skipped); at 10M from a few thousand at k=10, ~30k at k=100, ~300k at
+    #: k=1000 (the exhaustive kernel's accumulator no longer fits the caches), hence the shrink
     PRUNE_FROM = 40_000
     PRUNE_PER_K = 2_000
+    PRUNE_DOCS = 2_000_000
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_docs: int,
                  ranks: np.ndarray, addend: np.ndarray | None = None, prune: Prune = "auto"):
@@ -673,7 +677,9 @@ class PostingsTopK:
         args = (np.ascontiguousarray(qptr, dtype=np.int64), np.ascontiguousarray(qterms, dtype=np.int64), qweights,
                 np.ascontiguousarray(qscale, dtype=np.float64), self.indptr, self.indices, self.data, self.addend,
                 self.ranks, k)
-        tail = (code, np.array([self.PRUNE_FROM, self.PRUNE_PER_K], dtype=np.int64), bptr, blast, bmax, tmax, *self._a_range)
+        shrink = min(1.0, self.PRUNE_DOCS / max(self.n_docs, 1))
+        thresholds = np.array([self.PRUNE_FROM * shrink, self.PRUNE_PER_K * shrink], dtype=np.int64)
+        tail = (code, thresholds, bptr, blast, bmax, tmax, *self._a_range)
         if nq >= self.PARALLEL_FROM and numba.get_num_threads() > 1:
             n_chunks = min(numba.get_num_threads() * 2, nq // 16)  # 2 per thread: a preempted thread delays less
             _batch(*args, self.n_docs, n_chunks, docs, scores, counts, walked, *tail)
