@@ -449,7 +449,8 @@ class LexicalModel(IndexedModel):
         if "_postings" in self.__dict__:
             out["postings"] = csr(self._postings)
         if "_top_k" in self.__dict__:
-            out["kernel"] = self._top_k.nbytes() - int(self._postings.indices.nbytes + self._postings.data.nbytes)
+            shared = self._postings.indices.nbytes + self._postings.data.nbytes + self._top_k.addend.nbytes
+            out["kernel"] = self._top_k.nbytes() - int(shared)  # (the ranks, the block maxima)
         if "_doc_major" in self.__dict__:
             out["doc_major"] = csr(self._doc_major)
         if self.__dict__.get("_addend") is not None:
