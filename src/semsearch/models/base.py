@@ -286,7 +286,13 @@ def same_length(a: Sized, b: Sized, what_a: str, what_b: str) -> None:
 
 def positions(position: Mapping[str, int], docs: Sequence[str]) -> np.ndarray:
     """Positions (``position``: doc id -> row) of candidate ``docs``; ValueError for a document
-    that is not in the indexed collection."""
+    that is not in the indexed collection. A mapping with ``positions_of`` (``DocIds.position``)
+    looks them up at once."""
+    if hasattr(position, "positions_of"):
+        pos = position.positions_of(docs)
+        if (pos < 0).any():
+            raise ValueError(f"candidate document {docs[int(np.argmax(pos < 0))]!r} is not in the indexed collection")
+        return pos
     try:
         return np.fromiter((position[d] for d in docs), dtype=np.int64, count=len(docs))
     except KeyError as e:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Mapping, Sequence
+from array import array
+from itertools import chain
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -22,8 +24,9 @@ import scipy.sparse as sp
 
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
-from .postings import PostingsTopK
-from .base import CONFIG, SAVED_DATA_ERRORS, Model, ModelDirError, id_ranks, positions, read_config, same_length, seal, write_config
+from .doc_ids import DocIds, IdPositions
+from .postings import Prune, PostingsTopK
+from .base import CONFIG, SAVED_DATA_ERRORS, Model, ModelDirError, positions, read_config, same_length, seal, write_config
 
 _INDEX_NPZ = "lexical.npz"
 _INDEX_JSON = "lexical.json"
@@ -54,21 +57,67 @@ def analyzed(doc_ids: Sequence[str], texts: Sequence[str],
     return analyzer, vocab, [vocab.encode(t) for t in tokens]
 
 
+class _NewIds(dict):
+    """term -> provisional id; a term not yet seen gets the next id."""
+
+    def __missing__(self, term: str) -> int:
+        i = self[term] = len(self)
+        return i
+
+
+def analyzed_counts(texts: Iterable[str], analyzer: Analyzer) -> tuple[Vocabulary, sp.csr_matrix]:
+    """The vocabulary (``Vocabulary.build``'s: most frequent first, ties alphabetical) and the
+    count matrix (``count_matrix``'s: CSR, documents x terms, float32, sorted and summed) of
+    ``texts``, in one streaming pass: each text's terms become provisional ids as it is analysed
+    (4 bytes per token, not a list of str per text), renumbered once the frequencies are known."""
+    term_id = _NewIds()
+    flat = array("i")
+    lengths = array("q")
+    for text in texts:
+        terms = analyzer(text)
+        flat.extend(map(term_id.__getitem__, terms))  # (C-level lookups; new terms get the next id)
+        lengths.append(len(terms))
+    provisional = np.frombuffer(flat, dtype=np.int32) if len(flat) else np.zeros(0, dtype=np.int32)
+    cf = np.bincount(provisional, minlength=len(term_id))
+    terms = list(term_id)
+    del term_id
+    order = sorted(range(len(terms)), key=lambda i: (-cf[i], terms[i]))
+    renumber = np.empty(len(terms), dtype=np.int32)
+    renumber[order] = np.arange(len(terms), dtype=np.int32)
+    indices = renumber[provisional]
+    del provisional, flat
+    indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(np.frombuffer(lengths, dtype=np.int64) if len(lengths) else np.zeros(0, dtype=np.int64), out=indptr[1:])
+    if indptr[-1] < 2**31:
+        indptr = indptr.astype(np.int32)
+    counts = sp.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr), shape=(len(lengths), len(terms)))
+    counts.sum_duplicates()  # (sorts each row's term ids, then sums repeats)
+    return Vocabulary([terms[i] for i in order]), counts
+
+
 class LexicalIndex:
-    """Analysed term counts of a collection (CSR, documents x terms) and derived statistics."""
+    """Analysed term counts of a collection (CSR, documents x terms), its doc ids (``DocIds``,
+    compact) and derived statistics."""
 
     def __init__(self, analyzer: Analyzer, vocab: Vocabulary, doc_ids: Sequence[str], counts: sp.csr_matrix):
         if counts.shape != (len(doc_ids), len(vocab)):
             raise ValueError(f"count matrix {counts.shape} does not match {len(doc_ids)} docs x {len(vocab)} terms")
         self.analyzer = analyzer
         self.vocab = vocab
-        self.doc_ids = list(doc_ids)
+        self.doc_ids = doc_ids if isinstance(doc_ids, DocIds) else DocIds(doc_ids)
         self.counts = counts
 
     @classmethod
     def build(cls, doc_ids: Sequence[str], texts: Sequence[str], analyzer: Analyzer | None = None) -> "LexicalIndex":
-        analyzer, vocab, ids = analyzed(doc_ids, texts, analyzer)
-        return cls(analyzer, vocab, doc_ids, count_matrix(ids, len(vocab)))
+        """The index of ``texts`` (``doc_ids[i]`` is text ``i``'s); ValueError for misaligned or
+        duplicate ids. Same vocabulary and counts as ``analyzed`` + ``count_matrix``, streamed."""
+        same_length(doc_ids, texts, "doc ids", "texts")
+        ids = doc_ids if isinstance(doc_ids, DocIds) else DocIds(doc_ids)
+        if ids.first_duplicate() is not None:
+            raise ValueError("duplicate document ids")
+        analyzer = analyzer or Analyzer()
+        vocab, counts = analyzed_counts(texts, analyzer)
+        return cls(analyzer, vocab, ids, counts)
 
     def __len__(self) -> int:
         return len(self.doc_ids)
@@ -99,19 +148,21 @@ class LexicalIndex:
         cf = np.bincount(sub.indices, weights=sub.data, minlength=len(self.vocab))
         return CollectionStats(int(keep.sum()), df, cf, float(self.doc_len[keep].mean()) if keep.any() else 0.0)
 
-    @cached_property
-    def nnz_rows(self) -> np.ndarray:
-        """Document index of every stored (document, term) count."""
-        return np.repeat(np.arange(len(self), dtype=np.int32), np.diff(self.counts.indptr))
+    def nnz_rows(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Document index of every stored (document, term) count of documents ``lo`` to ``hi``
+        (computed when asked: 4 bytes per count is too much to keep)."""
+        hi = len(self) if hi is None else hi
+        return np.repeat(np.arange(lo, hi, dtype=np.int32), np.diff(self.counts.indptr[lo:hi + 1]))
 
-    @cached_property
-    def position(self) -> dict[str, int]:
-        return {d: i for i, d in enumerate(self.doc_ids)}
+    @property
+    def position(self) -> IdPositions:
+        """doc id -> position (a mapping over ``doc_ids``; no dict is built)."""
+        return self.doc_ids.position
 
     @cached_property
     def id_order(self) -> np.ndarray:
         """Rank of each document's id in sorted order: the tie-breaker (doc id ascending)."""
-        return id_ranks(self.doc_ids)
+        return self.doc_ids.ranks
 
     def query_counts(self, queries: Sequence[str]) -> sp.csr_matrix:
         """Queries -> CSR (n x terms) counts; terms outside the collection are dropped."""
@@ -121,7 +172,7 @@ class LexicalIndex:
         np.savez_compressed(
             path / _INDEX_NPZ, indptr=self.counts.indptr, indices=self.counts.indices, data=self.counts.data
         )
-        meta = {"analyzer": self.analyzer.config(), "terms": self.vocab.terms, "doc_ids": self.doc_ids}
+        meta = {"analyzer": self.analyzer.config(), "terms": self.vocab.terms, "doc_ids": list(self.doc_ids)}
         (path / _INDEX_JSON).write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
@@ -244,6 +295,7 @@ class LexicalModel(IndexedModel):
     def with_params(self, **params: Any) -> "LexicalModel":
         clone = super().with_params(**params)
         clone._stats, clone._pools = self._stats, self._pools  # type: ignore[attr-defined]
+        clone.pruning = self.pruning  # type: ignore[attr-defined]
         return clone  # type: ignore[return-value]
 
     def with_stats(self, stats: CollectionStats | None) -> "LexicalModel":
@@ -262,27 +314,60 @@ class LexicalModel(IndexedModel):
         if self._pools is None:
             raise ValueError(f"{self.name}: stats = 'exclude-query-pool' needs each query's pool (use_pools)")
         ix = self.lexical_index
-        exclude = sorted(ix.position[d] for d in self._pools.get(query, ()) if d in ix.position)
+        pos = ix.doc_ids.positions(list(self._pools.get(query, ())))
+        exclude = np.unique(pos[pos >= 0])
         return self.with_params(stats="collection").with_stats(ix.stats(exclude=exclude))
 
     def use_index(self, index: LexicalIndex) -> None:
         super().use_index(index)
         self._stats = None
-        for cached in ("_postings", "_doc_major", "_addend", "_query_cache", "_top_k", "_id_array"):
+        for cached in ("_postings", "_doc_major", "_addend", "_query_cache", "_top_k"):
             self.__dict__.pop(cached, None)
+
+    @property
+    def pruning(self) -> Prune:
+        """Which top-k kernel retrieval runs (``PostingsTopK.prune``): "auto" (default: pruning
+        for the queries with many postings), "on" (block-max MaxScore for every query) or "off"
+        (every posting scored). A speed setting, not a parameter: every setting returns the same
+        hits and scores."""
+        return self.__dict__.get("_pruning", "auto")
+
+    @pruning.setter
+    def pruning(self, value: Prune) -> None:
+        if value not in ("auto", "on", "off"):
+            raise ValueError(f"pruning must be 'auto', 'on' or 'off', got {value!r}")
+        self.__dict__["_pruning"] = value
+        if "_top_k" in self.__dict__:
+            self._top_k.prune = value
 
     @property
     def lexical_index(self) -> LexicalIndex:
         return self._require_index()
 
+    #: counts weighted at a time when the postings are built (bounds the float64 temporaries)
+    WEIGHT_CHUNK = 1 << 22
+
     @cached_property
     def _postings(self) -> sp.csr_matrix:
-        """Term-major weights (terms x documents): the inverted index the queries multiply."""
+        """Term-major weights (terms x documents, float32): the inverted index the queries walk.
+        Weighted a chunk of documents at a time, into one float32 array beside the counts' own
+        index arrays, then transposed: the only copy kept."""
         ix = self.lexical_index
         st = self._stats or ix.stats()
-        w = ix.counts.copy()
-        w.data = self._doc_weights(ix, st, ix.counts.data.astype(np.float64), ix.nnz_rows, ix.counts.indices).astype(np.float32)
-        w.eliminate_zeros()
+        c = ix.counts
+        data = np.empty(c.nnz, dtype=np.float32)
+        lo = 0
+        while lo < len(ix):
+            hi = int(np.searchsorted(c.indptr, c.indptr[lo] + self.WEIGHT_CHUNK, side="right")) - 1
+            hi = min(len(ix), max(hi, lo + 1))
+            a, b = int(c.indptr[lo]), int(c.indptr[hi])
+            data[a:b] = self._doc_weights(ix, st, c.data[a:b].astype(np.float64), ix.nnz_rows(lo, hi), c.indices[a:b])
+            lo = hi
+        if data.all():
+            w = sp.csr_matrix((data, c.indices, c.indptr), shape=c.shape)  # (shares the counts' index arrays)
+        else:
+            w = sp.csr_matrix((data, c.indices.copy(), c.indptr.copy()), shape=c.shape)
+            w.eliminate_zeros()
         return w.T.tocsr()
 
     @cached_property
@@ -348,11 +433,29 @@ class LexicalModel(IndexedModel):
     def _top_k(self) -> PostingsTopK:
         """The compiled retrieval kernel over ``_postings`` (same weights, same float32 sums)."""
         ix, w = self.lexical_index, self._postings
-        return PostingsTopK(w.indptr, w.indices, w.data, len(ix), ix.id_order, self._addend)
+        return PostingsTopK(w.indptr, w.indices, w.data, len(ix), ix.id_order, self._addend, prune=self.pruning)
 
-    @cached_property
-    def _id_array(self) -> np.ndarray:
-        return np.asarray(self.lexical_index.doc_ids, dtype=object)
+    def memory(self) -> dict[str, int]:
+        """Bytes of the arrays this model and its index hold now, by part (what retrieval keeps
+        resident: the postings, the kernel's block maxima, the doc ids; the counts; the
+        document-major copy only once ``score`` has been used)."""
+        ix = self.lexical_index
+
+        def csr(m: sp.spmatrix) -> int:
+            return int(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes)
+
+        out = {"counts": csr(ix.counts), "doc_ids": ix.doc_ids.nbytes,
+               "doc_stats": sum(int(a.nbytes) for k, a in ix.__dict__.items() if isinstance(a, np.ndarray))}
+        if "_postings" in self.__dict__:
+            out["postings"] = csr(self._postings)
+        if "_top_k" in self.__dict__:
+            shared = self._postings.indices.nbytes + self._postings.data.nbytes + self._top_k.addend.nbytes
+            out["kernel"] = self._top_k.nbytes() - int(shared)  # (the ranks, the block maxima)
+        if "_doc_major" in self.__dict__:
+            out["doc_major"] = csr(self._doc_major)
+        if self.__dict__.get("_addend") is not None:
+            out["addend"] = int(self._addend.nbytes)
+        return out
 
     def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
         """Top-k among documents that match at least one query term (as Lucene/Anserini)."""
@@ -372,13 +475,31 @@ class LexicalModel(IndexedModel):
         if self.p.stats == "exclude-query-pool":
             raise ValueError("retrieve_arrays: stats = 'exclude-query-pool' scores each query apart; use retrieve")
         ix = self.lexical_index
-        qc = ix.query_counts(queries)
-        scale = np.asarray(qc.sum(axis=1), dtype=np.float64).ravel()
-        q = self._query_weights(ix, qc).astype(np.float32).tocsr()
-        docs, scores, counts = self._top_k.search(q.indptr, q.indices, q.data, scale, k)
-        ids = self._id_array[docs]
+        docs, scores, counts = self._top_k.search(*self._query_arrays(queries), k)
+        ids = ix.doc_ids.take(docs)  # (-1 past a row's count: blanked below)
         ids[docs < 0] = ""
         return ids, scores, counts
+
+    def _query_arrays(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The queries as the kernel takes them: CSR rows (row pointers, ascending term ids,
+        float32 ``_query_weights``) and each query's addend scale (its count of known terms).
+        Models whose query weights are the counts get them without building a scipy matrix
+        (that cost ~80 us of a single query's ~150 us on 54k titles); the same arrays."""
+        ix = self.lexical_index
+        if type(self)._query_weights is not LexicalModel._query_weights:
+            qc = ix.query_counts(queries)
+            q = self._query_weights(ix, qc).astype(np.float32).tocsr()
+            return q.indptr, q.indices, q.data, np.asarray(qc.sum(axis=1), dtype=np.float64).ravel()
+        encode, analyzer, n_terms = ix.vocab.encode, ix.analyzer, len(ix.vocab)
+        lists = [encode(analyzer(q)) for q in queries]
+        lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        keys = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=int(lengths.sum()))
+        keys += np.repeat(np.arange(len(lists), dtype=np.int64) * n_terms, lengths)
+        keys, tf = np.unique(keys, return_counts=True)  # sorted: by query, then term id
+        rows = keys // max(n_terms, 1)
+        qptr = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=len(lists)), out=qptr[1:])
+        return qptr, keys - rows * n_terms, tf.astype(np.float32), lengths.astype(np.float64)
 
 
 class BM25(LexicalModel):
