@@ -304,3 +304,37 @@ def test_ivfpq_exact_rescoring(tmp_path: Path) -> None:
         VectorIndex(32, "ivfpq", rerank=-1)
     with pytest.raises(ValueError, match="rerank needs the full vectors"):
         coarse.set_search_params(rerank=50)
+
+
+def test_ids_are_held_compactly_and_answer_as_a_list(tmp_path) -> None:
+    """The index keeps its ids as DocIds (one buffer, no per-id str objects or dict beyond the
+    small-collection cache): hits, similarity, save/load and a repeated id in ids.json behave as
+    with the list it replaced."""
+    import json
+
+    from semsearch.index import VectorIndex
+    from semsearch.models.base import ModelDirError
+    from semsearch.models.doc_ids import DocIds
+
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(300, 8)).astype(np.float32)
+    ids = [f"d{i:03d}" for i in range(300)][::-1]  # position order != id order
+    ix = VectorIndex.build(ids, v, kind="flat")
+    assert isinstance(ix.doc_ids, DocIds) and list(ix.doc_ids) == ids
+    hits = ix.search(v[:3], 5)
+    assert [h[0][0] for h in hits] == ids[:3]
+    assert ix.similarity(v[0], [ids[0], ids[7]]).shape == (2,)
+    with pytest.raises(KeyError):
+        ix.similarity(v[0], ["nope"])
+    ix.add(["x1", "x2"], v[:2])
+    assert list(ix.doc_ids)[-2:] == ["x1", "x2"]
+    with pytest.raises(ValueError, match="unique"):
+        ix.add(["x1"], v[:1])
+    ix.save(tmp_path / "ix")
+    back = VectorIndex.load(tmp_path / "ix")
+    assert back.search(v[:3], 5) == ix.search(v[:3], 5)
+    meta = json.loads((tmp_path / "ix" / "ids.json").read_text())
+    meta[1] = meta[0]
+    (tmp_path / "ix" / "ids.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelDirError, match="repeats"):
+        VectorIndex.load(tmp_path / "ix")

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ..models.base import ModelDirError, id_ranks
+from ..models.base import ModelDirError
+from ..models.doc_ids import DocIds
 
 META = "vector_index.json"
 FAISS_FILE = "index.faiss"
@@ -98,8 +99,9 @@ class VectorIndex:
         self.threads = threads
         if threads is not None:
             set_threads(threads)
-        self._ids: list[str] = []
-        self._position: dict[str, int] = {}
+        # ids held compactly (one UTF-8 buffer; id -> position by binary search): at 10M documents a
+        # list of str and a dict cost ~170 B a document, several times the IVF-PQ codes
+        self._ids = DocIds()
         self._ranks = np.zeros(0, dtype=np.int64)
         self._matrix: np.ndarray | None = None  # stored_vectors(), read on first use
         self._exact: np.ndarray | None = None  # ivfpq with rerank: the full (normalised) vectors
@@ -140,7 +142,7 @@ class VectorIndex:
         ids = [str(d) for d in doc_ids]
         if len(ids) != len(v):
             raise ValueError(f"{len(ids)} doc ids but {len(v)} vectors")
-        if len(set(ids)) != len(ids) or any(d in self._position for d in ids):
+        if len(set(ids)) != len(ids) or (len(self._ids) and (self._ids.positions(ids) >= 0).any()):
             raise ValueError("doc ids must be unique within an index")
         if not ids:
             return
@@ -152,10 +154,8 @@ class VectorIndex:
         self._matrix = None
         if self._reranks:
             self._exact = v.copy() if self._exact is None else np.vstack([self._exact, v])
-        start = len(self._ids)
-        self._ids.extend(ids)
-        self._position.update((d, start + i) for i, d in enumerate(ids))
-        self._ranks = id_ranks(self._ids)
+        self._ids = DocIds([*self._ids, *ids] if len(self._ids) else ids)
+        self._ranks = self._ids.ranks
 
     def empty_copy(self) -> "VectorIndex":
         """An index with this one's settings and its trained state (IVF-PQ: the coarse and product
@@ -188,7 +188,8 @@ class VectorIndex:
         return len(self._ids)
 
     @property
-    def doc_ids(self) -> list[str]:
+    def doc_ids(self) -> Sequence[str]:
+        """The indexed ids in position order (a compact read-only sequence of str)."""
         return self._ids
 
     def set_search_params(self, **params: int) -> None:
@@ -237,7 +238,7 @@ class VectorIndex:
             keep = p >= 0
             s, p = s[keep], p[keep]
             order = np.lexsort((self._ranks[p], -s))[:k]
-            out.append([(self._ids[j], float(s[i])) for i, j in zip(order, p[order])])
+            out.append(list(zip(self._ids.take(p[order]).tolist(), s[order].tolist())))
         return out
 
     def _rescored(self, q: np.ndarray, k: int) -> list[Hits]:
@@ -265,7 +266,7 @@ class VectorIndex:
         p = np.sort(p[p >= 0])  # sorted rows: the memory-mapped file is read in order
         s = self._score(self._exact[p], qv)  # type: ignore[index]
         order = np.lexsort((self._ranks[p], -s))[:k]
-        return [(self._ids[j], float(s[i])) for i, j in zip(order, p[order])]
+        return list(zip(self._ids.take(p[order]).tolist(), np.asarray(s[order], dtype=np.float64).tolist()))
 
     def similarity(self, query: Any, doc_ids: Sequence[str]) -> np.ndarray:
         """One query vector's score with each of ``doc_ids`` (the stored vectors; for cosine the
@@ -280,7 +281,9 @@ class VectorIndex:
             q = _unit(q)
         if not len(doc_ids):
             return np.zeros(0, dtype=np.float64)
-        pos = np.fromiter((self._position[d] for d in doc_ids), dtype=np.int64, count=len(doc_ids))
+        pos = self._ids.positions(doc_ids)
+        if (pos < 0).any():
+            raise KeyError(doc_ids[int(np.flatnonzero(pos < 0)[0])])
         return self._score(self.stored_vectors()[pos], q[0]).astype(np.float64)
 
     def stored_vectors(self) -> np.ndarray:
@@ -291,7 +294,7 @@ class VectorIndex:
         if self._matrix is None:
             if self.kind == "ivfpq":
                 self._faiss.make_direct_map()
-            self._matrix = (self._faiss.reconstruct_n(0, len(self._ids)) if self._ids
+            self._matrix = (self._faiss.reconstruct_n(0, len(self._ids)) if len(self._ids)
                             else np.zeros((0, self.dim), np.float32))
         return self._matrix
 
@@ -304,7 +307,7 @@ class VectorIndex:
 
     def bytes_per_doc(self) -> float:
         """Index bytes per indexed document (NaN for an empty index)."""
-        return self.nbytes() / len(self._ids) if self._ids else float("nan")
+        return self.nbytes() / len(self._ids) if len(self._ids) else float("nan")
 
     def meta(self) -> dict[str, Any]:
         return {"format": FORMAT, "kind": self.kind, "metric": self.metric, "dim": self.dim,
@@ -321,7 +324,7 @@ class VectorIndex:
             np.save(d / EXACT, np.ascontiguousarray(self._exact, dtype=np.float32), allow_pickle=False)
         else:
             (d / EXACT).unlink(missing_ok=True)
-        (d / IDS).write_text(json.dumps(self._ids, ensure_ascii=False) + "\n", encoding="utf-8")
+        (d / IDS).write_text(json.dumps(list(self._ids), ensure_ascii=False) + "\n", encoding="utf-8")
         (d / META).write_text(json.dumps(self.meta(), indent=2) + "\n", encoding="utf-8")
 
     @classmethod
@@ -354,8 +357,11 @@ class VectorIndex:
             ix._faiss = faiss.read_index(str(d / FAISS_FILE))
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise ModelDirError(f"{d}: corrupt vector index ({str(e).strip().splitlines()[0][:200]})") from None
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids) or len(set(ids)) != len(ids):
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise ModelDirError(f"{d / IDS}: must be a list of distinct document ids")
+        ids = DocIds(ids)
+        if ids.first_duplicate() is not None:
+            raise ModelDirError(f"{d / IDS}: must be a list of distinct document ids ({ids.first_duplicate()!r} repeats)")
         if ix._faiss.ntotal != len(ids) or len(ids) != meta.get("count") or ix._faiss.d != ix.dim:
             raise ModelDirError(f"{d}: corrupt vector index (faiss holds {ix._faiss.ntotal} vectors of dimension "
                                 f"{ix._faiss.d}, metadata says {meta.get('count')} of {ix.dim}, {len(ids)} ids)")
@@ -373,8 +379,7 @@ class VectorIndex:
                     raise ModelDirError(f"{d / EXACT}: holds {ix._exact.shape} {ix._exact.dtype}, the index "
                                         f"{len(ids)} vectors of dimension {ix.dim} (float32)")
         ix._ids = ids
-        ix._position = {doc: i for i, doc in enumerate(ix._ids)}
-        ix._ranks = id_ranks(ix._ids)
+        ix._ranks = ix._ids.ranks
         return ix
 
 
