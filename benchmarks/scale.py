@@ -14,11 +14,12 @@ Measured per size, in one child process (so peak memory is that size's alone):
   for each top-k kernel (pruning "auto", the default; "on"; "off", the exhaustive walk), and
   whether they returned the same ids and scores for every query (they must).
 * **ivfpq**: the titles encoded by a trained DSSM (128-d, letter trigrams) into 1M-title shards
-  exactly as ``semsearch encode --shard I/N`` writes them, then ``ShardedVectorIndex.from_encoded``
-  (IVF-PQ quantizers trained once on a sample and shared; exact re-scoring of a short list from the
-  memory-mapped vectors): encode and build time, resident memory after saving and loading it back,
+  exactly as ``semsearch encode --shard I/N`` writes them, then one index of all shards as
+  ``semsearch index from-shards --one-index`` builds it (IVF-PQ quantizers trained once on a sample;
+  exact re-scoring of a short list from the memory-mapped vectors): encode and build time, resident memory after saving and loading it back,
   p50 / p99 single-query latency, recall@10 against exact search (brute force over all vectors).
-  In the same process as the lexical index, so "everything resident" is the two together.
+  In the same process as the lexical index, so "everything resident" is the two together
+  (anonymous memory, and apart the pages of the memory-mapped vectors that re-scoring touched).
 * **hnsw** (sizes up to ``--hnsw-max``): one faiss HNSW index (M 32) of the same vectors: build
   time, bytes per document, p50 / p99, recall@10.
 * **pgvector** (``--pg-size`` vectors, default 0 = not run): the same vectors in the embedded
@@ -90,6 +91,23 @@ def sample_queries(n: int, seed: int = 1) -> list[str]:
     qs = sorted(set(open_dataset("homedepot").queries().values()))
     rng = np.random.default_rng(seed)
     return [qs[i] for i in rng.choice(len(qs), size=min(n, len(qs)), replace=False)]
+
+
+def _status_mb(key: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def rss_anon_mb() -> float:
+    """Anonymous resident memory (heap, arrays): what the process keeps, without file pages."""
+    return _status_mb("RssAnon:")
+
+
+def rss_file_mb() -> float:
+    """Resident pages of memory-mapped files (the page cache the kernel may drop)."""
+    return _status_mb("RssFile:")
 
 
 def trim() -> None:
@@ -212,13 +230,14 @@ def ivfpq_params(n: int) -> dict[str, int]:
     """~4 sqrt(N) lists (a power of 2) up to 4,096 (k-means and assigning 10M vectors to more lists
     take too long on 2 cores), 8-dim sub-quantisers, 64 lists probed, 500 re-scored exactly."""
     nlist = min(4096, int(2 ** round(math.log2(max(16, 4 * math.sqrt(n))))))
-    return {"nlist": min(nlist, max(1, n // 39)), "m": 16, "nbits": 8, "nprobe": 64, "rerank": 500}
+    nprobe = 64 if n <= 2_000_000 else 128  # capped lists grow with N: probe more for the same recall
+    return {"nlist": min(nlist, max(1, n // 39)), "m": 16, "nbits": 8, "nprobe": nprobe, "rerank": 500}
 
 
 def vectors(ids: list[str], titles: list[str], queries: list[str], args: argparse.Namespace, work: Path,
             rss_before: float, out: dict) -> None:
     from semsearch.index import VectorIndex, recall_at_k, set_threads
-    from semsearch.index.sharded import ShardedVectorIndex
+    from semsearch.index.sharded import one_index_from_encoded
     from semsearch.plugins import load_model
 
     set_threads(args.threads)
@@ -233,24 +252,27 @@ def vectors(ids: list[str], titles: list[str], queries: list[str], args: argpars
     t0 = time.perf_counter()
     exact = exact_top(paths, ids, qv[:nq_recall], 10)
     out["exact_s_per_query"] = (time.perf_counter() - t0) / max(nq_recall, 1)
-    # IVF-PQ with re-scoring, built from the shards as `semsearch index from-shards` does
+    # IVF-PQ with re-scoring, built from the shards as `semsearch index from-shards --one-index` does
     params = ivfpq_params(n)
     t0 = time.perf_counter()
-    ix = ShardedVectorIndex.from_encoded(paths, kind="ivfpq", metric="cosine", threads=args.threads,
-                                         train_sample=min(n, max(100_000, 64 * params["nlist"])), **params)
+    ix = one_index_from_encoded(paths, kind="ivfpq", metric="cosine", threads=args.threads,
+                                train_sample=min(n, max(100_000, 64 * params["nlist"])), **params)
     build = time.perf_counter() - t0
     ix.save(work / "ivfpq")
     del ix
     trim()
-    r0 = rss_mb()
-    ix = ShardedVectorIndex.load(work / "ivfpq")
+    r0, a0 = rss_mb(), rss_anon_mb()
+    ix = VectorIndex.load(work / "ivfpq")
     trim()
-    iv: dict = {"params": params, "build_s": build, "shards": len(paths),
-                "resident_mb": rss_mb() - r0, "disk_vectors_mb": n * qv.shape[1] * 4 / 2**20}
+    iv: dict = {"params": params, "build_s": build, "shards": len(paths), "one_index": True,
+                "resident_mb": rss_mb() - r0, "resident_anon_mb": rss_anon_mb() - a0,
+                "disk_vectors_mb": n * qv.shape[1] * 4 / 2**20}
     iv.update(latencies(lambda i: ix.search(qv[i: i + 1], 10), list(range(len(qv)))))
     iv["recall@10"] = float(recall_at_k(ix.search(qv[:nq_recall], 10), exact, 10))
     out["ivfpq"] = iv
     out["rss_everything_mb"] = rss_mb() - rss_before  # ids, lexical index and IVF-PQ, all loaded
+    out["rss_everything_anon_mb"] = rss_anon_mb() - out["rss_anon0_mb"]  # without mapped file pages
+    out["rss_file_mb"] = rss_file_mb()  # pages of memory-mapped files touched (the re-scored vectors)
     print(f"  ivfpq: {json.dumps(iv)}", file=sys.stderr, flush=True)
     del ix
     trim()
@@ -321,10 +343,11 @@ def child(args: argparse.Namespace) -> None:
     warm_up(args)
     trim()
     rss0 = rss_mb()
+    anon0 = rss_anon_mb()
     t0 = time.perf_counter()
     ids, titles = synthetic_titles(n)
     out: dict = {"titles": n, "generate_s": time.perf_counter() - t0, "rss_titles_mb": rss_mb() - rss0,
-                 "queries": len(queries)}
+                 "queries": len(queries), "rss_anon0_mb": anon0}
     print(f"  {n:,} titles generated in {out['generate_s']:.0f}s", file=sys.stderr, flush=True)
     m = None
     if "lexical" in args.parts:
@@ -342,6 +365,7 @@ def child(args: argparse.Namespace) -> None:
     del ids  # the caller's list: the lexical index keeps what it needs of it
     trim()
     out["rss_kept_mb"] = rss_mb() - rss0  # what is still loaded: the lexical index (+ allocator leftovers)
+    out["rss_kept_anon_mb"] = rss_anon_mb() - anon0
     out["peak_rss_mb"] = maxrss_mb()
     Path(args.child_out).write_text(json.dumps(out, indent=2))
 

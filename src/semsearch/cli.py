@@ -326,12 +326,19 @@ def index_from_shards_cmd(
     metric: Annotated[str, typer.Option(help="ip, cosine or l2.")] = "cosine",
     train_sample: Annotated[int, typer.Option(help="IVF-PQ: vectors (from the first shards) the shared quantizers are trained on.")] = 100_000,
     param: Annotated[list[str], typer.Option("--param", help="Index parameter NAME=VALUE (repeatable), e.g. nlist=1024, m=48, nprobe=64.")] = [],
+    one_index: Annotated[bool, typer.Option("--one-index", help="Build one index of all the shards (for one machine: faster to search than N sub-indexes) instead of one sub-index per shard.")] = False,
 ) -> None:
     """Build one sharded vector index from encoded shards: IVF-PQ's quantizers trained once and
-    shared, one sub-index per shard, searched together with the unsharded index's answers."""
-    from .index.sharded import ShardedVectorIndex
+    shared, one sub-index per shard, searched together with the unsharded index's answers
+    (``--one-index``: all shards in one index)."""
+    from .index.sharded import ShardedVectorIndex, one_index_from_encoded
 
     params = _parse_params(param)
+    if one_index:
+        one = one_index_from_encoded(shards, kind=kind, metric=metric, train_sample=train_sample, **params)
+        one.save(out)
+        err.print(f"wrote {out}: {len(one):,} vectors in one index ({kind}, {metric})", highlight=False)
+        return
     ix = ShardedVectorIndex.from_encoded(shards, kind=kind, metric=metric, train_sample=train_sample, **params)
     ix.save(out)
     err.print(f"wrote {out}: {len(ix):,} vectors in {len(ix.shards)} shards ({kind}, {metric})", highlight=False)

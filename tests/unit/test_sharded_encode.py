@@ -109,3 +109,44 @@ def test_ray_runs_the_shards_as_tasks(setup, tmp_path):
         assert r.exit_code == 0 and "4 already complete" in " ".join(r.output.split()), r.output
     finally:
         ray.shutdown()
+
+
+@pytest.mark.parametrize("kind,params", [("flat", {}), ("hnsw", {}),
+                                         ("ivfpq", {"nlist": 4, "m": 3, "nbits": 4, "nprobe": 4, "rerank": 120})])
+def test_one_index_from_the_shards_answers_as_the_sharded_one(setup, tmp_path, kind, params):
+    """`index from-shards --one-index`: the shards in one index (for one machine) answer as the
+    sharded index over the same files, ids and scores, after save/load. (IVF-PQ re-scores all 101
+    here: the fixture's repeated texts tie on codes; partial re-scoring equality is
+    test_sharded_index's.)"""
+    from semsearch.index.sharded import one_index_from_encoded
+
+    d, ids, m = setup
+    paths = [tmp_path / f"s{i}.npy" for i in range(3)]
+    for i, p in enumerate(paths):
+        assert _encode(d, p, "--shard", f"{i}/3").exit_code == 0
+    q = m.encode_queries(["red door", "steel pipe lamp", "white", "oak table"])
+    sh = ShardedVectorIndex.from_encoded(paths, kind=kind, **params)
+    one = one_index_from_encoded(paths[::-1], kind=kind, **params)
+    assert list(one.doc_ids) == ids and len(one) == 101
+    rounded = lambda hits: sorted((-round(s, 5), x) for x, s in hits)  # noqa: E731 (equal vectors' dot
+    for a, b in zip(one.search(q, 12), sh.search(q, 12)):               # products can differ by an ulp)
+        assert rounded(a) == rounded(b)
+    params_cli = [a for k, v in params.items() for a in ("--param", f"{k}={v}")]
+    r = CliRunner().invoke(app, ["index", "from-shards", *map(str, paths), "--out", str(tmp_path / "one"),
+                                 "--kind", kind, "--one-index", *params_cli])
+    assert r.exit_code == 0 and "in one index" in r.output, r.output
+    assert VectorIndex.load(tmp_path / "one").search(q, 12) == one.search(q, 12)
+
+
+def test_add_parts_refuses_bad_parts_and_stays_empty(setup):
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(20, 6)).astype(np.float32)
+    ix = VectorIndex(6, "flat")
+    with pytest.raises(ValueError, match="repeats"):
+        ix.add_parts([(["a", "b"], v[:2]), (["c", "a"], v[2:4])], total=4)
+    assert len(ix) == 0 and ix._faiss.ntotal == 0
+    with pytest.raises(ValueError, match="announced"):
+        ix.add_parts([(["a", "b"], v[:2])], total=3)
+    assert ix._faiss.ntotal == 0
+    ix.add_parts([(["a", "b"], v[:2]), (["c"], v[2:3])], total=3)
+    assert list(ix.doc_ids) == ["a", "b", "c"] and ix.search(v[2:3], 1)[0][0][0] == "c"

@@ -23,7 +23,7 @@ or dimension than the caller expects (``IndexMismatchError``)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +156,46 @@ class VectorIndex:
             self._exact = v.copy() if self._exact is None else np.vstack([self._exact, v])
         self._ids = DocIds([*self._ids, *ids] if len(self._ids) else ids)
         self._ranks = self._ids.ranks
+
+    def add_parts(self, parts: Iterable[tuple[Sequence[str], Any]], total: int) -> None:
+        """Fill an empty, trained index part by part (one encoded shard at a time, say) with
+        ``total`` documents in all. The full vectors IVF-PQ re-scores with go into one matrix
+        allocated once, so memory peaks at the collection's vectors plus one part (``add`` called
+        part by part would copy the growing matrix each time). On any error the index is left
+        empty, as it was."""
+        import faiss
+
+        if len(self._ids):
+            raise ValueError("add_parts: the index must be empty")
+        if not self._faiss.is_trained:
+            raise ValueError("add_parts: train the index first (IVF-PQ: empty_copy of a trained one)")
+        empty = faiss.clone_index(self._faiss)
+        exact = np.empty((total, self.dim), dtype=np.float32) if self._reranks else None
+        ids: list[str] = []
+        try:
+            for doc_ids, vectors in parts:
+                v = _as_matrix(vectors, self.dim, "vectors")
+                part = [str(d) for d in doc_ids]
+                if len(part) != len(v):
+                    raise ValueError(f"{len(part)} doc ids but {len(v)} vectors")
+                if len(ids) + len(v) > total:
+                    raise ValueError(f"add_parts: more than the {total} documents announced")
+                if self.metric == "cosine":
+                    v = _unit(v)
+                self._faiss.add(v)
+                if exact is not None:
+                    exact[len(ids): len(ids) + len(v)] = v
+                ids += part
+            if len(ids) != total:
+                raise ValueError(f"add_parts: {len(ids)} documents, {total} announced")
+            compact = DocIds(ids)
+            del ids
+            if compact.first_duplicate() is not None:
+                raise ValueError(f"doc ids must be unique within an index ({compact.first_duplicate()!r} repeats)")
+        except BaseException:
+            self._faiss = empty
+            raise
+        self._ids, self._ranks, self._exact, self._matrix = compact, compact.ranks, exact, None
 
     def empty_copy(self) -> "VectorIndex":
         """An index with this one's settings and its trained state (IVF-PQ: the coarse and product
