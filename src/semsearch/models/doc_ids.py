@@ -250,8 +250,8 @@ class DocIds(Sequence[str]):
 
     @property
     def nbytes(self) -> int:
-        small = self.__dict__.get("_small_")  # (its str objects and dict not counted)
-        return int(self._buf.nbytes + self._off.nbytes + self._order.nbytes + (0 if small is None else small[0].nbytes))
+        strs = self.__dict__.get("_strs_")  # (the str objects and the dict not counted)
+        return int(self._buf.nbytes + self._off.nbytes + self._order.nbytes + (0 if strs is None else strs.nbytes))
 
     # -- the list interface ----------------------------------------------------------------
     def __len__(self) -> int:
@@ -308,25 +308,34 @@ class DocIds(Sequence[str]):
         return f"DocIds([{head}{', ...' if len(self) > 3 else ''}], n={len(self)})"
 
     # -- bulk access -----------------------------------------------------------------------
-    def _small(self) -> tuple[np.ndarray, dict[str, int]] | None:
-        """For at most ``STR_CACHE_MAX`` ids: the ids as an object array and an {id: position}
-        dict, built on first use (bulk lookups over small collections then cost what a list and a
-        dict cost); None for larger collections."""
+    def _strs(self) -> np.ndarray | None:
+        """For at most ``STR_CACHE_MAX`` ids: the ids as an object array, built on first use;
+        None for larger collections."""
         if len(self) > self.STR_CACHE_MAX:
             return None
-        small = self.__dict__.get("_small_")
-        if small is None:
+        strs = self.__dict__.get("_strs_")
+        if strs is None:
             strs = np.empty(len(self), dtype=object)
             strs[:] = list(self)
-            small = self.__dict__["_small_"] = (strs, {d: i for i, d in enumerate(strs.tolist())})
-        return small
+            self.__dict__["_strs_"] = strs
+        return strs
+
+    def _dict(self) -> dict[str, int] | None:
+        """For at most ``STR_CACHE_MAX`` ids: {id: position}, built on first use; else None."""
+        if len(self) > self.STR_CACHE_MAX:
+            return None
+        d = self.__dict__.get("_dict_")
+        if d is None:
+            strs = self._strs()
+            d = self.__dict__["_dict_"] = {x: i for i, x in enumerate(strs.tolist())}  # type: ignore[union-attr]
+        return d
 
     def take(self, positions: np.ndarray) -> np.ndarray:
         """The ids at ``positions`` (any shape, int; negative ones count from the end), as an
         object array of str."""
-        small = self._small()
-        if small is not None:
-            return small[0][positions]
+        strs = self._strs()
+        if strs is not None:
+            return strs[positions]
         pos = np.asarray(positions, dtype=np.int64)
         if pos.size and (pos.min() < -len(self) or pos.max() >= len(self)):
             raise IndexError("document id index out of range")
@@ -345,9 +354,9 @@ class DocIds(Sequence[str]):
         """Position of each of ``doc_ids`` (int64), -1 for an id that is not here."""
         if len(doc_ids) == 0:
             return np.zeros(0, dtype=np.int64)
-        small = self._small()
-        if small is not None:
-            get = small[1].get
+        known = self._dict()
+        if known is not None:
+            get = known.get
             return np.fromiter((get(d, -1) if isinstance(d, str) else -1 for d in doc_ids), dtype=np.int64,
                                count=len(doc_ids))
         kbuf, koff = _encode(doc_ids)
