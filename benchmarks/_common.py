@@ -64,6 +64,19 @@ def maxrss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def trim() -> None:
+    """gc, then hand freed heap pages back to the system (glibc's malloc_trim), so the resident
+    set shows what is held, not what the allocator kept."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+
+
 def median_time(fn: Callable[[], Any], reps: int) -> tuple[float, Any]:
     """Median wall time of ``reps`` calls of ``fn`` and the last call's result."""
     times, result = [], None

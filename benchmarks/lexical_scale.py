@@ -26,8 +26,6 @@ Writes JSON to --out (default results/bench/lexical_scale.json). Benchmarks neve
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import json
 import os
 import statistics
@@ -38,18 +36,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware, hardware_line, maxrss_mb, rss_mb, write_json  # noqa: E402
+from _common import hardware, hardware_line, maxrss_mb, rss_mb, trim, write_json  # noqa: E402
 
 DATA = Path(os.environ.get("SEMSEARCH_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-
-
-def trim() -> None:
-    """gc, then hand freed heap back to the OS (glibc), so the resident set is what is held."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
 
 
 def homedepot(data: Path = DATA) -> tuple[list[str], list[str]]:
