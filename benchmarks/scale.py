@@ -263,6 +263,13 @@ def vectors(ids: list[str], titles: list[str], queries: list[str], args: argpars
                 "disk_vectors_mb": n * qv.shape[1] * 4 / 2**20}
     iv.update(latencies(lambda i: ix.search(qv[i: i + 1], 10), list(range(len(qv)))))
     iv["recall@10"] = float(recall_at_k(ix.search(qv[:nq_recall], 10), exact, 10))
+    iv["sweep"] = []  # the recall / latency trade-off: lists probed and candidates re-scored
+    for nprobe, rerank in ((32, 200), (64, 500), (128, 500), (256, 500), (256, 1000)):
+        ix.set_search_params(nprobe=nprobe, rerank=rerank)
+        row = {"nprobe": nprobe, "rerank": rerank, **latencies(lambda i: ix.search(qv[i: i + 1], 10), list(range(len(qv))))}
+        row["recall@10"] = float(recall_at_k(ix.search(qv[:nq_recall], 10), exact, 10))
+        iv["sweep"].append(row)
+    ix.set_search_params(nprobe=params["nprobe"], rerank=params["rerank"])
     out["ivfpq"] = iv
     out["rss_everything_mb"] = rss_mb() - rss_before  # ids, lexical index and IVF-PQ, all loaded
     out["rss_everything_anon_mb"] = rss_anon_mb() - out["rss_anon0_mb"]  # without mapped file pages
