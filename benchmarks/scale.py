@@ -160,7 +160,6 @@ def lexical_queries(m, queries: list[str]) -> dict:  # type: ignore[no-untyped-d
 def encode_shards(model_dir: Path, ids: list[str], titles: list[str], folder: Path) -> tuple[list[Path], float]:
     """The titles encoded into 1M-title shards, each written as ``semsearch encode --shard I/N``
     writes it (.npy, then its sidecar); a complete shard from an earlier run is reused."""
-    from semsearch.data._io import atomic_write
     from semsearch.index.sharded import EncodedShard, shard_path
     from semsearch.plugins import load_model
 
@@ -177,9 +176,7 @@ def encode_shards(model_dir: Path, ids: list[str], titles: list[str], folder: Pa
             t0 = time.perf_counter()
             v = model.encode_documents(titles[lo:hi])
             secs += time.perf_counter() - t0
-            with atomic_write(p, binary=True) as f:
-                np.save(f, np.asarray(v, dtype=np.float32), allow_pickle=False)
-            info.write_sidecar(dim=int(v.shape[1]))
+            info.write(np.asarray(v, dtype=np.float32))
             del v
         paths.append(p)
         print(f"  encoded shard {i + 1}/{n_shards}", file=sys.stderr, flush=True)

@@ -271,6 +271,13 @@ class EncodedShard:
             return False
         return old._meta() == self._meta() and old.ids == self.ids
 
+    def write(self, vectors: np.ndarray) -> None:
+        """Write the shard: the .npy atomically (a failed write leaves none), then the sidecar,
+        whose presence says the shard is complete."""
+        with atomic_write(self.path, binary=True) as f:
+            np.save(f, vectors, allow_pickle=False)
+        self.write_sidecar(dim=int(vectors.shape[1]))
+
     def write_sidecar(self, dim: int) -> None:
         with atomic_write(self.sidecar) as f:
             json.dump({**self._meta(), "dim": dim, "ids": self.ids}, f, ensure_ascii=False)
@@ -342,10 +349,11 @@ def encode_file(model_dir: Path, texts: Path, out_path: Path, *, side: str = "do
         return Encoded(out_path, hi - lo, int(np.load(out_path, mmap_mode="r").shape[1]), 0.0, True)
     start = time.perf_counter()
     vecs = m.encode_queries(items[lo:hi]) if side == "query" else m.encode_documents(items[lo:hi])  # type: ignore[attr-defined]
-    with atomic_write(out_path, binary=True) as f:  # a failed write leaves no partial .npy
-        np.save(f, vecs, allow_pickle=False)
     if shard is not None:
-        info.write_sidecar(dim=int(vecs.shape[1]))  # last: its presence says the shard is complete
+        info.write(vecs)
+    else:
+        with atomic_write(out_path, binary=True) as f:  # a failed write leaves no partial .npy
+            np.save(f, vecs, allow_pickle=False)
     return Encoded(out_path, int(vecs.shape[0]), int(vecs.shape[1]), time.perf_counter() - start, False)
 
 
