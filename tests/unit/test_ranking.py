@@ -101,6 +101,42 @@ def test_query_zscore_columns():
         LambdaMART(["f"], query_norm="rank")
 
 
+def test_group_stats_columns(tmp_path):
+    g = groups({"a": ["x", "y", "z"], "b": ["w"]}, np.array([[1.0, 5.0], [3.0, 5.0], [2.0, 4.0], [7.0, 1.0]]))
+    r = LambdaMART(["f", "g"], group_stats=["rank", "min", "median", "max"])
+    assert r.columns[2:4] == ["f (query rank)", "g (query rank)"] and r.columns[-1] == "g (query max)"
+    M = r.matrix(g)
+    assert M[:, 2].tolist() == [3, 1, 2, 1] and M[:, 3].tolist() == [1, 1, 3, 1]  # ties share the best rank
+    assert M[:, 4].tolist() == [1, 1, 1, 7] and M[:, 6].tolist() == [2, 2, 2, 7] and M[:, 9].tolist() == [5, 5, 5, 1]
+    assert r.base_feature("g (query median)") == "g"
+    # saved and loaded with its columns; training uses them
+    s = _synthetic(40)
+    r = LambdaMART(["noise_a", "signal", "noise_b"], query_norm="zscore", group_stats=["rank", "max"], **FAST)
+    train_booster(r, s.subset(s.qids[:30]), s.subset(s.qids[30:]))
+    r.save(tmp_path / "r")
+    back = LambdaMART.load(tmp_path / "r")
+    assert back.columns == r.columns and len(r.columns) == 12 and np.array_equal(back.predict(s), r.predict(s))
+    with pytest.raises(ParamError, match="group_stats.*unknown \\['mean'\\]"):
+        LambdaMART(["f"], group_stats=["mean"])
+
+
+def test_match_features():
+    from semsearch.ranking import MATCH_FEATURES
+
+    q = ["milwaukee 18 volt drills", "something to kill weeds", ""]
+    docs = [["Milwaukee M18 18-Volt Cordless Drill", "DEWALT 20-Volt Drill"], ["Roundup 1 gal. Weed Killer"], ["x"]]
+    P = pair_columns(list(MATCH_FEATURES), q, docs)
+    f = {n: P[:, j].tolist() for j, n in enumerate(MATCH_FEATURES)}
+    assert f["stem_coverage"][:2] == [1.0, 0.5]  # milwauke, 18, volt, drill (stemmed: drills = drill)
+    assert f["bigram_overlap"][:2] == [1 / 3, 0.0]  # ("18", "volt") in the first; ("volt", "drills") in neither
+    assert f["numbers_matched"][:3] == [1.0, 0.0, 0.0] and f["numbers_missing"][:3] == [0.0, 1.0, 0.0]
+    assert f["brand_match"][:2] == [1.0, 0.0] and f["first_word_match"][:2] == [1.0, 0.0]
+    assert f["stem_coverage"][2] == 1 / 3  # someth, kill, weed: only weed (killer stems to killer)
+    assert f["edit_similarity"][0] > f["edit_similarity"][1] > 0 and P[3].tolist() == [0.0] * len(MATCH_FEATURES)
+    # the ranker's parameters accept them
+    LambdaMARTRanker.from_models({}, pair_features=["query_coverage", "numbers_missing"])
+
+
 def test_prior_features_start_boosting_from_their_zscore_sum(tmp_path):
     g = _synthetic(40)
     names = ["noise_a", "signal", "noise_b"]

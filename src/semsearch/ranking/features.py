@@ -10,17 +10,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+import difflib
 from functools import lru_cache
 
 import numpy as np
 
 from ..models.base import Model
-from ..text import tokenize
+from ..text import Analyzer, tokenize
 from ..types import Qrels, Run
 
 PAIR_FEATURES = ("query_words", "doc_words", "query_coverage")
-"""Per-pair text features: query length and document length in words (the papers' tokens), and
-the fraction of the query's distinct words that occur in the document."""
+"""Per-pair text features of the two-stage search: query length and document length in words (the
+papers' tokens), and the fraction of the query's distinct words that occur in the document."""
+
+MATCH_FEATURES = ("stem_coverage", "bigram_overlap", "numbers_matched", "numbers_missing", "brand_match",
+                  "first_word_match", "edit_similarity")
+"""Cheap query–title match features for re-ranking judged lists (product search, the fusion issue):
+query-word coverage after Porter stemming and stop-word removal; the fraction of the query's word
+bigrams found in the title; of the query's numbers (sizes, voltages, model numbers: tokens with a
+digit), the fraction the title has and the count it lacks; whether the title's first word (the brand
+in Home Depot titles) is a query word; whether the query's first word is in the title; and difflib's
+similarity ratio of the two lower-cased strings. Each is 0 where it does not apply (a query without
+numbers)."""
+
+TEXT_FEATURES = PAIR_FEATURES + MATCH_FEATURES
+"""Every per-pair text feature ``pair_columns`` computes."""
 
 STAGE_FEATURES = ("lexical_score", "semantic_score", "lexical_rank", "semantic_rank")
 """Per-candidate stage-1 features of a two-stage search (BERT paper §3.3, §4.5): each stage's score
@@ -123,21 +137,79 @@ def model_columns(models: Sequence[Model], queries: Sequence[str], candidates: S
 
 
 def pair_columns(names: Sequence[str], queries: Sequence[str], doc_texts: Sequence[Sequence[str]]) -> np.ndarray:
-    """(pairs, len(names)) text features (``PAIR_FEATURES``) of each query with each of its
-    candidate documents' texts."""
-    unknown = [n for n in names if n not in PAIR_FEATURES]
+    """(pairs, len(names)) text features (``PAIR_FEATURES``, ``MATCH_FEATURES``) of each query
+    with each of its candidate documents' texts."""
+    unknown = [n for n in names if n not in TEXT_FEATURES]
     if unknown:
-        raise ValueError(f"unknown pair features {unknown}; known: {', '.join(PAIR_FEATURES)}")
+        raise ValueError(f"unknown pair features {unknown}; known: {', '.join(TEXT_FEATURES)}")
+    match = [n for n in names if n in MATCH_FEATURES]
     rows = []
     for q, docs in zip(queries, doc_texts):
         q_tokens = tokenize(q)
         qt = set(q_tokens)
+        qm = _QueryMatch(q, q_tokens) if match else None
         for t in docs:
             n_words, dt = _doc_words(t)
             vals = {"query_words": len(q_tokens), "doc_words": n_words,
                     "query_coverage": len(qt & dt) / len(qt) if qt else 0.0}
+            if qm is not None:
+                vals.update(qm.features(t, match))
             rows.append([vals[n] for n in names])
     return np.array(rows, dtype=np.float64).reshape(len(rows), len(names))
+
+
+_ENGLISH = Analyzer.named("english")
+
+
+def _has_digit(word: str) -> bool:
+    return any(c.isdigit() for c in word)
+
+
+class _QueryMatch:
+    """A query's words, stems, bigrams and numbers, computed once for all of its candidates
+    (``MATCH_FEATURES``)."""
+
+    def __init__(self, query: str, tokens: Sequence[str]):
+        self.text = query.lower()
+        self.tokens = list(tokens)
+        self.words = set(tokens)
+        self.stems = set(_ENGLISH(query))
+        self.bigrams = set(zip(self.tokens, self.tokens[1:]))
+        self.numbers = {w for w in self.words if _has_digit(w)}
+
+    def features(self, doc: str, names: Sequence[str]) -> dict[str, float]:
+        """The requested match features of this query with one document text."""
+        d_tokens = _doc_tokens(doc)
+        d_words = set(d_tokens)
+        out: dict[str, float] = {}
+        for n in names:
+            if n == "stem_coverage":
+                out[n] = len(self.stems & _doc_stems(doc)) / len(self.stems) if self.stems else 0.0
+            elif n == "bigram_overlap":
+                out[n] = len(self.bigrams & set(zip(d_tokens, d_tokens[1:]))) / len(self.bigrams) if self.bigrams else 0.0
+            elif n == "numbers_matched":
+                out[n] = len(self.numbers & d_words) / len(self.numbers) if self.numbers else 0.0
+            elif n == "numbers_missing":
+                out[n] = float(len(self.numbers - d_words))
+            elif n == "brand_match":
+                out[n] = float(bool(d_tokens) and d_tokens[0] in self.words)
+            elif n == "first_word_match":
+                out[n] = float(bool(self.tokens) and self.tokens[0] in d_words)
+            elif n == "edit_similarity":
+                out[n] = difflib.SequenceMatcher(None, self.text, doc.lower(), autojunk=False).ratio()
+        return out
+
+
+@lru_cache(maxsize=1 << 16)
+def _doc_tokens(text: str) -> tuple[str, ...]:
+    """A document text's words in order (cached like ``_doc_words``)."""
+    return tuple(tokenize(text))
+
+
+@lru_cache(maxsize=1 << 16)
+def _doc_stems(text: str) -> frozenset[str]:
+    """A document text's distinct Porter stems without stop words (cached like ``_doc_words``)."""
+    return frozenset(_ENGLISH(text))
 
 
 @lru_cache(maxsize=1 << 18)

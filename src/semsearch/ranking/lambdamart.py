@@ -22,7 +22,7 @@ import numpy as np
 from ..models.base import Model, ModelDirError, read_config, same_length, seal, write_config
 from ..params import ParamError, Params, param
 from ..types import Qrels
-from .features import PAIR_FEATURES, STAGE_FEATURES, Groups, groups, model_columns, pair_columns, stage_columns
+from .features import PAIR_FEATURES, STAGE_FEATURES, TEXT_FEATURES, Groups, groups, model_columns, pair_columns, stage_columns
 
 BOOSTER = "lambdamart.txt"
 RANKER_JSON = "ranker.json"
@@ -50,8 +50,17 @@ class BoosterParams(Params):
     # "zscore": add each feature standardised within its query; "zscore+max": also each feature
     # minus its query's maximum (how far a candidate is from the query's best, Home Depot dev)
     query_norm: Literal["none", "zscore", "zscore+max"] = "none"
+    # per-query group statistics of each feature (GROUP_STATS), as the Amazon Shopping Queries
+    # winners used: the candidate's rank within its query's list and the list's min / median / max
+    group_stats: list[str] = param([])
     prior_features: list[str] = param([])  # boost from the sum of these features' per-query z-scores
 
+
+
+GROUP_STATS = ("rank", "min", "median", "max")
+"""Per-query group statistics ``group_stats`` may add for each feature: the candidate's rank by it
+within its query's list (1 = highest; ties share the best rank), and the list's minimum, median and
+maximum of it."""
 
 
 class LambdaMART:
@@ -66,6 +75,9 @@ class LambdaMART:
         if set(self.p.prior_features) - set(self.feature_names):
             raise ParamError(f"lambdamart parameter 'prior_features' must name features of {self.feature_names}, "
                              f"got {self.p.prior_features!r}")
+        bad = [s for s in self.p.group_stats if s not in GROUP_STATS]
+        if bad:
+            raise ParamError(f"lambdamart parameter 'group_stats': unknown {bad}; known: {', '.join(GROUP_STATS)}")
         self.booster: Any = None
         self.best_iteration = 0
 
@@ -80,11 +92,13 @@ class LambdaMART:
         extra = [f"{n} (query z-score)" for n in self.feature_names] if self.p.query_norm != "none" else []
         if self.p.query_norm == "zscore+max":
             extra += [f"{n} (minus query max)" for n in self.feature_names]
+        for stat in self.p.group_stats:
+            extra += [f"{n} (query {stat})" for n in self.feature_names]
         return self.feature_names + extra
 
     def base_feature(self, column: str) -> str:
         """The feature a booster column derives from (itself for a plain feature)."""
-        for suffix in (" (query z-score)", " (minus query max)"):
+        for suffix in (" (query z-score)", " (minus query max)", *(f" (query {s})" for s in GROUP_STATS)):
             if column.endswith(suffix) and column[: -len(suffix)] in self.feature_names:
                 return column[: -len(suffix)]
         return column
@@ -93,11 +107,14 @@ class LambdaMART:
         """The booster's input for ``g``: its features, plus per-query standardised copies."""
         if g.X.shape[1] != len(self.feature_names):
             raise ValueError(f"lambdamart: {g.X.shape[1]} feature columns but the ranker has {len(self.feature_names)} features")
-        if self.p.query_norm == "none":
+        if self.p.query_norm == "none" and not self.p.group_stats:
             return g.X
-        parts = [g.X, _query_zscores(g.X, g.offsets)]
+        parts = [g.X]
+        if self.p.query_norm != "none":
+            parts.append(_query_zscores(g.X, g.offsets))
         if self.p.query_norm == "zscore+max":
             parts.append(_minus_query_max(g.X, g.offsets))
+        parts += [_per_query(g.X, g.offsets, _GROUP_STAT[s]) for s in self.p.group_stats]
         return np.hstack(parts)
 
     def prior(self, g: Groups) -> np.ndarray:
@@ -221,6 +238,21 @@ def _minus_query_max(X: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return _per_query(X, offsets, lambda x: x - x.max(0))
 
 
+def _rank_desc(x: np.ndarray) -> np.ndarray:
+    """Each column's 1-based rank from the highest value down; ties share the best rank."""
+    from scipy.stats import rankdata
+
+    return rankdata(-x, method="min", axis=0).astype(np.float64)
+
+
+_GROUP_STAT = {
+    "rank": _rank_desc,
+    "min": lambda x: np.broadcast_to(x.min(0), x.shape),
+    "median": lambda x: np.broadcast_to(np.median(x, 0), x.shape),
+    "max": lambda x: np.broadcast_to(x.max(0), x.shape),
+}
+
+
 def _safe(name: str) -> str:
     """LightGBM refuses some characters in feature names; the config keeps the real names."""
     return "".join(c if c.isalnum() or c in "_-." else "_" for c in name)
@@ -256,7 +288,7 @@ class LambdaMARTParams(BoosterParams):
     n_semantic: int = param(100, ge=0)
 
     def check(self) -> None:
-        for name, known in (("pair_features", PAIR_FEATURES), ("stage_features", STAGE_FEATURES)):
+        for name, known in (("pair_features", TEXT_FEATURES), ("stage_features", STAGE_FEATURES)):
             bad = [p for p in getattr(self, name) if p not in known]
             if bad:
                 raise ParamError(f"lambdamart parameter '{name}': unknown {bad}; known: {', '.join(known)}")
