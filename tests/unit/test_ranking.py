@@ -256,6 +256,64 @@ def test_runner_ltr_row(tiny_data, tmp_path, tune, train, candidates):
     assert "Feature importance of LambdaMART" in md and "| query_coverage |" in md
 
 
+CROSS_FIT_SPEC = """
+name = "tiny-cross-fit"
+title = "cross-fitted LTR row"
+source = "test"
+dataset = "tiny"
+split = "test"
+candidates = "judged"
+fields = "title"
+metrics = ["ndcg@1", "ndcg@3"]
+tune = "split:dev"
+
+[[models]]
+label = "BM25"
+model = "bm25"
+
+[[models]]
+label = "WTM"
+model = "wtm"
+train = { split = "train", threshold = 1, fields = "title" }
+grid = { alpha = [0.1, 0.3] }
+
+[[models]]
+label = "LambdaMART"
+model = "lambdamart"
+combine = ["BM25", "WTM"]
+params = { num_boost_round = 20, min_data_in_leaf = 2, num_leaves = 4, early_stopping = 5 }
+train = { split = "train", cross_fit = CROSS_FIT }
+"""
+
+
+def test_runner_cross_fits_trained_components(tiny_data, tmp_path):
+    from semsearch.data import TrainingData
+
+    ds = open_dataset("tiny")
+    full = TrainingData.from_dataset(ds, "train", threshold=1)
+    held = sorted(full.queries)[:2]
+    part = full.without_queries(held)
+    assert not set(held) & (set(part.queries) | set(part.qrels) | {q for q, _ in part.positives})
+    assert len(part.positives) < len(full.positives) and part.doc_ids == full.doc_ids
+    p = tmp_path / "t.toml"
+    p.write_text(CROSS_FIT_SPEC.replace("CROSS_FIT", "2"))
+    models = tmp_path / "models"
+    result = run_experiment(load_spec(p), progress=False, model_dir=models)
+    log = result.training["LambdaMART"]
+    assert log["cross_fit"] == 2 and log["cross_fitted"] == ["WTM"] and log["rounds_by"] == "dev early stopping"
+    assert {"WTM (cross-fit fold 1/2)", "WTM (cross-fit fold 2/2)"} <= set(result.training)
+    recipes = [json.loads((d / "recipe.json").read_text()) for d in models.iterdir() if d.name.startswith("wtm-")]
+    assert sorted(r.get("cross_fit", {}).get("fold", -1) for r in recipes) == [-1, 0, 1]  # the final model + 2 folds
+    assert result.table.rows["LambdaMART"].result.n_queries == result.table.rows["BM25"].result.n_queries
+    for bad in ("1", "true", '"2"'):
+        p.write_text(CROSS_FIT_SPEC.replace("CROSS_FIT", bad))
+        with pytest.raises(SpecError, match="cross_fit must be an integer >= 2"):
+            load_spec(p)
+    p.write_text(CROSS_FIT_SPEC.replace("CROSS_FIT", "2").replace('tune = "split:dev"', 'tune = "cv2"'))
+    with pytest.raises(SpecError, match="unknown keys \\['cross_fit'\\]"):
+        load_spec(p)
+
+
 def test_ltr_rows_are_validated(tmp_path):
     p = tmp_path / "t.toml"
     p.write_text(LTR_SPEC.format(tune="cv2", train="train", candidates="judged").replace('"BM25", "TF-IDF"]', '"BM25", "Later"]'))

@@ -110,6 +110,14 @@ class TrainingData:
             positives=positive_pairs(dataset, split, threshold), qrels=qrels, threshold=threshold,
         )
 
+    def without_queries(self, qids: Iterable[str]) -> "TrainingData":
+        """The same data without the queries ``qids``: their texts, positive pairs and judgments
+        (cross-fitting: a model trained on the other folds scores a fold's queries unseen)."""
+        drop = set(qids)
+        return TrainingData({q: t for q, t in self.queries.items() if q not in drop}, self.doc_ids, self.doc_texts,
+                            [(q, d) for q, d in self.positives if q not in drop],
+                            {q: j for q, j in self.qrels.items() if q not in drop}, self.threshold)
+
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[str, str]]) -> "TrainingData":
         """From (query text, title text) pairs, e.g. ``iter_pairs(path)``: equal texts share an id;

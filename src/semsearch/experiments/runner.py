@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..data import BeirDataset, EvalSet, TrainingData, open_dataset, query_pools, ranked, read_run
-from ..evaluation import (EvalResult, ResultTable, canonical_metric, cross_validate, evaluate, top1_crosstab,
-                          tune)
+from ..evaluation import (EvalResult, ResultTable, canonical_metric, cross_validate, evaluate, kfold_queries,
+                          top1_crosstab, tune)
 from ..evaluation.compare import PAPER_BINS
 from ..index import SemanticRetriever, interpolate, merge_runs
 from ..models import LexicalModel, Model, rank
@@ -45,6 +45,7 @@ class _Context:
         self._indexes: dict[tuple[Analyzer, str], LexicalIndex] = {}
         self._pools: dict[str, set[str]] | None = None
         self._run_cache: dict[str, Run] = {}
+        self.out_of_fold: dict[tuple[str, str, int], Run] = {}  # (row, split, K) -> cross-fitted run
 
     def qrels(self, split: str) -> Qrels:
         return self.ds.qrels(split, check=True)
@@ -83,11 +84,12 @@ class _Context:
             self._pools = query_pools(self.ds, self.queries, runs={n: self.dataset_run(n) for n in self.ds.runs})
         return self._pools
 
-    def build(self, ms: ModelSpec) -> Model:
+    def build(self, ms: ModelSpec, fold: "_Fold | None" = None) -> Model:
         """The row's model with its constructor params: trained (or reloaded) if the row has a
-        ``train`` block, then indexed over the experiment's corpus."""
+        ``train`` block — without ``fold``'s held-out queries when given — then indexed over the
+        experiment's corpus."""
         kwargs = dict(ms.params, **({"analyzer": ms.analyzer} if ms.analyzer else {}))
-        model = self._trained(ms, kwargs) if ms.train else resolve_model(ms.model, **kwargs)
+        model = self._trained(ms, kwargs, fold) if ms.train else resolve_model(ms.model, **kwargs)
         fields = ms.fields or self.spec.fields
         if ms.index:  # the model's encoder behind a vector index (document embeddings cached)
             if not hasattr(model, "encode_documents"):
@@ -103,9 +105,10 @@ class _Context:
             model.index(self.corpus.ids, self.texts(fields))
         return model
 
-    def _trained(self, ms: ModelSpec, kwargs: dict[str, Any]) -> Model:
-        """Fit on the row's training split, early-stopping on the spec's dev split where it has
-        one. With a model directory, a model trained earlier with the same recipe is reused."""
+    def _trained(self, ms: ModelSpec, kwargs: dict[str, Any], fold: "_Fold | None" = None) -> Model:
+        """Fit on the row's training split (less ``fold``'s held-out queries: cross-fitting),
+        early-stopping on the spec's dev split where it has one. With a model directory, a model
+        trained earlier with the same recipe is reused."""
         # train = {dataset, dev}: train on another data set (early stopping on its ``dev`` split);
         # without ``dev``, the spec's tuning split of the same data set early-stops, if it has one
         other = "dataset" in ms.train
@@ -115,6 +118,8 @@ class _Context:
         train_recipe = {**ms.train, "dev": dev_split} if dev_split else ms.train
         cache_recipe = {"dataset": ms.train.get("dataset", self.spec.dataset), "model": ms.model, "params": kwargs,
                   "train": train_recipe}
+        if fold is not None:
+            cache_recipe["cross_fit"] = {"folds": fold.k, "fold": fold.i, "seed": fold.seed}
 
         def train() -> tuple[Model, dict[str, Any]]:
             ds = open_dataset(ms.train["dataset"]) if "dataset" in ms.train else self.ds
@@ -122,13 +127,15 @@ class _Context:
                 ds, ms.train.get("split", "train"), threshold=int(ms.train.get("threshold", 3)),
                 fields=ms.train.get("fields", ms.fields or self.spec.fields),
             )
+            if fold is not None:
+                data = data.without_queries(fold.held_out)
             dev = EvalSet.judged(ds, dev_split) if dev_split else None
             model_kw, args = recipe(ms.model, kwargs, where=f"row {ms.label!r}")
             model = create_model(ms.model, **model_kw)
             return model, fit(model, data, dev, progress=self.progress, args=args)
 
         model, log = cached_training(self.model_dir, ms.model, cache_recipe, train, self.retrain)
-        self.training[ms.label] = log
+        self.training[ms.label if fold is None else f"{ms.label} (cross-fit fold {fold.i + 1}/{fold.k})"] = log
         return model
 
     def rank(self, model: Model, ms: ModelSpec, qrels: Qrels) -> Run:
@@ -190,12 +197,25 @@ def run_experiment(
 
 @dataclass
 class _RowRuns:
-    """What an interpolation row needs of a component row: its test run and, under dev-split
-    tuning, its final model to rank the dev queries with."""
+    """What an interpolation or LTR row needs of a component row: its test run and, under
+    dev-split tuning, its final model to rank the dev queries with and the grid setting that model
+    applies (cross-fitted fold models apply it too)."""
 
     test: Run
     model: Model | None
     spec: ModelSpec
+    setting: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Fold:
+    """Cross-fitting fold ``i`` of ``k`` (``kfold_queries`` with ``seed``): its queries are held
+    out of the training split."""
+
+    k: int
+    i: int
+    seed: int
+    held_out: tuple[str, ...]
 
 
 def _tuned_run(
@@ -209,14 +229,14 @@ def _tuned_run(
     if len(settings) == 1:
         model = base.with_params(**settings[0])
         run = ctx.rank(model, ms, test)
-        return run, [{**fixed, **settings[0]}], {}, _RowRuns(run, model, ms)
+        return run, [{**fixed, **settings[0]}], {}, _RowRuns(run, model, ms, settings[0])
     if spec.tune.startswith("split:"):
         dev = ctx.qrels(spec.tune[6:])
         dev_runs = {k: ctx.rank(base.with_params(**s), ms, dev) for k, s in zip(keys, settings)}
         best, scores = tune(dev_runs, dev, spec.tune_metric, gain=spec.gain)
         model = base.with_params(**settings[keys.index(best)])
         run = ctx.rank(model, ms, test)
-        return run, [{**fixed, **settings[keys.index(best)]}], scores, _RowRuns(run, model, ms)
+        return run, [{**fixed, **settings[keys.index(best)]}], scores, _RowRuns(run, model, ms, settings[keys.index(best)])
     folds = int(spec.tune[2:])
     test_runs = {k: ctx.rank(base.with_params(**s), ms, test) for k, s in zip(keys, settings)}
     cv = cross_validate(test_runs, test, spec.tune_metric, k=folds, gain=spec.gain)
@@ -269,7 +289,10 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
     row's score one feature column. Under dev-split tuning the ranker learns from the queries of
     ``train.split`` (components re-rank them with their final models): with early stopping on the
     dev split, or — when it learns from the dev split itself — with the number of trees set by
-    5-fold CV over those queries. Under ``cvK`` (no training split) it is cross-validated over the
+    5-fold CV over those queries. With ``train.cross_fit = K`` a component trained on that same
+    split scores each of its K query folds with a copy trained without that fold (out-of-fold
+    scores: a model scores its own training queries too well, and the ranker would over-trust it);
+    the test and dev queries are scored by the final models. Under ``cvK`` (no training split) it is cross-validated over the
     test queries. The log, with the feature importance (Table 5), goes into ``training``."""
     from ..ranking import LambdaMART, groups, mean_importance, pair_columns, run_columns
     from ..training.lambdamart import cross_validated, train_booster
@@ -313,9 +336,33 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
         qrels = ctx.qrels(name)
         return grouped(qrels, [ctx.rank(p.model, p.spec, qrels) for p in parts])  # type: ignore[arg-type]
 
-    train_g = split_groups(split)
+    k = ms.train.get("cross_fit")
+    # the components that learnt from the ranker's own training queries: these are cross-fitted
+    refit = [p.spec.label for p in parts if p.spec.train and p.spec.train.get("split", "train") == split
+             and p.spec.train.get("dataset", spec.dataset) == spec.dataset]
+    if k:
+        qrels = ctx.qrels(split)
+        folds = [tuple(held) for _, held in kfold_queries([q for q in qrels if q in ctx.queries], int(k), seed=0)]
+        runs = []
+        for p in parts:
+            key = (p.spec.label, split, int(k))
+            if key in ctx.out_of_fold:  # another LTR row (an ablation) already scored these queries
+                runs.append(ctx.out_of_fold[key])
+                continue
+            if p.spec.label not in refit:
+                ctx.out_of_fold[key] = ctx.rank(p.model, p.spec, qrels)  # type: ignore[arg-type]  # never saw them
+            else:
+                run: Run = {}
+                for i, held in enumerate(folds):
+                    model = ctx.build(p.spec, _Fold(int(k), i, 0, held)).with_params(**p.setting)
+                    run.update(ctx.rank(model, p.spec, {q: qrels[q] for q in held}))
+                ctx.out_of_fold[key] = run
+            runs.append(ctx.out_of_fold[key])
+        train_g = grouped(qrels, runs)
+    else:
+        train_g = split_groups(split)
     dev_g = split_groups(tune_split) if tune_split and tune_split != split else None
     ranker = LambdaMART(names, gain=spec.gain, **params)
     log = train_booster(ranker, train_g, dev_g, cv_folds=5 if dev_g is None else 0)
-    ctx.training[ms.label] = {**log, "train_split": split}
+    ctx.training[ms.label] = {**log, "train_split": split, **({"cross_fit": int(k), "cross_fitted": refit} if k else {})}
     return test_g.to_run(ranker.predict(test_g)), [dict(ms.params, train_split=split)]

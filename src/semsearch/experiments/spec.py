@@ -39,7 +39,8 @@ class ModelSpec:
     params: dict[str, Any] = field(default_factory=dict)  # given to the model's constructor
     grid: dict[str, list[Any]] = field(default_factory=dict)  # tuned, applied with ``with_params``
     train: dict[str, Any] = field(default_factory=dict)  # {split, threshold, fields[, dataset, dev]}: fit before ranking;
-    # lambdamart rows under tune = "cvK": {cv_folds}, trees by an inner CV in each outer fold
+    # lambdamart rows under tune = "cvK": {cv_folds}, trees by an inner CV in each outer fold; under
+    # tune = "split:…": {split[, cross_fit]}, cross_fit = K scores the split's queries out of fold
     combine: list[str] = field(default_factory=list)
     norm: str = "minmax"  # per-query score normalisation of interpolated rows
     analyzer: str | None = None
@@ -259,9 +260,14 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
             if m.grid:
                 raise SpecError(f"{p}: {m.label!r} (lambdamart) takes params, not a grid")
         nested = m.is_ltr and spec.tune.startswith("cv")  # only there does an inner CV pick the trees
-        unknown = set(m.train) - {"split", "threshold", "fields", "dataset", "dev"} - ({"cv_folds"} if nested else set())
+        cross_fit = m.is_ltr and spec.tune.startswith("split:")  # out-of-fold scores of the training split
+        unknown = (set(m.train) - {"split", "threshold", "fields", "dataset", "dev"} - ({"cv_folds"} if nested else set())
+                   - ({"cross_fit"} if cross_fit else set()))
         if unknown:
             raise SpecError(f"{p}: {m.label!r} train has unknown keys {sorted(unknown)}")
+        k = m.train.get("cross_fit")
+        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 2):
+            raise SpecError(f"{p}: {m.label!r} train.cross_fit must be an integer >= 2 (folds), got {k!r}")
         _check_params(m, f"{p}:{_label_line(text, m.label, i)}: row {m.label!r}")
     return spec
 
