@@ -181,3 +181,47 @@ def test_models_retrieve_the_same_with_pruning_on_and_off(name):
     assert m.with_params().pruning == "off"
     with pytest.raises(ValueError, match="pruning"):
         m.pruning = "yes"  # type: ignore[assignment]
+
+
+def _reference_top_k(post, ranks, qptr, qterms, qweights, scale, addend, k):
+    """Per query the best k by (score desc, doc id rank asc) of the scipy product's float32 sums
+    (plus the addend in float64): what every kernel must return, to the bit."""
+    n_terms, n_docs = post.shape
+    q = sp.csr_matrix((qweights, qterms, qptr), shape=(len(qptr) - 1, n_terms), dtype=np.float32)
+    s = (q @ post).tocsr()
+    out = []
+    for i in range(s.shape[0]):
+        docs = s.indices[s.indptr[i]:s.indptr[i + 1]]
+        sc = s.data[s.indptr[i]:s.indptr[i + 1]].astype(np.float64)
+        if addend is not None:
+            sc = sc + scale[i] * addend[docs]
+        order = np.lexsort((ranks[docs], -sc))[:k]
+        out.append((docs[order], sc[order]))
+    return out
+
+
+@pytest.mark.parametrize("addend", [None, "negative", "mixed"])
+def test_exhaustive_kernel_equals_the_sparse_product(collections, addend):
+    """The exhaustive kernel's two scans — the dense one (runs of documents by their largest
+    score, a run that cannot reach the heap skipped) on long queries, the touched list on short
+    ones — against the scipy product sorted by (score desc, rank asc): ids, order and scores
+    to the bit at every k, exact ties (quantized weights) included, with an addend of either
+    sign (its bound decides which runs are skipped)."""
+    rng = np.random.default_rng(12)
+    for post, ranks in collections:
+        n_docs = post.shape[1]
+        add = {None: None, "negative": -np.log1p(rng.integers(1, 40, n_docs) / 7.0),
+               "mixed": rng.normal(0, 0.3, n_docs)}[addend]
+        kern = PostingsTopK(post.indptr, post.indices, post.data, n_docs, ranks, add, prune="off")
+        qptr, qterms, qweights = _queries(rng, post.shape[0], 90)
+        scale = np.diff(qptr).astype(np.float64)
+        walked = np.zeros(len(qptr) - 1, dtype=np.int64)
+        kern.search(qptr, qterms, qweights, scale, 1, walked=walked)
+        assert (walked >= n_docs).sum() > 10 and (walked < n_docs).sum() > 10  # both scans
+        for k in (1, 3, 10, 100, 1000, n_docs):
+            docs, scores, counts = kern.search(qptr, qterms, qweights, scale, k)
+            want = _reference_top_k(post, ranks, qptr, qterms, qweights, scale, add, k)
+            for i, (d, s) in enumerate(want):
+                assert counts[i] == len(d)
+                assert np.array_equal(docs[i, :counts[i]], d)
+                assert np.array_equal(scores[i, :counts[i]].view(np.int64), s.view(np.int64))
