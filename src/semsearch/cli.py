@@ -456,8 +456,11 @@ def serve_cmd(
     # /metrics of any worker adds up all workers: prometheus_client's multiprocess mode, in a
     # fresh directory (old numbers never leak in) removed at exit
     os.environ[MULTIPROC_ENV] = metrics_dir = tempfile.mkdtemp(prefix="semsearch-metrics-")
-    # each worker's torch / faiss threads share the cores with the other workers, not each take them all
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+    # each worker's threads (torch, ONNX Runtime, faiss, LightGBM through OpenMP; the lexical
+    # kernel's numba threads) share the cores with the other workers, not each take them all
+    per_worker = str(max(1, (os.cpu_count() or 1) // workers))
+    os.environ.setdefault("OMP_NUM_THREADS", per_worker)
+    os.environ.setdefault("NUMBA_NUM_THREADS", per_worker)
     try:
         uvicorn.run("semsearch.serving.app:app_from_env", factory=True, workers=workers, host=host, port=port,
                     log_level="warning", timeout_graceful_shutdown=5, loop=loop)

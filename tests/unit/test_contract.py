@@ -18,6 +18,7 @@ from semsearch.serving import create_app
 from semsearch.serving.app import MAX_K
 
 MIN_CASES = 1000
+DEFAULT_K = 10  # /search's k when the request has none
 
 CONFIG: dict[str, Any] = {
     # Hypothesis (the engine sets deadline=None): reproducible in CI (derandomize), no example
@@ -38,10 +39,10 @@ PAGING_CHECKS: list[int] = []
 
 
 def past_the_depth_limit(query: dict[str, Any] | None) -> bool:
-    """offset + k > MAX_K with both in their documented bounds: the documented 422 that per-parameter
-    bounds cannot express (OpenAPI has no cross-parameter constraints)."""
+    """offset + k > MAX_K with both in their documented bounds (k absent: its default, 10): the
+    documented 422 that per-parameter bounds cannot express (OpenAPI has no cross-parameter constraints)."""
     try:
-        k, offset = int((query or {})["k"]), int((query or {})["offset"])
+        k, offset = int((query or {}).get("k", DEFAULT_K)), int((query or {})["offset"])
     except (KeyError, TypeError, ValueError):
         return False
     return 1 <= k <= MAX_K and 0 <= offset < MAX_K and offset + k > MAX_K
@@ -61,8 +62,8 @@ def paging_aware_acceptance(ctx: Any, response: Any, case: Any) -> bool | None:
 def keep_offset_in_range(ctx: Any, query: dict[str, Any] | None) -> dict[str, Any] | None:
     """offset + k <= MAX_K, which per-parameter bounds cannot say (the server answers 422 past it,
     as documented): bring an in-range pair back in range, leave anything else as generated."""
-    if query and isinstance(query.get("k"), int) and isinstance(query.get("offset"), int):
-        k, offset = query["k"], query["offset"]
+    if query and isinstance(query.get("k", DEFAULT_K), int) and isinstance(query.get("offset"), int):
+        k, offset = query.get("k", DEFAULT_K), query["offset"]
         if 1 <= k <= MAX_K and offset >= 0 and offset + k > MAX_K:
             query["offset"] = MAX_K - k
     return query

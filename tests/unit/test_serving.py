@@ -75,7 +75,8 @@ def test_every_scorer_of_the_hybrid_is_a_merge(client):
 
 @pytest.mark.parametrize("query,status", [
     ("q=", 400), ("q=%20%20", 400), ("", 400), ("q=" + "a" * 5_000, 413), ("q=" + "a" * 10_000, 414), ("q=red%FF%FEcat", 400),
-    ("q=red&k=0", 422), ("q=red&k=1001", 422), ("q=red&k=ten", 422), ("q=red&merge=max", 422),
+    ("q=red&k=0", 422), ("q=red&k=1001", 422), ("q=red&k=ten", 422), ("q=red&k=%D9%A5", 422), ("q=red&offset=1.0", 422),
+    ("q=red&merge=max", 422),
 ])
 def test_bad_input_gets_4xx_with_json_error(client, query, status):
     r = client.get("/search?" + query)

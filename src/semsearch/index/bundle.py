@@ -514,35 +514,51 @@ class Bundle:
         rrf or interpolate (weight 0.5, min-max); re-ranked by the ranker if the bundle has one; the
         top ``k`` with their sources and a timing breakdown. A two-stage bundle (its ranker has
         stage features) retrieves at the depths its ranker was trained for, and every hit's score
-        is the ranker's."""
-        if not query.strip():
-            raise ValueError("empty query")
+        is the ranker's. ``search_many`` of one query."""
+        return self.search_many([query], k, model=model, merge_by=merge_by, n_lexical=n_lexical, n_semantic=n_semantic)[0]
+
+    def search_many(self, queries: Sequence[str], k: int = 10, *, model: str | None = None, merge_by: str = "union",
+                    n_lexical: int = N_LEXICAL, n_semantic: int = N_SEMANTIC) -> list[Result]:
+        """``search`` for several queries in one pass (the service's micro-batches): one encoder call
+        and one vector search for all of them, one feature matrix and one ranker prediction for all
+        their candidates. Each query gets the hits ``search`` gives it alone (a batched encoder may
+        round its embedding in the last bit, so scores agree to float rounding); the timing is the
+        batch's (``batch``: how many distinct queries it searched)."""
+        blank = [i for i, q in enumerate(queries) if not q.strip()]
+        if blank:
+            raise ValueError("empty query" if len(queries) == 1 else f"empty query at position {blank[0]}")
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         if merge_by not in SCORERS:
             raise ValueError(f"merge must be one of {', '.join(SCORERS)}, got {merge_by!r}")
         t0 = time.perf_counter()
-        key = (query, k, model, merge_by, n_lexical, n_semantic)
+        settings = (k, model, merge_by, n_lexical, n_semantic)
+        out: list[Result | None] = [None] * len(queries)
         if self.result_cache > 0:
             with self._results_lock:
-                hit = self._results.get(key)
-                if hit is not None:
-                    self._results.move_to_end(key)
-            if hit is not None:
-                return Result(list(hit.hits), {"cached_ms": 1000 * (time.perf_counter() - t0),
-                                         "total_ms": 1000 * (time.perf_counter() - t0)})
-        result = self._search(query, k, model, merge_by, n_lexical, n_semantic, t0)
-        if self.result_cache > 0:
-            with self._results_lock:
-                self._results[key] = result
-                while len(self._results) > self.result_cache:
-                    self._results.popitem(last=False)
-        return result
+                for i, q in enumerate(queries):
+                    hit = self._results.get((q, *settings))
+                    if hit is not None:
+                        self._results.move_to_end((q, *settings))
+                        ms = 1000 * (time.perf_counter() - t0)
+                        out[i] = Result(list(hit.hits), {"cached_ms": ms, "total_ms": ms})
+        todo = list(dict.fromkeys(q for q, r in zip(queries, out) if r is None))  # each distinct query once
+        if todo:
+            found = dict(zip(todo, self._search(todo, k, model, merge_by, n_lexical, n_semantic, t0)))
+            if self.result_cache > 0:
+                with self._results_lock:
+                    for q, r in found.items():
+                        self._results[(q, *settings)] = r
+                    while len(self._results) > self.result_cache:
+                        self._results.popitem(last=False)
+            out = [r if r is not None else Result(list(found[q].hits), dict(found[q].timing)) for q, r in zip(queries, out)]
+        return out  # type: ignore[return-value]
 
-    def _stage1(self, query: str, k: int, model: str | None, merge_by: str, n_lexical: int,
-                n_semantic: int) -> tuple[list[HybridHit], dict[str, float]]:
-        """Stage 1 of ``search`` (and of ``explain_rank``): the merged hits of ``model``'s hybrid,
-        all of them when a ranker re-orders them, at the ranker's depths in a two-stage bundle."""
+    def _stage1(self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int,
+                n_semantic: int) -> tuple[list[list[HybridHit]], dict[str, float]]:
+        """Stage 1 of ``search_many`` (and of ``explain_rank``): each query's merged hits from
+        ``model``'s hybrid, all of them when a ranker re-orders them, at the ranker's depths in a
+        two-stage bundle."""
         hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
         if hybrid is None:
             raise ValueError(f"no model {model!r} in this bundle (has {', '.join(self.semantic) or 'none'})")
@@ -550,23 +566,26 @@ class Bundle:
             n_lexical, n_semantic = self.ranker.n_lexical, self.ranker.n_semantic  # type: ignore[union-attr]
         else:
             n_lexical, n_semantic = max(n_lexical, k), max(n_semantic, 1)
-        (hits,), timing = hybrid.timed_search([query], None if self.ranker is not None else k, scorer=merge_by,
-                                              n_lexical=n_lexical, n_semantic=n_semantic)
-        return hits, timing
+        return hybrid.timed_search(queries, None if self.ranker is not None else k, scorer=merge_by,
+                                   n_lexical=n_lexical, n_semantic=n_semantic)
 
-    def _search(self, query: str, k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int,
-                t0: float) -> Result:
-        hits, timing = self._stage1(query, k, model, merge_by, n_lexical, n_semantic)
-        if self.ranker is not None and hits:
+    def _search(self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int,
+                t0: float) -> list[Result]:
+        found, timing = self._stage1(queries, k, model, merge_by, n_lexical, n_semantic)
+        if self.ranker is not None:
             t2 = time.perf_counter()
             with self._locks[id(self.ranker)]:
-                scores = (self.ranker.score_hits([query], [hits]) if self.two_stage  # type: ignore[attr-defined]
-                          else self.ranker.score([query], [[h.doc_id for h in hits]]))[0]
-            order = sorted(range(len(hits)), key=lambda i: (-float(scores[i]), hits[i].doc_id))[:k]
-            hits = [replace(hits[i], score=float(scores[i])) for i in order]
+                scores = (self.ranker.score_hits(queries, found) if self.two_stage  # type: ignore[attr-defined]
+                          else self.ranker.score(queries, [[h.doc_id for h in hits] for hits in found]))
+            ranked = []
+            for hits, s in zip(found, scores):
+                order = sorted(range(len(hits)), key=lambda i: (-float(s[i]), hits[i].doc_id))[:k]
+                ranked.append([replace(hits[i], score=float(s[i])) for i in order])
+            found = ranked
             timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
         timing["total_ms"] = 1000 * (time.perf_counter() - t0)
-        return Result(hits[:k], timing)
+        timing["batch"] = float(len(queries))
+        return [Result(hits[:k], dict(timing)) for hits in found]
 
     def explain_rank(self, query: str, doc_id: str, *, top: int = 10, model: str | None = None) -> dict[str, Any]:
         """Why a bundle with a LambdaMART ranker ranks ``doc_id`` where it does for ``query``: which stage found
@@ -582,7 +601,7 @@ class Bundle:
         if not query.strip():
             raise ValueError("empty query")
         rk: Any = self.ranker
-        hits, _ = self._stage1(query, 1, model, "union", N_LEXICAL, N_SEMANTIC)  # as search() with its defaults
+        (hits,), _ = self._stage1([query], 1, model, "union", N_LEXICAL, N_SEMANTIC)  # as search() with its defaults
         at = next((i for i, h in enumerate(hits) if h.doc_id == doc_id), None)
         if at is None:
             return {"doc_id": doc_id, "score": None, "bias": None, "source": None, "lexical_score": None,

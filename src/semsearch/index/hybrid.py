@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +23,9 @@ from .fusion import interpolate, rrf
 from .vector import Hits
 
 SCORERS = ("union", "rrf", "interpolate")
+Fill = tuple[Mapping[str, float], Mapping[str, float]]
+"""A query's lexical scores of the hits only the semantic stage returned, and its semantic scores
+of the hits only the lexical stage returned."""
 
 
 class Source(enum.Flag):
@@ -51,35 +54,40 @@ def _check(scorer: str, weight: float) -> None:
         raise ValueError(f"weight must be in [0, 1], got {weight}")
 
 
-def union(lexical: Hits, semantic: Hits, limit: int | None = None) -> list[HybridHit]:
+def union(lexical: Hits, semantic: Hits, limit: int | None = None, *, fill: Fill | None = None) -> list[HybridHit]:
     """The paper's candidate set without a ranker (Sec. 4.4): the lexical hits in their own order,
     then the semantic-only hits in theirs; the merged score is 1 / position. With ``limit``, only
-    the first ``limit`` of them (the service builds just the k it returns)."""
+    the first ``limit`` of them (the service builds just the k it returns). ``fill``: the lexical
+    and the semantic score of hits the other stage did not return (``HybridRetriever(complete=True)``)."""
+    lex_fill, sem_fill = fill or ({}, {})
     n = len(lexical) + len(semantic) if limit is None else limit
     sem = {d: (r, s) for r, (d, s) in enumerate(semantic, 1)}
     out = []
     for r, (d, s) in enumerate(lexical[:n], 1):
         sr, ss = sem.get(d, (None, None))
-        out.append(HybridHit(d, 1.0 / r, Source.BOTH if sr is not None else Source.LEXICAL, s, ss, r, sr))
+        out.append(HybridHit(d, 1.0 / r, Source.LEXICAL, s, sem_fill.get(d), r, None) if sr is None else
+                   HybridHit(d, 1.0 / r, Source.BOTH, s, ss, r, sr))
     if len(out) < n:
         lex_ids = {d for d, _ in lexical}
         for r, (d, s) in enumerate(semantic, 1):
             if len(out) >= n:
                 break
             if d not in lex_ids:
-                out.append(HybridHit(d, 1.0 / (len(out) + 1), Source.SEMANTIC, None, s, None, r))
+                out.append(HybridHit(d, 1.0 / (len(out) + 1), Source.SEMANTIC, lex_fill.get(d), s, None, r))
     return out
 
 
 def merge(lexical: Hits, semantic: Hits, *, scorer: str = "rrf", weight: float = 0.5, rrf_k: int = 60,
-          norm: str = "minmax", k: int | None = None) -> list[HybridHit]:
+          norm: str = "minmax", k: int | None = None, fill: Fill | None = None) -> list[HybridHit]:
     """The union of one query's lexical and semantic hits, best first (at most ``k``). ``scorer``:
     ``"union"`` (``union``), ``"rrf"`` (Σ 1/(rrf_k + rank)) or ``"interpolate"`` (weight·semantic
     + (1 − weight)·lexical, scores normalised per query by ``norm``; weight 0 keeps the lexical
-    order with semantic-only hits after). RRF and interpolation break ties by doc id."""
+    order with semantic-only hits after). RRF and interpolation break ties by doc id. ``fill``:
+    the stage scores of hits that stage did not return (``union``'s)."""
     _check(scorer, weight)
     if scorer == "union":
-        return union(lexical, semantic, k)
+        return union(lexical, semantic, k, fill=fill)
+    lex_fill, sem_fill = fill or ({}, {})
     runs = [{"q": dict(lexical)}, {"q": dict(semantic)}]
     fused = (rrf(runs, k=rrf_k) if scorer == "rrf" else interpolate(runs, [1.0 - weight, weight], norm=norm)).get("q", {})
     lex_rank = {d: r for r, (d, _) in enumerate(ranked(runs[0]["q"]), 1)}
@@ -87,7 +95,8 @@ def merge(lexical: Hits, semantic: Hits, *, scorer: str = "rrf", weight: float =
     out = []
     for d, s in ranked(fused)[:k]:
         src = (Source.LEXICAL if d in lex_rank else Source(0)) | (Source.SEMANTIC if d in sem_rank else Source(0))
-        out.append(HybridHit(d, float(s), src, runs[0]["q"].get(d), runs[1]["q"].get(d), lex_rank.get(d), sem_rank.get(d)))
+        out.append(HybridHit(d, float(s), src, runs[0]["q"].get(d, lex_fill.get(d)), runs[1]["q"].get(d, sem_fill.get(d)),
+                             lex_rank.get(d), sem_rank.get(d)))
     return out
 
 
@@ -147,12 +156,14 @@ class HybridRetriever:
                 hits = model.retrieve(queries, n)
         return hits, 1000 * (time.perf_counter() - t), vecs
 
-    def _complete(self, queries: list[str], merged: list[list[HybridHit]], vecs: Any) -> list[list[HybridHit]]:
-        """Fill each hit's missing stage score (see the class docstring)."""
+    def _fills(self, queries: list[str], lexical: list[Hits], semantic: list[Hits], vecs: Any) -> list[Fill]:
+        """Per query, each stage's score of the hits only the other stage returned (see the class
+        docstring), so that the merge builds every hit once, complete."""
         out = []
-        for i, (q, hits) in enumerate(zip(queries, merged)):
-            no_lex = [h.doc_id for h in hits if h.lexical is None]
-            no_sem = [h.doc_id for h in hits if h.semantic is None]
+        for i, (q, lh, sh) in enumerate(zip(queries, lexical, semantic)):
+            lex_ids, sem_ids = {d for d, _ in lh}, {d for d, _ in sh}
+            no_lex = [d for d, _ in sh if d not in lex_ids]  # (in the order the union lists them)
+            no_sem = [d for d, _ in lh if d not in sem_ids]
             lex: dict[str, float] = {}
             sem: dict[str, float] = {}
             if no_lex and self.lexical is not None:
@@ -161,11 +172,7 @@ class HybridRetriever:
             if no_sem and self.semantic is not None and vecs is not None:
                 with self.locks[id(self.semantic)]:
                     sem = dict(zip(no_sem, map(float, self.semantic.similarity(vecs[i], no_sem))))  # type: ignore[attr-defined]
-            # built directly rather than by dataclasses.replace (a tenth of a search's time)
-            out.append([h if h.lexical is not None and h.semantic is not None else
-                        HybridHit(h.doc_id, h.score, h.sources, lex.get(h.doc_id, h.lexical), sem.get(h.doc_id, h.semantic),
-                                  h.lexical_rank, h.semantic_rank)
-                        for h in hits])
+            out.append((lex, sem))
         return out
 
     def timed_search(self, queries: Sequence[str], k: int | None = None, *, scorer: str | None = None,
@@ -187,14 +194,16 @@ class HybridRetriever:
         sem_f = self._pool.submit(self._stage, self.semantic, qs, n_sem) if self._pool else None
         lex, lex_ms, _ = self._stage(self.lexical, qs, n_lex)
         sem, sem_ms, vecs = sem_f.result() if sem_f else self._stage(self.semantic, qs, n_sem)
-        t = time.perf_counter()
-        out = [merge(lh, sh, scorer=scorer, weight=self.weight, rrf_k=self.rrf_k, norm=self.norm, k=k)
-               for lh, sh in zip(lex, sem)]
-        timing = {"lexical_ms": lex_ms, "semantic_ms": sem_ms, "merge_ms": 1000 * (time.perf_counter() - t)}
+        timing = {"lexical_ms": lex_ms, "semantic_ms": sem_ms}
+        fills: list[Fill | None] = [None] * len(qs)
         if self.complete:
             t = time.perf_counter()
-            out = self._complete(qs, out, vecs)
+            fills = self._fills(qs, lex, sem, vecs)  # type: ignore[assignment]
             timing["complete_ms"] = 1000 * (time.perf_counter() - t)
+        t = time.perf_counter()
+        out = [merge(lh, sh, scorer=scorer, weight=self.weight, rrf_k=self.rrf_k, norm=self.norm, k=k, fill=f)
+               for lh, sh, f in zip(lex, sem, fills)]
+        timing["merge_ms"] = 1000 * (time.perf_counter() - t)
         return out, timing
 
     def search(self, queries: Sequence[str], k: int | None = None) -> list[list[HybridHit]]:

@@ -143,19 +143,19 @@ def pair_columns(names: Sequence[str], queries: Sequence[str], doc_texts: Sequen
     if unknown:
         raise ValueError(f"unknown pair features {unknown}; known: {', '.join(TEXT_FEATURES)}")
     match = [n for n in names if n in MATCH_FEATURES]
-    rows = []
-    for q, docs in zip(queries, doc_texts):
+    blocks = [np.zeros((0, len(names)))]
+    for q, docs in zip(queries, doc_texts):  # a column at a time per query (the serving hot path)
         q_tokens = tokenize(q)
         qt = set(q_tokens)
-        qm = _QueryMatch(q, q_tokens) if match else None
-        for t in docs:
-            n_words, dt = _doc_words(t)
-            vals = {"query_words": len(q_tokens), "doc_words": n_words,
-                    "query_coverage": len(qt & dt) / len(qt) if qt else 0.0}
-            if qm is not None:
-                vals.update(qm.features(t, match))
-            rows.append([vals[n] for n in names])
-    return np.array(rows, dtype=np.float64).reshape(len(rows), len(names))
+        words = [_doc_words(t) for t in docs]
+        cols = {"query_words": [len(q_tokens)] * len(words), "doc_words": [n for n, _ in words],
+                "query_coverage": [len(qt & dt) / len(qt) for _, dt in words] if qt else [0.0] * len(words)}
+        if match:
+            qm = _QueryMatch(q, q_tokens)
+            per_doc = [qm.features(t, match) for t in docs]
+            cols.update({n: [f[n] for f in per_doc] for n in match})
+        blocks.append(np.array([cols[n] for n in names], dtype=np.float64).reshape(len(names), len(words)).T)
+    return np.vstack(blocks)
 
 
 _ENGLISH = Analyzer.named("english")

@@ -11,13 +11,15 @@ query terms that matched in each hit (``text.highlight``) and says what its scor
 
 from __future__ import annotations
 
-import os
+import asyncio
 import gc
+import os
 import sys
 import threading
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
 from urllib.parse import parse_qsl
@@ -45,6 +47,9 @@ MAX_K = 1000
 NON_BLANK = r"[^\s\x1c-\x1f\x85]"
 """A character ``str.strip`` keeps (JSON Schema's ECMA ``\\s`` lacks \\x1c-\\x1f and \\x85): a query must have one."""
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+BATCH_CAP = 64
+"""Most searches one pass of a worker runs together (``SearchBatcher``)."""
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 STOPPED = "semsearch: server stopped cleanly"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 STATIC = Path(__file__).with_name("static")
@@ -120,6 +125,8 @@ class Metrics:
                                 registry=self.registry)
         self.seconds = Histogram("semsearch_request_seconds", "Request latency.", buckets=BUCKETS,
                                  registry=self.registry)
+        self.batch = Histogram("semsearch_search_batch", "Searches run together in one pass (micro-batching).",
+                               buckets=BATCH_BUCKETS, registry=self.registry)
         self._children: dict[tuple[str, int], Any] = {}
 
     def observe(self, path: str, status: int, seconds: float) -> None:
@@ -141,11 +148,15 @@ class Highlighter:
     """/search's highlight spans with the bundle's lexical analyzer (``text.highlight``). It uses a
     copy of the analyzer, under its own lock: analyzers keep a stemming cache that is not
     thread-safe, and the search stages hold the original's. Without a lexical model: lower-case
-    alphanumeric equality."""
+    alphanumeric equality. The analysis of each title word is kept (``WORDS`` of them): a page of
+    ten hits analyses a hundred words one by one, and that was most of a cached search's time."""
+
+    WORDS = 1 << 16
 
     def __init__(self, lexical: Any) -> None:
         a = getattr(lexical, "analyzer", None)
         self.analyzer: Any = Analyzer.from_config(a.config()) if isinstance(a, Analyzer) else a if callable(a) else None
+        self._word = lru_cache(maxsize=self.WORDS)(self.analyzer or Analyzer())
         self._lock = threading.Lock()
 
     def terms(self, query: str) -> frozenset[str]:
@@ -155,8 +166,58 @@ class Highlighter:
     def spans(self, terms: frozenset[str], text: str) -> list[Span]:
         """Matching words of ``text`` as ``[start, end)`` in UTF-16 code units (JavaScript indices)."""
         with self._lock:
-            spans = term_spans(terms, text, self.analyzer)
+            spans = term_spans(terms, text, self._word)
         return utf16_spans(text, spans)
+
+
+class SearchBatcher:
+    """Dynamic micro-batching of one worker's searches (``/search``): the searches that arrive while
+    a pass runs wait for the next pass, which takes all of them (at most ``cap``, same settings)
+    and searches them together (``Bundle.search_many``: one encoder call, one vector search, one
+    ranker prediction). Nothing waits on purpose: a search that finds the worker idle runs in the
+    loop's next turn, a pass of one. Passes run on the event loop, one at a time, and the loop
+    reads, parses and answers requests between them."""
+
+    def __init__(self, bundle: Bundle, cap: int = BATCH_CAP, observe: Callable[[int], None] | None = None) -> None:
+        self.bundle, self.cap, self.observe = bundle, cap, observe
+        self._waiting: list[tuple[tuple[int, str | None, str], str, float, asyncio.Future[Result]]] = []
+        self._scheduled = False
+
+    def search(self, query: str, k: int, model: str | None, merge: str) -> "asyncio.Future[Result]":
+        """A future of ``Bundle.search(query, k, model=model, merge_by=merge)``'s result, with the
+        ms it waited for its pass (``timing["queue_ms"]``)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Result] = loop.create_future()
+        self._waiting.append(((k, model, merge), query, time.perf_counter(), future))
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._run)
+        return future
+
+    def _run(self) -> None:
+        """One pass: the first waiting search's settings, with every other waiting search of the
+        same settings up to ``cap``; what is left waits for the next turn of the loop."""
+        key = self._waiting[0][0]
+        batch = [w for w in self._waiting if w[0] == key][: self.cap]
+        taken = {id(w) for w in batch}
+        self._waiting = [w for w in self._waiting if id(w) not in taken]
+        self._scheduled = bool(self._waiting)
+        if self._scheduled:
+            asyncio.get_running_loop().call_soon(self._run)
+        start = time.perf_counter()
+        try:
+            results = self.bundle.search_many([w[1] for w in batch], key[0], model=key[1], merge_by=key[2])
+        except Exception as e:  # noqa: BLE001 — each waiting handler answers it (e.g. the vector store is down)
+            for w in batch:
+                if not w[3].done():
+                    w[3].set_exception(e)
+            return
+        if self.observe is not None:
+            self.observe(len(batch))
+        for (_, _, arrived, future), r in zip(batch, results):
+            r.timing["queue_ms"] = 1000 * (start - arrived)
+            if not future.done():  # (cancelled: the client went away)
+                future.set_result(r)
 
 
 def _strict_query(request: Request) -> dict[str, str]:
@@ -167,6 +228,26 @@ def _strict_query(request: Request) -> dict[str, str]:
     except UnicodeDecodeError:
         raise BadRequest("query string is not valid UTF-8") from None
     return dict(pairs)
+
+
+def _integer(params: dict[str, str], name: str, default: int) -> int:
+    """Parameter ``name`` as an integer (ASCII digits: ``int`` alone would take other scripts' digits)."""
+    value = params.get(name)
+    if value is None:
+        return default
+    try:
+        if value.isascii():
+            return int(value)
+    except ValueError:
+        pass
+    raise BadRequest(f"parameter {name!r} must be an integer", 422)
+
+
+def _query_param(name: str, description: str, schema: dict[str, Any], *, required: bool = False) -> dict[str, Any]:
+    """One query parameter of the OpenAPI document, written as FastAPI writes the ones it validates
+    (for a handler that reads and checks its parameters itself)."""
+    return {"name": name, "in": "query", "required": required, "description": description,
+            "schema": {**schema, "description": description, "title": name.title()}}
 
 
 def _text(params: dict[str, str], name: str, limit: int) -> str:
@@ -189,6 +270,7 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
     assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
     started = time.time()
     highlighter = Highlighter(b.lexical)
+    batcher = SearchBatcher(b, observe=metrics.batch.observe)
 
     def score_by(merge: str) -> str:
         """What a hit's ``score`` is: the ranker's when the bundle has one, else the merge's."""
@@ -242,19 +324,13 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
         return JSONResponse({"error": str(e.detail)}, status_code=e.status_code, headers=e.headers)
 
     def _k(params: dict[str, str]) -> int:
-        try:
-            k = int(params.get("k", "10"))
-        except ValueError:
-            raise BadRequest("parameter 'k' must be an integer", 422) from None
+        k = _integer(params, "k", 10)
         if not 1 <= k <= max_k:
             raise BadRequest(f"parameter 'k' must be in [1, {max_k}], got {k}", 422)
         return k
 
     def _offset(params: dict[str, str], k: int) -> int:
-        try:
-            offset = int(params.get("offset", "0"))
-        except ValueError:
-            raise BadRequest("parameter 'offset' must be an integer", 422) from None
+        offset = _integer(params, "offset", 0)
         if not 0 <= offset <= max_k - k:
             raise BadRequest(f"parameter 'offset' must be in [0, {max_k - k}] (offset + k at most {max_k}), "
                              f"got {offset}", 422)
@@ -271,22 +347,25 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
             schema.pop("anyOf", None)
             schema.update(type="string", enum=models)
 
-    # response_model documents the answer; the handler returns a ``_JSON`` response, which FastAPI
-    # passes through as is (no validation or encoding pass on the hot path)
+    model_schema: dict[str, Any] = {"type": "string", "enum": models} if models else {"anyOf": [{"type": "string"}, {"type": "null"}]}
+    search_params = [
+        _query_param("q", f"Query text, not blank, at most {max_query_chars} characters (blank or missing: 400; longer: 413).",
+                     {"type": "string", **q_doc}, required=True),
+        _query_param("k", f"Number of hits, 1 to {max_k}.", {"type": "integer", "minimum": 1, "maximum": max_k, "default": 10}),
+        _query_param("offset", f"0-based rank of the first hit (paging); offset + k at most {max_k} (else 422).",
+                     {"type": "integer", "minimum": 0, "maximum": max_k - 1, "default": 0}),
+        _query_param("merge", "union (lexical order, semantic-only hits after), rrf or interpolate.",
+                     {"type": "string", "enum": list(SCORERS), "default": "union"}),
+        _query_param("model", "Neural model of the bundle (default: the first).", model_schema),
+    ]
+
+    # The handler reads and checks its parameters itself (``search_params`` documents them; FastAPI
+    # validating them first cost more than the handler's own checks), and returns a ``_JSON``
+    # response, which FastAPI passes through as is (no validation or encoding pass on the hot path);
+    # response_model documents the answer.
     @app.get("/search", summary="Lexical ∪ semantic search", response_class=_JSON, response_model=schemas.SearchResponse,
-             responses=schemas.errors(400, 413, 414, 422, *guarded, *store_errors))
-    async def search(request: Request,
-               q: str = Query("", description=f"Query text, not blank, at most {max_query_chars} characters "
-                                              "(blank or missing: 400; longer: 413).", json_schema_extra=q_doc),
-               k: int = Query(10, description=f"Number of hits, 1 to {max_k}.",
-                              json_schema_extra={"minimum": 1, "maximum": max_k}),
-               offset: int = Query(0, description=f"0-based rank of the first hit (paging); offset + k at most {max_k} "
-                                                  "(else 422).", json_schema_extra={"minimum": 0, "maximum": max_k - 1}),
-               merge: str = Query("union", description="union (lexical order, semantic-only hits after), rrf or interpolate.",
-                                  json_schema_extra={"enum": list(SCORERS)}),
-               model: str | None = Query(None, description="Neural model of the bundle (default: the first).",
-                                         json_schema_extra=model_doc)
-               ) -> Response:
+             responses=schemas.errors(400, 413, 414, 422, *guarded, *store_errors), openapi_extra={"parameters": search_params})
+    async def search(request: Request) -> Response:
         """Hits ``[offset, offset + k)`` of the ranking, with source (LEXICAL, SEMANTIC, BOTH),
         score (the ranker's if the bundle has one, else the merged one: ``score_by`` says which),
         stage scores and ranks, highlight spans and timings (ms).
@@ -302,17 +381,20 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
         candidates); deeper, Bundle.search deepens that stage to offset + k, which keeps the union's
         order but may reorder rrf, interpolate or a ranker's list past rank 300.
 
-        Runs on the event loop itself (``async``), not in FastAPI's thread pool: the search is
-        CPU-bound and sub-millisecond, and the pool's hand-offs and GIL switches cost more than it."""
+        Runs on the event loop itself (``async``), not in FastAPI's thread pool (its hand-offs and
+        GIL switches cost more than they overlap); the searches that arrive together run as one
+        pass (``SearchBatcher``), whose stage times ``timing_ms`` gives, with ``batch`` (how many
+        distinct searches the pass ran) and ``queue_ms`` (how long this one waited for it)."""
         params = _strict_query(request)
         text, kk = _text(params, "q", max_query_chars), _k(params)
         start = _offset(params, kk)
+        merge, model = params.get("merge", "union"), params.get("model")
         if merge not in SCORERS:
             raise BadRequest(f"parameter 'merge' must be one of {', '.join(SCORERS)}", 422)
         if model is not None and model not in b.semantic:
             raise BadRequest(f"no model {model!r} in this bundle", 422)
         # one deterministic ranking, cut: the top offset + k, then the page (Bundle.search breaks ties by id)
-        result = b.search(text, start + kk, model=model, merge_by=merge)
+        result = await batcher.search(text, start + kk, model, merge)
         page_hits = result.hits[start:]
         terms = highlighter.terms(text)
         hits = []

@@ -46,7 +46,9 @@ class SearchResponse(_Model):
     score_by: Literal["ranker", "union", "rrf", "interpolate"] = Field(description="What a hit's score is.")
     next_offset: int | None = Field(description="The next page's offset; null on the last page.")
     hits: list[SearchHit]
-    timing_ms: dict[str, float] = Field(description="Milliseconds per stage (lexical_ms, semantic_ms, merge_ms, total_ms, ...).")
+    timing_ms: dict[str, float] = Field(description="Milliseconds per stage (lexical_ms, semantic_ms, merge_ms, total_ms, ...) "
+                                                    "of the pass that ran this search; batch: how many distinct searches that "
+                                                    "pass ran together; queue_ms: how long this one waited for it.")
 
 
 class Contribution(_Model):
