@@ -13,7 +13,7 @@ from semsearch.experiments.spec import SpecError
 from semsearch.models import ModelDirError, rank
 from semsearch.plugins import create_model, load_model
 from semsearch.params import ParamError
-from semsearch.ranking import LambdaMART, LambdaMARTRanker, groups, pair_columns, run_columns
+from semsearch.ranking import LambdaMART, LambdaMARTParams, LambdaMARTRanker, groups, pair_columns, run_columns
 from semsearch.training.lambdamart import cross_validated, fit_ranker, train_booster
 
 FAST = {"num_boost_round": 40, "min_data_in_leaf": 5, "num_leaves": 7, "early_stopping": 10}
@@ -118,6 +118,8 @@ def test_group_stats_columns(tmp_path):
     assert back.columns == r.columns and len(r.columns) == 12 and np.array_equal(back.predict(s), r.predict(s))
     with pytest.raises(ParamError, match="group_stats.*unknown \\['mean'\\]"):
         LambdaMART(["f"], group_stats=["mean"])
+    with pytest.raises(ParamError, match="group_stats.*unknown \\['mean'\\]"):  # refused with the ranker's parameters (specs, CLI)
+        LambdaMARTParams.from_mapping({"features": ["bm25"], "group_stats": ["mean"]})
 
 
 def test_match_features():

@@ -152,7 +152,7 @@ def pair_columns(names: Sequence[str], queries: Sequence[str], doc_texts: Sequen
                 "query_coverage": [len(qt & dt) / len(qt) for _, dt in words] if qt else [0.0] * len(words)}
         if match:
             qm = _QueryMatch(q, q_tokens)
-            per_doc = [qm.features(t, match) for t in docs]
+            per_doc = [qm.features(t, dt, match) for t, (_, dt) in zip(docs, words)]
             cols.update({n: [f[n] for f in per_doc] for n in match})
         blocks.append(np.array([cols[n] for n in names], dtype=np.float64).reshape(len(names), len(words)).T)
     return np.vstack(blocks)
@@ -177,10 +177,10 @@ class _QueryMatch:
         self.bigrams = set(zip(self.tokens, self.tokens[1:]))
         self.numbers = {w for w in self.words if _has_digit(w)}
 
-    def features(self, doc: str, names: Sequence[str]) -> dict[str, float]:
-        """The requested match features of this query with one document text."""
+    def features(self, doc: str, d_words: frozenset[str], names: Sequence[str]) -> dict[str, float]:
+        """The requested match features of this query with one document text and its distinct
+        words (``_doc_words``)."""
         d_tokens = _doc_tokens(doc)
-        d_words = set(d_tokens)
         out: dict[str, float] = {}
         for n in names:
             if n == "stem_coverage":

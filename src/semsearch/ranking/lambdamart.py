@@ -55,6 +55,10 @@ class BoosterParams(Params):
     group_stats: list[str] = param([])
     prior_features: list[str] = param([])  # boost from the sum of these features' per-query z-scores
 
+    def check(self) -> None:
+        bad = [s for s in self.group_stats if s not in GROUP_STATS]
+        if bad:
+            raise ParamError(f"lambdamart parameter 'group_stats': unknown {bad}; known: {', '.join(GROUP_STATS)}")
 
 
 GROUP_STATS = ("rank", "min", "median", "max")
@@ -75,9 +79,6 @@ class LambdaMART:
         if set(self.p.prior_features) - set(self.feature_names):
             raise ParamError(f"lambdamart parameter 'prior_features' must name features of {self.feature_names}, "
                              f"got {self.p.prior_features!r}")
-        bad = [s for s in self.p.group_stats if s not in GROUP_STATS]
-        if bad:
-            raise ParamError(f"lambdamart parameter 'group_stats': unknown {bad}; known: {', '.join(GROUP_STATS)}")
         self.booster: Any = None
         self.best_iteration = 0
 
@@ -288,6 +289,7 @@ class LambdaMARTParams(BoosterParams):
     n_semantic: int = param(100, ge=0)
 
     def check(self) -> None:
+        super().check()
         for name, known in (("pair_features", TEXT_FEATURES), ("stage_features", STAGE_FEATURES)):
             bad = [p for p in getattr(self, name) if p not in known]
             if bad:
