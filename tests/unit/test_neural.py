@@ -415,3 +415,25 @@ def test_dssm_encoding_path_equals_the_training_forward_bit_for_bit():
                 assert torch.equal(tower(x), ref)
         finally:
             torch.set_num_threads(old)
+
+
+def test_dssm_encodes_per_distinct_word_as_the_trigram_tower_does(monkeypatch):
+    """``DSSM._encode`` (first layer once per distinct word, ``encode_words``) gives the trigram
+    tower's vectors (``DSSMTower.encode`` over each text's trigram bag) up to summation order,
+    across chunks, for both towers, and for a query alone."""
+    from semsearch.models import neural
+
+    rng = np.random.default_rng(2)
+    words = ["red", "brick", "wall", "door", "blue", "café", "zz", "ΟΔΟΣ", "2x4", "x"]
+    texts = ODD_TEXTS + [" ".join(rng.choice(words, rng.integers(0, 12))) for _ in range(500)]
+    m = create_model("dssm", hidden=[40, 30], out=20, shared=False)
+    m.build(TrigramHasher.fit(texts[::3], max_words=8), seed=4)
+    monkeypatch.setattr(neural, "ENCODE_CHUNK", 128)  # several chunks, each with its own words
+    for side, tower in (("query", m.net.q), ("doc", m.net.d)):
+        with torch.inference_mode():
+            ref = torch.nn.functional.normalize(
+                tower.encode(m.features(texts).batch(np.arange(len(texts)))), dim=1, eps=1e-12).numpy()
+        got = m._encode(texts, side)
+        assert got.shape == ref.shape and np.allclose(got, ref, atol=1e-6), np.abs(got - ref).max()
+        assert np.allclose(m._encode(texts[-1:], side), ref[-1:], atol=1e-6)
+    assert m.encode_queries([]).shape == (0, 20)

@@ -231,6 +231,28 @@ def test_text_bags_equal_word_bags():
     assert ids.dtype == np.int64 and indptr.dtype == np.int64
 
 
+@pytest.mark.parametrize("n_texts", [3, 300])  # few texts (np.unique) and many (a pass over the table)
+def test_word_bags_are_the_texts_words_once_each(n_texts):
+    """``word_bags``: every text's words as positions among the distinct words, whose bags are
+    ``bags`` of those words; laid out again per text they give ``text_bags``."""
+    rng = random.Random(5)
+    texts = (_odd_texts(rng, 300) + ["", "brick " * 100, "🙂🙂", "Ⅻ ǅemal"])[-n_texts:]
+    h = TrigramHasher.fit(_odd_texts(random.Random(6), 300), max_words=7)
+    table, ref = WordTable(h), WordTable(h)
+    table.encode(_odd_texts(random.Random(7), 400))  # words met before, not all in these texts
+    indptr, positions, bags = table.word_bags(texts)
+    word_ptr, words = ref.encode_each(texts)
+    assert np.array_equal(indptr, word_ptr) and positions.dtype == np.int64
+    distinct = np.array([table.ids[w] for w in (ref._words[i] for i in words)])
+    assert len(bags) == len(set(distinct.tolist())) and len(set(positions.tolist())) == len(bags)
+    again = table.bags(np.unique(distinct))  # the distinct words, in id order
+    assert np.array_equal(bags.ids, again.ids) and np.array_equal(bags.offsets, again.offsets)
+    assert np.array_equal(np.unique(distinct)[positions], distinct)
+    per_text, ids = table.text_bags(texts)
+    laid = [bags.ids[bags.offsets[p] : bags.offsets[p + 1]] for p in positions]
+    assert np.array_equal(np.concatenate(laid) if laid else np.zeros(0, np.int64), ids)
+
+
 def test_vocabulary_with_a_lone_surrogate_is_harmless():
     """A loaded vocabulary may hold any string; one that is not UTF-8 (a lone surrogate) just
     never matches."""

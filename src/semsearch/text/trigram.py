@@ -370,6 +370,24 @@ class WordTable:
             del ptr, tri  # release the arrays' buffers
         return out
 
+    def word_bags(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, Bags]:
+        """The texts as positions among their distinct words, and those words' trigram bags:
+        (indptr, positions, bags). Text ``i``'s words are ``positions[indptr[i]:indptr[i+1]]``
+        into ``bags``, one bag per distinct word. A linear first layer (DSSM's) then runs once per
+        distinct word and is summed per text: titles repeat their words, so this is several times
+        less work than summing every text's trigrams (``text_bags``), the same sums in another
+        order."""
+        with self._lock:  # the word arrays must not grow while numpy looks at them
+            word_ptr, words = self._encode(texts, 50_000)
+            if len(words) * 8 < len(self):  # a few texts (a query): no pass over the whole table
+                distinct, positions = np.unique(words, return_inverse=True)
+            else:
+                seen = np.zeros(len(self), dtype=bool)
+                seen[words] = True
+                distinct = np.flatnonzero(seen)
+                positions = (np.cumsum(seen, dtype=np.int64) - 1)[words]
+            return word_ptr, positions.astype(np.int64, copy=False), self.bags(distinct)
+
     def bags(self, word_ids: np.ndarray) -> Bags:
         """Trigram bags of the given words (repeated trigrams of one word stay separate entries,
         each with weight 1, which ``EmbeddingBag(mode="sum")`` adds up)."""
