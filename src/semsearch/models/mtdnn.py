@@ -20,7 +20,7 @@ from torch import nn
 
 from ..text import Bags
 from .hparams import MTDNNParams
-from .neural import DSSM, DSSMTower, _glorot
+from .neural import DSSM, DSSMTower, NeuralEncoder, _glorot
 
 # the paper's Restaurant, Hotel, Flight and Nightlife domains, as the SGD file names them
 
@@ -86,6 +86,10 @@ class MTDNN(DSSM):
     name = "mt-dnn"
     Params = MTDNNParams  # type: ignore[assignment]
     p: MTDNNParams  # type: ignore[assignment]
+
+    # its towers share a first layer and sit behind per-task heads (MTDNNNet), not DSSM's two
+    # ``DSSMTower``s, so it encodes through the trigram bags of each text
+    _encode = NeuralEncoder._encode
 
     def build(self, hasher, seed: int = 0) -> None:  # type: ignore[no-untyped-def]
         p = self.p
