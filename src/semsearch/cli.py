@@ -291,6 +291,8 @@ def index_build(
     pg_data: Annotated[Optional[Path], typer.Option(help="postgres store: data directory of the embedded server (default BUNDLE/../.semsearch-pg); $SEMSEARCH_PG_DSN names an existing server instead.")] = None,
     skip_bad_lines: Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")] = False,
     onnx: Annotated[str, typer.Option("--onnx", help="Transformer encoders: inference through ONNX Runtime, 'fp32' (torch's vectors, about 2x faster on a CPU), 'int8' (faster; its quality cost is measured by benchmarks/encode_speed.py), or 'off' (torch). The bundle keeps the export, so the service encodes queries with it.")] = "fp32",
+    rescorer: Annotated[Optional[Path], typer.Option("--rescorer", help="Stage 3 (optional): a trained cross-encoder directory (semsearch train bert-rel) kept in the bundle to re-score the first --rescore-depth hits; it runs only under `serve --rescore`.")] = None,
+    rescore_depth: Annotated[int, typer.Option("--rescore-depth", help="--rescorer: how many of the ranked hits it re-scores.")] = 10,
 ) -> None:
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
     from .data import load_corpus, open_dataset
@@ -312,8 +314,14 @@ def index_build(
               else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus())
     rk = load_model(ranker) if ranker is not None else None
     trainer = _stage_ranker(data, corpus, fields, ranker_param) if train_ranker else None
+    rs = None
+    if rescorer is not None:
+        rs = load_model(rescorer)
+        _onnx_models([rs], onnx)
+    elif rescore_depth != 10:
+        raise ValueError("--rescore-depth needs --rescorer")
     path = build_bundle(corpus, built, out_dir, ranker=rk, train_ranker=trainer, dataset=data, fields=fields,
-                        kind=vector_index, store=store, pg_data=pg_data)
+                        kind=vector_index, store=store, pg_data=pg_data, rescorer=rs, rescore_depth=rescore_depth)
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
 
 
@@ -404,6 +412,7 @@ def serve_cmd(
     expose: Annotated[bool, typer.Option("--expose", help="Allow a --host other than loopback (needs an API key: $SEMSEARCH_API_KEY or --api-key-file).")] = False,
     api_key_file: Annotated[Optional[Path], typer.Option("--api-key-file", help="File holding the API key that /search, /explain and /metrics require in the X-API-Key header (or set $SEMSEARCH_API_KEY; never on the command line).")] = None,
     rate_limit: Annotated[Optional[float], typer.Option("--rate-limit", help="Requests a second each client address may send to each worker, with bursts of twice that (429 beyond; default: 20 with --expose, none on loopback; 0: none).")] = None,
+    rescore: Annotated[bool, typer.Option("--rescore", help="Run the bundle's stage-3 cross-encoder (index build --rescorer) on the first hits of every search: off by default, it costs a transformer pass per re-scored hit (README: 'Stage 3').")] = False,
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
     import os
@@ -412,7 +421,7 @@ def serve_cmd(
 
     import uvicorn
 
-    from .index.bundle import RESULT_CACHE_ENV
+    from .index.bundle import RESCORE_ENV, RESULT_CACHE_ENV
 
     from .serving.exposure import API_KEY_ENV, RATE_ENV, Exposure, check_key, check_rate, is_loopback, read_key_file
 
@@ -434,6 +443,8 @@ def serve_cmd(
         if result_cache < 0:
             raise ValueError(f"--result-cache must be >= 0, got {result_cache}")
         os.environ[RESULT_CACHE_ENV] = str(result_cache)  # read by each worker's Bundle.load
+
+    os.environ[RESCORE_ENV] = "1" if rescore else "0"  # read by each worker's Bundle.load
 
     from .serving import create_app
     from .serving.app import BUNDLE_ENV, MULTIPROC_ENV, STORE_ENV

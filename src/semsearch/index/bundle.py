@@ -34,6 +34,7 @@ from ..models import Model
 from ..plugins import load_model
 from ..models.base import ModelDirError
 from ..models.base import sha256_file as _sha256
+from ..ranking.rescore import is_pair_scorer, rescore_top
 from .hybrid import SCORERS, HybridHit, HybridRetriever, Source
 from .semantic import SemanticRetriever, encoder_id
 from .vector import VectorIndex
@@ -48,6 +49,8 @@ the manifest names."""
 N_LEXICAL, N_SEMANTIC = 300, 20
 """Stage-1 depths of a search without a two-stage ranker (the BERT paper's Sec. 4.4)."""
 RESULT_CACHE_ENV = "SEMSEARCH_RESULT_CACHE"
+RESCORE_ENV = "SEMSEARCH_RESCORE"
+"""Set to 1 (``semsearch serve --rescore``): each worker's bundle runs its stage-3 cross-encoder."""
 SLEEP_ENV = "SEMSEARCH_BUILD_SLEEP"
 """Seconds to pause after writing the files and before the swap (tests kill a build there)."""
 
@@ -154,7 +157,8 @@ both stages' scores (what ``train_ranker`` learns from)."""
 def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ranker: Model | None = None,
                  train_ranker: Callable[[StageSearch], tuple[Model, dict[str, Any]]] | None = None,
                  dataset: str = "", fields: str = "title+text", kind: str = "flat", store: str = "faiss",
-                 pg_data: str | Path | None = None, postgres_dsn: str | None = None) -> Path:
+                 pg_data: str | Path | None = None, postgres_dsn: str | None = None,
+                 rescorer: Model | None = None, rescore_depth: int = 10) -> Path:
     """Index ``corpus`` with each model (at most one lexical model; each encoder gets a vector
     index of ``kind``) and save everything as a bundle at ``out``, replacing it atomically.
     ``train_ranker``: called with the new bundle's stage 1 (lexical ∪ first encoder) once it is
@@ -163,7 +167,9 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
     ``store = "postgres"`` also loads each encoder's vectors into PostgreSQL/pgvector (HNSW), in a
     collection named per build, so a killed build never touches the collections the current
     bundle uses; the server is ``postgres_dsn`` / $SEMSEARCH_PG_DSN, else an embedded one on
-    ``pg_data`` (default: ``.semsearch-pg`` beside the bundle). The faiss index is kept too."""
+    ``pg_data`` (default: ``.semsearch-pg`` beside the bundle). The faiss index is kept too.
+    ``rescorer``: a trained cross-encoder kept as the optional stage 3, which re-scores the first
+    ``rescore_depth`` hits of each search when the bundle is loaded with ``rescore=True``."""
     if store not in STORES:
         raise ValueError(f"store must be one of {', '.join(STORES)}, got {store!r}")
     lexical = [m for m in models if not is_encoder(m)]
@@ -174,6 +180,10 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
         raise ValueError("a bundle needs at least one model")
     if ranker is not None and train_ranker is not None:
         raise ValueError("give a trained ranker or train_ranker, not both")
+    if rescorer is not None and not is_pair_scorer(rescorer):
+        raise ValueError(f"the stage-3 re-scorer must be a cross-encoder (bert-rel), not {rescorer.name}")
+    if not isinstance(rescore_depth, int) or isinstance(rescore_depth, bool) or rescore_depth < 1:
+        raise ValueError(f"rescore depth must be an integer >= 1, got {rescore_depth!r}")
     names = [encoder_id(e) for e in encoders]
     if len(set(names)) != len(names):
         raise ValueError(f"two encoders with the same name in one bundle: {names}")
@@ -187,7 +197,7 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
         manifest: dict[str, Any] = {
             "format": FORMAT, "semsearch": __version__, "dataset": dataset, "fields": fields, "store": store,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "documents": len(corpus),
-            "lexical": None, "models": [], "ranker": None,
+            "lexical": None, "models": [], "ranker": None, "rescorer": None,
         }
         if lexical:
             lexical[0].index(corpus.ids, texts)  # type: ignore[arg-type]
@@ -233,6 +243,9 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             manifest["ranker"] = {"name": ranker.name, "path": "ranker"}
             if log:  # how a ranker trained in the build learnt (depths tried on dev, importance)
                 (tmp / "ranker" / "training.json").write_text(json.dumps(log, indent=2) + "\n", encoding="utf-8")
+        if rescorer is not None:
+            rescorer.save(tmp / "rescorer")
+            manifest["rescorer"] = {"name": rescorer.name, "path": "rescorer", "depth": rescore_depth}
         pause = float(os.environ.get(SLEEP_ENV, "0") or 0)
         if pause > 0:
             time.sleep(pause)
@@ -394,7 +407,7 @@ class Bundle:
 
     def __init__(self, path: Path, manifest: dict[str, Any], corpus: Corpus, lexical: Model | None,
                  semantic: Mapping[str, SemanticRetriever], ranker: Model | None, *, query_cache: int = QUERY_CACHE,
-                 result_cache: int | None = None):
+                 result_cache: int | None = None, rescorer: Any = None, rescore_depth: int = 10, rescore: bool = False):
         self.path, self.manifest, self.corpus = path, manifest, corpus
         self.store = "faiss"  # where the vectors are searched: faiss, or postgres (set by load)
         self.result_cache = int(os.environ.get(RESULT_CACHE_ENV) or self.RESULT_CACHE) if result_cache is None else result_cache
@@ -403,6 +416,11 @@ class Bundle:
         for r in semantic.values():
             r.query_cache = query_cache
         self.lexical, self.semantic, self.ranker = lexical, dict(semantic), ranker
+        if rescore and rescorer is None:
+            raise ValueError(f"{path}: this bundle has no stage-3 cross-encoder to re-score with (build it with --rescorer)")
+        self.rescorer, self.rescore_depth, self.rescore = rescorer, rescore_depth, rescore
+        """Stage 3: the cross-encoder, how many of the ranked hits it re-scores, and whether it runs."""
+        self._texts: list[str] | None = corpus.joined(manifest.get("fields", "title+text")) if rescorer is not None else None
         for name, m in [("lexical", lexical), *semantic.items(), ("ranker", ranker)]:
             if m is not None and list(m.doc_ids) != corpus.ids:
                 raise ModelDirError(f"{path}: {name} index and documents do not match (different document ids)")
@@ -410,7 +428,7 @@ class Bundle:
             ranker.use_texts(corpus.ids, corpus.joined(manifest.get("fields", "title+text")))
         # encoders and analyzers keep in-memory caches (e.g. the trigram word table) that are not
         # thread-safe: one lock per stage model; lexical and semantic still run at the same time
-        self._locks = {id(m): threading.Lock() for m in [lexical, *semantic.values(), ranker] if m is not None}
+        self._locks = {id(m): threading.Lock() for m in [lexical, *semantic.values(), ranker, rescorer] if m is not None}
         self.two_stage = bool(getattr(ranker, "stage_features", None))
         """The ranker re-ranks stage 1's merged hits with their stage scores (fills them in)."""
         if self.two_stage:
@@ -428,11 +446,12 @@ class Bundle:
 
     @classmethod
     def load(cls, path: str | Path, *, store: str | None = None, verify: bool = True,
-             query_cache: int = QUERY_CACHE, result_cache: int | None = None) -> "Bundle":
+             query_cache: int = QUERY_CACHE, result_cache: int | None = None, rescore: bool | None = None) -> "Bundle":
         """Read a bundle (or its ``.old`` backup left by a build killed mid-swap), check every
         file against the manifest's sha256 and each vector index against its encoder;
         ``query_cache``: recent query embeddings kept per neural model, ``result_cache``: recent
-        searches' results (None: ``RESULT_CACHE`` or $SEMSEARCH_RESULT_CACHE; 0: none)."""
+        searches' results (None: ``RESULT_CACHE`` or $SEMSEARCH_RESULT_CACHE; 0: none); ``rescore``:
+        run the bundle's stage-3 cross-encoder (None: when $SEMSEARCH_RESCORE is 1)."""
         p = Path(path)
         if TMP_SUFFIX.search(p.name):
             raise ModelDirError(f"{p}: the temporary folder of a build (unfinished or killed), not a bundle; "
@@ -470,7 +489,16 @@ class Bundle:
         ranker = load_model(p / rk["path"]) if rk else None
         if rk:
             _same_name(p, "ranker.name", rk["name"], ranker)
-        bundle = cls(p, manifest, corpus, lexical, semantic, ranker, query_cache=query_cache, result_cache=result_cache)
+        rs = manifest.get("rescorer")
+        rescorer = load_model(p / rs["path"]) if rs else None
+        if rs:
+            _same_name(p, "rescorer.name", rs["name"], rescorer)
+            if not is_pair_scorer(rescorer):
+                raise ModelDirError(f"{p / MANIFEST}: 'rescorer' is a {rs['name']} model, not a cross-encoder")
+        if rescore is None:
+            rescore = os.environ.get(RESCORE_ENV, "") == "1"
+        bundle = cls(p, manifest, corpus, lexical, semantic, ranker, query_cache=query_cache, result_cache=result_cache,
+                     rescorer=rescorer, rescore_depth=int(rs["depth"]) if rs else 10, rescore=rescore)
         bundle.store = store
         return bundle
 
@@ -566,7 +594,8 @@ class Bundle:
             n_lexical, n_semantic = self.ranker.n_lexical, self.ranker.n_semantic  # type: ignore[union-attr]
         else:
             n_lexical, n_semantic = max(n_lexical, k), max(n_semantic, 1)
-        return hybrid.timed_search(queries, None if self.ranker is not None else k, scorer=merge_by,
+        limit = max(k, self.rescore_depth) if self.rescore else k  # stage 3 re-scores the first rescore_depth
+        return hybrid.timed_search(queries, None if self.ranker is not None else limit, scorer=merge_by,
                                    n_lexical=n_lexical, n_semantic=n_semantic)
 
     def _search(self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int,
@@ -578,11 +607,19 @@ class Bundle:
                 scores = (self.ranker.score_hits(queries, found) if self.two_stage  # type: ignore[attr-defined]
                           else self.ranker.score(queries, [[h.doc_id for h in hits] for hits in found]))
             ranked = []
+            keep = max(k, self.rescore_depth) if self.rescore else k
             for hits, s in zip(found, scores):
-                order = sorted(range(len(hits)), key=lambda i: (-float(s[i]), hits[i].doc_id))[:k]
+                order = sorted(range(len(hits)), key=lambda i: (-float(s[i]), hits[i].doc_id))[:keep]
                 ranked.append([replace(hits[i], score=float(s[i])) for i in order])
             found = ranked
             timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
+        if self.rescore:
+            t3 = time.perf_counter()
+            texts, index = self._texts, self.corpus.index
+            with self._locks[id(self.rescorer)]:
+                found = rescore_top(self.rescorer, queries, found, self.rescore_depth,
+                                    lambda h: texts[index[h.doc_id]])  # type: ignore[index]
+            timing["rescore_ms"] = 1000 * (time.perf_counter() - t3)
         timing["total_ms"] = 1000 * (time.perf_counter() - t0)
         timing["batch"] = float(len(queries))
         return [Result(hits[:k], dict(timing)) for hits in found]

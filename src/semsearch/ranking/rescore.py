@@ -1,0 +1,56 @@
+"""Stage 3 of the served search: a cross-encoder re-scores the top few of the ranked list.
+
+The 2020 semantic-retrieval paper's online system ends with its most expensive model on the
+fewest documents (§3.3): here a trained BERT(rel) (``models.transformer.CrossEncoder``) reads each
+(query, title) pair of the first ``depth`` hits the stage-2 ranker returned and re-orders them by
+its score; the hits below ``depth`` keep the ranker's order and score. A cross-encoder costs one
+transformer pass per pair (on this project's 2-core CPU about 1-2 ms a pair through ONNX Runtime),
+so the service runs it only when asked (``semsearch serve --rescore``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+
+class PairScorer(Protocol):
+    """What stage 3 needs of a model: scores of aligned (query, document text) pairs."""
+
+    name: str
+
+    def score_pairs(self, queries: Sequence[str], docs: Sequence[str]) -> np.ndarray: ...
+
+
+H = TypeVar("H")
+
+
+def is_pair_scorer(model: Any) -> bool:
+    """Whether ``model`` can be a stage-3 re-scorer (a cross-encoder: it scores text pairs)."""
+    return callable(getattr(model, "score_pairs", None))
+
+
+def rescore_top(scorer: PairScorer, queries: Sequence[str], ranked: Sequence[Sequence[H]], depth: int,
+                text: Callable[[H], str]) -> list[list[H]]:
+    """Each query's first ``depth`` hits re-ordered by ``scorer`` (one call for every pair of
+    every query: the service's micro-batch), their ``score`` replaced by the scorer's; ties keep
+    the ranker's order; the rest of each list unchanged. ``text``: a hit's document text."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    tops = [list(hits[:depth]) for hits in ranked]
+    qs = [q for q, top in zip(queries, tops) for _ in top]
+    if not qs:
+        return [list(hits) for hits in ranked]
+    scores = np.asarray(scorer.score_pairs(qs, [text(h) for top in tops for h in top]), dtype=np.float64)
+    out, at = [], 0
+    for hits, top in zip(ranked, tops):
+        s = scores[at : at + len(top)]
+        at += len(top)
+        order = sorted(range(len(top)), key=lambda i: (-s[i], i))
+        out.append([replace(top[i], score=float(s[i])) for i in order] + list(hits[depth:]))  # type: ignore[type-var]
+    return out
+
+
+__all__ = ["PairScorer", "is_pair_scorer", "rescore_top"]
