@@ -163,6 +163,14 @@ class Served:
 
 
 @contextlib.contextmanager
+def rescore_args(depth: int | None) -> list[str]:
+    """``semsearch serve`` options for stage 3: none (off), ``--rescore`` (0: the bundle's depth)
+    or ``--rescore --rescore-depth DEPTH``."""
+    if depth is None:
+        return []
+    return ["--rescore"] + (["--rescore-depth", str(depth)] if depth > 0 else [])
+
+
 def served(bundle: str | Path, workers: int = 1, extra: list[str] | None = None) -> Iterator[Served]:
     """Serve ``bundle`` (``extra``: more ``semsearch serve`` options) for the duration of a ``with``
     block; yields the healthy server."""

@@ -36,7 +36,7 @@ from urllib.parse import quote
 
 import httpx
 
-from _common import REPO, hardware, hardware_line, served, summary_row, write_json
+from _common import REPO, hardware, hardware_line, rescore_args, served, summary_row, write_json
 
 TARGET_P99_MS = 50.0  # at 50 clients, 2 workers, ranker on (the served issue)
 
@@ -113,12 +113,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--workers", type=int, default=1, help="server worker processes (semsearch serve --workers)")
     ap.add_argument("--queries", type=int, default=2000, help="distinct queries to cycle through")
+    ap.add_argument("--rescore", type=int, default=None, metavar="DEPTH",
+                    help="serve with the bundle's stage-3 cross-encoder re-scoring the first DEPTH hits (0: the bundle's depth)")
     ap.add_argument("--result-cache", type=int, default=None,
                     help="semsearch serve --result-cache (0: every request runs both stages and the ranker)")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "load_test.json"))
     args = ap.parse_args()
 
-    extra = ["--result-cache", str(args.result_cache)] if args.result_cache is not None else []
+    extra = (["--result-cache", str(args.result_cache)] if args.result_cache is not None else []) + rescore_args(args.rescore)
     with served(args.bundle, args.workers, extra) as server:
         base = server.base
         hw = hardware(("numpy", "torch", "faiss-cpu", "fastapi", "uvicorn", "uvloop", "httptools"))

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from _common import REPO, served, write_json
+from _common import REPO, rescore_args, served, write_json
 from semsearch.data import open_dataset, read_run, write_run
 from semsearch.evaluation import evaluate, paired_ttest
 
@@ -71,6 +71,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=4, help="requests in flight")
     ap.add_argument("--baseline", default=None, help="a TREC run to compare with (paired t-test)")
     ap.add_argument("--out-run", default=None, help="write the served run here (TREC format)")
+    ap.add_argument("--rescore", type=int, default=None, metavar="DEPTH",
+                    help="--bundle: serve it with its stage-3 cross-encoder re-scoring the first DEPTH hits (0: the bundle's depth)")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "served_quality.json"))
     args = ap.parse_args()
 
@@ -78,7 +80,7 @@ def main() -> None:
     qrels = ds.qrels(args.split, check=True)
     texts = ds.queries()
     queries = {q: texts[q] for q in qrels if q in texts and texts[q].strip()}
-    ctx = served(args.bundle, 1) if args.bundle else contextlib.nullcontext()
+    ctx = served(args.bundle, 1, rescore_args(args.rescore)) if args.bundle else contextlib.nullcontext()
     with ctx as server:
         base = server.base if server is not None else args.url
         t0 = time.perf_counter()
@@ -86,7 +88,7 @@ def main() -> None:
         secs = time.perf_counter() - t0
     result = score(run, qrels, args.rel_threshold)
     out = {"data": args.data, "split": args.split, "k": args.k, "merge": args.merge, "rel_threshold": args.rel_threshold,
-           "queries_sent": len(queries), "queries_scored": {m: len(v) for m, v in result.items()}, "seconds": round(secs, 2),
+           "rescore": args.rescore, "queries_sent": len(queries), "queries_scored": {m: len(v) for m, v in result.items()}, "seconds": round(secs, 2),
            "mean": {m: mean(v) for m, v in result.items()}, "source": args.url or args.bundle}
     lines = ["| metric | served |" + (" baseline | p |" if args.baseline else ""),
              "|---|---:|" + ("---:|---:|" if args.baseline else "")]

@@ -413,6 +413,7 @@ def serve_cmd(
     api_key_file: Annotated[Optional[Path], typer.Option("--api-key-file", help="File holding the API key that /search, /explain and /metrics require in the X-API-Key header (or set $SEMSEARCH_API_KEY; never on the command line).")] = None,
     rate_limit: Annotated[Optional[float], typer.Option("--rate-limit", help="Requests a second each client address may send to each worker, with bursts of twice that (429 beyond; default: 20 with --expose, none on loopback; 0: none).")] = None,
     rescore: Annotated[bool, typer.Option("--rescore", help="Run the bundle's stage-3 cross-encoder (index build --rescorer) on the first hits of every search: off by default, it costs a transformer pass per re-scored hit (README: 'Stage 3').")] = False,
+    rescore_depth: Annotated[Optional[int], typer.Option("--rescore-depth", help="--rescore: how many hits it re-scores (default: the depth the bundle was built with).")] = None,
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
     import os
@@ -444,7 +445,11 @@ def serve_cmd(
             raise ValueError(f"--result-cache must be >= 0, got {result_cache}")
         os.environ[RESULT_CACHE_ENV] = str(result_cache)  # read by each worker's Bundle.load
 
-    os.environ[RESCORE_ENV] = "1" if rescore else "0"  # read by each worker's Bundle.load
+    if rescore_depth is not None and not rescore:
+        raise ValueError("--rescore-depth needs --rescore")
+    if rescore_depth is not None and rescore_depth < 1:
+        raise ValueError(f"--rescore-depth must be >= 1, got {rescore_depth}")
+    os.environ[RESCORE_ENV] = (str(rescore_depth) if rescore_depth else "on") if rescore else "off"  # each worker's Bundle.load
 
     from .serving import create_app
     from .serving.app import BUNDLE_ENV, MULTIPROC_ENV, STORE_ENV

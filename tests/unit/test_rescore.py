@@ -80,8 +80,11 @@ def test_bundle_rescores_when_asked_and_only_then(ce_bundle, monkeypatch):
         assert np.allclose([h.score for h in r.hits], sorted(want, reverse=True)[:2], atol=1e-5)
         full = on.search(q, k=8)
         assert [h.doc_id for h in full.hits[4:]] == [h.doc_id for h in again.hits[4:]]  # below the depth: as before
-    monkeypatch.setenv("SEMSEARCH_RESCORE", "1")  # what `serve --rescore` sets for its workers
-    assert Bundle.load(ce_bundle, result_cache=0).rescore
+    for env, on, depth in [("on", True, 4), ("7", True, 7), ("off", False, 4), ("0", False, 4)]:  # `serve --rescore [--rescore-depth 7]`
+        monkeypatch.setenv("SEMSEARCH_RESCORE", env)
+        b = Bundle.load(ce_bundle, result_cache=0)
+        assert (b.rescore, b.rescore_depth) == (on, depth), env
+    assert Bundle.load(ce_bundle, result_cache=0, rescore=True, rescore_depth=2).rescore_depth == 2
 
 
 def test_rescorer_must_be_a_cross_encoder_and_present(tiny_data, ce_bundle, tmp_path, make_bundle):
@@ -99,3 +102,7 @@ def test_cli_rescore_depth_needs_a_rescorer(tiny_data, tmp_path):
     r = CliRunner().invoke(app, ["index", "build", "--data", "tiny", "--models", "bm25", "--out", str(tmp_path / "b"),
                                  "--rescore-depth", "5"])
     assert r.exit_code != 0 and "--rescore-depth needs --rescorer" in r.output
+    r = CliRunner().invoke(app, ["serve", str(tmp_path / "b"), "--rescore-depth", "5"])
+    assert r.exit_code != 0 and "--rescore-depth needs --rescore" in r.output
+    r = CliRunner().invoke(app, ["serve", str(tmp_path / "b"), "--rescore", "--rescore-depth", "0"])
+    assert r.exit_code != 0 and "--rescore-depth must be >= 1, got 0" in r.output

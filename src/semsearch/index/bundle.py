@@ -50,7 +50,8 @@ N_LEXICAL, N_SEMANTIC = 300, 20
 """Stage-1 depths of a search without a two-stage ranker (the BERT paper's Sec. 4.4)."""
 RESULT_CACHE_ENV = "SEMSEARCH_RESULT_CACHE"
 RESCORE_ENV = "SEMSEARCH_RESCORE"
-"""Set to 1 (``semsearch serve --rescore``): each worker's bundle runs its stage-3 cross-encoder."""
+"""``semsearch serve --rescore`` sets it for each worker's bundle: "on" (its stage-3 cross-encoder
+re-scores the depth the bundle was built with), a number (that depth), or "off"/"0"/unset."""
 SLEEP_ENV = "SEMSEARCH_BUILD_SLEEP"
 """Seconds to pause after writing the files and before the swap (tests kill a build there)."""
 
@@ -418,6 +419,8 @@ class Bundle:
         self.lexical, self.semantic, self.ranker = lexical, dict(semantic), ranker
         if rescore and rescorer is None:
             raise ValueError(f"{path}: this bundle has no stage-3 cross-encoder to re-score with (build it with --rescorer)")
+        if rescore_depth < 1:
+            raise ValueError(f"rescore depth must be >= 1, got {rescore_depth}")
         self.rescorer, self.rescore_depth, self.rescore = rescorer, rescore_depth, rescore
         """Stage 3: the cross-encoder, how many of the ranked hits it re-scores, and whether it runs."""
         self._texts: list[str] | None = corpus.joined(manifest.get("fields", "title+text")) if rescorer is not None else None
@@ -446,12 +449,14 @@ class Bundle:
 
     @classmethod
     def load(cls, path: str | Path, *, store: str | None = None, verify: bool = True,
-             query_cache: int = QUERY_CACHE, result_cache: int | None = None, rescore: bool | None = None) -> "Bundle":
+             query_cache: int = QUERY_CACHE, result_cache: int | None = None, rescore: bool | None = None,
+             rescore_depth: int | None = None) -> "Bundle":
         """Read a bundle (or its ``.old`` backup left by a build killed mid-swap), check every
         file against the manifest's sha256 and each vector index against its encoder;
         ``query_cache``: recent query embeddings kept per neural model, ``result_cache``: recent
         searches' results (None: ``RESULT_CACHE`` or $SEMSEARCH_RESULT_CACHE; 0: none); ``rescore``:
-        run the bundle's stage-3 cross-encoder (None: when $SEMSEARCH_RESCORE is 1)."""
+        run the bundle's stage-3 cross-encoder (None: as $SEMSEARCH_RESCORE says), on the first
+        ``rescore_depth`` hits (None: the depth it was built with)."""
         p = Path(path)
         if TMP_SUFFIX.search(p.name):
             raise ModelDirError(f"{p}: the temporary folder of a build (unfinished or killed), not a bundle; "
@@ -496,9 +501,14 @@ class Bundle:
             if not is_pair_scorer(rescorer):
                 raise ModelDirError(f"{p / MANIFEST}: 'rescorer' is a {rs['name']} model, not a cross-encoder")
         if rescore is None:
-            rescore = os.environ.get(RESCORE_ENV, "") == "1"
+            env = os.environ.get(RESCORE_ENV, "").strip().lower()
+            rescore = env not in ("", "0", "off")
+            if rescore and env.isdigit() and rescore_depth is None:
+                rescore_depth = int(env)
+        if rescore_depth is None:
+            rescore_depth = int(rs["depth"]) if rs else 10
         bundle = cls(p, manifest, corpus, lexical, semantic, ranker, query_cache=query_cache, result_cache=result_cache,
-                     rescorer=rescorer, rescore_depth=int(rs["depth"]) if rs else 10, rescore=rescore)
+                     rescorer=rescorer, rescore_depth=rescore_depth, rescore=rescore)
         bundle.store = store
         return bundle
 
