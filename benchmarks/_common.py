@@ -162,7 +162,6 @@ class Served:
         self.stderr = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
 
 
-@contextlib.contextmanager
 def rescore_args(depth: int | None) -> list[str]:
     """``semsearch serve`` options for stage 3: none (off), ``--rescore`` (0: the bundle's depth)
     or ``--rescore --rescore-depth DEPTH``."""
@@ -171,6 +170,7 @@ def rescore_args(depth: int | None) -> list[str]:
     return ["--rescore"] + (["--rescore-depth", str(depth)] if depth > 0 else [])
 
 
+@contextlib.contextmanager
 def served(bundle: str | Path, workers: int = 1, extra: list[str] | None = None) -> Iterator[Served]:
     """Serve ``bundle`` (``extra``: more ``semsearch serve`` options) for the duration of a ``with``
     block; yields the healthy server."""
