@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
 from .doc_ids import DocIds, IdPositions
-from .postings import Prune, PostingsTopK
+from .postings import Prune, PostingsTopK, rows_dot
 from .base import CONFIG, SAVED_DATA_ERRORS, Model, ModelDirError, positions, read_config, same_length, seal, write_config
 
 _INDEX_NPZ = "lexical.npz"
@@ -373,8 +373,11 @@ class LexicalModel(IndexedModel):
     @cached_property
     def _doc_major(self) -> sp.csr_matrix:
         """Document-major weights (documents x terms) for scoring given candidates; built on first
-        use, so retrieval alone never holds this second copy."""
-        return self._postings.T.tocsr()
+        use, so retrieval alone never holds this second copy. Term ids ascend in each row
+        (``rows_dot`` merges them with the query's)."""
+        m = self._postings.T.tocsr()
+        m.sort_indices()
+        return m
 
     @cached_property
     def _addend(self) -> np.ndarray | None:
@@ -405,9 +408,7 @@ class LexicalModel(IndexedModel):
             # every posting of those terms (the served ranker scores ~150 candidates per search)
             pos = positions(ix.position, docs)
             terms, w, scale = self._query_terms(query)
-            qv = np.zeros(weights.shape[1], dtype=np.float64)
-            qv[terms] = w
-            row = (weights[pos] @ qv) if len(pos) else np.zeros(0)
+            row = rows_dot(weights.indptr, weights.indices, weights.data, pos, terms, w)
             if addend is not None:
                 row = row + scale * addend[pos]
             out.append(row.astype(np.float64))
@@ -423,7 +424,8 @@ class LexicalModel(IndexedModel):
             ix = self.lexical_index
             qc = ix.query_counts([query])
             q = self._query_weights(ix, qc).astype(np.float32).tocsr()
-            hit = (q.indices.astype(np.int64), q.data.astype(np.float64), float(qc.sum()))
+            order = np.argsort(q.indices, kind="stable")  # ascending term ids (``rows_dot`` merges)
+            hit = (q.indices[order].astype(np.int64), q.data[order].astype(np.float64), float(qc.sum()))
             if len(cache) >= 4096:
                 cache.pop(next(iter(cache)), None)
             cache[query] = hit
