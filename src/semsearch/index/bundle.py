@@ -154,7 +154,8 @@ both stages' scores (what ``train_ranker`` learns from)."""
 def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ranker: Model | None = None,
                  train_ranker: Callable[[StageSearch], tuple[Model, dict[str, Any]]] | None = None,
                  dataset: str = "", fields: str = "title+text", kind: str = "flat", store: str = "faiss",
-                 pg_data: str | Path | None = None, postgres_dsn: str | None = None) -> Path:
+                 pg_data: str | Path | None = None, postgres_dsn: str | None = None,
+                 vector_cache: str | Path | None = None) -> Path:
     """Index ``corpus`` with each model (at most one lexical model; each encoder gets a vector
     index of ``kind``) and save everything as a bundle at ``out``, replacing it atomically.
     ``train_ranker``: called with the new bundle's stage 1 (lexical ∪ first encoder) once it is
@@ -163,7 +164,10 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
     ``store = "postgres"`` also loads each encoder's vectors into PostgreSQL/pgvector (HNSW), in a
     collection named per build, so a killed build never touches the collections the current
     bundle uses; the server is ``postgres_dsn`` / $SEMSEARCH_PG_DSN, else an embedded one on
-    ``pg_data`` (default: ``.semsearch-pg`` beside the bundle). The faiss index is kept too."""
+    ``pg_data`` (default: ``.semsearch-pg`` beside the bundle). The faiss index is kept too.
+    ``vector_cache``: a directory keeping each encoder's document vectors of this collection
+    (``SemanticRetriever.embed``), so a rebuild, or a build whose encoder shares another's
+    documents (a distilled query encoder), does not encode the collection again."""
     if store not in STORES:
         raise ValueError(f"store must be one of {', '.join(STORES)}, got {store!r}")
     lexical = [m for m in models if not is_encoder(m)]
@@ -204,7 +208,7 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             _drop_orphans(dsn, out, prefix)
         retrievers = []
         for i, (enc, name) in enumerate(zip(encoders, names)):
-            r = SemanticRetriever(enc, kind)  # type: ignore[arg-type]
+            r = SemanticRetriever(enc, kind, cache=vector_cache)  # type: ignore[arg-type]
             retrievers.append(r)
             vecs = r.embed(corpus.ids, texts, progress=f"encoding documents ({name})")  # type: ignore[arg-type]
             r.index_vectors(corpus.ids, vecs)
