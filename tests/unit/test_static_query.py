@@ -78,3 +78,29 @@ def test_teacher_vectors_cached(tmp_path) -> None:  # noqa: ANN001
     calls = teacher.calls
     b = teacher_vectors(teacher, ["saw blade", "lamp"], tmp_path)
     assert np.array_equal(a, b) and teacher.calls == calls + 1  # only the probe that keys the cache
+
+
+def test_saved_and_loaded(tmp_path) -> None:  # noqa: ANN001
+    from semsearch.plugins import load_model
+
+    class SavedTeacher(BagTeacher):
+        name = "bag"
+
+        def save(self, path):  # noqa: ANN001, ANN201
+            path.mkdir(parents=True)
+
+    teacher = SavedTeacher()
+    m = StaticQueryEncoder(teacher)
+    titles = _titles(50)
+    fit_student(m, titles, teacher_vectors(teacher, titles), DistillArgs(epochs=1), progress=False)
+    m.save(tmp_path / "sq")
+    import semsearch.plugins as plugins
+
+    real = plugins.load_model
+    plugins.load_model = lambda p: teacher if p.name == "teacher" else real(p)  # the stand-in has no loader
+    try:
+        back = real(tmp_path / "sq")
+    finally:
+        plugins.load_model = real
+    assert np.array_equal(back.encode_queries(["led lamp", "saw"]), m.encode_queries(["led lamp", "saw"]))
+    assert back.words == m.words and back.bigrams == m.bigrams

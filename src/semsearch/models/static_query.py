@@ -54,9 +54,9 @@ class StaticQueryEncoder(TrainedModel):
     Params = StaticQueryParams
     p: StaticQueryParams
 
-    def __init__(self, teacher: Any = None, **params: Any):
+    def __init__(self, teacher_model: Any = None, **params: Any):
         super().__init__(**params)
-        self._teacher = teacher
+        self._teacher = teacher_model  # (``teacher``, a parameter, is where to load it from)
         self.words: dict[str, int] = {}
         self.bigrams: dict[str, int] = {}
         self.hasher: TrigramHasher | None = None
