@@ -422,10 +422,15 @@ class LexicalModel(IndexedModel):
         hit = cache.get(query)
         if hit is None:
             ix = self.lexical_index
-            qc = ix.query_counts([query])
-            q = self._query_weights(ix, qc).astype(np.float32).tocsr()
-            order = np.argsort(q.indices, kind="stable")  # ascending term ids (``rows_dot`` merges)
-            hit = (q.indices[order].astype(np.int64), q.data[order].astype(np.float64), float(qc.sum()))
+            if type(self)._query_weights is LexicalModel._query_weights:  # the counts: no scipy matrix (~0.1 ms)
+                ids = ix.vocab.encode(ix.analyzer(query))
+                terms, tf = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
+                hit = (terms, tf.astype(np.float32).astype(np.float64), float(len(ids)))
+            else:
+                qc = ix.query_counts([query])
+                q = self._query_weights(ix, qc).astype(np.float32).tocsr()
+                order = np.argsort(q.indices, kind="stable")  # ascending term ids (``rows_dot`` merges)
+                hit = (q.indices[order].astype(np.int64), q.data[order].astype(np.float64), float(qc.sum()))
             if len(cache) >= 4096:
                 cache.pop(next(iter(cache)), None)
             cache[query] = hit
