@@ -36,8 +36,12 @@ class Source(enum.Flag):
     BOTH = 3
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class HybridHit:
+    """One merged hit (treat it as immutable: ``dataclasses.replace`` makes changed copies). Not
+    frozen: a search builds ~160 of them, and a frozen dataclass's ``__init__`` (``object.__setattr__``
+    per field) cost 1.8 us a hit against 0.2 us."""
+
     doc_id: str
     score: float  # the merged score the list is ordered by
     sources: Source

@@ -49,13 +49,12 @@ def stage_columns(names: Sequence[str], hits: Sequence[Sequence[object]], n_lexi
     if unknown:
         raise ValueError(f"unknown stage features {unknown}; known: {', '.join(STAGE_FEATURES)}")
     cap = {"lexical_rank": n_lexical + 1, "semantic_rank": n_semantic + 1}
-    attr = {"lexical_score": "lexical", "semantic_score": "semantic", "lexical_rank": "lexical_rank",
-            "semantic_rank": "semantic_rank"}
-    flat = [h for hs in hits for h in hs]
-    out = np.zeros((len(flat), len(names)), dtype=np.float64)
-    for j, n in enumerate(names):  # column by column: one pass of attribute reads each (the serving hot path)
-        a = attr[n]
-        col = np.array([np.nan if v is None else v for v in (getattr(h, a) for h in flat)], dtype=np.float64)
+    # one pass of attribute reads for all four (the serving hot path); None becomes NaN
+    raw = np.array([(h.lexical, h.semantic, h.lexical_rank, h.semantic_rank) for hs in hits for h in hs],  # type: ignore[attr-defined]
+                   dtype=np.float64).reshape(-1, len(STAGE_FEATURES))
+    out = np.zeros((len(raw), len(names)), dtype=np.float64)
+    for j, n in enumerate(names):
+        col = raw[:, STAGE_FEATURES.index(n)].copy()
         missing = np.isnan(col)
         if n in cap:
             col = np.minimum(col, cap[n])
@@ -100,7 +99,10 @@ def groups(candidates: Mapping[str, Sequence[str]], columns: np.ndarray, qrels: 
     docs = [d for q in qids for d in candidates[q]]
     if columns.shape[0] != len(docs):
         raise ValueError(f"{columns.shape[0]} feature rows but {len(docs)} candidate pairs")
-    qrels = qrels or {}
+    if not qrels:  # (serving: no labels)
+        y = np.zeros(len(docs), dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum([len(candidates[q]) for q in qids])]).astype(np.int64)
+        return Groups(qids, docs, columns.astype(np.float64), y, offsets)
     y = np.fromiter((max(int(qrels.get(q, {}).get(d, 0)), 0) for q in qids for d in candidates[q]), dtype=np.int64, count=len(docs))
     offsets = np.concatenate([[0], np.cumsum([len(candidates[q]) for q in qids])]).astype(np.int64)
     return Groups(qids, docs, columns.astype(np.float64), y, offsets)
