@@ -47,3 +47,19 @@ def test_lexical_candidate_scores_as_before() -> None:
             if m._addend is not None:
                 want = want + float(qc.sum()) * m._addend[pos]
             assert np.array_equal(m.score([q], [cands])[0], want), (kind, q)
+
+
+def test_doc_words_pair_features_as_pair_columns() -> None:
+    from semsearch.ranking.features import PAIR_FEATURES, DocWords, pair_columns
+
+    rng = np.random.default_rng(5)
+    words = [f"w{i}" for i in range(30)] + ["2x4", "Drill", "drill"]
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(0, 9)))) for _ in range(80)]
+    ids = [f"d{i}" for i in range(len(texts))]
+    table = DocWords(ids, texts)
+    queries = ["w1 w2 w1", "drill 2x4 unknown", "???", "w29"]
+    cands = [[ids[i] for i in rng.choice(len(ids), size=int(rng.integers(0, 25)), replace=False)] for _ in queries]
+    for names in (list(PAIR_FEATURES), ["query_coverage", "doc_words"]):
+        want = pair_columns(names, queries, [[texts[ids.index(d)] for d in c] for c in cands])
+        got = table.columns(names, queries, cands)
+        assert got.shape == want.shape and np.array_equal(got, want)
