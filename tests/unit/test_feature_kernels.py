@@ -63,3 +63,16 @@ def test_doc_words_pair_features_as_pair_columns() -> None:
         want = pair_columns(names, queries, [[texts[ids.index(d)] for d in c] for c in cands])
         got = table.columns(names, queries, cands)
         assert got.shape == want.shape and np.array_equal(got, want)
+
+
+def test_top_k_as_the_full_sort() -> None:
+    from semsearch.index.bundle import _top
+    from semsearch.index.hybrid import HybridHit, Source
+
+    rng = np.random.default_rng(11)
+    for n in (0, 1, 5, 40):
+        hits = [HybridHit(f"d{rng.integers(0, 10**6)}", 0.0, Source.LEXICAL) for _ in range(n)]
+        s = rng.integers(0, 4, size=n).astype(np.float64)  # many ties at the cut
+        for k in (1, 3, 10, 50):
+            want = sorted(range(n), key=lambda i: (-float(s[i]), hits[i].doc_id))[:k]
+            assert _top(hits, s, k) == want

@@ -27,6 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .. import __version__
 from ..data import Corpus, DataFormatError, join_fields, load_corpus, write_corpus
 from ..data._io import TMP_SUFFIX, fsync_tree, pid_alive, replace_dir, tmp_dir
@@ -386,6 +388,17 @@ def _same_name(p: Path, key: str, manifest_name: str, model: Any) -> None:
         raise ModelDirError(f"{p / MANIFEST}: {key!r} says {manifest_name!r}, but its directory holds a {found!r} model")
 
 
+def _top(hits: Sequence[HybridHit], scores: np.ndarray, k: int) -> list[int]:
+    """Positions of the ``k`` best hits by (score desc, doc id): only the hits scoring at least the
+    k-th best score (ties at the cut included) are sorted by that key, not all ~160 candidates."""
+    s = np.asarray(scores, dtype=np.float64)
+    idx = range(len(s))
+    if len(s) > k:
+        kth = np.partition(-s, k - 1)[k - 1]
+        idx = np.flatnonzero(-s <= kth).tolist()
+    return sorted(idx, key=lambda i: (-float(s[i]), hits[i].doc_id))[:k]
+
+
 class Bundle:
     """A loaded bundle: documents, the lexical model, the semantic retrievers, the ranker."""
 
@@ -583,8 +596,7 @@ class Bundle:
                           else self.ranker.score(queries, [[h.doc_id for h in hits] for hits in found]))
             ranked = []
             for hits, s in zip(found, scores):
-                order = sorted(range(len(hits)), key=lambda i: (-float(s[i]), hits[i].doc_id))[:k]
-                ranked.append([replace(hits[i], score=float(s[i])) for i in order])
+                ranked.append([replace(hits[i], score=float(s[i])) for i in _top(hits, s, k)])
             found = ranked
             timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
         timing["total_ms"] = 1000 * (time.perf_counter() - t0)
