@@ -76,3 +76,24 @@ def test_top_k_as_the_full_sort() -> None:
         for k in (1, 3, 10, 50):
             want = sorted(range(n), key=lambda i: (-float(s[i]), hits[i].doc_id))[:k]
             assert _top(hits, s, k) == want
+
+
+def test_ranker_features_by_position_as_by_id() -> None:
+    """The ranker's feature models scoring candidate positions looked up once give the matrix
+    that scoring them by id gives."""
+    from semsearch.plugins import create_model
+    from semsearch.ranking.features import PAIR_FEATURES
+
+    rng = np.random.default_rng(2)
+    words = [f"w{i}" for i in range(25)]
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(1, 8)))) for _ in range(60)]
+    ids = [f"d{i}" for i in range(len(texts))]
+    r = create_model("lambdamart", features=["bm25", "ulm"], pair_features=list(PAIR_FEATURES))
+    r.index(ids, texts)
+    assert r._by_position is not None
+    queries = ["w1 w2", "w3 w3 w4", "nothing"]
+    cands = [[ids[i] for i in rng.choice(len(ids), size=15, replace=False)] for _ in queries]
+    fast = r.features(queries, cands)
+    r._by_position, r._words = None, None
+    slow = r.features(queries, cands)
+    assert np.array_equal(fast, slow)

@@ -401,12 +401,19 @@ class LexicalModel(IndexedModel):
         if self.p.stats == "exclude-query-pool":
             return [self._for_query(q).score([q], [c])[0] for q, c in zip(queries, candidates)]
         ix = self.lexical_index
+        return self.score_positions(queries, [positions(ix.position, docs) for docs in candidates])
+
+    def score_positions(self, queries: Sequence[str], candidates: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """``score`` with the candidates given as positions in the indexed collection (a caller
+        scoring the same candidates with several models looks their ids up once)."""
+        if self.p.stats == "exclude-query-pool":
+            ids = self.lexical_index.doc_ids
+            return self.score(queries, [[str(d) for d in ids.take(p)] if len(p) else [] for p in candidates])
         weights, addend = self._doc_major, self._addend
         out = []
-        for query, docs in zip(queries, candidates):
+        for query, pos in zip(queries, candidates):
             # only the candidates' rows of the document-major weights meet the query's terms, not
             # every posting of those terms (the served ranker scores ~150 candidates per search)
-            pos = positions(ix.position, docs)
             terms, w, scale = self._query_terms(query)
             row = rows_dot(weights.indptr, weights.indices, weights.data, pos, terms, w)
             if addend is not None:

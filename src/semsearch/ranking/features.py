@@ -188,16 +188,18 @@ class DocWords:
             raise ValueError(f"candidate document {docs[int(np.argmax(pos < 0))]!r} is not in the indexed collection")
         return pos
 
-    def columns(self, names: Sequence[str], queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> np.ndarray:
-        """(pairs, len(names)) ``PAIR_FEATURES`` of each query with each of its candidates."""
+    def columns(self, names: Sequence[str], queries: Sequence[str], candidates: Sequence[Sequence[str]],
+                positions: Sequence[np.ndarray] | None = None) -> np.ndarray:
+        """(pairs, len(names)) ``PAIR_FEATURES`` of each query with each of its candidates
+        (``positions``: theirs in the collection, if already looked up)."""
         from ..models.postings import rows_dot
 
         blocks = [np.zeros((0, len(names)))]
-        for q, docs in zip(queries, candidates):
+        for i, (q, docs) in enumerate(zip(queries, candidates)):
             q_tokens = tokenize(q)
             qt = set(q_tokens)
             known = np.array(sorted(self.vocab[w] for w in qt if w in self.vocab), dtype=np.int64)
-            pos = self.positions(docs)
+            pos = self.positions(docs) if positions is None else positions[i]
             cols = {"query_words": np.full(len(pos), float(len(q_tokens))), "doc_words": self.lengths[pos],
                     "query_coverage": (rows_dot(self.indptr, self.indices, self.ones, pos, known, np.ones(len(known)))
                                        / len(qt)) if qt else np.zeros(len(pos))}

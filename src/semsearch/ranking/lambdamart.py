@@ -329,6 +329,7 @@ class LambdaMARTRanker(Model):
         self.ranker = LambdaMART(self.stage_features + self.model_names + self.pair_features, **params)
         self._texts: dict[str, str] = {}
         self._words: DocWords | None = None
+        self._by_position: DocWords | None = None
         self._ids: list[str] = []
 
     @classmethod
@@ -365,6 +366,9 @@ class LambdaMARTRanker(Model):
         # only the word-count features: compiled from the titles' word ids (features.DocWords)
         self._words = (DocWords(doc_ids, texts) if self.pair_features and set(self.pair_features) <= set(PAIR_FEATURES)
                        else None)
+        # feature models over these documents in this order score candidate positions, looked up once
+        self._by_position = (DocWords(doc_ids, []) if self._words is None else self._words) if self.models and all(
+            hasattr(m, "score_positions") and list(m.doc_ids) == self._ids for m in self.models) else None
 
     @property
     def doc_ids(self) -> Sequence[str]:
@@ -375,13 +379,20 @@ class LambdaMARTRanker(Model):
         """(pairs, features): the stage features of ``hits`` (the merged stage-1 hits the
         candidates come from; required when the ranker has stage features), the feature models'
         scores, then the pair features."""
-        X = model_columns(self.models, queries, candidates)
+        if self._by_position is not None:
+            pos = [self._by_position.positions(c) for c in candidates]
+            X = np.zeros((sum(map(len, pos)), len(self.models)))
+            for j, m in enumerate(self.models):
+                X[:, j] = np.concatenate(m.score_positions(queries, pos)) if pos else np.zeros(0)  # type: ignore[attr-defined]
+        else:
+            pos = None
+            X = model_columns(self.models, queries, candidates)
         if self.stage_features:
             if hits is None:
                 raise ValueError("this ranker re-ranks two-stage search results: it needs the stage-1 hits (score_hits)")
             X = np.hstack([stage_columns(self.stage_features, hits, self.n_lexical, self.n_semantic), X])
         if self._words is not None:
-            X = np.hstack([X, self._words.columns(self.pair_features, queries, candidates)])
+            X = np.hstack([X, self._words.columns(self.pair_features, queries, candidates, pos)])
         elif self.pair_features:
             try:
                 texts = [[self._texts[d] for d in c] for c in candidates]
