@@ -104,3 +104,21 @@ def test_saved_and_loaded(tmp_path) -> None:  # noqa: ANN001
         plugins.load_model = real
     assert np.array_equal(back.encode_queries(["led lamp", "saw"]), m.encode_queries(["led lamp", "saw"]))
     assert back.words == m.words and back.bigrams == m.bigrams
+
+
+def test_trainer_uses_train_queries_titles_and_spans(tmp_path) -> None:  # noqa: ANN001
+    from semsearch.data import EvalSet, TrainingData
+    from semsearch.training import fit
+
+    titles = _titles(120)
+    ids = [f"d{i}" for i in range(len(titles))]
+    queries = {"q1": "cordless drill", "q2": "led bulb", "q9": "kitchen sink"}
+    data = TrainingData(queries={"q1": queries["q1"], "q2": queries["q2"]}, doc_ids=ids, doc_texts=titles,
+                        positives=[("q1", "d0"), ("q2", "d1")], qrels={"q1": {"d0": 3}, "q2": {"d1": 3}}, threshold=3)
+    dev = EvalSet({"q9": queries["q9"]}, {"q9": ["d2"]}, {"q9": {"d2": 3}})
+    m = StaticQueryEncoder(BagTeacher())
+    log = fit(m, data, dev, progress=False, args=DistillArgs(epochs=3, batch_size=32, lr=0.05, spans=1,
+                                                              cache=str(tmp_path)))
+    assert log["train_queries"] == 2 and log["titles"] == len(titles) and log["best_dev"] > 0.5
+    assert "kitchen sink" not in set(m.bigrams) or "kitchen sink" in " ".join(titles)  # dev text never trained on
+    assert list(tmp_path.glob("embeddings-*.npy"))  # the collection's vectors, shared with index build --vector-cache

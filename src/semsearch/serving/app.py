@@ -175,7 +175,7 @@ class Highlighter:
             return []
         with self._lock:
             words = self._words_of(text)
-        return utf16_spans(text, [(a, b) for a, b, ts in words if any(t in terms for t in ts)])
+        return utf16_spans(text, [(a, b) for a, b, ts in words if not terms.isdisjoint(ts)])
 
 
 class SearchBatcher:

@@ -3,9 +3,10 @@ student's rows are fitted with the one epoch loop so that its vector of each tra
 where the teacher's does (loss 1 − cosine), early-stopped on the mean cosine over the dev queries.
 
 The training texts: the training split's query texts (only those: dev and test queries are never
-seen), every collection title (a pseudo-query), and ``spans`` random runs of 1-4 consecutive
-words from each title (queries are short, titles long). The teacher encodes them once; with
-``cache`` set its vectors are kept in a file keyed by the teacher and the texts."""
+seen), every collection title (a pseudo-query, its target the teacher's document vector), and
+``spans`` random runs of 1-4 consecutive words from each distinct title (queries are short, titles
+long). The teacher encodes them once; with ``cache`` set its vectors are kept there, the
+collection's in the file ``index build --vector-cache`` uses (so give both the same directory)."""
 
 from __future__ import annotations
 
@@ -120,16 +121,25 @@ def train_static_query(model: StaticQueryEncoder, data: TrainingData, dev: EvalS
     their spans, encoded by the teacher, then ``fit_student``."""
     if options.get("checkpoint_dir"):
         raise ValueError("static-query training does not write checkpoints; train without --checkpoint")
+    from ..index.semantic import SemanticRetriever
+
     queries = sorted({data.queries[q] for q in data.qrels if q in data.queries and data.queries[q].strip()})
-    titles = [t for t in dict.fromkeys(data.doc_texts) if t.strip()]
-    texts = list(dict.fromkeys([*queries, *titles, *title_spans(titles, args.spans, args.seed)]))
+    keep = [i for i, t in enumerate(data.doc_texts) if t.strip()]
+    titles = [data.doc_texts[i] for i in keep]
+    others = list(dict.fromkeys([*queries, *title_spans(list(dict.fromkeys(titles)), args.spans, args.seed)]))
     teacher = model.teacher
     if getattr(teacher, "runner", False) is None:  # a transformer in torch: encode through ONNX Runtime fp32
         from ..models import onnxrt  # (torch's vectors, ~2x faster on a CPU; what index build does)
 
         if onnxrt.available():
             teacher.use_onnx("fp32")
-    targets = teacher_vectors(teacher, texts, args.cache)
+    # the titles' targets are the teacher's document vectors, in the file `index build --vector-cache`
+    # reads and writes (the same key): the collection is encoded once for training and indexing
+    docs = SemanticRetriever(teacher, cache=args.cache or None).embed(data.doc_ids, data.doc_texts,
+                                                                      progress="teacher: encoding the collection")
+    docs = docs[keep] / np.maximum(np.linalg.norm(docs[keep], axis=1, keepdims=True), 1e-12)
+    texts = titles + others
+    targets = np.vstack([docs, teacher_vectors(teacher, others, args.cache)])
     dev_texts = sorted({t for t in (dev.queries.values() if dev is not None else ()) if t.strip()})
     dev_targets = teacher_vectors(teacher, dev_texts, args.cache) if dev_texts else None
     log = fit_student(model, texts, targets, args, dev_texts=dev_texts, dev_targets=dev_targets, progress=progress)
