@@ -23,7 +23,7 @@ class BagTeacher:
         self.dim = dim
         self.calls = 0
 
-    def encode_queries(self, texts):  # noqa: ANN001, ANN201
+    def encode_queries(self, texts):
         self.calls += 1
         return np.stack([sum((self.table.get(w, np.zeros(self.dim, np.float32)) for w in tokenize(t)),
                              np.full(self.dim, 0.01, np.float32)) for t in texts]).astype(np.float32)
@@ -53,7 +53,7 @@ def test_spans_are_runs_of_title_words() -> None:
     assert spans and all(1 <= len(s.split()) <= 4 and s in "a b c d e" for s in spans)
 
 
-def test_student_learns_the_teacher_and_round_trips(tmp_path) -> None:  # noqa: ANN001
+def test_student_learns_the_teacher_and_round_trips(tmp_path) -> None:
     teacher = BagTeacher()
     titles = _titles()
     texts = list(dict.fromkeys(titles + title_spans(titles, 2)))
@@ -72,7 +72,7 @@ def test_student_learns_the_teacher_and_round_trips(tmp_path) -> None:  # noqa: 
         m.encode_queries(["  "])
 
 
-def test_teacher_vectors_cached(tmp_path) -> None:  # noqa: ANN001
+def test_teacher_vectors_cached(tmp_path) -> None:
     teacher = BagTeacher()
     a = teacher_vectors(teacher, ["saw blade", "lamp"], tmp_path)
     calls = teacher.calls
@@ -80,13 +80,12 @@ def test_teacher_vectors_cached(tmp_path) -> None:  # noqa: ANN001
     assert np.array_equal(a, b) and teacher.calls == calls + 1  # only the probe that keys the cache
 
 
-def test_saved_and_loaded(tmp_path) -> None:  # noqa: ANN001
-    from semsearch.plugins import load_model
+def test_saved_and_loaded(tmp_path) -> None:
 
     class SavedTeacher(BagTeacher):
         name = "bag"
 
-        def save(self, path):  # noqa: ANN001, ANN201
+        def save(self, path):
             path.mkdir(parents=True)
 
     teacher = SavedTeacher()
@@ -94,7 +93,7 @@ def test_saved_and_loaded(tmp_path) -> None:  # noqa: ANN001
     titles = _titles(50)
     fit_student(m, titles, teacher_vectors(teacher, titles), DistillArgs(epochs=1), progress=False)
     m.save(tmp_path / "sq")
-    import semsearch.plugins as plugins
+    from semsearch import plugins
 
     real = plugins.load_model
     plugins.load_model = lambda p: teacher if p.name == "teacher" else real(p)  # the stand-in has no loader
@@ -106,7 +105,7 @@ def test_saved_and_loaded(tmp_path) -> None:  # noqa: ANN001
     assert back.words == m.words and back.bigrams == m.bigrams
 
 
-def test_trainer_uses_train_queries_titles_and_spans(tmp_path) -> None:  # noqa: ANN001
+def test_trainer_uses_train_queries_titles_and_spans(tmp_path) -> None:
     from semsearch.data import EvalSet, TrainingData
     from semsearch.training import fit
 

@@ -15,6 +15,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,15 @@ import numpy as np
 from ..params import Params, param
 from ..text.normalize import tokenize
 from ..text.trigram import TrigramHasher
-from .base import SAVED_DATA_ERRORS, ModelDirError, TrainedModel, read_config, same_length, seal, write_config
+from .base import (
+    SAVED_DATA_ERRORS,
+    ModelDirError,
+    TrainedModel,
+    read_config,
+    same_length,
+    seal,
+    write_config,
+)
 
 WEIGHTS = "rows.npy"
 VOCAB = "vocabulary.json"
@@ -92,7 +101,7 @@ class StaticQueryEncoder(TrainedModel):
         for t in texts:
             ws = tokenize(t)[:MAX_WORDS]
             words.update(ws)
-            bigrams.update(f"{a} {b}" for a, b in zip(ws, ws[1:]))
+            bigrams.update(f"{a} {b}" for a, b in pairwise(ws))
         keep_w = sorted(w for w, c in words.items() if c >= self.p.word_min_count)
         keep_b = sorted(b for b, c in bigrams.items() if c >= self.p.bigram_min_count)
         self.words = {w: 1 + i for i, w in enumerate(keep_w)}
@@ -125,7 +134,7 @@ class StaticQueryEncoder(TrainedModel):
         out = [0]
         for w in ws:
             out += self._rows_of_word(w)
-        for a, b in zip(ws, ws[1:]):
+        for a, b in pairwise(ws):
             i = self.bigrams.get(f"{a} {b}")
             if i is not None:
                 out.append(i)
@@ -201,7 +210,7 @@ class StaticQueryEncoder(TrainedModel):
         seal(d)
 
     @classmethod
-    def load(cls, path: str | Path) -> "StaticQueryEncoder":
+    def load(cls, path: str | Path) -> StaticQueryEncoder:
         from ..plugins import load_model
 
         d = Path(path)

@@ -84,7 +84,7 @@ def fit_student(model: StaticQueryEncoder, texts: Sequence[str], targets: np.nda
     net = torch.nn.EmbeddingBag(model.n_rows, dim, mode="sum", sparse=True)
     torch.nn.init.normal_(net.weight, std=0.1 / np.sqrt(dim))
     ids, offsets = model.bags(texts)
-    ids_t, off_t = torch.from_numpy(ids), torch.from_numpy(offsets)
+    ids_t = torch.from_numpy(ids)
     tgt = torch.from_numpy(np.ascontiguousarray(targets, dtype=np.float32))
     opt = torch.optim.SparseAdam(list(net.parameters()), lr=args.lr)
     b = args.batch_size
@@ -110,7 +110,6 @@ def fit_student(model: StaticQueryEncoder, texts: Sequence[str], targets: np.nda
                      title="static-query", rng=rng, progress=progress, n_batches=lambda: -(-len(texts) // b),
                      dev_before=False)
     model.rows = net.weight.detach().numpy().copy()
-    del ids_t, off_t
     return {**log, "rows": model.n_rows, "words": len(model.words), "bigrams": len(model.bigrams),
             "trigrams": len(model.hasher or ()), "training_texts": len(texts)}
 
@@ -129,7 +128,9 @@ def train_static_query(model: StaticQueryEncoder, data: TrainingData, dev: EvalS
     others = list(dict.fromkeys([*queries, *title_spans(list(dict.fromkeys(titles)), args.spans, args.seed)]))
     teacher = model.teacher
     if getattr(teacher, "runner", False) is None:  # a transformer in torch: encode through ONNX Runtime fp32
-        from ..models import onnxrt  # (torch's vectors, ~2x faster on a CPU; what index build does)
+        from ..models import (
+            onnxrt,  # (torch's vectors, ~2x faster on a CPU; what index build does)
+        )
 
         if onnxrt.available():
             teacher.use_onnx("fp32")
