@@ -118,6 +118,7 @@ def _onnx_models(models: list, precision: str) -> None:  # type: ignore[type-arg
     from .progress import note
 
     for m in models:
+        m = getattr(m, "document_encoder", m)  # a static-query model: its teacher encodes the collection
         if not isinstance(m, TransformerModel):
             continue
         if precision == "off":
@@ -290,6 +291,7 @@ def index_build(
     store: Annotated[str, typer.Option(help="Vector store: faiss or postgres (PostgreSQL + pgvector, HNSW; the faiss index is kept too).")] = "faiss",
     pg_data: Annotated[Optional[Path], typer.Option(help="postgres store: data directory of the embedded server (default BUNDLE/../.semsearch-pg); $SEMSEARCH_PG_DSN names an existing server instead.")] = None,
     skip_bad_lines: Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")] = False,
+    vector_cache: Annotated[Optional[Path], typer.Option("--vector-cache", help="Directory keeping each neural model's document vectors of this collection between builds (keyed by the document encoder, its weights and the texts): a rebuild, or a static-query model over the same teacher, does not encode the collection again.")] = None,
     onnx: Annotated[str, typer.Option("--onnx", help="Transformer encoders: inference through ONNX Runtime, 'fp32' (torch's vectors, about 2x faster on a CPU), 'int8' (faster; its quality cost is measured by benchmarks/encode_speed.py), or 'off' (torch). The bundle keeps the export, so the service encodes queries with it.")] = "fp32",
     rescorer: Annotated[Optional[Path], typer.Option("--rescorer", help="Stage 3 (optional): a trained cross-encoder directory (semsearch train bert-rel) kept in the bundle to re-score the first --rescore-depth hits; it runs only under `serve --rescore`.")] = None,
     rescore_depth: Annotated[int, typer.Option("--rescore-depth", help="--rescorer: how many of the ranked hits it re-scores.")] = 10,
@@ -321,7 +323,8 @@ def index_build(
     elif rescore_depth != 10:
         raise ValueError("--rescore-depth needs --rescorer")
     path = build_bundle(corpus, built, out_dir, ranker=rk, train_ranker=trainer, dataset=data, fields=fields,
-                        kind=vector_index, store=store, pg_data=pg_data, rescorer=rs, rescore_depth=rescore_depth)
+                        kind=vector_index, store=store, pg_data=pg_data, vector_cache=vector_cache, rescorer=rs,
+                        rescore_depth=rescore_depth)
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
 
 

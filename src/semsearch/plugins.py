@@ -17,7 +17,7 @@ from .params import ParamError, Params
 
 
 class Kind(NamedTuple):
-    family: str  # lexical, termdep, topic, translation, projection, neural, interaction, transformer, mtdnn, ranker
+    family: str  # lexical, termdep, topic, translation, projection, neural, interaction, transformer, mtdnn, distill, ranker
     target: str | type  # "module:Class" under semsearch, or (a plugin's) class
     params: str = ""  # "module:Class" of its Params where importing the class would load torch
 
@@ -45,6 +45,7 @@ KINDS: dict[str, Kind] = {
     "bert-rep": Kind("transformer", "models.transformer:BiEncoder", "models.hparams:BiEncoderParams"),
     "bert-rel": Kind("transformer", "models.transformer:CrossEncoder", "models.hparams:CrossEncoderParams"),
     "mt-dnn": Kind("mtdnn", "models.mtdnn:MTDNN", "models.hparams:MTDNNParams"),
+    "static-query": Kind("distill", "models.static_query:StaticQueryEncoder", "models.static_query:StaticQueryParams"),
     "lambdamart": Kind("ranker", "ranking.lambdamart:LambdaMARTRanker"),
 }
 

@@ -27,6 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .. import __version__
 from ..data import Corpus, DataFormatError, join_fields, load_corpus, write_corpus
 from ..data._io import TMP_SUFFIX, fsync_tree, pid_alive, replace_dir, tmp_dir
@@ -159,7 +161,7 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
                  train_ranker: Callable[[StageSearch], tuple[Model, dict[str, Any]]] | None = None,
                  dataset: str = "", fields: str = "title+text", kind: str = "flat", store: str = "faiss",
                  pg_data: str | Path | None = None, postgres_dsn: str | None = None,
-                 rescorer: Model | None = None, rescore_depth: int = 10) -> Path:
+                 vector_cache: str | Path | None = None, rescorer: Model | None = None, rescore_depth: int = 10) -> Path:
     """Index ``corpus`` with each model (at most one lexical model; each encoder gets a vector
     index of ``kind``) and save everything as a bundle at ``out``, replacing it atomically.
     ``train_ranker``: called with the new bundle's stage 1 (lexical ∪ first encoder) once it is
@@ -169,6 +171,9 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
     collection named per build, so a killed build never touches the collections the current
     bundle uses; the server is ``postgres_dsn`` / $SEMSEARCH_PG_DSN, else an embedded one on
     ``pg_data`` (default: ``.semsearch-pg`` beside the bundle). The faiss index is kept too.
+    ``vector_cache``: a directory keeping each encoder's document vectors of this collection
+    (``SemanticRetriever.embed``), so a rebuild, or a build whose encoder shares another's
+    documents (a distilled query encoder), does not encode the collection again.
     ``rescorer``: a trained cross-encoder kept as the optional stage 3, which re-scores the first
     ``rescore_depth`` hits of each search when the bundle is loaded with ``rescore=True``."""
     if store not in STORES:
@@ -215,7 +220,7 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             _drop_orphans(dsn, out, prefix)
         retrievers = []
         for i, (enc, name) in enumerate(zip(encoders, names)):
-            r = SemanticRetriever(enc, kind)  # type: ignore[arg-type]
+            r = SemanticRetriever(enc, kind, cache=vector_cache)  # type: ignore[arg-type]
             retrievers.append(r)
             vecs = r.embed(corpus.ids, texts, progress=f"encoding documents ({name})")  # type: ignore[arg-type]
             r.index_vectors(corpus.ids, vecs)
@@ -394,6 +399,17 @@ def _same_name(p: Path, key: str, manifest_name: str, model: Any) -> None:
     found = encoder_id(model)
     if found != manifest_name:
         raise ModelDirError(f"{p / MANIFEST}: {key!r} says {manifest_name!r}, but its directory holds a {found!r} model")
+
+
+def _top(hits: Sequence[HybridHit], scores: np.ndarray, k: int) -> list[int]:
+    """Positions of the ``k`` best hits by (score desc, doc id): only the hits scoring at least the
+    k-th best score (ties at the cut included) are sorted by that key, not all ~160 candidates."""
+    s = np.asarray(scores, dtype=np.float64)
+    idx = range(len(s))
+    if len(s) > k:
+        kth = np.partition(-s, k - 1)[k - 1]
+        idx = np.flatnonzero(-s <= kth).tolist()
+    return sorted(idx, key=lambda i: (-float(s[i]), hits[i].doc_id))[:k]
 
 
 class Bundle:
@@ -619,8 +635,7 @@ class Bundle:
             ranked = []
             keep = max(k, self.rescore_depth) if self.rescore else k
             for hits, s in zip(found, scores):
-                order = sorted(range(len(hits)), key=lambda i: (-float(s[i]), hits[i].doc_id))[:keep]
-                ranked.append([replace(hits[i], score=float(s[i])) for i in order])
+                ranked.append([replace(hits[i], score=float(s[i])) for i in _top(hits, s, keep)])
             found = ranked
             timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
         if self.rescore:

@@ -36,8 +36,12 @@ class Source(enum.Flag):
     BOTH = 3
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class HybridHit:
+    """One merged hit (treat it as immutable: ``dataclasses.replace`` makes changed copies). Not
+    frozen: a search builds ~160 of them, and a frozen dataclass's ``__init__`` (``object.__setattr__``
+    per field) cost 1.8 us a hit against 0.2 us."""
+
     doc_id: str
     score: float  # the merged score the list is ordered by
     sources: Source
@@ -45,6 +49,9 @@ class HybridHit:
     semantic: float | None = None
     lexical_rank: int | None = None
     semantic_rank: int | None = None
+
+
+_LEXICAL, _SEMANTIC, _BOTH = Source.LEXICAL, Source.SEMANTIC, Source.BOTH  # (an enum member read costs ~90 ns in 3.11)
 
 
 def _check(scorer: str, weight: float) -> None:
@@ -65,15 +72,15 @@ def union(lexical: Hits, semantic: Hits, limit: int | None = None, *, fill: Fill
     out = []
     for r, (d, s) in enumerate(lexical[:n], 1):
         sr, ss = sem.get(d, (None, None))
-        out.append(HybridHit(d, 1.0 / r, Source.LEXICAL, s, sem_fill.get(d), r, None) if sr is None else
-                   HybridHit(d, 1.0 / r, Source.BOTH, s, ss, r, sr))
+        out.append(HybridHit(d, 1.0 / r, _LEXICAL, s, sem_fill.get(d), r, None) if sr is None else
+                   HybridHit(d, 1.0 / r, _BOTH, s, ss, r, sr))
     if len(out) < n:
         lex_ids = {d for d, _ in lexical}
         for r, (d, s) in enumerate(semantic, 1):
             if len(out) >= n:
                 break
             if d not in lex_ids:
-                out.append(HybridHit(d, 1.0 / (len(out) + 1), Source.SEMANTIC, lex_fill.get(d), s, None, r))
+                out.append(HybridHit(d, 1.0 / (len(out) + 1), _SEMANTIC, lex_fill.get(d), s, None, r))
     return out
 
 

@@ -75,15 +75,16 @@ class SemanticRetriever(Model):
 
     def embed(self, doc_ids: Sequence[str], texts: Sequence[str], progress: str | None = None) -> np.ndarray:
         """Document embeddings, read from / written to ``cache`` (a directory) when one is set:
-        keyed by the encoder's name, its probe embeddings (so its weights) and the ids and texts,
-        so a transformer encodes a collection once across runs."""
+        keyed by the document encoder's name (an encoder's ``document_encoder`` when it has one:
+        a distilled query encoder shares its teacher's documents), its probe embeddings (so its
+        weights) and the ids and texts, so a transformer encodes a collection once across runs."""
         if self.cache is None:
             return self.encode_documents(texts, progress)
-        h = hashlib.sha1(encoder_id(self.encoder).encode())
+        h = hashlib.sha1(encoder_id(getattr(self.encoder, "document_encoder", self.encoder)).encode())
         h.update(self._probe_vectors().tobytes())
         for d, t in zip(doc_ids, texts):
             h.update(f"{d}\t{t}\n".encode())
-        f = self.cache / f"embeddings-{encoder_id(self.encoder)}-{h.hexdigest()[:16]}.npy"
+        f = self.cache / f"embeddings-{encoder_id(getattr(self.encoder, 'document_encoder', self.encoder))}-{h.hexdigest()[:16]}.npy"
         if f.is_file():
             v = np.load(f, allow_pickle=False)
             if v.shape[0] == len(texts):

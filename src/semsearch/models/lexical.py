@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
 from .doc_ids import DocIds, IdPositions
-from .postings import Prune, PostingsTopK
+from .postings import Prune, PostingsTopK, rows_dot
 from .base import CONFIG, SAVED_DATA_ERRORS, Model, ModelDirError, positions, read_config, same_length, seal, write_config
 
 _INDEX_NPZ = "lexical.npz"
@@ -373,8 +373,11 @@ class LexicalModel(IndexedModel):
     @cached_property
     def _doc_major(self) -> sp.csr_matrix:
         """Document-major weights (documents x terms) for scoring given candidates; built on first
-        use, so retrieval alone never holds this second copy."""
-        return self._postings.T.tocsr()
+        use, so retrieval alone never holds this second copy. Term ids ascend in each row
+        (``rows_dot`` merges them with the query's)."""
+        m = self._postings.T.tocsr()
+        m.sort_indices()
+        return m
 
     @cached_property
     def _addend(self) -> np.ndarray | None:
@@ -398,16 +401,21 @@ class LexicalModel(IndexedModel):
         if self.p.stats == "exclude-query-pool":
             return [self._for_query(q).score([q], [c])[0] for q, c in zip(queries, candidates)]
         ix = self.lexical_index
+        return self.score_positions(queries, [positions(ix.position, docs) for docs in candidates])
+
+    def score_positions(self, queries: Sequence[str], candidates: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """``score`` with the candidates given as positions in the indexed collection (a caller
+        scoring the same candidates with several models looks their ids up once)."""
+        if self.p.stats == "exclude-query-pool":
+            ids = self.lexical_index.doc_ids
+            return self.score(queries, [[str(d) for d in ids.take(p)] if len(p) else [] for p in candidates])
         weights, addend = self._doc_major, self._addend
         out = []
-        for query, docs in zip(queries, candidates):
+        for query, pos in zip(queries, candidates):
             # only the candidates' rows of the document-major weights meet the query's terms, not
             # every posting of those terms (the served ranker scores ~150 candidates per search)
-            pos = positions(ix.position, docs)
             terms, w, scale = self._query_terms(query)
-            qv = np.zeros(weights.shape[1], dtype=np.float64)
-            qv[terms] = w
-            row = (weights[pos] @ qv) if len(pos) else np.zeros(0)
+            row = rows_dot(weights.indptr, weights.indices, weights.data, pos, terms, w)
             if addend is not None:
                 row = row + scale * addend[pos]
             out.append(row.astype(np.float64))
@@ -421,9 +429,15 @@ class LexicalModel(IndexedModel):
         hit = cache.get(query)
         if hit is None:
             ix = self.lexical_index
-            qc = ix.query_counts([query])
-            q = self._query_weights(ix, qc).astype(np.float32).tocsr()
-            hit = (q.indices.astype(np.int64), q.data.astype(np.float64), float(qc.sum()))
+            if type(self)._query_weights is LexicalModel._query_weights:  # the counts: no scipy matrix (~0.1 ms)
+                ids = ix.vocab.encode(ix.analyzer(query))
+                terms, tf = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
+                hit = (terms, tf.astype(np.float32).astype(np.float64), float(len(ids)))
+            else:
+                qc = ix.query_counts([query])
+                q = self._query_weights(ix, qc).astype(np.float32).tocsr()
+                order = np.argsort(q.indices, kind="stable")  # ascending term ids (``rows_dot`` merges)
+                hit = (q.indices[order].astype(np.int64), q.data[order].astype(np.float64), float(qc.sum()))
             if len(cache) >= 4096:
                 cache.pop(next(iter(cache)), None)
             cache[query] = hit

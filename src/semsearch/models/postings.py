@@ -608,6 +608,43 @@ Prune = Literal["auto", "on", "off"]
 _PRUNE_CODE = {"auto": -1, "off": 0, "on": 1}
 
 
+@numba.njit(cache=True, nogil=True)
+def _rows_dot(indptr, indices, data, rows, qterms, qweights, out):  # type: ignore[no-untyped-def]
+    """``out[i]`` = row ``rows[i]`` of a CSR matrix (column ids ascending in each row) dotted with a
+    sparse query (``qterms`` ascending, ``qweights`` float64): a merge of the two sorted lists,
+    summed in float64 in the row's column order (what scipy's ``W[rows] @ q`` sums, to the bit)."""
+    nq = len(qterms)
+    for i in range(len(rows)):
+        r = rows[i]
+        j, end = indptr[r], indptr[r + 1]
+        t = 0
+        acc = 0.0
+        while j < end and t < nq:
+            c, q = indices[j], qterms[t]
+            if c < q:
+                j += 1
+            elif c > q:
+                t += 1
+            else:
+                acc += np.float64(data[j]) * qweights[t]
+                j += 1
+                t += 1
+        out[i] = acc
+
+
+def rows_dot(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, rows: np.ndarray, qterms: np.ndarray,
+             qweights: np.ndarray) -> np.ndarray:
+    """Each of ``rows`` of a CSR matrix with sorted column ids dotted with one sparse query vector
+    (``qterms`` ascending): the lexical models' scoring of a query's candidates (the served
+    ranker's features), without scipy's row selection and product (~0.1 ms a model a query)."""
+    out = np.empty(len(rows), dtype=np.float64)
+    if len(rows) and len(qterms):
+        _rows_dot(indptr, indices, data, np.ascontiguousarray(rows, dtype=np.int64), qterms, qweights, out)
+    elif len(rows):
+        out[:] = 0.0
+    return out
+
+
 class PostingsTopK:
     """Top-k retrieval over fixed term-major weights (``indptr``/``indices``/``data`` of a CSR
     terms x documents matrix), an optional per-document ``addend`` and doc id ``ranks``.

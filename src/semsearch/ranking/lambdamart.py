@@ -22,7 +22,7 @@ import numpy as np
 from ..models.base import Model, ModelDirError, read_config, same_length, seal, write_config
 from ..params import ParamError, Params, param
 from ..types import Qrels
-from .features import PAIR_FEATURES, STAGE_FEATURES, TEXT_FEATURES, Groups, groups, model_columns, pair_columns, stage_columns
+from .features import PAIR_FEATURES, STAGE_FEATURES, TEXT_FEATURES, DocWords, Groups, groups, model_columns, pair_columns, stage_columns
 
 BOOSTER = "lambdamart.txt"
 RANKER_JSON = "ranker.json"
@@ -328,6 +328,8 @@ class LambdaMARTRanker(Model):
         self.n_lexical, self.n_semantic = p.n_lexical, p.n_semantic
         self.ranker = LambdaMART(self.stage_features + self.model_names + self.pair_features, **params)
         self._texts: dict[str, str] = {}
+        self._words: DocWords | None = None
+        self._by_position: DocWords | None = None
         self._ids: list[str] = []
 
     @classmethod
@@ -361,6 +363,12 @@ class LambdaMARTRanker(Model):
         again (a loaded ranker whose models hold their indexes, e.g. in a bundle)."""
         self._ids = list(doc_ids)
         self._texts = dict(zip(doc_ids, texts)) if self.pair_features else {}
+        # only the word-count features: compiled from the titles' word ids (features.DocWords)
+        self._words = (DocWords(doc_ids, texts) if self.pair_features and set(self.pair_features) <= set(PAIR_FEATURES)
+                       else None)
+        # feature models over these documents in this order score candidate positions, looked up once
+        self._by_position = (DocWords(doc_ids, []) if self._words is None else self._words) if self.models and all(
+            hasattr(m, "score_positions") and list(m.doc_ids) == self._ids for m in self.models) else None
 
     @property
     def doc_ids(self) -> Sequence[str]:
@@ -371,12 +379,21 @@ class LambdaMARTRanker(Model):
         """(pairs, features): the stage features of ``hits`` (the merged stage-1 hits the
         candidates come from; required when the ranker has stage features), the feature models'
         scores, then the pair features."""
-        X = model_columns(self.models, queries, candidates)
+        if self._by_position is not None:
+            pos = [self._by_position.positions(c) for c in candidates]
+            X = np.zeros((sum(map(len, pos)), len(self.models)))
+            for j, m in enumerate(self.models):
+                X[:, j] = np.concatenate(m.score_positions(queries, pos)) if pos else np.zeros(0)  # type: ignore[attr-defined]
+        else:
+            pos = None
+            X = model_columns(self.models, queries, candidates)
         if self.stage_features:
             if hits is None:
                 raise ValueError("this ranker re-ranks two-stage search results: it needs the stage-1 hits (score_hits)")
             X = np.hstack([stage_columns(self.stage_features, hits, self.n_lexical, self.n_semantic), X])
-        if self.pair_features:
+        if self._words is not None:
+            X = np.hstack([X, self._words.columns(self.pair_features, queries, candidates, pos)])
+        elif self.pair_features:
             try:
                 texts = [[self._texts[d] for d in c] for c in candidates]
             except KeyError as e:

@@ -38,6 +38,7 @@ TRAINERS: dict[str, str] = {
     "topic": "topic:train_topic",
     "translation": "translation:train_translation",
     "projection": "projection:train_projection",
+    "distill": "distill:train_static_query",
     "ranker": "lambdamart:train_ranker",
     "plugin": "_own",
 }
@@ -72,6 +73,7 @@ ARGS: dict[str, str] = {
     "lsa": "args:PCAArgs", "cl-lsa": "args:PCAArgs", "opca": "args:OPCAArgs",
     "s2net": "args:S2NetArgs",
     "lambdamart": "args:RankerArgs",
+    "static-query": "args:DistillArgs",
 }
 
 

@@ -276,3 +276,26 @@ class RankerArgs(Params):
             except ValueError:
                 raise ParamError(f"lambdamart training parameter 'stage_select' must list metrics like 'ndcg@10', "
                                  f"'recall@100', got {self.stage_select!r}") from None
+
+
+# ------------------------------------------------------------------------------------ distillation
+@dataclass(frozen=True)
+class DistillArgs(TrainArgs):
+    """How the static query encoder learns: SparseAdam over its rows, cosine loss to the teacher."""
+
+    kind = "static-query training"
+    epochs: int = param(8, ge=1)
+    batch_size: int = param(256, ge=1)
+    lr: float = param(0.01, gt=0)
+    optimizer: Literal["sparse-adam"] = "sparse-adam"  # only the rows a batch touches are updated
+    patience: int = param(2, ge=1)
+    dev_metric: str = "cosine"  # mean cosine to the teacher over the dev queries
+    spans: int = param(2, ge=0)  # random 1-4 word spans taken from each title as extra pseudo-queries
+    cache: str = ""  # directory keeping the teacher's vectors of the training texts between runs
+
+    def check(self) -> None:
+        if not _DEVICE.match(self.device):
+            raise ParamError(f"{self._label('device')} must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {self.device!r}")
+        if self.dev_metric != "cosine":
+            raise ParamError(f"{self._label('dev_metric')} must be 'cosine' (mean cosine to the teacher on dev), "
+                             f"got {self.dev_metric!r}")
