@@ -127,6 +127,9 @@ class RankBm25:
         return out
 
 
+NUMPY_QUERIES = 1000
+"""Queries timed for bm25s's numpy backend (every query for ours and its numba backend)."""
+
 def load(name: str, fields: str, split: str, max_docs: int | None, max_queries: int | None, min_queries: int):
     """Doc ids and texts, throughput queries, and the test split's (query ids, texts, qrels)."""
     ds = open_dataset(name)
@@ -192,11 +195,15 @@ def bench_dataset(name: str, fields: str, split: str, args: argparse.Namespace) 
     res["ours"][f"qps_{NPROC}_threads"] = len(tput) / t
 
     res["bm25s"] = timed_index(b25, ids, texts, reps)
-    t, raw = median_time(lambda: b25.search(tput, k, n_threads=0), reps)
-    res["bm25s"]["qps"] = len(tput) / t
-    t, _ = median_time(lambda: b25.search(tput, k, n_threads=NPROC), reps)
-    res["bm25s"][f"qps_{NPROC}_threads"] = len(tput) / t
-    res["top10_same_ids"], res["top10_same_scores"] = agreement(ours_hits, b25.hits(raw))
+    # its numpy backend (context, not the peer the targets name) on the first NUMPY_QUERIES queries:
+    # at a few hundred queries/s on Home Depot, all of them took most of make bench's time
+    sub = tput[:NUMPY_QUERIES]
+    res["bm25s"]["throughput_queries"] = len(sub)
+    t, raw = median_time(lambda: b25.search(sub, k, n_threads=0), reps)
+    res["bm25s"]["qps"] = len(sub) / t
+    t, _ = median_time(lambda: b25.search(sub, k, n_threads=NPROC), reps)
+    res["bm25s"][f"qps_{NPROC}_threads"] = len(sub) / t
+    res["top10_same_ids"], res["top10_same_scores"] = agreement(ours_hits[: len(sub)], b25.hits(raw))
     t, _ = median_time(lambda: ours.search(tput, 100), reps)
     res["ours"]["qps_top100"] = len(tput) / t
     t, _ = median_time(lambda: ours.search(tput, 100, n_threads=NPROC), reps)
