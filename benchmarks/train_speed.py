@@ -201,7 +201,7 @@ def _random_csr(rows: int, cols: int, nnz: int, gen: torch.Generator) -> tuple[t
     m = sp.csr_matrix((np.ones(len(ids), dtype=np.float32), ids, np.concatenate([[0], np.cumsum(per)])),
                       shape=(rows, cols))
     t = m.T.tocsr()
-    as_t = lambda a: torch.sparse_csr_tensor(torch.from_numpy(a.indptr.astype(np.int64)),  # noqa: E731
+    as_t = lambda a: torch.sparse_csr_tensor(torch.from_numpy(a.indptr.astype(np.int64)),
                                              torch.from_numpy(a.indices.astype(np.int64)),
                                              torch.from_numpy(a.data), a.shape)
     return as_t(m), as_t(t)
@@ -302,12 +302,12 @@ def encode_ours(ours: Ours, texts: list[str], hasher: TrigramHasher, reps: int, 
     net = model.net
     if ours.name == "dssm":  # encode_documents' path: chunks of ENCODE_CHUNK texts as distinct words' bags
         table, rows = model.hasher.table, chunks(n, ENCODE_CHUNK)
-        featurise = lambda: [table.word_bags(texts[x[0] : x[-1] + 1]) for x in rows]  # noqa: E731
+        featurise = lambda: [table.word_bags(texts[x[0] : x[-1] + 1]) for x in rows]
         t, batches = median_time(lambda: (new_texts(), featurise())[1], reps)
         r["featurise_titles_per_s"] = n / t
         t, batches = median_time(featurise, reps)
         r["featurise_cached_titles_per_s"] = n / t
-        tower = lambda b: net.d.encode_words(b[2], b[1], b[0])  # noqa: E731
+        tower = lambda b: net.d.encode_words(b[2], b[1], b[0])
     else:
         t, feats = median_time(lambda: (new_texts(), model.features(texts))[1], reps)
         r["featurise_titles_per_s"] = n / t

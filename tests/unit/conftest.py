@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,3 +64,53 @@ def tiny_bert(tmp_path_factory):
     BertModel(cfg, add_pooling_layer=False).save_pretrained(str(d))
     tok.save_pretrained(str(d))
     return str(d)
+
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+@contextlib.contextmanager
+def serve_subprocess(bundle: Path, *flags: str, env: dict[str, str | None] | None = None,
+                     start_s: float = 90.0) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``semsearch serve BUNDLE FLAGS`` in a child process on a free loopback port, with this
+    checkout's sources first on PYTHONPATH (``env``: more variables; None removes one); yields
+    (base URL, process) once /health answers, and stops it with SIGTERM (kill after 20 s) on
+    leaving."""
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
+            "OMP_NUM_THREADS": "1"}
+    for k, v in (env or {}).items():
+        if v is None:
+            full.pop(k, None)
+        else:
+            full[k] = v
+    server = subprocess.Popen([sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--port", str(port), *flags],
+                              env=full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + start_s
+        while True:
+            assert server.poll() is None and time.time() < deadline, "server did not start"
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        yield base, server
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+@pytest.fixture
+def serve_bundle() -> Callable[..., contextlib.AbstractContextManager[tuple[str, subprocess.Popen]]]:
+    """``serve_subprocess``, for tests that run ``semsearch serve`` as a child process."""
+    return serve_subprocess

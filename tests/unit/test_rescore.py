@@ -108,47 +108,14 @@ def test_cli_rescore_depth_needs_a_rescorer(tiny_data, tmp_path):
     assert r.exit_code != 0 and "--rescore-depth must be >= 1, got 0" in r.output
 
 
-def test_serve_rescore_runs_stage_3_in_the_workers(ce_bundle, tmp_path):
+def test_serve_rescore_runs_stage_3_in_the_workers(ce_bundle, serve_bundle, monkeypatch):
     """``semsearch serve --rescore --rescore-depth 3`` (two workers): every search's timing has
     the cross-encoder's stage; without the flag, none has."""
-    import os
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
     import httpx
 
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
-           "OMP_NUM_THREADS": "1"}
-    env.pop("SEMSEARCH_RESCORE", None)
+    monkeypatch.delenv("SEMSEARCH_RESCORE", raising=False)
     for flags, has in ((["--rescore", "--rescore-depth", "3"], True), ([], False)):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        server = subprocess.Popen([sys.executable, "-m", "semsearch.cli", "serve", str(ce_bundle), "--port", str(port),
-                                   "--workers", "2", "--result-cache", "0", *flags], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.time() + 90
-            while True:
-                assert server.poll() is None and time.time() < deadline, "server did not start"
-                try:
-                    if httpx.get(base + "/health", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.2)
+        with serve_bundle(ce_bundle, "--workers", "2", "--result-cache", "0", *flags) as (base, _):
             for i in range(6):  # new connections: both workers answer
                 body = httpx.get(base + "/search", params={"q": f"red brick {i}", "k": 5}, timeout=30).json()
                 assert ("rescore_ms" in body["timing_ms"]) is has, body["timing_ms"]
-        finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(20)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()

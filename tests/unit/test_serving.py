@@ -102,17 +102,10 @@ def test_concurrent_searches_and_explains_all_succeed(make_bundle, tmp_path, mod
     assert codes == [200] * (2 * len(qs))
 
 
-def test_metrics_add_up_over_worker_processes(tiny_data, tmp_path):
+def test_metrics_add_up_over_worker_processes(tiny_data, tmp_path, serve_bundle):
     """``semsearch serve --workers 2``: after N searches, /metrics counts N whichever worker
     answers (prometheus_client's multiprocess mode); its directory is removed at exit."""
-    import os
     import re
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
 
     import httpx
 
@@ -121,26 +114,9 @@ def test_metrics_add_up_over_worker_processes(tiny_data, tmp_path):
     from semsearch.plugins import create_model
 
     bundle = build_bundle(open_dataset("tiny").corpus(), [create_model("bm25")], tmp_path / "b")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    src = str(Path(__file__).resolve().parents[2] / "src")
     (tmp := tmp_path / "tmp").mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
-           "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    server = subprocess.Popen([sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--port", str(port),
-                               "--workers", "2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base, n = f"http://127.0.0.1:{port}", 30
-    try:
-        deadline = time.time() + 60
-        while True:
-            assert server.poll() is None and time.time() < deadline, "server did not start"
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+    n = 30
+    with serve_bundle(bundle, "--workers", "2", env={"TMPDIR": str(tmp), "PROMETHEUS_MULTIPROC_DIR": None}) as (base, server):
         assert [p.name for p in tmp.iterdir()][0].startswith("semsearch-metrics-")
         for i in range(n):  # a new connection each: the kernel spreads them over the workers
             assert httpx.get(base + "/search", params={"q": f"red cat {i}", "k": 3}).status_code == 200
@@ -150,13 +126,6 @@ def test_metrics_add_up_over_worker_processes(tiny_data, tmp_path):
             assert c and float(c.group(1)) == n, text
             count = re.search(r"^semsearch_request_seconds_count (\S+)$", text, re.M)
             assert count and float(count.group(1)) >= n
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
     assert list(tmp.iterdir()) == [], server.stderr.read().decode(errors="replace")[-2000:] if server.stderr else ""
 
 

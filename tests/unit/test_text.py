@@ -248,7 +248,7 @@ def test_word_bags_are_the_texts_words_once_each(n_texts):
     again = table.bags(np.unique(distinct))  # the distinct words, in id order
     assert np.array_equal(bags.ids, again.ids) and np.array_equal(bags.offsets, again.offsets)
     assert np.array_equal(np.unique(distinct)[positions], distinct)
-    per_text, ids = table.text_bags(texts)
+    _, ids = table.text_bags(texts)
     laid = [bags.ids[bags.offsets[p] : bags.offsets[p + 1]] for p in positions]
     assert np.array_equal(np.concatenate(laid) if laid else np.zeros(0, np.int64), ids)
 
