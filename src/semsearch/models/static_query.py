@@ -55,6 +55,14 @@ class StaticQueryParams(Params):
     trigram_min_count: int = param(1, ge=1)
 
 
+def load_teacher(path: str | Path | None) -> Any:
+    """The teacher bi-encoder saved at ``path`` (None: off-the-shelf all-MiniLM-L6-v2). Loaded here,
+    not through the registry (``plugins``), which sits above the models."""
+    from .transformer import BiEncoder  # (torch and transformers: imported when needed)
+
+    return BiEncoder() if path is None else BiEncoder.load(path)
+
+
 class StaticQueryEncoder(TrainedModel):
     """Teacher's document vectors, student's query vectors (module docstring). ``rows`` is the
     (1 + words + bigrams + trigrams, dim) float32 table; row 0 is the bias every query gets."""
@@ -77,9 +85,7 @@ class StaticQueryEncoder(TrainedModel):
     def teacher(self) -> Any:
         """The bi-encoder whose vectors the student imitates (loaded when first needed)."""
         if self._teacher is None:
-            from ..plugins import create_model, load_model
-
-            self._teacher = load_model(self.p.teacher) if self.p.teacher else create_model("bert-rep")
+            self._teacher = load_teacher(self.p.teacher or None)
         return self._teacher
 
     @property
@@ -211,11 +217,9 @@ class StaticQueryEncoder(TrainedModel):
 
     @classmethod
     def load(cls, path: str | Path) -> StaticQueryEncoder:
-        from ..plugins import load_model
-
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
-        teacher = load_model(d / TEACHER)
+        teacher = load_teacher(d / TEACHER)
         self = cls(teacher, **cls.saved_params(cfg.get("params", {})))
         try:
             vocab = json.loads((d / VOCAB).read_text(encoding="utf-8"))
