@@ -379,3 +379,26 @@ def test_tsv_corpus_first_line_that_is_data_is_kept(tmp_path):
     """Only names of columns make a header: a document whose id is 'id' with a real title stays."""
     c = load_corpus(put(tmp_path / "docs.txt", ["id\tIdentity card holder", "d2\ttitle"]))
     assert c.ids == ["id", "d2"]
+
+
+def test_cached_array_computes_once_and_checks_rows(tmp_path):
+    """``cached_array``: computed and saved at the first call, read (without pickle) at the next;
+    a file of another row count is computed again; no path, no file; nothing half-written."""
+    import numpy as np
+
+    from semsearch.data._io import cached_array
+
+    calls = []
+
+    def compute(n: int = 3):
+        calls.append(n)
+        return np.arange(n * 2, dtype=np.float32).reshape(n, 2)
+
+    f = tmp_path / "c" / "v.npy"
+    a = cached_array(f, compute, rows=3)
+    b = cached_array(f, lambda: compute(99), rows=3)
+    assert calls == [3] and np.array_equal(a, b) and b.dtype == np.float32
+    c = cached_array(f, lambda: compute(4), rows=4)  # another collection size: computed again
+    assert calls == [3, 4] and c.shape == (4, 2) and cached_array(f, compute, rows=4).shape == (4, 2)
+    assert cached_array(None, compute).shape == (3, 2) and calls == [3, 4, 3]
+    assert sorted(p.name for p in f.parent.iterdir()) == ["v.npy"]  # no temporary file left

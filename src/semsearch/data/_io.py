@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TypeVar
 
+import numpy as np
+
 from .errors import BadLinePolicy, DataFormatError
 
 PathLike = str | os.PathLike[str]
@@ -134,6 +136,22 @@ def atomic_write(path: PathLike, *, binary: bool = False) -> Iterator[IO]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def cached_array(path: PathLike | None, compute: Callable[[], np.ndarray], *, rows: int | None = None) -> np.ndarray:
+    """The array saved at ``path`` (an ``.npy``, read without pickle; with ``rows``, only if it
+    has that many), else ``compute()``, saved there atomically for the next call. No ``path``:
+    just ``compute()``. The caller's file name is the cache key (a recipe, not a hash of code)."""
+    f = Path(path) if path is not None else None
+    if f is not None and f.is_file():
+        v = np.load(f, allow_pickle=False)
+        if rows is None or v.shape[0] == rows:
+            return v
+    v = compute()
+    if f is not None:
+        with atomic_write(f, binary=True) as out:
+            np.save(out, v, allow_pickle=False)
+    return v
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..data._io import cached_array
 from ..models.base import Model, ModelDirError
 from ..plugins import load_model
 from ..progress import Reporter
@@ -85,16 +86,7 @@ class SemanticRetriever(Model):
         for d, t in zip(doc_ids, texts):
             h.update(f"{d}\t{t}\n".encode())
         f = self.cache / f"embeddings-{encoder_id(getattr(self.encoder, 'document_encoder', self.encoder))}-{h.hexdigest()[:16]}.npy"
-        if f.is_file():
-            v = np.load(f, allow_pickle=False)
-            if v.shape[0] == len(texts):
-                return v
-        v = self.encode_documents(texts, progress)
-        self.cache.mkdir(parents=True, exist_ok=True)
-        tmp = f.with_suffix(".tmp.npy")
-        np.save(tmp, v, allow_pickle=False)
-        tmp.replace(f)
-        return v
+        return cached_array(f, lambda: self.encode_documents(texts, progress), rows=len(texts))
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str], progress: str | None = "encoding documents") -> None:
         """Embed ``texts`` and build the vector index (replacing any earlier one)."""

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..data import EvalSet, TrainingData
+from ..data._io import cached_array
 from ..models.static_query import StaticQueryEncoder
 from ..progress import note
 from ..text.normalize import tokenize
@@ -55,19 +56,17 @@ def teacher_vectors(teacher: Any, texts: Sequence[str], cache: str | Path = "", 
         for t in texts:
             h.update(t.encode() + b"\n")
         f = Path(cache) / f"teacher-{h.hexdigest()[:16]}.npy"
-        if f.is_file():
-            return np.load(f, allow_pickle=False)
-    parts = []
-    for s in range(0, len(texts), chunk):
-        parts.append(np.asarray(teacher.encode_queries(list(texts[s : s + chunk])), dtype=np.float32))
-        note(f"teacher: {min(s + chunk, len(texts)):,}/{len(texts):,} texts encoded")
-    v = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
-    v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-    if f is not None:
-        f.parent.mkdir(parents=True, exist_ok=True)
-        np.save(f.with_suffix(".tmp.npy"), v, allow_pickle=False)
-        f.with_suffix(".tmp.npy").replace(f)
-    return v
+
+    def encode() -> np.ndarray:
+        parts = []
+        for s in range(0, len(texts), chunk):
+            parts.append(np.asarray(teacher.encode_queries(list(texts[s : s + chunk])), dtype=np.float32))
+            note(f"teacher: {min(s + chunk, len(texts)):,}/{len(texts):,} texts encoded")
+        v = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+        v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+        return v
+
+    return cached_array(f, encode)
 
 
 def fit_student(model: StaticQueryEncoder, texts: Sequence[str], targets: np.ndarray, args: DistillArgs, *,
