@@ -35,6 +35,8 @@ TRAINER_VERSIONS: dict[str, int] = {
     "ptm": 1,
     # learning to rank (ranking.lambdamart)
     "lambdamart": 1,
+    # query encoders distilled from a bi-encoder (training.distill)
+    "static-query": 1,
 }
 
 
