@@ -26,12 +26,19 @@ def query_terms(query: str, analyzer: AnalyzerLike | None = None) -> frozenset[s
     return frozenset((analyzer or _PLAIN)(query))
 
 
+def word_terms(text: str, analyzer: AnalyzerLike | None = None) -> tuple[tuple[int, int, tuple[str, ...]], ...]:
+    """Each word of ``text`` as (start, end, the terms ``analyzer`` makes of it): what
+    ``term_spans`` matches a query's terms against (a caller that meets the same texts again, the
+    service's titles, can keep these)."""
+    analyze = analyzer or _PLAIN
+    return tuple((*m.span(), tuple(analyze(m.group()))) for m in _WORD.finditer(text))
+
+
 def term_spans(terms: Collection[str], text: str, analyzer: AnalyzerLike | None = None) -> list[Span]:
     """``match_spans`` with the query already analysed (a page of hits analyses its query once)."""
     if not terms or not text:
         return []
-    analyze = analyzer or _PLAIN
-    return [m.span() for m in _WORD.finditer(text) if any(t in terms for t in analyze(m.group()))]
+    return [(a, b) for a, b, ts in word_terms(text, analyzer) if any(t in terms for t in ts)]
 
 
 def match_spans(query: str, text: str, analyzer: AnalyzerLike | None = None) -> list[Span]:
@@ -56,4 +63,4 @@ def utf16_spans(text: str, spans: list[Span]) -> list[Span]:
     return out
 
 
-__all__ = ["match_spans", "query_terms", "term_spans", "utf16_spans"]
+__all__ = ["match_spans", "query_terms", "term_spans", "utf16_spans", "word_terms"]
