@@ -12,11 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 import difflib
 from functools import lru_cache
-from itertools import repeat
 
 import numpy as np
 
-from ..models.base import Model
+from ..models.base import Model, positions
 from ..text import Analyzer, tokenize
 from ..types import Qrels, Run
 
@@ -100,11 +99,8 @@ def groups(candidates: Mapping[str, Sequence[str]], columns: np.ndarray, qrels: 
     docs = [d for q in qids for d in candidates[q]]
     if columns.shape[0] != len(docs):
         raise ValueError(f"{columns.shape[0]} feature rows but {len(docs)} candidate pairs")
-    if not qrels:  # (serving: no labels)
-        y = np.zeros(len(docs), dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum([len(candidates[q]) for q in qids])]).astype(np.int64)
-        return Groups(qids, docs, columns.astype(np.float64), y, offsets)
-    y = np.fromiter((max(int(qrels.get(q, {}).get(d, 0)), 0) for q in qids for d in candidates[q]), dtype=np.int64, count=len(docs))
+    y = (np.fromiter((max(int(qrels.get(q, {}).get(d, 0)), 0) for q in qids for d in candidates[q]), dtype=np.int64, count=len(docs))
+         if qrels else np.zeros(len(docs), dtype=np.int64))  # (serving: no labels)
     offsets = np.concatenate([[0], np.cumsum([len(candidates[q]) for q in qids])]).astype(np.int64)
     return Groups(qids, docs, columns.astype(np.float64), y, offsets)
 
@@ -183,10 +179,7 @@ class DocWords:
         self.position = {d: i for i, d in enumerate(doc_ids)}
 
     def positions(self, docs: Sequence[str]) -> np.ndarray:
-        pos = np.fromiter(map(self.position.get, docs, repeat(-1, len(docs))), dtype=np.int64, count=len(docs))
-        if (pos < 0).any():
-            raise ValueError(f"candidate document {docs[int(np.argmax(pos < 0))]!r} is not in the indexed collection")
-        return pos
+        return positions(self.position, docs)
 
     def columns(self, names: Sequence[str], queries: Sequence[str], candidates: Sequence[Sequence[str]],
                 positions: Sequence[np.ndarray] | None = None) -> np.ndarray:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..models.base import Model, ModelDirError, read_config, same_length, seal, write_config
+from ..models.base import Model, ModelDirError, positions, read_config, same_length, seal, write_config
 from ..params import ParamError, Params, param
 from ..types import Qrels
 from .features import PAIR_FEATURES, STAGE_FEATURES, TEXT_FEATURES, DocWords, Groups, groups, model_columns, pair_columns, stage_columns
@@ -329,7 +329,7 @@ class LambdaMARTRanker(Model):
         self.ranker = LambdaMART(self.stage_features + self.model_names + self.pair_features, **params)
         self._texts: dict[str, str] = {}
         self._words: DocWords | None = None
-        self._by_position: DocWords | None = None
+        self._by_position: dict[str, int] | None = None  # doc id -> position, when the feature models score positions
         self._ids: list[str] = []
 
     @classmethod
@@ -367,8 +367,9 @@ class LambdaMARTRanker(Model):
         self._words = (DocWords(doc_ids, texts) if self.pair_features and set(self.pair_features) <= set(PAIR_FEATURES)
                        else None)
         # feature models over these documents in this order score candidate positions, looked up once
-        self._by_position = (DocWords(doc_ids, []) if self._words is None else self._words) if self.models and all(
-            hasattr(m, "score_positions") and list(m.doc_ids) == self._ids for m in self.models) else None
+        self._by_position = ((self._words.position if self._words is not None else {d: i for i, d in enumerate(self._ids)})
+                             if self.models and all(hasattr(m, "score_positions") and list(m.doc_ids) == self._ids
+                                                    for m in self.models) else None)
 
     @property
     def doc_ids(self) -> Sequence[str]:
@@ -380,7 +381,7 @@ class LambdaMARTRanker(Model):
         candidates come from; required when the ranker has stage features), the feature models'
         scores, then the pair features."""
         if self._by_position is not None:
-            pos = [self._by_position.positions(c) for c in candidates]
+            pos = [positions(self._by_position, c) for c in candidates]
             X = np.zeros((sum(map(len, pos)), len(self.models)))
             for j, m in enumerate(self.models):
                 X[:, j] = np.concatenate(m.score_positions(queries, pos)) if pos else np.zeros(0)  # type: ignore[attr-defined]
