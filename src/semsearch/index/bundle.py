@@ -439,7 +439,6 @@ class Bundle:
             raise ValueError(f"rescore depth must be >= 1, got {rescore_depth}")
         self.rescorer, self.rescore_depth, self.rescore = rescorer, rescore_depth, rescore
         """Stage 3: the cross-encoder, how many of the ranked hits it re-scores, and whether it runs."""
-        self._texts: list[str] | None = corpus.joined(manifest.get("fields", "title+text")) if rescorer is not None else None
         for name, m in [("lexical", lexical), *semantic.items(), ("ranker", ranker)]:
             if m is not None and list(m.doc_ids) != corpus.ids:
                 raise ModelDirError(f"{path}: {name} index and documents do not match (different document ids)")
@@ -620,9 +619,12 @@ class Bundle:
             n_lexical, n_semantic = self.ranker.n_lexical, self.ranker.n_semantic  # type: ignore[union-attr]
         else:
             n_lexical, n_semantic = max(n_lexical, k), max(n_semantic, 1)
-        limit = max(k, self.rescore_depth) if self.rescore else k  # stage 3 re-scores the first rescore_depth
-        return hybrid.timed_search(queries, None if self.ranker is not None else limit, scorer=merge_by,
+        return hybrid.timed_search(queries, None if self.ranker is not None else self._kept(k), scorer=merge_by,
                                    n_lexical=n_lexical, n_semantic=n_semantic)
+
+    def _kept(self, k: int) -> int:
+        """Hits a search keeps ranked before stage 3: ``k``, or the depth stage 3 re-scores if deeper."""
+        return max(k, self.rescore_depth) if self.rescore else k
 
     def _search(self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int,
                 t0: float) -> list[Result]:
@@ -633,17 +635,14 @@ class Bundle:
                 scores = (self.ranker.score_hits(queries, found) if self.two_stage  # type: ignore[attr-defined]
                           else self.ranker.score(queries, [[h.doc_id for h in hits] for hits in found]))
             ranked = []
-            keep = max(k, self.rescore_depth) if self.rescore else k
             for hits, s in zip(found, scores):
-                ranked.append([replace(hits[i], score=float(s[i])) for i in _top(hits, s, keep)])
+                ranked.append([replace(hits[i], score=float(s[i])) for i in _top(hits, s, self._kept(k))])
             found = ranked
             timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
         if self.rescore:
             t3 = time.perf_counter()
-            texts, index = self._texts, self.corpus.index
             with self._locks[id(self.rescorer)]:
-                found = rescore_top(self.rescorer, queries, found, self.rescore_depth,
-                                    lambda h: texts[index[h.doc_id]])  # type: ignore[index]
+                found = rescore_top(self.rescorer, queries, found, self.rescore_depth, lambda h: self.document_text(h.doc_id))
             timing["rescore_ms"] = 1000 * (time.perf_counter() - t3)
         timing["total_ms"] = 1000 * (time.perf_counter() - t0)
         timing["batch"] = float(len(queries))
