@@ -36,6 +36,9 @@ class TrainArgs(Params):
     def check(self) -> None:
         if not _DEVICE.match(self.device):
             raise ParamError(f"{self._label('device')} must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {self.device!r}")
+        self._check_dev_metric()
+
+    def _check_dev_metric(self) -> None:
         if not _METRIC.match(self.dev_metric):
             raise ParamError(f"{self._label('dev_metric')} must be a metric like 'ndcg@10', 'recall@100', 'mrr', got {self.dev_metric!r}")
 
@@ -293,9 +296,7 @@ class DistillArgs(TrainArgs):
     spans: int = param(2, ge=0)  # random 1-4 word spans taken from each title as extra pseudo-queries
     cache: str = ""  # directory keeping the teacher's vectors of the training texts between runs
 
-    def check(self) -> None:
-        if not _DEVICE.match(self.device):
-            raise ParamError(f"{self._label('device')} must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {self.device!r}")
+    def _check_dev_metric(self) -> None:
         if self.dev_metric != "cosine":
             raise ParamError(f"{self._label('dev_metric')} must be 'cosine' (mean cosine to the teacher on dev), "
                              f"got {self.dev_metric!r}")
