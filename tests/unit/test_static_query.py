@@ -118,3 +118,25 @@ def test_trainer_uses_train_queries_titles_and_spans(tmp_path) -> None:
     assert log["train_queries"] == 2 and log["titles"] == len(titles) and log["best_dev"] > 0.5
     assert "kitchen sink" not in set(m.bigrams) or "kitchen sink" in " ".join(titles)  # dev text never trained on
     assert list(tmp_path.glob("embeddings-*.npy"))  # the collection's vectors, shared with index build --vector-cache
+
+
+def test_score_is_the_student_query_against_the_teachers_documents(tiny_bert) -> None:
+    """``score``: the cosine of the student's query vector with the teacher's vector of each
+    candidate (a bi-encoder teacher indexing the collection); an unknown candidate is refused."""
+    from semsearch.models.transformer import BiEncoder
+
+    teacher = BiEncoder(base=tiny_bert)
+    titles = _titles(40)
+    ids = [f"d{i}" for i in range(len(titles))]
+    m = StaticQueryEncoder(teacher)
+    fit_student(m, titles, teacher_vectors(teacher, titles), DistillArgs(epochs=1), progress=False)
+    m.index(ids, titles)
+    queries, cands = ["cordless drill", "led lamp"], [["d3", "d0", "d7"], ["d5"]]
+    docs = teacher.encode_documents(titles)
+    docs = docs / np.linalg.norm(docs, axis=1, keepdims=True)
+    q = m.encode_queries(queries)
+    got = m.score(queries, cands)
+    for i, c in enumerate(cands):
+        assert np.allclose(got[i], docs[[ids.index(d) for d in c]] @ q[i], atol=1e-5)
+    with pytest.raises(ValueError, match="not in the indexed collection"):
+        m.score(["saw"], [["nope"]])

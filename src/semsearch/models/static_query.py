@@ -187,16 +187,12 @@ class StaticQueryEncoder(TrainedModel):
         """Cosine of the student's query vector with the teacher's vector of each candidate."""
         same_length(queries, candidates, "queries", "candidate lists")
         q = self.encode_queries(queries)
-        from .base import positions
-
-        t = self.teacher
-        pos = [positions(t._position, docs) for docs in candidates]
-        d = t._doc_vectors(np.concatenate(pos) if pos else np.zeros(0, dtype=np.int64))
+        d = self.teacher.document_vectors([doc for docs in candidates for doc in docs])
         d = d / np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
         out, s = [], 0
-        for i, p in enumerate(pos):
-            out.append((d[s : s + len(p)] @ q[i]).astype(np.float64))
-            s += len(p)
+        for i, docs in enumerate(candidates):
+            out.append((d[s : s + len(docs)] @ q[i]).astype(np.float64))
+            s += len(docs)
         return out
 
     # -- persistence ----------------------------------------------------------------------------

@@ -371,6 +371,11 @@ class BiEncoder(TransformerModel):
             self._encoded[missing] = True
         return self._doc_vecs[pos]
 
+    def document_vectors(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """(len(doc_ids), dim) vectors of indexed documents, by id (each encoded when first asked);
+        a distilled query encoder scores its queries against them."""
+        return self._doc_vectors(positions(self._position, doc_ids))
+
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
         same_length(queries, candidates, "queries", "candidate lists")
         q = self.encode_queries(queries)
