@@ -526,6 +526,7 @@ def train_cmd(
         distributed.barrier()  # the other ranks wait while rank 0 writes the model
     finally:
         distributed.teardown()
+    distributed.exit_process(0)  # done and written: skip the runtime teardown that can abort (see there)
 
 
 def _train(model: str, model_kw: dict[str, Any], args: Any, data: str, out_dir: Path, split: str, dev: str | None,

@@ -225,6 +225,7 @@ def _worker(out: Path) -> None:
         results["refused"] = str(e)
     (out / f"results.rank{rank}.json").write_text(json.dumps(results))
     distributed.teardown()
+    distributed.exit_process(0)  # as `semsearch train` ends under torchrun
 
 
 # ------------------------------------------------------------------------------------ launching
@@ -253,7 +254,9 @@ def _torchrun(args: list[str], env: dict[str, str], timeout: float = 180) -> sub
 def _env(root: Path, **extra: str) -> dict[str, str]:
     src = str(Path(__file__).resolve().parents[2] / "src")  # this checkout's code, whatever is installed
     path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "SEMSEARCH_DATA": str(root), "PYTHONPATH": path, "SEMSEARCH_PROGRESS": "1", **extra}
+    # PYTHONFAULTHANDLER: a rank that aborts prints its Python stack (where it died) to the log
+    return {**os.environ, "SEMSEARCH_DATA": str(root), "PYTHONPATH": path, "SEMSEARCH_PROGRESS": "1",
+            "PYTHONFAULTHANDLER": "1", **extra}
 
 
 @pytest.fixture(scope="module")
