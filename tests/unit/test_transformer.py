@@ -15,7 +15,7 @@ from semsearch.plugins import create_model, load_model
 from semsearch.models.transformer import BiEncoder, CrossEncoder
 from semsearch.params import ParamError
 from semsearch.training import fit, recipe
-from semsearch.training.losses import graded_hinge_loss
+from semsearch.training.losses import graded_hinge_loss, graded_list_loss, listnet_loss
 from semsearch.training.negatives import uniform_negatives
 from semsearch.training.transformer import Clusters, Example, _batch_loss, _param_groups, _shared_labels, add_negatives, judged_examples
 from semsearch.training.args import BiEncoderArgs, CrossEncoderArgs
@@ -166,18 +166,52 @@ def test_graded_hinge_loss():
     assert graded_hinge_loss(s, torch.ones_like(y), valid, 1.0).item() == 0.0  # no graded pair
 
 
-@pytest.mark.parametrize("name", ["bert-rep", "bert-rel"])
-def test_training_lowers_the_hinge_loss(tiny_bert, name):
+def test_listnet_loss():
+    s = torch.tensor([[2.0, 1.0, 0.0], [0.0, 5.0, 3.0], [1.0, 2.0, 0.0]])
+    y = torch.tensor([[2.0, 1.0, 0.0], [1.0, 9.0, 0.0], [1.0, 1.0, 1.0]])
+    valid = torch.tensor([[True, True, True], [True, False, True], [True, True, False]])
+
+    def by_hand(scores: list[float], grades: list[float]) -> float:
+        p_s, p_y = np.exp(scores) / np.exp(scores).sum(), np.exp(grades) / np.exp(grades).sum()
+        return float(-(p_y * np.log(p_s)).sum())
+
+    # query 2 only over its valid slots 0 and 2 (slot 1's score 5 and grade 9 play no part);
+    # query 3 has one grade: left out of the mean, as the hinge leaves it out
+    want = (by_hand([2, 1, 0], [2, 1, 0]) + by_hand([0, 3], [1, 0])) / 2
+    assert listnet_loss(s, y, valid).item() == pytest.approx(want, rel=1e-6)
+    assert listnet_loss(s, y, valid, scale=0.25).item() == pytest.approx(want * 2 * 0.25, rel=1e-6)
+    assert listnet_loss(s, torch.ones_like(y), valid).item() == 0.0  # no query with two grades
+    # scores ordered as the grades beat the reverse order; the gradient raises the better graded
+    assert listnet_loss(torch.tensor([[3.0, 0.0]]), torch.tensor([[2.0, 0.0]]), torch.ones(1, 2, dtype=torch.bool)) < \
+        listnet_loss(torch.tensor([[0.0, 3.0]]), torch.tensor([[2.0, 0.0]]), torch.ones(1, 2, dtype=torch.bool))
+    x = torch.zeros(1, 3, requires_grad=True)
+    listnet_loss(x, torch.tensor([[3.0, 1.0, 0.0]]), torch.ones(1, 3, dtype=torch.bool)).backward()
+    assert x.grad[0, 0] < 0 < x.grad[0, 2]  # descent raises the grade-3 score, lowers the grade-0 one
+    assert graded_list_loss("hinge", s, y, valid, 1.0).item() == graded_hinge_loss(s, y, valid, 1.0).item()
+    with pytest.raises(ValueError, match="unknown list loss 'softmax'"):
+        graded_list_loss("softmax", s, y, valid, 1.0)
+
+
+@pytest.mark.parametrize("name,loss", [("bert-rep", "hinge"), ("bert-rel", "hinge"), ("bert-rel", "listnet"),
+                                       ("bert-rep", "listnet")])
+def test_training_lowers_the_loss(tiny_bert, name, loss):
     data = _data()
-    m, args = _make(name, base=tiny_bert, neg_global=2, neg_cluster=0, lr=1e-3, batch_size=4)
+    m, args = _make(name, base=tiny_bert, neg_global=2, neg_cluster=0, lr=1e-3, batch_size=4, loss=loss)
     examples = add_negatives(judged_examples(data, np.random.default_rng(0), None, 30),
                              np.random.default_rng(0), len(data.doc_ids), 2, 0, None)
     m.net.eval()  # no dropout, so the loss compares like for like
-    before = _batch_loss(m, examples, data.doc_texts, 1.0).item()
+    before = _batch_loss(m, examples, data.doc_texts, 1.0, loss=loss).item()
     log = fit(m, data, None, progress=False, args=args)
-    after = _batch_loss(m, examples, data.doc_texts, 1.0).item()
+    after = _batch_loss(m, examples, data.doc_texts, 1.0, loss=loss).item()
     assert log["epochs"][0]["steps"] == 3 and log["queries"] == 12
     assert after < before
+
+
+def test_listnet_takes_no_margin_list(tiny_bert):
+    with pytest.raises(ValueError, match=r"'margin' is a list of hinge margins .* 'loss' = 'listnet' has no margin"):
+        recipe("bert-rel", {"base": tiny_bert, "loss": "listnet", "margin": [0.1, 1.0]})
+    with pytest.raises(ValueError, match=r"loss"):
+        recipe("bert-rel", {"base": tiny_bert, "loss": "lambdaloss"})
 
 
 def test_shared_negatives_labels_and_mask():

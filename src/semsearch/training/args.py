@@ -86,8 +86,11 @@ class PairwiseArgs(TrainArgs):
 # ------------------------------------------------------------------------------------ transformer
 @dataclass(frozen=True)
 class TransformerArgs(TrainArgs):
-    """How BERT(rep) and BERT(rel) are fine-tuned (Algorithm 1): Adam on the graded hinge."""
+    """How BERT(rep) and BERT(rel) are fine-tuned (Algorithm 1): Adam on the graded hinge (or ListNet)."""
 
+    # the loss over each query's graded list: "hinge" (Eq. 3, pairwise) or "listnet" (ListNet's
+    # listwise cross-entropy between the softmax of the scores and of the grades; losses.listnet_loss)
+    loss: Literal["hinge", "listnet"] = "hinge"
     margin: float | list[float] = 1.0  # hinge margin τ of Eq. 3; a list: each is trained, the best on dev kept
     optimizer: Literal["adam"] = "adam"
     lr: float = param(1e-5, gt=0)
@@ -108,6 +111,9 @@ class TransformerArgs(TrainArgs):
         super().check()
         if isinstance(self.margin, list) and not self.margin:
             raise ParamError(f"{self._label('margin')} must be a number or a non-empty list of numbers")
+        if self.loss != "hinge" and isinstance(self.margin, list):
+            raise ParamError(f"{self._label('margin')} is a list of hinge margins to choose from, but "
+                             f"{self._label('loss')} = {self.loss!r} has no margin")
 
     @property
     def margins(self) -> list[float]:

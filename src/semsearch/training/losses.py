@@ -60,6 +60,41 @@ def graded_hinge_loss(scores: torch.Tensor, labels: torch.Tensor, valid: torch.T
     return per_query.mean() if scale is None else per_query.sum() * scale
 
 
+def listnet_loss(scores: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor,
+                 scale: float | None = None) -> torch.Tensor:
+    """ListNet's listwise loss (Cao et al. 2007, top-one probabilities) over each query's list:
+    the cross-entropy −Σᵢ P_y(i) log P_s(i), P_s the softmax of the scores and P_y the softmax of
+    the grades over the query's valid slots; then the mean over queries with two different grades
+    (the queries ``graded_hinge_loss`` counts, so a distributed batch divides by the same number;
+    ``scale``: their sum times it instead). A query's whole judged list moves together, weighted
+    by grade, where the hinge only sees pairs and stops once a pair clears the margin.
+    Shapes as ``graded_hinge_loss``."""
+    y = labels.to(scores.dtype)
+    log_p = torch.log_softmax(scores.masked_fill(~valid, float("-inf")), dim=1)
+    target = torch.softmax(y.masked_fill(~valid, float("-inf")), dim=1)
+    per_query = -(target * log_p.masked_fill(~valid, 0.0)).sum(1)
+    hi = y.masked_fill(~valid, float("-inf")).amax(1)
+    lo = y.masked_fill(~valid, float("inf")).amin(1)
+    has = hi > lo
+    if not bool(has.any()):
+        return scores.sum() * 0.0
+    return per_query[has].mean() if scale is None else per_query[has].sum() * scale
+
+
+LIST_LOSSES = ("hinge", "listnet")
+"""The losses over a query's graded list (``TransformerArgs.loss``): Eq. 3's pairwise hinge, ListNet."""
+
+
+def graded_list_loss(loss: str, scores: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, margin: float,
+                     scale: float | None = None) -> torch.Tensor:
+    """The named loss over graded lists (``LIST_LOSSES``); ``margin`` is the hinge's τ (ListNet has none)."""
+    if loss == "hinge":
+        return graded_hinge_loss(scores, labels, valid, margin, scale)
+    if loss == "listnet":
+        return listnet_loss(scores, labels, valid, scale)
+    raise ValueError(f"unknown list loss {loss!r}; one of {', '.join(LIST_LOSSES)}")
+
+
 def has_graded_pair(labels: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """Per query (row), whether ``graded_hinge_loss`` has a pair for it: two valid slots of
     different grades (the count a distributed batch's mean divides by)."""

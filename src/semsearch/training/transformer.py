@@ -33,7 +33,7 @@ from ..data import EvalSet, TrainingData
 from ..models.transformer import BiEncoder, CrossEncoder, TransformerModel
 from .args import TransformerArgs
 from . import distributed
-from .losses import graded_hinge_loss, has_graded_pair
+from .losses import graded_list_loss, has_graded_pair
 from .loop import epoch_loop
 from .negatives import uniform_negatives
 from .trainer import dev_score
@@ -188,7 +188,7 @@ def _train(model: TransformerModel, data: TrainingData, examples: list[Example],
 
     evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None  # type: ignore[arg-type]
     log = epoch_loop(net, opt, args, batches=batches, size=lambda batch: sum(len(e.docs) for e in batch),
-                     loss=lambda batch: _batch_loss(model, batch, data.doc_texts, margin, share=share),
+                     loss=lambda batch: _batch_loss(model, batch, data.doc_texts, margin, share=share, loss=args.loss),
                      dev=evaluate, title=title, rng=rng, progress=progress, n_batches=lambda: -(-len(examples) // b),
                      sharded=True)
     return {**log, "margin": margin}
@@ -222,8 +222,8 @@ def _param_groups(net: torch.nn.Module, head_lr: float | None) -> list[dict[str,
 
 
 def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[str], margin: float, *,
-                share: bool = False) -> torch.Tensor:
-    """Eq. 3 over a batch of queries: scores of each query's documents, padded to (B, M);
+                share: bool = False, loss: str = "hinge") -> torch.Tensor:
+    """Eq. 3 (``loss`` "hinge"; "listnet": ListNet) over a batch of queries: scores of each query's documents, padded to (B, M);
     ``share``: a bi-encoder's queries also meet the batch's other documents (``share_negatives``).
     Under torchrun (``distributed``) ``batch`` is the global batch: the rank scores its slice of
     the queries (with ``share``, against every distinct document of the batch, each encoded by
@@ -236,8 +236,8 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
         dv = distributed.gather(_encode(model, [doc_texts[r] for r in rows[distributed.shard(len(rows))]],
                                         model.p.max_doc_length), len(rows))
         dev = qv.device
-        return graded_hinge_loss(qv @ dv.T, torch.as_tensor(shared[mine], device=dev),
-                                 torch.as_tensor(ok[mine], device=dev), margin, scale)
+        return graded_list_loss(loss, qv @ dv.T, torch.as_tensor(shared[mine], device=dev),
+                                torch.as_tensor(ok[mine], device=dev), margin, scale)
     m = max(len(e.docs) for e in batch)
     labels = np.zeros((len(batch), m), dtype=np.float32)
     valid = np.zeros((len(batch), m), dtype=bool)
@@ -265,7 +265,8 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
         scores = torch.zeros((len(batch), m), dtype=flat.dtype, device=dev).masked_scatter(torch.as_tensor(valid, device=dev), flat)
     else:
         raise TypeError(f"cannot train {type(model).__name__}")
-    return graded_hinge_loss(scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev), margin, scale)
+    return graded_list_loss(loss, scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev),
+                            margin, scale)
 
 
 def _encode(model: TransformerModel, a: list[str], max_length: int, b: list[str] | None = None) -> torch.Tensor:
