@@ -58,7 +58,7 @@ def _matmul_ceiling(model: Any, titles: list[str], reps: int) -> dict[str, float
     tokenisation or pooling. Into preallocated outputs at the same thread count, median of
     ``reps``. A runtime cannot beat it without computing less (fewer padded tokens, lower
     precision): ``titles_per_s`` is the ceiling every fp32 runtime is measured against."""
-    from semsearch.models.transformer import _chunks, _length_order
+    from semsearch.models.transformer import _padded_batches
 
     cfg = model.net.bert.config
     h, ff, heads, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_hidden_layers
@@ -67,8 +67,9 @@ def _matmul_ceiling(model: Any, titles: list[str], reps: int) -> dict[str, float
     w = {"qkv": torch.randn(h, 3 * h, generator=g), "o": torch.randn(h, h, generator=g),
          "in": torch.randn(h, ff, generator=g), "out": torch.randn(ff, h, generator=g)}
     work, flops, tokens = [], 0.0, 0
-    for rows in _chunks(_length_order(titles), model.p.batch_encode):
-        enc = model.tokenizer([titles[i] for i in rows], padding=True, truncation=True, max_length=model.p.max_doc_length)
+    n_max = model.p.max_doc_length
+    for rows in _padded_batches(model._token_lengths(titles, None, n_max), model.p.batch_encode):
+        enc = model.tokenizer([titles[i] for i in rows], padding=True, truncation=True, max_length=n_max)
         b, n = len(rows), len(enc["input_ids"][0])
         t = b * n
         x, y, q, a = torch.randn(t, h, generator=g), torch.randn(t, ff, generator=g), \

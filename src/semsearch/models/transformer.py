@@ -80,11 +80,6 @@ def _length_order(texts: Sequence[str]) -> np.ndarray:
     return np.argsort(-np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts)), kind="stable")
 
 
-def _chunks(order: np.ndarray, size: int) -> list[np.ndarray]:
-    """``order`` cut into consecutive batches of ``size`` rows (the last may be shorter)."""
-    return [order[s : s + size] for s in range(0, len(order), size)]
-
-
 CALL_TOKENS = 9.0
 """One more inference call costs about as much as this many more (padded) tokens: MiniLM fp32
 through ONNX Runtime on one thread takes ~2.2 ms a call plus ~0.24 ms a token."""
@@ -95,7 +90,7 @@ def _padded_batches(lengths: np.ndarray, size: int, call: float = CALL_TOKENS) -
     least to run, a batch costing ``call`` plus its rows times its longest length (padding): the
     rows sorted by length, cut where dynamic programming over the sorted order says. Few short
     texts (a search service's queries) run as few calls with little padding, not one call padded
-    to the longest or one call each."""
+    to the longest or one call each; a collection's titles run as full batches of like length."""
     order = np.argsort(lengths, kind="stable")
     n = len(order)
     cost = np.zeros(n + 1)
@@ -250,6 +245,16 @@ class TransformerModel(TrainedModel):
         return self.tokenizer(list(a), None if b is None else list(b), padding=True, truncation=True,
                               max_length=max_length, return_tensors="pt").to(model_device(self.net))
 
+    def _token_lengths(self, a: Sequence[str], b: Sequence[str] | None, max_length: int) -> np.ndarray:
+        """Each text's (or pair's) token count as ``_tokens`` cuts it: what batching must sort by.
+        Characters are a poor proxy for product titles (sizes and model numbers split into many
+        word pieces): over 1,000 Home Depot titles in batches of 128, character order padded to
+        31,312 tokens, token order to 22,432, for 19,298 real ones."""
+        if len(a) <= 1:
+            return np.ones(len(a), dtype=np.int64)
+        ids = self.tokenizer(list(a), None if b is None else list(b), truncation=True, max_length=max_length)["input_ids"]
+        return np.fromiter(map(len, ids), dtype=np.int64, count=len(a))
+
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         raise NotImplementedError
 
@@ -351,13 +356,13 @@ class BiEncoder(TransformerModel):
         (``_padded_batches``): a service encodes a few short queries at a time."""
         check_queries(texts)
         n = self.p.max_query_length
-        lengths = np.fromiter(map(len, self.tokenizer(list(texts), truncation=True, max_length=n)["input_ids"]),
-                              dtype=np.int64, count=len(texts)) if len(texts) > 1 else np.ones(len(texts), dtype=np.int64)
-        return self._encode(texts, n, "queries", _padded_batches(lengths, self.p.batch_encode))
+        return self._encode(texts, n, "queries", _padded_batches(self._token_lengths(texts, None, n), self.p.batch_encode))
 
     def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        """(N, dim) float32 document vectors (an empty document is allowed)."""
-        return self._encode(texts, self.p.max_doc_length, "documents", _chunks(_length_order(texts), self.p.batch_encode))
+        """(N, dim) float32 document vectors (an empty document is allowed); batched by token
+        count as queries are (``_padded_batches``)."""
+        n = self.p.max_doc_length
+        return self._encode(texts, n, "documents", _padded_batches(self._token_lengths(texts, None, n), self.p.batch_encode))
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
         self._set_ids(doc_ids, texts)
@@ -466,7 +471,7 @@ class CrossEncoder(TransformerModel):
         check_queries(queries)
         out = np.zeros(len(queries), dtype=np.float64)
         max_length = self.p.max_length
-        return self._inference(out, _chunks(_length_order([q + d for q, d in zip(queries, docs)]), self.p.batch_pairs),
+        return self._inference(out, _padded_batches(self._token_lengths(queries, docs, max_length), self.p.batch_pairs),
                                f"scoring {len(queries)} pairs",
                                lambda rows: self._tokens([queries[i] for i in rows], [docs[i] for i in rows], max_length))
 
