@@ -52,14 +52,12 @@ def _per_query_ms(encode: Any, queries: list[str]) -> float:
 
 def _matmul_ceiling(model: Any, titles: list[str], reps: int) -> dict[str, float]:
     """What this machine's matrix products alone allow for the documents run: the encoder's
-    products at the very shapes our torch run computes (its length-sorted batches, each padded to
+    products at the very shapes our torch run computes (``document_batches``, each padded to
     its longest title as tokenised), per layer Q/K/V, the attention scores and context, the
     output projection and the feed-forward pair; no embedding, softmax, LayerNorm, GELU,
     tokenisation or pooling. Into preallocated outputs at the same thread count, median of
     ``reps``. A runtime cannot beat it without computing less (fewer padded tokens, lower
     precision): ``titles_per_s`` is the ceiling every fp32 runtime is measured against."""
-    from semsearch.models.transformer import _padded_batches
-
     cfg = model.net.bert.config
     h, ff, heads, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_hidden_layers
     d = h // heads
@@ -67,9 +65,8 @@ def _matmul_ceiling(model: Any, titles: list[str], reps: int) -> dict[str, float
     w = {"qkv": torch.randn(h, 3 * h, generator=g), "o": torch.randn(h, h, generator=g),
          "in": torch.randn(h, ff, generator=g), "out": torch.randn(ff, h, generator=g)}
     work, flops, tokens = [], 0.0, 0
-    n_max = model.p.max_doc_length
-    for rows in _padded_batches(model._token_lengths(titles, None, n_max), model.p.batch_encode):
-        enc = model.tokenizer([titles[i] for i in rows], padding=True, truncation=True, max_length=n_max)
+    for rows in model.document_batches(titles):
+        enc = model.tokenizer([titles[i] for i in rows], padding=True, truncation=True, max_length=model.p.max_doc_length)
         b, n = len(rows), len(enc["input_ids"][0])
         t = b * n
         x, y, q, a = torch.randn(t, h, generator=g), torch.randn(t, ff, generator=g), \

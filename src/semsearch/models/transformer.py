@@ -359,10 +359,13 @@ class BiEncoder(TransformerModel):
         return self._encode(texts, n, "queries", _padded_batches(self._token_lengths(texts, None, n), self.p.batch_encode))
 
     def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        """(N, dim) float32 document vectors (an empty document is allowed); batched by token
-        count as queries are (``_padded_batches``)."""
-        n = self.p.max_doc_length
-        return self._encode(texts, n, "documents", _padded_batches(self._token_lengths(texts, None, n), self.p.batch_encode))
+        """(N, dim) float32 document vectors (an empty document is allowed), in ``document_batches``."""
+        return self._encode(texts, self.p.max_doc_length, "documents", self.document_batches(texts))
+
+    def document_batches(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """The batches of rows ``encode_documents`` runs: cut by token count as queries are
+        (``_padded_batches``); benchmarks/encode_speed.py times its ceiling at these shapes."""
+        return _padded_batches(self._token_lengths(texts, None, self.p.max_doc_length), self.p.batch_encode)
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
         self._set_ids(doc_ids, texts)
