@@ -388,20 +388,6 @@ def search_cmd(
     err.print(f"load {loaded - start:.2f} s, search {result.timing['total_ms']:.1f} ms", highlight=False)
 
 
-def _check_port(host: str, port: int) -> None:
-    """Fail (exit 2, naming the port) when ``host:port`` cannot be listened on, e.g. it is in use.
-    Binds as uvicorn does (SO_REUSEADDR), so a port left in TIME_WAIT still counts as free."""
-    import socket
-
-    try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((host, port))
-    except OSError as e:
-        raise ValueError(f"cannot listen on {host} port {port}: {e.strerror or e} (is another server running there?)") from None
-
-
 @app.command("serve")
 @_guard
 def serve_cmd(
@@ -422,8 +408,6 @@ def serve_cmd(
     import os
     import shutil
     import tempfile
-
-    import uvicorn
 
     from .index.bundle import RESCORE_ENV, RESULT_CACHE_ENV
 
@@ -456,19 +440,20 @@ def serve_cmd(
 
     from .serving import create_app
     from .serving.app import BUNDLE_ENV, MULTIPROC_ENV, STORE_ENV
+    from .serving.server import listen, run
 
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     if loop not in ("asyncio", "uvloop"):
         raise ValueError(f"--loop must be asyncio or uvloop, got {loop!r}")
     app_ = create_app(bundle, store=store, exposure=exposure)  # loads and verifies the bundle before listening
-    _check_port(host, port)
+    sock = listen(host, port)  # before announcing: a busy port fails here, naming it
     guards = ", ".join([f"API key required ({'file' if api_key_file else '$' + API_KEY_ENV})"] * (key is not None)
                        + [f"at most {rate:g} requests/s per client and worker"] * (rate > 0))
     err.print(f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)}"
               f"{'; ' + guards if guards else ''})", highlight=False)
     if workers == 1:
-        uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5, loop=loop)
+        run(app_, sock, loop=loop)
         return
     del app_
     os.environ[BUNDLE_ENV], os.environ[STORE_ENV] = str(bundle.resolve()), store or ""
@@ -481,8 +466,7 @@ def serve_cmd(
     os.environ.setdefault("OMP_NUM_THREADS", per_worker)
     os.environ.setdefault("NUMBA_NUM_THREADS", per_worker)
     try:
-        uvicorn.run("semsearch.serving.app:app_from_env", factory=True, workers=workers, host=host, port=port,
-                    log_level="warning", timeout_graceful_shutdown=5, loop=loop)
+        run("semsearch.serving.app:app_from_env", sock, workers=workers, loop=loop, factory=True)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
