@@ -378,3 +378,71 @@ def test_checking_a_spec_loads_no_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.splitlines()
     assert "'gama'" in out[0] and "did you mean 'gamma'" in out[0] and "bad.toml:10" in out[0], out  # the row's line
     assert out[-1] == "False"
+
+
+SEEDED = """
+name = "tiny-seeds"
+title = "Seed spread"
+source = "test"
+dataset = "tiny"
+split = "test"
+candidates = "judged"
+metrics = ["ndcg@1", "ndcg@3"]
+tune = "split:dev"
+baselines = ["BM25"]
+
+[[models]]
+label = "BM25"
+model = "bm25"
+
+[[models]]
+label = "DSSM"
+model = "dssm"
+params = {{ hidden = [16], out = 8, epochs = 2, batch_size = 4, negatives = 2 }}
+train = {{ split = "train", threshold = 2 }}
+seeds = {seeds}
+"""
+
+
+def test_seeded_rows_report_their_spread(tiny_data, tmp_path):
+    """seeds = 3: three trained rows (seed 0 keeps the row's own recipe, so its cached model is
+    reused), and the spread of their means with per-seed significance against the baselines."""
+    import json
+    import statistics
+
+    p = tmp_path / "s.toml"
+    p.write_text(SEEDED.format(seeds=3))
+    result = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
+    assert list(result.table.rows) == ["BM25", "DSSM", "DSSM (seed 1)", "DSSM (seed 2)"]
+    assert len(list((tmp_path / "models").iterdir())) == 3  # three recipes, three models
+    assert [result.training[lb]["args"]["seed"] for lb in ("DSSM", "DSSM (seed 1)", "DSSM (seed 2)")] == [0, 1, 2]
+    sp = result.seed_spread["DSSM"]
+    assert sp["seeds"] == 3 and sp["rows"] == ["DSSM", "DSSM (seed 1)", "DSSM (seed 2)"]
+    for m in ("ndcg@1", "ndcg@3"):
+        values = [result.table.rows[lb].result.mean[m] for lb in sp["rows"]]
+        d = sp["metrics"][m]
+        assert d["values"] == values and d["mean"] == pytest.approx(statistics.mean(values))
+        assert d["sd"] == pytest.approx(statistics.stdev(values)) and (d["min"], d["max"]) == (min(values), max(values))
+        better = sum(result.table.p_values(lb, m)["BM25"] is not None and result.table.p_values(lb, m)["BM25"] < 0.05
+                     and result.table.rows[lb].result.mean[m] > result.table.rows["BM25"].result.mean[m] for lb in sp["rows"])
+        assert d["significantly_better"] == {"BM25": better}
+    assert "Spread over training seeds" in result.to_markdown() and "±" in result.to_markdown()
+    assert json.loads(json.dumps(result.to_json()))["seed_spread"]["DSSM"]["seeds"] == 3
+    # a single seed: no spread, the same row (its model reused from the directory)
+    p.write_text(SEEDED.format(seeds=1))
+    one = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
+    assert list(one.table.rows) == ["BM25", "DSSM"] and not one.seed_spread
+    assert one.table.rows["DSSM"].result.mean == result.table.rows["DSSM"].result.mean
+
+
+def test_seeds_are_validated(tmp_path):
+    p = tmp_path / "s.toml"
+    p.write_text(SEEDED.format(seeds=0))
+    with pytest.raises(SpecError, match="seeds must be at least 1"):
+        load_spec(p)
+    p.write_text(SEEDED.format(seeds=2).replace('label = "BM25"\nmodel = "bm25"', 'label = "BM25"\nmodel = "bm25"\nseeds = 2'))
+    with pytest.raises(SpecError, match="'BM25': seeds = 2 needs a trained model row"):
+        load_spec(p)
+    p.write_text(SEEDED.format(seeds=2).replace('label = "BM25"', 'label = "DSSM (seed 1)"').replace('["BM25"]', '[]'))
+    with pytest.raises(SpecError, match=r"would add rows \['DSSM \(seed 1\)'\]"):
+        load_spec(p)

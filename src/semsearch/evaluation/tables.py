@@ -106,6 +106,43 @@ class ResultTable:
             parts.append("NDCG gain: " + "; ".join(_GAIN_NOTE[g] for g in gains) + ".")
         return " ".join(parts)
 
+    def spread(self, labels: Sequence[str], metrics: Sequence[str]) -> dict[str, Any]:
+        """The spread of one model over its training seeds (``labels``: one row per seed): per
+        metric the mean, the sample standard deviation (n − 1; 0 for one seed), min and max of the
+        seeds' means, and per baseline in how many seeds the row is significantly better (the
+        table's markers: paired t-test over queries, p < alpha, higher mean)."""
+        marks = self.markers()
+        out: dict[str, Any] = {"seeds": len(labels), "rows": list(labels), "metrics": {}}
+        for m in (canonical_metric(c) for c in metrics):
+            values = [self.rows[lb].result.mean[m] for lb in labels]
+            mean = sum(values) / len(values)
+            sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+            better = {b: sum(marks[b] in self._cell_markers(lb, m, marks, self.p_values(lb, m)) for lb in labels)
+                      for b in self.baselines if b not in labels}
+            out["metrics"][m] = {"mean": mean, "sd": sd, "min": min(values), "max": max(values), "values": values,
+                                 "significantly_better": better}
+        return out
+
+    def spread_markdown(self, spreads: Mapping[str, Mapping[str, Any]], columns: Sequence[str]) -> str:
+        """``spreads`` (label -> ``spread``) as a table: mean ± sd (min–max) per metric, then per
+        baseline the seeds significantly better than it."""
+        cols = [canonical_metric(c) for c in columns]
+        marks = self.markers()
+        header = ["Model", "seeds", *(metric_header(c) for c in cols)]
+        lines = ["| " + " | ".join(header) + " |", "|---|---:|" + "---|" * len(cols)]
+        for label, sp in spreads.items():
+            cells = [label, str(sp["seeds"])]
+            for c in cols:
+                d = sp["metrics"][c]
+                better = ", ".join(f"{n}/{sp['seeds']} {marks[b]}" for b, n in d["significantly_better"].items() if n)
+                cells.append(f"{d['mean']:.3f} ± {d['sd']:.3f} ({d['min']:.3f}–{d['max']:.3f})" + (f"; {better}" if better else ""))
+            lines.append("| " + " | ".join(cells) + " |")
+        legend = ", ".join(f"{m} = {b}" for b, m in marks.items())
+        note = (f"Mean ± sample sd of the seeds' means (min–max); \"k/n {MARKERS[0]}\": k of the n seeds significantly better "
+                f"than that baseline (paired t-test over queries, p < {self.alpha:g}; {legend}).") if marks else \
+            "Mean ± sample sd of the seeds' means (min–max)."
+        return "\n".join(lines) + "\n\n" + note + "\n"
+
     def to_markdown(self, columns: Sequence[str] | None = None, show_paper: bool = True) -> str:
         """Markdown table (rows = models) plus a footnote line; ``(paper)`` columns where given."""
         cols = [canonical_metric(c) for c in columns] if columns else self.metrics

@@ -41,6 +41,7 @@ class ExperimentResult:
     runs: dict[str, Run] = field(repr=False, default_factory=dict)
     training: dict[str, Any] = field(default_factory=dict)  # label -> the model's training log
     crosstab: dict[str, dict[str, int]] = field(default_factory=dict)
+    seed_spread: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> ResultTable.spread over its seeds
 
     @property
     def ok(self) -> bool:
@@ -56,6 +57,9 @@ class ExperimentResult:
         if s.notes:
             lines += [s.notes.strip(), ""]
         lines += [self.table.to_markdown(columns=s.metrics)]
+        if self.seed_spread:
+            lines += ["Spread over training seeds (rows with `seeds`; each seed is a row above):", "",
+                      self.table.spread_markdown(self.seed_spread, s.metrics)]
         if self.crosstab:
             lines += [f"Top-1 label of each query's first result (rows: {s.crosstab['rows']}, columns: "
                       f"{s.crosstab['columns']}):", "", crosstab_markdown(self.crosstab, s.crosstab["rows"], s.crosstab["columns"])]
@@ -84,7 +88,7 @@ class ExperimentResult:
             "fields": self.spec.fields, "tune": self.spec.tune, "tune_metric": self.spec.tune_metric,
             "table": self.table.to_json(), "chosen": self.chosen, "tuning": self.tuning,
             "checks": [dict(c.__dict__, ok=c.ok) for c in self.checks], "seconds": self.seconds,
-            "training": self.training, "crosstab": self.crosstab,
+            "training": self.training, "crosstab": self.crosstab, "seed_spread": self.seed_spread,
         }
 
     def write(self, out_dir: str | Path) -> Path:

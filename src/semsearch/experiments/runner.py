@@ -25,7 +25,7 @@ from ..text import Analyzer
 from ..types import Qrels, Run
 from .cache import cached_training
 from .result import Check, ExperimentResult
-from .spec import ClassificationSpec, ExperimentSpec, ModelSpec
+from .spec import ClassificationSpec, ExperimentSpec, ModelSpec, seed_rows
 
 
 class _Context:
@@ -165,7 +165,7 @@ def run_experiment(
     tuning: dict[str, dict[str, float]] = {}
     runs: dict[str, Run] = {}
     checks: list[Check] = []
-    rows: Sequence[ModelSpec] = spec.models
+    rows: Sequence[ModelSpec] = [r for ms in spec.models for r in seed_rows(ms)]  # seeds = N: N rows
     rowsets: dict[str, _RowRuns] = {}
     for ms in (track(rows, f"{spec.name}", total=len(rows)) if progress else rows):
         if ms.is_run:
@@ -188,11 +188,14 @@ def run_experiment(
         table.add(ms.label, result, paper=ms.paper)
         for metric, (lo, hi) in ms.expect.items():
             checks.append(Check(ms.label, metric, result.mean[canonical_metric(metric)], lo, hi))
+    seed_spread = {ms.label: table.spread([r.label for r in seed_rows(ms)], spec.metrics)
+                   for ms in spec.models if ms.seeds > 1}
     crosstab = {}
     if spec.crosstab:
         bins = {k: (int(v[0]), int(v[1])) for k, v in spec.crosstab.get("bins", {}).items()} or PAPER_BINS
         crosstab = top1_crosstab(runs[spec.crosstab["rows"]], runs[spec.crosstab["columns"]], test, bins)
-    return ExperimentResult(spec, table, chosen, tuning, checks, time.perf_counter() - start, runs, ctx.training, crosstab)
+    return ExperimentResult(spec, table, chosen, tuning, checks, time.perf_counter() - start, runs, ctx.training, crosstab,
+                            seed_spread)
 
 
 @dataclass

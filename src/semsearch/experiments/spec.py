@@ -50,6 +50,8 @@ class ModelSpec:
     depth: int | None = None  # full-collection rows: this row's own top-k (default: the spec's K)
     index: dict[str, Any] = field(default_factory=dict)  # retrieve through a vector index: {kind, metric, params}
     hybrid: dict[str, Any] = field(default_factory=dict)  # model = "hybrid": {scorer, weight, rrf_k, norm}
+    seeds: int = 1  # trained rows: also train with the next seeds - 1 seeds ("LABEL (seed S)" rows) and
+    # report the spread (mean ± sd, min–max, significance per seed); only this row feeds later rows
 
     def settings(self) -> list[dict[str, Any]]:
         """Every grid setting to try (``[{}]`` without a grid)."""
@@ -268,8 +270,31 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
         k = m.train.get("cross_fit")
         if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 2):
             raise SpecError(f"{p}: {m.label!r} train.cross_fit must be an integer >= 2 (folds), got {k!r}")
+        if m.seeds < 1:
+            raise SpecError(f"{p}: {m.label!r}: seeds must be at least 1, got {m.seeds}")
+        if m.seeds > 1 and (not m.train or m.is_ltr):
+            raise SpecError(f"{p}: {m.label!r}: seeds = {m.seeds} needs a trained model row (a train block)")
+        clash = [lb for lb in seed_labels(m)[1:] if lb in labels]
+        if clash:
+            raise SpecError(f"{p}: {m.label!r}: seeds = {m.seeds} would add rows {clash}, which other rows already use")
         _check_params(m, f"{p}:{_label_line(text, m.label, i)}: row {m.label!r}")
     return spec
+
+
+def seed_rows(m: ModelSpec) -> list[ModelSpec]:
+    """Row ``m`` and, with ``seeds = N``, its N - 1 copies trained with the next seeds (``seed``
+    in ``params``, a training argument of every neural trainer; the first copy keeps ``m``'s own
+    params, so a model trained before is reused). The copies carry no paper figures or
+    expectations."""
+    base = int(m.params.get("seed", 0))
+    return [m] + [dataclasses.replace(m, label=lb, params={**m.params, "seed": base + s}, seeds=1, paper={}, expect={})
+                  for s, lb in enumerate(seed_labels(m)[1:], 1)]
+
+
+def seed_labels(m: ModelSpec) -> list[str]:
+    """The labels of ``seed_rows(m)``: ``m.label``, then ``m.label (seed S)``."""
+    base = int(m.params.get("seed", 0))
+    return [m.label] + [f"{m.label} (seed {base + s})" for s in range(1, m.seeds)]
 
 
 def _label_line(text: str, label: str, i: int) -> int:
