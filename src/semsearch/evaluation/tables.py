@@ -6,6 +6,7 @@ every baseline it beats: paired t-test over queries with p < alpha (0.05) and a 
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,8 +116,7 @@ class ResultTable:
         out: dict[str, Any] = {"seeds": len(labels), "rows": list(labels), "metrics": {}}
         for m in (canonical_metric(c) for c in metrics):
             values = [self.rows[lb].result.mean[m] for lb in labels]
-            mean = sum(values) / len(values)
-            sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+            mean, sd = statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
             better = {b: sum(marks[b] in self._cell_markers(lb, m, marks, self.p_values(lb, m)) for lb in labels)
                       for b in self.baselines if b not in labels}
             out["metrics"][m] = {"mean": mean, "sd": sd, "min": min(values), "max": max(values), "values": values,
