@@ -1,4 +1,5 @@
-"""Fixtures for the unit tests: a tiny trained CLSM, a BM25 + CLSM bundle, a tiny random BERT."""
+"""Fixtures for the unit tests: a tiny trained CLSM, a BM25 + CLSM bundle, a tiny two-stage bundle, a tiny
+random BERT."""
 
 from __future__ import annotations
 
@@ -46,6 +47,22 @@ def make_bundle(tiny_data) -> Callable[..., Path]:
                             dataset="tiny")
 
     return make
+
+
+@pytest.fixture
+def two_stage(tiny_data, tmp_path, trained_clsm) -> Path:
+    """A tiny two-stage bundle: BM25 ∪ a DSSM's k-NN, re-ranked by LambdaMART trained in the build."""
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+
+    trained_clsm(0, "dssm").save(tmp_path / "enc")
+    r = CliRunner().invoke(app, ["index", "build", "--data", "tiny", "--models", f"bm25,{tmp_path / 'enc'}",
+                                 "--analyzer", "english", "--fields", "title", "--out", str(tmp_path / "B"),
+                                 "--train-ranker", "--ranker-param", "stage_depths=[[5,5]]",
+                                 "--ranker-param", "min_data_in_leaf=2", "--ranker-param", "num_boost_round=30"])
+    assert r.exit_code == 0, r.output
+    return tmp_path / "B"
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ batches by token count (``transformer._padded_batches``)."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -50,22 +49,6 @@ def _same(batched: list, alone: list) -> None:
                 assert twins[x.doc_id], (x, y)
         for field in ("score", "lexical", "semantic"):
             assert [getattr(h, field) for h in b.hits] == pytest.approx([getattr(h, field) for h in a.hits], abs=1e-6)
-
-
-@pytest.fixture
-def two_stage(tiny_data, tmp_path, trained_clsm) -> Path:
-    """A tiny two-stage bundle: BM25 ∪ a DSSM's k-NN, re-ranked by LambdaMART trained in the build."""
-    from typer.testing import CliRunner
-
-    from semsearch.cli import app
-
-    trained_clsm(0, "dssm").save(tmp_path / "enc")
-    r = CliRunner().invoke(app, ["index", "build", "--data", "tiny", "--models", f"bm25,{tmp_path / 'enc'}",
-                                 "--analyzer", "english", "--fields", "title", "--out", str(tmp_path / "B"),
-                                 "--train-ranker", "--ranker-param", "stage_depths=[[5,5]]",
-                                 "--ranker-param", "min_data_in_leaf=2", "--ranker-param", "num_boost_round=30"])
-    assert r.exit_code == 0, r.output
-    return tmp_path / "B"
 
 
 def test_two_stage_search_many_equals_one_at_a_time(two_stage):

@@ -34,7 +34,7 @@ from ..data import Corpus, DataFormatError, join_fields, load_corpus, write_corp
 from ..data._io import TMP_SUFFIX, fsync_tree, pid_alive, replace_dir, tmp_dir
 from ..models import Model
 from ..plugins import load_model
-from ..models.base import ModelDirError
+from ..models.base import ModelDirError, best_k, id_ranks
 from ..models.base import sha256_file as _sha256
 from ..ranking.rescore import is_pair_scorer, rescore_top
 from .hybrid import SCORERS, HybridHit, HybridRetriever, Source
@@ -461,6 +461,7 @@ class Bundle:
         self._hybrid = {name: HybridRetriever(lexical, sem, scorer="union", concurrent=not self.two_stage, locks=self._locks,
                                               complete=self.two_stage)
                         for name, sem in (self.semantic.items() if self.semantic else [(None, None)])}
+        self._id_ranks: np.ndarray | None = None  # each document's rank by id (ties), made on first use
 
     @classmethod
     def load(cls, path: str | Path, *, store: str | None = None, verify: bool = True,
@@ -626,10 +627,31 @@ class Bundle:
         """Hits a search keeps ranked before stage 3: ``k``, or the depth stage 3 re-scores if deeper."""
         return max(k, self.rescore_depth) if self.rescore else k
 
+    def _ranked(self, hybrid: HybridRetriever, queries: list[str], k: int) -> tuple[list[list[HybridHit]], dict[str, float]]:
+        """A two-stage search on arrays (``HybridRetriever.candidates``, ``score_candidates``):
+        each query's best ``k`` candidates by the ranker's score, ties by doc id, the only ones
+        that become ``HybridHit``s. The same hits as stage 1's merged hits ranked one by one."""
+        rk: Any = self.ranker
+        cands, timing = hybrid.candidates(queries, n_lexical=rk.n_lexical, n_semantic=rk.n_semantic)
+        t2 = time.perf_counter()
+        with self._locks[id(rk)]:
+            scores = rk.score_candidates(queries, cands)
+        ids = (hybrid.lexical or hybrid.semantic).doc_ids  # type: ignore[union-attr]
+        if self._id_ranks is None:  # every model of a bundle indexes the corpus's ids in its order
+            self._id_ranks = id_ranks(self.corpus.ids)
+        ranks = self._id_ranks
+        found = [c.hits(ids, best_k(s, ranks[c.positions], k), s) for c, s in zip(cands, scores)]
+        timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
+        return found, timing
+
     def _search(self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int,
                 t0: float) -> list[Result]:
-        found, timing = self._stage1(queries, k, model, merge_by, n_lexical, n_semantic)
-        if self.ranker is not None:
+        hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
+        if self.two_stage and hybrid is not None and hybrid.positional:  # (the merge order does not matter: all re-ranked)
+            found, timing = self._ranked(hybrid, queries, self._kept(k))
+        else:
+            found, timing = self._stage1(queries, k, model, merge_by, n_lexical, n_semantic)
+        if self.ranker is not None and "rank_ms" not in timing:
             t2 = time.perf_counter()
             with self._locks[id(self.ranker)]:
                 scores = (self.ranker.score_hits(queries, found) if self.two_stage  # type: ignore[attr-defined]

@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..data import ranked
 from ..models.base import Model
 from ..types import Run
@@ -84,6 +86,70 @@ def union(lexical: Hits, semantic: Hits, limit: int | None = None, *, fill: Fill
     return out
 
 
+@dataclass(slots=True)
+class Candidates:
+    """One query's merged stage-1 candidates as arrays, in ``union`` order (the lexical hits in
+    their order, then the semantic-only hits in theirs): positions in the collection, each stage's
+    score (NaN where the stage neither returned nor scored it) and 1-based rank (NaN where the stage
+    did not return it). What a two-stage search ranks: ids are looked up, and ``HybridHit``s
+    built, only for the hits it returns (``hits``)."""
+
+    positions: np.ndarray  # int64
+    lexical: np.ndarray  # float64, NaN: no score
+    semantic: np.ndarray
+    lexical_rank: np.ndarray  # float64, NaN: not returned by the stage
+    semantic_rank: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def hits(self, ids: Any, rows: Sequence[int] | np.ndarray | None = None,
+             scores: np.ndarray | None = None) -> list[HybridHit]:
+        """``HybridHit``s of ``rows`` (default: all, in order), their ids from ``ids``
+        (``DocIds`` of the collection) and their score ``scores[row]`` (default: ``union``'s,
+        1 / (row + 1)); a NaN stage score or rank becomes None."""
+        rows = np.arange(len(self.positions)) if rows is None else np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return []
+        doc_ids = ids.take(self.positions[rows]).tolist()
+        cols = [np.where(np.isnan(a[rows]), None, a[rows]).tolist() for a in
+                (self.lexical, self.semantic, self.lexical_rank, self.semantic_rank)]
+        score = (1.0 / (rows + 1.0) if scores is None else np.asarray(scores, dtype=np.float64)[rows]).tolist()
+        out = []
+        for d, sc, lx, sm, lr, sr in zip(doc_ids, score, *cols):
+            src = _BOTH if lr is not None and sr is not None else _LEXICAL if lr is not None else _SEMANTIC
+            out.append(HybridHit(d, sc, src, lx, sm, None if lr is None else int(lr), None if sr is None else int(sr)))
+        return out
+
+
+def union_positions(lex_pos: np.ndarray, lex_scores: np.ndarray, sem_pos: np.ndarray,
+                    sem_scores: np.ndarray) -> Candidates:
+    """``union`` on positions (each stage's hits best first): the same candidates in the same
+    order, with the stage scores and ranks as arrays; the scores a stage did not give are NaN
+    (``HybridRetriever`` fills them in when it is ``complete``)."""
+    lex_pos, sem_pos = np.asarray(lex_pos, dtype=np.int64), np.asarray(sem_pos, dtype=np.int64)
+    nl, ns = len(lex_pos), len(sem_pos)
+    sem_only = ~np.isin(sem_pos, lex_pos, assume_unique=True)
+    pos = np.concatenate([lex_pos, sem_pos[sem_only]])
+    n = len(pos)
+    lexical = np.full(n, np.nan)
+    lexical[:nl] = lex_scores
+    lexical_rank = np.full(n, np.nan)
+    lexical_rank[:nl] = np.arange(1, nl + 1)
+    semantic = np.full(n, np.nan)
+    semantic_rank = np.full(n, np.nan)
+    sem_rank = np.arange(1, ns + 1, dtype=np.float64)
+    semantic[nl:] = sem_scores[sem_only]
+    semantic_rank[nl:] = sem_rank[sem_only]
+    if nl and ns:  # the hits both stages returned: their semantic score and rank
+        both = ~sem_only
+        at = np.searchsorted(lex_pos, sem_pos[both], sorter=(order := np.argsort(lex_pos, kind="stable")))
+        rows = order[at]
+        semantic[rows] = sem_scores[both]
+        semantic_rank[rows] = sem_rank[both]
+    return Candidates(pos, lexical, semantic, lexical_rank, semantic_rank)
+
+
 def merge(lexical: Hits, semantic: Hits, *, scorer: str = "rrf", weight: float = 0.5, rrf_k: int = 60,
           norm: str = "minmax", k: int | None = None, fill: Fill | None = None) -> list[HybridHit]:
     """The union of one query's lexical and semantic hits, best first (at most ``k``). ``scorer``:
@@ -148,6 +214,67 @@ class HybridRetriever:
         for m in [m for m in (lexical, semantic) if m is not None]:
             self.locks.setdefault(id(m), threading.Lock())
         self._pool: ThreadPoolExecutor | None = None
+        self._same_ids: tuple[int, int, bool] | None = None
+
+    @property
+    def positional(self) -> bool:
+        """Whether both stages search and score by position in one shared collection (a BM25-like
+        model and a faiss index over the same documents in the same order): then ``candidates``
+        works, and ``timed_search`` merges by ``union`` on arrays."""
+        lex, sem = self.lexical, self.semantic
+        if lex is not None and not getattr(lex, "positional", False):
+            return False
+        if sem is not None and not hasattr(getattr(sem, "vectors", None), "search_positions"):
+            return False
+        if lex is None or sem is None:
+            return True
+        a, b = lex.doc_ids, sem.doc_ids
+        if self._same_ids is None or self._same_ids[:2] != (id(a), id(b)):  # re-checked after re-indexing
+            self._same_ids = (id(a), id(b), bool(a == b))
+        return self._same_ids[2]
+
+    def candidates(self, queries: Sequence[str], *, n_lexical: int | None = None, n_semantic: int | None = None
+                   ) -> tuple[list[Candidates], dict[str, float]]:
+        """Per query, stage 1's merged candidates as arrays (``Candidates``; both stages' scores
+        filled in when ``complete``), and each stage's time in ms (``lexical_ms``,
+        ``semantic_ms``, ``complete_ms``, ``merge_ms``). Needs ``positional``."""
+        if not self.positional:
+            raise ValueError("candidates: the two stages do not share one positional collection")
+        qs = [str(q) for q in queries]
+        n_lex = self.n_lexical if n_lexical is None else n_lexical
+        n_sem = self.n_semantic if n_semantic is None else n_semantic
+        empty = (np.zeros(0, np.int64), np.zeros(0))
+        timing: dict[str, float] = {}
+        t = time.perf_counter()
+        lex: list[tuple[np.ndarray, np.ndarray]] = [empty] * len(qs)
+        if self.lexical is not None and n_lex > 0 and qs:
+            with self.locks[id(self.lexical)]:
+                docs, scores, counts = self.lexical.retrieve_positions(qs, n_lex)  # type: ignore[attr-defined]
+            lex = [(d[:c], s[:c]) for d, s, c in zip(docs, scores, counts.tolist())]
+        timing["lexical_ms"] = 1000 * (time.perf_counter() - t)
+        t = time.perf_counter()
+        sem: list[tuple[np.ndarray, np.ndarray]] = [empty] * len(qs)
+        vecs = None
+        if self.semantic is not None and n_sem > 0 and qs:
+            with self.locks[id(self.semantic)]:
+                sem, vecs = self.semantic.search_positions(qs, n_sem)  # type: ignore[attr-defined]
+        timing["semantic_ms"] = 1000 * (time.perf_counter() - t)
+        t = time.perf_counter()
+        out = [union_positions(lp, ls, sp, ss) for (lp, ls), (sp, ss) in zip(lex, sem)]
+        timing["merge_ms"] = 1000 * (time.perf_counter() - t)
+        if self.complete:
+            t = time.perf_counter()
+            for i, (q, c) in enumerate(zip(qs, out)):
+                no_lex = np.flatnonzero(np.isnan(c.lexical_rank))
+                no_sem = np.flatnonzero(np.isnan(c.semantic_rank))
+                if len(no_lex) and self.lexical is not None:
+                    with self.locks[id(self.lexical)]:
+                        c.lexical[no_lex] = self.lexical.score_positions([q], [c.positions[no_lex]])[0]  # type: ignore[attr-defined]
+                if len(no_sem) and vecs is not None:
+                    with self.locks[id(self.semantic)]:
+                        c.semantic[no_sem] = self.semantic.similarity_positions(vecs[i], c.positions[no_sem])  # type: ignore[union-attr]
+            timing["complete_ms"] = 1000 * (time.perf_counter() - t)
+        return out, timing
 
     def _stage(self, model: Model | None, queries: list[str], n: int) -> tuple[list[Hits], float, Any]:
         """One stage's top ``n`` per query, its time (ms), and the query embeddings when the
@@ -195,6 +322,13 @@ class HybridRetriever:
             raise ValueError(f"empty query text at position {blank[0]}")
         if not qs:
             return [], {}
+        if scorer == "union" and self.positional:  # on arrays; HybridHits only for the hits kept
+            cands, timing = self.candidates(qs, n_lexical=n_lex, n_semantic=n_sem)
+            t = time.perf_counter()
+            ids = (self.lexical or self.semantic).doc_ids  # type: ignore[union-attr]
+            out = [c.hits(ids, None if k is None else np.arange(min(k, len(c)))) for c in cands]
+            timing["merge_ms"] += 1000 * (time.perf_counter() - t)
+            return out, timing
         if self.concurrent and self.semantic is not None:
             self._pool = self._pool or ThreadPoolExecutor(4, thread_name_prefix="hybrid")
         # one thread hand-off per query, not two: hand-offs and GIL switches dominate at sub-ms stages

@@ -152,6 +152,19 @@ class SemanticRetriever(Model):
         q = self.encode_queries(queries)
         return ix.search(q, k), q
 
+    def search_positions(self, queries: Sequence[str], k: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+        """``search`` with each query's hits as (positions in the index, scores) arrays
+        (``VectorIndex.search_positions``; a faiss index only)."""
+        ix = self._require()
+        if not queries:
+            return [], np.zeros((0, self.dim), dtype=np.float32)
+        q = self.encode_queries(queries)
+        return ix.search_positions(q, k), q
+
+    def similarity_positions(self, query_vector: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """``similarity`` of the documents at ``positions`` in the index."""
+        return self._require().similarity_positions(query_vector, positions)
+
     def similarity(self, query_vector: np.ndarray, doc_ids: Sequence[str]) -> np.ndarray:
         """The index's score (cosine for a cosine index) of one query embedding with each of
         ``doc_ids``, from the stored document vectors (no document is encoded again)."""

@@ -141,7 +141,11 @@ class ShardedVectorIndex:
             lists = []
             for j, s in enumerate(self.shards):
                 p = np.array([c[2] for c in cand if c[1] == j], dtype=np.int64)
-                lists.append(s._exact_top(qv, p, k) if len(p) else [])
+                if len(p):
+                    top, scores = s._exact_top(qv, p, k)
+                    lists.append(list(zip(s._ids.take(top).tolist(), scores.tolist())))
+                else:
+                    lists.append([])
             out.append(merge(lists, k))
         return out
 

@@ -253,6 +253,12 @@ class VectorIndex:
         collection returns the whole collection (approximate kinds: as much as they find). Equal
         scores are ordered by doc id, and ties at the cut-off are resolved by doc id too (exactly
         so for ``flat``)."""
+        return [list(zip(self._ids.take(p).tolist(), s.tolist())) for p, s in self.search_positions(queries, k)]
+
+    def search_positions(self, queries: Any, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``search`` with each query's hits as arrays: their positions in the index (int64, the
+        order ids were added) and scores (float64), best first, ties by doc id. A two-stage
+        search works on positions and looks up only the ids it returns."""
         if k < 1:
             raise ValueError("k must be at least 1")
         q = _as_matrix(queries, self.dim, "query vectors")
@@ -260,7 +266,7 @@ class VectorIndex:
         if len(q) == 0:
             return []
         if n == 0:
-            return [[] for _ in range(len(q))]
+            return [(np.zeros(0, np.int64), np.zeros(0)) for _ in range(len(q))]
         if self.metric == "cosine":
             q = _unit(q)
         k = min(k, n)
@@ -278,10 +284,10 @@ class VectorIndex:
             keep = p >= 0
             s, p = s[keep], p[keep]
             order = np.lexsort((self._ranks[p], -s))[:k]
-            out.append(list(zip(self._ids.take(p[order]).tolist(), s[order].tolist())))
+            out.append((p[order].astype(np.int64), s[order].astype(np.float64)))
         return out
 
-    def _rescored(self, q: np.ndarray, k: int) -> list[Hits]:
+    def _rescored(self, q: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """IVF-PQ with exact re-scoring: the codes' top ``rerank`` candidates (at least k), scored
         with the full vectors, best first, equal scores by doc id."""
         assert self._exact is not None
@@ -300,13 +306,13 @@ class VectorIndex:
             return -np.einsum("ij,ij->i", d, d)
         return vectors @ q
 
-    def _exact_top(self, qv: np.ndarray, p: np.ndarray, k: int) -> Hits:
-        """Candidates at positions ``p`` (-1: none) re-scored with the full vectors, best ``k``
-        first, equal scores by doc id."""
+    def _exact_top(self, qv: np.ndarray, p: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Candidates at positions ``p`` (-1: none) re-scored with the full vectors: the best
+        ``k`` positions and scores, best first, equal scores by doc id."""
         p = np.sort(p[p >= 0])  # sorted rows: the memory-mapped file is read in order
         s = self._score(self._exact[p], qv)  # type: ignore[index]
         order = np.lexsort((self._ranks[p], -s))[:k]
-        return list(zip(self._ids.take(p[order]).tolist(), np.asarray(s[order], dtype=np.float64).tolist()))
+        return p[order].astype(np.int64), np.asarray(s[order], dtype=np.float64)
 
     def similarity(self, query: Any, doc_ids: Sequence[str]) -> np.ndarray:
         """One query vector's score with each of ``doc_ids`` (the stored vectors; for cosine the
@@ -314,17 +320,21 @@ class VectorIndex:
         return. Exact for flat, hnsw and re-scored ivfpq; ivfpq without re-scoring scores the
         quantised vectors. Unknown ids raise
         ``KeyError``."""
+        pos = self._ids.positions(doc_ids)
+        if (pos < 0).any():
+            raise KeyError(doc_ids[int(np.flatnonzero(pos < 0)[0])])
+        return self.similarity_positions(query, pos)
+
+    def similarity_positions(self, query: Any, positions: np.ndarray) -> np.ndarray:
+        """``similarity`` of the documents at ``positions`` (int, in the index)."""
         q = _as_matrix(np.asarray(query, dtype=np.float32).reshape(1, -1), self.dim, "query vector")
         if len(q) != 1:
             raise ValueError(f"similarity takes one query vector, got {len(q)}")
         if self.metric == "cosine":
             q = _unit(q)
-        if not len(doc_ids):
+        if not len(positions):
             return np.zeros(0, dtype=np.float64)
-        pos = self._ids.positions(doc_ids)
-        if (pos < 0).any():
-            raise KeyError(doc_ids[int(np.flatnonzero(pos < 0)[0])])
-        return self._score(self.stored_vectors()[pos], q[0]).astype(np.float64)
+        return self._score(self.stored_vectors()[positions], q[0]).astype(np.float64)
 
     def stored_vectors(self) -> np.ndarray:
         """All stored vectors (normalised for cosine; decoded for ivfpq) as one matrix, read from

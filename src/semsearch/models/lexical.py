@@ -488,11 +488,25 @@ class LexicalModel(IndexedModel):
             raise ValueError("k must be at least 1")
         if self.p.stats == "exclude-query-pool":
             raise ValueError("retrieve_arrays: stats = 'exclude-query-pool' scores each query apart; use retrieve")
-        ix = self.lexical_index
-        docs, scores, counts = self._top_k.search(*self._query_arrays(queries), k)
-        ids = ix.doc_ids.take(docs)  # (-1 past a row's count: blanked below)
+        docs, scores, counts = self.retrieve_positions(queries, k)
+        ids = self.lexical_index.doc_ids.take(docs)  # (-1 past a row's count: blanked below)
         ids[docs < 0] = ""
         return ids, scores, counts
+
+    @property
+    def positional(self) -> bool:
+        """Whether ``retrieve_positions`` and ``score_positions`` work on their own (not with
+        ``stats = "exclude-query-pool"``, which scores each query apart by id)."""
+        return self.p.stats != "exclude-query-pool"
+
+    def retrieve_positions(self, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``retrieve_arrays`` with the documents as positions in the indexed collection (int64,
+        -1 past a row's count): a two-stage search looks up only the ids it returns."""
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        if not self.positional:
+            raise ValueError("retrieve_positions: stats = 'exclude-query-pool' scores each query apart; use retrieve")
+        return self._top_k.search(*self._query_arrays(queries), k)
 
     def _query_arrays(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The queries as the kernel takes them: CSR rows (row pointers, ascending term ids,

@@ -45,13 +45,20 @@ STAGE_FEATURES = ("lexical_score", "semantic_score", "lexical_rank", "semantic_r
 def stage_columns(names: Sequence[str], hits: Sequence[Sequence[object]], n_lexical: int, n_semantic: int) -> np.ndarray:
     """(pairs, len(names)) ``STAGE_FEATURES`` of merged stage-1 hits (objects with ``lexical``,
     ``semantic``, ``lexical_rank``, ``semantic_rank``, like ``index.HybridHit``); a missing score is 0."""
+    # one pass of attribute reads for all four; None becomes NaN
+    raw = np.array([(h.lexical, h.semantic, h.lexical_rank, h.semantic_rank) for hs in hits for h in hs],  # type: ignore[attr-defined]
+                   dtype=np.float64).reshape(-1, len(STAGE_FEATURES))
+    return stage_matrix(names, raw, n_lexical, n_semantic)
+
+
+def stage_matrix(names: Sequence[str], raw: np.ndarray, n_lexical: int, n_semantic: int) -> np.ndarray:
+    """``stage_columns`` from the raw (pairs, 4) array of lexical score, semantic score, lexical
+    rank and semantic rank (NaN: missing), e.g. ``index.Candidates``' arrays stacked (the served
+    search's path, with no hit objects)."""
     unknown = [n for n in names if n not in STAGE_FEATURES]
     if unknown:
         raise ValueError(f"unknown stage features {unknown}; known: {', '.join(STAGE_FEATURES)}")
     cap = {"lexical_rank": n_lexical + 1, "semantic_rank": n_semantic + 1}
-    # one pass of attribute reads for all four (the serving hot path); None becomes NaN
-    raw = np.array([(h.lexical, h.semantic, h.lexical_rank, h.semantic_rank) for hs in hits for h in hs],  # type: ignore[attr-defined]
-                   dtype=np.float64).reshape(-1, len(STAGE_FEATURES))
     out = np.zeros((len(raw), len(names)), dtype=np.float64)
     for j, n in enumerate(names):
         col = raw[:, STAGE_FEATURES.index(n)].copy()
