@@ -1,4 +1,4 @@
-"""VectorIndex (flat / hnsw / ivfpq), recall_at_k and SemanticRetriever on random vectors."""
+"""VectorIndex (flat / hnsw / hnswsq / ivfpq), recall_at_k and SemanticRetriever on random vectors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from semsearch.index import IndexMismatchError, SemanticRetriever, VectorIndex, 
 from semsearch.models import ModelDirError
 
 IVF = {"nlist": 16, "m": 16, "nbits": 6, "nprobe": 4}
-PARAMS = {"flat": {}, "hnsw": {"M": 16, "efConstruction": 80, "efSearch": 64}, "ivfpq": IVF}
+PARAMS = {"flat": {}, "hnsw": {"M": 16, "efConstruction": 80, "efSearch": 64},
+          "hnswsq": {"M": 16, "efConstruction": 80, "efSearch": 64}, "ivfpq": IVF}
 
 
 def clustered(n: int, dim: int = 32, centres: int = 20, seed: int = 0) -> np.ndarray:
@@ -45,7 +46,7 @@ def test_flat_matches_numpy_cosine(data) -> None:  # type: ignore[no-untyped-def
     assert got[0][0][1] == pytest.approx(float(np.max((q[0] / np.linalg.norm(q[0])) @ (x / np.linalg.norm(x, axis=1, keepdims=True)).T)), abs=1e-5)
 
 
-@pytest.mark.parametrize("kind,bound", [("hnsw", 0.95), ("ivfpq", 0.6)])
+@pytest.mark.parametrize("kind,bound", [("hnsw", 0.95), ("hnswsq", 0.95), ("ivfpq", 0.6)])
 def test_approximate_recall_against_flat(data, kind: str, bound: float) -> None:  # type: ignore[no-untyped-def]
     ids, x, q = data
     truth = VectorIndex.build(ids, x, "flat").search(q, 10)
@@ -55,7 +56,7 @@ def test_approximate_recall_against_flat(data, kind: str, bound: float) -> None:
     assert all(len(h) == 10 for h in approx)
 
 
-@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivfpq"])
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "hnswsq", "ivfpq"])
 def test_save_load_round_trip(data, kind: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     ids, x, q = data
     ix = VectorIndex.build(ids, x, kind, model="enc-a", **PARAMS[kind])
@@ -243,7 +244,7 @@ def test_semantic_retriever_flat_equals_the_models_exact_retrieve() -> None:
     assert [list(s) for s in r.score(["drill"], [["d0", "d1"]])] == [list(s) for s in m.score(["drill"], [["d0", "d1"]])]
 
 
-@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivfpq"])
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "hnswsq", "ivfpq"])
 def test_similarity_scores_any_document(data, kind: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """``similarity``: one query's score with given documents from the stored vectors — exactly
     the search's score for flat and hnsw (the cosine), the quantised one for ivfpq; after a
@@ -304,6 +305,30 @@ def test_ivfpq_exact_rescoring(tmp_path: Path) -> None:
         VectorIndex(32, "ivfpq", rerank=-1)
     with pytest.raises(ValueError, match="rerank needs the full vectors"):
         coarse.set_search_params(rerank=50)
+
+
+def test_hnswsq_returns_exact_scores_from_the_full_vectors(tmp_path: Path) -> None:
+    """HNSW over 8-bit codes: the hits it finds carry the exact cosine (re-scored with the full
+    vectors, memory-mapped after loading), in exact order with ties by id; recall close to HNSW's."""
+    x, q = _clusters(3000, 32, 0), _clusters(50, 32, 1)
+    ids = [f"d{i:05d}" for i in range(len(x))]
+    flat = VectorIndex.build(ids, x, "flat")
+    sq = VectorIndex.build(ids, x, "hnswsq", M=16, efConstruction=80, efSearch=64)
+    assert recall_at_k(sq.search(q, 10), flat.search(q, 10), 10) >= 0.9
+    for qv, hits in zip(q, sq.search(q, 10)):
+        got = np.array([s for _, s in hits])
+        np.testing.assert_allclose(got, flat.similarity(qv, [d for d, _ in hits]), rtol=1e-5, atol=1e-6)
+        assert list(got) == sorted(got, reverse=True)
+    sq.save(tmp_path / "ix")
+    loaded = VectorIndex.load(tmp_path / "ix")
+    assert isinstance(loaded.stored_vectors(), np.memmap) and loaded.search(q, 10) == sq.search(q, 10)
+    assert loaded.nbytes() < VectorIndex.build(ids, x, "hnsw", M=16).nbytes()  # codes, not floats, in RAM
+    loaded.set_search_params(efSearch=16)
+    with pytest.raises(ValueError, match="efSearch"):
+        loaded.set_search_params(nprobe=3)
+    (tmp_path / "ix" / "vectors.npy").unlink()
+    with pytest.raises(ModelDirError, match=r"vectors\.npy: the full vectors hnswsq re-scores with"):
+        VectorIndex.load(tmp_path / "ix")
 
 
 def test_ids_are_held_compactly_and_answer_as_a_list(tmp_path) -> None:
