@@ -287,7 +287,7 @@ def index_build(
     ranker: Annotated[Optional[Path], typer.Option(help="Saved ranker directory to include (optional).")] = None,
     train_ranker: Annotated[bool, typer.Option("--train-ranker", help="Two-stage search: train a LambdaMART ranker on what this bundle's stage 1 (lexical ∪ first neural model) returns for the data set's train queries, stage depths and trees chosen on its dev queries.")] = False,
     ranker_param: Annotated[list[str], typer.Option("--ranker-param", help="--train-ranker: ranker parameter NAME=VALUE (repeatable), e.g. stage_depths=[[100,100]].")] = [],
-    vector_index: Annotated[str, typer.Option("--vector-index", help="Vector index kind: flat, hnsw or ivfpq.")] = "flat",
+    vector_index: Annotated[str, typer.Option("--vector-index", help="Vector index kind: flat, hnsw, hnswsq (HNSW over 8-bit codes, hits re-scored exactly) or ivfpq.")] = "flat",
     store: Annotated[str, typer.Option(help="Vector store: faiss or postgres (PostgreSQL + pgvector, HNSW; the faiss index is kept too).")] = "faiss",
     pg_data: Annotated[Optional[Path], typer.Option(help="postgres store: data directory of the embedded server (default BUNDLE/../.semsearch-pg); $SEMSEARCH_PG_DSN names an existing server instead.")] = None,
     skip_bad_lines: Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")] = False,
@@ -333,7 +333,7 @@ def index_build(
 def index_from_shards_cmd(
     shards: Annotated[list[Path], typer.Argument(help="Encoded shards: the .npy files `semsearch encode --shard I/N` wrote (their .json beside them).")],
     out: Annotated[Path, typer.Option("--out", help="Directory of the sharded vector index (one sub-index per shard).")],
-    kind: Annotated[str, typer.Option(help="flat, hnsw or ivfpq.")] = "ivfpq",
+    kind: Annotated[str, typer.Option(help="flat, hnsw, hnswsq or ivfpq.")] = "ivfpq",
     metric: Annotated[str, typer.Option(help="ip, cosine or l2.")] = "cosine",
     train_sample: Annotated[int, typer.Option(help="IVF-PQ: vectors (from the first shards) the shared quantizers are trained on.")] = 100_000,
     param: Annotated[list[str], typer.Option("--param", help="Index parameter NAME=VALUE (repeatable), e.g. nlist=1024, m=48, nprobe=64.")] = [],
@@ -440,14 +440,14 @@ def serve_cmd(
 
     from .serving import create_app
     from .serving.app import BUNDLE_ENV, MULTIPROC_ENV, STORE_ENV
-    from .serving.server import listen, run
+    from .serving.server import listen, reserve, run
 
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     if loop not in ("asyncio", "uvloop"):
         raise ValueError(f"--loop must be asyncio or uvloop, got {loop!r}")
     app_ = create_app(bundle, store=store, exposure=exposure)  # loads and verifies the bundle before listening
-    sock = listen(host, port)  # before announcing: a busy port fails here, naming it
+    sock = (listen if workers == 1 else reserve)(host, port)  # before announcing: a busy port fails here, naming it
     guards = ", ".join([f"API key required ({'file' if api_key_file else '$' + API_KEY_ENV})"] * (key is not None)
                        + [f"at most {rate:g} requests/s per client and worker"] * (rate > 0))
     err.print(f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)}"
