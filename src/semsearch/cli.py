@@ -72,6 +72,22 @@ def _parse_params(pairs: list[str]) -> dict[str, Any]:
     return params
 
 
+def _vector_params(kind: str, pairs: list[str]) -> dict[str, int]:
+    """``--vector-param`` pairs for a vector index of ``kind``, checked before anything is encoded:
+    known names, integer values."""
+    from .index import VectorIndex
+
+    params = _parse_params(pairs)
+    for k, v in params.items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"--vector-param {k}: expected an integer, got {v!r}")
+    try:
+        VectorIndex(8, kind, **params)  # (a tiny index: the kind's own check of the names and values)
+    except ValueError as e:
+        raise ValueError(f"--vector-param: {e}") from None
+    return params
+
+
 def _model(name_or_dir: str, param: list[str], analyzer: str | None):  # type: ignore[no-untyped-def]
     """The model named on the command line, with its --param and --analyzer options."""
     from .params import ParamError
@@ -288,6 +304,7 @@ def index_build(
     train_ranker: Annotated[bool, typer.Option("--train-ranker", help="Two-stage search: train a LambdaMART ranker on what this bundle's stage 1 (lexical ∪ first neural model) returns for the data set's train queries, stage depths and trees chosen on its dev queries.")] = False,
     ranker_param: Annotated[list[str], typer.Option("--ranker-param", help="--train-ranker: ranker parameter NAME=VALUE (repeatable), e.g. stage_depths=[[100,100]].")] = [],
     vector_index: Annotated[str, typer.Option("--vector-index", help="Vector index kind: flat, hnsw, hnswsq (HNSW over 8-bit codes, hits re-scored exactly) or ivfpq.")] = "flat",
+    vector_param: Annotated[list[str], typer.Option("--vector-param", help="Vector index parameter NAME=VALUE (repeatable), an integer, e.g. efSearch=64 (hnsw, hnswsq: M, efConstruction, efSearch; ivfpq: nlist, m, nbits, nprobe, rerank).")] = [],
     store: Annotated[str, typer.Option(help="Vector store: faiss or postgres (PostgreSQL + pgvector, HNSW; the faiss index is kept too).")] = "faiss",
     pg_data: Annotated[Optional[Path], typer.Option(help="postgres store: data directory of the embedded server (default BUNDLE/../.semsearch-pg); $SEMSEARCH_PG_DSN names an existing server instead.")] = None,
     skip_bad_lines: Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")] = False,
@@ -310,6 +327,7 @@ def index_build(
     if ranker_param and not train_ranker:
         raise ValueError("--ranker-param needs --train-ranker")
     _check_onnx(onnx)
+    index_params = _vector_params(vector_index, vector_param)
     built = _bundle_models(names, param, analyzer)
     _onnx_models(built, onnx)
     corpus = (load_corpus(data, skip_bad_lines=skip_bad_lines) if Path(data).is_file()
@@ -324,7 +342,7 @@ def index_build(
         raise ValueError("--rescore-depth needs --rescorer")
     path = build_bundle(corpus, built, out_dir, ranker=rk, train_ranker=trainer, dataset=data, fields=fields,
                         kind=vector_index, store=store, pg_data=pg_data, vector_cache=vector_cache, rescorer=rs,
-                        rescore_depth=rescore_depth)
+                        rescore_depth=rescore_depth, index_params=index_params)
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
 
 

@@ -61,6 +61,18 @@ def test_run_full_and_rerank_a_run_file_and_queries_file(tiny_data, tmp_path):
     assert rr.read_text() == ""
 
 
+def test_index_build_with_vector_params(tiny_data, tmp_path, trained_clsm):
+    """``--vector-param`` reaches the bundle's vector index (and is saved with it)."""
+    from semsearch.index import Bundle
+
+    trained_clsm(0, "dssm").save(tmp_path / "enc")
+    r = invoke("index", "build", "--data", "tiny", "--models", f"bm25,{tmp_path / 'enc'}", "--out", str(tmp_path / "B"),
+               "--vector-index", "hnswsq", "--vector-param", "efSearch=24", "--vector-param", "M=8")
+    assert r.exit_code == 0, r.output
+    ix = next(iter(Bundle.load(tmp_path / "B").semantic.values())).vectors
+    assert ix.kind == "hnswsq" and ix.params == {"M": 8, "efConstruction": 200, "efSearch": 24}
+
+
 def test_index_build_and_search(tiny_data, tmp_path):
     idx = tmp_path / "idx"
     assert invoke("index", "build", "--data", "tiny", "--out", str(idx), "--analyzer", "english").exit_code == 0
@@ -135,6 +147,9 @@ expect = { "ndcg@1" = [0.0, 0.01] }
     (["run", "--param", "stats=pooled"], ["'stats' must be one of 'collection', 'exclude-query-pool', got 'pooled'"]),
     (["run", "--model", "./nope"], ["no model at ./nope"]),
     (["index", "build", "--models", "bm25,./nope"], ["no model at ./nope"]),
+    (["index", "build", "--vector-index", "hnswsq", "--vector-param", "efsearch=64"],
+     ["--vector-param: hnswsq index has no parameters ['efsearch']; known: ['M', 'efConstruction', 'efSearch']"]),
+    (["index", "build", "--vector-index", "hnsw", "--vector-param", "efSearch=6.5"], ["--vector-param efSearch: expected an integer, got 6.5"]),
     (["train", "bm25"], ["bm25 (lexical family) is not trainable"]),
     (["train", "lambdamart", "--param", "num_leaves=lots"], ["lambdamart parameter 'num_leaves' must be a whole number, got 'lots'"]),
 ])

@@ -161,7 +161,8 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
                  train_ranker: Callable[[StageSearch], tuple[Model, dict[str, Any]]] | None = None,
                  dataset: str = "", fields: str = "title+text", kind: str = "flat", store: str = "faiss",
                  pg_data: str | Path | None = None, postgres_dsn: str | None = None,
-                 vector_cache: str | Path | None = None, rescorer: Model | None = None, rescore_depth: int = 10) -> Path:
+                 vector_cache: str | Path | None = None, rescorer: Model | None = None, rescore_depth: int = 10,
+                 index_params: Mapping[str, int] | None = None) -> Path:
     """Index ``corpus`` with each model (at most one lexical model; each encoder gets a vector
     index of ``kind``) and save everything as a bundle at ``out``, replacing it atomically.
     ``train_ranker``: called with the new bundle's stage 1 (lexical ∪ first encoder) once it is
@@ -220,7 +221,7 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             _drop_orphans(dsn, out, prefix)
         retrievers = []
         for i, (enc, name) in enumerate(zip(encoders, names)):
-            r = SemanticRetriever(enc, kind, cache=vector_cache)  # type: ignore[arg-type]
+            r = SemanticRetriever(enc, kind, cache=vector_cache, **dict(index_params or {}))  # type: ignore[arg-type]
             retrievers.append(r)
             vecs = r.embed(corpus.ids, texts, progress=f"encoding documents ({name})")  # type: ignore[arg-type]
             r.index_vectors(corpus.ids, vecs)
