@@ -37,7 +37,10 @@ from _common import REPO, hardware, hardware_line, median_time, rss_mb, summary_
 
 TARGET_RECALL = 0.95  # IVF-PQ with exact re-scoring, recall@10 against Flat (the speed issue)
 TARGET_MEMORY = 5.0  # ... at >= 5x less resident memory than Flat
-SERVED = REPO / "bundles" / "homedepot" / "models" / "bert-rep" / "index"  # make serve's MiniLM title vectors
+# make serve's MiniLM title vectors: the static query encoder's index (MiniLM's document vectors), or the
+# MiniLM bundle's before it
+SERVED = next((d for d in (REPO / "bundles" / "homedepot" / "models" / m / "index" for m in ("static-query", "bert-rep"))
+               if (d / "vector_index.json").is_file()), REPO / "bundles" / "homedepot" / "models" / "static-query" / "index")
 from semsearch.data import open_dataset
 from semsearch.index import SemanticRetriever, VectorIndex, recall_at_k, set_threads
 from semsearch.plugins import create_model
