@@ -67,6 +67,14 @@ def test_save_load_round_trip(data, kind: str, tmp_path: Path) -> None:  # type:
     assert 0 < back.bytes_per_doc() == ix.bytes_per_doc()
 
 
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "hnswsq", "ivfpq"])
+def test_a_batch_of_queries_finds_what_each_finds_alone(data, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """One sort for a batch's rows and a single query's own sort give the same hits and order."""
+    ids, x, q = data
+    ix = VectorIndex.build(ids, x, kind, **PARAMS[kind])
+    assert ix.search(q, 7) == [ix.search(q[i : i + 1], 7)[0] for i in range(len(q))]
+
+
 def test_bytes_per_doc_orders_kinds(data) -> None:  # type: ignore[no-untyped-def]
     ids, x, _ = data
     size = {k: VectorIndex.build(ids, x, k, **PARAMS[k]).bytes_per_doc() for k in PARAMS}
