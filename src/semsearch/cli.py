@@ -74,15 +74,17 @@ def _parse_params(pairs: list[str]) -> dict[str, Any]:
 
 def _vector_params(kind: str, pairs: list[str]) -> dict[str, int]:
     """``--vector-param`` pairs for a vector index of ``kind``, checked before anything is encoded:
-    known names, integer values."""
+    known names, integer values (``VectorIndex.check_params``; the rest, e.g. ivfpq's ``m``
+    dividing the dimension, once the vectors exist)."""
     from .index import VectorIndex
 
     params = _parse_params(pairs)
     for k, v in params.items():
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"--vector-param {k}: expected an integer, got {v!r}")
+    VectorIndex.check_params(kind, {})  # (an unknown --vector-index is named as such)
     try:
-        VectorIndex(8, kind, **params)  # (a tiny index: the kind's own check of the names and values)
+        VectorIndex.check_params(kind, params)
     except ValueError as e:
         raise ValueError(f"--vector-param: {e}") from None
     return params

@@ -73,6 +73,17 @@ def test_index_build_with_vector_params(tiny_data, tmp_path, trained_clsm):
     assert ix.kind == "hnswsq" and ix.params == {"M": 8, "efConstruction": 200, "efSearch": 24}
 
 
+def test_vector_params_are_checked_without_the_vectors():
+    """Names and integer values are checked before anything is encoded, for every kind, and only
+    those: ivfpq's sub-quantisers must divide the vectors' dimension, unknown until they exist."""
+    from semsearch.cli import _vector_params
+
+    assert _vector_params("ivfpq", []) == {} and _vector_params("ivfpq", ["nprobe=64", "m=48"]) == {"nprobe": 64, "m": 48}
+    assert _vector_params("hnswsq", ["efSearch=64"]) == {"efSearch": 64}
+    with pytest.raises(ValueError, match="kind must be one of"):
+        _vector_params("annoy", [])
+
+
 def test_index_build_and_search(tiny_data, tmp_path):
     idx = tmp_path / "idx"
     assert invoke("index", "build", "--data", "tiny", "--out", str(idx), "--analyzer", "english").exit_code == 0

@@ -28,7 +28,7 @@ or dimension than the caller expects (``IndexMismatchError``)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,15 +89,11 @@ class VectorIndex:
 
     def __init__(self, dim: int, kind: str = "flat", metric: str = "cosine", *, model: str = "",
                  threads: int | None = None, **params: int):
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        self.check_params(kind, params)
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
         if dim < 1:
             raise ValueError("dim must be at least 1")
-        unknown = set(params) - set(DEFAULTS[kind])
-        if unknown:
-            raise ValueError(f"{kind} index has no parameters {sorted(unknown)}; known: {sorted(DEFAULTS[kind])}")
         self.dim, self.kind, self.metric, self.model = int(dim), kind, metric, model
         self.params: dict[str, int] = {**DEFAULTS[kind], **{k: int(v) for k, v in params.items()}}
         if kind == "ivfpq" and dim % self.params["m"]:
@@ -112,6 +108,16 @@ class VectorIndex:
         self._matrix: np.ndarray | None = None  # stored_vectors(), read on first use
         self._exact: np.ndarray | None = None  # hnswsq, ivfpq with rerank: the full (normalised) vectors
         self._faiss = self._new_faiss()
+
+    @staticmethod
+    def check_params(kind: str, params: Mapping[str, Any]) -> None:
+        """ValueError unless ``kind`` is a known kind and ``params`` name only its parameters (what
+        can be checked before the vectors, and so their dimension, exist)."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        unknown = set(params) - set(DEFAULTS[kind])
+        if unknown:
+            raise ValueError(f"{kind} index has no parameters {sorted(unknown)}; known: {sorted(DEFAULTS[kind])}")
 
     # -- building -------------------------------------------------------------------------------
     def _new_faiss(self) -> Any:
