@@ -637,7 +637,7 @@ class Bundle:
         t2 = time.perf_counter()
         with self._locks[id(rk)]:
             scores = rk.score_candidates(queries, cands)
-        ids = (hybrid.lexical or hybrid.semantic).doc_ids  # type: ignore[union-attr]
+        ids = hybrid.doc_ids
         if self._id_ranks is None:  # every model of a bundle indexes the corpus's ids in its order
             self._id_ranks = id_ranks(self.corpus.ids)
         ranks = self._id_ranks

@@ -235,6 +235,11 @@ class HybridRetriever:
             self._same_ids = (id(a), id(b), bool(a == b))
         return self._same_ids[2]
 
+    @property
+    def doc_ids(self) -> Any:
+        """The collection both stages index (a positional retriever's: ``DocIds``)."""
+        return (self.lexical or self.semantic).doc_ids  # type: ignore[union-attr]
+
     def candidates(self, queries: Sequence[str], *, n_lexical: int | None = None, n_semantic: int | None = None
                    ) -> tuple[list[Candidates], dict[str, float]]:
         """Per query, stage 1's merged candidates as arrays (``Candidates``; both stages' scores
@@ -327,8 +332,7 @@ class HybridRetriever:
         if scorer == "union" and self.positional:  # on arrays; HybridHits only for the hits kept
             cands, timing = self.candidates(qs, n_lexical=n_lex, n_semantic=n_sem)
             t = time.perf_counter()
-            ids = (self.lexical or self.semantic).doc_ids  # type: ignore[union-attr]
-            out = [c.hits(ids, None if k is None else np.arange(min(k, len(c)))) for c in cands]
+            out = [c.hits(self.doc_ids, None if k is None else np.arange(min(k, len(c)))) for c in cands]
             timing["merge_ms"] += 1000 * (time.perf_counter() - t)
             return out, timing
         if self.concurrent and self.semantic is not None:

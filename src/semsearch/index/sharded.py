@@ -143,7 +143,7 @@ class ShardedVectorIndex:
                 p = np.array([c[2] for c in cand if c[1] == j], dtype=np.int64)
                 if len(p):
                     top, scores = s._exact_top(qv, p, k)
-                    lists.append(list(zip(s._ids.take(top).tolist(), scores.tolist())))
+                    lists.append(list(zip(s.doc_ids.take(top).tolist(), scores.tolist())))  # type: ignore[attr-defined]
                 else:
                     lists.append([])
             out.append(merge(lists, k))

@@ -484,11 +484,7 @@ class LexicalModel(IndexedModel):
         """``retrieve`` as arrays, for bulk runs where building (id, score) tuples costs more than
         the search: doc ids (queries x k, object, ``""`` past a row's count), scores (float64, 0
         past the count) and each row's count. Not for ``stats = "exclude-query-pool"``."""
-        if k < 1:
-            raise ValueError("k must be at least 1")
-        if self.p.stats == "exclude-query-pool":
-            raise ValueError("retrieve_arrays: stats = 'exclude-query-pool' scores each query apart; use retrieve")
-        docs, scores, counts = self.retrieve_positions(queries, k)
+        docs, scores, counts = self.retrieve_positions(queries, k)  # (checks k and stats)
         ids = self.lexical_index.doc_ids.take(docs)  # (-1 past a row's count: blanked below)
         ids[docs < 0] = ""
         return ids, scores, counts
@@ -505,7 +501,8 @@ class LexicalModel(IndexedModel):
         if k < 1:
             raise ValueError("k must be at least 1")
         if not self.positional:
-            raise ValueError("retrieve_positions: stats = 'exclude-query-pool' scores each query apart; use retrieve")
+            raise ValueError("retrieve_arrays / retrieve_positions: stats = 'exclude-query-pool' scores each query "
+                             "apart; use retrieve")
         return self._top_k.search(*self._query_arrays(queries), k)
 
     def _query_arrays(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

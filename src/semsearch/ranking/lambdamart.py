@@ -82,6 +82,7 @@ class LambdaMART:
                              f"got {self.p.prior_features!r}")
         self.booster: Any = None
         self.best_iteration = 0
+        self._trees: CompiledTrees | None | bool = False  # the booster compiled on the first predict (False: not yet)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -152,8 +153,7 @@ class LambdaMART:
 
     def set_booster(self, booster: Any, best_iteration: int) -> None:
         """The trained booster and the round to predict with."""
-        self.booster, self.best_iteration = booster, int(best_iteration)
-        self._trees: CompiledTrees | None | bool = False  # compiled on the first predict (False: not yet)
+        self.booster, self.best_iteration, self._trees = booster, int(best_iteration), False
 
     def predict(self, g: Groups) -> np.ndarray:
         """One score per row of ``g``."""
@@ -162,7 +162,7 @@ class LambdaMART:
         X = self.matrix(g)
         if not len(X):
             return np.zeros(0)
-        trees = getattr(self, "_trees", False)
+        trees = self._trees
         if trees is False:
             trees = self._trees = compile_booster(self.booster, self.best_iteration)  # (<= 0: every tree, as predict)
         raw = (trees.predict(X) if trees is not None  # the same sums as LightGBM's, faster (ranking/trees.py)
@@ -219,6 +219,15 @@ class LambdaMART:
         if ranker.booster.num_feature() != len(ranker.columns):
             raise ModelDirError(f"{d}: booster has {ranker.booster.num_feature()} features, config names {len(ranker.columns)}")
         return ranker
+
+
+def _per_group(scores: np.ndarray, offsets: np.ndarray, keep: Sequence[int], n: int) -> list[np.ndarray]:
+    """One array per query of ``n``: the scores of group j (``offsets[j]:offsets[j+1]``) for query
+    ``keep[j]``, none for a query without candidates (it has no group)."""
+    out = [np.zeros(0)] * n
+    for j, i in enumerate(keep):
+        out[i] = scores[offsets[j]:offsets[j + 1]]
+    return out
 
 
 def _per_query(X: np.ndarray, offsets: np.ndarray, f: Any) -> np.ndarray:
@@ -389,9 +398,7 @@ class LambdaMARTRanker(Model):
         scores, then the pair features."""
         if self._by_position is not None:
             pos = [positions(self._by_position, c) for c in candidates]
-            X = np.zeros((sum(map(len, pos)), len(self.models)))
-            for j, m in enumerate(self.models):
-                X[:, j] = np.concatenate(m.score_positions(queries, pos)) if pos else np.zeros(0)  # type: ignore[attr-defined]
+            X = self._position_columns(queries, pos)
         else:
             pos = None
             X = model_columns(self.models, queries, candidates)
@@ -407,6 +414,14 @@ class LambdaMARTRanker(Model):
             except KeyError as e:
                 raise ValueError(f"candidate document {e.args[0]!r} is not in the indexed collection") from None
             X = np.hstack([X, pair_columns(self.pair_features, queries, texts)])
+        return X
+
+    def _position_columns(self, queries: Sequence[str], pos: Sequence[np.ndarray]) -> np.ndarray:
+        """(pairs, models): each feature model's score of the candidates at ``pos`` (positions in
+        the collection) of each query."""
+        X = np.zeros((sum(map(len, pos)), len(self.models)))
+        for j, m in enumerate(self.models):
+            X[:, j] = np.concatenate(m.score_positions(queries, pos)) if pos else np.zeros(0)  # type: ignore[attr-defined]
         return X
 
     def groups(self, queries: Mapping[str, str], candidates: Mapping[str, Sequence[str]], qrels: Qrels | None = None) -> Groups:
@@ -428,15 +443,7 @@ class LambdaMARTRanker(Model):
     def score_hits(self, queries: Sequence[str], hits: Sequence[Sequence[Any]]) -> list[np.ndarray]:
         """The ranker's score of each merged stage-1 hit of each query (a two-stage search)."""
         g = self.hit_groups(queries, hits)
-        s = self.ranker.predict(g)
-        out, i = [], 0
-        for hs in hits:  # queries without hits have no group
-            if hs:
-                out.append(s[g.offsets[i]:g.offsets[i + 1]])
-                i += 1
-            else:
-                out.append(np.zeros(0))
-        return out
+        return _per_group(self.ranker.predict(g), g.offsets, [i for i, hs in enumerate(hits) if len(hs)], len(hits))
 
     def score_candidates(self, queries: Sequence[str], candidates: Sequence[Any]) -> list[np.ndarray]:
         """``score_hits`` of stage 1's candidates as arrays (``index.Candidates``: positions in the
@@ -456,20 +463,13 @@ class LambdaMARTRanker(Model):
             raw = np.column_stack([np.concatenate([getattr(c, a) for c in cs]) if cs else np.zeros(0) for a in
                                    ("lexical", "semantic", "lexical_rank", "semantic_rank")])
             parts.append(stage_matrix(self.stage_features, raw, self.n_lexical, self.n_semantic))
-        n = sum(map(len, pos))
-        M = np.zeros((n, len(self.models)))
-        for j, m in enumerate(self.models):
-            M[:, j] = np.concatenate(m.score_positions(qs, pos)) if pos else np.zeros(0)  # type: ignore[attr-defined]
-        parts.append(M)
+        parts.append(self._position_columns(qs, pos))
         if self._words is not None:
             parts.append(self._words.columns(self.pair_features, qs, [()] * len(qs), pos))
         X = np.hstack(parts)
         offsets = np.concatenate([[0], np.cumsum([len(p) for p in pos])]).astype(np.int64)
-        s = self.ranker.predict(Groups([str(i) for i in keep], [], X, np.zeros(n, dtype=np.int64), offsets))
-        out = [np.zeros(0)] * len(candidates)
-        for j, i in enumerate(keep):
-            out[i] = s[offsets[j]:offsets[j + 1]]
-        return out
+        s = self.ranker.predict(Groups([str(i) for i in keep], [], X, np.zeros(len(X), dtype=np.int64), offsets))
+        return _per_group(s, offsets, keep, len(candidates))
 
     def explain_hits(self, query: str, hits: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """For one query's merged hits: scores, feature values, each feature's contribution
