@@ -50,19 +50,29 @@ def make_bundle(tiny_data) -> Callable[..., Path]:
 
 
 @pytest.fixture
-def two_stage(tiny_data, tmp_path, trained_clsm) -> Path:
-    """A tiny two-stage bundle: BM25 ∪ a DSSM's k-NN, re-ranked by LambdaMART trained in the build."""
+def make_two_stage(tiny_data, trained_clsm) -> Callable[..., Path]:
+    """Factory: a tiny two-stage bundle at ``out`` built by ``index build --train-ranker``: BM25 ∪ a
+    DSSM's k-NN, re-ranked by LambdaMART trained in the build, over the given ``stage_depths``."""
     from typer.testing import CliRunner
 
     from semsearch.cli import app
 
-    trained_clsm(0, "dssm").save(tmp_path / "enc")
-    r = CliRunner().invoke(app, ["index", "build", "--data", "tiny", "--models", f"bm25,{tmp_path / 'enc'}",
-                                 "--analyzer", "english", "--fields", "title", "--out", str(tmp_path / "B"),
-                                 "--train-ranker", "--ranker-param", "stage_depths=[[5,5]]",
-                                 "--ranker-param", "min_data_in_leaf=2", "--ranker-param", "num_boost_round=30"])
-    assert r.exit_code == 0, r.output
-    return tmp_path / "B"
+    def make(out: Path, stage_depths: str = "[[5,5]]") -> Path:
+        trained_clsm(0, "dssm").save(out.parent / f"{out.name}-enc")
+        r = CliRunner().invoke(app, ["index", "build", "--data", "tiny", "--models", f"bm25,{out.parent / f'{out.name}-enc'}",
+                                     "--analyzer", "english", "--fields", "title", "--out", str(out),
+                                     "--train-ranker", "--ranker-param", f"stage_depths={stage_depths}",
+                                     "--ranker-param", "min_data_in_leaf=2", "--ranker-param", "num_boost_round=30"])
+        assert r.exit_code == 0, r.output
+        return out
+
+    return make
+
+
+@pytest.fixture
+def two_stage(make_two_stage, tmp_path) -> Path:
+    """A tiny two-stage bundle (``make_two_stage``, depths 5 and 5)."""
+    return make_two_stage(tmp_path / "B")
 
 
 @pytest.fixture(scope="session")

@@ -389,22 +389,14 @@ def test_ranker_features_must_be_trained_or_need_no_training(tiny_data):
         recipe("lambdamart", {"cv_fold": 3})
 
 
-def test_two_stage_bundle_trained_in_the_build(tiny_data, tmp_path, trained_clsm):
+def test_two_stage_bundle_trained_in_the_build(tmp_path, make_two_stage):
     """`index build --train-ranker`: stage 1 = BM25 ∪ an encoder's k-NN, stage 2 = LambdaMART
     trained on stage 1's train-query candidates with stage features, depths chosen on dev; the
     bundle serves it (scores are the ranker's), explains a hit (contributions + bias = score)
     and round-trips through save/load."""
-    from typer.testing import CliRunner
-
-    from semsearch.cli import app
     from semsearch.index import Bundle
 
-    trained_clsm(0, "dssm").save(tmp_path / "enc")
-    r = CliRunner().invoke(app, ["index", "build", "--data", "tiny", "--models", f"bm25,{tmp_path / 'enc'}",
-                                 "--analyzer", "english", "--fields", "title", "--out", str(tmp_path / "B"),
-                                 "--train-ranker", "--ranker-param", "stage_depths=[[3,2],[5,5]]",
-                                 "--ranker-param", "min_data_in_leaf=2", "--ranker-param", "num_boost_round=30"])
-    assert r.exit_code == 0, r.output
+    make_two_stage(tmp_path / "B", "[[3,2],[5,5]]")
     log = json.loads((tmp_path / "B" / "ranker" / "training.json").read_text())
     assert [(t["n_lexical"], t["n_semantic"]) for t in log["tried"]] == [(3, 2), (5, 5)]
     best = max(log["tried"], key=lambda t: t["dev selection"])
