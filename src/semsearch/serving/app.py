@@ -48,6 +48,7 @@ NON_BLANK = r"[^\s\x1c-\x1f\x85]"
 """A character ``str.strip`` keeps (JSON Schema's ECMA ``\\s`` lacks \\x1c-\\x1f and \\x85): a query must have one."""
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 BATCH_CAP = 64
+GC_YOUNG = 20_000  # allocations between the cyclic GC's young-generation passes in a serving worker
 """Most searches one pass of a worker runs together (``SearchBatcher``)."""
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 STOPPED = "semsearch: server stopped cleanly"
@@ -156,7 +157,10 @@ class Highlighter:
     def __init__(self, lexical: Any) -> None:
         a = getattr(lexical, "analyzer", None)
         self.analyzer: Any = Analyzer.from_config(a.config()) if isinstance(a, Analyzer) else a if callable(a) else None
-        self._word = lru_cache(maxsize=self.WORDS)(self.analyzer or Analyzer())
+        analyze = self.analyzer or Analyzer()
+        # tuples, not the analyzer's lists: a tuple of strings is untracked by the cyclic GC, and
+        # 65k cached lists made each full collection of a busy worker cost ~20 ms (the p99 tail)
+        self._word = lru_cache(maxsize=self.WORDS)(lambda word: tuple(analyze(word)))
         # each title's words with their terms, kept per text: the same titles recur in pages, and
         # analysing their words one by one was ~0.2 ms of a search
         self._words_of = lru_cache(maxsize=self.WORDS)(lambda text: word_terms(text, self._word))
@@ -290,8 +294,13 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
         # searches for hundreds of ms under load
         gc.collect()
         gc.freeze()
+        # a request's objects die by reference counting; young-generation passes 700 allocations
+        # apart (the default) ran ~90 times a second per busy worker for nothing
+        thresholds = gc.get_threshold()
+        gc.set_threshold(GC_YOUNG, *thresholds[1:])
         ready.set()
         yield
+        gc.set_threshold(*thresholds)
         ready.clear()
         b.close()  # graceful shutdown: in-flight searches finish, then the threads stop
         print(STOPPED, file=sys.stderr, flush=True)

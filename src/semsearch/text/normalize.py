@@ -68,7 +68,7 @@ class Analyzer:
     def _stemmer(self):  # type: ignore[no-untyped-def]
         import Stemmer  # PyStemmer: Snowball stemmers in C
 
-        return Stemmer.Stemmer(self.stem)
+        return Stemmer.Stemmer(self.stem, 0)
 
     def __call__(self, text: str) -> list[str]:
         tokens = tokenize(text)
