@@ -22,14 +22,15 @@ WORKERS ?= 2  # server processes: one per core of this 2-core machine
 ## 8-bit HNSW index (hnswsq) of MiniLM's (all-MiniLM-L6-v2) vectors of the 54,667 titles, searched
 ## with a static query encoder distilled from MiniLM on the train queries and titles (no transformer
 ## per query); stage 2: LambdaMART trained on stage 1's candidates for the train queries, N, M and
-## trees chosen on dev. Built once (about 6 min on 2 cores, progress in the log; MiniLM encodes the
+## trees chosen on dev, then the HNSW efSearch it serves with (the smallest level on dev). Built once (about 6 min on 2 cores, progress in the log; MiniLM encodes the
 ## collection once, shared through bundles/.vectors); `make bundle` rebuilds it.
 QUERY_MODEL ?= models/static-query
 BUILD = $(BIN)/semsearch train static-query --data homedepot --fields title --param spans=1 \
 	--param cache=bundles/.vectors --out $(QUERY_MODEL) \
 	&& $(BIN)/semsearch index build --data homedepot --models bm25,$(QUERY_MODEL) --analyzer english --fields title \
 	--vector-index hnswsq --train-ranker --ranker-param rel_threshold=3 \
-	--ranker-param 'stage_depths=[[50,50],[100,50],[100,100]]' --vector-cache bundles/.vectors --out $(BUNDLE)
+	--ranker-param 'stage_depths=[[50,50],[100,50],[100,100]]' --ranker-param 'search_efforts=[64,96,128]' \
+	--vector-cache bundles/.vectors --out $(BUNDLE)
 
 $(BUNDLE)/manifest.json: | $(STAMP)  # built once (order-only: a reinstall does not rebuild it); `make bundle` rebuilds
 	$(BUILD)

@@ -8,6 +8,8 @@ whole sub-collection (unjudged = not relevant) against BM25 alone, served throug
 
 from __future__ import annotations
 
+import json
+
 import os
 import random
 from pathlib import Path
@@ -41,7 +43,8 @@ def test_two_stage_beats_bm25_served(shared_data: Path, tmp_path: Path) -> None:
     rows = [i for i, d in enumerate(full.ids) if d in keep]
     corpus = Corpus([full.ids[i] for i in rows], [full.titles[i] for i in rows], [full.texts[i] for i in rows])
 
-    kw, args = recipe("lambdamart", {**TWO_STAGE, "stage_depths": [[50, 50], [100, 50]], "rel_threshold": 3})
+    kw, args = recipe("lambdamart", {**TWO_STAGE, "stage_depths": [[50, 50], [100, 50]], "rel_threshold": 3,
+                                     "search_efforts": [64, 128]})
     ranker = create_model("lambdamart", **kw)
     ranker.index(corpus.ids, corpus.joined("title"))
     logs = []
@@ -64,6 +67,9 @@ def test_two_stage_beats_bm25_served(shared_data: Path, tmp_path: Path) -> None:
                        train_ranker=train, fields="title", kind="hnswsq", vector_cache=tmp_path / "vectors")
     bm25 = build_bundle(corpus, [create_model("bm25")], tmp_path / "bm25", fields="title")
     assert logs and {(t["n_lexical"], t["n_semantic"]) for t in logs[0]["tried"]} == {(50, 50), (100, 50)}
+    effort = logs[0]["search_effort"]  # the served efSearch, chosen on dev; the bundle's index keeps it
+    assert [t["efSearch"] for t in effort["tried"]] == [64, 128] and effort["chosen"] in (64, 128)
+    assert json.loads((two / "models" / "static-query" / "index" / "vector_index.json").read_text())["params"]["efSearch"] == effort["chosen"]
 
     runs = {}
     for name, path in (("two", two), ("bm25", bm25)):

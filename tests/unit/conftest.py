@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,12 +58,15 @@ def make_two_stage(tiny_data, trained_clsm) -> Callable[..., Path]:
 
     from semsearch.cli import app
 
-    def make(out: Path, stage_depths: str = "[[5,5]]") -> Path:
+    def make(out: Path, stage_depths: str = "[[5,5]]", *extra: str, ok: bool = True) -> Any:
+        """The bundle's path; with ``ok=False`` the CLI result of a build expected to fail."""
         trained_clsm(0, "dssm").save(out.parent / f"{out.name}-enc")
         r = CliRunner().invoke(app, ["index", "build", "--data", "tiny", "--models", f"bm25,{out.parent / f'{out.name}-enc'}",
                                      "--analyzer", "english", "--fields", "title", "--out", str(out),
                                      "--train-ranker", "--ranker-param", f"stage_depths={stage_depths}",
-                                     "--ranker-param", "min_data_in_leaf=2", "--ranker-param", "num_boost_round=30"])
+                                     "--ranker-param", "min_data_in_leaf=2", "--ranker-param", "num_boost_round=30", *extra])
+        if not ok:
+            return r
         assert r.exit_code == 0, r.output
         return out
 

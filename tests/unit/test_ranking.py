@@ -434,6 +434,39 @@ def test_two_stage_bundle_trained_in_the_build(tmp_path, make_two_stage):
         assert c.get("/explain", params={"q": "red cat", "doc_id": "no-such-doc"}).status_code == 404
 
 
+def test_served_ef_search_chosen_on_dev(tmp_path, make_two_stage):
+    """``search_efforts``: after the depths, the trained two-stage search runs over the dev queries
+    at each efSearch; the smallest within ``effort_tolerance`` of the best dev selection is what
+    the bundle's HNSW index (and its retriever's settings) keep and serve with."""
+    from semsearch.index import Bundle
+
+    make_two_stage(tmp_path / "B", "[[5,5]]", "--vector-index", "hnsw", "--ranker-param", "search_efforts=[32,2,8]",
+                   "--ranker-param", "effort_tolerance=0.5")
+    effort = json.loads((tmp_path / "B" / "ranker" / "training.json").read_text())["search_effort"]
+    assert [t["efSearch"] for t in effort["tried"]] == [2, 8, 32] and effort["tolerance"] == 0.5
+    assert all(set(t) >= {"dev ndcg@10", "dev recall@100", "dev selection"} for t in effort["tried"])
+    best = max(t["dev selection"] for t in effort["tried"])
+    level = [t["efSearch"] for t in effort["tried"] if t["dev selection"] >= best - 0.5]
+    assert effort["chosen"] == min(level)
+    b = Bundle.load(tmp_path / "B")  # (loading checks retriever.json's settings against the index's)
+    ix = next(iter(b.semantic.values())).vectors
+    assert ix.params["efSearch"] == effort["chosen"] == ix._faiss.hnsw.efSearch
+    assert b.search("red cat", 5).hits
+    b.close()
+
+    make_two_stage(tmp_path / "C", "[[5,5]]", "--vector-index", "hnsw", "--ranker-param", "search_efforts=[2,32]",
+                   "--ranker-param", "effort_tolerance=0")  # no tolerance: the best (ties: the smaller)
+    effort = json.loads((tmp_path / "C" / "ranker" / "training.json").read_text())["search_effort"]
+    best = max(t["dev selection"] for t in effort["tried"])
+    assert effort["chosen"] == min(t["efSearch"] for t in effort["tried"] if t["dev selection"] == best)
+
+    r = make_two_stage(tmp_path / "D", "[[5,5]]", "--ranker-param", "search_efforts=[8]", ok=False)  # flat index
+    assert r.exit_code != 0 and "efSearch is an HNSW setting" in r.output and "'flat'" in r.output
+    assert not (tmp_path / "D").exists()
+    r = make_two_stage(tmp_path / "E", "[[5,5]]", "--ranker-param", "search_efforts=[0]", ok=False)
+    assert r.exit_code != 0 and "search_efforts" in r.output and "integers >= 1" in r.output
+
+
 def test_train_ranker_refuses_bad_input(tiny_data, tmp_path):
     from typer.testing import CliRunner
 

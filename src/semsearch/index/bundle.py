@@ -152,9 +152,11 @@ def _drop_collections(manifest: dict[str, Any] | None, dsn: str | None) -> None:
         pass
 
 
-StageSearch = Callable[[Sequence[str], int, int], list[list[HybridHit]]]
-"""``search(query texts, n_lexical, n_semantic)``: stage 1 of a bundle being built, each hit with
-both stages' scores (what ``train_ranker`` learns from)."""
+StageSearch = Callable[..., list[list[HybridHit]]]
+"""``search(query texts, n_lexical, n_semantic, ef_search=None)``: stage 1 of a bundle being built,
+each hit with both stages' scores (what ``train_ranker`` learns from); ``ef_search``: the HNSW
+efSearch for this call. ``train_ranker``'s log may name the efSearch to serve with
+(``search_effort.chosen``), which the bundle's index then keeps."""
 
 
 def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ranker: Model | None = None,
@@ -238,10 +240,33 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
         if train_ranker is not None:
             stage1 = HybridRetriever(lexical[0] if lexical else None, retrievers[0] if retrievers else None,
                                      scorer="union", complete=True)
+            semantic = retrievers[0] if retrievers else None
+
+            def stage1_search(qs: Sequence[str], nl: int, ns: int, ef_search: int | None = None) -> list[list[HybridHit]]:
+                if ef_search is None:
+                    return stage1.timed_search(qs, None, n_lexical=nl, n_semantic=ns)[0]
+                if semantic is None:
+                    raise ValueError("search_efforts: the bundle has no neural model (no vector index to set)")
+                if store != "faiss":
+                    raise ValueError("search_efforts chooses the faiss index's efSearch; a postgres store searches with its own")
+                own = semantic.vectors.params.get("efSearch") if semantic.vectors is not None else None
+                if own is None:
+                    raise ValueError(f"search_efforts: efSearch is an HNSW setting; this bundle's vector index is {kind!r} "
+                                     "(use --vector-index hnsw or hnswsq)")
+                semantic.vectors.set_search_params(efSearch=ef_search)  # type: ignore[union-attr]
+                try:
+                    return stage1.timed_search(qs, None, n_lexical=nl, n_semantic=ns)[0]
+                finally:
+                    semantic.vectors.set_search_params(efSearch=own)  # type: ignore[union-attr]
+
             try:
-                ranker, log = train_ranker(lambda qs, nl, ns: stage1.timed_search(qs, None, n_lexical=nl, n_semantic=ns)[0])
+                ranker, log = train_ranker(stage1_search)
             finally:
                 stage1.close()
+            effort = (log or {}).get("search_effort")
+            if effort and semantic is not None:  # the efSearch chosen on dev is what the bundle serves with
+                semantic.set_search_params(efSearch=int(effort["chosen"]))
+                semantic.save(tmp / "models" / names[0])
         if ranker is not None:
             if list(ranker.doc_ids) != corpus.ids:
                 raise ValueError(f"the ranker's feature models index other documents than {dataset or 'this collection'}; "

@@ -117,6 +117,12 @@ class SemanticRetriever(Model):
     def doc_ids(self) -> Sequence[str]:
         return self._require().doc_ids
 
+    def set_search_params(self, **params: int) -> None:
+        """The index's search-time parameters (``VectorIndex.set_search_params``), also as this
+        retriever's own settings, so that a saved retriever and its index agree."""
+        self._require().set_search_params(**params)
+        self.index_params.update({k: int(v) for k, v in params.items()})
+
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         """Query embeddings; an empty or blank query is an error (it has no meaning to embed).
         With ``query_cache`` > 0 the embeddings of that many recent distinct queries are kept (a

@@ -272,11 +272,18 @@ class RankerArgs(Params):
     # ... by the sum of these dev metrics (the served goals: ranking quality and what stage 1 keeps)
     stage_select: list[str] = param(["ndcg@10", "recall@100"])
     rel_threshold: int = param(1, ge=1)  # a judged grade this high is relevant for recall (Home Depot: 3)
+    # the served HNSW efSearch values tried on dev with the chosen ranker and depths: the smallest
+    # whose dev selection is within effort_tolerance of the best is kept (empty: the index's own)
+    search_efforts: list[int] = param([])
+    effort_tolerance: float = param(0.002, ge=0)
 
     def check(self) -> None:
         if not self.stage_depths or any(len(d) != 2 or min(d) < 0 or max(d) < 1 for d in self.stage_depths):
             raise ParamError("lambdamart training parameter 'stage_depths' must be a non-empty list of "
                              f"[n_lexical, n_semantic] pairs (>= 0, not both 0), got {self.stage_depths!r}")
+        if any(not isinstance(e, int) or isinstance(e, bool) or e < 1 for e in self.search_efforts):
+            raise ParamError("lambdamart training parameter 'search_efforts' must be a list of HNSW efSearch "
+                             f"values (integers >= 1), got {self.search_efforts!r}")
         from ..evaluation.metrics import parse_metric
 
         for m in self.stage_select or [""]:

@@ -93,18 +93,20 @@ def train_ranker(model: LambdaMARTRanker, data: TrainingData, dev: EvalSet | Non
 
 
 # ----------------------------------------------------------------------------- two-stage search
-StageSearch = Callable[[Sequence[str], int, int], "list[list[Any]]"]
-"""``search(query texts, n_lexical, n_semantic)``: each query's merged stage-1 hits with both
-stages' scores filled in (``index.HybridRetriever(complete=True).search``)."""
+StageSearch = Callable[..., "list[list[Any]]"]
+"""``search(query texts, n_lexical, n_semantic, ef_search=None)``: each query's merged stage-1 hits
+with both stages' scores filled in (``index.HybridRetriever(complete=True).search``); ``ef_search``
+is the semantic stage's HNSW efSearch for this call (None: the index's own)."""
 
 
 def _stage_hits(search: StageSearch, queries: Sequence[str], n_lexical: int, n_semantic: int, what: str,
-                progress: bool, batch: int = 512) -> list[list[Any]]:
+                progress: bool, batch: int = 512, ef_search: int | None = None) -> list[list[Any]]:
     rep = Reporter(f"stage 1 for the ranker's {what} queries", (len(queries) + batch - 1) // batch, unit="queries",
                    show=progress)
     out: list[list[Any]] = []
     for s in range(0, len(queries), batch):
-        out += search(list(queries[s : s + batch]), n_lexical, n_semantic)
+        part = list(queries[s : s + batch])
+        out += search(part, n_lexical, n_semantic) if ef_search is None else search(part, n_lexical, n_semantic, ef_search=ef_search)
         rep.advance(1, len(queries[s : s + batch]))
     rep.close()
     return out
@@ -126,6 +128,52 @@ def _cut(g: Groups, ranks: np.ndarray, cols: Sequence[int], n_lexical: int, n_se
                   np.concatenate([[0], np.cumsum(sizes[present])]).astype(np.int64))
 
 
+def _dev_selection(run: dict[str, dict[str, float]], dev: EvalSet, args: RankerArgs) -> dict[str, float]:
+    """``args.stage_select``'s dev means of ``run`` (recall-like metrics over grade >= ``rel_threshold``)."""
+    from ..evaluation import evaluate
+    from ..evaluation.metrics import parse_metric
+
+    m: dict[str, float] = {}
+    graded = [x for x in args.stage_select if parse_metric(x)[0] == "ndcg"]
+    binary = [x for x in args.stage_select if x not in graded]  # relevant: grade >= rel_threshold
+    if graded:
+        m.update(evaluate(run, dev.qrels, graded).mean)
+    if binary:
+        m.update(evaluate(run, dev.qrels, binary, rel_threshold=args.rel_threshold).mean)
+    return m
+
+
+def choose_search_effort(model: LambdaMARTRanker, search: StageSearch, dev: EvalSet, *, args: RankerArgs,
+                         progress: bool = True) -> dict[str, Any]:
+    """The served HNSW ``efSearch``, chosen on dev: the trained two-stage search (stage 1 at the
+    model's depths, then its ranker) is run over the dev queries at each of ``args.search_efforts``
+    and scored by ``args.stage_select``; the smallest efSearch within ``args.effort_tolerance`` of
+    the best is kept (the graph search is most of a served search's stage-1 time, and its last
+    few percent of recall@k move the two-stage results by less than rebuilds do). Returns the
+    choice and every value's dev figures; the caller sets the index (it owns it)."""
+    qids = [q for q in dev.queries if q in dev.qrels and dev.queries[q].strip()]
+    texts = [dev.queries[q] for q in qids]
+    tried = []
+    for ef in sorted(set(args.search_efforts)):
+        t = time.perf_counter()
+        hits = _stage_hits(search, texts, model.n_lexical, model.n_semantic, f"dev (efSearch {ef})", progress,
+                           ef_search=ef)
+        g = model.hit_groups(texts, hits, dev.qrels, qids)
+        m = _dev_selection(g.to_run(model.ranker.predict(g)), dev, args)
+        row = {"efSearch": ef, **{f"dev {k}": round(float(v), 4) for k, v in m.items()},
+               "dev selection": round(float(sum(m.values())), 4), "seconds": round(time.perf_counter() - t, 1)}
+        tried.append(row)
+        if progress:
+            note("served efSearch " + "  ".join(f"{k} {v}" for k, v in row.items()))
+    best = max(r["dev selection"] for r in tried)
+    chosen = min((r for r in tried if r["dev selection"] >= best - args.effort_tolerance), key=lambda r: r["efSearch"])
+    if progress:
+        note(f"served efSearch {chosen['efSearch']}: the smallest within {args.effort_tolerance} of the best dev "
+             f"{' + '.join(args.stage_select)} ({best})")
+    return {"chosen": chosen["efSearch"], "tried": tried, "tolerance": args.effort_tolerance,
+            "rule": f"smallest efSearch whose dev {' + '.join(args.stage_select)} is within the tolerance of the best"}
+
+
 def fit_stage_ranker(model: LambdaMARTRanker, search: StageSearch, train: EvalSet, dev: EvalSet, *,
                      args: RankerArgs, progress: bool = True) -> dict[str, Any]:
     """Train the stage-2 ranker of a two-stage search (BERT paper §3.3, §4.5) on what stage 1
@@ -133,9 +181,9 @@ def fit_stage_ranker(model: LambdaMARTRanker, search: StageSearch, train: EvalSe
     collection, labelled by its judgments (unjudged = not relevant). For each stage-1 depth pair in
     ``args.stage_depths`` a booster is trained (early-stopped on dev) and scored on dev by the sum
     of ``args.stage_select`` (default nDCG@10 + Recall@100) over every judged dev query (a
-    relevant product stage 1 misses counts against it); the best pair and its booster are kept. Features are computed once, at the deepest depths."""
-    from ..evaluation import evaluate
-    from ..evaluation.metrics import parse_metric
+    relevant product stage 1 misses counts against it); the best pair and its booster are kept. Features are computed once, at the deepest depths.
+    With ``args.search_efforts``, the log's ``search_effort`` names the served efSearch chosen on
+    dev (``choose_search_effort``)."""
 
     if not model.stage_features:
         raise ValueError("fit_stage_ranker: the ranker has no stage_features (a two-stage ranker needs them)")
@@ -161,14 +209,7 @@ def fit_stage_ranker(model: LambdaMARTRanker, search: StageSearch, train: EvalSe
         booster = LambdaMART(model.ranker.feature_names, **model.ranker.params)
         t = time.perf_counter()
         log = train_booster(booster, gtr, gdv)
-        run = gdv.to_run(booster.predict(gdv))
-        m: dict[str, float] = {}
-        graded = [x for x in args.stage_select if parse_metric(x)[0] == "ndcg"]
-        binary = [x for x in args.stage_select if x not in graded]  # relevant: grade >= rel_threshold
-        if graded:
-            m.update(evaluate(run, dev.qrels, graded).mean)
-        if binary:
-            m.update(evaluate(run, dev.qrels, binary, rel_threshold=args.rel_threshold).mean)
+        m = _dev_selection(gdv.to_run(booster.predict(gdv)), dev, args)
         row = {"n_lexical": nl, "n_semantic": ns, **{f"dev {k}": round(float(v), 4) for k, v in m.items()},
                "dev selection": round(float(sum(m.values())), 4), "trees": log["trees"],
                "candidates per query": round(len(gtr.y) / max(len(gtr.qids), 1), 1),
@@ -185,5 +226,8 @@ def fit_stage_ranker(model: LambdaMARTRanker, search: StageSearch, train: EvalSe
     if progress:
         note(f"stage-2 ranker: depths lexical {row['n_lexical']}, semantic {row['n_semantic']} chosen on dev "
              f"by {' + '.join(args.stage_select)} = {row['dev selection']}")
-    return {**log, "chosen": row, "tried": tried, "selected_by": f"dev {' + '.join(args.stage_select)}",
-            "recall_threshold": args.rel_threshold, "labels": "judged grade; unjudged candidates = 0"}
+    out = {**log, "chosen": row, "tried": tried, "selected_by": f"dev {' + '.join(args.stage_select)}",
+           "recall_threshold": args.rel_threshold, "labels": "judged grade; unjudged candidates = 0"}
+    if args.search_efforts:
+        out["search_effort"] = choose_search_effort(model, search, dev, args=args, progress=progress)
+    return out
