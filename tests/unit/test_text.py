@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import random
 import sys
 
@@ -27,6 +28,18 @@ def test_analyzers():
         Analyzer.named("klingon")
     a = Analyzer.named("english")
     assert Analyzer.from_config(a.config()) == a
+
+
+def test_analyzer_stem_cache_is_bounded(monkeypatch):
+    """A served analyzer meets endless new words: its stem cache starts afresh past its bound
+    (the stems stay the same)."""
+    N = importlib.import_module("semsearch.text.normalize")  # (the package exports a function of that name)
+
+    monkeypatch.setattr(N, "STEM_CACHE_WORDS", 3)
+    a = Analyzer.named("english")
+    assert a("running dogs jumped") == ["run", "dog", "jump"] and len(a._cache) == 3
+    assert a("cats walked") == ["cat", "walk"] and len(a._cache) == 5  # (checked before a text: at most one text over)
+    assert a("cats walked") == ["cat", "walk"] and len(a._cache) == 2
 
 
 def test_vocabulary_and_count_matrix():

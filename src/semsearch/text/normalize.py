@@ -28,6 +28,9 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text.lower())
 
 
+STEM_CACHE_WORDS = 200_000  # stems an analyzer keeps (a collection's vocabulary fits; ~25 MB at most)
+
+
 @dataclass(frozen=True)
 class Analyzer:
     """Text -> terms. ``stem``: a Snowball algorithm name ("porter", "english") or None;
@@ -76,6 +79,8 @@ class Analyzer:
             tokens = [t for t in tokens if t not in LUCENE_STOPWORDS]
         if self.stem:
             cache = self._cache
+            if len(cache) > STEM_CACHE_WORDS:  # a service meets endless new words: start afresh
+                cache.clear()
             out = []
             for t in tokens:
                 s = cache.get(t)
