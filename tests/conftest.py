@@ -27,6 +27,18 @@ def shared_data() -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():  # type: ignore[no-untyped-def]
+    """Torch on one thread for a module's tests (on a shared 2-core machine one thread beat two
+    contended ones), the previous count restored after it, not left to the rest of the session."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 def write_tiny_beir(root: Path, name: str = "tiny") -> Path:
     """A small BEIR data set with train/dev/test splits and a run: queries about colours and
     animals, documents that match them by words, judged 0-3."""

@@ -5,7 +5,6 @@ for one short epoch learns (well above the random floor); TREC DL's cross-valida
 from __future__ import annotations
 
 import pytest
-import torch
 
 from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.evaluation import evaluate
@@ -78,8 +77,7 @@ def test_match_features_and_group_statistics_carry_weight(homedepot):
     assert ltr["ndcg@1"] >= base["ndcg@1"] - 0.01 and ltr["ndcg@10"] >= base["ndcg@10"] - 0.002, (ltr, base)
 
 
-def test_knrm_learns_in_one_short_epoch(homedepot):
-    torch.set_num_threads(1)
+def test_knrm_learns_in_one_short_epoch(homedepot, one_torch_thread):
     ds, corpus, test = homedepot
     full = TrainingData.from_dataset(ds, "train")
     keep = set(sorted(full.queries)[:3000])

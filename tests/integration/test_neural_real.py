@@ -4,7 +4,6 @@ floor), stop on dev, save and reload, and explain a real query-title pair."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.evaluation import evaluate
@@ -32,8 +31,7 @@ def _test_ndcg(model, ds):
 
 
 @pytest.mark.parametrize("name,epochs", [("dssm", 3), ("clsm", 2)])
-def test_trains_above_random_and_round_trips(homedepot, tmp_path, name, epochs):
-    torch.set_num_threads(1)  # a shared 2-core machine: one thread is faster than two contended ones
+def test_trains_above_random_and_round_trips(homedepot, tmp_path, name, epochs, one_torch_thread):
     ds, data, dev = homedepot
     model = create_model(name)
     log = fit(model, data, dev, progress=False, args=EncoderArgs(epochs=epochs))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from semsearch.data import open_dataset
 from semsearch.evaluation import evaluate
@@ -19,8 +18,7 @@ from semsearch.training.distill import fit_student, teacher_vectors, title_spans
 pytestmark = pytest.mark.integration
 
 
-def test_student_follows_minilm(shared_data):
-    torch.set_num_threads(1)
+def test_student_follows_minilm(shared_data, one_torch_thread):
     ds = open_dataset(shared_data / "homedepot")
     corpus, queries = ds.corpus(), ds.queries()
     train, dev = ds.qrels("train"), ds.qrels("dev")

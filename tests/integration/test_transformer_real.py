@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.evaluation import evaluate
@@ -20,8 +19,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def homedepot(shared_data):
-    torch.set_num_threads(1)
+def homedepot(shared_data, one_torch_thread):
     ds = open_dataset(shared_data / "homedepot")
     qrels = ds.qrels("test")
     qids = sorted(qrels)
