@@ -107,6 +107,30 @@ def test_the_service_batcher_runs_waiting_searches_together(two_stage):
     b.close()
 
 
+def test_a_pass_waits_a_few_turns_of_the_loop_for_more_searches(two_stage):
+    """Searches that arrive within ``turns`` turns of the event loop of the first join its pass (a
+    request read in one turn reaches the batcher in a later one); one that arrives after the pass
+    gets the next; the answers are those of searching each alone."""
+    b = Bundle.load(two_stage, result_cache=0, query_cache=0)
+    sizes: list[int] = []
+    batcher = SearchBatcher(b, observe=sizes.append, turns=3)
+
+    async def run() -> list:
+        futures = [batcher.search("red cat", 5, None, "union")]
+        for q in ("blue dog item", "green"):  # one and two turns later
+            await asyncio.sleep(0)
+            futures.append(batcher.search(q, 5, None, "union"))
+        first = await asyncio.gather(*futures)
+        return [*first, await batcher.search("red", 5, None, "union")]
+
+    results = asyncio.run(run())
+    assert sizes == [3, 1]
+    _same(results, [b.search(q, 5) for q in ("red cat", "blue dog item", "green", "red")])
+    with pytest.raises(ValueError, match="turns must be >= 1"):
+        SearchBatcher(b, turns=0)
+    b.close()
+
+
 def test_a_failed_pass_fails_each_of_its_searches():
     class Broken:
         def search_many(self, *args, **kwargs):
