@@ -416,7 +416,7 @@ def serve_cmd(
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     store: Annotated[Optional[str], typer.Option(help="Vector store: faiss or postgres (default: the bundle's).")] = None,
     workers: Annotated[int, typer.Option(help="Worker processes, each with its own copy of the bundle in memory.")] = 1,
-    loop: Annotated[str, typer.Option(help="Event loop: asyncio (default) or uvloop. On make serve's bundle (2 workers, 50 clients, every query new) they are level: uvloop 1,397 req/s, p99 46.7 ms; asyncio 1,353-1,416 req/s, p99 46.2-47.2 ms.")] = "asyncio",
+    loop: Annotated[str, typer.Option(help="Event loop: asyncio (default) or uvloop. On make serve's bundle (2 workers, 50 clients, every query new) they are level: uvloop 1,816 req/s, p99 40.6 ms; asyncio 1,828-1,834 req/s, p99 39.5-40.7 ms.")] = "asyncio",
     result_cache: Annotated[Optional[int], typer.Option("--result-cache", help="Recent distinct searches whose answers each worker keeps (default 2,048; 0: every search runs both stages and the ranker).")] = None,
     expose: Annotated[bool, typer.Option("--expose", help="Allow a --host other than loopback (needs an API key: $SEMSEARCH_API_KEY or --api-key-file).")] = False,
     api_key_file: Annotated[Optional[Path], typer.Option("--api-key-file", help="File holding the API key that /search, /explain and /metrics require in the X-API-Key header (or set $SEMSEARCH_API_KEY; never on the command line).")] = None,
