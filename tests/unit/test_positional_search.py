@@ -146,6 +146,8 @@ def test_compiled_trees_predict_as_lightgbm(missing: str) -> None:
     test[rng.random(test.shape) < 0.1] = np.nan
     test[:5, 0] = [np.inf, -np.inf, 1e-40, -1e-40, 0.0]
     assert np.array_equal(trees.predict(test), booster.predict(test, num_iteration=25))
+    for n in (1, 2, 3, 5, 6, 7):  # (the plain walk takes rows four at a time, then one by one)
+        assert np.array_equal(trees.predict(test[:n]), booster.predict(test[:n], num_iteration=25))
     assert np.array_equal(compile_booster(booster, 0).predict(test), booster.predict(test, num_iteration=0))
     with pytest.raises(ValueError, match="6"):
         trees.predict(test[:, :5])

@@ -431,8 +431,12 @@ class LexicalModel(IndexedModel):
             ix = self.lexical_index
             if type(self)._query_weights is LexicalModel._query_weights:  # the counts: no scipy matrix (~0.1 ms)
                 ids = ix.vocab.encode(ix.analyzer(query))
-                terms, tf = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
-                hit = (terms, tf.astype(np.float32).astype(np.float64), float(len(ids)))
+                counts: dict[int, int] = {}
+                for t in ids:  # (a few terms: a dict counts them in 2 us, np.unique in 9)
+                    counts[t] = counts.get(t, 0) + 1
+                terms = sorted(counts)
+                hit = (np.array(terms, dtype=np.int64), np.array([counts[t] for t in terms], dtype=np.float64),
+                       float(len(ids)))
             else:
                 qc = ix.query_counts([query])
                 q = self._query_weights(ix, qc).astype(np.float32).tocsr()
