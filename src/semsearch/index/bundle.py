@@ -227,7 +227,6 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             retrievers.append(r)
             vecs = r.embed(corpus.ids, texts, progress=f"encoding documents ({name})")  # type: ignore[arg-type]
             r.index_vectors(corpus.ids, vecs)
-            r.save(tmp / "models" / name)
             entry = {"name": name, "kind": kind, "dim": r.dim, "path": f"models/{name}"}
             if dsn is not None:
                 from .pgstore import PgVectorStore
@@ -238,9 +237,8 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             manifest["models"].append(entry)
         log: dict[str, Any] | None = None
         if train_ranker is not None:
-            stage1 = HybridRetriever(lexical[0] if lexical else None, retrievers[0] if retrievers else None,
-                                     scorer="union", complete=True)
             semantic = retrievers[0] if retrievers else None
+            stage1 = HybridRetriever(lexical[0] if lexical else None, semantic, scorer="union", complete=True)
 
             def stage1_search(qs: Sequence[str], nl: int, ns: int, ef_search: int | None = None) -> list[list[HybridHit]]:
                 if ef_search is None:
@@ -266,7 +264,8 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             effort = (log or {}).get("search_effort")
             if effort and semantic is not None:  # the efSearch chosen on dev is what the bundle serves with
                 semantic.set_search_params(efSearch=int(effort["chosen"]))
-                semantic.save(tmp / "models" / names[0])
+        for r, name in zip(retrievers, names):  # (saved once the served settings are known)
+            r.save(tmp / "models" / name)
         if ranker is not None:
             if list(ranker.doc_ids) != corpus.ids:
                 raise ValueError(f"the ranker's feature models index other documents than {dataset or 'this collection'}; "

@@ -106,8 +106,8 @@ def _stage_hits(search: StageSearch, queries: Sequence[str], n_lexical: int, n_s
     out: list[list[Any]] = []
     for s in range(0, len(queries), batch):
         part = list(queries[s : s + batch])
-        out += search(part, n_lexical, n_semantic) if ef_search is None else search(part, n_lexical, n_semantic, ef_search=ef_search)
-        rep.advance(1, len(queries[s : s + batch]))
+        out += search(part, n_lexical, n_semantic, ef_search=ef_search)
+        rep.advance(1, len(part))
     rep.close()
     return out
 
