@@ -446,3 +446,63 @@ def test_seeds_are_validated(tmp_path):
     p.write_text(SEEDED.format(seeds=2).replace('label = "BM25"', 'label = "DSSM (seed 1)"').replace('["BM25"]', '[]'))
     with pytest.raises(SpecError, match=r"would add rows \['DSSM \(seed 1\)'\]"):
         load_spec(p)
+
+
+DISTILLED = """
+name = "tiny-distil"
+title = "Margin-MSE from a teacher row"
+source = "test"
+dataset = "tiny"
+split = "test"
+candidates = "judged"
+metrics = ["ndcg@3"]
+tune = "split:dev"
+
+[[models]]
+label = "Teacher"
+model = "bert-rel"
+params = {{ base = "{base}", neg_global = 0, neg_cluster = 0, lr = 1e-3, batch_size = 4 }}
+train = {{ split = "train", threshold = 2 }}
+
+[[models]]
+label = "Student"
+model = "bert-rep"
+params = {{ base = "{base}", neg_global = 1, neg_cluster = 0, neg_hard = 1, hard_depth = 5, lr = 1e-3, batch_size = 4, loss = "margin_mse", teacher = "{teacher}" }}
+train = {{ split = "train", threshold = 2 }}
+"""
+
+
+def test_a_teacher_row_distils_into_a_student_row(tiny_data, tmp_path, tiny_bert):
+    from semsearch.experiments.cache import cache_key
+
+    p = tmp_path / "d.toml"
+    p.write_text(DISTILLED.format(base=tiny_bert, teacher="Teacher"))
+    spec = load_spec(p)
+    result = run_experiment(spec, progress=False, model_dir=tmp_path / "models")
+    log = result.training["Student"]
+    assert log["teacher_factor"] > 0 and log["pairs"] > log["judged_pairs"]
+    saved = {d.name.split("-")[1]: d for d in (tmp_path / "models").iterdir()}
+    teacher_recipe = json.loads((saved["rel"] / "recipe.json").read_text())
+    student_recipe = json.loads((saved["rep"] / "recipe.json").read_text())
+    # the student's recipe holds the teacher's recipe, not a path: its key follows the teacher's
+    assert student_recipe["params"]["teacher"] == teacher_recipe
+    bare = {k: v for k, v in teacher_recipe.items() if k not in ("kind", "trainer_version")}
+    assert saved["rel"].name == f"bert-rel-{cache_key('bert-rel', bare)}"
+    # a second run reuses both
+    (saved["rep"] / "training.json").write_text('{"pairs": -1}')
+    again = run_experiment(spec, progress=False, model_dir=tmp_path / "models")
+    assert again.training["Student"]["pairs"] == -1
+    assert len(list((tmp_path / "models").iterdir())) == 2
+    # without a model directory the teacher is handed over in a temporary one
+    assert run_experiment(spec, progress=False).training["Student"]["teacher_factor"] > 0
+
+
+def test_a_teacher_row_is_validated(tiny_data, tmp_path, tiny_bert):
+    p = tmp_path / "d.toml"
+    text = DISTILLED.format(base=tiny_bert, teacher="Teacher")
+    p.write_text(text.replace('label = "Teacher"', 'label = "T"').replace('teacher = "Teacher"', 'teacher = "Student"'))
+    with pytest.raises(SpecError, match=r"row 'Student': teacher 'Student' must be a trained bert-rel row listed before it"):
+        load_spec(p)
+    p.write_text(text.replace('loss = "margin_mse", ', ""))
+    with pytest.raises(SpecError, match=r"'teacher' .* needed by, and only by"):
+        load_spec(p)

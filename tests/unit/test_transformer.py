@@ -15,9 +15,10 @@ from semsearch.plugins import create_model, load_model
 from semsearch.models.transformer import BiEncoder, CrossEncoder
 from semsearch.params import ParamError
 from semsearch.training import fit, recipe
-from semsearch.training.losses import graded_hinge_loss, graded_list_loss, listnet_loss
+from semsearch.training.losses import LIST_LOSSES, graded_hinge_loss, graded_list_loss, listnet_loss, margin_mse_loss
 from semsearch.training.negatives import uniform_negatives
-from semsearch.training.transformer import Clusters, Example, _batch_loss, _param_groups, _shared_labels, add_negatives, judged_examples
+from semsearch.training.transformer import (Clusters, Example, _batch_loss, _param_groups, _shared_labels,
+                                            add_hard_negatives, add_negatives, judged_examples, with_teacher)
 from semsearch.training.args import BiEncoderArgs, CrossEncoderArgs
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
@@ -205,6 +206,115 @@ def test_training_lowers_the_loss(tiny_bert, name, loss):
     after = _batch_loss(m, examples, data.doc_texts, 1.0, loss=loss).item()
     assert log["epochs"][0]["steps"] == 3 and log["queries"] == 12
     assert after < before
+
+
+def test_margin_mse_loss():
+    s = torch.tensor([[2.0, 1.0, 0.0], [0.0, 5.0, 3.0], [1.0, 2.0, 0.0]])
+    t = torch.tensor([[1.0, 1.0, -1.0], [4.0, 9.0, 1.0], [7.0, 7.0, 7.0]])
+    valid = torch.tensor([[True, True, True], [True, False, True], [True, True, False]])
+
+    def by_hand(scores: list[float], teacher: list[float]) -> float:  # the mean over pairs i < j
+        n = len(scores)
+        pairs = [((scores[i] - scores[j]) - (teacher[i] - teacher[j])) ** 2 for i in range(n) for j in range(i + 1, n)]
+        return sum(pairs) / len(pairs)
+
+    # query 2 over its valid slots 0 and 2 only; query 3's teacher scores are all equal: left out
+    want = (by_hand([2, 1, 0], [1, 1, -1]) + by_hand([0, 3], [4, 1])) / 2
+    assert margin_mse_loss(s, t, valid).item() == pytest.approx(want, rel=1e-6)
+    assert margin_mse_loss(s, t, valid, scale=0.25).item() == pytest.approx(want * 2 * 0.25, rel=1e-6)
+    assert graded_list_loss("margin_mse", s, t, valid, 1.0).item() == margin_mse_loss(s, t, valid).item()
+    # the margins count, not the offset or the student's level: a shifted teacher costs nothing
+    assert margin_mse_loss(t[:2] - 3.0, t[:2], valid[:2]).item() == pytest.approx(0.0, abs=1e-6)
+    x = torch.zeros(1, 2, requires_grad=True)
+    margin_mse_loss(x, torch.tensor([[1.0, 0.0]]), torch.ones(1, 2, dtype=torch.bool)).backward()
+    assert x.grad[0, 0] < 0 < x.grad[0, 1]  # descent opens the teacher's margin
+    assert LIST_LOSSES == ("hinge", "listnet", "margin_mse")
+
+
+def test_hard_negatives_come_from_the_first_models_top(tiny_bert, tmp_path):
+    data = _data()
+    examples = judged_examples(data, np.random.default_rng(0), None, 30)
+    # BM25's top 3 for "red chair" are red or chair titles; a query's judged titles are never drawn
+    hard = add_hard_negatives(examples, data, np.random.default_rng(1), 2, "bm25", 3)
+    from semsearch.models.lexical import BM25
+    bm25 = BM25()
+    bm25.index(data.doc_ids, data.doc_texts)
+    idx = data.doc_index
+    for ex, h in zip(examples, hard):
+        new = h.docs[len(ex.docs):]
+        top = {idx[d] for d, _ in bm25.retrieve([ex.query], 3)[0]}
+        assert set(new.tolist()) <= top - ex.judged and len(set(new.tolist())) == len(new)
+        assert h.grades[len(ex.docs):].tolist() == [0.0] * len(new)
+    # the judged lists here hold every title sharing a word with the query, so BM25's top is judged
+    assert sum(len(h.docs) - len(e.docs) for e, h in zip(examples, hard)) == 0
+    unjudged = TrainingData(data.queries, data.doc_ids, data.doc_texts, data.positives,
+                            {q: {d: g for d, g in j.items() if g >= 1} for q, j in data.qrels.items()}, threshold=3)
+    ex2 = judged_examples(unjudged, np.random.default_rng(0), None, 30)
+    hard2 = add_hard_negatives(ex2, unjudged, np.random.default_rng(1), 2, "bm25", 10)
+    assert all(len(h.docs) == len(e.docs) + 2 for e, h in zip(ex2, hard2))
+    # a saved bi-encoder can be the first model too: its own top 10, none judged
+    first = create_model("bert-rep", base=tiny_bert)
+    first.save(tmp_path / "first")
+    first = load_model(tmp_path / "first")
+    first.index(unjudged.doc_ids, unjudged.doc_texts)
+    hard3 = add_hard_negatives(ex2, unjudged, np.random.default_rng(1), 2, str(tmp_path / "first"), 10)
+    for ex, h in zip(ex2, hard3):
+        top = {idx[d] for d, _ in first.retrieve([ex.query], 10)[0]}
+        assert set(h.docs[len(ex.docs):].tolist()) <= top - ex.judged and len(h.docs) == len(ex.docs) + 2
+
+
+def test_teacher_scores_are_rescaled_to_the_spread(tiny_bert, tmp_path):
+    data = _data()
+    teacher = create_model("bert-rel", base=tiny_bert)
+    teacher.init_head(0)
+    teacher.save(tmp_path / "teacher")
+    teacher = load_model(tmp_path / "teacher")
+    examples = judged_examples(data, np.random.default_rng(0), None, 30)
+    taught, factor = with_teacher(examples, teacher, data.doc_texts, 0.1)
+    raw = [teacher.score_pairs([e.query] * len(e.docs), [data.doc_texts[r] for r in e.docs]) for e in examples]
+    for e, r in zip(taught, raw):
+        assert np.allclose(e.teacher, r * factor, rtol=1e-5, atol=1e-7)
+    dev = np.concatenate([e.teacher - e.teacher.mean() for e in taught])
+    dof = sum(len(e.docs) - 1 for e in taught)
+    assert np.sqrt((dev ** 2).sum() / dof) == pytest.approx(0.1, rel=1e-4)
+
+
+@pytest.mark.parametrize("name", ["bert-rep", "bert-rel"])
+def test_margin_mse_distillation_learns_the_teachers_margins(tiny_bert, tmp_path, name):
+    data = _data()
+    teacher, targs = _make("bert-rel", base=tiny_bert, neg_global=0, neg_cluster=0, lr=1e-3, batch_size=4, epochs=3)
+    fit(teacher, data, None, progress=False, args=targs)
+    teacher.save(tmp_path / "teacher")
+    m, args = _make(name, base=tiny_bert, neg_global=1, neg_cluster=0, neg_hard=1, hard_depth=10, lr=1e-3,
+                    batch_size=4, loss="margin_mse", teacher=str(tmp_path / "teacher"), teacher_spread=0.5)
+    examples = add_negatives(judged_examples(data, np.random.default_rng(0), None, 30),
+                             np.random.default_rng(0), len(data.doc_ids), 1, 0, None)
+    examples, _ = with_teacher(examples, load_model(tmp_path / "teacher"), data.doc_texts, 0.5)
+    m.net.eval()
+    before = _batch_loss(m, examples, data.doc_texts, 1.0, loss="margin_mse").item()
+    log = fit(m, data, None, progress=False, args=args)
+    after = _batch_loss(m, examples, data.doc_texts, 1.0, loss="margin_mse").item()
+    assert after < before
+    assert log["teacher_factor"] > 0 and log["teacher_seconds"] >= 0 and "hard_negatives_seconds" in log
+    assert log["pairs"] > log["judged_pairs"]  # the global and hard negatives were added
+
+
+def test_margin_mse_parameters_are_checked(tiny_bert, tmp_path):
+    with pytest.raises(ValueError, match=r"'teacher' .* needed by, and only by, .*'loss' = 'margin_mse'"):
+        recipe("bert-rep", {"base": tiny_bert, "loss": "margin_mse"})
+    with pytest.raises(ValueError, match=r"'teacher' .* needed by, and only by"):
+        recipe("bert-rep", {"base": tiny_bert, "teacher": "somewhere"})
+    with pytest.raises(ValueError, match=r"'share_negatives'.*cannot share them"):
+        recipe("bert-rep", {"base": tiny_bert, "loss": "margin_mse", "teacher": "t", "share_negatives": True})
+    with pytest.raises(ValueError, match=r"'neg_hard' = 40 cannot exceed .*'hard_depth' = 30"):
+        recipe("bert-rel", {"base": tiny_bert, "neg_hard": 40})
+    with pytest.raises(ValueError, match=r"teacher_spread"):
+        recipe("bert-rel", {"base": tiny_bert, "loss": "margin_mse", "teacher": "t", "teacher_spread": 0})
+    # a teacher that is not a saved cross-encoder is refused by its directory, before any training
+    m, args = _make("bert-rep", base=tiny_bert, neg_global=0, neg_cluster=0, loss="margin_mse",
+                    teacher=str(tmp_path / "nothing"))
+    with pytest.raises(ModelDirError, match="nothing"):
+        fit(m, _data(), None, progress=False, args=args)
 
 
 def test_listnet_takes_no_margin_list(tiny_bert):

@@ -23,7 +23,7 @@ from ..progress import track
 from ..training import fit, recipe
 from ..text import Analyzer
 from ..types import Qrels, Run
-from .cache import cached_training
+from .cache import cache_key, cached_training, keyed_recipe
 from .result import Check, ExperimentResult
 from .spec import ClassificationSpec, ExperimentSpec, ModelSpec, seed_rows
 
@@ -105,21 +105,54 @@ class _Context:
             model.index(self.corpus.ids, self.texts(fields))
         return model
 
-    def _trained(self, ms: ModelSpec, kwargs: dict[str, Any], fold: "_Fold | None" = None) -> Model:
-        """Fit on the row's training split (less ``fold``'s held-out queries: cross-fitting),
-        early-stopping on the spec's dev split where it has one. With a model directory, a model
-        trained earlier with the same recipe is reused."""
-        # train = {dataset, dev}: train on another data set (early stopping on its ``dev`` split);
-        # without ``dev``, the spec's tuning split of the same data set early-stops, if it has one
+    def _teacher(self, ms: ModelSpec, fold: _Fold | None) -> tuple[str, dict[str, Any]] | None:
+        """For a row whose ``teacher`` parameter names an earlier trained row (Margin-MSE): that
+        row's model trained (or reloaded) on the same queries — ``fold``'s copy under cross-fitting,
+        so no fold query reaches the student through its teacher — as (its saved directory, its
+        keyed recipe, which stands for it in the student's recipe). None when ``teacher`` is a path."""
+        name = ms.params.get("teacher")
+        rows = {m.label: m for m in self.spec.models}
+        if not isinstance(name, str) or name not in rows:
+            return None
+        tms = rows[name]
+        tkw = dict(tms.params, **({"analyzer": tms.analyzer} if tms.analyzer else {}))
+        model = self._trained(tms, tkw, fold)
+        trecipe = self._cache_recipe(tms, tkw, fold)
+        if self.model_dir is not None:  # where cached_training saved it
+            return str(self.model_dir / f"{tms.model}-{cache_key(tms.model, trecipe)}"), keyed_recipe(tms.model, trecipe)
+        import tempfile
+
+        where = Path(tempfile.mkdtemp(prefix="semsearch-teacher-")) / tms.model
+        model.save(where)  # type: ignore[attr-defined]
+        return str(where), keyed_recipe(tms.model, trecipe)
+
+    def _cache_recipe(self, ms: ModelSpec, kwargs: dict[str, Any], fold: _Fold | None) -> dict[str, Any]:
+        """What names the row's trained model in the cache: data, parameters, training block (with
+        the dev split that early-stops, even where the spec implies it) and the cross-fit fold."""
         other = "dataset" in ms.train
         dev_split = ms.train.get("dev") or (
             self.spec.tune[6:] if self.spec.tune.startswith("split:") and not other else None)
-        # the dev split that early-stops is part of the recipe, even where the spec implies it
         train_recipe = {**ms.train, "dev": dev_split} if dev_split else ms.train
-        cache_recipe = {"dataset": ms.train.get("dataset", self.spec.dataset), "model": ms.model, "params": kwargs,
-                  "train": train_recipe}
+        out = {"dataset": ms.train.get("dataset", self.spec.dataset), "model": ms.model, "params": kwargs,
+               "train": train_recipe}
         if fold is not None:
-            cache_recipe["cross_fit"] = {"folds": fold.k, "fold": fold.i, "seed": fold.seed}
+            out["cross_fit"] = {"folds": fold.k, "fold": fold.i, "seed": fold.seed}
+        return out
+
+    def _trained(self, ms: ModelSpec, kwargs: dict[str, Any], fold: "_Fold | None" = None) -> Model:
+        """Fit on the row's training split (less ``fold``'s held-out queries: cross-fitting),
+        early-stopping on the spec's dev split where it has one. With a model directory, a model
+        trained earlier with the same recipe is reused. A ``teacher`` naming an earlier row is
+        that row's model (``_teacher``)."""
+        teacher = self._teacher(ms, fold)
+        if teacher is not None:
+            cache_recipe = self._cache_recipe(ms, {**kwargs, "teacher": teacher[1]}, fold)
+            kwargs = {**kwargs, "teacher": teacher[0]}
+        else:
+            cache_recipe = self._cache_recipe(ms, kwargs, fold)
+        # train = {dataset, dev}: train on another data set (early stopping on its ``dev`` split);
+        # without ``dev``, the spec's tuning split of the same data set early-stops, if it has one
+        dev_split = cache_recipe["train"].get("dev")
 
         def train() -> tuple[Model, dict[str, Any]]:
             ds = open_dataset(ms.train["dataset"]) if "dataset" in ms.train else self.ds

@@ -277,6 +277,12 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
         clash = [lb for lb in seed_labels(m)[1:] if lb in labels]
         if clash:
             raise SpecError(f"{p}: {m.label!r}: seeds = {m.seeds} would add rows {clash}, which other rows already use")
+        teacher = m.params.get("teacher")
+        if isinstance(teacher, str) and teacher in labels:
+            t = spec.models[labels.index(teacher)]
+            if labels.index(teacher) >= i or not t.train or t.model != "bert-rel":
+                raise SpecError(f"{p}:{_label_line(text, m.label, i)}: row {m.label!r}: teacher {teacher!r} must be "
+                                f"a trained bert-rel row listed before it")
         _check_params(m, f"{p}:{_label_line(text, m.label, i)}: row {m.label!r}")
     return spec
 

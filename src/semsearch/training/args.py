@@ -16,6 +16,9 @@ from ..params import ParamError, Params, param
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|mps)$")
 _METRIC = re.compile(r"^(ndcg|recall|p|mrr|map)(@\d+)?$")
 
+ListLoss = Literal["hinge", "listnet", "margin_mse"]
+"""The losses over a query's graded list (``training.losses.graded_list_loss``)."""
+
 
 @dataclass(frozen=True)
 class TrainArgs(Params):
@@ -88,9 +91,10 @@ class PairwiseArgs(TrainArgs):
 class TransformerArgs(TrainArgs):
     """How BERT(rep) and BERT(rel) are fine-tuned (Algorithm 1): Adam on the graded hinge (or ListNet)."""
 
-    # the loss over each query's graded list: "hinge" (Eq. 3, pairwise) or "listnet" (ListNet's
+    # the loss over each query's graded list: "hinge" (Eq. 3, pairwise), "listnet" (ListNet's
     # listwise cross-entropy between the softmax of the scores and of the grades; losses.listnet_loss)
-    loss: Literal["hinge", "listnet"] = "hinge"
+    # or "margin_mse" (the margins of a cross-encoder ``teacher``'s scores; losses.margin_mse_loss)
+    loss: ListLoss = "hinge"
     margin: float | list[float] = 1.0  # hinge margin τ of Eq. 3; a list: each is trained, the best on dev kept
     optimizer: Literal["adam"] = "adam"
     lr: float = param(1e-5, gt=0)
@@ -106,6 +110,16 @@ class TransformerArgs(TrainArgs):
     max_queries: int | None = param(None, ge=1)  # train on this many random training queries (None: all)
     max_judged: int = param(30, ge=1)  # at most this many judged documents per query (random sample)
     dev_queries: int = param(300, ge=1)  # dev queries (random sample) used to pick the margin
+    # hard negatives: ``neg_hard`` documents per query drawn from the top ``hard_depth`` of a first
+    # model's retrieval for it (never one judged for it): "bm25", or a saved bi-encoder's directory
+    neg_hard: int = param(0, ge=0)
+    hard_model: str = "bm25"
+    hard_depth: int = param(30, ge=1)
+    # Margin-MSE distillation (``loss`` "margin_mse"): the saved cross-encoder whose scores of every
+    # training pair (judged and sampled) the student's margins learn; its scores are rescaled so
+    # their within-list standard deviation over the training lists is ``teacher_spread``
+    teacher: str = ""
+    teacher_spread: float = param(0.1, gt=0)
 
     def check(self) -> None:
         super().check()
@@ -114,6 +128,13 @@ class TransformerArgs(TrainArgs):
         if self.loss != "hinge" and isinstance(self.margin, list):
             raise ParamError(f"{self._label('margin')} is a list of hinge margins to choose from, but "
                              f"{self._label('loss')} = {self.loss!r} has no margin")
+        if (self.loss == "margin_mse") != bool(self.teacher):
+            raise ParamError(f"{self._label('teacher')} (a saved cross-encoder's directory) is needed by, and only "
+                             f"by, {self._label('loss')} = 'margin_mse'; got loss = {self.loss!r}, "
+                             f"teacher = {self.teacher!r}")
+        if self.neg_hard > self.hard_depth:
+            raise ParamError(f"{self._label('neg_hard')} = {self.neg_hard} cannot exceed "
+                             f"{self._label('hard_depth')} = {self.hard_depth}")
 
     @property
     def margins(self) -> list[float]:
@@ -126,6 +147,12 @@ class BiEncoderArgs(TransformerArgs):
     # every query of a batch also meets the other queries' documents as negatives (their vectors
     # are computed for the batch anyway; a cross-encoder would score each pair anew)
     share_negatives: bool = False
+
+    def check(self) -> None:
+        super().check()
+        if self.share_negatives and self.loss == "margin_mse":
+            raise ParamError(f"{self._label('share_negatives')}: the teacher scores each query's own documents "
+                             f"only, so {self._label('loss')} = 'margin_mse' cannot share them; set it false")
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from .args import ListLoss
 
 
 def _cross_entropy(logits: torch.Tensor, target: torch.Tensor, scale: float | None) -> torch.Tensor:
@@ -81,17 +85,44 @@ def listnet_loss(scores: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor
     return per_query[has].mean() if scale is None else per_query[has].sum() * scale
 
 
-LIST_LOSSES = ("hinge", "listnet")
-"""The losses over a query's graded list (``TransformerArgs.loss``): Eq. 3's pairwise hinge, ListNet."""
+def margin_mse_loss(scores: torch.Tensor, teacher: torch.Tensor, valid: torch.Tensor,
+                    scale: float | None = None) -> torch.Tensor:
+    """Margin-MSE (Hofstätter et al. 2020, "Improving efficient neural ranking models with
+    cross-architecture knowledge distillation"), over every pair of a query's list instead of one
+    positive–negative pair: the mean over pairs i < j of ((s_i − s_j) − (t_i − t_j))², ``teacher``
+    holding t. With e = s − t that mean is 2·Σ(e_i − ē)² / (n − 1), computed so in O(n). Then the
+    mean over queries with two valid slots whose teacher scores differ (``scale``: their sum times
+    it instead). The student learns the teacher's margins, not its scale or offset, so a
+    bi-encoder's cosine can follow a cross-encoder's logits once those are rescaled. Shapes as
+    ``graded_hinge_loss``."""
+    t = teacher.to(scores.dtype)
+    e = (scores - t).masked_fill(~valid, 0.0)
+    n = valid.sum(1).to(scores.dtype)
+    mean = e.sum(1) / n.clamp(min=1)
+    per_query = 2 * (((e - mean[:, None]) ** 2) * valid).sum(1) / (n - 1).clamp(min=1)
+    hi = t.masked_fill(~valid, float("-inf")).amax(1)
+    lo = t.masked_fill(~valid, float("inf")).amin(1)
+    has = hi > lo
+    if not bool(has.any()):
+        return scores.sum() * 0.0
+    return per_query[has].mean() if scale is None else per_query[has].sum() * scale
+
+
+LIST_LOSSES: tuple[str, ...] = get_args(ListLoss)
+"""The losses over a query's graded list (``TransformerArgs.loss``): Eq. 3's pairwise hinge,
+ListNet, Margin-MSE against a teacher's scores."""
 
 
 def graded_list_loss(loss: str, scores: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, margin: float,
                      scale: float | None = None) -> torch.Tensor:
-    """The named loss over graded lists (``LIST_LOSSES``); ``margin`` is the hinge's τ (ListNet has none)."""
+    """The named loss over graded lists (``LIST_LOSSES``); ``margin`` is the hinge's τ (the others
+    have none). For "margin_mse" ``labels`` are the teacher's scores, not grades."""
     if loss == "hinge":
         return graded_hinge_loss(scores, labels, valid, margin, scale)
     if loss == "listnet":
         return listnet_loss(scores, labels, valid, scale)
+    if loss == "margin_mse":
+        return margin_mse_loss(scores, labels, valid, scale)
     raise ValueError(f"unknown list loss {loss!r}; one of {', '.join(LIST_LOSSES)}")
 
 

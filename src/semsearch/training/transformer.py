@@ -15,6 +15,13 @@ instead of (B, M): the sampled ones are uniform draws from the corpus as NEG_glo
 others' judged titles are harder negatives, like NEG_cluster. It lets fewer negatives be sampled and
 encoded per query.
 
+Hard negatives (``neg_hard``): documents drawn from the top ``hard_depth`` that a first model
+("bm25", or a saved bi-encoder) retrieves for the query from the whole collection, none judged for
+it. Distillation (``loss`` "margin_mse"): a saved cross-encoder ``teacher`` scores every pair of
+every list once before training, judged and sampled alike (so an unjudged hard negative that is in
+fact relevant is taught as such, not as grade 0), and the student learns its score margins
+(``losses.margin_mse_loss``; Hofstätter et al. 2020).
+
 CPU budget: ``max_queries`` trains on a random subset of the training queries and
 ``dev_queries`` scores a random subset of the dev queries."""
 
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from itertools import pairwise
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +56,7 @@ class Example:
     docs: np.ndarray
     grades: np.ndarray
     judged: set[int]
+    teacher: np.ndarray | None = None  # a teacher's (rescaled) score of each document, for Margin-MSE
 
     def with_negatives(self, rows: np.ndarray) -> "Example":
         return Example(self.query, np.concatenate([self.docs, rows]),
@@ -114,6 +123,43 @@ def add_negatives(examples: list[Example], rng: np.random.Generator, n_docs: int
     return out
 
 
+def add_hard_negatives(examples: list[Example], data: TrainingData, rng: np.random.Generator, n: int,
+                       source: str, depth: int) -> list[Example]:
+    """Append ``n`` hard negatives to every example: documents drawn uniformly from the top
+    ``depth`` that a first model retrieves for its query from the whole collection, none judged for
+    it nor already in its list. ``source``: "bm25" (default parameters), or the directory of a saved
+    bi-encoder (say, a first BERT(rep) fine-tuned on the same data, as Algorithm 1's first model)."""
+    from ..models.lexical import BM25
+
+    first: Any = BM25() if source == "bm25" else BiEncoder.load(source)
+    first.index(data.doc_ids, data.doc_texts)
+    idx = data.doc_index
+    top = first.retrieve([e.query for e in examples], depth)
+    out = []
+    for ex, hits in zip(examples, top):
+        taken = set(ex.docs.tolist()) | ex.judged
+        pool = np.array([idx[d] for d, _ in hits if idx[d] not in taken], dtype=np.int64)
+        out.append(ex.with_negatives(rng.choice(pool, size=min(n, len(pool)), replace=False) if len(pool)
+                                     else np.zeros(0, dtype=np.int64)))
+    return out
+
+
+def with_teacher(examples: list[Example], teacher: CrossEncoder, doc_texts: list[str],
+                 spread: float) -> tuple[list[Example], float]:
+    """Every example with its documents' teacher scores, rescaled by one factor so that their pooled
+    within-list standard deviation is ``spread`` (Margin-MSE sees only differences within a list,
+    so no offset is needed); returns the examples and the factor."""
+    qs = [e.query for e in examples for _ in e.docs]
+    flat = teacher.score_pairs(qs, [doc_texts[r] for e in examples for r in e.docs])
+    bounds = np.cumsum([0] + [len(e.docs) for e in examples])
+    lists = [flat[a:b] for a, b in pairwise(bounds)]
+    dof = sum(len(t) - 1 for t in lists if len(t) > 1)
+    sd = float(np.sqrt(sum(float(((t - t.mean()) ** 2).sum()) for t in lists) / max(dof, 1)))
+    factor = spread / sd if sd > 0 else 1.0
+    return [Example(e.query, e.docs, e.grades, e.judged, (t * factor).astype(np.float32))
+            for e, t in zip(examples, lists)], factor
+
+
 def train_transformer(model: TransformerModel, data: TrainingData, dev: EvalSet | None = None, *,
                       args: TransformerArgs, progress: bool = True, checkpoint_dir: str | Path | None = None,
                       resume: bool = False) -> dict[str, Any]:
@@ -131,7 +177,7 @@ def train_transformer(model: TransformerModel, data: TrainingData, dev: EvalSet 
         t0 = time.perf_counter()
         if args.cluster_model == "first":
             encoder: BiEncoder = type(model)(**model.params())  # type: ignore[assignment]
-            log["first_model"] = _tune(encoder, data, examples, dev, args.replace(neg_global=0, neg_cluster=0),
+            log["first_model"] = _tune(encoder, data, examples, dev, _first_model_args(args),
                                        progress, "first model")
         else:
             p = model.p
@@ -142,9 +188,27 @@ def train_transformer(model: TransformerModel, data: TrainingData, dev: EvalSet 
         log["clustering_seconds"] = time.perf_counter() - t0
         del encoder
     examples = add_negatives(examples, rng, len(data.doc_texts), args.neg_global, args.neg_cluster, clusters)
+    if args.neg_hard > 0:
+        t0 = time.perf_counter()
+        examples = add_hard_negatives(examples, data, rng, args.neg_hard, args.hard_model, args.hard_depth)
+        log["hard_negatives_seconds"] = time.perf_counter() - t0
     log["pairs"] = int(sum(len(e.docs) for e in examples))
+    if args.loss == "margin_mse":
+        t0 = time.perf_counter()
+        teacher = CrossEncoder.load(args.teacher)
+        assert isinstance(teacher, CrossEncoder)
+        examples, log["teacher_factor"] = with_teacher(examples, teacher, data.doc_texts, args.teacher_spread)
+        log["teacher_seconds"] = time.perf_counter() - t0
+        del teacher
     log.update(_tune(model, data, examples, dev, args, progress, model.name))
     return log
+
+
+def _first_model_args(args: TransformerArgs) -> TransformerArgs:
+    """Algorithm 1's first model: the judged data only (no sampled negatives, no teacher)."""
+    if args.loss == "margin_mse":
+        args = args.replace(loss="hinge", teacher="")
+    return args.replace(neg_global=0, neg_cluster=0, neg_hard=0)
 
 
 def _dev_sample(dev: EvalSet, n: int, seed: int) -> EvalSet:
@@ -242,7 +306,9 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
     labels = np.zeros((len(batch), m), dtype=np.float32)
     valid = np.zeros((len(batch), m), dtype=bool)
     for i, e in enumerate(batch):
-        labels[i, : len(e.docs)] = e.grades
+        if loss == "margin_mse":
+            assert e.teacher is not None, "margin_mse needs the teacher's scores (with_teacher)"
+        labels[i, : len(e.docs)] = e.teacher if loss == "margin_mse" else e.grades
         valid[i, : len(e.docs)] = True
     mine, scale = distributed.shard(len(batch)), distributed.loss_scale(int(has_graded_pair(labels, valid).sum()))
     if distributed.active():  # this rank's queries: each query's scores depend on its own documents only
