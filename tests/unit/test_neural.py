@@ -437,3 +437,32 @@ def test_dssm_encodes_per_distinct_word_as_the_trigram_tower_does(monkeypatch):
         assert got.shape == ref.shape and np.allclose(got, ref, atol=1e-6), np.abs(got - ref).max()
         assert np.allclose(m._encode(texts[-1:], side), ref[-1:], atol=1e-6)
     assert m.encode_queries([]).shape == (0, 20)
+
+
+@pytest.mark.parametrize("name", ["dssm", "clsm"])
+def test_sparse_first_layer_gradient_steps_as_the_dense_one(name):
+    """Under SGD the first layer takes a sparse gradient of the batch's vocabulary rows; it equals
+    the dense one, and an SGD step with it leaves the same weights."""
+    from semsearch.training.trainer import make_optimizer
+
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(["red", "brick", "wall", "door"], rng.integers(1, 6))) for _ in range(20)]
+    nets, grads = [], []
+    for sparse in (False, True):
+        m = _built(name)
+        opt = make_optimizer(EncoderArgs(optimizer="sgd", lr=0.5) if sparse else EncoderArgs(optimizer="adam"),
+                             m.net.parameters())
+        if not sparse:  # Adam's parameters say dense; step them with SGD here to compare like for like
+            opt = torch.optim.SGD(m.net.parameters(), lr=0.5)
+        out = m.net.q(m.features(texts).batch(np.arange(len(texts))))
+        out.backward(torch.ones_like(out))
+        w = m.net.q.embed.weight
+        assert w.grad.is_sparse == sparse and w.sparse_grad == sparse
+        grads.append(w.grad.to_dense().clone())
+        opt.step()
+        nets.append(m.net.state_dict())
+    assert torch.equal(grads[0], grads[1])
+    rows = grads[0].abs().sum(1) > 0
+    assert 0 < int(rows.sum()) < len(rows)  # the batch touches some rows only
+    for k, v in nets[0].items():
+        assert torch.allclose(v, nets[1][k], atol=1e-7, rtol=0), k

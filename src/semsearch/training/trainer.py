@@ -220,5 +220,12 @@ def dev_score(model: Model, data: TrainingData, dev: EvalSet, metric: str) -> fl
 
 
 def make_optimizer(args: TrainArgs, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    """SGD (the papers) or Adam over ``params`` at ``args.lr``."""
+    """SGD (the papers) or Adam over ``params`` at ``args.lr``. Under plain SGD on one process the
+    first layers' weights take sparse gradients (``models.neural.bag_product``): SGD applies those
+    row by row to the same result. Adam's moments need dense ones, and so does the all-reduce of
+    distributed training."""
+    params = list(params)
+    sparse = args.optimizer == "sgd" and not distributed.active()
+    for p in params:
+        p.sparse_grad = sparse  # type: ignore[attr-defined]
     return (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(params, lr=args.lr)
