@@ -142,7 +142,7 @@ class ShardedVectorIndex:
             for j, s in enumerate(self.shards):
                 p = np.array([c[2] for c in cand if c[1] == j], dtype=np.int64)
                 if len(p):
-                    top, scores = s._exact_top(qv, p, k)
+                    top, scores = s.rescore_positions(qv, p, k)
                     lists.append(list(zip(s.doc_ids.take(top).tolist(), scores.tolist())))  # type: ignore[attr-defined]
                 else:
                     lists.append([])

@@ -324,7 +324,7 @@ class VectorIndex:
         _, pos = self._faiss_search(q, min(len(self._ids), max(k, short)))
         found = pos >= 0
         if len(pos) * pos.shape[1] * self.dim > 1 << 24:  # a large pass: query by query, rows read in order
-            return [self._exact_top(qv, p, k) for qv, p in zip(q, pos)]
+            return [self.rescore_positions(qv, p, k) for qv, p in zip(q, pos)]
         rows = self._exact[np.where(found, pos, 0)]  # type: ignore[index]  # (queries, short, dim) in one gather
         if self.metric == "l2":
             scores = -np.square(rows - q[:, None, :]).sum(-1)
@@ -344,9 +344,10 @@ class VectorIndex:
             return -np.einsum("ij,ij->i", d, d)
         return vectors @ q
 
-    def _exact_top(self, qv: np.ndarray, p: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def rescore_positions(self, qv: np.ndarray, p: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Candidates at positions ``p`` (-1: none) re-scored with the full vectors: the best
-        ``k`` positions and scores, best first, equal scores by doc id."""
+        ``k`` positions and scores, best first, equal scores by doc id. Public for the sharded
+        index, which searches each shard's quantised vectors and re-scores the merged short list."""
         p = np.sort(p[p >= 0])  # sorted rows: the memory-mapped file is read in order
         s = self._score(self._exact[p], qv)  # type: ignore[index]
         order = np.lexsort((self._ranks[p], -s))[:k]
