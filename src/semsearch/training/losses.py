@@ -77,12 +77,7 @@ def listnet_loss(scores: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor
     log_p = torch.log_softmax(scores.masked_fill(~valid, float("-inf")), dim=1)
     target = torch.softmax(y.masked_fill(~valid, float("-inf")), dim=1)
     per_query = -(target * log_p.masked_fill(~valid, 0.0)).sum(1)
-    hi = y.masked_fill(~valid, float("-inf")).amax(1)
-    lo = y.masked_fill(~valid, float("inf")).amin(1)
-    has = hi > lo
-    if not bool(has.any()):
-        return scores.sum() * 0.0
-    return per_query[has].mean() if scale is None else per_query[has].sum() * scale
+    return _over_graded(per_query, y, valid, scores, scale)
 
 
 def margin_mse_loss(scores: torch.Tensor, teacher: torch.Tensor, valid: torch.Tensor,
@@ -100,8 +95,17 @@ def margin_mse_loss(scores: torch.Tensor, teacher: torch.Tensor, valid: torch.Te
     n = valid.sum(1).to(scores.dtype)
     mean = e.sum(1) / n.clamp(min=1)
     per_query = 2 * (((e - mean[:, None]) ** 2) * valid).sum(1) / (n - 1).clamp(min=1)
-    hi = t.masked_fill(~valid, float("-inf")).amax(1)
-    lo = t.masked_fill(~valid, float("inf")).amin(1)
+    return _over_graded(per_query, t, valid, scores, scale)
+
+
+def _over_graded(per_query: torch.Tensor, y: torch.Tensor, valid: torch.Tensor, scores: torch.Tensor,
+                 scale: float | None) -> torch.Tensor:
+    """The mean of ``per_query`` over the queries whose valid slots hold two different values of
+    ``y`` (grades, or a teacher's scores; ``has_graded_pair`` is the same test in numpy, for the
+    distributed scale); ``scale``: their sum times it instead. No such query: a zero that is still
+    attached to ``scores``."""
+    hi = y.masked_fill(~valid, float("-inf")).amax(1)
+    lo = y.masked_fill(~valid, float("inf")).amin(1)
     has = hi > lo
     if not bool(has.any()):
         return scores.sum() * 0.0
