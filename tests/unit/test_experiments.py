@@ -472,7 +472,7 @@ train = {{ split = "train", threshold = 2 }}
 """
 
 
-def test_a_teacher_row_distils_into_a_student_row(tiny_data, tmp_path, tiny_bert):
+def test_a_teacher_row_distils_into_a_student_row(tiny_data, tmp_path, tiny_bert, monkeypatch):
     from semsearch.experiments.cache import cache_key
 
     p = tmp_path / "d.toml"
@@ -493,8 +493,22 @@ def test_a_teacher_row_distils_into_a_student_row(tiny_data, tmp_path, tiny_bert
     again = run_experiment(spec, progress=False, model_dir=tmp_path / "models")
     assert again.training["Student"]["pairs"] == -1
     assert len(list((tmp_path / "models").iterdir())) == 2
-    # without a model directory the teacher is handed over in a temporary one
-    assert run_experiment(spec, progress=False).training["Student"]["teacher_factor"] > 0
+    # without a model directory the teacher is handed over in a temporary one, trained once for
+    # every seed of its student (and once for its own row), and the directory goes with the run
+    import tempfile
+
+    from semsearch.experiments import runner
+
+    calls = []
+    real_fit = runner.fit
+    monkeypatch.setattr(runner, "fit", lambda model, *a, **kw: calls.append(model.name) or real_fit(model, *a, **kw))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    p.write_text(DISTILLED.format(base=tiny_bert, teacher="Teacher") + "seeds = 2\n")
+    seeded = run_experiment(load_spec(p), progress=False)
+    assert seeded.training["Student (seed 1)"]["teacher_factor"] > 0
+    assert sorted(calls) == ["bert-rel", "bert-rel", "bert-rep", "bert-rep"]
+    assert list((tmp_path / "scratch").iterdir()) == []
 
 
 def test_a_teacher_row_is_validated(tiny_data, tmp_path, tiny_bert):

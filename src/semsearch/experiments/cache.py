@@ -30,6 +30,11 @@ def cache_key(kind: str, recipe: Mapping[str, Any]) -> str:
     return hashlib.sha1(json.dumps(keyed_recipe(kind, recipe), sort_keys=True).encode()).hexdigest()[:12]
 
 
+def saved_dir(model_dir: Path, kind: str, recipe: Mapping[str, Any]) -> Path:
+    """Where ``cached_training`` keeps the model of ``recipe``: ``model_dir/KIND-KEY``."""
+    return model_dir / f"{kind}-{cache_key(kind, recipe)}"
+
+
 def cached_training(
     model_dir: Path | None, kind: str, recipe: Mapping[str, Any], train: Callable[[], tuple[Model, dict[str, Any]]],
     retrain: bool = False,
@@ -37,7 +42,7 @@ def cached_training(
     """``train()`` → (model, training log), or the model saved earlier under ``model_dir`` as
     ``KIND-KEY`` with the same keyed recipe (see ``cache_key``) unless ``retrain``."""
     keyed = keyed_recipe(kind, recipe)
-    saved = model_dir / f"{kind}-{cache_key(kind, recipe)}" if model_dir else None
+    saved = saved_dir(model_dir, kind, recipe) if model_dir else None
     if saved is not None and not retrain and (saved / "recipe.json").is_file():
         try:
             if json.loads((saved / "recipe.json").read_text(encoding="utf-8")) == keyed:

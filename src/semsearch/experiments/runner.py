@@ -23,7 +23,7 @@ from ..progress import track
 from ..training import fit, recipe
 from ..text import Analyzer
 from ..types import Qrels, Run
-from .cache import cache_key, cached_training, keyed_recipe
+from .cache import cache_key, cached_training, keyed_recipe, saved_dir
 from .result import Check, ExperimentResult
 from .spec import ClassificationSpec, ExperimentSpec, ModelSpec, seed_rows
 
@@ -46,6 +46,8 @@ class _Context:
         self._pools: dict[str, set[str]] | None = None
         self._run_cache: dict[str, Run] = {}
         self.out_of_fold: dict[tuple[str, str, int], Run] = {}  # (row, split, K) -> cross-fitted run
+        self._teachers: dict[tuple[str, Any], tuple[str, dict[str, Any]]] = {}  # (row, fold) -> ``_teacher``
+        self._scratch: Any = None  # TemporaryDirectory of teachers handed over without a model directory
 
     def qrels(self, split: str) -> Qrels:
         return self.ds.qrels(split, check=True)
@@ -114,17 +116,23 @@ class _Context:
         rows = {m.label: m for m in self.spec.models}
         if not isinstance(name, str) or name not in rows:
             return None
-        tms = rows[name]
-        tkw = dict(tms.params, **({"analyzer": tms.analyzer} if tms.analyzer else {}))
-        model = self._trained(tms, tkw, fold)
-        trecipe = self._cache_recipe(tms, tkw, fold)
-        if self.model_dir is not None:  # where cached_training saved it
-            return str(self.model_dir / f"{tms.model}-{cache_key(tms.model, trecipe)}"), keyed_recipe(tms.model, trecipe)
-        import tempfile
+        key = (name, None if fold is None else (fold.k, fold.i, fold.seed))
+        if key not in self._teachers:  # once per teacher and fold, however many seed rows it teaches
+            tms = rows[name]
+            tkw = dict(tms.params, **({"analyzer": tms.analyzer} if tms.analyzer else {}))
+            model = self._trained(tms, tkw, fold)
+            trecipe = self._cache_recipe(tms, tkw, fold)
+            if self.model_dir is not None:  # where cached_training saved it
+                where = saved_dir(self.model_dir, tms.model, trecipe)
+            else:  # no cache: a temporary directory, removed with this context
+                import tempfile
 
-        where = Path(tempfile.mkdtemp(prefix="semsearch-teacher-")) / tms.model
-        model.save(where)  # type: ignore[attr-defined]
-        return str(where), keyed_recipe(tms.model, trecipe)
+                if self._scratch is None:
+                    self._scratch = tempfile.TemporaryDirectory(prefix="semsearch-teachers-")
+                where = Path(self._scratch.name) / f"{tms.model}-{cache_key(tms.model, trecipe)}"
+                model.save(where)  # type: ignore[attr-defined]
+            self._teachers[key] = (str(where), keyed_recipe(tms.model, trecipe))
+        return self._teachers[key]
 
     def _cache_recipe(self, ms: ModelSpec, kwargs: dict[str, Any], fold: _Fold | None) -> dict[str, Any]:
         """What names the row's trained model in the cache: data, parameters, training block (with
