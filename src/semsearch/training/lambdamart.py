@@ -6,8 +6,8 @@ the registered ``lambdamart`` kind's trainer (``fit``)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from ..progress import Reporter, note
 from ..ranking.lambdamart import LambdaMART, LambdaMARTRanker
 from ..types import Run
 from .args import RankerArgs
+
+if TYPE_CHECKING:  # the bundle build hands its stage-1 search in; importing index.bundle would load faiss
+    from ..index.bundle import StageSearch
 
 
 def train_booster(booster: LambdaMART, train: Groups, dev: Groups | None = None, *, cv_folds: int = 0) -> dict[str, Any]:
@@ -93,12 +96,6 @@ def train_ranker(model: LambdaMARTRanker, data: TrainingData, dev: EvalSet | Non
 
 
 # ----------------------------------------------------------------------------- two-stage search
-StageSearch = Callable[..., "list[list[Any]]"]
-"""``search(query texts, n_lexical, n_semantic, ef_search=None)``: each query's merged stage-1 hits
-with both stages' scores filled in (``index.HybridRetriever(complete=True).search``); ``ef_search``
-is the semantic stage's HNSW efSearch for this call (None: the index's own)."""
-
-
 def _stage_hits(search: StageSearch, queries: Sequence[str], n_lexical: int, n_semantic: int, what: str,
                 progress: bool, batch: int = 512, ef_search: int | None = None) -> list[list[Any]]:
     rep = Reporter(f"stage 1 for the ranker's {what} queries", (len(queries) + batch - 1) // batch, unit="queries",
