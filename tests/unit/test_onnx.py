@@ -104,6 +104,12 @@ def test_cross_encoder_and_int8(tiny_bert) -> None:  # type: ignore[no-untyped-d
     ref = ce.score_pairs(QUERIES, DOCS)
     ce.use_onnx("fp32")
     assert np.allclose(ce.score_pairs(QUERIES, DOCS), ref, atol=1e-4)
+    graded = CrossEncoder(base=tiny_bert, grades=[0, 1, 2, 3])  # the expected gain is part of the export
+    with torch.no_grad():
+        graded.net.head.weight.normal_(0, 0.3, generator=torch.Generator().manual_seed(2))
+    ref = graded.score_pairs(QUERIES, DOCS)
+    graded.use_onnx("fp32")
+    assert np.allclose(graded.score_pairs(QUERIES, DOCS), ref, atol=1e-4) and ref.std() > 2e-3  # scores differ beyond the tolerance
     bi = BiEncoder(base=tiny_bert)
     ref_q = bi.encode_queries(QUERIES)
     meta = bi.use_onnx("int8")

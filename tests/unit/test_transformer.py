@@ -15,7 +15,8 @@ from semsearch.plugins import create_model, load_model
 from semsearch.models.transformer import BiEncoder, CrossEncoder
 from semsearch.params import ParamError
 from semsearch.training import fit, recipe
-from semsearch.training.losses import LIST_LOSSES, graded_hinge_loss, graded_list_loss, listnet_loss, margin_mse_loss
+from semsearch.training.losses import (LIST_LOSSES, grade_cross_entropy, grade_targets, graded_hinge_loss,
+                                       graded_list_loss, listnet_loss, margin_mse_loss)
 from semsearch.training.negatives import uniform_negatives
 from semsearch.training.transformer import (Clusters, Example, _batch_loss, _param_groups, _shared_labels,
                                             add_hard_negatives, add_negatives, judged_examples, with_teacher)
@@ -315,6 +316,81 @@ def test_margin_mse_parameters_are_checked(tiny_bert, tmp_path):
                     teacher=str(tmp_path / "nothing"))
     with pytest.raises(ModelDirError, match="nothing"):
         fit(m, _data(), None, progress=False, args=args)
+
+
+def test_grade_targets_split_between_levels():
+    levels = torch.tensor([0.0, 1.0, 2.0, 3.0])
+    t = grade_targets(torch.tensor([[0.0, 2.0 + 1 / 3, 3.0], [1.5, 1.0, 0.0]]), levels)
+    assert t.shape == (2, 3, 4) and torch.allclose(t.sum(-1), torch.ones(2, 3))
+    assert torch.allclose(t[0, 1], torch.tensor([0.0, 0.0, 2 / 3, 1 / 3]))
+    assert torch.allclose(t[0, 0], torch.tensor([1.0, 0, 0, 0])) and torch.allclose(t[0, 2], torch.tensor([0.0, 0, 0, 1]))
+    assert torch.allclose(t[1, 0], torch.tensor([0.0, 0.5, 0.5, 0.0]))
+    assert torch.allclose((t * levels).sum(-1), torch.tensor([[0.0, 2 + 1 / 3, 3.0], [1.5, 1.0, 0.0]]))  # mean = grade
+
+
+def test_grade_cross_entropy_against_a_hand_computation():
+    levels = torch.tensor([1.0, 2.0, 3.0])
+    logits = torch.tensor([[[2.0, 0.0, -1.0], [0.0, 1.0, 0.0], [5.0, 5.0, 5.0]],
+                           [[1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [9.0, 9.0, 9.0]]])
+    y = torch.tensor([[1.0, 2.5, 0.0], [3.0, 3.0, 0.0]])  # query 1: one grade only (left out)
+    valid = torch.tensor([[True, True, False], [True, True, False]])
+    lp = torch.log_softmax(logits, -1)
+    want = -(lp[0, 0, 0] + 0.5 * lp[0, 1, 1] + 0.5 * lp[0, 1, 2]) / 2
+    assert torch.isclose(grade_cross_entropy(logits, y, valid, levels), want)
+    assert torch.isclose(grade_cross_entropy(logits, y, valid, levels, scale=0.25), want * 0.25)
+
+
+def test_graded_head_scores_by_expected_gain(tiny_bert, tmp_path):
+    with pytest.raises(ParamError, match="grades.*increasing"):
+        create_model("bert-rel", base=tiny_bert, grades=[2, 1])
+    with pytest.raises(ParamError, match="grades"):
+        create_model("bert-rel", base=tiny_bert, grades=[1])
+    texts = ["red chair", "blue table lamp", "green sofa"]
+    for gain, gains in (("exp", torch.tensor([0.0, 1.0, 3.0, 7.0])), ("linear", torch.tensor([0.0, 1.0, 2.0, 3.0]))):
+        c = create_model("bert-rel", base=tiny_bert, grades=[0, 1, 2, 3], gain=gain)
+        assert isinstance(c, CrossEncoder) and c.graded and c.net.head.out_features == 4
+        with torch.no_grad():
+            c.net.head.weight.normal_(0, 1.0, generator=torch.Generator().manual_seed(1))
+        c.index(["a", "b", "c"], texts)
+        got = c.score(["red chair"], [["a", "b", "c"]])[0]
+        c.net.eval()
+        with torch.no_grad():
+            head = c.head_output(c._tokens(["red chair"] * 3, texts, 64))
+        assert np.allclose(got, (torch.softmax(head, -1) @ gains).numpy(), atol=1e-5)
+        assert ((got >= 0) & (got <= gains[-1].item())).all()
+        c.save(tmp_path / gain)
+        again = load_model(tmp_path / gain)
+        assert again.params()["grades"] == [0, 1, 2, 3] and again.params()["gain"] == gain
+        again.index(["a", "b", "c"], texts)
+        assert np.allclose(again.score(["red chair"], [["a", "b", "c"]])[0], got, atol=1e-6)
+    assert not create_model("bert-rel", base=tiny_bert).graded  # Eq. 2's one logit stays the default
+
+
+@pytest.mark.parametrize("loss", ["listnet", "hinge"])
+def test_graded_head_trains_on_list_loss_and_grades(tiny_bert, loss):
+    data = _data()
+    m, args = _make("bert-rel", base=tiny_bert, grades=[0, 1, 2, 3], neg_global=2, neg_cluster=0, lr=1e-3,
+                    batch_size=4, loss=loss, grade_weight=0.5)
+    examples = add_negatives(judged_examples(data, np.random.default_rng(0), None, 30),
+                             np.random.default_rng(0), len(data.doc_ids), 2, 0, None)
+    m.net.eval()
+    list_only = _batch_loss(m, examples, data.doc_texts, 1.0, loss=loss).item()
+    both = _batch_loss(m, examples, data.doc_texts, 1.0, loss=loss, grade_weight=0.5).item()
+    assert both > list_only  # the cross-entropy is added (a random head is far from every grade)
+    fit(m, data, None, progress=False, args=args)
+    assert _batch_loss(m, examples, data.doc_texts, 1.0, loss=loss, grade_weight=0.5).item() < both
+
+
+def test_graded_head_parameters_are_checked(tiny_bert):
+    data = _data()
+    m, args = _make("bert-rel", base=tiny_bert, neg_global=0, neg_cluster=0, grade_weight=1.0)
+    with pytest.raises(ValueError, match=r"'grade_weight'.*one logit; set the model parameter grades"):
+        fit(m, data, None, progress=False, args=args)
+    m, args = _make("bert-rel", base=tiny_bert, grades=[1, 2, 3], neg_global=2, neg_cluster=0)
+    with pytest.raises(ValueError, match=r"grades span 0\.\.3 \(a sampled negative is grade 0\), beyond .*\[1"):
+        fit(m, data, None, progress=False, args=args)
+    with pytest.raises(ValueError, match="grade_weight"):
+        recipe("bert-rel", {"base": tiny_bert, "grade_weight": -1})
 
 
 def test_listnet_takes_no_margin_list(tiny_bert):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Literal
 
 from ..params import ParamError, Params, param
@@ -137,3 +138,13 @@ class CrossEncoderParams(TransformerParams):
     kind = "bert-rel"
     max_length: int = param(256, ge=1)  # tokens of a (query, document) pair
     batch_pairs: int = param(64, ge=1)  # pairs per forward pass when scoring
+    # a graded head: P(grade | q, d) over these grade levels (increasing), the score being the
+    # expected gain Σ P(g)·gain(g); empty: Eq. 2's one logit
+    grades: list[float] = param([])
+    gain: Literal["exp", "linear"] = "exp"  # a graded head's gain(g): 2^g − 1 (NDCG's exp gain) or g
+
+    def check(self) -> None:
+        g = self.grades
+        if g and (len(g) < 2 or any(b <= a for a, b in pairwise(g))):
+            raise ParamError(f"{self._label('grades')} must be two or more increasing grade levels "
+                             f"(or empty: one logit), got {g!r}")

@@ -160,6 +160,9 @@ class CrossEncoderArgs(TransformerArgs):
     kind = "bert-rel training"
     cluster_model: Literal["first", "pretrained"] = "pretrained"
     head_lr: float | None = param(None, gt=0)  # the linear head's learning rate (None: lr)
+    # a graded head's (model parameter ``grades``) cross-entropy against each pair's grade, added
+    # to the list loss with this weight (None: 1); a one-logit head has no grade distribution
+    grade_weight: float | None = param(None, ge=0)
 
     def check(self) -> None:
         super().check()

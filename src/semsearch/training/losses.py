@@ -98,6 +98,34 @@ def margin_mse_loss(scores: torch.Tensor, teacher: torch.Tensor, valid: torch.Te
     return _over_graded(per_query, t, valid, scores, scale)
 
 
+def grade_targets(labels: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+    """Each grade as a distribution over the grade ``levels`` (K, increasing): a grade between two
+    levels splits between them linearly, so the distribution's mean is the grade itself (Home
+    Depot's grades are means of raters' 1-3 scores: 2.33 is 2/3 on level 2, 1/3 on level 3).
+    ``labels``: any shape, within [levels[0], levels[-1]]; returns that shape + (K,)."""
+    y = labels.to(levels.dtype).clamp(levels[0], levels[-1])
+    hi = torch.searchsorted(levels, y.contiguous(), right=False).clamp(1, len(levels) - 1)
+    lo = hi - 1
+    w_hi = (y - levels[lo]) / (levels[hi] - levels[lo])
+    out = torch.zeros(*y.shape, len(levels), dtype=levels.dtype, device=labels.device)
+    out.scatter_(-1, lo[..., None], (1 - w_hi)[..., None])
+    out.scatter_add_(-1, hi[..., None], w_hi[..., None])
+    return out
+
+
+def grade_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, levels: torch.Tensor,
+                        scale: float | None = None) -> torch.Tensor:
+    """A graded head's pointwise loss: per pair, the cross-entropy between its grade as a
+    distribution over ``levels`` (``grade_targets``) and the softmax of its (K) grade logits; per
+    query, the mean over its valid pairs; then the mean over the queries the list losses count
+    (two different grades; ``scale``: their sum times it instead). ``logits``: (queries, slots, K);
+    ``labels``/``valid`` as ``graded_hinge_loss``."""
+    target = grade_targets(labels, levels.to(logits.dtype))
+    ce = -(target * torch.log_softmax(logits, dim=-1)).sum(-1).masked_fill(~valid, 0.0)
+    per_query = ce.sum(1) / valid.sum(1).clamp(min=1)
+    return _over_graded(per_query, labels.to(logits.dtype), valid, logits, scale)
+
+
 def _over_graded(per_query: torch.Tensor, y: torch.Tensor, valid: torch.Tensor, scores: torch.Tensor,
                  scale: float | None) -> torch.Tensor:
     """The mean of ``per_query`` over the queries whose valid slots hold two different values of

@@ -41,7 +41,7 @@ from ..data import EvalSet, TrainingData
 from ..models.transformer import BiEncoder, CrossEncoder, TransformerModel
 from .args import TransformerArgs
 from . import distributed
-from .losses import graded_list_loss, has_graded_pair
+from .losses import grade_cross_entropy, graded_list_loss, has_graded_pair
 from .loop import epoch_loop
 from .negatives import uniform_negatives
 from .trainer import dev_score
@@ -193,6 +193,7 @@ def train_transformer(model: TransformerModel, data: TrainingData, dev: EvalSet 
         examples = add_hard_negatives(examples, data, rng, args.neg_hard, args.hard_model, args.hard_depth)
         log["hard_negatives_seconds"] = time.perf_counter() - t0
     log["pairs"] = int(sum(len(e.docs) for e in examples))
+    _check_grades(model, args, examples)
     if args.loss == "margin_mse":
         t0 = time.perf_counter()
         teacher = CrossEncoder.load(args.teacher)
@@ -202,6 +203,29 @@ def train_transformer(model: TransformerModel, data: TrainingData, dev: EvalSet 
         del teacher
     log.update(_tune(model, data, examples, dev, args, progress, model.name))
     return log
+
+
+def _grade_weight(model: TransformerModel, args: TransformerArgs) -> float:
+    """The weight of a graded head's cross-entropy (``CrossEncoderArgs.grade_weight``; None: 1)."""
+    w = getattr(args, "grade_weight", None)
+    return 0.0 if not (isinstance(model, CrossEncoder) and model.graded) else 1.0 if w is None else float(w)
+
+
+def _check_grades(model: TransformerModel, args: TransformerArgs, examples: list[Example]) -> None:
+    """A ``grade_weight`` needs a graded head, and a graded head's levels must span every training
+    grade (sampled negatives are grade 0), or its cross-entropy would have no target."""
+    graded = isinstance(model, CrossEncoder) and model.graded
+    if getattr(args, "grade_weight", None) is not None and not graded:
+        raise ValueError(f"{args._label('grade_weight')} weighs a graded head's cross-entropy, but this "
+                         f"{model.name} has one logit; set the model parameter grades (say [0, 1, 2, 3])")
+    if not graded:
+        return
+    levels = model.p.grades  # type: ignore[attr-defined]
+    lo = min(float(e.grades.min()) for e in examples)
+    hi = max(float(e.grades.max()) for e in examples)
+    if lo < levels[0] or hi > levels[-1]:
+        raise ValueError(f"{model.name}: the training grades span {lo:g}..{hi:g} (a sampled negative is grade 0), "
+                         f"beyond the model parameter grades = {levels}; its levels must cover them")
 
 
 def _first_model_args(args: TransformerArgs) -> TransformerArgs:
@@ -252,7 +276,8 @@ def _train(model: TransformerModel, data: TrainingData, examples: list[Example],
 
     evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None  # type: ignore[arg-type]
     log = epoch_loop(net, opt, args, batches=batches, size=lambda batch: sum(len(e.docs) for e in batch),
-                     loss=lambda batch: _batch_loss(model, batch, data.doc_texts, margin, share=share, loss=args.loss),
+                     loss=lambda batch: _batch_loss(model, batch, data.doc_texts, margin, share=share, loss=args.loss,
+                                                    grade_weight=_grade_weight(model, args)),
                      dev=evaluate, title=title, rng=rng, progress=progress, n_batches=lambda: -(-len(examples) // b),
                      sharded=True)
     return {**log, "margin": margin}
@@ -286,8 +311,9 @@ def _param_groups(net: torch.nn.Module, head_lr: float | None) -> list[dict[str,
 
 
 def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[str], margin: float, *,
-                share: bool = False, loss: str = "hinge") -> torch.Tensor:
+                share: bool = False, loss: str = "hinge", grade_weight: float = 0.0) -> torch.Tensor:
     """Eq. 3 (``loss`` "hinge"; "listnet": ListNet) over a batch of queries: scores of each query's documents, padded to (B, M);
+    a graded cross-encoder adds ``grade_weight`` times its grade cross-entropy (``grade_cross_entropy``);
     ``share``: a bi-encoder's queries also meet the batch's other documents (``share_negatives``).
     Under torchrun (``distributed``) ``batch`` is the global batch: the rank scores its slice of
     the queries (with ``share``, against every distinct document of the batch, each encoded by
@@ -326,18 +352,31 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
     elif isinstance(model, CrossEncoder):
         qs = [e.query for e in batch for _ in e.docs]
         ds = [doc_texts[r] for e in batch for r in e.docs]
-        flat = _encode(model, qs, model.p.max_length, ds)
+        head = _encode(model, qs, model.p.max_length, ds, call=model.head_output)
+        flat = model.score_from_head(head)
         dev = flat.device
-        scores = torch.zeros((len(batch), m), dtype=flat.dtype, device=dev).masked_scatter(torch.as_tensor(valid, device=dev), flat)
+        ok = torch.as_tensor(valid, device=dev)
+        scores = torch.zeros((len(batch), m), dtype=flat.dtype, device=dev).masked_scatter(ok, flat)
+        if grade_weight > 0:
+            k = head.shape[1]
+            logits = torch.zeros((len(batch), m, k), dtype=head.dtype, device=dev).masked_scatter(ok[..., None].expand(-1, -1, k), head)
+            grades = np.zeros((len(batch), m), dtype=np.float32)
+            for i, e in enumerate(batch):
+                grades[i, : len(e.docs)] = e.grades
+            levels = torch.tensor(model.p.grades, dtype=head.dtype, device=dev)
+            extra = grade_weight * grade_cross_entropy(logits, torch.as_tensor(grades, device=dev), ok, levels, scale)
+            return graded_list_loss(loss, scores, torch.as_tensor(labels, device=dev), ok, margin, scale) + extra
     else:
         raise TypeError(f"cannot train {type(model).__name__}")
     return graded_list_loss(loss, scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev),
                             margin, scale)
 
 
-def _encode(model: TransformerModel, a: list[str], max_length: int, b: list[str] | None = None) -> torch.Tensor:
-    """``forward_texts`` with gradients; no texts (a rank's empty slice of an epoch's last, short
-    batch) give no rows, still attached to the weights so the rank's backward runs with the others."""
+def _encode(model: TransformerModel, a: list[str], max_length: int, b: list[str] | None = None,
+            call: Any = None) -> torch.Tensor:
+    """``forward_texts`` (of ``call``, default ``forward``) with gradients; no texts (a rank's empty
+    slice of an epoch's last, short batch) give no rows, still attached to the weights so the rank's
+    backward runs with the others."""
     if a:
-        return model.forward_texts(a, b, max_length)
-    return model.forward_texts([""], None if b is None else [""], max_length)[:0]
+        return model.forward_texts(a, b, max_length, call=call)
+    return model.forward_texts([""], None if b is None else [""], max_length, call=call)[:0]
