@@ -100,8 +100,8 @@ def margin_mse_loss(scores: torch.Tensor, teacher: torch.Tensor, valid: torch.Te
 
 def grade_targets(labels: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
     """Each grade as a distribution over the grade ``levels`` (K, increasing): a grade between two
-    levels splits between them linearly, so the distribution's mean is the grade itself (Home
-    Depot's grades are means of raters' 1-3 scores: 2.33 is 2/3 on level 2, 1/3 on level 3).
+    levels splits between them linearly, so the distribution's mean is the grade itself (a grade
+    averaged over raters, 2.33 over levels 0-4, is 2/3 on level 2 and 1/3 on level 3).
     ``labels``: any shape, within [levels[0], levels[-1]]; returns that shape + (K,)."""
     y = labels.to(levels.dtype).clamp(levels[0], levels[-1])
     hi = torch.searchsorted(levels, y.contiguous(), right=False).clamp(1, len(levels) - 1)
