@@ -10,10 +10,10 @@ import torch
 
 from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.models import ModelDirError, rank
-from semsearch.plugins import create_model, load_model
 from semsearch.models.neural import segment_max
-from semsearch.text import TrigramHasher, word_trigrams
 from semsearch.params import ParamError
+from semsearch.plugins import create_model, load_model
+from semsearch.text import TrigramHasher, word_trigrams
 from semsearch.training import fit, recipe
 from semsearch.training.args import EncoderArgs
 
@@ -348,18 +348,49 @@ def test_gathered_dots_equals_the_gather_and_einsum():
     assert torch.autograd.gradcheck(gathered_dots, (q, d, idx))
 
 
-def test_running_max_numpy_and_torch_agree_and_pick_the_first_maximum():
-    from semsearch.models.neural import _running_max, _running_max_torch
+@pytest.mark.parametrize("threads", [1, 2])
+def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads):
+    """CLSM's fused convolution + max-pooling: the compiled CPU pass and the torch path (other
+    devices) give the same maxima and winners, ties to the first position, and the same gradient
+    as the convolution's max taken by autograd."""
+    from semsearch.models._clsm_kernels import run_split, window_max, window_max_grad
+    from semsearch.models.neural import _window_max_torch, _WindowMax
 
-    blocks = [4, 3, 3, 1]  # 4 texts sorted by length: 4, 3, 3 and 1 positions... of lengths 4,3,3,1
-    starts = np.array([0, 4, 7, 10])
-    conv = np.random.default_rng(0).integers(0, 3, size=(11, 5)).astype(np.float32)  # many ties
-    best, at = _running_max(conv, blocks, starts)
-    tb, ta = _running_max_torch(torch.from_numpy(conv), blocks, starts)
-    assert np.array_equal(best, tb.numpy()) and np.array_equal(at, ta.numpy())
-    for t, length in enumerate([4, 3, 3, 1]):
-        vals = np.stack([conv[starts[p] + t] for p in range(length)])
-        assert np.array_equal(best[t], vals.max(0)) and np.array_equal(at[t], vals.argmax(0))
+    rng = np.random.default_rng(threads)
+    lengths = [4, 1, 3, 7, 3, 1] * 30  # 180 texts: enough for one slice per thread
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    slots = rng.integers(0, 3, size=(40, 6)).astype(np.float32)  # small integers: many ties
+    rows = rng.integers(0, 40, size=(starts[-1], 3)).astype(np.int64)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        best = np.empty((len(lengths), 6), np.float32)
+        winner = np.empty((len(lengths), 6), np.int32)
+        run_split(window_max, len(lengths), slots, rows, starts, best, winner)
+        tb, tw = _window_max_torch(torch.from_numpy(slots), torch.from_numpy(rows), starts)
+        assert np.array_equal(best, tb.numpy()) and np.array_equal(winner, tw.numpy())
+        conv = slots[rows].sum(1)
+        for t in range(len(lengths)):
+            vals = conv[starts[t] : starts[t + 1]]
+            assert np.array_equal(best[t], vals.max(0)) and np.array_equal(winner[t], starts[t] + vals.argmax(0))
+        g = rng.standard_normal((len(lengths), 6)).astype(np.float32)
+        gs = np.zeros_like(slots)
+        run_split(window_max_grad, 6, g, rows, winner, gs)
+        x = torch.from_numpy(slots).double().requires_grad_()  # autograd over the full convolution
+        full = x[torch.from_numpy(rows)].sum(1)
+        pooled = torch.stack([full[torch.from_numpy(winner[t]).long(), torch.arange(6)]
+                              for t in range(len(lengths))])
+        (pooled * torch.from_numpy(g).double()).sum().backward()
+        assert np.allclose(gs, x.grad.numpy(), atol=1e-5)
+        # the autograd function: CPU kernels, bias added, gradient to slots and bias
+        s = torch.from_numpy(slots).requires_grad_()
+        bias = torch.arange(6, dtype=torch.float32, requires_grad=True)
+        out = _WindowMax.apply(s, bias, torch.from_numpy(rows), starts)
+        assert torch.equal(out.detach(), torch.from_numpy(best) + bias.detach())
+        (out * torch.from_numpy(g)).sum().backward()
+        assert np.allclose(s.grad.numpy(), gs) and np.allclose(bias.grad.numpy(), g.sum(0))
+    finally:
+        torch.set_num_threads(old)
 
 
 def test_bag_features_batch_of_consecutive_rows_equals_the_gathered_one():

@@ -146,58 +146,71 @@ def bag_product(weight: torch.Tensor, b: Bags) -> torch.Tensor:
 
 class _WindowMax(torch.autograd.Function):
     """CLSM's convolution and max-pooling (§3.3-3.4) in one: for every text and filter the max
-    over positions of bias + Σ_j slots[rows[p, j]]. The full (positions x K) convolution is built
-    without autograd; the backward routes each text's gradient to the window slots of its winning
-    position only (the max's gradient), so nothing of positions x K size is kept or scattered."""
+    over its positions of bias + Σ_j slots[rows[p, j]] (``rows``: each position's window of slot
+    rows, positions grouped by text, text i's from ``starts[i]``). Nothing of positions x K size is
+    kept for autograd: the backward routes each text's gradient to the window slots of its winning
+    position only (the max's gradient). On the CPU both directions are one compiled pass each
+    (``_clsm_kernels``); elsewhere the convolution is one gather-and-sum and the max a running
+    maximum over position blocks."""
 
     @staticmethod
     def forward(ctx, slots: torch.Tensor, bias: torch.Tensor, rows: torch.Tensor,  # type: ignore[override]
-                blocks: list[int], order: torch.Tensor) -> torch.Tensor:
-        # rows are position-major over texts sorted by length (longest first): the p-th positions
-        # of the n_p texts that have one are the block of n_p rows after the first p blocks
-        conv = F.embedding_bag(rows, slots, mode="sum")
-        starts = np.concatenate([[0], np.cumsum(blocks[:-1])]).astype(np.int64)
-        if conv.device.type == "cpu":  # numpy, in place
-            best, at = (torch.from_numpy(a) for a in _running_max(conv.numpy(), blocks, starts))
+                starts: np.ndarray) -> torch.Tensor:
+        n = len(starts) - 1
+        if slots.device.type == "cpu":
+            from . import _clsm_kernels as kern
+
+            s = slots.detach().contiguous()
+            best = torch.empty((n, s.shape[1]), dtype=s.dtype)
+            winner = torch.empty((n, s.shape[1]), dtype=torch.int32)
+            kern.run_split(kern.window_max, n, s.numpy(), rows.numpy(), starts, best.numpy(), winner.numpy())
         else:
-            best, at = _running_max_torch(conv, blocks, starts)
-        arg = torch.as_tensor(starts, device=conv.device)[at.long()]
-        arg += torch.arange(len(best), device=conv.device)[:, None]  # the winning rows
-        out = torch.empty_like(best)
-        out[order] = best + bias
-        winner = torch.empty_like(arg)
-        winner[order] = arg
+            best, winner = _window_max_torch(slots.detach(), rows, starts)
         ctx.save_for_backward(rows, winner)
         ctx.n_slots = slots.shape[0]
-        return out
+        return best + bias
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[no-untyped-def, override]
         rows, winner = ctx.saved_tensors
         g = g.contiguous()
         gs = torch.zeros((ctx.n_slots, g.shape[1]), dtype=g.dtype, device=g.device)
-        for j in range(rows.shape[1]):  # window slot j of each winning position gets the text's gradient
-            gs.scatter_add_(0, rows[:, j][winner], g)
-        return gs, g.sum(0), None, None, None
+        if g.device.type == "cpu":
+            from . import _clsm_kernels as kern
+
+            kern.run_split(kern.window_max_grad, g.shape[1], g.numpy(), rows.numpy(), winner.numpy(), gs.numpy())
+        else:
+            won = winner.long()
+            for j in range(rows.shape[1]):  # window slot j of each winning position gets the text's gradient
+                gs.scatter_add_(0, rows[:, j][won], g)
+        return gs, g.sum(0), None, None
 
 
-def _running_max(conv: np.ndarray, blocks: list[int], starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per sorted text and filter the max over its positions' rows of ``conv`` (position p of the
-    first ``blocks[p]`` texts is row ``starts[p]`` + rank) and the position holding it, the first
-    of equal maxima."""
-    n = blocks[0]
-    best = conv[:n].copy()
-    at = np.zeros(best.shape, dtype=np.int16 if len(blocks) < 2**15 else np.int64)
-    for p, m in enumerate(blocks[1:], 1):
-        blk = conv[starts[p] : starts[p] + m]
-        sub = at[:m]
-        sub += np.greater(blk, best[:m]).view(np.int8) * (at.dtype.type(p) - sub)  # p where greater:
-        np.maximum(best[:m], blk, out=best[:m])  # arithmetic, as masked stores run ~30x slower here
-    return best, at
+def _window_max_torch(slots: torch.Tensor, rows: torch.Tensor, starts: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_clsm_kernels.window_max`` in torch, for other devices: the convolution of every
+    position (one ``embedding_bag``), then a running maximum over position-major blocks of the
+    texts sorted longest first; returns each text's max and winning position (first on ties)."""
+    n = len(starts) - 1
+    segment = np.repeat(np.arange(n, dtype=np.int64), np.diff(starts))
+    perm, blocks, order = _position_major(segment, n)
+    dev = slots.device
+    perm_t = torch.as_tensor(perm, device=dev)
+    conv = F.embedding_bag(rows[perm_t], slots, mode="sum")
+    block_starts = np.concatenate([[0], np.cumsum(blocks[:-1])]).astype(np.int64)
+    best, at = _running_max_torch(conv, blocks, block_starts)
+    arg = torch.as_tensor(block_starts, device=dev)[at] + torch.arange(len(best), device=dev)[:, None]
+    order_t = torch.as_tensor(order, device=dev)
+    out = torch.empty_like(best)
+    out[order_t] = best
+    winner = torch.empty_like(arg)
+    winner[order_t] = perm_t[arg]  # back from position-major rows to the text-grouped ones
+    return out, winner
 
 
 def _running_max_torch(conv: torch.Tensor, blocks: list[int], starts: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """``_running_max`` in torch, for tensors on other devices."""
+    """Per sorted text and filter the max over its positions' rows of ``conv`` (position p of the
+    first ``blocks[p]`` texts is row ``starts[p]`` + rank) and the position holding it, the first
+    of equal maxima."""
     n = blocks[0]
     best = conv[:n].clone()
     at = torch.zeros(best.shape, dtype=torch.int64, device=conv.device)
@@ -392,9 +405,10 @@ class CLSMTower(nn.Module):
         dev = model_device(self)
         per_word = bag_product(self.embed.weight, x.bags)
         slots = torch.cat([per_word, self.pad[None, :]]).view(-1, self.conv)
-        perm, blocks, order = _position_major(x.segment, x.n_texts)
-        rows = torch.as_tensor((x.windows * self.window + np.arange(self.window)[:, None]).T[perm], device=dev)
-        pooled = _WindowMax.apply(slots, self.bias, rows, blocks, torch.as_tensor(order, device=dev))
+        rows = np.ascontiguousarray((x.windows * self.window + np.arange(self.window)[:, None]).T)
+        starts = np.zeros(x.n_texts + 1, dtype=np.int64)
+        np.cumsum(np.bincount(x.segment, minlength=x.n_texts), out=starts[1:])
+        pooled = _WindowMax.apply(slots, self.bias, torch.as_tensor(rows, device=dev), starts)
         return self.top(pooled)
 
     def convolve(self, x: WindowBatch) -> torch.Tensor:
