@@ -359,36 +359,39 @@ def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads):
     rng = np.random.default_rng(threads)
     lengths = [4, 1, 3, 7, 3, 1] * 30  # 180 texts: enough for one slice per thread
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    slots = rng.integers(0, 3, size=(40, 6)).astype(np.float32)  # small integers: many ties
-    rows = rng.integers(0, 40, size=(starts[-1], 3)).astype(np.int64)
+    table = rng.integers(0, 3, size=(43, 6)).astype(np.float32)  # small integers: many ties
+    slots, pad = table[:40], table[40:]  # 40 word slots, then the padding's 3
+    rows = rng.integers(0, 43, size=(starts[-1], 3)).astype(np.int64)
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         best = np.empty((len(lengths), 6), np.float32)
         winner = np.empty((len(lengths), 6), np.int32)
-        run_split(window_max, len(lengths), slots, rows, starts, best, winner)
-        tb, tw = _window_max_torch(torch.from_numpy(slots), torch.from_numpy(rows), starts)
+        run_split(window_max, len(lengths), slots, pad, rows, starts, best, winner)
+        tb, tw = _window_max_torch(torch.from_numpy(table), torch.from_numpy(rows), starts)
         assert np.array_equal(best, tb.numpy()) and np.array_equal(winner, tw.numpy())
-        conv = slots[rows].sum(1)
+        conv = table[rows].sum(1)
         for t in range(len(lengths)):
             vals = conv[starts[t] : starts[t + 1]]
             assert np.array_equal(best[t], vals.max(0)) and np.array_equal(winner[t], starts[t] + vals.argmax(0))
         g = rng.standard_normal((len(lengths), 6)).astype(np.float32)
-        gs = np.zeros_like(slots)
-        run_split(window_max_grad, 6, g, rows, winner, gs)
-        x = torch.from_numpy(slots).double().requires_grad_()  # autograd over the full convolution
+        gs = np.zeros_like(table)
+        run_split(window_max_grad, 6, g, rows, winner, gs[:40], gs[40:])
+        x = torch.from_numpy(table).double().requires_grad_()  # autograd over the full convolution
         full = x[torch.from_numpy(rows)].sum(1)
         pooled = torch.stack([full[torch.from_numpy(winner[t]).long(), torch.arange(6)]
                               for t in range(len(lengths))])
         (pooled * torch.from_numpy(g).double()).sum().backward()
         assert np.allclose(gs, x.grad.numpy(), atol=1e-5)
         # the autograd function: CPU kernels, bias added, gradient to slots and bias
-        s = torch.from_numpy(slots).requires_grad_()
+        s = torch.from_numpy(slots.copy()).requires_grad_()
+        p = torch.from_numpy(pad.copy()).requires_grad_()
         bias = torch.arange(6, dtype=torch.float32, requires_grad=True)
-        out = _WindowMax.apply(s, bias, torch.from_numpy(rows), starts)
+        out = _WindowMax.apply(s, p, bias, torch.from_numpy(rows), starts)
         assert torch.equal(out.detach(), torch.from_numpy(best) + bias.detach())
         (out * torch.from_numpy(g)).sum().backward()
-        assert np.allclose(s.grad.numpy(), gs) and np.allclose(bias.grad.numpy(), g.sum(0))
+        assert np.allclose(s.grad.numpy(), gs[:40]) and np.allclose(p.grad.numpy(), gs[40:])
+        assert np.allclose(bias.grad.numpy(), g.sum(0))
     finally:
         torch.set_num_threads(old)
 

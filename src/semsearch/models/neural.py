@@ -146,44 +146,48 @@ def bag_product(weight: torch.Tensor, b: Bags) -> torch.Tensor:
 
 class _WindowMax(torch.autograd.Function):
     """CLSM's convolution and max-pooling (§3.3-3.4) in one: for every text and filter the max
-    over its positions of bias + Σ_j slots[rows[p, j]] (``rows``: each position's window of slot
-    rows, positions grouped by text, text i's from ``starts[i]``). Nothing of positions x K size is
-    kept for autograd: the backward routes each text's gradient to the window slots of its winning
-    position only (the max's gradient). On the CPU both directions are one compiled pass each
-    (``_clsm_kernels``); elsewhere the convolution is one gather-and-sum and the max a running
-    maximum over position blocks."""
+    over its positions of bias + Σ_j slots[rows[p, j]] (``slots``: each distinct word's
+    contribution in each window slot, then the ``<s>`` padding's ``pad``; ``rows``: each
+    position's window of slot rows, positions grouped by text, text i's from ``starts[i]``).
+    Nothing of positions x K size is kept for autograd: the backward routes each text's gradient
+    to the window slots of its winning position only (the max's gradient). On the CPU both
+    directions are one compiled pass each (``_clsm_kernels``), reading the padding where it lies
+    rather than copying every word's slots to append it; elsewhere the convolution is one
+    gather-and-sum and the max a running maximum over position blocks."""
 
     @staticmethod
-    def forward(ctx, slots: torch.Tensor, bias: torch.Tensor, rows: torch.Tensor,  # type: ignore[override]
+    def forward(ctx, slots: torch.Tensor, pad: torch.Tensor, bias: torch.Tensor, rows: torch.Tensor,  # type: ignore[override]
                 starts: np.ndarray) -> torch.Tensor:
-        n = len(starts) - 1
+        n, k_dim = len(starts) - 1, slots.shape[1]
         if slots.device.type == "cpu":
             from . import _clsm_kernels as kern
 
-            s = slots.detach().contiguous()
-            best = torch.empty((n, s.shape[1]), dtype=s.dtype)
-            winner = torch.empty((n, s.shape[1]), dtype=torch.int32)
-            kern.run_split(kern.window_max, n, s.numpy(), rows.numpy(), starts, best.numpy(), winner.numpy())
+            best = torch.empty((n, k_dim), dtype=slots.dtype)
+            winner = torch.empty((n, k_dim), dtype=torch.int32)
+            kern.run_split(kern.window_max, n, slots.detach().contiguous().numpy(), pad.detach().contiguous().numpy(),
+                           rows.numpy(), starts, best.numpy(), winner.numpy())
         else:
-            best, winner = _window_max_torch(slots.detach(), rows, starts)
+            best, winner = _window_max_torch(torch.cat([slots, pad]).detach(), rows, starts)
         ctx.save_for_backward(rows, winner)
-        ctx.n_slots = slots.shape[0]
+        ctx.shapes = (slots.shape[0], pad.shape[0])
         return best + bias
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[no-untyped-def, override]
         rows, winner = ctx.saved_tensors
+        n_slots, n_pad = ctx.shapes
         g = g.contiguous()
-        gs = torch.zeros((ctx.n_slots, g.shape[1]), dtype=g.dtype, device=g.device)
+        gs = torch.zeros((n_slots + n_pad, g.shape[1]), dtype=g.dtype, device=g.device)
         if g.device.type == "cpu":
             from . import _clsm_kernels as kern
 
-            kern.run_split(kern.window_max_grad, g.shape[1], g.numpy(), rows.numpy(), winner.numpy(), gs.numpy())
+            kern.run_split(kern.window_max_grad, g.shape[1], g.numpy(), rows.numpy(), winner.numpy(),
+                           gs[:n_slots].numpy(), gs[n_slots:].numpy())
         else:
             won = winner.long()
             for j in range(rows.shape[1]):  # window slot j of each winning position gets the text's gradient
                 gs.scatter_add_(0, rows[:, j][won], g)
-        return gs, g.sum(0), None, None
+        return gs[:n_slots], gs[n_slots:], g.sum(0), None, None
 
 
 def _window_max_torch(slots: torch.Tensor, rows: torch.Tensor, starts: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -403,12 +407,11 @@ class CLSMTower(nn.Module):
         """``top(pool(convolve(x)))`` computed without materialising the convolution for autograd
         (``_WindowMax``)."""
         dev = model_device(self)
-        per_word = bag_product(self.embed.weight, x.bags)
-        slots = torch.cat([per_word, self.pad[None, :]]).view(-1, self.conv)
+        slots = bag_product(self.embed.weight, x.bags).view(-1, self.conv)  # row w·window + j: word w in slot j
         rows = np.ascontiguousarray((x.windows * self.window + np.arange(self.window)[:, None]).T)
         starts = np.zeros(x.n_texts + 1, dtype=np.int64)
         np.cumsum(np.bincount(x.segment, minlength=x.n_texts), out=starts[1:])
-        pooled = _WindowMax.apply(slots, self.bias, torch.as_tensor(rows, device=dev), starts)
+        pooled = _WindowMax.apply(slots, self.pad.view(-1, self.conv), self.bias, torch.as_tensor(rows, device=dev), starts)
         return self.top(pooled)
 
     def convolve(self, x: WindowBatch) -> torch.Tensor:
