@@ -383,14 +383,20 @@ def test_graded_head_trains_on_list_loss_and_grades(tiny_bert, loss):
 
 def test_graded_head_parameters_are_checked(tiny_bert):
     data = _data()
-    m, args = _make("bert-rel", base=tiny_bert, neg_global=0, neg_cluster=0, grade_weight=1.0)
-    with pytest.raises(ValueError, match=r"'grade_weight'.*one logit; set the model parameter grades"):
+    # arguments built in Python meet the model only in fit: refused there, before any training
+    m, args = create_model("bert-rel", base=tiny_bert), CrossEncoderArgs(neg_global=0, neg_cluster=0, grade_weight=1.0)
+    with pytest.raises(ParamError, match=r"'grade_weight'.*one logit; set the model parameter grades"):
         fit(m, data, None, progress=False, args=args)
     m, args = _make("bert-rel", base=tiny_bert, grades=[1, 2, 3], neg_global=2, neg_cluster=0)
     with pytest.raises(ValueError, match=r"grades span 0\.\.3 \(a sampled negative is grade 0\), beyond .*\[1"):
         fit(m, data, None, progress=False, args=args)
     with pytest.raises(ValueError, match="grade_weight"):
         recipe("bert-rel", {"base": tiny_bert, "grade_weight": -1})
+    # refused at the edge, before any data is read: the arguments against the model parameters
+    with pytest.raises(ParamError, match=r"spec.toml:3: .*'grade_weight'.*one logit"):
+        recipe("bert-rel", {"base": tiny_bert, "grade_weight": 1.0}, where="spec.toml:3")
+    kw, args = recipe("bert-rel", {"base": tiny_bert, "grades": [0, 1, 2, 3], "grade_weight": 0.5})
+    assert kw["grades"] == [0, 1, 2, 3] and args.grade_weight == 0.5
 
 
 def test_listnet_takes_no_margin_list(tiny_bert):

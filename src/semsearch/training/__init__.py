@@ -15,7 +15,7 @@ from typing import Any
 
 from ..data import EvalSet, TrainingData
 from ..models import Model
-from ..params import Params, split
+from ..params import ParamError, Params, split
 from ..plugins import family, params_type
 
 __all__ = ["ARGS", "TRAINERS", "args_type", "fit", "recipe", "trainable", "trainer_of"]
@@ -96,6 +96,11 @@ def recipe(kind: str, raw: Mapping[str, Any], *, where: str = "") -> tuple[dict[
         train = {k: v for k, v in raw.items() if targs is not None and k in targs.names()}
         return {k: v for k, v in raw.items() if k not in train}, targs.from_mapping(train, where=where) if targs else None
     parts = split(raw, mp, *([targs] if targs else []), where=where)
+    if targs:
+        try:
+            parts[1].check_with(parts[0])
+        except ParamError as e:
+            raise ParamError(f"{where}: {e}" if where else str(e)) from None
     return {k: v for k, v in raw.items() if k in mp.names()}, parts[1] if targs else None
 
 

@@ -169,6 +169,11 @@ class CrossEncoderArgs(TransformerArgs):
         if self.cluster_model == "first" and self.neg_cluster > 0:
             raise ParamError(f"{self._label('cluster_model')} = 'first' needs a bi-encoder; use 'pretrained'")
 
+    def check_with(self, other: Params) -> None:
+        if self.grade_weight is not None and not getattr(other, "grades", None):
+            raise ParamError(f"{self._label('grade_weight')} weighs a graded head's cross-entropy, but this "
+                             f"bert-rel has one logit; set the model parameter grades (say [0, 1, 2, 3])")
+
 
 # ------------------------------------------------------------------------------------ mtdnn
 @dataclass(frozen=True)

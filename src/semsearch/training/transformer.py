@@ -214,11 +214,8 @@ def _grade_weight(model: TransformerModel, args: TransformerArgs) -> float:
 def _check_grades(model: TransformerModel, args: TransformerArgs, examples: list[Example]) -> None:
     """A ``grade_weight`` needs a graded head, and a graded head's levels must span every training
     grade (sampled negatives are grade 0), or its cross-entropy would have no target."""
-    graded = isinstance(model, CrossEncoder) and model.graded
-    if getattr(args, "grade_weight", None) is not None and not graded:
-        raise ValueError(f"{args._label('grade_weight')} weighs a graded head's cross-entropy, but this "
-                         f"{model.name} has one logit; set the model parameter grades (say [0, 1, 2, 3])")
-    if not graded:
+    args.check_with(model.p)  # as recipe() does at the edge: arguments built in Python meet the model here
+    if not (isinstance(model, CrossEncoder) and model.graded):
         return
     levels = model.p.grades  # type: ignore[attr-defined]
     lo = min(float(e.grades.min()) for e in examples)
