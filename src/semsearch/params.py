@@ -52,7 +52,7 @@ class Params:
     def check(self) -> None:
         """Rules between fields; raise ``ParamError`` (subclasses override)."""
 
-    def check_with(self, other: "Params") -> None:
+    def check_with(self, other: Params) -> None:
         """Rules between this set and another one of the same recipe (a kind's training arguments
         against its model parameters, which share one vocabulary); raise ``ParamError``. None by
         default (subclasses override)."""
