@@ -3,16 +3,12 @@ the CPU, fused: for every text and filter the max over its word positions of Î£â
 and the position holding it, without writing the (positions x K) convolution out and reading it
 back; and the backward, which adds each text's gradient to the window slots of its winning
 positions. Both release the GIL and take a slice of the work (texts, or filters, so no two calls
-write the same element), so ``run_split`` spreads them over the torch thread count. Imported lazily
+write the same element), so ``neural.run_split`` spreads them over the torch threads. Imported lazily
 (numba's import and cache load cost a fraction of a second)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
-import torch
 from numba import njit
 
 
@@ -71,22 +67,3 @@ def window_max_grad(g: np.ndarray, rows: np.ndarray, winner: np.ndarray, gs: np.
                     gs[r, k] += v
                 else:
                     gpad[r - n_slots, k] += v
-
-
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-
-
-def run_split(fn: Callable[..., None], n: int, *args: object) -> None:
-    """``fn(*args, a, b)`` over ``range(n)`` cut into one slice per torch thread, run at once
-    (the kernels release the GIL); one slice runs on the calling thread."""
-    threads = max(1, min(torch.get_num_threads(), n // 64 or 1))
-    if threads == 1:
-        fn(*args, 0, n)
-        return
-    step = -(-n // threads)
-    cuts = [(a, min(a + step, n)) for a in range(0, n, step)]
-    pool = _POOLS.get(threads) or _POOLS.setdefault(threads, ThreadPoolExecutor(threads - 1, thread_name_prefix="semsearch-clsm"))
-    futures = [pool.submit(fn, *args, a, b) for a, b in cuts[1:]]
-    fn(*args, *cuts[0])
-    for f in futures:
-        f.result()

@@ -68,22 +68,34 @@ class _NumpyTanh(torch.autograd.Function):
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
+def run_split(fn: Callable[..., Any], n: int, *args: Any) -> None:
+    """``fn(*args, a, b)`` over ``range(n)`` cut into one slice per torch thread (at least 64 items
+    a slice), run at once: for kernels that release the GIL (numpy's tanh, the compiled CLSM
+    passes), so they are not the serial part of a multi-threaded step. One slice runs on the
+    calling thread."""
+    threads = max(1, min(torch.get_num_threads(), n // 64 or 1))
+    if threads == 1:
+        fn(*args, 0, n)
+        return
+    step = -(-n // threads)
+    cuts = [(a, min(a + step, n)) for a in range(0, n, step)]
+    pool = _POOLS.get(threads) or _POOLS.setdefault(threads, ThreadPoolExecutor(threads - 1, thread_name_prefix="semsearch"))
+    futures = [pool.submit(fn, *args, a, b) for a, b in cuts[1:]]
+    fn(*args, *cuts[0])
+    for f in futures:
+        f.result()
+
+
 def tanh_(x: torch.Tensor) -> torch.Tensor:
     """``tanh`` in place, for inference: on CPU float32 numpy's kernel over row blocks, one per
-    torch thread (numpy runs one thread and releases the GIL: this keeps tanh from being the
-    serial part of a multi-threaded encoding). The same values as ``tanh``, bit for bit."""
+    torch thread (``run_split``). The same values as ``tanh``, bit for bit."""
     if x.device.type != "cpu" or x.dtype != torch.float32 or not x.is_contiguous() or x.requires_grad:
         return x.tanh_()
     a = x.numpy()
-    threads = torch.get_num_threads()
-    if threads < 2 or a.size < 1 << 17 or a.ndim != 2:
+    if torch.get_num_threads() < 2 or a.size < 1 << 17 or a.ndim != 2:
         np.tanh(a, out=a)
         return x
-    pool = _POOLS.get(threads) or _POOLS.setdefault(threads, ThreadPoolExecutor(threads, thread_name_prefix="semsearch-tanh"))
-    step = -(-len(a) // threads)
-    blocks = [a[i : i + step] for i in range(0, len(a), step)]
-    for _ in pool.map(lambda b: np.tanh(b, out=b), blocks):
-        pass
+    run_split(lambda lo, hi: np.tanh(a[lo:hi], out=a[lo:hi]), len(a))
     return x
 
 
@@ -164,7 +176,7 @@ class _WindowMax(torch.autograd.Function):
 
             best = torch.empty((n, k_dim), dtype=slots.dtype)
             winner = torch.empty((n, k_dim), dtype=torch.int32)
-            kern.run_split(kern.window_max, n, slots.detach().contiguous().numpy(), pad.detach().contiguous().numpy(),
+            run_split(kern.window_max, n, slots.detach().contiguous().numpy(), pad.detach().contiguous().numpy(),
                            rows.numpy(), starts, best.numpy(), winner.numpy())
         else:
             best, winner = _window_max_torch(torch.cat([slots, pad]).detach(), rows, starts)
@@ -181,7 +193,7 @@ class _WindowMax(torch.autograd.Function):
         if g.device.type == "cpu":
             from . import _clsm_kernels as kern
 
-            kern.run_split(kern.window_max_grad, g.shape[1], g.numpy(), rows.numpy(), winner.numpy(),
+            run_split(kern.window_max_grad, g.shape[1], g.numpy(), rows.numpy(), winner.numpy(),
                            gs[:n_slots].numpy(), gs[n_slots:].numpy())
         else:
             won = winner.long()
