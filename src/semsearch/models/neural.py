@@ -298,7 +298,11 @@ class WindowBatch:
     bags: Bags
     windows: np.ndarray  # (window, positions) int64 indices into the distinct words (+ padding)
     segment: np.ndarray  # (positions,) the text of each position
-    n_texts: int
+    starts: np.ndarray  # (texts + 1,) text i's positions are starts[i]..starts[i + 1] (at least one)
+
+    @property
+    def n_texts(self) -> int:
+        return len(self.starts) - 1
 
     @property
     def n_words(self) -> int:
@@ -333,7 +337,7 @@ class WindowFeatures:
             q = p + j - half
             ok = (q >= 0) & (q < n[segment])
             windows[j, ok] = local[ptr[segment[ok]] + q[ok]]
-        return WindowBatch(self.table.bags(uniq), windows, segment, len(rows))
+        return WindowBatch(self.table.bags(uniq), windows, segment, starts)
 
 
 # ------------------------------------------------------------------------------------ networks
@@ -421,9 +425,7 @@ class CLSMTower(nn.Module):
         dev = model_device(self)
         slots = bag_product(self.embed.weight, x.bags).view(-1, self.conv)  # row w·window + j: word w in slot j
         rows = np.ascontiguousarray((x.windows * self.window + np.arange(self.window)[:, None]).T)
-        starts = np.zeros(x.n_texts + 1, dtype=np.int64)
-        np.cumsum(np.bincount(x.segment, minlength=x.n_texts), out=starts[1:])
-        pooled = _WindowMax.apply(slots, self.pad.view(-1, self.conv), self.bias, torch.as_tensor(rows, device=dev), starts)
+        pooled = _WindowMax.apply(slots, self.pad.view(-1, self.conv), self.bias, torch.as_tensor(rows, device=dev), x.starts)
         return self.top(pooled)
 
     def convolve(self, x: WindowBatch) -> torch.Tensor:
@@ -440,7 +442,7 @@ class CLSMTower(nn.Module):
     @staticmethod
     def pool(conv: torch.Tensor, x: WindowBatch) -> torch.Tensor:
         """Max over each text's positions; a text's positions are contiguous and non-empty."""
-        lengths = torch.as_tensor(np.bincount(x.segment, minlength=x.n_texts), device=conv.device)
+        lengths = torch.as_tensor(np.diff(x.starts), device=conv.device)
         return torch.segment_reduce(conv, "max", lengths=lengths)
 
     def top(self, pooled: torch.Tensor) -> torch.Tensor:
