@@ -28,7 +28,7 @@ CPU budget: ``max_queries`` trains on a random subset of the training queries an
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import pairwise
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,6 +266,7 @@ def _train(model: TransformerModel, data: TrainingData, examples: list[Example],
     assert net is not None
     opt = torch.optim.Adam(_param_groups(net, getattr(args, "head_lr", None)), lr=args.lr)
     b, margin, share = args.batch_size, args.margins[0], getattr(args, "share_negatives", False)
+    grade_weight = _grade_weight(model, args)
 
     def batches() -> Iterable[list[Example]]:
         perm = rng.permutation(len(examples))
@@ -274,7 +275,7 @@ def _train(model: TransformerModel, data: TrainingData, examples: list[Example],
     evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None  # type: ignore[arg-type]
     log = epoch_loop(net, opt, args, batches=batches, size=lambda batch: sum(len(e.docs) for e in batch),
                      loss=lambda batch: _batch_loss(model, batch, data.doc_texts, margin, share=share, loss=args.loss,
-                                                    grade_weight=_grade_weight(model, args)),
+                                                    grade_weight=grade_weight),
                      dev=evaluate, title=title, rng=rng, progress=progress, n_batches=lambda: -(-len(examples) // b),
                      sharded=True)
     return {**log, "margin": margin}
@@ -328,14 +329,17 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
     m = max(len(e.docs) for e in batch)
     labels = np.zeros((len(batch), m), dtype=np.float32)
     valid = np.zeros((len(batch), m), dtype=bool)
+    grades = np.zeros_like(labels) if loss == "margin_mse" else labels  # labels are the teacher's scores there
     for i, e in enumerate(batch):
         if loss == "margin_mse":
             assert e.teacher is not None, "margin_mse needs the teacher's scores (with_teacher)"
-        labels[i, : len(e.docs)] = e.teacher if loss == "margin_mse" else e.grades
+            labels[i, : len(e.docs)] = e.teacher
+        grades[i, : len(e.docs)] = e.grades
         valid[i, : len(e.docs)] = True
     mine, scale = distributed.shard(len(batch)), distributed.loss_scale(int(has_graded_pair(labels, valid).sum()))
     if distributed.active():  # this rank's queries: each query's scores depend on its own documents only
-        batch, labels, valid = batch[mine], labels[mine], valid[mine]
+        batch, labels, grades, valid = batch[mine], labels[mine], grades[mine], valid[mine]
+    extra: torch.Tensor | float = 0.0  # a graded cross-encoder's grade cross-entropy
     if isinstance(model, BiEncoder):
         rows, inv = np.unique(np.concatenate([np.zeros(0, np.int64)] + [e.docs for e in batch]), return_inverse=True)
         qv = _encode(model, [e.query for e in batch], model.p.max_query_length)
@@ -357,20 +361,16 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
         if grade_weight > 0:
             k = head.shape[1]
             logits = torch.zeros((len(batch), m, k), dtype=head.dtype, device=dev).masked_scatter(ok[..., None].expand(-1, -1, k), head)
-            grades = np.zeros((len(batch), m), dtype=np.float32)
-            for i, e in enumerate(batch):
-                grades[i, : len(e.docs)] = e.grades
             levels = torch.tensor(model.p.grades, dtype=head.dtype, device=dev)
             extra = grade_weight * grade_cross_entropy(logits, torch.as_tensor(grades, device=dev), ok, levels, scale)
-            return graded_list_loss(loss, scores, torch.as_tensor(labels, device=dev), ok, margin, scale) + extra
     else:
         raise TypeError(f"cannot train {type(model).__name__}")
     return graded_list_loss(loss, scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev),
-                            margin, scale)
+                            margin, scale) + extra
 
 
 def _encode(model: TransformerModel, a: list[str], max_length: int, b: list[str] | None = None,
-            call: Any = None) -> torch.Tensor:
+            call: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None) -> torch.Tensor:
     """``forward_texts`` (of ``call``, default ``forward``) with gradients; no texts (a rank's empty
     slice of an epoch's last, short batch) give no rows, still attached to the weights so the rank's
     backward runs with the others."""
