@@ -451,18 +451,22 @@ def test_dssm_encoding_path_equals_the_training_forward_bit_for_bit():
             torch.set_num_threads(old)
 
 
-def test_dssm_encodes_per_distinct_word_as_the_trigram_tower_does(monkeypatch):
+@pytest.mark.parametrize("hidden", [[40, 30], [40, 30, 50], []])
+def test_dssm_encodes_per_distinct_word_as_the_trigram_tower_does(monkeypatch, hidden):
     """``DSSM._encode`` (first layer once per distinct word, ``encode_words``) gives the trigram
     tower's vectors (``DSSMTower.encode`` over each text's trigram bag) up to summation order,
-    across chunks, for both towers, and for a query alone."""
+    across chunks and the row batches within a chunk (whose hidden layers reuse their buffers,
+    of two widths with three layers; none without hidden layers), for both towers, and for a
+    query alone."""
     from semsearch.models import neural
 
     rng = np.random.default_rng(2)
     words = ["red", "brick", "wall", "door", "blue", "café", "zz", "ΟΔΟΣ", "2x4", "x"]
     texts = ODD_TEXTS + [" ".join(rng.choice(words, rng.integers(0, 12))) for _ in range(500)]
-    m = create_model("dssm", hidden=[40, 30], out=20, shared=False)
+    m = create_model("dssm", hidden=hidden, out=20, shared=False)
     m.build(TrigramHasher.fit(texts[::3], max_words=8), seed=4)
     monkeypatch.setattr(neural, "ENCODE_CHUNK", 128)  # several chunks, each with its own words
+    monkeypatch.setattr(neural, "ENCODE_ROWS", 48)  # several row batches a chunk, the last one short
     for side, tower in (("query", m.net.q), ("doc", m.net.d)):
         with torch.inference_mode():
             ref = torch.nn.functional.normalize(
