@@ -5,6 +5,9 @@ the weights it meets (``model_device``), so no other code moves tensors between 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import torch
 
@@ -27,3 +30,25 @@ def model_device(net: torch.nn.Module) -> torch.device:
     """Where ``net``'s weights are: models build their input tensors there."""
     p = next(net.parameters(), None)
     return p.device if p is not None else torch.device("cpu")
+
+
+# ------------------------------------------------------------------------------------ CPU threads
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def run_split(fn: Callable[..., Any], n: int, *args: Any) -> None:
+    """``fn(*args, a, b)`` over ``range(n)`` cut into one slice per torch thread (at least 64 items
+    a slice), run at once: for kernels that release the GIL (numpy's tanh, the compiled CLSM
+    passes), so they are not the serial part of a multi-threaded step. One slice runs on the
+    calling thread."""
+    threads = max(1, min(torch.get_num_threads(), n // 64 or 1))
+    if threads == 1:
+        fn(*args, 0, n)
+        return
+    step = -(-n // threads)
+    cuts = [(a, min(a + step, n)) for a in range(0, n, step)]
+    pool = _POOLS.get(threads) or _POOLS.setdefault(threads, ThreadPoolExecutor(threads - 1, thread_name_prefix="semsearch"))
+    futures = [pool.submit(fn, *args, a, b) for a, b in cuts[1:]]
+    fn(*args, *cuts[0])
+    for f in futures:
+        f.result()

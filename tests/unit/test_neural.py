@@ -353,8 +353,9 @@ def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads):
     """CLSM's fused convolution + max-pooling: the compiled CPU pass and the torch path (other
     devices) give the same maxima and winners, ties to the first position, and the same gradient
     as the convolution's max taken by autograd."""
+    from semsearch.device import run_split
     from semsearch.models._clsm_kernels import window_max, window_max_grad
-    from semsearch.models.neural import _window_max_torch, _WindowMax, run_split
+    from semsearch.models.neural import _window_max_torch, _WindowMax
 
     rng = np.random.default_rng(threads)
     lengths = [4, 1, 3, 7, 3, 1] * 30  # 180 texts: enough for one slice per thread

@@ -3,7 +3,7 @@ the CPU, fused: for every text and filter the max over its word positions of Î£â
 and the position holding it, without writing the (positions x K) convolution out and reading it
 back; and the backward, which adds each text's gradient to the window slots of its winning
 positions. Both release the GIL and take a slice of the work (texts, or filters, so no two calls
-write the same element), so ``neural.run_split`` spreads them over the torch threads. Imported lazily
+write the same element), so ``device.run_split`` spreads them over the torch threads. Imported lazily
 (numba's import and cache load cost a fraction of a second)."""
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ weights are saved as safetensors plus a JSON config holding the trigram vocabula
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..device import model_device
+from ..device import model_device, run_split
 from ..text import Bags, TrigramHasher, WordTable
 from .base import ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length, seal, write_config
 from .hparams import CLSMParams, DSSMParams, EncoderParams
@@ -69,27 +68,6 @@ class _NumpyTanh(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         (y,) = ctx.saved_tensors
         return torch.ops.aten.tanh_backward(g, y)
-
-
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-
-
-def run_split(fn: Callable[..., Any], n: int, *args: Any) -> None:
-    """``fn(*args, a, b)`` over ``range(n)`` cut into one slice per torch thread (at least 64 items
-    a slice), run at once: for kernels that release the GIL (numpy's tanh, the compiled CLSM
-    passes), so they are not the serial part of a multi-threaded step. One slice runs on the
-    calling thread."""
-    threads = max(1, min(torch.get_num_threads(), n // 64 or 1))
-    if threads == 1:
-        fn(*args, 0, n)
-        return
-    step = -(-n // threads)
-    cuts = [(a, min(a + step, n)) for a in range(0, n, step)]
-    pool = _POOLS.get(threads) or _POOLS.setdefault(threads, ThreadPoolExecutor(threads - 1, thread_name_prefix="semsearch"))
-    futures = [pool.submit(fn, *args, a, b) for a, b in cuts[1:]]
-    fn(*args, *cuts[0])
-    for f in futures:
-        f.result()
 
 
 def tanh_(x: torch.Tensor) -> torch.Tensor:
