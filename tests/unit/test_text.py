@@ -286,3 +286,35 @@ def test_more_new_words_than_the_first_pass_has_room_for():
     a, b = fast.encode(texts), slow.encode_each(texts)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     assert fast.ids == slow.ids and list(fast._tri) == list(slow._tri) and len(fast) > 8000
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_many_texts_are_looked_up_on_every_thread_as_in_one_pass(monkeypatch, threads):
+    """From ``PARALLEL_TEXTS`` texts on, a table with words in it looks them up in slices at once
+    (``_lookup_split``), leaving new words to ``add_words``: the ids, and the new words' numbers
+    in order of appearance, equal the text-by-text reference; a fresh table takes the one pass."""
+    import torch
+
+    from semsearch.text import trigram
+
+    monkeypatch.setattr(trigram, "PARALLEL_TEXTS", 200)
+    rng = random.Random(5)
+    vocab = [f"w{i}" for i in range(600)] + [f"é{i}" for i in range(50)]
+    texts = [" ".join(rng.choice(vocab) for _ in range(rng.randrange(0, 12))) for _ in range(1500)]
+    texts += _odd_texts(rng, 200)
+    h = TrigramHasher.fit(texts[:30], max_words=8)
+    fast, slow = WordTable(h), WordTable(h)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        split = fast._lookup_split
+        for i, chunk in enumerate((texts[:300], texts[300:], texts)):  # known words, then new ones among them
+            calls: list[int] = []
+            monkeypatch.setattr(fast, "_lookup_split", lambda *a, calls=calls: calls.append(1) or split(*a))
+            a, b = fast.encode(chunk), slow.encode_each(chunk)
+            assert calls == ([1] if i else []), "the first chunk meets a fresh table: one pass"
+            assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+            assert fast.ids == slow.ids and list(fast._tri) == list(slow._tri)
+            fast.forget_texts()
+    finally:
+        torch.set_num_threads(old)

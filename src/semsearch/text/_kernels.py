@@ -60,15 +60,16 @@ def _find(buf, start, end, h, slots, keys, key_ptr, hashes):  # type: ignore[no-
         i = (i + 1) & mask
 
 
-@njit(cache=True)
-def lookup_tokens(buf, text_ptr, max_words, n_words, token_byte, lower, slots, keys, key_ptr, hashes):  # type: ignore[no-untyped-def]
+@njit(cache=True, nogil=True)
+def lookup_tokens(buf, text_ptr, max_words, n_words, grow, token_byte, lower, slots, keys, key_ptr, hashes):  # type: ignore[no-untyped-def]
     """Tokens of each text ``buf[text_ptr[i]:text_ptr[i+1] - 1]`` (lower-cased in place), its
     first ``max_words``; each text is followed by a byte that is not a token's (a space; the
-    last text's may be missing), so a token's start is enough to find it again. Words met for the
-    first time are added (ids from ``n_words`` on, in order of appearance) while the arrays have
-    room; once they have none, the rest are left to ``add_words``. Returns (tokens per text,
-    their word ids — a word left out is ``-1 - start``, its first byte —, how many such tokens,
-    their bytes, the new word count)."""
+    last text's may be missing), so a token's start is enough to find it again. With ``grow``,
+    words met for the first time are added (ids from ``n_words`` on, in order of appearance)
+    while the arrays have room; once they have none, or without ``grow`` (the table only read,
+    so several threads may look up disjoint texts of one ``buf`` at once), the rest are left to
+    ``add_words``. Returns (tokens per text, their word ids — a word left out is ``-1 - start``,
+    its first byte —, how many such tokens, their bytes, the new word count)."""
     n = len(text_ptr) - 1
     bound = 0
     for t in range(n):
@@ -77,7 +78,7 @@ def lookup_tokens(buf, text_ptr, max_words, n_words, token_byte, lower, slots, k
     counts = np.zeros(n, dtype=np.int64)
     k = 0
     unknown, unknown_bytes = 0, 0
-    room = True
+    room = grow
     for t in range(n):
         p, end = text_ptr[t], min(text_ptr[t + 1] - 1, len(buf))
         c = 0

@@ -31,6 +31,10 @@ TEXT_CACHE_CHARS = 20_000_000
 """Characters of texts a word table remembers with their word ids (``WordTable.encode``); past
 this it starts afresh, so memory stays bounded."""
 
+PARALLEL_TEXTS = 1024
+"""Texts from which a word table with words in it looks them up on every torch thread at once
+(``WordTable._lookup_split``); fewer (a query, a batch) stay on the calling thread."""
+
 DEFAULT_MAX_WORDS = 64
 """Texts are truncated to their first 64 words before hashing (titles average ~8 words)."""
 
@@ -284,11 +288,14 @@ class WordTable:
         np.cumsum(lengths + 1, out=text_ptr[1:])  # each text and a space
         self._sync()
         first = self._hashed
-        room = min(len(buf) // 2 + 1, max(4096, first // 2))  # new words added in the first pass
-        self._reserve(room, 12 * room)
-        counts, ids, unknown, unknown_bytes, self._hashed = k.lookup_tokens(
-            buf, text_ptr, self.hasher.max_words, first, k.TOKEN_BYTE, k.LOWER, *self._hash_arrays())
-        if unknown:  # more new words than room: the rest, in order
+        if n >= PARALLEL_TEXTS and first:  # words known: looked up by every torch thread at once
+            counts, ids, unknown, unknown_bytes = self._lookup_split(buf, text_ptr)
+        else:
+            room = min(len(buf) // 2 + 1, max(4096, first // 2))  # new words added in the first pass
+            self._reserve(room, 12 * room)
+            counts, ids, unknown, unknown_bytes, self._hashed = k.lookup_tokens(
+                buf, text_ptr, self.hasher.max_words, first, True, k.TOKEN_BYTE, k.LOWER, *self._hash_arrays())
+        if unknown:  # more new words than room (all new words, looked up in parallel): the rest, in order
             self._reserve(unknown, unknown_bytes)
             self._hashed = k.add_words(buf, ids, self._hashed, k.TOKEN_BYTE, *self._hash_arrays())
         if self._hashed > first:
@@ -296,6 +303,26 @@ class WordTable:
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
         return indptr, ids
+
+    def _lookup_split(self, buf: np.ndarray, text_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """``lookup_tokens`` without adding words, over slices of the texts in parallel
+        (``device.run_split``: one per torch thread; the kernel releases the GIL), joined in
+        order: (tokens per text, word ids with the new words left to ``add_words``, how many
+        such tokens, their bytes). ``add_words`` then numbers the new words in order of
+        appearance, as one pass adding them would."""
+        # torch, loaded by then: only neural models featurise this many texts at once
+        from ..device import run_split
+
+        k, parts = _kernels(), {}
+
+        def look(a: int, b: int) -> None:
+            parts[a] = k.lookup_tokens(buf, text_ptr[a : b + 1], self.hasher.max_words, self._hashed, False,
+                                       k.TOKEN_BYTE, k.LOWER, *self._hash_arrays())
+
+        run_split(look, len(text_ptr) - 1)
+        got = [parts[a] for a in sorted(parts)]
+        return (np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got]),
+                sum(g[2] for g in got), sum(g[3] for g in got))
 
     def _hash_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         return self._slots, self._keys, self._key_ptr, self._hashes
@@ -346,7 +373,8 @@ class WordTable:
         k = _kernels()
         first = self._hashed
         self._reserve(len(words), len(buf))
-        _, ids, unknown, _, self._hashed = k.lookup_tokens(buf, text_ptr, 1, first, k.TOKEN_BYTE, k.LOWER, *self._hash_arrays())
+        _, ids, unknown, _, self._hashed = k.lookup_tokens(buf, text_ptr, 1, first, True, k.TOKEN_BYTE, k.LOWER,
+                                                           *self._hash_arrays())
         assert unknown == 0 and np.array_equal(ids, np.arange(first, first + len(words))), "word hash table out of step"
 
     def encode_each(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
