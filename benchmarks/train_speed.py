@@ -427,7 +427,7 @@ def main() -> None:
     ap.add_argument("--negatives", default="4,50", help="J values, comma-separated")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up steps before timing")
     ap.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
-    ap.add_argument("--reps", type=int, default=5, help="repetitions per encoding timing (median; one encoding of the titles can take twice its usual time when the machine is busy)")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions per encoding timing (median; one can take twice the usual on a busy machine)")
     ap.add_argument("--crosscheck-batches", type=int, default=12, help="train_encoder check: batches of pairs (0: skip)")
     ap.add_argument("--dense-budget", type=float, default=None, help=argparse.SUPPRESS)  # gone with the dense
     # reference; still accepted because benchmarks/run_all.py passes it
