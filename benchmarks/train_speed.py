@@ -16,12 +16,13 @@ Measured:
     that the timed loop measures what the trainer does.
   * the COMPUTE CEILING of the same step (``Ceiling``), right after ours at the same thread
     count: only the matrix products of the model's layers at the sizes the step computes
-    (``step_shapes``: per tower its texts, and the first layer's rows and non-zeros — DSSM one
-    row per text, CLSM one per distinct word of the batch), forward and backward: the first layer
+    (``step_shapes``: per tower its texts, and the first layer's rows and non-zeros — one row per
+    distinct word of the batch, as both models compute it), forward and backward: the first layer
     sparse-times-dense (``torch.sparse.mm`` on CSR: X·W, and Xᵀ·G for the weight gradient, or
     the same products as ``F.embedding_bag`` row sums when that is faster — it is, ~2x, here), the
     dense layers ``torch.mm`` (forward, input gradient, weight gradient). Activations, the
-    loss, gathers, CLSM's window sums and max-pooling over word positions, the optimizer and all
+    loss, gathers, DSSM's sums of each text's word rows, CLSM's window sums and max-pooling over
+    word positions, the optimizer and all
     Python are left out, so ours / ceiling is the fraction of the step's time that is the
     model's essential arithmetic. Targets (issue 18): DSSM J=4 ≥ 20k pairs/s, J=50 ≥ 10k, CLSM
     J=4 ≥ 10k, each at ≥ 50 % of the ceiling.
@@ -67,7 +68,7 @@ import torch.nn.functional as F
 
 from _common import hardware, hardware_line, maxrss_mb, median_time, summary_row, write_json
 from semsearch.data import TrainingData, open_dataset
-from semsearch.models.neural import ENCODE_CHUNK
+from semsearch.models.neural import ENCODE_CHUNK, WordBags
 from semsearch.plugins import create_model
 from semsearch.text import Bags, TrigramHasher
 from semsearch.training.negatives import random_negatives, sample_pool
@@ -172,8 +173,9 @@ class Ours:
 def step_shapes(ours: Ours, batches: int = 5) -> dict[str, Any]:
     """What one step of ``ours`` must compute, averaged over ``batches`` batches sampled as the
     trainer samples them (its own generator): per tower the texts, and the sparse first layer's
-    rows and non-zeros (DSSM: one row per text; CLSM: one per distinct word of the batch, plus its
-    word positions, which only the memory-bound window sum and max-pool touch)."""
+    rows and non-zeros (one row per distinct word of the batch, whose trigram bag it is, plus the
+    word positions: DSSM sums each text's words' rows, CLSM its windows' and max-pools them, both
+    memory-bound and left out of the ceiling)."""
     rng = np.random.default_rng(SEED + 1)
     bt = Batches(len(ours.pairs.q_rows), ours.b, rng)
     acc: dict[str, list[float]] = {}
@@ -185,8 +187,10 @@ def step_shapes(ours: Ours, batches: int = 5) -> dict[str, Any]:
         docs = np.concatenate([d_rows, np.unique(pool[neg[neg >= 0]])])
         for side, f, r in (("q", ours.qf, q_rows), ("d", ours.df, docs)):
             x = f.batch(r)
-            if isinstance(x, Bags):
+            if isinstance(x, Bags):  # one bag per text
                 vals = {"texts": len(r), "rows": len(r), "nnz": len(x.ids)}
+            elif isinstance(x, WordBags):
+                vals = {"texts": len(r), "rows": len(x.words), "nnz": len(x.words.ids), "positions": len(x.positions)}
             else:
                 vals = {"texts": len(r), "rows": x.n_words, "nnz": len(x.bags.ids), "positions": x.windows.shape[1]}
             for k, v in vals.items():
@@ -214,8 +218,9 @@ class Ceiling:
     the same rows and non-zeros: X·W forward, Xᵀ·G for the weight gradient; or the same product as
     ``F.embedding_bag``'s weighted row sums, whichever is faster), the others dense
     ``torch.mm`` (forward; input gradient, except into the sparse input; weight gradient). DSSM:
-    trigram bag → 300 → 300 → 128 per text; CLSM: per distinct word of the batch its trigram bag →
-    window·K (the convolution's per-slot projections), then K → L per text. ``fwd_only``: encoding."""
+    per distinct word of the batch its trigram bag → 300, then 300 → 300 → 128 per text; CLSM: per
+    distinct word its trigram bag → window·K (the convolution's per-slot projections), then K → L
+    per text. ``fwd_only``: encoding."""
 
     def __init__(self, name: str, v: int, shapes: dict[str, Any], j: int, fwd_only: bool = False):
         gen = torch.Generator().manual_seed(SEED)

@@ -13,7 +13,7 @@ from semsearch.models import ModelDirError, rank
 from semsearch.models.neural import segment_max
 from semsearch.params import ParamError
 from semsearch.plugins import create_model, load_model
-from semsearch.text import TrigramHasher, word_trigrams
+from semsearch.text import Bags, TrigramHasher, word_trigrams
 from semsearch.training import fit, recipe
 from semsearch.training.args import EncoderArgs
 
@@ -236,13 +236,27 @@ def test_to_device_keeps_the_encoding():
 
 # ---- the fast kernels against the formulas they replace (EmbeddingBag's own backward, torch.tanh,
 # the convolution materialised for autograd and segment_reduce's max)
+def _text_bags(x):
+    """DSSM's batch by distinct words (``WordBags``) as each text's trigram bag: its words'
+    trigram ids laid end to end, as DSSM took its input before it summed per word."""
+    w = x.words
+    per_text = [np.concatenate([w.ids[w.offsets[p] : w.offsets[p + 1]] for p in x.positions[a:b]] or [np.zeros(0, np.int64)])
+                for a, b in zip(x.indptr[:-1], x.indptr[1:])]
+    offsets = np.concatenate([[0], np.cumsum([len(t) for t in per_text])]).astype(np.int64)
+    ids = np.concatenate(per_text).astype(np.int64) if per_text else np.zeros(0, np.int64)
+    return Bags(ids, np.ones(len(ids), dtype=np.float32), offsets)
+
+
 def _reference_forward(tower, x):
-    """The towers as computed before the fast kernels: nn.EmbeddingBag, torch.tanh, segment_reduce."""
-    from semsearch.models.neural import CLSMTower, _bag_tensors
+    """The towers as computed before the fast kernels: nn.EmbeddingBag over each text's trigram
+    bag, torch.tanh, segment_reduce."""
+    from semsearch.models.neural import CLSMTower, WordBags, _bag_tensors
 
     if isinstance(tower, CLSMTower):
         conv = tower.convolve(x)
         return torch.tanh(tower.semantic(torch.tanh(tower.pool(conv, x))))
+    if isinstance(x, WordBags):
+        x = _text_bags(x)
     ids, offsets, weights = _bag_tensors(x, torch.device("cpu"))
     h = torch.tanh(tower.embed(ids, offsets, per_sample_weights=weights) + tower.bias)
     for layer in tower.layers:
@@ -397,18 +411,22 @@ def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads):
         torch.set_num_threads(old)
 
 
-def test_bag_features_batch_of_consecutive_rows_equals_the_gathered_one():
-    """``BagFeatures.batch`` takes views for consecutive rows: the same bags as gathering them."""
-    from semsearch.models.neural import BagFeatures, csr_take
+def test_word_bag_features_batch_holds_each_texts_trigram_bag():
+    """``WordBagFeatures.batch``: each distinct word of the batch once, and every text's words as
+    positions into them, so its words' bags laid end to end are the text's trigram bag
+    (``WordTable.text_bags``), for any rows (repeated, reordered, empty texts, none)."""
+    from semsearch.models.neural import WordBagFeatures
 
-    texts = ["red brick wall", "", "blue deck over deck", "wall", "x y z", "brick"] * 3
-    f = BagFeatures(TrigramHasher.fit(texts), texts)
-    for rows in ([0, 1, 2], [5], [], [3, 4, 5, 6, 7], [0, 2, 1, 3], [4, 4], [17], list(range(18))):
+    texts = ["red brick wall", "", "blue deck over deck", "wall", "x y z", "brick", "ΟΔΟΣ café"] * 3
+    table = TrigramHasher.fit(texts, max_words=3).table
+    f = WordBagFeatures(table, texts)
+    for rows in ([0, 1, 2], [5], [], [3, 4, 5, 6, 7], [0, 2, 1, 3], [4, 4], [20], list(range(21))):
         rows = np.array(rows, dtype=np.int64)
         got = f.batch(rows)
-        ptr, pos = csr_take(f.indptr, f.ids, rows)
-        assert np.array_equal(got.offsets, ptr) and np.array_equal(got.ids, f.ids[pos])
-        assert np.array_equal(got.weights, np.ones(len(pos), dtype=np.float32)) and len(got) == len(rows)
+        assert len(got) == len(rows) and len(np.unique(got.positions)) == len(got.words)
+        ptr, ids = table.text_bags([texts[r] for r in rows])
+        ref = _text_bags(got)
+        assert np.array_equal(ref.offsets, ptr) and np.array_equal(ref.ids, ids)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
