@@ -133,22 +133,28 @@ def test_vectorised_encode_equals_text_by_text(with_sep):
 
 
 def test_features_equal_on_real_titles():
-    """The DSSM bags of real-looking titles equal the text-by-text path's."""
-    from semsearch.models.neural import BagFeatures
+    """DSSM's input of real-looking titles — each title's trigram bag (``text_bags``) and a batch
+    of them by distinct words (``WordBagFeatures``) — equals the text-by-text path's and the
+    dense count matrix."""
+    from semsearch.models.neural import WordBagFeatures
 
     titles = ["DEWALT 20-Volt MAX Lithium-Ion Cordless Drill/Driver Kit", "Hampton Bay 52 in. Ceiling Fan",
               "1/2 in. x 10 ft. Copper Pipe", "", "RIDGID 6 Gal. Wet/Dry Vac", "Behr Premium Plus 1-gal. #W-D-610",
               "Café Nöir Ø 30 cm — Ölfarbe", "Husky 3/8 in. Drive SAE Socket Set (40-Piece)"] * 5
     h = TrigramHasher.fit(titles, max_words=64)
-    f = BagFeatures(h, titles)
+    indptr, ids = h.table.text_bags(titles)
     ptr, words = WordTable(h).encode_each(titles)
     bags = WordTable(h)
     bags.encode_each(titles)
     ref = bags.bags(words)
-    assert np.array_equal(f.indptr, ref.offsets[ptr]) and np.array_equal(f.ids, ref.ids)
+    assert np.array_equal(indptr, ref.offsets[ptr]) and np.array_equal(ids, ref.ids)
     dense = h.transform(titles).toarray()
+    batch = WordBagFeatures(h.table, titles).batch(np.arange(len(titles)))
+    w = batch.words
     for i in range(len(titles)):
-        assert np.array_equal(np.bincount(f.ids[f.indptr[i] : f.indptr[i + 1]], minlength=len(h)), dense[i])
+        assert np.array_equal(np.bincount(ids[indptr[i] : indptr[i + 1]], minlength=len(h)), dense[i])
+        mine = [w.ids[w.offsets[p] : w.offsets[p + 1]] for p in batch.positions[batch.indptr[i] : batch.indptr[i + 1]]]
+        assert np.array_equal(np.bincount(np.concatenate([np.zeros(0, np.int64), *mine]), minlength=len(h)), dense[i])
 
 
 @pytest.mark.parametrize("budget", [10**9, 400, 40])

@@ -283,8 +283,8 @@ class WordBagFeatures:
 
     def batch(self, rows: np.ndarray) -> WordBags:
         ptr, pos = csr_take(self.indptr, self.ids, rows)
-        distinct, positions = np.unique(self.ids[pos], return_inverse=True)
-        return WordBags(self.table.bags(distinct), positions.astype(np.int64, copy=False), ptr)
+        positions, words = self.table.id_bags(self.ids[pos])
+        return WordBags(words, positions, ptr)
 
 
 @dataclass(frozen=True)
@@ -318,8 +318,7 @@ class WindowFeatures:
 
     def batch(self, rows: np.ndarray) -> WindowBatch:
         ptr, pos = csr_take(self.indptr, self.ids, rows)
-        words = self.ids[pos]
-        uniq, local = np.unique(words, return_inverse=True)
+        local, bags = self.table.id_bags(self.ids[pos])
         n = np.diff(ptr)
         eff = np.maximum(n, 1)  # an empty text has one position whose window is all padding
         total = int(eff.sum())
@@ -328,13 +327,13 @@ class WindowFeatures:
         np.cumsum(eff, out=starts[1:])
         p = np.arange(total, dtype=np.int64) - starts[segment]  # position within its text
         half = (self.window - 1) // 2
-        pad = len(uniq)
+        pad = len(bags)
         windows = np.full((self.window, total), pad, dtype=np.int64)
         for j in range(self.window):
             q = p + j - half
             ok = (q >= 0) & (q < n[segment])
             windows[j, ok] = local[ptr[segment[ok]] + q[ok]]
-        return WindowBatch(self.table.bags(uniq), windows, segment, starts)
+        return WindowBatch(bags, windows, segment, starts)
 
 
 # ------------------------------------------------------------------------------------ networks

@@ -407,14 +407,20 @@ class WordTable:
         order."""
         with self._lock:  # the word arrays must not grow while numpy looks at them
             word_ptr, words = self._encode(texts, 50_000)
-            if len(words) * 8 < len(self):  # a few texts (a query): no pass over the whole table
-                distinct, positions = np.unique(words, return_inverse=True)
-            else:
-                seen = np.zeros(len(self), dtype=bool)
-                seen[words] = True
-                distinct = np.flatnonzero(seen)
-                positions = (np.cumsum(seen, dtype=np.int64) - 1)[words]
-            return word_ptr, positions.astype(np.int64, copy=False), self.bags(distinct)
+            return (word_ptr, *self.id_bags(words))
+
+    def id_bags(self, words: np.ndarray) -> tuple[np.ndarray, Bags]:
+        """Word ids as positions among their distinct words (ascending), and those words' trigram
+        bags: the input of a layer that runs once per distinct word (DSSM's first, CLSM's
+        convolution slots)."""
+        if len(words) * 8 < len(self):  # a few words (a query): no pass over the whole table
+            distinct, positions = np.unique(words, return_inverse=True)
+        else:  # no sort
+            seen = np.zeros(len(self), dtype=bool)
+            seen[words] = True
+            distinct = np.flatnonzero(seen)
+            positions = (np.cumsum(seen, dtype=np.int64) - 1)[words]
+        return positions.astype(np.int64, copy=False), self.bags(distinct)
 
     def bags(self, word_ids: np.ndarray) -> Bags:
         """Trigram bags of the given words (repeated trigrams of one word stay separate entries,
