@@ -352,11 +352,12 @@ def test_fast_training_follows_the_reference_loss_curve(tiny_data, monkeypatch, 
 
 
 def test_gathered_dots_equals_the_gather_and_einsum():
+    """Values and gradients (rows 7 and 8 of ``d`` picked by no query: zero gradient)."""
     from semsearch.training.trainer import gathered_dots
 
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(5, 3, dtype=torch.float64, generator=gen, requires_grad=True)
-    d = torch.randn(7, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+    d = torch.randn(9, 3, dtype=torch.float64, generator=gen, requires_grad=True)
     idx = torch.tensor([[0, 6, 6], [1, 1, 1], [2, 3, 4], [6, 5, 0], [0, 0, 2]])
     assert torch.allclose(gathered_dots(q, d, idx), torch.einsum("bd,bjd->bj", q, d[idx]))
     assert torch.autograd.gradcheck(gathered_dots, (q, d, idx))
