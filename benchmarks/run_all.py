@@ -33,7 +33,7 @@ BUNDLE = REPO / "bundles" / "homedepot"
 PLAN: list[tuple[str, list[str], int, str]] = [
     ("bm25_speed", ["--reps", "2"], 300, "bm25_speed.json"),
     ("encode_speed", [], 300, "encode_speed.json"),
-    ("train_speed", ["--steps", "5", "--reps", "2", "--crosscheck-batches", "0"], 240,
+    ("train_speed", ["--steps", "5", "--reps", "5", "--crosscheck-batches", "0"], 240,
      "train_speed.json"),
     ("vector_speed", ["--skip-encoding"], 150, "vector_speed.json"),
     ("load_test", ["--bundle", str(BUNDLE), "--data", "homedepot", "--workers", "2", "--seconds", "30",
