@@ -435,6 +435,35 @@ def test_seeded_rows_report_their_spread(tiny_data, tmp_path):
     assert one.table.rows["DSSM"].result.mean == result.table.rows["DSSM"].result.mean
 
 
+ENSEMBLE = """
+[[models]]
+label = "DSSM ensemble"
+model = "interpolate"
+combine = ["DSSM", "DSSM (seed 1)", "DSSM (seed 2)"]
+norm = "zscore"
+"""
+
+
+def test_interpolation_without_a_grid_averages_rows_seed_rows_included(tiny_data, tmp_path):
+    """No grid: the mean of the named rows' per-query normalised scores, nothing tuned; a seed
+    row may be named (a seed ensemble). A grid still takes exactly two rows."""
+    from semsearch.index import interpolate
+
+    p = tmp_path / "s.toml"
+    p.write_text(SEEDED.format(seeds=3) + ENSEMBLE)
+    result = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
+    parts = [result.runs[lb] for lb in ("DSSM", "DSSM (seed 1)", "DSSM (seed 2)")]
+    assert result.runs["DSSM ensemble"] == interpolate(parts, [1 / 3] * 3, norm="zscore")
+    assert result.chosen["DSSM ensemble"] == [{"weights": "equal"}] and not result.tuning["DSSM ensemble"]
+    assert "DSSM ensemble" in result.to_markdown()
+    p.write_text(SEEDED.format(seeds=3) + ENSEMBLE + 'grid = { weight = [0.0, 1.0] }\n')
+    with pytest.raises(SpecError, match="interpolates two rows with grid"):
+        load_spec(p)
+    p.write_text(SEEDED.format(seeds=2) + ENSEMBLE)  # no seed 2 row
+    with pytest.raises(SpecError, match="listed before it"):
+        load_spec(p)
+
+
 def test_seeds_are_validated(tmp_path):
     p = tmp_path / "s.toml"
     p.write_text(SEEDED.format(seeds=0))

@@ -292,12 +292,18 @@ def _interpolated_run(
     ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowRuns]
 ) -> tuple[Run, list[dict[str, Any]], dict[str, float]]:
     """weight·row₁ + (1 − weight)·row₂ (scores normalised per query by ``ms.norm``); the weight is
-    tuned on the dev split (components re-ranked there by their final models) or by k-fold CV."""
+    tuned on the dev split (components re-ranked there by their final models) or by k-fold CV.
+    With no grid, the mean of the rows' normalised scores (two or more rows: a seed ensemble),
+    nothing tuned."""
     spec = ctx.spec
     try:
-        a, b = (rowsets[c] for c in ms.combine)
+        parts = [rowsets[c] for c in ms.combine]
     except KeyError as e:
         raise ValueError(f"{ms.label}: cannot interpolate {e.args[0]!r} (not a model row)") from None
+    if not ms.grid:
+        n = len(parts)
+        return interpolate([r.test for r in parts], [1.0 / n] * n, norm=ms.norm), [{"weights": "equal"}], {}
+    a, b = parts
     weights = [float(w) for w in ms.grid["weight"]]
     keys = [json.dumps({"weight": w}) for w in weights]
 

@@ -33,7 +33,8 @@ class ModelSpec:
 
     label: str
     model: str  # a registered model name, a saved model directory, "run:NAME" (a data set's run as
-    # is), "interpolate" (a weighted sum of the rows named in ``combine``; weight tuned by ``grid``) or
+    # is), "interpolate" (a weighted sum of the rows named in ``combine``: two rows, weight tuned by
+    # ``grid``; or, with no grid, the mean of two or more, seed rows included: a seed ensemble) or
     # "lambdamart" with ``combine`` (LambdaMART over those rows' scores; ``params``: booster settings
     # and ``pair_features``; ``train.split``: the queries it learns from)
     params: dict[str, Any] = field(default_factory=dict)  # given to the model's constructor
@@ -241,11 +242,12 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
         if m.grid and spec.tune == "none":
             raise SpecError(f"{p}: model {m.label!r} has a grid but the spec has tune = 'none'")
         if m.is_interpolation:
-            earlier = labels[:i]
+            earlier = [lb for e in spec.models[:i] for lb in seed_labels(e)]  # a seed row may be named
             if len(m.combine) < 2 or any(c not in earlier for c in m.combine):
                 raise SpecError(f"{p}: {m.label!r} must combine at least two rows listed before it")
-            if set(m.grid) != {"weight"} or len(m.combine) != 2:
-                raise SpecError(f"{p}: {m.label!r} interpolates two rows with grid = {{ weight = [...] }}")
+            if m.grid and (set(m.grid) != {"weight"} or len(m.combine) != 2):
+                raise SpecError(f"{p}: {m.label!r} interpolates two rows with grid = {{ weight = [...] }}, "
+                                "or averages two or more with no grid")
         if m.is_hybrid:
             earlier = labels[:i]
             if len(m.combine) != 2 or any(c not in earlier for c in m.combine):
