@@ -487,7 +487,7 @@ def main() -> None:
             if "q_word_rows" in shapes:  # DSSM: also the ceiling of the first layer per distinct word
                 by_word = Ceiling(name, v, shapes, j, words=True)
                 r["ceiling_words"] = by_word.measure(args.warmup, args.steps, ours.b)
-                r["ceiling_words_1thread"] = with_threads(1, lambda: by_word.measure(args.warmup, args.steps, ours.b))
+                r["ceiling_words_1thread"] = with_threads(1, lambda c=by_word, b=ours.b: c.measure(args.warmup, args.steps, b))
             training[key] = r
             print(f"[{key}] ours {r['ours']['pairs_per_s']:,.0f} pairs/s, ceiling {r['ceiling']['pairs_per_s']:,.0f} "
                   f"({THREADS} thr); ours {r['ours_1thread']['pairs_per_s']:,.0f}, ceiling "
