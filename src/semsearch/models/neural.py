@@ -307,18 +307,18 @@ class WindowBatch:
 
 
 class WindowFeatures:
-    """CLSM input of a fixed list of texts: word-id sequences, windows built per batch."""
+    """CLSM input of a fixed list of texts: the texts by their distinct words, as DSSM's
+    (``WordBagFeatures``), with each word position's window built per batch."""
 
     def __init__(self, table: WordTable, texts: Sequence[str], window: int):
-        self.table, self.window = table, window
-        self.indptr, self.ids = table.encode(texts)
+        self.words, self.window = WordBagFeatures(table, texts), window
 
     def __len__(self) -> int:
-        return len(self.indptr) - 1
+        return len(self.words)
 
     def batch(self, rows: np.ndarray) -> WindowBatch:
-        ptr, pos = csr_take(self.indptr, self.ids, rows)
-        local, bags = self.table.id_bags(self.ids[pos])
+        wb = self.words.batch(rows)
+        ptr, local, bags = wb.indptr, wb.positions, wb.words
         n = np.diff(ptr)
         eff = np.maximum(n, 1)  # an empty text has one position whose window is all padding
         total = int(eff.sum())
