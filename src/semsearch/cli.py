@@ -227,6 +227,7 @@ def run_cmd(
     analyzer: Annotated[Optional[str], typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
     fields: Annotated[str, typer.Option(help="Document fields: title+text, title or text.")] = "title+text",
     skip_bad_lines: Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")] = False,
+    correct_queries: Annotated[bool, typer.Option(help="Spell-correct the queries against the collection's words first (text.SpellCorrector).")] = False,
 ) -> None:
     """Rank queries against a collection with any model and write a TREC run."""
     from .data import load_queries, open_dataset, query_pools, ranked, read_run, write_run
@@ -240,6 +241,12 @@ def run_cmd(
         qs = {q: all_q[q] for q in ds.qrels(split)} if split in ds.splits else all_q
     m = _model(model, param, analyzer)
     corpus = ds.corpus()
+    if correct_queries:
+        from .text import SpellCorrector
+
+        fixed = SpellCorrector.fit(corpus.joined(fields)).correct_all(qs)
+        err.print(f"corrected the spelling of {sum(fixed[q] != qs[q] for q in qs):,} of {len(qs):,} queries", highlight=False)
+        qs = fixed
     start = time.perf_counter()
     if not (isinstance(m, LexicalModel) and m.indexed and list(m.doc_ids) == corpus.ids):
         m.index(corpus.ids, corpus.joined(fields))  # type: ignore[arg-type]
@@ -314,6 +321,7 @@ def index_build(
     onnx: Annotated[str, typer.Option("--onnx", help="Transformer encoders: inference through ONNX Runtime, 'fp32' (torch's vectors, about 2x faster on a CPU), 'int8' (faster; its quality cost is measured by benchmarks/encode_speed.py), or 'off' (torch). The bundle keeps the export, so the service encodes queries with it.")] = "fp32",
     rescorer: Annotated[Optional[Path], typer.Option("--rescorer", help="Stage 3 (optional): a trained cross-encoder directory (semsearch train bert-rel) kept in the bundle to re-score the first --rescore-depth hits; it runs only under `serve --rescore`.")] = None,
     rescore_depth: Annotated[int, typer.Option("--rescore-depth", help="--rescorer: how many of the ranked hits it re-scores.")] = 10,
+    correct_queries: Annotated[bool, typer.Option(help="Keep a spelling corrector of the documents' words in the bundle; the service corrects each query with it unless served with --no-correct-queries.")] = True,
 ) -> None:
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
     from .data import load_corpus, open_dataset
@@ -344,7 +352,7 @@ def index_build(
         raise ValueError("--rescore-depth needs --rescorer")
     path = build_bundle(corpus, built, out_dir, ranker=rk, train_ranker=trainer, dataset=data, fields=fields,
                         kind=vector_index, store=store, pg_data=pg_data, vector_cache=vector_cache, rescorer=rs,
-                        rescore_depth=rescore_depth, index_params=index_params)
+                        rescore_depth=rescore_depth, index_params=index_params, spelling=correct_queries)
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
 
 
@@ -423,13 +431,14 @@ def serve_cmd(
     rate_limit: Annotated[Optional[float], typer.Option("--rate-limit", help="Requests a second each client address may send to each worker, with bursts of twice that (429 beyond; default: 20 with --expose, none on loopback; 0: none).")] = None,
     rescore: Annotated[bool, typer.Option("--rescore", help="Run the bundle's stage-3 cross-encoder (index build --rescorer) on the first hits of every search: off by default, it costs a transformer pass per re-scored hit (README: 'Stage 3').")] = False,
     rescore_depth: Annotated[Optional[int], typer.Option("--rescore-depth", help="--rescore: how many hits it re-scores (default: the depth the bundle was built with).")] = None,
+    correct_queries: Annotated[bool, typer.Option(help="Correct each query's spelling against the documents' words before searching (bundles built with a corrector; the answer's corrected_query says what was searched).")] = True,
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
     import os
     import shutil
     import tempfile
 
-    from .index.bundle import RESCORE_ENV, RESULT_CACHE_ENV
+    from .index.bundle import CORRECT_ENV, RESCORE_ENV, RESULT_CACHE_ENV
 
     from .serving.exposure import API_KEY_ENV, RATE_ENV, Exposure, check_key, check_rate, is_loopback, read_key_file
 
@@ -457,6 +466,7 @@ def serve_cmd(
     if rescore_depth is not None and rescore_depth < 1:
         raise ValueError(f"--rescore-depth must be >= 1, got {rescore_depth}")
     os.environ[RESCORE_ENV] = (str(rescore_depth) if rescore_depth else "on") if rescore else "off"  # each worker's Bundle.load
+    os.environ[CORRECT_ENV] = "on" if correct_queries else "off"
 
     from .serving import create_app
     from .serving.app import BUNDLE_ENV, MULTIPROC_ENV, STORE_ENV

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from ..plugins import create_model, resolve_model
 from ..models.lexical import LexicalIndex
 from ..progress import track
 from ..training import fit, recipe
-from ..text import Analyzer
+from ..text import Analyzer, SpellCorrector
 from ..types import Qrels, Run
 from .cache import cache_key, cached_training, keyed_recipe, saved_dir
 from .result import Check, ExperimentResult
@@ -48,6 +48,7 @@ class _Context:
         self.out_of_fold: dict[tuple[str, str, int], Run] = {}  # (row, split, K) -> cross-fitted run
         self._teachers: dict[tuple[str, Any], tuple[str, dict[str, Any]]] = {}  # (row, fold) -> ``_teacher``
         self._scratch: Any = None  # TemporaryDirectory of teachers handed over without a model directory
+        self._correctors: dict[str, SpellCorrector] = {}
 
     def qrels(self, split: str) -> Qrels:
         return self.ds.qrels(split, check=True)
@@ -179,8 +180,21 @@ class _Context:
         self.training[ms.label if fold is None else f"{ms.label} (cross-fit fold {fold.i + 1}/{fold.k})"] = log
         return model
 
+    def corrector(self, fields: str) -> SpellCorrector:
+        """The spelling corrector of the collection's ``fields`` (fitted once)."""
+        if fields not in self._correctors:
+            self._correctors[fields] = SpellCorrector.fit(self.texts(fields))
+        return self._correctors[fields]
+
+    def query_texts(self, ms: ModelSpec, qids: Iterable[str]) -> dict[str, str]:
+        """The texts of ``qids`` as row ``ms`` ranks them: spell-corrected with ``correct_queries``."""
+        queries = {q: self.queries[q] for q in qids if q in self.queries}
+        if ms.correct_queries:
+            return self.corrector(ms.fields or self.spec.fields).correct_all(queries)
+        return queries
+
     def rank(self, model: Model, ms: ModelSpec, qrels: Qrels) -> Run:
-        queries = {q: self.queries[q] for q in qrels if q in self.queries}
+        queries = self.query_texts(ms, qrels)
         cands = self.candidates(qrels)
         return rank(model, queries, cands, k=ms.depth or self.k)
 
@@ -362,7 +376,8 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
         X = run_columns(runs, cands)
         if pair:
             ix = ctx.corpus.index
-            X = np.hstack([X, pair_columns(pair, [ctx.queries[q] for q in cands],
+            qtexts = ctx.query_texts(ms, cands)
+            X = np.hstack([X, pair_columns(pair, [qtexts[q] for q in cands],
                                            [[texts[ix[d]] for d in c] for c in cands.values()])])
         return groups(cands, X, qrels)
 

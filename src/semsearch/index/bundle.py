@@ -37,6 +37,7 @@ from ..plugins import load_model
 from ..models.base import ModelDirError, best_k, id_ranks
 from ..models.base import sha256_file as _sha256
 from ..ranking.rescore import is_pair_scorer, rescore_top
+from ..text import SpellCorrector
 from .hybrid import SCORERS, HybridHit, HybridRetriever, Source
 from .semantic import SemanticRetriever, encoder_id
 from .vector import VectorIndex
@@ -52,6 +53,8 @@ N_LEXICAL, N_SEMANTIC = 300, 20
 """Stage-1 depths of a search without a two-stage ranker (the BERT paper's Sec. 4.4)."""
 RESULT_CACHE_ENV = "SEMSEARCH_RESULT_CACHE"
 RESCORE_ENV = "SEMSEARCH_RESCORE"
+CORRECT_ENV = "SEMSEARCH_CORRECT_QUERIES"  # 0 / off: a loaded bundle searches queries as typed
+SPELLING = "spelling.json"  # the bundle's spelling corrector (its documents' word counts)
 """``semsearch serve --rescore`` sets it for each worker's bundle: "on" (its stage-3 cross-encoder
 re-scores the depth the bundle was built with), a number (that depth), or "off"/"0"/unset."""
 SLEEP_ENV = "SEMSEARCH_BUILD_SLEEP"
@@ -73,6 +76,7 @@ class Result:
 
     hits: list[HybridHit]
     timing: dict[str, float] = field(default_factory=dict)
+    query: str = ""  # the text searched: the query, spell-corrected when the bundle corrects queries
 
 
 def is_encoder(model: Any) -> bool:
@@ -164,7 +168,7 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
                  dataset: str = "", fields: str = "title+text", kind: str = "flat", store: str = "faiss",
                  pg_data: str | Path | None = None, postgres_dsn: str | None = None,
                  vector_cache: str | Path | None = None, rescorer: Model | None = None, rescore_depth: int = 10,
-                 index_params: Mapping[str, int] | None = None) -> Path:
+                 index_params: Mapping[str, int] | None = None, spelling: bool = True) -> Path:
     """Index ``corpus`` with each model (at most one lexical model; each encoder gets a vector
     index of ``kind``) and save everything as a bundle at ``out``, replacing it atomically.
     ``train_ranker``: called with the new bundle's stage 1 (lexical ∪ first encoder) once it is
@@ -178,7 +182,9 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
     (``SemanticRetriever.embed``), so a rebuild, or a build whose encoder shares another's
     documents (a distilled query encoder), does not encode the collection again.
     ``rescorer``: a trained cross-encoder kept as the optional stage 3, which re-scores the first
-    ``rescore_depth`` hits of each search when the bundle is loaded with ``rescore=True``."""
+    ``rescore_depth`` hits of each search when the bundle is loaded with ``rescore=True``.
+    ``spelling``: keep a spelling corrector of the documents' words (``text.SpellCorrector``),
+    which corrects every query before its search unless the bundle is loaded without it."""
     if store not in STORES:
         raise ValueError(f"store must be one of {', '.join(STORES)}, got {store!r}")
     lexical = [m for m in models if not is_encoder(m)]
@@ -206,8 +212,12 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
         manifest: dict[str, Any] = {
             "format": FORMAT, "semsearch": __version__, "dataset": dataset, "fields": fields, "store": store,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "documents": len(corpus),
-            "lexical": None, "models": [], "ranker": None, "rescorer": None,
+            "lexical": None, "models": [], "ranker": None, "rescorer": None, "spelling": None,
         }
+        if spelling:
+            corrector = SpellCorrector.fit(texts)
+            corrector.save(tmp / SPELLING)
+            manifest["spelling"] = {"path": SPELLING, "words": len(corrector.counts)}
         if lexical:
             lexical[0].index(corpus.ids, texts)  # type: ignore[arg-type]
             lexical[0].save(tmp / "lexical")
@@ -449,8 +459,12 @@ class Bundle:
 
     def __init__(self, path: Path, manifest: dict[str, Any], corpus: Corpus, lexical: Model | None,
                  semantic: Mapping[str, SemanticRetriever], ranker: Model | None, *, query_cache: int = QUERY_CACHE,
-                 result_cache: int | None = None, rescorer: Any = None, rescore_depth: int = 10, rescore: bool = False):
+                 result_cache: int | None = None, rescorer: Any = None, rescore_depth: int = 10, rescore: bool = False,
+                 corrector: SpellCorrector | None = None, correct_queries: bool = True):
         self.path, self.manifest, self.corpus = path, manifest, corpus
+        self.corrector = corrector
+        self.correct_queries = bool(correct_queries and corrector is not None)
+        """Whether searches correct their queries' spelling by default (``search_many``'s ``correct``)."""
         self.store = "faiss"  # where the vectors are searched: faiss, or postgres (set by load)
         self.result_cache = int(os.environ.get(RESULT_CACHE_ENV) or self.RESULT_CACHE) if result_cache is None else result_cache
         self._results: OrderedDict[tuple[Any, ...], Result] = OrderedDict()
@@ -491,13 +505,15 @@ class Bundle:
     @classmethod
     def load(cls, path: str | Path, *, store: str | None = None, verify: bool = True,
              query_cache: int = QUERY_CACHE, result_cache: int | None = None, rescore: bool | None = None,
-             rescore_depth: int | None = None) -> "Bundle":
+             rescore_depth: int | None = None, correct_queries: bool | None = None) -> "Bundle":
         """Read a bundle (or its ``.old`` backup left by a build killed mid-swap), check every
         file against the manifest's sha256 and each vector index against its encoder;
         ``query_cache``: recent query embeddings kept per neural model, ``result_cache``: recent
         searches' results (None: ``RESULT_CACHE`` or $SEMSEARCH_RESULT_CACHE; 0: none); ``rescore``:
         run the bundle's stage-3 cross-encoder (None: as $SEMSEARCH_RESCORE says), on the first
-        ``rescore_depth`` hits (None: the depth it was built with)."""
+        ``rescore_depth`` hits (None: the depth it was built with); ``correct_queries``: correct
+        each query's spelling before its search, if the bundle has a corrector (None: unless
+        $SEMSEARCH_CORRECT_QUERIES is 0 or off)."""
         p = Path(path)
         if TMP_SUFFIX.search(p.name):
             raise ModelDirError(f"{p}: the temporary folder of a build (unfinished or killed), not a bundle; "
@@ -548,8 +564,16 @@ class Bundle:
                 rescore_depth = int(env)
         if rescore_depth is None:
             rescore_depth = int(rs["depth"]) if rs else 10
+        sp = manifest.get("spelling")
+        try:
+            corrector = SpellCorrector.load(p / sp["path"]) if sp else None
+        except ValueError as e:
+            raise ModelDirError(str(e)) from None
+        if correct_queries is None:
+            correct_queries = os.environ.get(CORRECT_ENV, "").strip().lower() not in ("0", "off", "false", "no")
         bundle = cls(p, manifest, corpus, lexical, semantic, ranker, query_cache=query_cache, result_cache=result_cache,
-                     rescorer=rescorer, rescore_depth=rescore_depth, rescore=rescore)
+                     rescorer=rescorer, rescore_depth=rescore_depth, rescore=rescore, corrector=corrector,
+                     correct_queries=correct_queries)
         bundle.store = store
         return bundle
 
@@ -586,7 +610,7 @@ class Bundle:
             return {"doc_id": doc_id, **explain(enc, query, self.document_text(doc_id), top=top)}
 
     def search(self, query: str, k: int = 10, *, model: str | None = None, merge_by: str = "union",
-               n_lexical: int = N_LEXICAL, n_semantic: int = N_SEMANTIC) -> Result:
+               n_lexical: int = N_LEXICAL, n_semantic: int = N_SEMANTIC, correct: bool | None = None) -> Result:
         """Lexical top ``n_lexical`` and semantic top ``n_semantic`` (run concurrently by the
         ``HybridRetriever`` of ``model``), merged by ``merge_by``: union (lexical order, semantic-only
         hits after; the default: on homedepot dev RRF with a 2-epoch DSSM lowered BM25's NDCG@10),
@@ -594,15 +618,18 @@ class Bundle:
         top ``k`` with their sources and a timing breakdown. A two-stage bundle (its ranker has
         stage features) retrieves at the depths its ranker was trained for, and every hit's score
         is the ranker's. ``search_many`` of one query."""
-        return self.search_many([query], k, model=model, merge_by=merge_by, n_lexical=n_lexical, n_semantic=n_semantic)[0]
+        return self.search_many([query], k, model=model, merge_by=merge_by, n_lexical=n_lexical, n_semantic=n_semantic,
+                                correct=correct)[0]
 
     def search_many(self, queries: Sequence[str], k: int = 10, *, model: str | None = None, merge_by: str = "union",
-                    n_lexical: int = N_LEXICAL, n_semantic: int = N_SEMANTIC) -> list[Result]:
+                    n_lexical: int = N_LEXICAL, n_semantic: int = N_SEMANTIC, correct: bool | None = None) -> list[Result]:
         """``search`` for several queries in one pass (the service's micro-batches): one encoder call
         and one vector search for all of them, one feature matrix and one ranker prediction for all
         their candidates. Each query gets the hits ``search`` gives it alone (a batched encoder may
         round its embedding in the last bit, so scores agree to float rounding); the timing is the
-        batch's (``batch``: how many distinct queries it searched)."""
+        batch's (``batch``: how many distinct queries it searched). ``correct``: search each query
+        spell-corrected (``SpellCorrector``; None: as the bundle was loaded), every stage with the
+        corrected text; ``Result.query`` is the text searched."""
         blank = [i for i, q in enumerate(queries) if not q.strip()]
         if blank:
             raise ValueError("empty query" if len(queries) == 1 else f"empty query at position {blank[0]}")
@@ -611,6 +638,10 @@ class Bundle:
         if merge_by not in SCORERS:
             raise ValueError(f"merge must be one of {', '.join(SCORERS)}, got {merge_by!r}")
         t0 = time.perf_counter()
+        if correct and self.corrector is None:
+            raise ValueError("this bundle has no spelling corrector (build it again to have one)")
+        if self.correct_queries if correct is None else correct:
+            queries = [self.corrector.correct(q) for q in queries]  # type: ignore[union-attr]
         settings = (k, model, merge_by, n_lexical, n_semantic)
         out: list[Result | None] = [None] * len(queries)
         if self.result_cache > 0:
@@ -620,7 +651,7 @@ class Bundle:
                     if hit is not None:
                         self._results.move_to_end((q, *settings))
                         ms = 1000 * (time.perf_counter() - t0)
-                        out[i] = Result(list(hit.hits), {"cached_ms": ms, "total_ms": ms})
+                        out[i] = Result(list(hit.hits), {"cached_ms": ms, "total_ms": ms}, q)
         todo = list(dict.fromkeys(q for q, r in zip(queries, out) if r is None))  # each distinct query once
         if todo:
             found = dict(zip(todo, self._search(todo, k, model, merge_by, n_lexical, n_semantic, t0)))
@@ -630,7 +661,7 @@ class Bundle:
                         self._results[(q, *settings)] = r
                     while len(self._results) > self.result_cache:
                         self._results.popitem(last=False)
-            out = [r if r is not None else Result(list(found[q].hits), dict(found[q].timing)) for q, r in zip(queries, out)]
+            out = [r if r is not None else Result(list(found[q].hits), dict(found[q].timing), q) for q, r in zip(queries, out)]
         return out  # type: ignore[return-value]
 
     def _stage1(self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int,
@@ -693,7 +724,7 @@ class Bundle:
             timing["rescore_ms"] = 1000 * (time.perf_counter() - t3)
         timing["total_ms"] = 1000 * (time.perf_counter() - t0)
         timing["batch"] = float(len(queries))
-        return [Result(hits[:k], dict(timing)) for hits in found]
+        return [Result(hits[:k], dict(timing), q) for q, hits in zip(queries, found)]
 
     def explain_rank(self, query: str, doc_id: str, *, top: int = 10, model: str | None = None) -> dict[str, Any]:
         """Why a bundle with a LambdaMART ranker ranks ``doc_id`` where it does for ``query``: which stage found

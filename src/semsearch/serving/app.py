@@ -437,7 +437,7 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
         # one deterministic ranking, cut: the top offset + k, then the page (Bundle.search breaks ties by id)
         result = await batcher.search(text, start + kk, model, merge)
         page_hits = result.hits[start:]
-        terms = highlighter.terms(text)
+        terms = highlighter.terms(result.query or text)
         hits = []
         for row, h in zip(b.hits(Result(page_hits, result.timing)), page_hits):
             field = "title" if row.title else "text"
@@ -447,7 +447,8 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
                          "semantic_score": h.semantic, "lexical_rank": h.lexical_rank, "semantic_rank": h.semantic_rank,
                          "highlight_field": field, "highlights": highlighter.spans(terms, shown)})
         more = len(page_hits) == kk and start + 2 * kk <= max_k
-        return _JSON({"query": text, "k": kk, "offset": start, "merge": merge, "score_by": score_by(merge),
+        return _JSON({"query": text, "corrected_query": result.query if result.query != text else None,
+                      "k": kk, "offset": start, "merge": merge, "score_by": score_by(merge),
                       "next_offset": start + kk if more else None, "hits": hits, "timing_ms": result.timing})
 
     app.router.add_api_route("/search", search, methods=["GET"], summary="Lexical ∪ semantic search", response_class=_JSON,

@@ -40,6 +40,8 @@ class SearchHit(_Model):
 
 class SearchResponse(_Model):
     query: str
+    corrected_query: str | None = Field(description="The query as searched when its spelling was corrected against the "
+                                                    "documents' words (null: searched as typed).")
     k: int
     offset: int
     merge: Literal["union", "rrf", "interpolate"]

@@ -176,6 +176,9 @@ async function search(s) {
   status.textContent = (n ? `results ${first}–${first + n - 1}` : "no results on this page")
     + ` in ${body.timing_ms.total_ms.toFixed(1)} ms on the server, ${(performance.now() - t0).toFixed(0)} ms round trip`
     + ` · scored by ${body.score_by}`;
+  if (body.corrected_query) {  // the service searched the spell-corrected query: say so (as text)
+    status.prepend(el("span", "corrected", `showing results for “${String(body.corrected_query)}” · `));
+  }
   const scoreBy = String(body.score_by);
   // a ranker orders the merged candidates itself: the merge choice does not apply
   $("merge").disabled = scoreBy === "ranker";
