@@ -118,11 +118,12 @@ def main() -> None:
     ap.add_argument("--result-cache", type=int, default=None,
                     help="semsearch serve --result-cache (0: every request runs both stages and the ranker)")
     ap.add_argument("--loop", choices=("asyncio", "uvloop"), default=None, help="semsearch serve --loop (default: serve's)")
+    ap.add_argument("--no-correct-queries", action="store_true", help="semsearch serve --no-correct-queries (queries searched as typed)")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "load_test.json"))
     args = ap.parse_args()
 
     extra = ((["--result-cache", str(args.result_cache)] if args.result_cache is not None else []) + rescore_args(args.rescore)
-             + (["--loop", args.loop] if args.loop else []))
+             + (["--loop", args.loop] if args.loop else []) + (["--no-correct-queries"] if args.no_correct_queries else []))
     with served(args.bundle, args.workers, extra) as server:
         base = server.base
         hw = hardware(("numpy", "torch", "faiss-cpu", "fastapi", "uvicorn", "uvloop", "httptools"))
@@ -143,7 +144,7 @@ def main() -> None:
                                target=f"p99 < {TARGET_P99_MS:.0f} ms at 50 clients" if args.clients == 50 else "",
                                met=(res["p99_ms"] < TARGET_P99_MS) if args.clients == 50 else None, higher_is_better=False)]
     result = {"summary": summary, "bundle": args.bundle, "workers": args.workers, "clients": args.clients, "seconds": args.seconds, "distinct_queries": len(qs),
-              "result_cache": args.result_cache, "loop": args.loop or "asyncio",
+              "result_cache": args.result_cache, "loop": args.loop or "asyncio", "correct_queries": not args.no_correct_queries,
               "server_stopped_cleanly": "server stopped cleanly" in stderr, **res, "hardware": hw}
     print(hardware_line(hw), f"| load avg at end {hw['load_avg_1min_end']}")
     print(f"{args.clients} clients x {args.seconds:.0f} s: {res['requests']} requests, {res['errors']} errors, "

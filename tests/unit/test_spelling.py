@@ -185,3 +185,17 @@ def test_service_answers_with_the_corrected_query(make_bundle, tmp_path):
         assert any(body["hits"][0]["highlights"])  # highlights follow the searched (corrected) words
         body = client.get("/search", params={"q": "red cat", "k": 3}).json()
         assert body["corrected_query"] is None
+
+
+def test_explanations_follow_the_searched_query(two_stage, make_bundle, tmp_path):
+    from semsearch.index import Bundle
+
+    b = Bundle.load(two_stage)
+    top = b.search("rred cat", 1).hits[0].doc_id
+    typo, fixed = b.explain_rank("rred cat", top), b.explain_rank("red cat", top)
+    assert typo == fixed and typo["score"] is not None and typo["source"] is not None
+    b.close()
+    b = Bundle.load(make_bundle(tmp_path / "clsm"))
+    doc = b.search("red cat", 1).hits[0].doc_id
+    assert b.explain("rred cat", doc) == b.explain("red cat", doc)
+    b.close()

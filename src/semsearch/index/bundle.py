@@ -607,7 +607,14 @@ class Bundle:
         if not isinstance(enc, NeuralEncoder):
             raise ValueError(f"explain needs a DSSM or CLSM model, {name} is not one")
         with self._locks[id(self.semantic[name])]:
-            return {"doc_id": doc_id, **explain(enc, query, self.document_text(doc_id), top=top)}
+            return {"doc_id": doc_id, **explain(enc, self.searched(query), self.document_text(doc_id), top=top)}
+
+    def searched(self, query: str, correct: bool | None = None) -> str:
+        """The text a search for ``query`` runs with: spell-corrected when ``correct`` says so (None:
+        as the bundle was loaded, ``correct_queries``), else ``query`` itself."""
+        if self.correct_queries if correct is None else correct:
+            return self.corrector.correct(query)  # type: ignore[union-attr]
+        return query
 
     def search(self, query: str, k: int = 10, *, model: str | None = None, merge_by: str = "union",
                n_lexical: int = N_LEXICAL, n_semantic: int = N_SEMANTIC, correct: bool | None = None) -> Result:
@@ -640,8 +647,7 @@ class Bundle:
         t0 = time.perf_counter()
         if correct and self.corrector is None:
             raise ValueError("this bundle has no spelling corrector (build it again to have one)")
-        if self.correct_queries if correct is None else correct:
-            queries = [self.corrector.correct(q) for q in queries]  # type: ignore[union-attr]
+        queries = [self.searched(q, correct) for q in queries]
         settings = (k, model, merge_by, n_lexical, n_semantic)
         out: list[Result | None] = [None] * len(queries)
         if self.result_cache > 0:
@@ -739,6 +745,7 @@ class Bundle:
             raise ValueError(f"top must be >= 1, got {top}")
         if not query.strip():
             raise ValueError("empty query")
+        query = self.searched(query)  # the text search() ranks
         rk: Any = self.ranker
         (hits,), _ = self._stage1([query], 1, model, "union", N_LEXICAL, N_SEMANTIC)  # as search() with its defaults
         at = next((i for i, h in enumerate(hits) if h.doc_id == doc_id), None)
