@@ -389,14 +389,15 @@ def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
 
 
 BUNDLE_JSON = ["manifest.json", "models/dssm/retriever.json", "models/dssm/index/vector_index.json",
-               "models/dssm/index/ids.json"]
+               "models/dssm/index/ids.json", "spelling.json"]
 """The bundle's JSON files that no model directory seals (the manifest's checksums cover them:
-the last three are fuzzed with verification off)."""
+the others are fuzzed with verification off)."""
 
 
 MANIFEST_KEYS = ["format", "files", "models", "lexical", "ranker", "name", "path", "dim", "kind", "store",
                  "documents", "fields", "collection", "postgres", "data", "documents.jsonl", "../x", "/etc/passwd",
-                 "metric", "params", "count", "model", "probes", "encoder", "batch_size", "index_params", "efSearch"]
+                 "metric", "params", "count", "model", "probes", "encoder", "batch_size", "index_params", "efSearch",
+                 "rescorer", "depth", "spelling", "words"]
 
 
 @pytest.mark.parametrize("target", BUNDLE_JSON)

@@ -40,6 +40,12 @@ def test_words_left_alone(corrector):
     assert corrector.correct("acmepaint") == "acmepaint"  # a split needs two words seen >= 20 times (acme: once)
 
 
+def test_a_collection_without_words_corrects_nothing():
+    for texts in ([], ["", "12 34", "a"]):
+        c = SpellCorrector.fit(texts)
+        assert c.correct("koehler sink 12") == "koehler sink 12" and c.corrections("koehler") == []
+
+
 def test_params_are_validated_and_change_the_rules():
     with pytest.raises(ValueError, match="min_length"):
         SpellingParams(min_length=0)

@@ -349,7 +349,7 @@ def _rel_path(p: Path, value: Any, key: str) -> str:
 
 
 def _entry(p: Path, value: Any, key: str, *, encoder: bool = False) -> dict[str, Any]:
-    """One ``lexical`` / ``ranker`` / ``models[i]`` entry: a name and a path (encoders: kind, dim)."""
+    """One ``lexical`` / ``ranker`` / ``rescorer`` / ``models[i]`` entry: a name and a path (encoders: kind, dim)."""
     if not isinstance(value, dict):
         raise _manifest_error(p, key, "a table", value)
     if not isinstance(value.get("name"), str) or not value["name"]:
@@ -395,9 +395,17 @@ def read_manifest(p: Path) -> dict[str, Any]:
         raise _manifest_error(p, "store", f"one of {', '.join(STORES)}", manifest.get("store"))
     if not isinstance(manifest.get("postgres", {}), dict):
         raise _manifest_error(p, "postgres", "a table", manifest.get("postgres"))
-    for key in ("lexical", "ranker"):
+    for key in ("lexical", "ranker", "rescorer"):
         if manifest.get(key) is not None:
             _entry(p, manifest[key], key)
+    depth = (manifest.get("rescorer") or {}).get("depth", 10)
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+        raise _manifest_error(p, "rescorer.depth", "a positive integer", depth)
+    sp = manifest.get("spelling")
+    if sp is not None:
+        if not isinstance(sp, dict):
+            raise _manifest_error(p, "spelling", "a table", sp)
+        _rel_path(p, sp.get("path"), "spelling.path")
     models = manifest.get("models", [])
     if not isinstance(models, list):
         raise _manifest_error(p, "models", "a list", models)
