@@ -134,8 +134,12 @@ combine = ["BM25", "BM25, corrected queries"]
     res = run_experiment(load_spec(spec), progress=False)
     score = {r: res.table.rows[r].result.mean["ndcg@3"] for r in ("BM25", "BM25, corrected queries")}
     assert score["BM25, corrected queries"] > score["BM25"] + 0.05
-    spec.write_text(spec.read_text().replace("correct_queries = true", 'correct_queries = "yes"'))
+    text = spec.read_text()
+    spec.write_text(text.replace("correct_queries = true", 'correct_queries = "yes"'))
     with pytest.raises(ValueError, match="correct_queries"):
+        load_spec(spec)
+    spec.write_text(text + "correct_queries = true\n")  # on the interpolation row: it ranks nothing itself
+    with pytest.raises(ValueError, match="'both': correct_queries applies to rows that rank"):
         load_spec(spec)
 
 

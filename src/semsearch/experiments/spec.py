@@ -274,6 +274,9 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
         k = m.train.get("cross_fit")
         if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 2):
             raise SpecError(f"{p}: {m.label!r} train.cross_fit must be an integer >= 2 (folds), got {k!r}")
+        if m.correct_queries and (m.is_interpolation or m.is_hybrid or m.is_run):
+            raise SpecError(f"{p}: {m.label!r}: correct_queries applies to rows that rank queries themselves; "
+                            "this row combines other rows' runs (set it on those rows)")
         if m.seeds < 1:
             raise SpecError(f"{p}: {m.label!r}: seeds must be at least 1, got {m.seeds}")
         if m.seeds > 1 and (not m.train or m.is_ltr):
