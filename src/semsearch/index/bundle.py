@@ -53,10 +53,12 @@ N_LEXICAL, N_SEMANTIC = 300, 20
 """Stage-1 depths of a search without a two-stage ranker (the BERT paper's Sec. 4.4)."""
 RESULT_CACHE_ENV = "SEMSEARCH_RESULT_CACHE"
 RESCORE_ENV = "SEMSEARCH_RESCORE"
-CORRECT_ENV = "SEMSEARCH_CORRECT_QUERIES"  # 0 / off: a loaded bundle searches queries as typed
-SPELLING = "spelling.json"  # the bundle's spelling corrector (its documents' word counts)
 """``semsearch serve --rescore`` sets it for each worker's bundle: "on" (its stage-3 cross-encoder
 re-scores the depth the bundle was built with), a number (that depth), or "off"/"0"/unset."""
+CORRECT_ENV = "SEMSEARCH_CORRECT_QUERIES"
+"""0 / off / false / no: a loaded bundle searches queries as typed (``semsearch serve
+--no-correct-queries`` sets it off for each worker); else it corrects them if it has a corrector."""
+SPELLING = "spelling.json"  # the bundle's spelling corrector (its documents' word counts)
 SLEEP_ENV = "SEMSEARCH_BUILD_SLEEP"
 """Seconds to pause after writing the files and before the swap (tests kill a build there)."""
 
