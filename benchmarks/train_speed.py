@@ -279,9 +279,9 @@ class Ceiling:
         each other) while our step stayed at 13.9-14.3k."""
         runs: dict[str, list[dict[str, Any]]] = {"sparse.mm": [], "bag": []}
         for _ in range(rounds):
-            for kernel in runs:
+            for kernel, timed in runs.items():
                 self.kernel = kernel
-                runs[kernel].append(time_steps(self.step, warmup, steps))
+                timed.append(time_steps(self.step, warmup, steps))
         best = {k: min(v, key=lambda x: x["median_step_s"]) for k, v in runs.items()}
         kernel = min(best, key=lambda k: best[k]["median_step_s"])
         r = best[kernel]
