@@ -54,7 +54,8 @@ class ModelSpec:
     seeds: int = 1  # trained rows: also train with the next seeds - 1 seeds ("LABEL (seed S)" rows) and
     # report the spread (mean ± sd, min–max, significance per seed); only this row feeds later rows
     correct_queries: bool = False  # rank with the queries spell-corrected against the collection's
-    # words (``text.SpellCorrector``); training queries stay as typed. lambdamart rows: their pair features
+    # words (``text.SpellCorrector``); training queries stay as typed. lambdamart rows: their pair
+    # features' queries (the rows they combine correct their own, or not)
 
     def settings(self) -> list[dict[str, Any]]:
         """Every grid setting to try (``[{}]`` without a grid)."""

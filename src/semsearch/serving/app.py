@@ -437,7 +437,7 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
         # one deterministic ranking, cut: the top offset + k, then the page (Bundle.search breaks ties by id)
         result = await batcher.search(text, start + kk, model, merge)
         page_hits = result.hits[start:]
-        terms = highlighter.terms(result.query or text)
+        terms = highlighter.terms(result.query)  # the words searched (spell-corrected or as typed)
         hits = []
         for row, h in zip(b.hits(Result(page_hits, result.timing)), page_hits):
             field = "title" if row.title else "text"

@@ -8,16 +8,13 @@ offsets into it; each word is analysed on its own with the same analyzer."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection
 
-from .normalize import Analyzer
+from .normalize import WORD, Analyzer
 
 Span = tuple[int, int]
 AnalyzerLike = Callable[[str], list[str]]
 
-# the tokenizer's words (normalize._TOKEN): maximal runs of letters/digits of any script, '_' splits
-_WORD = re.compile(r"[^\W_]+")
 _PLAIN = Analyzer()  # no lexical model: lower-case alphanumeric equality (the papers' normalisation)
 
 
@@ -31,7 +28,7 @@ def word_terms(text: str, analyzer: AnalyzerLike | None = None) -> tuple[tuple[i
     ``term_spans`` matches a query's terms against (a caller that meets the same texts again, the
     service's titles, can keep these)."""
     analyze = analyzer or _PLAIN
-    return tuple((*m.span(), tuple(analyze(m.group()))) for m in _WORD.finditer(text))
+    return tuple((*m.span(), tuple(analyze(m.group()))) for m in WORD.finditer(text))
 
 
 def term_spans(terms: Collection[str], text: str, analyzer: AnalyzerLike | None = None) -> list[Span]:

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-_TOKEN = re.compile(r"[^\W_]+")
+WORD = re.compile(r"[^\W_]+")
+"""A word of the tokenizer: a maximal run of letters/digits of any script ('_' splits). The one
+pattern: ``tokenize`` finds them, highlighting and spelling correction find them in place."""
 
 # Lucene's EnglishAnalyzer default stop set (what Anserini/Pyserini use).
 LUCENE_STOPWORDS = frozenset(
@@ -25,7 +27,7 @@ def normalize(text: str) -> str:
 
 def tokenize(text: str) -> list[str]:
     """The papers' tokens: maximal runs of letters/digits of the lower-cased text."""
-    return _TOKEN.findall(text.lower())
+    return WORD.findall(text.lower())
 
 
 STEM_CACHE_WORDS = 200_000  # stems an analyzer keeps (a collection's vocabulary fits; ~25 MB at most)

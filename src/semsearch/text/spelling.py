@@ -16,16 +16,14 @@ search. The corrector is a function of the collection's word counts only, which 
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .normalize import tokenize
+from .normalize import WORD, tokenize
 
-_WORD = re.compile(r"[^\W_]+")
 CACHE_WORDS = 100_000  # corrections a corrector remembers (a service meets endless new words)
 
 
@@ -99,22 +97,17 @@ class SpellCorrector:
 
     def correct(self, query: str) -> str:
         """``query`` with each misspelt word replaced (lower-case); everything else as it was."""
-        return _WORD.sub(lambda m: self._sub(m.group(0)), query)
+        return WORD.sub(lambda m: self._token(m.group(0)), query)
 
-    def _sub(self, token: str) -> str:
+    def _token(self, token: str) -> str:
+        """One word of a query as ``correct`` writes it: as typed, or its (lower-case) correction."""
         low = token.lower()
         fixed = self.word(low)
         return token if fixed == low else fixed
 
     def corrections(self, query: str) -> list[tuple[str, str]]:
         """The (word, correction) pairs ``correct`` applies to ``query``, in order."""
-        out = []
-        for m in _WORD.finditer(query):
-            low = m.group(0).lower()
-            fixed = self.word(low)
-            if fixed != low:
-                out.append((m.group(0), fixed))
-        return out
+        return [(m.group(0), fixed) for m in WORD.finditer(query) if (fixed := self._token(m.group(0))) != m.group(0)]
 
     def correct_all(self, queries: Mapping[str, str]) -> dict[str, str]:
         """``correct`` over a query id -> text mapping."""
