@@ -140,3 +140,11 @@ def test_score_is_the_student_query_against_the_teachers_documents(tiny_bert) ->
         assert np.allclose(got[i], docs[[ids.index(d) for d in c]] @ q[i], atol=1e-5)
     with pytest.raises(ValueError, match="not in the indexed collection"):
         m.score(["saw"], [["nope"]])
+    # retrieve: the same cosine over the whole collection, top k best first (ties by doc id), as
+    # scoring every document would rank them
+    full = m.score(queries, [ids] * len(queries))
+    for q_hits, s in zip(m.retrieve(queries, 5), full):
+        assert [d for d, _ in q_hits] == [ids[j] for j in sorted(range(len(ids)), key=lambda j: (-s[j], ids[j]))[:5]]
+        assert np.allclose([v for _, v in q_hits], sorted(s, reverse=True)[:5], atol=1e-5)
+    with pytest.raises(ValueError, match="k must be at least 1"):
+        m.retrieve(queries, 0)

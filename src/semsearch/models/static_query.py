@@ -28,6 +28,8 @@ from .base import (
     SAVED_DATA_ERRORS,
     ModelDirError,
     TrainedModel,
+    dense_top_k,
+    id_ranks,
     read_config,
     same_length,
     seal,
@@ -194,6 +196,18 @@ class StaticQueryEncoder(TrainedModel):
             out.append((d[s : s + len(docs)] @ q[i]).astype(np.float64))
             s += len(docs)
         return out
+
+    def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
+        """Exact top-k over the whole collection by the same cosine as ``score`` (ties by doc id):
+        one matrix product per block of queries with the teacher's unit document vectors, not
+        ``Model.retrieve``'s every-document candidate lists (which gathered a copy of the
+        collection's vectors per query)."""
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        ids = list(self.doc_ids)
+        d = self.teacher.document_vectors(ids)
+        d = d / np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
+        return dense_top_k(self.encode_queries(queries), d.astype(np.float32, copy=False), ids, id_ranks(ids), k)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
