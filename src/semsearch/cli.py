@@ -155,6 +155,7 @@ def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str]) -> Any:
     from .data import EvalSet, open_dataset
     from .params import ParamError
     from .plugins import create_model
+    from .progress import note
     from .ranking.lambdamart import TWO_STAGE
     from .training import recipe
     from .training.lambdamart import fit_stage_ranker
@@ -171,11 +172,20 @@ def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str]) -> Any:
         raise ValueError(f"--train-ranker: data set {data} has no {' or '.join(missing)} judgments (splits: {', '.join(ds.splits) or 'none'})")
     queries = ds.queries()
     train, dev = (EvalSet(queries, {}, ds.qrels(s)) for s in ("train", "dev"))
+    learn_from = f"all {len(train.qrels):,} train queries"
+    if args.train_fold:  # only the queries the stage-1 models were trained without
+        from .evaluation import QueryFold
+
+        keep = QueryFold.parse(args.train_fold).queries(train.qrels)
+        learn_from = f"fold {args.train_fold} of the train queries ({len(keep):,} of {len(train.qrels):,})"
+        train = EvalSet(queries, {}, {q: train.qrels[q] for q in keep})
 
     def train_ranker(search: Any) -> tuple[Any, dict[str, Any]]:
+        note(f"stage-2 ranker: learning from {learn_from}")
         ranker = create_model("lambdamart", **kwargs)
         ranker.index(corpus.ids, corpus.joined(fields))
-        return ranker, fit_stage_ranker(ranker, search, train, dev, args=args)
+        log = fit_stage_ranker(ranker, search, train, dev, args=args)
+        return ranker, {**log, "learnt_from": learn_from}
 
     return train_ranker
 
@@ -515,10 +525,12 @@ def train_cmd(
     param: Annotated[list[str], typer.Option("--param", help="Model/training parameter NAME=VALUE (JSON values), e.g. negatives=50, gamma=[5,10,20].")] = [],
     checkpoint: Annotated[Optional[Path], typer.Option(help="Checkpoint directory (written every epoch).")] = None,
     resume: Annotated[bool, typer.Option(help="Resume from the checkpoint directory.")] = False,
+    hold_out: Annotated[Optional[str], typer.Option("--hold-out", help="Leave fold I/K of the split's queries out of training (e.g. 1/2: train on half of them), so that a stage-2 ranker can learn from queries this model never saw: index build --ranker-param train_fold=I/K.")] = None,
 ) -> None:
     """Train a model on a data set's judged pairs; progress shows pairs/s, loss and the dev metric.
     Under ``torchrun --nproc-per-node N -m semsearch train ...`` the N processes train one model
     together (data-parallel; training/distributed.py); rank 0 prints and writes ``--out``."""
+    from .evaluation import QueryFold
     from .plugins import family, model_names
     from .training import distributed, recipe, trainable
 
@@ -526,8 +538,9 @@ def train_cmd(
         raise ValueError(f"{model} ({family(model)} family) is not trainable: it needs no training; use it directly "
                          f"(semsearch run --model {model} ...)")
     model_kw, args = recipe(model, _parse_params(param), where="--param")  # validated before any data is read
+    fold = QueryFold.parse(hold_out, "--hold-out") if hold_out is not None else None
     if not distributed.launched():
-        return _train(model, model_kw, args, data, out_dir, split, dev, threshold, fields, checkpoint, resume)
+        return _train(model, model_kw, args, data, out_dir, split, dev, threshold, fields, checkpoint, resume, fold)
     from .training.args import TrainArgs
 
     if not isinstance(args, TrainArgs):
@@ -536,7 +549,7 @@ def train_cmd(
     distributed.check_batch(args.batch_size)  # before any data is read
     distributed.init(args.device)
     try:
-        _train(model, model_kw, args, data, out_dir, split, dev, threshold, fields, checkpoint, resume)
+        _train(model, model_kw, args, data, out_dir, split, dev, threshold, fields, checkpoint, resume, fold)
         distributed.barrier()  # the other ranks wait while rank 0 writes the model
     finally:
         distributed.teardown()
@@ -544,8 +557,9 @@ def train_cmd(
 
 
 def _train(model: str, model_kw: dict[str, Any], args: Any, data: str, out_dir: Path, split: str, dev: str | None,
-           threshold: int, fields: str, checkpoint: Path | None, resume: bool) -> None:
-    """``train``'s work: read the data, fit, and (on rank 0 only, under torchrun) save the model."""
+           threshold: int, fields: str, checkpoint: Path | None, resume: bool, hold_out: "QueryFold | None" = None) -> None:
+    """``train``'s work: read the data (less the ``hold_out`` fold's queries), fit, and (on rank 0
+    only, under torchrun) save the model; the log names the fold held out."""
     import shutil
 
     from .data import EvalSet, TrainingData, open_dataset
@@ -558,13 +572,20 @@ def _train(model: str, model_kw: dict[str, Any], args: Any, data: str, out_dir: 
     ds = open_dataset(data)
     dev_split = dev if dev is not None else ("dev" if "dev" in ds.splits else None)
     train_data = TrainingData.from_dataset(ds, split, threshold=threshold, fields=fields)  # type: ignore[arg-type]
+    held: list[str] = []
+    if hold_out is not None:
+        held = hold_out.queries(ds.qrels(split))
+        train_data = train_data.without_queries(held)
     dev_set = EvalSet.judged(ds, dev_split) if dev_split else None
     if main:
         err.print(f"training {model} on {len(train_data.positives)} positive pairs of {ds.name}/{split}"
+                  + (f" (fold {hold_out} held out: {len(held):,} queries)" if hold_out is not None else "")
                   + (f", early stopping on {dev_split}" if dev_split else "")
                   + (f", {distributed.world()} processes" if distributed.active() else ""), highlight=False)
     options = {"checkpoint_dir": checkpoint, "resume": resume} if checkpoint else {}
     log = fit(m, train_data, dev_set, args=args, **options)
+    if hold_out is not None:
+        log["held_out"] = {"split": split, "fold": str(hold_out), "queries": len(held)}
     if not main:
         return
     # written beside --out and swapped in whole: a run killed at any point leaves the previous

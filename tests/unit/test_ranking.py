@@ -480,3 +480,41 @@ def test_train_ranker_refuses_bad_input(tiny_data, tmp_path):
                          "--ranker-param", "num_leaves=4"])
     assert r.exit_code != 0 and "--ranker-param needs --train-ranker" in r.output
     assert not (tmp_path / "B").exists()
+
+
+def test_ranker_learns_from_the_fold_its_models_never_saw(tiny_data, tmp_path, make_two_stage):
+    """``semsearch train --hold-out I/K`` trains without fold I of K of the split's queries (the
+    log says which and how many); ``index build --ranker-param train_fold=I/K`` trains the stage-2
+    ranker on exactly those queries, so it learns how far to trust the model on unseen queries."""
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+    from semsearch.data import TrainingData, open_dataset
+    from semsearch.evaluation import QueryFold, kfold_queries
+
+    ds = open_dataset("tiny")
+    qids = list(ds.qrels("train"))
+    fold = QueryFold.parse("2/2")
+    held = fold.queries(qids)
+    assert held == kfold_queries(qids, 2, seed=0)[1][1] and 0 < len(held) < len(qids)
+    assert sorted(held + QueryFold(1, 2).queries(qids)) == sorted(qids)  # the folds split the queries
+    assert str(fold) == "2/2" and QueryFold.parse(" 1/3 ") == QueryFold(1, 3)
+
+    r = CliRunner().invoke(app, ["train", "dssm", "--data", "tiny", "--threshold", "2", "--out", str(tmp_path / "m"),
+                                 "--hold-out", "2/2", "--param", "epochs=1"])
+    assert r.exit_code == 0, r.output
+    assert "fold 2/2 held out" in " ".join(r.output.split())
+    log = json.loads((tmp_path / "m" / "training.json").read_text())
+    assert log["held_out"] == {"split": "train", "fold": "2/2", "queries": len(held)}
+    full = TrainingData.from_dataset(ds, "train", threshold=2, fields="title")
+    kept = full.without_queries(held)
+    assert 0 < len(kept.positives) < len(full.positives)
+
+    make_two_stage(tmp_path / "B", "[[5,5]]", "--ranker-param", "train_fold=2/2")
+    log = json.loads((tmp_path / "B" / "ranker" / "training.json").read_text())
+    texts = ds.queries()
+    assert log["train_queries"] == sum(1 for q in held if texts.get(q, "").strip())
+    assert log["learnt_from"] == f"fold 2/2 of the train queries ({len(held)} of {len(qids)})"
+    make_two_stage(tmp_path / "C", "[[5,5]]")
+    assert json.loads((tmp_path / "C" / "ranker" / "training.json").read_text())["learnt_from"] == \
+        f"all {len(qids)} train queries"

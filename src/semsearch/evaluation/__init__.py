@@ -4,7 +4,7 @@ Conventions are in DESIGN.md ("Evaluation conventions") and the docstring of `me
 Depends only on numpy and scipy.
 """
 
-from semsearch.evaluation.cv import CVResult, cross_validate, kfold_queries, tune
+from semsearch.evaluation.cv import CVResult, QueryFold, cross_validate, kfold_queries, tune
 from semsearch.evaluation.metrics import (
     VALID_METRICS,
     EvalResult,
@@ -20,6 +20,7 @@ __all__ = [
     "CVResult",
     "EvalResult",
     "MARKERS",
+    "QueryFold",
     "ResultTable",
     "TTestResult",
     "VALID_METRICS",

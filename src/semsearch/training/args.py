@@ -311,8 +311,19 @@ class RankerArgs(Params):
     # whose dev selection is within effort_tolerance of the best is kept (empty: the index's own)
     search_efforts: list[int] = param([])
     effort_tolerance: float = param(0.002, ge=0)
+    # a two-stage search's ranker learns from fold I/K of the training queries only ("" = all):
+    # the fold a stage-1 model was trained without (``semsearch train --hold-out I/K``), so the
+    # ranker learns how far to trust that model's scores on queries it never saw
+    train_fold: str = ""
 
     def check(self) -> None:
+        if self.train_fold:
+            from ..evaluation import QueryFold
+
+            try:
+                QueryFold.parse(self.train_fold, "lambdamart training parameter 'train_fold'")
+            except ValueError as e:
+                raise ParamError(str(e)) from None
         if not self.stage_depths or any(len(d) != 2 or min(d) < 0 or max(d) < 1 for d in self.stage_depths):
             raise ParamError("lambdamart training parameter 'stage_depths' must be a non-empty list of "
                              f"[n_lexical, n_semantic] pairs (>= 0, not both 0), got {self.stage_depths!r}")
