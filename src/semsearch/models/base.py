@@ -26,6 +26,7 @@ from ..progress import track
 from ..types import Run
 
 CONFIG = "config.json"
+RETRIEVE_PAIRS = 2_000_000  # (query, document) pairs one ``score`` call of the default ``retrieve`` is given
 
 
 class ModelDirError(ValueError):
@@ -52,11 +53,15 @@ class Model(ABC):
 
     def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
         """Top-``k`` (doc id, score) of the whole collection per query, best first.
-        The default scores every document; models with an index override it."""
+        The default scores every document, a block of queries at a time so that a block asks
+        ``score`` for at most ``RETRIEVE_PAIRS`` (query, document) pairs (whatever the model
+        builds per pair stays bounded); models with an index override it."""
         ids = list(self.doc_ids)
         ranks = id_ranks(ids)
+        block = max(1, RETRIEVE_PAIRS // max(len(ids), 1))
         return [[(ids[i], float(scores[i])) for i in best_k(scores, ranks, k)]
-                for scores in self.score(queries, [ids] * len(queries))]
+                for start in range(0, len(queries), block)
+                for scores in self.score(queries[start : start + block], [ids] * len(queries[start : start + block]))]
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters (JSON-serialisable) that ``with_params`` accepts."""
