@@ -8,12 +8,16 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from .evaluation import QueryFold
 
 app = typer.Typer(
     help="Learn, measure and serve semantic search models against lexical baselines.",
@@ -148,16 +152,19 @@ def _onnx_models(models: list, precision: str) -> None:  # type: ignore[type-arg
                  f"(cosine to torch {meta['cosine_to_torch']:.6f})")
 
 
-def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str]) -> Any:
+def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str], model_dirs: Sequence[str] = ()) -> Any:
     """``index build --train-ranker``: the function that trains a two-stage ranker (``TWO_STAGE``
     with the ``--ranker-param`` changes) on the bundle's stage 1, over the data set's train split,
-    choosing depths and trees on its dev split. Parameters are checked here, before any indexing."""
+    choosing depths and trees on its dev split. Parameters are checked here, before any indexing,
+    and against ``model_dirs``' held-out folds (``training.held_out``): a ranker meant to learn
+    from a fold a model never saw (``train_fold``) must name that fold."""
     from .data import EvalSet, open_dataset
+    from .evaluation import QueryFold
     from .params import ParamError
     from .plugins import create_model
     from .progress import note
     from .ranking.lambdamart import TWO_STAGE
-    from .training import recipe
+    from .training import held_out, recipe
     from .training.lambdamart import fit_stage_ranker
 
     if Path(data).is_file():
@@ -172,10 +179,19 @@ def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str]) -> Any:
         raise ValueError(f"--train-ranker: data set {data} has no {' or '.join(missing)} judgments (splits: {', '.join(ds.splits) or 'none'})")
     queries = ds.queries()
     train, dev = (EvalSet(queries, {}, ds.qrels(s)) for s in ("train", "dev"))
+    for d in model_dirs:
+        h = held_out(d)
+        if h is None or h.get("split") != "train":
+            continue
+        if not args.train_fold:
+            note(f"{d} was trained without fold {h['fold']} of the train queries; the ranker learns from all of "
+                 f"them, the ones it saw too (--ranker-param train_fold={h['fold']}: only the fold it never saw)")
+        elif str(QueryFold.parse(args.train_fold)) != h["fold"]:
+            raise ValueError(f"--ranker-param train_fold={args.train_fold}: {d} was trained without fold {h['fold']} "
+                             f"of the train queries, not {args.train_fold}, so the ranker would learn from queries "
+                             f"it saw; use train_fold={h['fold']}")
     learn_from = f"all {len(train.qrels):,} train queries"
     if args.train_fold:  # only the queries the stage-1 models were trained without
-        from .evaluation import QueryFold
-
         keep = QueryFold.parse(args.train_fold).queries(train.qrels)
         learn_from = f"fold {args.train_fold} of the train queries ({len(keep):,} of {len(train.qrels):,})"
         train = EvalSet(queries, {}, {q: train.qrels[q] for q in keep})
@@ -353,7 +369,7 @@ def index_build(
     corpus = (load_corpus(data, skip_bad_lines=skip_bad_lines) if Path(data).is_file()
               else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus())
     rk = load_model(ranker) if ranker is not None else None
-    trainer = _stage_ranker(data, corpus, fields, ranker_param) if train_ranker else None
+    trainer = _stage_ranker(data, corpus, fields, ranker_param, [n for n in names if Path(n).is_dir()]) if train_ranker else None
     rs = None
     if rescorer is not None:
         rs = load_model(rescorer)
@@ -525,7 +541,7 @@ def train_cmd(
     param: Annotated[list[str], typer.Option("--param", help="Model/training parameter NAME=VALUE (JSON values), e.g. negatives=50, gamma=[5,10,20].")] = [],
     checkpoint: Annotated[Optional[Path], typer.Option(help="Checkpoint directory (written every epoch).")] = None,
     resume: Annotated[bool, typer.Option(help="Resume from the checkpoint directory.")] = False,
-    hold_out: Annotated[Optional[str], typer.Option("--hold-out", help="Leave fold I/K of the split's queries out of training (e.g. 1/2: train on half of them), so that a stage-2 ranker can learn from queries this model never saw: index build --ranker-param train_fold=I/K.")] = None,
+    hold_out: Annotated[str | None, typer.Option("--hold-out", help="Leave fold I/K of the split's queries out of training (e.g. 1/2: train on half of them), so that a stage-2 ranker can learn from queries this model never saw: index build --ranker-param train_fold=I/K.")] = None,
 ) -> None:
     """Train a model on a data set's judged pairs; progress shows pairs/s, loss and the dev metric.
     Under ``torchrun --nproc-per-node N -m semsearch train ...`` the N processes train one model
@@ -557,7 +573,7 @@ def train_cmd(
 
 
 def _train(model: str, model_kw: dict[str, Any], args: Any, data: str, out_dir: Path, split: str, dev: str | None,
-           threshold: int, fields: str, checkpoint: Path | None, resume: bool, hold_out: "QueryFold | None" = None) -> None:
+           threshold: int, fields: str, checkpoint: Path | None, resume: bool, hold_out: QueryFold | None = None) -> None:
     """``train``'s work: read the data (less the ``hold_out`` fold's queries), fit, and (on rank 0
     only, under torchrun) save the model; the log names the fold held out."""
     import shutil

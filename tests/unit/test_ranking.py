@@ -518,3 +518,15 @@ def test_ranker_learns_from_the_fold_its_models_never_saw(tiny_data, tmp_path, m
     make_two_stage(tmp_path / "C", "[[5,5]]")
     assert json.loads((tmp_path / "C" / "ranker" / "training.json").read_text())["learnt_from"] == \
         f"all {len(qids)} train queries"
+
+    # the stage-1 model's held-out fold is checked against train_fold before anything is built
+    cli = CliRunner()
+    base = ["index", "build", "--data", "tiny", "--models", f"bm25,{tmp_path / 'm'}", "--fields", "title",
+            "--train-ranker", "--ranker-param", "stage_depths=[[5,5]]", "--ranker-param", "min_data_in_leaf=2"]
+    r = cli.invoke(app, [*base, "--out", str(tmp_path / "D"), "--ranker-param", "train_fold=1/2"])
+    msg = " ".join(r.output.split())
+    assert r.exit_code == 2 and "was trained without fold 2/2 of the train queries, not 1/2" in msg, msg
+    assert "use train_fold=2/2" in msg and not (tmp_path / "D").exists()
+    r = cli.invoke(app, [*base, "--out", str(tmp_path / "E")])  # no train_fold: built, with a note
+    assert r.exit_code == 0, r.output
+    assert "was trained without fold 2/2 of the train queries; the ranker learns from all" in " ".join(r.output.split())

@@ -118,6 +118,25 @@ def test_trainer_uses_train_queries_titles_and_spans(tmp_path) -> None:
     assert log["train_queries"] == 2 and log["titles"] == len(titles) and log["best_dev"] > 0.5
     assert "kitchen sink" not in set(m.bigrams) or "kitchen sink" in " ".join(titles)  # dev text never trained on
     assert list(tmp_path.glob("embeddings-*.npy"))  # the collection's vectors, shared with index build --vector-cache
+    assert "teacher_held_out" not in log
+    # a teacher trained with `train --hold-out` (its training.json says so): the student's log carries
+    # the fold, which `index build --train-ranker` checks against train_fold
+    import json
+
+    from semsearch.training import held_out
+
+    tdir = tmp_path / "teacher"
+    tdir.mkdir()
+    fold = {"split": "train", "fold": "1/2", "queries": 1}
+    (tdir / "training.json").write_text(json.dumps({"held_out": fold}))
+    m = StaticQueryEncoder(BagTeacher(), teacher=str(tdir))
+    log = fit(m, data, dev, progress=False, args=DistillArgs(epochs=1, spans=1, cache=str(tmp_path)))
+    assert log["teacher_held_out"] == fold and held_out(tdir) == fold
+    (tmp_path / "student").mkdir()
+    (tmp_path / "student" / "training.json").write_text(json.dumps(log))
+    assert held_out(tmp_path / "student") == fold
+    (tdir / "training.json").write_text("[1, 2]")  # not a log: nothing recorded
+    assert held_out(tdir) is None and held_out(tmp_path / "nowhere") is None
 
 
 def test_score_is_the_student_query_against_the_teachers_documents(tiny_bert) -> None:

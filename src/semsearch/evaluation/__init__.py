@@ -4,7 +4,13 @@ Conventions are in DESIGN.md ("Evaluation conventions") and the docstring of `me
 Depends only on numpy and scipy.
 """
 
-from semsearch.evaluation.cv import CVResult, QueryFold, cross_validate, kfold_queries, tune
+from semsearch.evaluation.cv import (
+    CVResult,
+    QueryFold,
+    cross_validate,
+    kfold_queries,
+    tune,
+)
 from semsearch.evaluation.metrics import (
     VALID_METRICS,
     EvalResult,

@@ -64,7 +64,7 @@ class QueryFold:
     k: int
 
     @classmethod
-    def parse(cls, text: str, where: str = "fold") -> "QueryFold":
+    def parse(cls, text: str, where: str = "fold") -> QueryFold:
         """``"I/K"`` with 1 <= I <= K and K >= 2; a clear error naming ``where`` otherwise."""
         parts = str(text).strip().split("/")
         try:

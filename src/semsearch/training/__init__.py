@@ -10,7 +10,9 @@ it learns: saved in training.json), validating both where they enter."""
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from ..data import EvalSet, TrainingData
@@ -18,7 +20,7 @@ from ..models import Model
 from ..params import ParamError, Params, split
 from ..plugins import family, params_type
 
-__all__ = ["ARGS", "TRAINERS", "args_type", "fit", "recipe", "trainable", "trainer_of"]
+__all__ = ["ARGS", "TRAINERS", "args_type", "fit", "held_out", "recipe", "trainable", "trainer_of"]
 
 
 def _own(model: Any, data: TrainingData, dev: EvalSet | None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
@@ -122,3 +124,15 @@ def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progres
     if targs is not None:
         log["args"] = options["args"].as_dict()
     return log
+
+
+def held_out(model_dir: str | Path) -> dict[str, Any] | None:
+    """The fold of its training split a saved model learnt without (``semsearch train --hold-out``):
+    ``{"split", "fold", "queries"}`` from the ``training.json`` beside it, or, for a static query
+    encoder, its teacher's (``teacher_held_out``); None when it records none (or has no log)."""
+    try:
+        log = json.loads((Path(model_dir) / "training.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    got = (log.get("held_out") or log.get("teacher_held_out")) if isinstance(log, dict) else None
+    return got if isinstance(got, dict) and isinstance(got.get("fold"), str) else None

@@ -143,4 +143,11 @@ def train_static_query(model: StaticQueryEncoder, data: TrainingData, dev: EvalS
     dev_texts = sorted({t for t in (dev.queries.values() if dev is not None else ()) if t.strip()})
     dev_targets = teacher_vectors(teacher, dev_texts, args.cache) if dev_texts else None
     log = fit_student(model, texts, targets, args, dev_texts=dev_texts, dev_targets=dev_targets, progress=progress)
-    return {**log, "train_queries": len(queries), "titles": len(titles)}
+    out = {**log, "train_queries": len(queries), "titles": len(titles)}
+    if model.p.teacher:  # the teacher's held-out fold travels with the student (index build checks it)
+        from . import held_out
+
+        teacher_fold = held_out(model.p.teacher)
+        if teacher_fold is not None:
+            out["teacher_held_out"] = teacher_fold
+    return out
