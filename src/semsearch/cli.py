@@ -179,21 +179,22 @@ def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str], model_dir
         raise ValueError(f"--train-ranker: data set {data} has no {' or '.join(missing)} judgments (splits: {', '.join(ds.splits) or 'none'})")
     queries = ds.queries()
     train, dev = (EvalSet(queries, {}, ds.qrels(s)) for s in ("train", "dev"))
+    fold = QueryFold.parse(args.train_fold) if args.train_fold else None  # (checked by the recipe)
     for d in model_dirs:
         h = held_out(d)
         if h is None or h.get("split") != "train":
             continue
-        if not args.train_fold:
+        if fold is None:
             note(f"{d} was trained without fold {h['fold']} of the train queries; the ranker learns from all of "
                  f"them, the ones it saw too (--ranker-param train_fold={h['fold']}: only the fold it never saw)")
-        elif str(QueryFold.parse(args.train_fold)) != h["fold"]:
-            raise ValueError(f"--ranker-param train_fold={args.train_fold}: {d} was trained without fold {h['fold']} "
-                             f"of the train queries, not {args.train_fold}, so the ranker would learn from queries "
+        elif str(fold) != h["fold"]:
+            raise ValueError(f"--ranker-param train_fold={fold}: {d} was trained without fold {h['fold']} "
+                             f"of the train queries, not {fold}, so the ranker would learn from queries "
                              f"it saw; use train_fold={h['fold']}")
     learn_from = f"all {len(train.qrels):,} train queries"
-    if args.train_fold:  # only the queries the stage-1 models were trained without
-        keep = QueryFold.parse(args.train_fold).queries(train.qrels)
-        learn_from = f"fold {args.train_fold} of the train queries ({len(keep):,} of {len(train.qrels):,})"
+    if fold is not None:  # only the queries the stage-1 models were trained without
+        keep = fold.queries(train.qrels)
+        learn_from = f"fold {fold} of the train queries ({len(keep):,} of {len(train.qrels):,})"
         train = EvalSet(queries, {}, {q: train.qrels[q] for q in keep})
 
     def train_ranker(search: Any) -> tuple[Any, dict[str, Any]]:
@@ -364,12 +365,13 @@ def index_build(
         raise ValueError("--ranker-param needs --train-ranker")
     _check_onnx(onnx)
     index_params = _vector_params(vector_index, vector_param)
-    built = _bundle_models(names, param, analyzer)
-    _onnx_models(built, onnx)
     corpus = (load_corpus(data, skip_bad_lines=skip_bad_lines) if Path(data).is_file()
               else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus())
-    rk = load_model(ranker) if ranker is not None else None
+    # the ranker's parameters and the models' held-out folds are checked before any model is loaded
     trainer = _stage_ranker(data, corpus, fields, ranker_param, [n for n in names if Path(n).is_dir()]) if train_ranker else None
+    built = _bundle_models(names, param, analyzer)
+    _onnx_models(built, onnx)
+    rk = load_model(ranker) if ranker is not None else None
     rs = None
     if rescorer is not None:
         rs = load_model(rescorer)
