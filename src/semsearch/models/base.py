@@ -59,9 +59,9 @@ class Model(ABC):
         ids = list(self.doc_ids)
         ranks = id_ranks(ids)
         block = max(1, RETRIEVE_PAIRS // max(len(ids), 1))
+        blocks = (queries[start : start + block] for start in range(0, len(queries), block))
         return [[(ids[i], float(scores[i])) for i in best_k(scores, ranks, k)]
-                for start in range(0, len(queries), block)
-                for scores in self.score(queries[start : start + block], [ids] * len(queries[start : start + block]))]
+                for qs in blocks for scores in self.score(qs, [ids] * len(qs))]
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters (JSON-serialisable) that ``with_params`` accepts."""

@@ -55,11 +55,9 @@ class SpellCorrector:
         self._stemmer = Stemmer.Stemmer("porter")
         self._stems = set(self._stemmer.stemWords(list(self.counts)))
         self._index = SymSpell(max_dictionary_edit_distance=2, prefix_length=7)
-        self._entries = 0  # symspellpy's segmentation fails on an empty dictionary: nothing to correct to
         for w, c in self.counts.items():
             if len(w) > 1 and not w.isdigit():
                 self._index.create_dictionary_entry(w, c)
-                self._entries += 1
         self._cache: dict[str, str] = {}
 
     @classmethod
@@ -83,7 +81,8 @@ class SpellCorrector:
         from symspellpy import Verbosity
 
         p = self.params
-        if (not self._entries or w in self.counts or len(w) < p.min_length or any(ch.isdigit() for ch in w)
+        # (an empty dictionary: nothing to correct to, and symspellpy's segmentation would fail)
+        if (not self._index.words or w in self.counts or len(w) < p.min_length or any(ch.isdigit() for ch in w)
                 or self._stemmer.stemWord(w) in self._stems):
             return w
         found = self._index.lookup(w, Verbosity.TOP, max_edit_distance=2 if len(w) >= p.long_word else 1)
