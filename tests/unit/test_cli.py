@@ -163,10 +163,11 @@ expect = { "ndcg@1" = [0.0, 0.01] }
     (["index", "build", "--vector-index", "hnsw", "--vector-param", "efSearch=6.5"], ["--vector-param efSearch: expected an integer, got 6.5"]),
     (["train", "bm25"], ["bm25 (lexical family) is not trainable"]),
     (["train", "lambdamart", "--param", "num_leaves=lots"], ["lambdamart parameter 'num_leaves' must be a whole number, got 'lots'"]),
-    (["train", "dssm", "--hold-out", "3/2"], ["--hold-out must be a fold written I/K", "got '3/2'"]),
-    (["train", "dssm", "--hold-out", "half"], ["--hold-out must be a fold written I/K", "got 'half'"]),
+    (["train", "dssm", "--hold-out", "3/2"], ["--hold-out '3/2': expected I/N, fold I of N counted from 1 (1 <= I <= N, N >= 2)"]),
+    (["train", "dssm", "--hold-out", "half"], ["--hold-out 'half': expected I/N, fold I of N counted from 1"]),
+    (["train", "dssm", "--hold-out", "0/2"], ["--hold-out '0/2': expected I/N, fold I of N counted from 1"]),
     (["index", "build", "--models", "bm25", "--train-ranker", "--ranker-param", "train_fold=1/1"],
-     ["lambdamart training parameter 'train_fold' must be a fold written I/K", "got '1/1'"]),
+     ["lambdamart training parameter 'train_fold' '1/1': expected I/N, fold I of N counted from 1"]),
 ])
 def test_cli_edges_name_the_parameter(tiny_data, tmp_path, args, says):
     base = {"run": ["--model", "bm25", "--data", "tiny", "--out", str(tmp_path / "x.trec")],

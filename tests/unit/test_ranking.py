@@ -499,6 +499,9 @@ def test_ranker_learns_from_the_fold_its_models_never_saw(tiny_data, tmp_path, m
     assert held == kfold_queries(qids, 2, seed=0)[1][1] and 0 < len(held) < len(qids)
     assert sorted(held + QueryFold(1, 2).queries(qids)) == sorted(qids)  # the folds split the queries
     assert str(fold) == "2/2" and QueryFold.parse(" 1/3 ") == QueryFold(1, 3)
+    assert fold.index == 1 and fold.n == 2
+    with pytest.raises(ValueError, match="fold 0/2: expected I/N"):
+        QueryFold(0, 2)  # counted from 1, as every Part
 
     r = CliRunner().invoke(app, ["train", "dssm", "--data", "tiny", "--threshold", "2", "--out", str(tmp_path / "m"),
                                  "--hold-out", "2/2", "--param", "epochs=1"])

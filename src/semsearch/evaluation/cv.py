@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from semsearch.evaluation.metrics import canonical_metric, evaluate
-from semsearch.types import Qrels, Run
+from semsearch.types import Part, Qrels, Run
 
 __all__ = ["CVResult", "QueryFold", "cross_validate", "kfold_queries", "tune"]
 
@@ -54,34 +55,19 @@ def kfold_queries(
 
 
 @dataclass(frozen=True)
-class QueryFold:
-    """Fold ``i`` (1-based) of ``k`` of a split's queries, as ``kfold_queries`` (seed 0) splits
-    them; written ``"I/K"``. A model trained with fold I/K held out (``semsearch train --hold-out``)
-    never saw that fold's queries, so a stage-2 ranker learning its trust in the model from them
-    (``index build --ranker-param train_fold=I/K``) sees the scores it will meet on new queries."""
+class QueryFold(Part):
+    """Fold ``i`` of ``n`` of a split's queries (counted from 1, written ``"I/N"`` as every
+    ``Part``), as ``kfold_queries`` (seed 0) splits them. A model trained with fold I/N held out
+    (``semsearch train --hold-out``) never saw that fold's queries, so a stage-2 ranker learning
+    its trust in the model from them (``index build --ranker-param train_fold=I/N``) sees the
+    scores it will meet on new queries."""
 
-    i: int
-    k: int
-
-    @classmethod
-    def parse(cls, text: str, where: str = "fold") -> QueryFold:
-        """``"I/K"`` with 1 <= I <= K and K >= 2; a clear error naming ``where`` otherwise."""
-        parts = str(text).strip().split("/")
-        try:
-            i, k = (int(p) for p in parts) if len(parts) == 2 else (0, 0)
-        except ValueError:
-            i, k = 0, 0
-        if k < 2 or not 1 <= i <= k:
-            raise ValueError(f"{where} must be a fold written I/K (fold I of K, 1 <= I <= K, K >= 2), e.g. 2/2; "
-                             f"got {text!r}")
-        return cls(i, k)
+    noun: ClassVar[str] = "fold"
+    min_n: ClassVar[int] = 2
 
     def queries(self, qids: Iterable[str]) -> list[str]:
         """The fold's queries among ``qids`` (sorted)."""
-        return kfold_queries(qids, self.k, seed=0)[self.i - 1][1]
-
-    def __str__(self) -> str:
-        return f"{self.i}/{self.k}"
+        return kfold_queries(qids, self.n, seed=0)[self.index][1]
 
 
 def _per_query(

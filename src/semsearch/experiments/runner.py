@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..data import BeirDataset, EvalSet, TrainingData, open_dataset, query_pools, ranked, read_run
-from ..evaluation import (EvalResult, ResultTable, canonical_metric, cross_validate, evaluate, kfold_queries,
+from ..evaluation import (EvalResult, QueryFold, ResultTable, canonical_metric, cross_validate, evaluate, kfold_queries,
                           top1_crosstab, tune)
 from ..evaluation.compare import PAPER_BINS
 from ..index import SemanticRetriever, interpolate, merge_runs
@@ -117,7 +117,7 @@ class _Context:
         rows = {m.label: m for m in self.spec.models}
         if not isinstance(name, str) or name not in rows:
             return None
-        key = (name, None if fold is None else (fold.k, fold.i, fold.seed))
+        key = (name, None if fold is None else fold.part)
         if key not in self._teachers:  # once per teacher and fold, however many seed rows it teaches
             tms = rows[name]
             tkw = dict(tms.params, **({"analyzer": tms.analyzer} if tms.analyzer else {}))
@@ -145,7 +145,7 @@ class _Context:
         out = {"dataset": ms.train.get("dataset", self.spec.dataset), "model": ms.model, "params": kwargs,
                "train": train_recipe}
         if fold is not None:
-            out["cross_fit"] = {"folds": fold.k, "fold": fold.i, "seed": fold.seed}
+            out["cross_fit"] = {"folds": fold.part.n, "fold": fold.part.index, "seed": 0}  # kfold_queries' seed
         return out
 
     def _trained(self, ms: ModelSpec, kwargs: dict[str, Any], fold: "_Fold | None" = None) -> Model:
@@ -177,7 +177,7 @@ class _Context:
             return model, fit(model, data, dev, progress=self.progress, args=args)
 
         model, log = cached_training(self.model_dir, ms.model, cache_recipe, train, self.retrain)
-        self.training[ms.label if fold is None else f"{ms.label} (cross-fit fold {fold.i + 1}/{fold.k})"] = log
+        self.training[ms.label if fold is None else f"{ms.label} (cross-fit fold {fold.part})"] = log
         return model
 
     def corrector(self, fields: str) -> SpellCorrector:
@@ -267,12 +267,10 @@ class _RowRuns:
 
 @dataclass(frozen=True)
 class _Fold:
-    """Cross-fitting fold ``i`` of ``k`` (``kfold_queries`` with ``seed``): its queries are held
-    out of the training split."""
+    """A cross-fitting fold (``part``, as ``kfold_queries`` with seed 0 splits the queries the
+    experiment has texts for): its queries, ``held_out``, are kept out of the training split."""
 
-    k: int
-    i: int
-    seed: int
+    part: QueryFold
     held_out: tuple[str, ...]
 
 
@@ -419,7 +417,7 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
             else:
                 run: Run = {}
                 for i, held in enumerate(folds):
-                    model = ctx.build(p.spec, _Fold(int(k), i, 0, held)).with_params(**p.setting)
+                    model = ctx.build(p.spec, _Fold(QueryFold(i + 1, int(k)), held)).with_params(**p.setting)
                     run.update(ctx.rank(model, p.spec, {q: qrels[q] for q in held}))
                 ctx.out_of_fold[key] = run
             runs.append(ctx.out_of_fold[key])

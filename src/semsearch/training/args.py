@@ -311,8 +311,8 @@ class RankerArgs(Params):
     # whose dev selection is within effort_tolerance of the best is kept (empty: the index's own)
     search_efforts: list[int] = param([])
     effort_tolerance: float = param(0.002, ge=0)
-    # a two-stage search's ranker learns from fold I/K of the training queries only ("" = all):
-    # the fold a stage-1 model was trained without (``semsearch train --hold-out I/K``), so the
+    # a two-stage search's ranker learns from fold I/N of the training queries only ("" = all):
+    # the fold a stage-1 model was trained without (``semsearch train --hold-out I/N``, counted from 1), so the
     # ranker learns how far to trust that model's scores on queries it never saw
     train_fold: str = ""
 
