@@ -543,7 +543,7 @@ def train_cmd(
     param: Annotated[list[str], typer.Option("--param", help="Model/training parameter NAME=VALUE (JSON values), e.g. negatives=50, gamma=[5,10,20].")] = [],
     checkpoint: Annotated[Optional[Path], typer.Option(help="Checkpoint directory (written every epoch).")] = None,
     resume: Annotated[bool, typer.Option(help="Resume from the checkpoint directory.")] = False,
-    hold_out: Annotated[str | None, typer.Option("--hold-out", help="Leave fold I/K of the split's queries out of training (e.g. 1/2: train on half of them), so that a stage-2 ranker can learn from queries this model never saw: index build --ranker-param train_fold=I/K.")] = None,
+    hold_out: Annotated[str | None, typer.Option("--hold-out", help="Leave fold I/N of the split's queries out of training (counted from 1; e.g. 1/2: train on the other half), so that a stage-2 ranker can learn from queries this model never saw: index build --ranker-param train_fold=I/N.")] = None,
 ) -> None:
     """Train a model on a data set's judged pairs; progress shows pairs/s, loss and the dev metric.
     Under ``torchrun --nproc-per-node N -m semsearch train ...`` the N processes train one model
@@ -655,7 +655,7 @@ def encode_cmd(
     texts: Annotated[Path, typer.Option(help="Texts: one per line, or BEIR queries.jsonl / corpus.jsonl.")],
     out_path: Annotated[Path, typer.Option("--out", help="Output .npy file (float32, one row per text; unit length for DSSM, CLSM and MT-DNN, raw dot-product vectors for bert-rep).")],
     side: Annotated[str, typer.Option(help="'query' or 'document' tower.")] = "document",
-    shard: Annotated[Optional[str], typer.Option(help="I/N: encode only the I-th of N equal contiguous parts of the texts (0-based), for many machines; a shard already written is skipped (resumable). Writes the .npy and a .json beside it (ids, rows, model): `semsearch index from-shards` builds one index from them.")] = None,
+    shard: Annotated[Optional[str], typer.Option(help="I/N: encode only part I of N equal contiguous parts of the texts (1/4 .. 4/4, counted from 1 as --hold-out's folds), for many machines; a shard already written is skipped (resumable). Writes the .npy and a .json beside it (ids, rows, model): `semsearch index from-shards` builds one index from them.")] = None,
     ray: Annotated[int, typer.Option("--ray", help="N > 0: encode all N shards as Ray Data tasks (needs `pip install 'semsearch[ray]'`); --out is then a folder every worker reaches, getting shard-IIIII-of-NNNNN.npy files.")] = 0,
     ray_address: Annotated[Optional[str], typer.Option(help="With --ray: the Ray cluster's address (default: a running local Ray, else one started here).")] = None,
 ) -> None:
@@ -677,7 +677,7 @@ def encode_cmd(
         return
     done = encode_file(model, texts, out_path, side=side, shard=part)
     if done.skipped:
-        err.print(f"{done.path}: shard {part[0]}/{part[1]} already written, skipped", highlight=False)  # type: ignore[index]
+        err.print(f"{done.path}: shard {part} already written, skipped", highlight=False)
     else:
         err.print(f"wrote {done.path}: {done.rows} x {done.dim} in {done.seconds:.2f} s "
                   f"({done.rows / max(done.seconds, 1e-9):,.0f} texts/s)", highlight=False)

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from semsearch.cli import app
 from semsearch.index.sharded import EncodedShard, ShardedVectorIndex, parse_shard
 from semsearch.index.vector import VectorIndex
+from semsearch.types import Part
 
 CI = os.environ.get("CI") == "true"  # under CI Ray must be there (make test installs it), not skipped
 WORDS = "red brick wall blue door oak table lamp shade steel pipe white paint".split()
@@ -48,18 +49,20 @@ def test_shards_cover_the_encoding_resume_and_build_one_index(setup, tmp_path):
     full = np.load(tmp_path / "all.npy")
     paths = [tmp_path / "shards" / f"s{i}.npy" for i in range(3)]
     for i, p in enumerate(paths):
-        r = _encode(d, p, "--shard", f"{i}/3")
+        r = _encode(d, p, "--shard", f"{i + 1}/3")  # counted from 1, as --hold-out's folds
         assert r.exit_code == 0, r.output
     parts = [EncodedShard.read(p) for p in paths]
     assert [e.rows for e in parts] == [(0, 33), (33, 67), (67, 101)]
+    assert [str(e.part) for e in parts] == ["1/3", "2/3", "3/3"] and [e.shard for e in parts] == [(0, 3), (1, 3), (2, 3)]
     assert sum((e.ids for e in parts), []) == ids
     np.testing.assert_allclose(np.vstack([np.load(p) for p in paths]), full, rtol=1e-5, atol=1e-6)
     # run again: every shard is already complete and skipped; a shard without its sidecar is redone
     before = paths[1].stat().st_mtime_ns
-    r = _encode(d, paths[1], "--shard", "1/3")
-    assert r.exit_code == 0 and "skipped" in r.output and paths[1].stat().st_mtime_ns == before
+    r = _encode(d, paths[1], "--shard", "2/3")
+    assert r.exit_code == 0 and "shard 2/3 already written, skipped" in " ".join(r.output.split())
+    assert paths[1].stat().st_mtime_ns == before
     paths[2].with_name(paths[2].name + ".json").unlink()
-    r = _encode(d, paths[2], "--shard", "2/3")
+    r = _encode(d, paths[2], "--shard", "3/3")
     assert r.exit_code == 0 and "skipped" not in r.output and EncodedShard.read(paths[2]).rows == (67, 101)
     # one index from the shards, in any order given: the unsharded index's answers
     r = CliRunner().invoke(app, ["index", "from-shards", *map(str, paths[::-1]), "--out", str(tmp_path / "ix"),
@@ -73,15 +76,16 @@ def test_shards_cover_the_encoding_resume_and_build_one_index(setup, tmp_path):
 
 def test_bad_shard_arguments_and_incomplete_sets(setup, tmp_path):
     d, _, _ = setup
-    for bad in ("3/3", "-1/2", "a/b", "1"):
+    for bad in ("0/3", "4/3", "-1/2", "a/b", "1", "1/0"):  # 0/3: shards count from 1
         r = _encode(d, tmp_path / "x.npy", "--shard", bad)
-        assert r.exit_code == 2 and "--shard" in r.output, r.output
+        assert r.exit_code == 2 and f"--shard '{bad}': expected I/N, part I of N counted from 1" in " ".join(r.output.split()), r.output
         with pytest.raises(ValueError, match="--shard"):
             parse_shard(bad)
     assert not (tmp_path / "x.npy").exists()
+    assert parse_shard(" 2 / 4 ") == Part(2, 4) and Part(2, 4).rows(10) == (2, 5) and Part(1, 1).rows(7) == (0, 7)
     paths = [tmp_path / f"s{i}.npy" for i in range(3)]
     for i in (0, 2):
-        assert _encode(d, paths[i], "--shard", f"{i}/3").exit_code == 0
+        assert _encode(d, paths[i], "--shard", f"{i + 1}/3").exit_code == 0
     with pytest.raises(ValueError, match=r"missing or repeated"):
         ShardedVectorIndex.from_encoded([paths[0], paths[2]], kind="flat")
     with pytest.raises(ValueError, match="not a complete encoded shard"):
@@ -90,7 +94,8 @@ def test_bad_shard_arguments_and_incomplete_sets(setup, tmp_path):
 
 def test_ray_runs_the_shards_as_tasks(setup, tmp_path):
     """A local Ray (2 CPUs) encodes 4 shards with map_batches: the same files as `--shard I/4`
-    one by one; run again, every shard is found complete."""
+    one by one (the Ray folder's file names count from 0: shard-00000-of-00004 is 1/4); run
+    again, every shard is found complete."""
     ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'semsearch[ray]'") if not CI else __import__("ray")
     d, ids, _ = setup
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -100,7 +105,7 @@ def test_ray_runs_the_shards_as_tasks(setup, tmp_path):
         assert r.exit_code == 0, r.output
         assert "0 already complete" in " ".join(r.output.split())
         for i in range(4):
-            assert _encode(d, tmp_path / f"one{i}.npy", "--shard", f"{i}/4").exit_code == 0
+            assert _encode(d, tmp_path / f"one{i}.npy", "--shard", f"{i + 1}/4").exit_code == 0
             got = EncodedShard.read(tmp_path / "ray" / f"shard-{i:05d}-of-00004.npy")
             assert got.ids == EncodedShard.read(tmp_path / f"one{i}.npy").ids
             np.testing.assert_allclose(np.load(got.path), np.load(tmp_path / f"one{i}.npy"), rtol=1e-5, atol=1e-6)
@@ -123,7 +128,7 @@ def test_one_index_from_the_shards_answers_as_the_sharded_one(setup, tmp_path, k
     d, ids, m = setup
     paths = [tmp_path / f"s{i}.npy" for i in range(3)]
     for i, p in enumerate(paths):
-        assert _encode(d, p, "--shard", f"{i}/3").exit_code == 0
+        assert _encode(d, p, "--shard", f"{i + 1}/3").exit_code == 0
     q = m.encode_queries(["red door", "steel pipe lamp", "white", "oak table"])
     sh = ShardedVectorIndex.from_encoded(paths, kind=kind, **params)
     one = one_index_from_encoded(paths[::-1], kind=kind, **params)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import re
 import time
 from collections.abc import Sequence
 from itertools import chain
@@ -35,6 +34,7 @@ import numpy as np
 from ..data._io import atomic_write
 from ..models.base import ModelDirError
 from ..models.doc_ids import DocIds
+from ..types import Part
 from .vector import Hits, VectorIndex, _as_matrix, _unit
 
 SHARDED_META = "sharded_index.json"
@@ -234,22 +234,19 @@ def merge(lists: Sequence[Hits], k: int) -> Hits:
     return heapq.nsmallest(k, (h for hits in lists for h in hits), key=lambda h: (-h[1], h[0]))
 
 
-_SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """``"I/N"`` (0 <= I < N) -> (I, N); ValueError naming ``--shard`` otherwise."""
-    m = _SHARD_RE.match(text)
-    if not m or not int(m.group(1)) < int(m.group(2)):
-        raise ValueError(f"--shard {text!r}: expected I/N with 0 <= I < N, e.g. 0/8")
-    return int(m.group(1)), int(m.group(2))
+def parse_shard(text: str) -> Part:
+    """``--shard``'s ``"I/N"``: shard I of N, counted from 1 as every ``Part``; a ValueError
+    naming ``--shard`` otherwise."""
+    return Part.parse(text, "--shard")
 
 
 @dataclass
 class EncodedShard:
     """One encoded shard: ``path`` (.npy, one row per text) and its sidecar ``path.json`` saying
-    what it is (model, texts, side, shard I/N, rows, doc ids). The sidecar is written last, so a
-    shard whose sidecar matches is complete and is skipped when the encoding is run again."""
+    what it is (model, texts, side, shard, rows, doc ids). The sidecar is written last, so a
+    shard whose sidecar matches is complete and is skipped when the encoding is run again.
+    ``shard`` is (index from 0, N), as the sidecars and the Ray folder's file names have always
+    counted; ``part`` is the same shard as the CLI writes it (``Part``, from 1)."""
 
     path: Path
     model: str
@@ -258,6 +255,10 @@ class EncodedShard:
     shard: tuple[int, int]
     rows: tuple[int, int]
     ids: list[str] = field(default_factory=list)
+
+    @property
+    def part(self) -> Part:
+        return Part(self.shard[0] + 1, self.shard[1])
 
     @property
     def sidecar(self) -> Path:
@@ -333,8 +334,8 @@ def read_texts(texts: Path) -> tuple[list[str], list[str]]:
 
 
 def encode_file(model_dir: Path, texts: Path, out_path: Path, *, side: str = "document",
-                shard: tuple[int, int] | None = None) -> Encoded:
-    """``semsearch encode``: the texts (or the ``shard`` = (I, N)-th contiguous part of them) encoded
+                shard: Part | None = None) -> Encoded:
+    """``semsearch encode``: the texts (or ``shard``, part I of N of them, contiguous) encoded
     by the saved encoder into ``out_path`` (.npy, written atomically); a shard also gets its
     sidecar (``EncodedShard``) and is skipped when already complete. Ray workers call this too."""
     from ..plugins import load_model
@@ -345,10 +346,10 @@ def encode_file(model_dir: Path, texts: Path, out_path: Path, *, side: str = "do
     if not hasattr(m, "encode_queries"):
         raise ValueError(f"{model_dir}: a {m.name} model is not an encoder")
     ids, items = read_texts(texts)
-    i, n = shard or (0, 1)
-    lo, hi = i * len(items) // n, (i + 1) * len(items) // n
+    part = shard or Part(1, 1)
+    lo, hi = part.rows(len(items))
     info = EncodedShard(out_path, model=str(Path(model_dir).resolve()), texts=str(texts.resolve()), side=side,
-                        shard=(i, n), rows=(lo, hi), ids=ids[lo:hi])
+                        shard=(part.index, part.n), rows=(lo, hi), ids=ids[lo:hi])
     if shard is not None and info.done():
         return Encoded(out_path, hi - lo, int(np.load(out_path, mmap_mode="r").shape[1]), 0.0, True)
     start = time.perf_counter()
@@ -362,7 +363,7 @@ def encode_file(model_dir: Path, texts: Path, out_path: Path, *, side: str = "do
 
 
 def shard_path(out_dir: Path, i: int, n: int) -> Path:
-    """Where shard I of N goes in a folder of shards."""
+    """Where shard ``i`` (counted from 0, as the file names do) of ``n`` goes in a folder of shards."""
     return Path(out_dir) / f"shard-{i:05d}-of-{n:05d}.npy"
 
 
@@ -384,7 +385,8 @@ def encode_with_ray(model_dir: Path, texts: Path, out_dir: Path, shards: int, *,
     model_dir, texts, out_dir = Path(model_dir).resolve(), Path(texts).resolve(), Path(out_dir).resolve()
 
     def run(batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
-        done = [encode_file(model_dir, texts, shard_path(out_dir, int(i), shards), side=side, shard=(int(i), shards))
+        done = [encode_file(model_dir, texts, shard_path(out_dir, int(i), shards), side=side,
+                            shard=Part(int(i) + 1, shards))
                 for i in batch["shard"]]
         return {"path": [str(d.path) for d in done], "rows": [d.rows for d in done], "dim": [d.dim for d in done],
                 "seconds": [d.seconds for d in done], "skipped": [d.skipped for d in done]}
