@@ -7,7 +7,7 @@ After every kill the previous artifact still loads and answers exactly as before
 kill came after the new one was committed, exactly as the new one); after the kills the next run
 succeeds — a resumed training ends with the model of an uninterrupted run — and nothing is left
 behind (temporary folders, ``.old`` backups, half-built tables). Kill times are drawn uniformly
-over a measured uninterrupted run (seeded, so a failure can be replayed); SEMSEARCH_CRASH_KILLS
+over a measured uninterrupted run (seeded; the shortest run seen, ``_Kills``); SEMSEARCH_CRASH_KILLS
 changes the count for local debugging only."""
 
 from __future__ import annotations
@@ -47,16 +47,33 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> float:
     return time.perf_counter() - t
 
 
-def _kill_at(cmd: list[str], delay: float, env: dict[str, str] | None = None) -> bool:
-    """Start ``cmd``, SIGKILL it after ``delay`` s; True if it was still running (killed)."""
-    p = subprocess.Popen(cmd, env=env or _env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        p.wait(timeout=delay)
-        return False  # finished first
-    except subprocess.TimeoutExpired:
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-        return True
+class _Kills:
+    """Kill times for runs of one command, drawn uniformly over its uninterrupted run time with a
+    seeded generator: the shortest run seen, so when a run finishes before its kill time (the
+    machine got faster since the measurement: ``make test`` runs two test processes, and the other
+    one may have gone idle) later kills are drawn over the shorter time and most runs are still
+    killed."""
+
+    def __init__(self, duration: float, seed: int):
+        self.duration, self.rng, self.killed = duration, random.Random(seed), 0
+
+    def run(self, cmd: list[str], env: dict[str, str] | None = None, whole: bool = True) -> bool:
+        """Start ``cmd`` and SIGKILL it at the next drawn time; True if it was still running.
+        ``whole``: the run does all the work (not resuming a part done), so the time it takes
+        when it finishes first may shorten the range."""
+        t = time.perf_counter()
+        p = subprocess.Popen(cmd, env=env or _env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            p.wait(timeout=self.rng.uniform(0.0, self.duration))
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            self.killed += 1
+            return True
+        assert p.returncode == 0, f"{cmd} failed with exit code {p.returncode}"
+        if whole:  # finished first
+            self.duration = min(self.duration, time.perf_counter() - t)
+        return False
 
 
 def _leftovers(folder: Path) -> list[str]:
@@ -79,11 +96,11 @@ def test_index_build_killed(trained_clsm, tiny_data, tmp_path) -> None:
     cmd = _cli("index", "build", "--data", "tiny", "--models", f"bm25,{enc}", "--vector-index", "hnsw", "--out", str(out))
     duration = _run(cmd)
     reference = _hits(out)
-    rng, killed = random.Random(19), 0
+    kills = _Kills(duration, seed=19)
     for _ in range(KILLS):
-        killed += _kill_at(cmd, rng.uniform(0.0, duration))
+        kills.run(cmd)
         assert _hits(out) == reference  # the previous bundle (or an identical new one) loads and answers the same
-    assert killed >= KILLS // 2, f"only {killed} of {KILLS} runs were killed before finishing"
+    assert kills.killed >= KILLS // 2, f"only {kills.killed} of {KILLS} runs were killed before finishing"
     _run(cmd)  # the next build succeeds and removes what the killed ones left
     assert _hits(out) == reference and _leftovers(out.parent) == []
 
@@ -105,18 +122,18 @@ def test_training_with_checkpoints_killed(tiny_data, tmp_path) -> None:
 
     reference = answers(ref_dir)
     assert answers(out) == reference
-    rng, killed = random.Random(23), 0
+    kills = _Kills(duration, seed=23)
     for i in range(KILLS):
         if i % 5 == 0:  # start some runs from scratch, so kills land in every epoch
             import shutil
 
             shutil.rmtree(ck, ignore_errors=True)
-        killed += _kill_at(cmd, rng.uniform(0.0, duration))
+        kills.run(cmd, whole=i % 5 == 0)  # the others may resume from a checkpoint: shorter runs
         assert answers(out) == reference  # the previous model loads and encodes exactly as before
         if (ck / "trainer.json").is_file():  # any checkpoint left is complete and consistent
             meta = json.loads((ck / "trainer.json").read_text())
             assert meta["epoch"] >= 1 and (ck / "weights.safetensors").is_file() and (ck / "optimizer.safetensors").is_file()
-    assert killed >= KILLS // 2, f"only {killed} of {KILLS} runs were killed before finishing"
+    assert kills.killed >= KILLS // 2, f"only {kills.killed} of {KILLS} runs were killed before finishing"
     _run(cmd)  # resumes from the last complete checkpoint and finishes
     assert answers(out) == reference  # exact resume: the model of an uninterrupted run
     assert _leftovers(out.parent) == []
@@ -155,15 +172,15 @@ def test_postgres_replace_killed(pg_dsn, tmp_path) -> None:
     new = answers()
     assert old != new
     _run([sys.executable, str(script), pg_dsn, "1"])
-    rng, killed, current = random.Random(29), 0, old
+    kills, current = _Kills(duration, seed=29), old
     for i in range(KILLS):
         seed = 2 if i % 2 == 0 else 1  # each attempt would replace the collection by the other data
         target = new if seed == 2 else old
-        killed += _kill_at([sys.executable, str(script), pg_dsn, str(seed)], rng.uniform(0.0, duration))
+        kills.run([sys.executable, str(script), pg_dsn, str(seed)])
         got = answers()
         assert got in (current, target)  # the previous collection, or the complete new one: never a mix
         current = got
-    assert killed >= KILLS // 2, f"only {killed} of {KILLS} runs were killed before finishing"
+    assert kills.killed >= KILLS // 2, f"only {kills.killed} of {KILLS} runs were killed before finishing"
     deadline = time.time() + 20  # the server rolls back a killed client's transaction when it sees the socket close
     while stray_tables() and time.time() < deadline:
         time.sleep(0.2)
