@@ -50,9 +50,13 @@ reproduce: $(STAMP)
 test-tools:
 	@command -v chromium >/dev/null && command -v wrk >/dev/null || (apt-get update && apt-get install -y chromium wrk)
 
-## Every test: unit tests on generated fixtures and integration tests on ../shared/data.
+## Every test: unit tests on generated fixtures and integration tests on ../shared/data, in
+## TEST_WORKERS pytest processes (pytest-xdist, tests handed out as workers free up): most tests
+## wait on child processes, imports, sockets or one torch thread, so two share this 2-core machine
+## well (about 10 min instead of 16). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) test-tools
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 ## Property-based fuzzing of every reader under the nightly profile (2,000 examples each; `make test`
 ## runs the same tests at 200, derandomized).
