@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Self
 
 Run = dict[str, dict[str, float]]
 """query id -> document id -> score (higher is better)."""
@@ -36,7 +36,7 @@ class Part:
         return f"expected I/N, {cls.noun} I of N counted from 1 (1 <= I <= N{n}), e.g. 1/{max(cls.min_n, 4)}"
 
     @classmethod
-    def parse(cls, text: str, where: str | None = None) -> Part:
+    def parse(cls, text: str, where: str | None = None) -> Self:
         """``"I/N"`` (spaces allowed) -> the part; a ValueError naming ``where`` (the option or
         parameter it came from) otherwise."""
         parts = str(text).strip().split("/")
