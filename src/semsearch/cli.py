@@ -268,15 +268,16 @@ def run_cmd(
         qs = {q: all_q[q] for q in ds.qrels(split)} if split in ds.splits else all_q
     m = _model(model, param, analyzer)
     corpus = ds.corpus()
+    texts = corpus.joined(fields)
     if correct_queries:
         from .text import SpellCorrector
 
-        fixed = SpellCorrector.fit(corpus.joined(fields)).correct_all(qs)
+        fixed = SpellCorrector.fit(texts).correct_all(qs)
         err.print(f"corrected the spelling of {sum(fixed[q] != qs[q] for q in qs):,} of {len(qs):,} queries", highlight=False)
         qs = fixed
     start = time.perf_counter()
     if not (isinstance(m, LexicalModel) and m.indexed and list(m.doc_ids) == corpus.ids):
-        m.index(corpus.ids, corpus.joined(fields))  # type: ignore[arg-type]
+        m.index(corpus.ids, texts)  # type: ignore[arg-type]
     if isinstance(m, LexicalModel) and m.p.stats == "exclude-query-pool":
         m.use_pools(query_pools(ds, qs))
     if candidates == "full":
