@@ -86,7 +86,7 @@ def test_bad_shard_arguments_and_incomplete_sets(setup, tmp_path):
     paths = [tmp_path / f"s{i}.npy" for i in range(3)]
     for i in (0, 2):
         assert _encode(d, paths[i], "--shard", f"{i + 1}/3").exit_code == 0
-    with pytest.raises(ValueError, match=r"missing or repeated"):
+    with pytest.raises(ValueError, match=r"shards 2/3 missing or repeated"):
         ShardedVectorIndex.from_encoded([paths[0], paths[2]], kind="flat")
     with pytest.raises(ValueError, match="not a complete encoded shard"):
         ShardedVectorIndex.from_encoded([paths[1]], kind="flat")

@@ -188,10 +188,10 @@ def complete_encoding(paths: Sequence[str | Path]) -> list["EncodedShard"]:
         if (e.model, e.texts, e.side, e.shard[1]) != (first.model, first.texts, first.side, n):
             raise ValueError(f"{e.path}: shard of another encoding ({e.model}, {e.texts}, {e.side}, of {e.shard[1]}) "
                              f"than {first.path} ({first.model}, {first.texts}, {first.side}, of {n})")
-    got = [e.shard[0] for e in shards]
-    if got != list(range(n)):
-        missing = sorted(set(range(n)) - set(got))
-        raise ValueError(f"from_encoded: shards {missing or got} of {n} missing or repeated")
+    got = [e.part for e in shards]
+    if [p.index for p in got] != list(range(n)):  # named as --shard names them, counted from 1
+        missing = [str(Part(i, n)) for i in range(1, n + 1) if Part(i, n) not in got]
+        raise ValueError(f"from_encoded: shards {', '.join(missing or map(str, got))} missing or repeated")
     return shards
 
 
