@@ -42,11 +42,9 @@ class Part:
         parts = str(text).strip().split("/")
         try:
             i, n = (int(p) for p in parts) if len(parts) == 2 else (0, 0)
+            return cls(i, n)  # which checks the bounds
         except ValueError:
-            i, n = 0, 0
-        if n < cls.min_n or not 1 <= i <= n:
-            raise ValueError(f"{where or cls.noun} {text!r}: {cls._rule()}")
-        return cls(i, n)
+            raise ValueError(f"{where or cls.noun} {text!r}: {cls._rule()}") from None
 
     @property
     def index(self) -> int:
