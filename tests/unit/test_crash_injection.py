@@ -57,9 +57,9 @@ class _Kills:
     def __init__(self, duration: float, seed: int):
         self.duration, self.rng, self.killed = duration, random.Random(seed), 0
 
-    def run(self, cmd: list[str], env: dict[str, str] | None = None, whole: bool = True) -> bool:
-        """Start ``cmd`` and SIGKILL it at the next drawn time; True if it was still running.
-        ``whole``: the run does all the work (not resuming a part done), so the time it takes
+    def run(self, cmd: list[str], env: dict[str, str] | None = None, whole: bool = True) -> None:
+        """Start ``cmd`` and SIGKILL it at the next drawn time (``killed`` counts the runs it
+        stopped). ``whole``: the run does all the work (not resuming a part done), so the time it takes
         when it finishes first may shorten the range."""
         t = time.perf_counter()
         p = subprocess.Popen(cmd, env=env or _env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -69,11 +69,10 @@ class _Kills:
             p.send_signal(signal.SIGKILL)
             p.wait()
             self.killed += 1
-            return True
+            return
         assert p.returncode == 0, f"{cmd} failed with exit code {p.returncode}"
         if whole:  # finished first
             self.duration = min(self.duration, time.perf_counter() - t)
-        return False
 
 
 def _leftovers(folder: Path) -> list[str]:
