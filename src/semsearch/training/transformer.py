@@ -144,6 +144,13 @@ def add_hard_negatives(examples: list[Example], data: TrainingData, rng: np.rand
     return out
 
 
+def pooled_spread(lists: Iterable[np.ndarray]) -> float:
+    """The pooled within-list standard deviation of scores: each list about its own mean."""
+    lists = list(lists)
+    dof = sum(len(t) - 1 for t in lists if len(t) > 1)
+    return float(np.sqrt(sum(float(((t - t.mean()) ** 2).sum()) for t in lists) / max(dof, 1)))
+
+
 def with_teacher(examples: list[Example], teacher: CrossEncoder, doc_texts: list[str],
                  spread: float) -> tuple[list[Example], float]:
     """Every example with its documents' teacher scores, rescaled by one factor so that their pooled
@@ -153,8 +160,7 @@ def with_teacher(examples: list[Example], teacher: CrossEncoder, doc_texts: list
     flat = teacher.score_pairs(qs, [doc_texts[r] for e in examples for r in e.docs])
     bounds = np.cumsum([0] + [len(e.docs) for e in examples])
     lists = [flat[a:b] for a, b in pairwise(bounds)]
-    dof = sum(len(t) - 1 for t in lists if len(t) > 1)
-    sd = float(np.sqrt(sum(float(((t - t.mean()) ** 2).sum()) for t in lists) / max(dof, 1)))
+    sd = pooled_spread(lists)
     factor = spread / sd if sd > 0 else 1.0
     return [Example(e.query, e.docs, e.grades, e.judged, (t * factor).astype(np.float32))
             for e, t in zip(examples, lists)], factor
@@ -340,6 +346,24 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
     if distributed.active():  # this rank's queries: each query's scores depend on its own documents only
         batch, labels, grades, valid = batch[mine], labels[mine], grades[mine], valid[mine]
     extra: torch.Tensor | float = 0.0  # a graded cross-encoder's grade cross-entropy
+    scores, head = _list_scores(model, batch, doc_texts, valid)
+    dev = scores.device
+    if grade_weight > 0:
+        assert head is not None
+        ok = torch.as_tensor(valid, device=dev)
+        k = head.shape[1]
+        logits = torch.zeros((len(batch), m, k), dtype=head.dtype, device=dev).masked_scatter(ok[..., None].expand(-1, -1, k), head)
+        levels = torch.tensor(model.p.grades, dtype=head.dtype, device=dev)  # type: ignore[attr-defined]
+        extra = grade_weight * grade_cross_entropy(logits, torch.as_tensor(grades, device=dev), ok, levels, scale)
+    return graded_list_loss(loss, scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev),
+                            margin, scale) + extra
+
+
+def _list_scores(model: TransformerModel, batch: list[Example], doc_texts: list[str],
+                 valid: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Each query's scores of its own documents, padded to (B, M) with zeros where not ``valid``,
+    with gradients; for a cross-encoder also its head's outputs of the valid pairs, in order."""
+    m = valid.shape[1]
     if isinstance(model, BiEncoder):
         rows, inv = np.unique(np.concatenate([np.zeros(0, np.int64)] + [e.docs for e in batch]), return_inverse=True)
         qv = _encode(model, [e.query for e in batch], model.p.max_query_length)
@@ -349,24 +373,15 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
         bounds = np.cumsum([0] + [len(e.docs) for e in batch])
         for i in range(len(batch)):
             slot[i, : bounds[i + 1] - bounds[i]] = inv[bounds[i] : bounds[i + 1]]
-        scores = torch.einsum("bh,bmh->bm", qv, dv[torch.as_tensor(slot, device=dev)])
-    elif isinstance(model, CrossEncoder):
+        return torch.einsum("bh,bmh->bm", qv, dv[torch.as_tensor(slot, device=dev)]), None
+    if isinstance(model, CrossEncoder):
         qs = [e.query for e in batch for _ in e.docs]
         ds = [doc_texts[r] for e in batch for r in e.docs]
         head = _encode(model, qs, model.p.max_length, ds, call=model.head_output)
         flat = model.score_from_head(head)
-        dev = flat.device
-        ok = torch.as_tensor(valid, device=dev)
-        scores = torch.zeros((len(batch), m), dtype=flat.dtype, device=dev).masked_scatter(ok, flat)
-        if grade_weight > 0:
-            k = head.shape[1]
-            logits = torch.zeros((len(batch), m, k), dtype=head.dtype, device=dev).masked_scatter(ok[..., None].expand(-1, -1, k), head)
-            levels = torch.tensor(model.p.grades, dtype=head.dtype, device=dev)
-            extra = grade_weight * grade_cross_entropy(logits, torch.as_tensor(grades, device=dev), ok, levels, scale)
-    else:
-        raise TypeError(f"cannot train {type(model).__name__}")
-    return graded_list_loss(loss, scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev),
-                            margin, scale) + extra
+        ok = torch.as_tensor(valid, device=flat.device)
+        return torch.zeros((len(batch), m), dtype=flat.dtype, device=flat.device).masked_scatter(ok, flat), head
+    raise TypeError(f"cannot train {type(model).__name__}")
 
 
 def _encode(model: TransformerModel, a: list[str], max_length: int, b: list[str] | None = None,
