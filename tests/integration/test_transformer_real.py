@@ -1,8 +1,12 @@
 """BERT(rep) on real Home Depot data: the off-the-shelf MiniLM ranks like the measured anchor, and
 a brief fine-tune (hinge over graded labels: the paper's recipe and bert-homedepot-full's; ListNet
-over the graded lists with BM25-mined hard negatives) does not break it. (The cross-encoder's head starts random: 80 queries leave it at random order, so its
-real-data figures come from the specs, not from here.) A fixed random 300 of the 1,160
-test queries keeps each test around a minute on a shared 2-core machine."""
+over the graded lists with BM25-mined hard negatives) does not break it. A fixed random 300 of
+the 1,160 test queries keeps each test around a minute on a shared 2-core machine.
+
+The graded cross-encoder's head starts random, and 80 or even 400 training queries leave it at
+random order on held-out queries, so its held-out figures come from the specs. What a minute can
+show on real titles and grades is that it learns: it fits 20 training queries' judged lists, and
+a Margin-MSE student taught by it takes up its order of them."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from semsearch.evaluation import evaluate
 from semsearch.models import rank
 from semsearch.plugins import create_model
 from semsearch.training import fit, recipe
+from semsearch.training.transformer import judged_examples
 
 pytestmark = pytest.mark.integration
 
@@ -64,3 +69,43 @@ def test_brief_fine_tune_keeps_quality(homedepot, name, params, steps):
     assert log["best_dev"] > 0.85  # dev NDCG@10 (random order ~0.87 at @10 over all dev queries)
     m = _ndcg(model, ds, qrels)
     assert 0.68 <= m["ndcg@1"] <= 0.78, m
+
+
+def test_graded_cross_encoder_and_margin_mse_student_learn_real_lists(homedepot, tmp_path):
+    """Issue 21's graded cross-encoder (ListNet over each judged list, scored by expected gain; a
+    faster head lr than the specs' 1e-3) fits 20 training queries' lists, and a cosine BERT(rep)
+    taught its margins (Margin-MSE, the spec's lr and spread) ranks those lists closer to it.
+    Measured on these 20 lists: the teacher 0.69 -> 0.94 NDCG@1, the student 0.57 -> 0.80 (its
+    within-list spread before training 0.11)."""
+    ds, _ = homedepot
+    data = TrainingData.from_dataset(ds, "train", threshold=3, fields="title")
+    corpus, queries, train = ds.corpus(), ds.queries(), ds.qrels("train")
+    common = {"neg_global": 0, "neg_cluster": 0, "max_queries": 20, "seed": 0}
+    kw, args = recipe("bert-rel", {**common, "grades": [0, 1, 2, 3, 4], "loss": "listnet", "head_lr": 0.01,
+                                   "lr": 5e-5, "epochs": 5})
+    lists = {e.query for e in judged_examples(data, np.random.default_rng(args.seed), args.max_queries, args.max_judged)}
+    qrels = {q: train[q] for q in train if queries.get(q) in lists}
+    assert len(qrels) == 20
+
+    def ndcg1(model) -> float:
+        model.index(corpus.ids, corpus.joined("title"))
+        run = rank(model, {q: queries[q] for q in qrels}, {q: list(d) for q, d in qrels.items()})
+        return evaluate(run, qrels, ["ndcg@1"]).mean["ndcg@1"]
+
+    teacher = create_model("bert-rel", **kw)
+    before = ndcg1(teacher)
+    fit(teacher, data, None, progress=False, args=args)
+    after = ndcg1(teacher)
+    assert after >= 0.85 and after >= before + 0.15, (before, after)
+    teacher.save(tmp_path / "teacher")
+
+    kw, args = recipe("bert-rep", {**common, "normalize": True, "loss": "margin_mse", "teacher": str(tmp_path / "teacher"),
+                                   "lr": 3e-5, "batch_size": 8, "epochs": 4})
+    student = create_model("bert-rep", **kw)
+    s_before = ndcg1(student)
+    log = fit(student, data, None, progress=False, args=args)
+    s_after = ndcg1(student)
+    assert s_after >= 0.7 and s_after >= s_before + 0.1, (s_before, s_after, log)
+    assert 0.08 <= log["student_spread"] <= 0.4, log  # a cosine MiniLM: no mismatch with the spread 0.1
+    epochs = [e["loss"] for e in log["epochs"]]
+    assert epochs[-1] < epochs[0] / 2, epochs

@@ -18,7 +18,7 @@ from semsearch.training import fit, recipe
 from semsearch.training.losses import (LIST_LOSSES, grade_cross_entropy, grade_targets, graded_hinge_loss,
                                        graded_list_loss, listnet_loss, margin_mse_loss)
 from semsearch.training.negatives import uniform_negatives
-from semsearch.training.transformer import (Clusters, Example, _batch_loss, _param_groups, _shared_labels,
+from semsearch.training.transformer import (Clusters, Example, _batch_loss, _param_groups, _shared_labels, list_spread,
                                             add_hard_negatives, add_negatives, judged_examples, with_teacher)
 from semsearch.training.args import BiEncoderArgs, CrossEncoderArgs
 
@@ -298,6 +298,46 @@ def test_margin_mse_distillation_learns_the_teachers_margins(tiny_bert, tmp_path
     assert after < before
     assert log["teacher_factor"] > 0 and log["teacher_seconds"] >= 0 and "hard_negatives_seconds" in log
     assert log["pairs"] > log["judged_pairs"]  # the global and hard negatives were added
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_margin_mse_measures_the_students_spread_and_notes_a_mismatch(tiny_bert, tmp_path, monkeypatch, capsys,
+                                                                      normalize):
+    """The student's within-list spread is its own scores' (as ``score`` ranks with), pooled like the
+    teacher's; a teacher_spread more than 4x off it is noted, naming the parameter and the fix."""
+    data = _data()
+    teacher = create_model("bert-rel", base=tiny_bert)
+    teacher.init_head(0)
+    teacher.save(tmp_path / "teacher")
+    student = create_model("bert-rep", base=tiny_bert, normalize=normalize)
+    examples = add_negatives(judged_examples(data, np.random.default_rng(0), None, 30), np.random.default_rng(0),
+                             len(data.doc_ids), 2, 0, None)
+    student.index(data.doc_ids, data.doc_texts)
+    own = student.score([e.query for e in examples], [[data.doc_ids[r] for r in e.docs] for e in examples])
+    dev = np.concatenate([s - s.mean() for s in own])
+    want = np.sqrt((dev ** 2).sum() / sum(len(e.docs) - 1 for e in examples))
+    for mode in (True, False):  # measured in eval mode (no dropout), the net's own mode left as it was
+        student.net.train(mode)
+        assert list_spread(student, examples, data.doc_texts, batch=3) == pytest.approx(want, rel=1e-4)
+        assert student.net.training is mode
+    monkeypatch.setenv("SEMSEARCH_PROGRESS", "1")
+
+    def train(spread: float) -> tuple[float, str]:
+        m, args = _make("bert-rep", base=tiny_bert, normalize=normalize, neg_global=2, neg_cluster=0, epochs=1,
+                        batch_size=4, loss="margin_mse", teacher=str(tmp_path / "teacher"), teacher_spread=spread)
+        capsys.readouterr()
+        return fit(m, data, None, progress=False, args=args)["student_spread"], capsys.readouterr().err
+
+    sd, err = train(want)  # the training's own lists (their negatives drawn by its seed): about the same spread
+    assert sd == pytest.approx(want, rel=0.25) and "teacher_spread = " not in err
+    for spread, noted in ((sd * 10, True), (sd / 10, True), (sd * 3, False), (sd / 3, False)):
+        got, err = train(spread)
+        assert got == sd  # measured before training, whatever the teacher's scale
+        assert ("teacher_spread = " in err) is noted, (spread, sd, err)
+        if noted:
+            kind = "cosine" if normalize else "dot products"
+            assert f"({kind})" in err and f"A teacher_spread near {sd:.2g} matches the student" in err
+            assert ("shrink" if spread < sd else "stretch") in err
 
 
 def test_margin_mse_parameters_are_checked(tiny_bert, tmp_path):
