@@ -162,12 +162,15 @@ class Served:
         self.stderr = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
 
 
-def rescore_args(depth: int | None) -> list[str]:
+def rescore_args(depth: int | None, weight: float | None = None) -> list[str]:
     """``semsearch serve`` options for stage 3: none (off), ``--rescore`` (0: the bundle's depth)
-    or ``--rescore --rescore-depth DEPTH``."""
+    or ``--rescore --rescore-depth DEPTH``, and ``--rescore-weight W`` (None: the bundle's)."""
     if depth is None:
+        if weight is not None:
+            raise SystemExit("--rescore-weight needs --rescore")
         return []
-    return ["--rescore"] + (["--rescore-depth", str(depth)] if depth > 0 else [])
+    return (["--rescore"] + (["--rescore-depth", str(depth)] if depth > 0 else [])
+            + (["--rescore-weight", str(weight)] if weight is not None else []))
 
 
 @contextlib.contextmanager

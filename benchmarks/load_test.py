@@ -115,6 +115,8 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=2000, help="distinct queries to cycle through")
     ap.add_argument("--rescore", type=int, default=None, metavar="DEPTH",
                     help="serve with the bundle's stage-3 cross-encoder re-scoring the first DEPTH hits (0: the bundle's depth)")
+    ap.add_argument("--rescore-weight", type=float, default=None, metavar="W",
+                    help="--rescore: the cross-encoder's weight beside the ranker's (inf: its order alone; default: the bundle's)")
     ap.add_argument("--result-cache", type=int, default=None,
                     help="semsearch serve --result-cache (0: every request runs both stages and the ranker)")
     ap.add_argument("--loop", choices=("asyncio", "uvloop"), default=None, help="semsearch serve --loop (default: serve's)")
@@ -122,7 +124,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "load_test.json"))
     args = ap.parse_args()
 
-    extra = ((["--result-cache", str(args.result_cache)] if args.result_cache is not None else []) + rescore_args(args.rescore)
+    extra = ((["--result-cache", str(args.result_cache)] if args.result_cache is not None else []) + rescore_args(args.rescore, args.rescore_weight)
              + (["--loop", args.loop] if args.loop else []) + (["--no-correct-queries"] if args.no_correct_queries else []))
     with served(args.bundle, args.workers, extra) as server:
         base = server.base

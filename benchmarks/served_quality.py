@@ -73,6 +73,8 @@ def main() -> None:
     ap.add_argument("--out-run", default=None, help="write the served run here (TREC format)")
     ap.add_argument("--rescore", type=int, default=None, metavar="DEPTH",
                     help="--bundle: serve it with its stage-3 cross-encoder re-scoring the first DEPTH hits (0: the bundle's depth)")
+    ap.add_argument("--rescore-weight", type=float, default=None, metavar="W",
+                    help="--rescore: the cross-encoder's weight beside the ranker's (inf: its order alone; default: the bundle's)")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "served_quality.json"))
     args = ap.parse_args()
 
@@ -80,7 +82,7 @@ def main() -> None:
     qrels = ds.qrels(args.split, check=True)
     texts = ds.queries()
     queries = {q: texts[q] for q in qrels if q in texts and texts[q].strip()}
-    ctx = served(args.bundle, 1, rescore_args(args.rescore)) if args.bundle else contextlib.nullcontext()
+    ctx = served(args.bundle, 1, rescore_args(args.rescore, args.rescore_weight)) if args.bundle else contextlib.nullcontext()
     with ctx as server:
         base = server.base if server is not None else args.url
         t0 = time.perf_counter()
@@ -88,7 +90,7 @@ def main() -> None:
         secs = time.perf_counter() - t0
     result = score(run, qrels, args.rel_threshold)
     out = {"data": args.data, "split": args.split, "k": args.k, "merge": args.merge, "rel_threshold": args.rel_threshold,
-           "rescore": args.rescore, "queries_sent": len(queries), "queries_scored": {m: len(v) for m, v in result.items()}, "seconds": round(secs, 2),
+           "rescore": args.rescore, "rescore_weight": args.rescore_weight, "queries_sent": len(queries), "queries_scored": {m: len(v) for m, v in result.items()}, "seconds": round(secs, 2),
            "mean": {m: mean(v) for m, v in result.items()}, "source": args.url or args.bundle}
     lines = ["| metric | served |" + (" baseline | p |" if args.baseline else ""),
              "|---|---:|" + ("---:|---:|" if args.baseline else "")]

@@ -349,12 +349,15 @@ def index_build(
     onnx: Annotated[str, typer.Option("--onnx", help="Transformer encoders: inference through ONNX Runtime, 'fp32' (torch's vectors, about 2x faster on a CPU), 'int8' (faster; its quality cost is measured by benchmarks/encode_speed.py), or 'off' (torch). The bundle keeps the export, so the service encodes queries with it.")] = "fp32",
     rescorer: Annotated[Optional[Path], typer.Option("--rescorer", help="Stage 3 (optional): a trained cross-encoder directory (semsearch train bert-rel) kept in the bundle to re-score the first --rescore-depth hits; it runs only under `serve --rescore`.")] = None,
     rescore_depth: Annotated[int, typer.Option("--rescore-depth", help="--rescorer: how many of the ranked hits it re-scores.")] = 10,
+    rescore_weight: Annotated[Optional[float], typer.Option("--rescore-weight", help="--rescorer: each re-scored hit's new score is z(ranker's score) + W * z(cross-encoder's score), both standardised over the query's re-scored hits (default 1); inf: the cross-encoder's order alone.")] = None,
     correct_queries: Annotated[bool, typer.Option(help="Keep a spelling corrector of the documents' words in the bundle; the service corrects each query with it unless served with --no-correct-queries.")] = True,
 ) -> None:
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
     from .data import load_corpus, open_dataset
     from .index import build_bundle
+    from .index.bundle import RESCORE_WEIGHT
     from .plugins import load_model
+    from .ranking.rescore import check_weight
 
     start = time.perf_counter()
     names = [m.strip() for m in models.split(",") if m.strip()]
@@ -365,6 +368,9 @@ def index_build(
     if ranker_param and not train_ranker:
         raise ValueError("--ranker-param needs --train-ranker")
     _check_onnx(onnx)
+    if rescore_weight is not None and rescorer is None:
+        raise ValueError("--rescore-weight needs --rescorer")
+    weight = check_weight(RESCORE_WEIGHT if rescore_weight is None else rescore_weight, "--rescore-weight")
     index_params = _vector_params(vector_index, vector_param)
     corpus = (load_corpus(data, skip_bad_lines=skip_bad_lines) if Path(data).is_file()
               else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus())
@@ -381,7 +387,8 @@ def index_build(
         raise ValueError("--rescore-depth needs --rescorer")
     path = build_bundle(corpus, built, out_dir, ranker=rk, train_ranker=trainer, dataset=data, fields=fields,
                         kind=vector_index, store=store, pg_data=pg_data, vector_cache=vector_cache, rescorer=rs,
-                        rescore_depth=rescore_depth, index_params=index_params, spelling=correct_queries)
+                        rescore_depth=rescore_depth, rescore_weight=weight, index_params=index_params,
+                        spelling=correct_queries)
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
 
 
@@ -460,6 +467,7 @@ def serve_cmd(
     rate_limit: Annotated[Optional[float], typer.Option("--rate-limit", help="Requests a second each client address may send to each worker, with bursts of twice that (429 beyond; default: 20 with --expose, none on loopback; 0: none).")] = None,
     rescore: Annotated[bool, typer.Option("--rescore", help="Run the bundle's stage-3 cross-encoder (index build --rescorer) on the first hits of every search: off by default, it costs a transformer pass per re-scored hit (README: 'Stage 3').")] = False,
     rescore_depth: Annotated[Optional[int], typer.Option("--rescore-depth", help="--rescore: how many hits it re-scores (default: the depth the bundle was built with).")] = None,
+    rescore_weight: Annotated[Optional[float], typer.Option("--rescore-weight", help="--rescore: the cross-encoder's weight W in each re-scored hit's score, z(ranker) + W * z(cross-encoder) (default: the bundle's, set by index build --rescore-weight); inf: its order alone.")] = None,
     correct_queries: Annotated[bool, typer.Option(help="Correct each query's spelling against the documents' words before searching (bundles built with a corrector; the answer's corrected_query says what was searched).")] = True,
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
@@ -467,7 +475,8 @@ def serve_cmd(
     import shutil
     import tempfile
 
-    from .index.bundle import CORRECT_ENV, RESCORE_ENV, RESULT_CACHE_ENV
+    from .index.bundle import CORRECT_ENV, RESCORE_ENV, RESCORE_WEIGHT_ENV, RESULT_CACHE_ENV
+    from .ranking.rescore import check_weight
 
     from .serving.exposure import API_KEY_ENV, RATE_ENV, Exposure, check_key, check_rate, is_loopback, read_key_file
 
@@ -494,7 +503,11 @@ def serve_cmd(
         raise ValueError("--rescore-depth needs --rescore")
     if rescore_depth is not None and rescore_depth < 1:
         raise ValueError(f"--rescore-depth must be >= 1, got {rescore_depth}")
+    if rescore_weight is not None and not rescore:
+        raise ValueError("--rescore-weight needs --rescore")
+    weight = "" if rescore_weight is None else str(check_weight(rescore_weight, "--rescore-weight"))
     os.environ[RESCORE_ENV] = (str(rescore_depth) if rescore_depth else "on") if rescore else "off"  # each worker's Bundle.load
+    os.environ[RESCORE_WEIGHT_ENV] = weight
     os.environ[CORRECT_ENV] = "on" if correct_queries else "off"
 
     from .serving import create_app

@@ -4,6 +4,7 @@ bundle's ``rescorer``, ``index build --rescorer`` and ``serve --rescore``)."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,8 +14,9 @@ from typer.testing import CliRunner
 from semsearch.cli import app
 from semsearch.data import open_dataset
 from semsearch.index import Bundle, build_bundle
+from semsearch.models import ModelDirError
 from semsearch.plugins import create_model
-from semsearch.ranking.rescore import rescore_top
+from semsearch.ranking.rescore import check_weight, rescore_top
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ def test_rescore_top_reorders_only_the_first_hits_in_one_call():
     texts = {"a": "x", "b": "xxx", "c": "xx", "d": "xxxxx", "e": "xxxx", "f": "xx"}
     ranked = [[_Hit(d, 10.0 - i) for i, d in enumerate("abcde")], [_Hit("f", 1.0), _Hit("c", 0.5)], []]
     ce = _ByLength()
-    out = rescore_top(ce, ["q1", "q2", "q3"], ranked, 3, lambda h: texts[h.doc_id])
+    out = rescore_top(ce, ["q1", "q2", "q3"], ranked, 3, lambda h: texts[h.doc_id])  # weight inf: its order alone
     assert len(ce.calls) == 1 and ce.calls[0][0] == ["q1"] * 3 + ["q2"] * 2  # every pair of the batch at once
     assert [h.doc_id for h in out[0]] == ["b", "c", "a", "d", "e"]  # top 3 by length; d, e untouched
     assert [h.score for h in out[0]] == [3.0, 2.0, 1.0, 7.0, 6.0]  # the cross-encoder's scores, then the ranker's
@@ -50,6 +52,23 @@ def test_rescore_top_reorders_only_the_first_hits_in_one_call():
         rescore_top(ce, ["q"], ranked[:1], 0, lambda h: texts[h.doc_id])
 
 
+def test_rescore_top_blends_the_rankers_and_the_cross_encoders_standardised_scores():
+    texts = {"a": "x", "b": "xxx", "c": "xx", "d": "xxxxx", "e": "x"}
+    ranked = [[_Hit(d, 10.0 - i) for i, d in enumerate("abcde")], [_Hit("e", 2.0)]]
+    z = math.sqrt(1.5)  # 1, 0, -1 (and 1, 3, 2) standardised: ±1.2247
+    out = rescore_top(_ByLength(), ["q", "r"], ranked, 3, lambda h: texts[h.doc_id], 1.0)
+    # ranker (10, 9, 8) standardised: a z, b 0, c -z; cross-encoder (lengths 1, 3, 2): a -z, b z, c 0
+    assert [h.doc_id for h in out[0]] == ["b", "a", "c", "d", "e"]
+    assert np.allclose([h.score for h in out[0]], [z, 0.0, -z, 7.0, 6.0])
+    assert [(h.doc_id, h.score) for h in out[1]] == [("e", 0.0)]  # one hit: nothing to standardise
+    light = rescore_top(_ByLength(), ["q"], ranked[:1], 3, lambda h: texts[h.doc_id], 0.25)
+    assert [h.doc_id for h in light[0]] == ["a", "b", "c", "d", "e"]  # the ranker's margin wins at a low weight
+    for bad in (0, -1.0, math.nan, True, "1"):
+        with pytest.raises(ValueError, match="must be a number > 0, or inf"):
+            check_weight(bad)  # type: ignore[arg-type]
+    assert check_weight(math.inf) == math.inf and check_weight(2) == 2.0
+
+
 @pytest.fixture
 def ce_bundle(tiny_data, tiny_bert, tmp_path):  # type: ignore[no-untyped-def]
     """A BM25 bundle of the tiny data set with a (random-headed) tiny cross-encoder as stage 3."""
@@ -57,14 +76,15 @@ def ce_bundle(tiny_data, tiny_bert, tmp_path):  # type: ignore[no-untyped-def]
     out = tmp_path / "ce"
     ce = create_model("bert-rel", base=tiny_bert)
     build_bundle(ds.corpus(), [create_model("bm25", analyzer="english")], out, dataset="tiny", rescorer=ce,
-                 rescore_depth=4)
+                 rescore_depth=4, rescore_weight=math.inf)
     return out
 
 
 def test_bundle_rescores_when_asked_and_only_then(ce_bundle, monkeypatch):
     man = json.loads((ce_bundle / "manifest.json").read_text())
-    assert man["rescorer"] == {"name": "bert-rel", "path": "rescorer", "depth": 4}
+    assert man["rescorer"] == {"name": "bert-rel", "path": "rescorer", "depth": 4, "weight": None}  # its order alone
     monkeypatch.delenv("SEMSEARCH_RESCORE", raising=False)
+    monkeypatch.delenv("SEMSEARCH_RESCORE_WEIGHT", raising=False)
     off = Bundle.load(ce_bundle, result_cache=0)
     assert off.rescorer is not None and not off.rescore  # off by default
     on = Bundle.load(ce_bundle, result_cache=0, rescore=True)
@@ -87,12 +107,51 @@ def test_bundle_rescores_when_asked_and_only_then(ce_bundle, monkeypatch):
     assert Bundle.load(ce_bundle, result_cache=0, rescore=True, rescore_depth=2).rescore_depth == 2
 
 
+def test_bundle_blends_at_the_weight_it_was_built_with_unless_told(tiny_data, tiny_bert, tmp_path, monkeypatch):
+    ds = open_dataset("tiny")
+    out = tmp_path / "blend"
+    build_bundle(ds.corpus(), [create_model("bm25", analyzer="english")], out, dataset="tiny",
+                 rescorer=create_model("bert-rel", base=tiny_bert), rescore_depth=4)
+    man_path = out / "manifest.json"
+    man = json.loads(man_path.read_text())
+    assert man["rescorer"]["weight"] == 1.0  # a new bundle blends by default
+    monkeypatch.delenv("SEMSEARCH_RESCORE_WEIGHT", raising=False)
+    b = Bundle.load(out, result_cache=0, rescore=True)
+    assert b.rescore_weight == 1.0
+    plain, r = Bundle.load(out, result_cache=0), b.search("red brick", k=6)
+    top = plain.search("red brick", k=6).hits
+    want = rescore_top(b.rescorer, [r.query], [top], 4, lambda h: b.document_text(h.doc_id), 1.0)[0]
+    assert [h.doc_id for h in r.hits] == [h.doc_id for h in want]
+    assert np.allclose([h.score for h in r.hits], [h.score for h in want], atol=1e-5)
+    assert Bundle.load(out, rescore=True, rescore_weight=3.0).rescore_weight == 3.0
+    monkeypatch.setenv("SEMSEARCH_RESCORE_WEIGHT", "0.5")  # serve --rescore-weight 0.5, in each worker
+    assert Bundle.load(out, rescore=True).rescore_weight == 0.5
+    monkeypatch.setenv("SEMSEARCH_RESCORE_WEIGHT", "-2")
+    with pytest.raises(ValueError, match=r"\$SEMSEARCH_RESCORE_WEIGHT must be a number > 0"):
+        Bundle.load(out, rescore=True)
+    monkeypatch.delenv("SEMSEARCH_RESCORE_WEIGHT")
+    for weight, want_w in ((None, math.inf), ("absent", math.inf), (0.0, "bad"), ("1", "bad")):
+        m = json.loads(man_path.read_text())
+        if weight == "absent":  # a bundle built before the blend: the cross-encoder's order alone, as then
+            del m["rescorer"]["weight"]
+        else:
+            m["rescorer"]["weight"] = weight
+        man_path.write_text(json.dumps(m))
+        if want_w == "bad":
+            with pytest.raises(ModelDirError, match=r"manifest.json: rescorer.weight must be a number > 0"):
+                Bundle.load(out, rescore=True)
+        else:
+            assert Bundle.load(out, rescore=True).rescore_weight == want_w, weight
+
+
 def test_rescorer_must_be_a_cross_encoder_and_present(tiny_data, ce_bundle, tmp_path, make_bundle):
     ds = open_dataset("tiny")
     with pytest.raises(ValueError, match="cross-encoder"):
         build_bundle(ds.corpus(), [create_model("bm25")], tmp_path / "x", rescorer=create_model("bm25"))
     with pytest.raises(ValueError, match="rescore depth"):
         build_bundle(ds.corpus(), [create_model("bm25")], tmp_path / "y", rescore_depth=0)
+    with pytest.raises(ValueError, match="rescore weight must be a number > 0"):
+        build_bundle(ds.corpus(), [create_model("bm25")], tmp_path / "z", rescore_weight=-1.0)
     plain = make_bundle(tmp_path / "plain")
     with pytest.raises(ValueError, match="no stage-3 cross-encoder"):
         Bundle.load(plain, rescore=True)
@@ -106,6 +165,26 @@ def test_cli_rescore_depth_needs_a_rescorer(tiny_data, tmp_path):
     assert r.exit_code != 0 and "--rescore-depth needs --rescore" in r.output
     r = CliRunner().invoke(app, ["serve", str(tmp_path / "b"), "--rescore", "--rescore-depth", "0"])
     assert r.exit_code != 0 and "--rescore-depth must be >= 1, got 0" in r.output
+    r = CliRunner().invoke(app, ["index", "build", "--data", "tiny", "--models", "bm25", "--out", str(tmp_path / "b"),
+                                 "--rescore-weight", "2"])
+    assert r.exit_code != 0 and "--rescore-weight needs --rescorer" in r.output
+    r = CliRunner().invoke(app, ["serve", str(tmp_path / "b"), "--rescore-weight", "2"])
+    assert r.exit_code != 0 and "--rescore-weight needs --rescore" in r.output
+    r = CliRunner().invoke(app, ["serve", str(tmp_path / "b"), "--rescore", "--rescore-weight", "0"])
+    assert r.exit_code != 0 and "--rescore-weight must be a number > 0, or inf" in r.output
+
+
+def test_cli_build_keeps_the_rescore_weight(tiny_data, tiny_bert, tmp_path):
+    create_model("bert-rel", base=tiny_bert).save(tmp_path / "ce")
+    base = ["index", "build", "--data", "tiny", "--models", "bm25", "--rescorer", str(tmp_path / "ce"), "--onnx", "off"]
+    r = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "b"), "--rescore-weight", "0"])
+    assert r.exit_code != 0 and "--rescore-weight must be a number > 0, or inf" in r.output
+    assert not (tmp_path / "b").exists()  # refused before anything was built
+    for arg, want in ((["--rescore-weight", "inf"], None), (["--rescore-weight", "2.5"], 2.5), ([], 1.0)):
+        out = tmp_path / f"b{len(arg)}{want}"
+        r = CliRunner().invoke(app, [*base, "--out", str(out), *arg])
+        assert r.exit_code == 0, r.output
+        assert json.loads((out / "manifest.json").read_text())["rescorer"]["weight"] == want
 
 
 def test_serve_rescore_runs_stage_3_in_the_workers(ce_bundle, serve_bundle, monkeypatch):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -36,7 +37,7 @@ from ..models import Model
 from ..plugins import load_model
 from ..models.base import ModelDirError, best_k, id_ranks
 from ..models.base import sha256_file as _sha256
-from ..ranking.rescore import is_pair_scorer, rescore_top
+from ..ranking.rescore import check_weight, is_pair_scorer, rescore_top
 from ..text import SpellCorrector
 from .hybrid import SCORERS, HybridHit, HybridRetriever, Source
 from .semantic import SemanticRetriever, encoder_id
@@ -53,6 +54,8 @@ N_LEXICAL, N_SEMANTIC = 300, 20
 """Stage-1 depths of a search without a two-stage ranker (the BERT paper's Sec. 4.4)."""
 RESULT_CACHE_ENV = "SEMSEARCH_RESULT_CACHE"
 RESCORE_ENV = "SEMSEARCH_RESCORE"
+RESCORE_WEIGHT_ENV = "SEMSEARCH_RESCORE_WEIGHT"  # serve --rescore-weight, for each worker's Bundle.load
+RESCORE_WEIGHT = 1.0  # a new bundle's stage-3 blend weight (index build --rescore-weight)
 """``semsearch serve --rescore`` sets it for each worker's bundle: "on" (its stage-3 cross-encoder
 re-scores the depth the bundle was built with), a number (that depth), or "off"/"0"/unset."""
 CORRECT_ENV = "SEMSEARCH_CORRECT_QUERIES"
@@ -170,7 +173,7 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
                  dataset: str = "", fields: str = "title+text", kind: str = "flat", store: str = "faiss",
                  pg_data: str | Path | None = None, postgres_dsn: str | None = None,
                  vector_cache: str | Path | None = None, rescorer: Model | None = None, rescore_depth: int = 10,
-                 index_params: Mapping[str, int] | None = None, spelling: bool = True) -> Path:
+                 rescore_weight: float = RESCORE_WEIGHT, index_params: Mapping[str, int] | None = None, spelling: bool = True) -> Path:
     """Index ``corpus`` with each model (at most one lexical model; each encoder gets a vector
     index of ``kind``) and save everything as a bundle at ``out``, replacing it atomically.
     ``train_ranker``: called with the new bundle's stage 1 (lexical ∪ first encoder) once it is
@@ -184,7 +187,8 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
     (``SemanticRetriever.embed``), so a rebuild, or a build whose encoder shares another's
     documents (a distilled query encoder), does not encode the collection again.
     ``rescorer``: a trained cross-encoder kept as the optional stage 3, which re-scores the first
-    ``rescore_depth`` hits of each search when the bundle is loaded with ``rescore=True``.
+    ``rescore_depth`` hits of each search when the bundle is loaded with ``rescore=True``, each
+    scored z(ranker) + ``rescore_weight`` · z(cross-encoder) (inf: the cross-encoder's score alone).
     ``spelling``: keep a spelling corrector of the documents' words (``text.SpellCorrector``),
     which corrects every query before its search unless the bundle is loaded without it."""
     if store not in STORES:
@@ -201,6 +205,7 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
         raise ValueError(f"the stage-3 re-scorer must be a cross-encoder (bert-rel), not {rescorer.name}")
     if not isinstance(rescore_depth, int) or isinstance(rescore_depth, bool) or rescore_depth < 1:
         raise ValueError(f"rescore depth must be an integer >= 1, got {rescore_depth!r}")
+    rescore_weight = check_weight(rescore_weight)
     names = [encoder_id(e) for e in encoders]
     if len(set(names)) != len(names):
         raise ValueError(f"two encoders with the same name in one bundle: {names}")
@@ -288,7 +293,8 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
                 (tmp / "ranker" / "training.json").write_text(json.dumps(log, indent=2) + "\n", encoding="utf-8")
         if rescorer is not None:
             rescorer.save(tmp / "rescorer")
-            manifest["rescorer"] = {"name": rescorer.name, "path": "rescorer", "depth": rescore_depth}
+            manifest["rescorer"] = {"name": rescorer.name, "path": "rescorer", "depth": rescore_depth,
+                                    "weight": None if math.isinf(rescore_weight) else rescore_weight}  # null: alone
         pause = float(os.environ.get(SLEEP_ENV, "0") or 0)
         if pause > 0:
             time.sleep(pause)
@@ -470,7 +476,7 @@ class Bundle:
     def __init__(self, path: Path, manifest: dict[str, Any], corpus: Corpus, lexical: Model | None,
                  semantic: Mapping[str, SemanticRetriever], ranker: Model | None, *, query_cache: int = QUERY_CACHE,
                  result_cache: int | None = None, rescorer: Any = None, rescore_depth: int = 10, rescore: bool = False,
-                 corrector: SpellCorrector | None = None, correct_queries: bool = True):
+                 rescore_weight: float = math.inf, corrector: SpellCorrector | None = None, correct_queries: bool = True):
         self.path, self.manifest, self.corpus = path, manifest, corpus
         self.corrector = corrector
         self.correct_queries = bool(correct_queries and corrector is not None)
@@ -487,7 +493,9 @@ class Bundle:
         if rescore_depth < 1:
             raise ValueError(f"rescore depth must be >= 1, got {rescore_depth}")
         self.rescorer, self.rescore_depth, self.rescore = rescorer, rescore_depth, rescore
-        """Stage 3: the cross-encoder, how many of the ranked hits it re-scores, and whether it runs."""
+        self.rescore_weight = check_weight(rescore_weight)
+        """Stage 3: the cross-encoder, how many of the ranked hits it re-scores, whether it runs, and
+        its weight in their new score beside the ranker's (inf: its score alone)."""
         for name, m in [("lexical", lexical), *semantic.items(), ("ranker", ranker)]:
             if m is not None and list(m.doc_ids) != corpus.ids:
                 raise ModelDirError(f"{path}: {name} index and documents do not match (different document ids)")
@@ -515,13 +523,16 @@ class Bundle:
     @classmethod
     def load(cls, path: str | Path, *, store: str | None = None, verify: bool = True,
              query_cache: int = QUERY_CACHE, result_cache: int | None = None, rescore: bool | None = None,
-             rescore_depth: int | None = None, correct_queries: bool | None = None) -> "Bundle":
+             rescore_depth: int | None = None, rescore_weight: float | None = None,
+             correct_queries: bool | None = None) -> "Bundle":
         """Read a bundle (or its ``.old`` backup left by a build killed mid-swap), check every
         file against the manifest's sha256 and each vector index against its encoder;
         ``query_cache``: recent query embeddings kept per neural model, ``result_cache``: recent
         searches' results (None: ``RESULT_CACHE`` or $SEMSEARCH_RESULT_CACHE; 0: none); ``rescore``:
         run the bundle's stage-3 cross-encoder (None: as $SEMSEARCH_RESCORE says), on the first
-        ``rescore_depth`` hits (None: the depth it was built with); ``correct_queries``: correct
+        ``rescore_depth`` hits (None: the depth it was built with), blended with the ranker's scores
+        at ``rescore_weight`` (None: $SEMSEARCH_RESCORE_WEIGHT, else as built; a bundle built before
+        the blend, or with weight null, orders them by the cross-encoder alone); ``correct_queries``: correct
         each query's spelling before its search, if the bundle has a corrector (None: unless
         $SEMSEARCH_CORRECT_QUERIES is 0 or off)."""
         p = Path(path)
@@ -574,6 +585,16 @@ class Bundle:
                 rescore_depth = int(env)
         if rescore_depth is None:
             rescore_depth = int(rs["depth"]) if rs else 10
+        if rescore_weight is None:
+            env = os.environ.get(RESCORE_WEIGHT_ENV, "").strip()
+            built = rs.get("weight") if rs else None
+            try:
+                rescore_weight = (check_weight(float(env), f"${RESCORE_WEIGHT_ENV}") if env else math.inf if built is None
+                                  else check_weight(built, f"{p / MANIFEST}: rescorer.weight"))
+            except ValueError as e:
+                if env:
+                    raise
+                raise ModelDirError(str(e)) from None
         sp = manifest.get("spelling")
         try:
             corrector = SpellCorrector.load(p / sp["path"]) if sp else None
@@ -582,7 +603,8 @@ class Bundle:
         if correct_queries is None:
             correct_queries = os.environ.get(CORRECT_ENV, "").strip().lower() not in ("0", "off", "false", "no")
         bundle = cls(p, manifest, corpus, lexical, semantic, ranker, query_cache=query_cache, result_cache=result_cache,
-                     rescorer=rescorer, rescore_depth=rescore_depth, rescore=rescore, corrector=corrector,
+                     rescorer=rescorer, rescore_depth=rescore_depth, rescore=rescore, rescore_weight=rescore_weight,
+                     corrector=corrector,
                      correct_queries=correct_queries)
         bundle.store = store
         return bundle
@@ -736,7 +758,8 @@ class Bundle:
         if self.rescore:
             t3 = time.perf_counter()
             with self._locks[id(self.rescorer)]:
-                found = rescore_top(self.rescorer, queries, found, self.rescore_depth, lambda h: self.document_text(h.doc_id))
+                found = rescore_top(self.rescorer, queries, found, self.rescore_depth, lambda h: self.document_text(h.doc_id),
+                                    self.rescore_weight)
             timing["rescore_ms"] = 1000 * (time.perf_counter() - t3)
         timing["total_ms"] = 1000 * (time.perf_counter() - t0)
         timing["batch"] = float(len(queries))

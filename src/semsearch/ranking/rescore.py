@@ -5,10 +5,16 @@ fewest documents (§3.3): here a trained BERT(rel) (``models.transformer.CrossEn
 (query, title) pair of the first ``depth`` hits the stage-2 ranker returned and re-orders them by
 its score; the hits below ``depth`` keep the ranker's order and score. A cross-encoder costs one
 transformer pass per pair (on this project's 2-core CPU about 1-2 ms a pair through ONNX Runtime),
-so the service runs it only when asked (``semsearch serve --rescore``)."""
+so the service runs it only when asked (``semsearch serve --rescore``).
+
+By default the re-scored hits are ordered by a blend of both views, z(ranker) + w·z(cross-encoder),
+each standardised over the query's re-scored hits: on Home Depot dev through the service a
+cross-encoder's order alone was worse than the ranker's at every depth, and the blend better
+(README, "Stage 3"); ``weight`` = inf keeps the cross-encoder's order alone."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
@@ -32,13 +38,28 @@ def is_pair_scorer(model: Any) -> bool:
     return callable(getattr(model, "score_pairs", None))
 
 
+def check_weight(weight: float, where: str = "rescore weight") -> float:
+    """A stage-3 blend weight: a number > 0, or inf (the cross-encoder's order alone)."""
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or math.isnan(weight) or weight <= 0:
+        raise ValueError(f"{where} must be a number > 0, or inf for the cross-encoder's order alone; got {weight!r}")
+    return float(weight)
+
+
+def _z(x: np.ndarray) -> np.ndarray:
+    """Standardised over one query's re-scored hits (a constant list: centred only)."""
+    sd = float(x.std())
+    return (x - x.mean()) / (sd if sd > 0 else 1.0)
+
+
 def rescore_top(scorer: PairScorer, queries: Sequence[str], ranked: Sequence[Sequence[H]], depth: int,
-                text: Callable[[H], str]) -> list[list[H]]:
+                text: Callable[[H], str], weight: float = math.inf) -> list[list[H]]:
     """Each query's first ``depth`` hits re-ordered by ``scorer`` (one call for every pair of
-    every query: the service's micro-batch), their ``score`` replaced by the scorer's; ties keep
-    the ranker's order; the rest of each list unchanged. ``text``: a hit's document text."""
+    every query: the service's micro-batch); the rest of each list unchanged. ``weight``: their
+    new score is z(their score) + weight · z(the scorer's), both standardised over those hits;
+    inf: the scorer's score alone. Ties keep the ranker's order. ``text``: a hit's document text."""
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
+    weight = check_weight(weight)
     tops = [list(hits[:depth]) for hits in ranked]
     qs = [q for q, top in zip(queries, tops) for _ in top]
     if not qs:
@@ -48,9 +69,11 @@ def rescore_top(scorer: PairScorer, queries: Sequence[str], ranked: Sequence[Seq
     for hits, top in zip(ranked, tops):
         s = scores[at : at + len(top)]
         at += len(top)
+        if not math.isinf(weight):
+            s = _z(np.array([h.score for h in top], dtype=np.float64)) + weight * _z(s)  # type: ignore[attr-defined]
         order = sorted(range(len(top)), key=lambda i: (-s[i], i))
         out.append([replace(top[i], score=float(s[i])) for i in order] + list(hits[depth:]))  # type: ignore[type-var]
     return out
 
 
-__all__ = ["PairScorer", "is_pair_scorer", "rescore_top"]
+__all__ = ["PairScorer", "check_weight", "is_pair_scorer", "rescore_top"]
