@@ -157,21 +157,19 @@ def test_rescorer_must_be_a_cross_encoder_and_present(tiny_data, ce_bundle, tmp_
         Bundle.load(plain, rescore=True)
 
 
-def test_cli_rescore_depth_needs_a_rescorer(tiny_data, tmp_path):
-    r = CliRunner().invoke(app, ["index", "build", "--data", "tiny", "--models", "bm25", "--out", str(tmp_path / "b"),
-                                 "--rescore-depth", "5"])
-    assert r.exit_code != 0 and "--rescore-depth needs --rescorer" in r.output
-    r = CliRunner().invoke(app, ["serve", str(tmp_path / "b"), "--rescore-depth", "5"])
-    assert r.exit_code != 0 and "--rescore-depth needs --rescore" in r.output
-    r = CliRunner().invoke(app, ["serve", str(tmp_path / "b"), "--rescore", "--rescore-depth", "0"])
-    assert r.exit_code != 0 and "--rescore-depth must be >= 1, got 0" in r.output
-    r = CliRunner().invoke(app, ["index", "build", "--data", "tiny", "--models", "bm25", "--out", str(tmp_path / "b"),
-                                 "--rescore-weight", "2"])
-    assert r.exit_code != 0 and "--rescore-weight needs --rescorer" in r.output
-    r = CliRunner().invoke(app, ["serve", str(tmp_path / "b"), "--rescore-weight", "2"])
-    assert r.exit_code != 0 and "--rescore-weight needs --rescore" in r.output
-    r = CliRunner().invoke(app, ["serve", str(tmp_path / "b"), "--rescore", "--rescore-weight", "0"])
-    assert r.exit_code != 0 and "--rescore-weight must be a number > 0, or inf" in r.output
+def test_cli_rescore_options_are_checked(tiny_data, tmp_path):
+    build = ["index", "build", "--data", "tiny", "--models", "bm25", "--out", str(tmp_path / "b")]
+    serve = ["serve", str(tmp_path / "b")]
+    for args, message in [
+        ([*build, "--rescore-depth", "5"], "--rescore-depth needs --rescorer"),
+        ([*serve, "--rescore-depth", "5"], "--rescore-depth needs --rescore"),
+        ([*serve, "--rescore", "--rescore-depth", "0"], "--rescore-depth must be >= 1, got 0"),
+        ([*build, "--rescore-weight", "2"], "--rescore-weight needs --rescorer"),
+        ([*serve, "--rescore-weight", "2"], "--rescore-weight needs --rescore"),
+        ([*serve, "--rescore", "--rescore-weight", "0"], "--rescore-weight must be a number > 0, or inf"),
+    ]:
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code != 0 and message in r.output, (args, r.output)
 
 
 def test_cli_build_keeps_the_rescore_weight(tiny_data, tiny_bert, tmp_path):
