@@ -126,9 +126,10 @@ def test_bundle_blends_at_the_weight_it_was_built_with_unless_told(tiny_data, ti
     assert Bundle.load(out, rescore=True, rescore_weight=3.0).rescore_weight == 3.0
     monkeypatch.setenv("SEMSEARCH_RESCORE_WEIGHT", "0.5")  # serve --rescore-weight 0.5, in each worker
     assert Bundle.load(out, rescore=True).rescore_weight == 0.5
-    monkeypatch.setenv("SEMSEARCH_RESCORE_WEIGHT", "-2")
-    with pytest.raises(ValueError, match=r"\$SEMSEARCH_RESCORE_WEIGHT must be a number > 0"):
-        Bundle.load(out, rescore=True)
+    for bad in ("-2", "heavy"):
+        monkeypatch.setenv("SEMSEARCH_RESCORE_WEIGHT", bad)
+        with pytest.raises(ValueError, match=r"\$SEMSEARCH_RESCORE_WEIGHT must be a number > 0"):
+            Bundle.load(out, rescore=True)
     monkeypatch.delenv("SEMSEARCH_RESCORE_WEIGHT")
     for weight, want_w in ((None, math.inf), ("absent", math.inf), (0.0, "bad"), ("1", "bad")):
         m = json.loads(man_path.read_text())

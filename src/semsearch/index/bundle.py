@@ -54,10 +54,10 @@ N_LEXICAL, N_SEMANTIC = 300, 20
 """Stage-1 depths of a search without a two-stage ranker (the BERT paper's Sec. 4.4)."""
 RESULT_CACHE_ENV = "SEMSEARCH_RESULT_CACHE"
 RESCORE_ENV = "SEMSEARCH_RESCORE"
-RESCORE_WEIGHT_ENV = "SEMSEARCH_RESCORE_WEIGHT"  # serve --rescore-weight, for each worker's Bundle.load
-RESCORE_WEIGHT = 1.0  # a new bundle's stage-3 blend weight (index build --rescore-weight)
 """``semsearch serve --rescore`` sets it for each worker's bundle: "on" (its stage-3 cross-encoder
 re-scores the depth the bundle was built with), a number (that depth), or "off"/"0"/unset."""
+RESCORE_WEIGHT_ENV = "SEMSEARCH_RESCORE_WEIGHT"  # serve --rescore-weight, for each worker's Bundle.load
+RESCORE_WEIGHT = 1.0  # a new bundle's stage-3 blend weight (index build --rescore-weight)
 CORRECT_ENV = "SEMSEARCH_CORRECT_QUERIES"
 """0 / off / false / no: a loaded bundle searches queries as typed (``semsearch serve
 --no-correct-queries`` sets it off for each worker); else it corrects them if it has a corrector."""
@@ -588,13 +588,19 @@ class Bundle:
         if rescore_weight is None:
             env = os.environ.get(RESCORE_WEIGHT_ENV, "").strip()
             built = rs.get("weight") if rs else None
-            try:
-                rescore_weight = (check_weight(float(env), f"${RESCORE_WEIGHT_ENV}") if env else math.inf if built is None
-                                  else check_weight(built, f"{p / MANIFEST}: rescorer.weight"))
-            except ValueError as e:
-                if env:
-                    raise
-                raise ModelDirError(str(e)) from None
+            if env:
+                try:
+                    value: Any = float(env)
+                except ValueError:
+                    value = env  # not a number: check_weight says so, naming the variable
+                rescore_weight = check_weight(value, f"${RESCORE_WEIGHT_ENV}")
+            elif built is None:
+                rescore_weight = math.inf
+            else:
+                try:
+                    rescore_weight = check_weight(built, f"{p / MANIFEST}: rescorer.weight")
+                except ValueError as e:
+                    raise ModelDirError(str(e)) from None
         sp = manifest.get("spelling")
         try:
             corrector = SpellCorrector.load(p / sp["path"]) if sp else None
