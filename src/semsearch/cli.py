@@ -368,7 +368,9 @@ def index_build(
     if ranker_param and not train_ranker:
         raise ValueError("--ranker-param needs --train-ranker")
     _check_onnx(onnx)
-    if rescore_weight is not None and rescorer is None:
+    if rescorer is None and rescore_depth != 10:
+        raise ValueError("--rescore-depth needs --rescorer")
+    if rescorer is None and rescore_weight is not None:
         raise ValueError("--rescore-weight needs --rescorer")
     weight = check_weight(RESCORE_WEIGHT if rescore_weight is None else rescore_weight, "--rescore-weight")
     index_params = _vector_params(vector_index, vector_param)
@@ -383,8 +385,6 @@ def index_build(
     if rescorer is not None:
         rs = load_model(rescorer)
         _onnx_models([rs], onnx)
-    elif rescore_depth != 10:
-        raise ValueError("--rescore-depth needs --rescorer")
     path = build_bundle(corpus, built, out_dir, ranker=rk, train_ranker=trainer, dataset=data, fields=fields,
                         kind=vector_index, store=store, pg_data=pg_data, vector_cache=vector_cache, rescorer=rs,
                         rescore_depth=rescore_depth, rescore_weight=weight, index_params=index_params,
