@@ -496,7 +496,7 @@ train = {{ split = "train", threshold = 2 }}
 [[models]]
 label = "Student"
 model = "bert-rep"
-params = {{ base = "{base}", neg_global = 1, neg_cluster = 0, neg_hard = 1, hard_depth = 5, lr = 1e-3, batch_size = 4, loss = "margin_mse", teacher = "{teacher}" }}
+params = {{ base = "{base}", neg_global = 1, neg_cluster = 0, neg_hard = 1, hard_depth = 5, lr = 1e-3, batch_size = 4, loss = "margin_mse", teacher = {teacher} }}
 train = {{ split = "train", threshold = 2 }}
 """
 
@@ -505,11 +505,11 @@ def test_a_teacher_row_distils_into_a_student_row(tiny_data, tmp_path, tiny_bert
     from semsearch.experiments.cache import cache_key
 
     p = tmp_path / "d.toml"
-    p.write_text(DISTILLED.format(base=tiny_bert, teacher="Teacher"))
+    p.write_text(DISTILLED.format(base=tiny_bert, teacher='"Teacher"'))
     spec = load_spec(p)
     result = run_experiment(spec, progress=False, model_dir=tmp_path / "models")
     log = result.training["Student"]
-    assert log["teacher_factor"] > 0 and log["pairs"] > log["judged_pairs"]
+    assert log["teacher_factors"][0] > 0 and log["pairs"] > log["judged_pairs"]
     saved = {d.name.split("-")[1]: d for d in (tmp_path / "models").iterdir()}
     teacher_recipe = json.loads((saved["rel"] / "recipe.json").read_text())
     student_recipe = json.loads((saved["rep"] / "recipe.json").read_text())
@@ -533,19 +533,44 @@ def test_a_teacher_row_distils_into_a_student_row(tiny_data, tmp_path, tiny_bert
     monkeypatch.setattr(runner, "fit", lambda model, *a, **kw: calls.append(model.name) or real_fit(model, *a, **kw))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
     (tmp_path / "scratch").mkdir()
-    p.write_text(DISTILLED.format(base=tiny_bert, teacher="Teacher") + "seeds = 2\n")
+    p.write_text(DISTILLED.format(base=tiny_bert, teacher='"Teacher"') + "seeds = 2\n")
     seeded = run_experiment(load_spec(p), progress=False)
-    assert seeded.training["Student (seed 1)"]["teacher_factor"] > 0
+    assert seeded.training["Student (seed 1)"]["teacher_factors"][0] > 0
     assert sorted(calls) == ["bert-rel", "bert-rel", "bert-rep", "bert-rep"]
     assert list((tmp_path / "scratch").iterdir()) == []
 
 
+def test_an_ensemble_of_teacher_rows_distils_into_a_student_row(tiny_data, tmp_path, tiny_bert):
+    """``teacher`` may list rows, seed rows among them: each is trained once and the student's
+    recipe holds each one's recipe, in order."""
+    p = tmp_path / "d.toml"
+    text = DISTILLED.format(base=tiny_bert, teacher='["Teacher", "Teacher (seed 1)"]')
+    p.write_text(text.replace('train = { split = "train", threshold = 2 }\n\n[[models]]\nlabel = "Student"',
+                              'train = { split = "train", threshold = 2 }\nseeds = 2\n\n[[models]]\nlabel = "Student"'))
+    result = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
+    log = result.training["Student"]
+    assert len(log["teacher_factors"]) == 2 and all(f > 0 for f in log["teacher_factors"])
+    saved = sorted((tmp_path / "models").iterdir())
+    assert [d.name.split("-")[1] for d in saved] == ["rel", "rel", "rep"]
+    student = json.loads((saved[2] / "recipe.json").read_text())
+    teachers = student["params"]["teacher"]
+    assert [t["params"].get("seed", 0) for t in teachers] == [0, 1]
+    assert all(json.loads((d / "recipe.json").read_text()) in teachers for d in saved[:2])
+
+
 def test_a_teacher_row_is_validated(tiny_data, tmp_path, tiny_bert):
     p = tmp_path / "d.toml"
-    text = DISTILLED.format(base=tiny_bert, teacher="Teacher")
+    text = DISTILLED.format(base=tiny_bert, teacher='"Teacher"')
     p.write_text(text.replace('label = "Teacher"', 'label = "T"').replace('teacher = "Teacher"', 'teacher = "Student"'))
     with pytest.raises(SpecError, match=r"row 'Student': teacher 'Student' must be a trained bert-rel row listed before it"):
         load_spec(p)
     p.write_text(text.replace('loss = "margin_mse", ', ""))
     with pytest.raises(SpecError, match=r"'teacher' .* needed by, and only by"):
+        load_spec(p)
+    # every row an ensemble names is checked; a seed row counts as its row
+    p.write_text(text.replace('teacher = "Teacher"', 'teacher = ["Teacher", "Student (seed 1)"]') + "seeds = 2\n")
+    with pytest.raises(SpecError, match=r"teacher 'Student \(seed 1\)' must be a trained bert-rel row listed before it"):
+        load_spec(p)
+    p.write_text(text.replace('teacher = "Teacher"', 'teacher = ["Teacher", ""]'))
+    with pytest.raises(SpecError, match=r"'teacher' lists saved cross-encoders' directories; got an empty name"):
         load_spec(p)

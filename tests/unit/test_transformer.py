@@ -19,7 +19,8 @@ from semsearch.training.losses import (LIST_LOSSES, grade_cross_entropy, grade_t
                                        graded_list_loss, listnet_loss, margin_mse_loss)
 from semsearch.training.negatives import uniform_negatives
 from semsearch.training.transformer import (Clusters, Example, _batch_loss, _param_groups, _shared_labels, list_spread,
-                                            add_hard_negatives, add_negatives, judged_examples, with_teacher)
+                                            add_hard_negatives, add_negatives, judged_examples, pooled_spread,
+                                            with_teacher)
 from semsearch.training.args import BiEncoderArgs, CrossEncoderArgs
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
@@ -264,20 +265,40 @@ def test_hard_negatives_come_from_the_first_models_top(tiny_bert, tmp_path):
         assert set(h.docs[len(ex.docs):].tolist()) <= top - ex.judged and len(h.docs) == len(ex.docs) + 2
 
 
-def test_teacher_scores_are_rescaled_to_the_spread(tiny_bert, tmp_path):
+def test_teacher_scores_are_rescaled_to_the_spread(tiny_bert, tmp_path, monkeypatch):
     data = _data()
     teacher = create_model("bert-rel", base=tiny_bert)
     teacher.init_head(0)
     teacher.save(tmp_path / "teacher")
     teacher = load_model(tmp_path / "teacher")
     examples = judged_examples(data, np.random.default_rng(0), None, 30)
-    taught, factor = with_teacher(examples, teacher, data.doc_texts, 0.1)
+    taught, (factor,) = with_teacher(examples, teacher, data.doc_texts, 0.1)
     raw = [teacher.score_pairs([e.query] * len(e.docs), [data.doc_texts[r] for r in e.docs]) for e in examples]
     for e, r in zip(taught, raw):
         assert np.allclose(e.teacher, r * factor, rtol=1e-5, atol=1e-7)
+    assert pooled_spread(e.teacher for e in taught) == pytest.approx(0.1, rel=1e-4)
     dev = np.concatenate([e.teacher - e.teacher.mean() for e in taught])
     dof = sum(len(e.docs) - 1 for e in taught)
     assert np.sqrt((dev ** 2).sum() / dof) == pytest.approx(0.1, rel=1e-4)
+    # an ensemble: each teacher divided by its own spread, averaged, the mean rescaled to the spread,
+    # so a teacher whose scores are 10x larger does not outweigh the other
+    other = create_model("bert-rel", base=tiny_bert)
+    other.init_head(1)
+    other.save(tmp_path / "other")
+    other = load_model(tmp_path / "other")
+    quiet = [other.score_pairs([e.query] * len(e.docs), [data.doc_texts[r] for r in e.docs]) for e in examples]
+    ens, factors = with_teacher(examples, [teacher, other], data.doc_texts, 0.1)
+    mixed = [a / pooled_spread(raw) + b / pooled_spread(quiet) for a, b in zip(raw, quiet)]
+    for e, m, a, b in zip(ens, mixed, raw, quiet):
+        assert np.allclose(e.teacher, m * 0.1 / pooled_spread(mixed), rtol=1e-4, atol=1e-6)
+        assert np.allclose(e.teacher, factors[0] * a + factors[1] * b, rtol=1e-5, atol=1e-7)
+    assert pooled_spread(e.teacher for e in ens) == pytest.approx(0.1, rel=1e-4)
+    own = teacher.score_pairs  # the first teacher 10x louder: the same taught scores, its factor / 10
+    monkeypatch.setattr(teacher, "score_pairs", lambda q, d: own(q, d) * 10)
+    ens10, factors10 = with_teacher(examples, [teacher, other], data.doc_texts, 0.1)
+    assert factors10 == pytest.approx([factors[0] / 10, factors[1]], rel=1e-5)
+    for a, b in zip(ens, ens10):
+        assert np.allclose(a.teacher, b.teacher, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["bert-rep", "bert-rel"])
@@ -296,7 +317,7 @@ def test_margin_mse_distillation_learns_the_teachers_margins(tiny_bert, tmp_path
     log = fit(m, data, None, progress=False, args=args)
     after = _batch_loss(m, examples, data.doc_texts, 1.0, loss="margin_mse").item()
     assert after < before
-    assert log["teacher_factor"] > 0 and log["teacher_seconds"] >= 0 and "hard_negatives_seconds" in log
+    assert log["teacher_factors"][0] > 0 and log["teacher_seconds"] >= 0 and "hard_negatives_seconds" in log
     assert log["pairs"] > log["judged_pairs"]  # the global and hard negatives were added
 
 

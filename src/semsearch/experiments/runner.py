@@ -108,18 +108,26 @@ class _Context:
             model.index(self.corpus.ids, self.texts(fields))
         return model
 
-    def _teacher(self, ms: ModelSpec, fold: _Fold | None) -> tuple[str, dict[str, Any]] | None:
-        """For a row whose ``teacher`` parameter names an earlier trained row (Margin-MSE): that
-        row's model trained (or reloaded) on the same queries — ``fold``'s copy under cross-fitting,
-        so no fold query reaches the student through its teacher — as (its saved directory, its
-        keyed recipe, which stands for it in the student's recipe). None when ``teacher`` is a path."""
+    def _teacher(self, ms: ModelSpec, fold: _Fold | None) -> tuple[str | list[str], Any] | None:
+        """For a row whose ``teacher`` parameter names earlier trained rows (Margin-MSE; one, or a
+        list: an ensemble teacher): each row's model trained (or reloaded) on the same queries —
+        ``fold``'s copy under cross-fitting, so no fold query reaches the student through its
+        teacher — as (its saved directory, its keyed recipe, which stands for it in the student's
+        recipe), a list of each for a list. A list entry that names no row is a path and stands for
+        itself. None when ``teacher`` names no row."""
         name = ms.params.get("teacher")
-        rows = {m.label: m for m in self.spec.models}
-        if not isinstance(name, str) or name not in rows:
+        names = name if isinstance(name, list) else [name]
+        rows = {r.label: r for m in self.spec.models for r in seed_rows(m)}  # a seed row may teach
+        if not any(isinstance(n, str) and n in rows for n in names):
             return None
-        key = (name, None if fold is None else fold.part)
-        if key not in self._teachers:  # once per teacher and fold, however many seed rows it teaches
-            tms = rows[name]
+        got = [self._teacher_row(rows[n], fold) if n in rows else (n, n) for n in names]
+        return ([g[0] for g in got], [g[1] for g in got]) if isinstance(name, list) else got[0]
+
+    def _teacher_row(self, tms: ModelSpec, fold: _Fold | None) -> tuple[str, dict[str, Any]]:
+        """Row ``tms``'s model, trained once per fold however many seed rows it teaches, as (its
+        saved directory, its keyed recipe)."""
+        key = (tms.label, None if fold is None else fold.part)
+        if key not in self._teachers:
             tkw = dict(tms.params, **({"analyzer": tms.analyzer} if tms.analyzer else {}))
             model = self._trained(tms, tkw, fold)
             trecipe = self._cache_recipe(tms, tkw, fold)

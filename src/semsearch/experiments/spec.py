@@ -286,11 +286,13 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
         if clash:
             raise SpecError(f"{p}: {m.label!r}: seeds = {m.seeds} would add rows {clash}, which other rows already use")
         teacher = m.params.get("teacher")
-        if isinstance(teacher, str) and teacher in labels:
-            t = spec.models[labels.index(teacher)]
-            if labels.index(teacher) >= i or not t.train or t.model != "bert-rel":
-                raise SpecError(f"{p}:{_label_line(text, m.label, i)}: row {m.label!r}: teacher {teacher!r} must be "
-                                f"a trained bert-rel row listed before it")
+        rows = {lb: (j, e) for j, e in enumerate(spec.models) for lb in seed_labels(e)}  # a seed row may teach
+        for name in teacher if isinstance(teacher, list) else [teacher]:
+            if isinstance(name, str) and name in rows:
+                j, t = rows[name]
+                if j >= i or not t.train or t.model != "bert-rel":
+                    raise SpecError(f"{p}:{_label_line(text, m.label, i)}: row {m.label!r}: teacher {name!r} must be "
+                                    f"a trained bert-rel row listed before it")
         _check_params(m, f"{p}:{_label_line(text, m.label, i)}: row {m.label!r}")
     return spec
 

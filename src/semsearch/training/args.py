@@ -116,9 +116,10 @@ class TransformerArgs(TrainArgs):
     hard_model: str = "bm25"
     hard_depth: int = param(30, ge=1)
     # Margin-MSE distillation (``loss`` "margin_mse"): the saved cross-encoder whose scores of every
-    # training pair (judged and sampled) the student's margins learn; its scores are rescaled so
-    # their within-list standard deviation over the training lists is ``teacher_spread``
-    teacher: str = ""
+    # training pair (judged and sampled) the student's margins learn, or a list of them (an ensemble
+    # teacher: the mean of their scores, each first divided by its own within-list sd); the scores
+    # are rescaled so their within-list standard deviation over the training lists is ``teacher_spread``
+    teacher: str | list[str] = ""
     teacher_spread: float = param(0.1, gt=0)
 
     def check(self) -> None:
@@ -129,9 +130,12 @@ class TransformerArgs(TrainArgs):
             raise ParamError(f"{self._label('margin')} is a list of hinge margins to choose from, but "
                              f"{self._label('loss')} = {self.loss!r} has no margin")
         if (self.loss == "margin_mse") != bool(self.teacher):
-            raise ParamError(f"{self._label('teacher')} (a saved cross-encoder's directory) is needed by, and only "
-                             f"by, {self._label('loss')} = 'margin_mse'; got loss = {self.loss!r}, "
-                             f"teacher = {self.teacher!r}")
+            raise ParamError(f"{self._label('teacher')} (a saved cross-encoder's directory, or a list of them) is "
+                             f"needed by, and only by, {self._label('loss')} = 'margin_mse'; got loss = "
+                             f"{self.loss!r}, teacher = {self.teacher!r}")
+        if isinstance(self.teacher, list) and not all(self.teacher):
+            raise ParamError(f"{self._label('teacher')} lists saved cross-encoders' directories; got an empty "
+                             f"name in {self.teacher!r}")
         if self.neg_hard > self.hard_depth:
             raise ParamError(f"{self._label('neg_hard')} = {self.neg_hard} cannot exceed "
                              f"{self._label('hard_depth')} = {self.hard_depth}")
@@ -139,6 +143,11 @@ class TransformerArgs(TrainArgs):
     @property
     def margins(self) -> list[float]:
         return self.margin if isinstance(self.margin, list) else [self.margin]
+
+    @property
+    def teachers(self) -> list[str]:
+        """The teacher directories: one, several (an ensemble), or none."""
+        return list(self.teacher) if isinstance(self.teacher, list) else [self.teacher] if self.teacher else []
 
 
 @dataclass(frozen=True)

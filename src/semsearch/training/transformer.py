@@ -17,10 +17,11 @@ encoded per query.
 
 Hard negatives (``neg_hard``): documents drawn from the top ``hard_depth`` that a first model
 ("bm25", or a saved bi-encoder) retrieves for the query from the whole collection, none judged for
-it. Distillation (``loss`` "margin_mse"): a saved cross-encoder ``teacher`` scores every pair of
-every list once before training, judged and sampled alike (so an unjudged hard negative that is in
-fact relevant is taught as such, not as grade 0), and the student learns its score margins
-(``losses.margin_mse_loss``; Hofstätter et al. 2020).
+it. Distillation (``loss`` "margin_mse"): a saved cross-encoder ``teacher`` (or a list of them: an
+ensemble teacher, as Hofstätter et al. 2020 also used) scores every pair of every list once before
+training, judged and sampled alike (so an unjudged hard negative that is in fact relevant is taught
+as such, not as grade 0), and the student learns its score margins (``losses.margin_mse_loss``;
+Hofstätter et al. 2020).
 
 CPU budget: ``max_queries`` trains on a random subset of the training queries and
 ``dev_queries`` scores a random subset of the dev queries."""
@@ -152,19 +153,28 @@ def pooled_spread(lists: Iterable[np.ndarray]) -> float:
     return float(np.sqrt(sum(float(((t - t.mean()) ** 2).sum()) for t in lists) / max(dof, 1)))
 
 
-def with_teacher(examples: list[Example], teacher: CrossEncoder, doc_texts: list[str],
-                 spread: float) -> tuple[list[Example], float]:
-    """Every example with its documents' teacher scores, rescaled by one factor so that their pooled
-    within-list standard deviation is ``spread`` (Margin-MSE sees only differences within a list,
-    so no offset is needed); returns the examples and the factor."""
+def with_teacher(examples: list[Example], teachers: CrossEncoder | list[CrossEncoder], doc_texts: list[str],
+                 spread: float) -> tuple[list[Example], list[float]]:
+    """Every example with its documents' teacher scores, rescaled so that their pooled within-list
+    standard deviation is ``spread`` (Margin-MSE sees only differences within a list, so no offset
+    is needed). Several teachers (an ensemble teacher) give the mean of their scores, each first
+    divided by its own pooled within-list sd, so that no teacher outweighs the others by its scale. Returns the examples and each teacher's factor: the taught
+    score of a pair is the sum over teachers of factor × raw score."""
+    teachers = teachers if isinstance(teachers, list) else [teachers]
     qs = [e.query for e in examples for _ in e.docs]
-    flat = teacher.score_pairs(qs, [doc_texts[r] for e in examples for r in e.docs])
+    pairs = [doc_texts[r] for e in examples for r in e.docs]
     bounds = np.cumsum([0] + [len(e.docs) for e in examples])
-    lists = [flat[a:b] for a, b in pairwise(bounds)]
-    sd = pooled_spread(lists)
-    factor = spread / sd if sd > 0 else 1.0
-    return [Example(e.query, e.docs, e.grades, e.judged, (t * factor).astype(np.float32))
-            for e, t in zip(examples, lists)], factor
+    raw = [t.score_pairs(qs, pairs) for t in teachers]
+    weights = [1.0]  # one teacher: its own scale; several: each divided by its own sd, then averaged
+    if len(raw) > 1:
+        sds = [pooled_spread(flat[a:b] for a, b in pairwise(bounds)) for flat in raw]
+        weights = [1.0 / (len(raw) * sd) if sd > 0 else 1.0 / len(raw) for sd in sds]
+    mixed = sum(w * flat for w, flat in zip(weights, raw))
+    sd = pooled_spread(mixed[a:b] for a, b in pairwise(bounds))
+    factors = [w * (spread / sd if sd > 0 else 1.0) for w in weights]
+    flat = sum(f * t for f, t in zip(factors, raw))
+    return [Example(e.query, e.docs, e.grades, e.judged, flat[a:b].astype(np.float32))
+            for e, (a, b) in zip(examples, pairwise(bounds))], factors
 
 
 SPREAD_LISTS = 64  # the student's spread is measured on this many training lists (a few seconds)
@@ -248,11 +258,11 @@ def train_transformer(model: TransformerModel, data: TrainingData, dev: EvalSet 
     _check_grades(model, args, examples)
     if args.loss == "margin_mse":
         t0 = time.perf_counter()
-        teacher = CrossEncoder.load(args.teacher)
-        assert isinstance(teacher, CrossEncoder)
-        examples, log["teacher_factor"] = with_teacher(examples, teacher, data.doc_texts, args.teacher_spread)
+        teachers = [CrossEncoder.load(d) for d in args.teachers]
+        assert all(isinstance(t, CrossEncoder) for t in teachers)
+        examples, log["teacher_factors"] = with_teacher(examples, teachers, data.doc_texts, args.teacher_spread)
         log["teacher_seconds"] = time.perf_counter() - t0
-        del teacher
+        del teachers
         log["student_spread"] = _check_spread(model, examples, data.doc_texts, args.teacher_spread)
     log.update(_tune(model, data, examples, dev, args, progress, model.name))
     return log
