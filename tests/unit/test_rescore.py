@@ -168,6 +168,8 @@ def test_cli_rescore_options_are_checked(tiny_data, tmp_path):
         ([*build, "--rescore-weight", "2"], "--rescore-weight needs --rescorer"),
         ([*serve, "--rescore-weight", "2"], "--rescore-weight needs --rescore"),
         ([*serve, "--rescore", "--rescore-weight", "0"], "--rescore-weight must be a number > 0, or inf"),
+        ([*build, "--rescorer-onnx", "int8"], "--rescorer-onnx needs --rescorer"),
+        ([*build, "--rescorer", str(tmp_path), "--rescorer-onnx", "int4"], "--rescorer-onnx must be one of fp32, int8, off"),
     ]:
         r = CliRunner().invoke(app, args)
         assert r.exit_code != 0 and message in r.output, (args, r.output)
@@ -184,6 +186,27 @@ def test_cli_build_keeps_the_rescore_weight(tiny_data, tiny_bert, tmp_path):
         r = CliRunner().invoke(app, [*base, "--out", str(out), *arg])
         assert r.exit_code == 0, r.output
         assert json.loads((out / "manifest.json").read_text())["rescorer"]["weight"] == want
+
+
+def test_cli_build_exports_the_rescorer_at_its_own_precision(tiny_data, tiny_bert, tmp_path):
+    """``--rescorer-onnx`` sets the stage-3 cross-encoder's precision apart from ``--onnx``'s (the
+    encoders'); without it the rescorer follows ``--onnx``."""
+    create_model("bert-rel", base=tiny_bert).save(tmp_path / "ce")
+    create_model("bert-rep", base=tiny_bert).save(tmp_path / "enc")
+    base = ["index", "build", "--data", "tiny", "--models", str(tmp_path / "enc"), "--rescorer", str(tmp_path / "ce")]
+    for arg, enc, ce in ((["--onnx", "off", "--rescorer-onnx", "int8"], None, "int8"),
+                         (["--onnx", "int8", "--rescorer-onnx", "off"], "int8", None),
+                         (["--onnx", "int8"], "int8", "int8")):
+        out = tmp_path / "-".join(arg)
+        r = CliRunner().invoke(app, [*base, "--out", str(out), *arg])
+        assert r.exit_code == 0, r.output
+        models = json.loads((out / "manifest.json").read_text())["models"]
+        got_enc = [json.loads(f.read_text())["precision"] for f in (out / models[0]["path"]).rglob("onnx.json")]
+        got_ce = [json.loads(f.read_text())["precision"] for f in (out / "rescorer").glob("onnx.json")]
+        assert got_enc == ([enc] if enc else []) and got_ce == ([ce] if ce else []), (arg, got_enc, got_ce)
+        bundle = Bundle.load(out, rescore=True)
+        assert (bundle.rescorer.runner is None) == (ce is None)
+        assert bundle.search("red brick", k=3)  # stage 3 runs through what was kept
 
 
 def test_serve_rescore_runs_stage_3_in_the_workers(ce_bundle, serve_bundle, monkeypatch):
