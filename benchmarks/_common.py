@@ -162,6 +162,17 @@ class Served:
         self.stderr = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
 
 
+def add_rescore_options(ap: Any, prefix: str = "") -> None:
+    """The scripts' ``--rescore DEPTH`` and ``--rescore-weight W`` (``rescore_args`` turns them
+    into ``semsearch serve`` options); ``prefix`` starts ``--rescore``'s help (e.g. "--bundle: ")."""
+    ap.add_argument("--rescore", type=int, default=None, metavar="DEPTH",
+                    help=f"{prefix}serve with the bundle's stage-3 cross-encoder re-scoring the first DEPTH hits "
+                         "(0: the bundle's depth)")
+    ap.add_argument("--rescore-weight", type=float, default=None, metavar="W",
+                    help="--rescore: the cross-encoder's weight beside the ranker's (inf: its order alone; "
+                         "default: the bundle's)")
+
+
 def rescore_args(depth: int | None, weight: float | None = None) -> list[str]:
     """``semsearch serve`` options for stage 3: none (off), ``--rescore`` (0: the bundle's depth)
     or ``--rescore --rescore-depth DEPTH``, and ``--rescore-weight W`` (None: the bundle's)."""

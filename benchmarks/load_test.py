@@ -36,7 +36,7 @@ from urllib.parse import quote
 
 import httpx
 
-from _common import REPO, hardware, hardware_line, rescore_args, served, summary_row, write_json
+from _common import REPO, add_rescore_options, hardware, hardware_line, rescore_args, served, summary_row, write_json
 
 TARGET_P99_MS = 50.0  # at 50 clients, 2 workers, ranker on (the served issue)
 
@@ -113,10 +113,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--workers", type=int, default=1, help="server worker processes (semsearch serve --workers)")
     ap.add_argument("--queries", type=int, default=2000, help="distinct queries to cycle through")
-    ap.add_argument("--rescore", type=int, default=None, metavar="DEPTH",
-                    help="serve with the bundle's stage-3 cross-encoder re-scoring the first DEPTH hits (0: the bundle's depth)")
-    ap.add_argument("--rescore-weight", type=float, default=None, metavar="W",
-                    help="--rescore: the cross-encoder's weight beside the ranker's (inf: its order alone; default: the bundle's)")
+    add_rescore_options(ap)
     ap.add_argument("--result-cache", type=int, default=None,
                     help="semsearch serve --result-cache (0: every request runs both stages and the ranker)")
     ap.add_argument("--loop", choices=("asyncio", "uvloop"), default=None, help="semsearch serve --loop (default: serve's)")

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from _common import REPO, rescore_args, served, write_json
+from _common import REPO, add_rescore_options, rescore_args, served, write_json
 from semsearch.data import open_dataset, read_run, write_run
 from semsearch.evaluation import evaluate, paired_ttest
 
@@ -71,10 +71,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=4, help="requests in flight")
     ap.add_argument("--baseline", default=None, help="a TREC run to compare with (paired t-test)")
     ap.add_argument("--out-run", default=None, help="write the served run here (TREC format)")
-    ap.add_argument("--rescore", type=int, default=None, metavar="DEPTH",
-                    help="--bundle: serve it with its stage-3 cross-encoder re-scoring the first DEPTH hits (0: the bundle's depth)")
-    ap.add_argument("--rescore-weight", type=float, default=None, metavar="W",
-                    help="--rescore: the cross-encoder's weight beside the ranker's (inf: its order alone; default: the bundle's)")
+    add_rescore_options(ap, "--bundle: ")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "served_quality.json"))
     args = ap.parse_args()
 
