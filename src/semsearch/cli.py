@@ -161,7 +161,6 @@ def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str], model_dir
     and against ``model_dirs``' held-out folds (``training.held_out``): a ranker meant to learn
     from a fold a model never saw (``train_fold``) must name that fold."""
     from .data import EvalSet, open_dataset
-    from .evaluation import QueryFold
     from .params import ParamError
     from .plugins import create_model
     from .progress import note
@@ -181,7 +180,7 @@ def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str], model_dir
         raise ValueError(f"--train-ranker: data set {data} has no {' or '.join(missing)} judgments (splits: {', '.join(ds.splits) or 'none'})")
     queries = ds.queries()
     train, dev = (EvalSet(queries, {}, ds.qrels(s)) for s in ("train", "dev"))
-    fold = QueryFold.parse(args.train_fold) if args.train_fold else None  # (checked by the recipe)
+    fold = args.fold  # (checked by the recipe)
     for d in model_dirs:
         h = held_out(d)
         if h is None or h.get("split") != "train":

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..params import ParamError, Params, param
+
+if TYPE_CHECKING:
+    from ..evaluation import QueryFold
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|mps)$")
 _METRIC = re.compile(r"^(ndcg|recall|p|mrr|map)(@\d+)?$")
@@ -326,13 +329,10 @@ class RankerArgs(Params):
     train_fold: str = ""
 
     def check(self) -> None:
-        if self.train_fold:
-            from ..evaluation import QueryFold
-
-            try:
-                QueryFold.parse(self.train_fold, "lambdamart training parameter 'train_fold'")
-            except ValueError as e:
-                raise ParamError(str(e)) from None
+        try:
+            self.fold  # noqa: B018 (parsed here, at the edge)
+        except ValueError as e:
+            raise ParamError(str(e)) from None
         if not self.stage_depths or any(len(d) != 2 or min(d) < 0 or max(d) < 1 for d in self.stage_depths):
             raise ParamError("lambdamart training parameter 'stage_depths' must be a non-empty list of "
                              f"[n_lexical, n_semantic] pairs (>= 0, not both 0), got {self.stage_depths!r}")
@@ -347,6 +347,15 @@ class RankerArgs(Params):
             except ValueError:
                 raise ParamError(f"lambdamart training parameter 'stage_select' must list metrics like 'ndcg@10', "
                                  f"'recall@100', got {self.stage_select!r}") from None
+
+    @property
+    def fold(self) -> QueryFold | None:
+        """``train_fold`` as a ``QueryFold`` (None: all the training queries)."""
+        if not self.train_fold:
+            return None
+        from ..evaluation import QueryFold
+
+        return QueryFold.parse(self.train_fold, "lambdamart training parameter 'train_fold'")
 
 
 # ------------------------------------------------------------------------------------ distillation
