@@ -157,9 +157,11 @@ def with_teacher(examples: list[Example], teachers: CrossEncoder | list[CrossEnc
                  spread: float) -> tuple[list[Example], list[float]]:
     """Every example with its documents' teacher scores, rescaled so that their pooled within-list
     standard deviation is ``spread`` (Margin-MSE sees only differences within a list, so no offset
-    is needed). Several teachers (an ensemble teacher) give the mean of their scores, each first
-    divided by its own pooled within-list sd, so that no teacher outweighs the others by its scale. Returns the examples and each teacher's factor: the taught
-    score of a pair is the sum over teachers of factor × raw score."""
+    is needed). Several teachers (an ensemble teacher; Hofstätter et al.'s released "T2" students
+    learnt from three BERT-Cat teachers) give the mean of their scores, each first divided by its
+    own pooled within-list sd, so that no teacher outweighs the others by its scale. Returns the
+    examples and each teacher's factor: the taught score of a pair is the sum over teachers of
+    factor × raw score."""
     teachers = teachers if isinstance(teachers, list) else [teachers]
     qs = [e.query for e in examples for _ in e.docs]
     pairs = [doc_texts[r] for e in examples for r in e.docs]
