@@ -122,6 +122,14 @@ def _bundle_models(names: list[str], param: list[str], analyzer: str | None) -> 
 ONNX_CHOICES = ("fp32", "int8", "off")
 
 
+def _needs(owner: str, present: bool, given: dict[str, bool]) -> None:
+    """Each option of ``given`` that was given (True) without ``owner`` is refused, naming both
+    (checked before any work)."""
+    for option, was_given in given.items():
+        if was_given and not present:
+            raise ValueError(f"{option} needs {owner}")
+
+
 def _check_onnx(precision: str, option: str = "--onnx") -> None:
     """``--onnx`` (or ``option``): one of ONNX_CHOICES, and onnxruntime importable unless 'off'
     (checked before any work)."""
@@ -367,15 +375,11 @@ def index_build(
         raise ValueError("--models is empty")
     if ranker is not None and train_ranker:
         raise ValueError("give --ranker (a saved ranker) or --train-ranker, not both")
-    if ranker_param and not train_ranker:
-        raise ValueError("--ranker-param needs --train-ranker")
+    _needs("--train-ranker", train_ranker, {"--ranker-param": bool(ranker_param)})
     _check_onnx(onnx)
-    if rescorer is None and rescore_depth != 10:
-        raise ValueError("--rescore-depth needs --rescorer")
-    if rescorer is None and rescore_weight is not None:
-        raise ValueError("--rescore-weight needs --rescorer")
-    if rescorer is None and rescorer_onnx is not None:
-        raise ValueError("--rescorer-onnx needs --rescorer")
+    _needs("--rescorer", rescorer is not None, {"--rescore-depth": rescore_depth != 10,
+                                                "--rescore-weight": rescore_weight is not None,
+                                                "--rescorer-onnx": rescorer_onnx is not None})
     if rescorer_onnx is not None:
         _check_onnx(rescorer_onnx, "--rescorer-onnx")
     weight = check_weight(RESCORE_WEIGHT if rescore_weight is None else rescore_weight, "--rescore-weight")
@@ -505,12 +509,10 @@ def serve_cmd(
             raise ValueError(f"--result-cache must be >= 0, got {result_cache}")
         os.environ[RESULT_CACHE_ENV] = str(result_cache)  # read by each worker's Bundle.load
 
-    if rescore_depth is not None and not rescore:
-        raise ValueError("--rescore-depth needs --rescore")
+    _needs("--rescore", rescore, {"--rescore-depth": rescore_depth is not None,
+                                  "--rescore-weight": rescore_weight is not None})
     if rescore_depth is not None and rescore_depth < 1:
         raise ValueError(f"--rescore-depth must be >= 1, got {rescore_depth}")
-    if rescore_weight is not None and not rescore:
-        raise ValueError("--rescore-weight needs --rescore")
     weight = "" if rescore_weight is None else str(check_weight(rescore_weight, "--rescore-weight"))
     os.environ[RESCORE_ENV] = (str(rescore_depth) if rescore_depth else "on") if rescore else "off"  # each worker's Bundle.load
     os.environ[RESCORE_WEIGHT_ENV] = weight

@@ -234,6 +234,7 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
     if not re.match(r"^(none|cv\d+|split:[\w.-]+)$", spec.tune):
         raise SpecError(f"{p}: tune must be 'none', 'cvK' or 'split:NAME', got {spec.tune!r}")
     labels = [m.label for m in spec.models]
+    teachable = {lb: (j, e) for j, e in enumerate(spec.models) for lb in seed_labels(e)}  # a seed row may teach
     if len(set(labels)) != len(labels):
         raise SpecError(f"{p}: duplicate model labels")
     missing = [b for b in spec.baselines if b not in labels]
@@ -286,10 +287,9 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
         if clash:
             raise SpecError(f"{p}: {m.label!r}: seeds = {m.seeds} would add rows {clash}, which other rows already use")
         teacher = m.params.get("teacher")
-        rows = {lb: (j, e) for j, e in enumerate(spec.models) for lb in seed_labels(e)}  # a seed row may teach
         for name in teacher if isinstance(teacher, list) else [teacher]:
-            if isinstance(name, str) and name in rows:
-                j, t = rows[name]
+            if isinstance(name, str) and name in teachable:
+                j, t = teachable[name]
                 if j >= i or not t.train or t.model != "bert-rel":
                     raise SpecError(f"{p}:{_label_line(text, m.label, i)}: row {m.label!r}: teacher {name!r} must be "
                                     f"a trained bert-rel row listed before it")

@@ -165,18 +165,21 @@ def with_teacher(examples: list[Example], teachers: CrossEncoder | list[CrossEnc
     teachers = teachers if isinstance(teachers, list) else [teachers]
     qs = [e.query for e in examples for _ in e.docs]
     pairs = [doc_texts[r] for e in examples for r in e.docs]
-    bounds = np.cumsum([0] + [len(e.docs) for e in examples])
+    bounds = list(pairwise(np.cumsum([0] + [len(e.docs) for e in examples])))  # each list's [a, b) in the flat scores
+
+    def spread_of(flat: np.ndarray) -> float:
+        return pooled_spread(flat[a:b] for a, b in bounds)
+
     raw = [t.score_pairs(qs, pairs) for t in teachers]
     weights = [1.0]  # one teacher: its own scale; several: each divided by its own sd, then averaged
     if len(raw) > 1:
-        sds = [pooled_spread(flat[a:b] for a, b in pairwise(bounds)) for flat in raw]
-        weights = [1.0 / (len(raw) * sd) if sd > 0 else 1.0 / len(raw) for sd in sds]
+        weights = [1.0 / (len(raw) * sd) if sd > 0 else 1.0 / len(raw) for sd in map(spread_of, raw)]
     mixed = sum(w * flat for w, flat in zip(weights, raw))
-    sd = pooled_spread(mixed[a:b] for a, b in pairwise(bounds))
+    sd = spread_of(mixed)
     factors = [w * (spread / sd if sd > 0 else 1.0) for w in weights]
     flat = sum(f * t for f, t in zip(factors, raw))
     return [Example(e.query, e.docs, e.grades, e.judged, flat[a:b].astype(np.float32))
-            for e, (a, b) in zip(examples, pairwise(bounds))], factors
+            for e, (a, b) in zip(examples, bounds)], factors
 
 
 SPREAD_LISTS = 64  # the student's spread is measured on this many training lists (a few seconds)
