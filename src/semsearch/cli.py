@@ -330,10 +330,9 @@ def evaluate_cmd(
         table.add(label, evaluate(read_run(path), qr, ms, gain=gain, queries=query_set, rel_threshold=rel_threshold))
     out.print(table.to_markdown(columns=ms), highlight=False)
     if json_out:
-        from .data._io import atomic_write
+        from .data._io import write_json
 
-        with atomic_write(json_out) as f:
-            f.write(json.dumps(table.to_json(), indent=2) + "\n")
+        write_json(json_out, table.to_json())
 
 
 # ---------------------------------------------------------------------------------------- index / search
@@ -603,7 +602,7 @@ def _train(model: str, model_kw: dict[str, Any], args: Any, data: str, out_dir: 
     import shutil
 
     from .data import EvalSet, TrainingData, open_dataset
-    from .data._io import fsync_tree, replace_dir, tmp_dir
+    from .data._io import fsync_tree, replace_dir, tmp_dir, write_json
     from .plugins import create_model
     from .training import distributed, fit
 
@@ -633,7 +632,7 @@ def _train(model: str, model_kw: dict[str, Any], args: Any, data: str, out_dir: 
     tmp = tmp_dir(out_dir)
     try:
         m.save(tmp)
-        (tmp / "training.json").write_text(json.dumps(log, indent=2) + "\n", encoding="utf-8")
+        write_json(tmp / "training.json", log)
         fsync_tree(tmp)
         replace_dir(tmp, out_dir)
     except BaseException:

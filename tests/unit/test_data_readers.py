@@ -402,3 +402,23 @@ def test_cached_array_computes_once_and_checks_rows(tmp_path):
     assert calls == [3, 4] and c.shape == (4, 2) and cached_array(f, compute, rows=4).shape == (4, 2)
     assert cached_array(None, compute).shape == (3, 2) and calls == [3, 4, 3]
     assert sorted(p.name for p in f.parent.iterdir()) == ["v.npy"]  # no temporary file left
+
+
+def test_write_json_is_the_one_json_format_and_never_half_written(tmp_path):
+    """``write_json``: indented by two with one final newline (non-ASCII escaped unless
+    ``ascii=False``); an object that cannot be written leaves the old file whole and no
+    temporary file behind."""
+    import json
+
+    from semsearch.data._io import write_json
+
+    f = tmp_path / "sub" / "x.json"
+    write_json(f, {"name": "café", "n": [1, 2]})
+    assert f.read_text(encoding="utf-8") == json.dumps({"name": "café", "n": [1, 2]}, indent=2) + "\n"
+    assert "\\u00e9" in f.read_text(encoding="utf-8")
+    write_json(f, {"name": "café"}, ascii=False)
+    assert f.read_text(encoding="utf-8") == '{\n  "name": "café"\n}\n'
+    with pytest.raises(TypeError):
+        write_json(f, {"bad": object()})
+    assert json.loads(f.read_text(encoding="utf-8")) == {"name": "café"}
+    assert [p.name for p in f.parent.iterdir()] == ["x.json"]

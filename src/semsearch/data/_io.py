@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import re
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 import numpy as np
 
@@ -136,6 +137,16 @@ def atomic_write(path: PathLike, *, binary: bool = False) -> Iterator[IO]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_json(path: PathLike, obj: Any, *, ascii: bool = True) -> Path:
+    """Write ``obj`` as the project's JSON files are written (indented by two, one final newline,
+    UTF-8; ``ascii=False`` keeps non-ASCII characters as they are), atomically (``atomic_write``):
+    a reader finds the old file or the new one, never half of it."""
+    path = Path(path)
+    with atomic_write(path) as f:
+        f.write(json.dumps(obj, indent=2, ensure_ascii=ascii) + "\n")
+    return path
 
 
 def cached_array(path: PathLike | None, compute: Callable[[], np.ndarray], *, rows: int | None = None) -> np.ndarray:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..data._io import write_json
 from ..models import Model
 from ..plugins import load_model
 from ..training.versions import trainer_version
@@ -52,6 +53,6 @@ def cached_training(
     model, log = train()
     if saved is not None:
         model.save(saved)
-        (saved / "recipe.json").write_text(json.dumps(keyed, indent=2) + "\n")
-        (saved / "training.json").write_text(json.dumps(log, indent=2) + "\n")
+        write_json(saved / "recipe.json", keyed)
+        write_json(saved / "training.json", log)
     return model, log

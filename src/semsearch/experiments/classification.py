@@ -5,7 +5,6 @@ other tasks, then classifiers on 0.1-100 % of that domain's labels)."""
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..data import DomainTasks, EvalSet, TrainingData, open_dataset, open_domain_set
+from ..data._io import atomic_write, write_json
 from ..evaluation import auc
 from ..plugins import create_model
 from ..models.classifiers import letter_trigram_features, svm_scores, word_ngram_features
@@ -114,8 +114,9 @@ class ClassificationResult:
         """``NAME.md``, ``NAME.json`` and, for the adaptation study, the two figures as PNG."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"{self.spec.name}.md").write_text(self.to_markdown(), encoding="utf-8")
-        (out / f"{self.spec.name}.json").write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+        with atomic_write(out / f"{self.spec.name}.md") as f:
+            f.write(self.to_markdown())
+        write_json(out / f"{self.spec.name}.json", self.to_json())
         if self.figures:
             for fig in self.figures:
                 plot_adaptation(self.figures[fig], self.spec.fractions, out / f"{self.spec.name}-{fig}.png", fig)

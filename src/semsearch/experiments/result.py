@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data import write_run
+from ..data._io import atomic_write, write_json
 from ..evaluation import ResultTable, crosstab_markdown
 from ..types import Run
 from .spec import ExperimentSpec
@@ -95,8 +96,9 @@ class ExperimentResult:
         """Write ``NAME.md``, ``NAME.json`` and the runs ``NAME/LABEL.trec`` under ``out_dir``."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"{self.spec.name}.md").write_text(self.to_markdown(), encoding="utf-8")
-        (out / f"{self.spec.name}.json").write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+        with atomic_write(out / f"{self.spec.name}.md") as f:
+            f.write(self.to_markdown())
+        write_json(out / f"{self.spec.name}.json", self.to_json())
         for label, run in self.runs.items():
             write_run(run, out / self.spec.name / f"{slug(label)}.trec", tag=slug(label))
         return out / f"{self.spec.name}.md"

@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import __version__
 from ..data import Corpus, DataFormatError, join_fields, load_corpus, write_corpus
-from ..data._io import TMP_SUFFIX, fsync_tree, pid_alive, replace_dir, tmp_dir
+from ..data._io import TMP_SUFFIX, fsync_tree, pid_alive, replace_dir, tmp_dir, write_json
 from ..models import Model
 from ..plugins import load_model
 from ..models.base import ModelDirError, best_k, id_ranks
@@ -290,7 +290,7 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             ranker.save(tmp / "ranker")
             manifest["ranker"] = {"name": ranker.name, "path": "ranker"}
             if log:  # how a ranker trained in the build learnt (depths tried on dev, importance)
-                (tmp / "ranker" / "training.json").write_text(json.dumps(log, indent=2) + "\n", encoding="utf-8")
+                write_json(tmp / "ranker" / "training.json", log)
         if rescorer is not None:
             rescorer.save(tmp / "rescorer")
             manifest["rescorer"] = {"name": rescorer.name, "path": "rescorer", "depth": rescore_depth,
@@ -300,7 +300,7 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             time.sleep(pause)
         manifest["files"] = {p.relative_to(tmp).as_posix(): _sha256(p)
                              for p in sorted(tmp.rglob("*")) if p.is_file()}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        write_json(tmp / MANIFEST, manifest)
         fsync_tree(tmp)
         try:
             previous = json.loads((out / MANIFEST).read_text(encoding="utf-8")) if (out / MANIFEST).is_file() else None

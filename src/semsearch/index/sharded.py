@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..data._io import atomic_write
+from ..data._io import atomic_write, write_json
 from ..models.base import ModelDirError
 from ..models.doc_ids import DocIds
 from ..types import Part
@@ -157,7 +157,7 @@ class ShardedVectorIndex:
             s.save(d / SHARD_DIR.format(i))
         meta = {"shards": len(self.shards), "count": len(self), **{k: v for k, v in self.shards[0].meta().items()
                                                                    if k in ("kind", "metric", "dim", "model")}}
-        (d / SHARDED_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        write_json(d / SHARDED_META, meta)
 
     @classmethod
     def load(cls, path: str | Path, **kwargs: Any) -> "ShardedVectorIndex":

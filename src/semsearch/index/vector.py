@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..data._io import write_json
 from ..models.base import ModelDirError
 from ..models.doc_ids import DocIds
 
@@ -414,7 +415,7 @@ class VectorIndex:
         else:
             (d / EXACT).unlink(missing_ok=True)
         (d / IDS).write_text(json.dumps(list(self._ids), ensure_ascii=False) + "\n", encoding="utf-8")
-        (d / META).write_text(json.dumps(self.meta(), indent=2) + "\n", encoding="utf-8")
+        write_json(d / META, self.meta())
 
     @classmethod
     def load(cls, path: str | Path, *, expect_model: str | None = None, expect_dim: int | None = None,

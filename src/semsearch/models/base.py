@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..data import ranked
+from ..data._io import write_json
 from ..params import Params
 from ..progress import track
 from ..types import Run
@@ -160,7 +161,7 @@ def seal(path: str | Path) -> None:
     config = json.loads((d / CONFIG).read_text(encoding="utf-8"))
     config["files"] = {p.name: sha256_file(p) for p in sorted(d.iterdir())
                        if p.is_file() and p.name != CONFIG and p.name not in SIDECARS}
-    (d / CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(d / CONFIG, config, ascii=False)
 
 
 def _verify_files(d: Path, files: Any) -> None:
@@ -186,7 +187,7 @@ def write_config(path: str | Path, config: dict[str, Any]) -> None:
     """Write ``config.json`` into model directory ``path`` (created if needed)."""
     d = Path(path)
     d.mkdir(parents=True, exist_ok=True)
-    (d / CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(d / CONFIG, config, ascii=False)
 
 
 _TABLES = ("params", "settings", "train", "vocabulary")

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..data._io import write_json
 from .base import ModelDirError
 
 ONNX_FILE = "model.onnx"
@@ -201,7 +202,7 @@ def export(model: Any, out: str | Path, *, precision: str = "fp32") -> dict[str,
         meta = {"model": model.name, "precision": precision, "cosine_to_torch": round(cos, 7), "opset": 17,
                 "weights_sha256": None,
                 "onnxruntime": _ort_version()}
-        (Path(tmp) / ONNX_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        write_json(Path(tmp) / ONNX_META, meta)
         for name in (ONNX_FILE, ONNX_META):
             os.replace(Path(tmp) / name, out / name)
     return meta

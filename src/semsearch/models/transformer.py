@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..data._io import write_json
 from ..device import model_device
 from ..progress import track
 from .base import CONFIG, ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length, seal
@@ -280,7 +281,7 @@ class TransformerModel(TrainedModel):
         cfg = json.loads((d / CONFIG).read_text(encoding="utf-8"))
         params = {**self.params(), "base": None}
         cfg.update({"model": self.name, "semsearch": {"params": params}})
-        (d / CONFIG).write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_json(d / CONFIG, cfg, ascii=False)
         return d
 
     def save_onnx(self, d: Path) -> None:
@@ -295,7 +296,7 @@ class TransformerModel(TrainedModel):
         if runner.path.parent.resolve() != d.resolve():
             shutil.copyfile(runner.path, d / onnxrt.ONNX_FILE)
         meta.update({"model": self.name, "precision": runner.precision, "weights_sha256": onnxrt.weights_digest(d)})
-        (d / onnxrt.ONNX_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        write_json(d / onnxrt.ONNX_META, meta)
 
     @classmethod
     def load(cls, path: str | Path) -> "TransformerModel":
@@ -427,7 +428,7 @@ class BiEncoder(TransformerModel):
             "word_embedding_dimension": self.dim, "pooling_mode_cls_token": pooling == "cls",
             "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
             "pooling_mode_mean_sqrt_len_tokens": False}, indent=2) + "\n")
-        (d / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
+        write_json(d / "modules.json", modules)
         (d / "sentence_bert_config.json").write_text(json.dumps(
             {"max_seq_length": self.p.max_doc_length, "do_lower_case": False}, indent=2) + "\n")
         (d / "config_sentence_transformers.json").write_text(json.dumps(

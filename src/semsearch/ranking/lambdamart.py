@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..data._io import write_json
 from ..models.base import Model, ModelDirError, positions, read_config, same_length, seal, write_config
 from ..params import ParamError, Params, param
 from ..types import Qrels
@@ -202,7 +203,7 @@ class LambdaMART:
         d.mkdir(parents=True, exist_ok=True)
         self.booster.save_model(str(d / BOOSTER), num_iteration=self.best_iteration)
         meta = {"features": self.feature_names, "params": self.params, "best_iteration": self.best_iteration}
-        (d / RANKER_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        write_json(d / RANKER_JSON, meta)
 
     @classmethod
     def load(cls, path: str | Path) -> "LambdaMART":
