@@ -603,6 +603,7 @@ def _train(model: str, model_kw: dict[str, Any], args: Any, data: str, out_dir: 
 
     from .data import EvalSet, TrainingData, open_dataset
     from .data._io import fsync_tree, replace_dir, tmp_dir, write_json
+    from .models.base import TRAINING_LOG
     from .plugins import create_model
     from .training import distributed, fit
 
@@ -632,7 +633,7 @@ def _train(model: str, model_kw: dict[str, Any], args: Any, data: str, out_dir: 
     tmp = tmp_dir(out_dir)
     try:
         m.save(tmp)
-        write_json(tmp / "training.json", log)
+        write_json(tmp / TRAINING_LOG, log)
         fsync_tree(tmp)
         replace_dir(tmp, out_dir)
     except BaseException:

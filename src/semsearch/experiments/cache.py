@@ -16,6 +16,7 @@ from typing import Any
 
 from ..data._io import write_json
 from ..models import Model
+from ..models.base import RECIPE, TRAINING_LOG
 from ..plugins import load_model
 from ..training.versions import trainer_version
 
@@ -44,15 +45,15 @@ def cached_training(
     ``KIND-KEY`` with the same keyed recipe (see ``cache_key``) unless ``retrain``."""
     keyed = keyed_recipe(kind, recipe)
     saved = saved_dir(model_dir, kind, recipe) if model_dir else None
-    if saved is not None and not retrain and (saved / "recipe.json").is_file():
+    if saved is not None and not retrain and (saved / RECIPE).is_file():
         try:
-            if json.loads((saved / "recipe.json").read_text(encoding="utf-8")) == keyed:
-                return load_model(saved), json.loads((saved / "training.json").read_text(encoding="utf-8"))
+            if json.loads((saved / RECIPE).read_text(encoding="utf-8")) == keyed:
+                return load_model(saved), json.loads((saved / TRAINING_LOG).read_text(encoding="utf-8"))
         except (OSError, ValueError):  # a corrupt entry (ModelDirError, bad JSON) is a miss: train again
             pass
     model, log = train()
     if saved is not None:
         model.save(saved)
-        write_json(saved / "recipe.json", keyed)
-        write_json(saved / "training.json", log)
+        write_json(saved / RECIPE, keyed)
+        write_json(saved / TRAINING_LOG, log)
     return model, log

@@ -146,7 +146,8 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-SIDECARS = ("training.json", "recipe.json")
+TRAINING_LOG, RECIPE = "training.json", "recipe.json"
+SIDECARS = (TRAINING_LOG, RECIPE)
 """Files callers write beside a saved model after ``save`` (the CLI's and the experiment cache's
 training log, the cache's recipe): not part of the model, never sealed."""
 

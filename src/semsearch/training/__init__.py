@@ -17,6 +17,7 @@ from typing import Any
 
 from ..data import EvalSet, TrainingData
 from ..models import Model
+from ..models.base import TRAINING_LOG
 from ..params import ParamError, Params, split
 from ..plugins import family, params_type
 
@@ -131,7 +132,7 @@ def held_out(model_dir: str | Path) -> dict[str, Any] | None:
     ``{"split", "fold", "queries"}`` from the ``training.json`` beside it, or, for a static query
     encoder, its teacher's (``teacher_held_out``); None when it records none (or has no log)."""
     try:
-        log = json.loads((Path(model_dir) / "training.json").read_text(encoding="utf-8"))
+        log = json.loads((Path(model_dir) / TRAINING_LOG).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     got = (log.get("held_out") or log.get("teacher_held_out")) if isinstance(log, dict) else None
