@@ -191,6 +191,15 @@ def write_config(path: str | Path, config: dict[str, Any]) -> None:
     write_json(d / CONFIG, config, ascii=False)
 
 
+def config_params(cfg: Mapping[str, Any], params: type[Params], older: str) -> dict[str, Any]:
+    """The parameters a saved ``config.json`` holds for a kind taking ``params``: configs written
+    before typed parameters hold the analyzer apart (``"paper"`` when absent) and the training
+    settings under ``older`` ("settings", "train"); newer ones hold all of them under "params".
+    Known names only, so the old training settings the parameters no longer take still load."""
+    raw = {"analyzer": cfg.get("analyzer", "paper"), **cfg.get(older, {}), **cfg.get("params", {})}
+    return {k: v for k, v in raw.items() if k in params.names()}
+
+
 _TABLES = ("params", "settings", "train", "vocabulary")
 """Keys of a saved config that hold a table (parameters, older configs' training settings)."""
 

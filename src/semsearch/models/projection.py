@@ -49,7 +49,7 @@ import scipy.sparse as sp
 
 from ..params import Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import SAVED_DATA_ERRORS, Model, ModelDirError, dense_top_k, id_ranks, positions, read_config, same_length, seal, write_config
+from .base import SAVED_DATA_ERRORS, Model, ModelDirError, config_params, dense_top_k, id_ranks, positions, read_config, same_length, seal, write_config
 
 _NPZ = "projection.npz"
 _JSON = "projection.json"
@@ -190,10 +190,7 @@ class ProjectionModel(Model):
     def load(cls, path: str | Path) -> "ProjectionModel":
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
-        # configs written before typed parameters hold the analyzer apart and the training
-        # settings (seed, epochs, lr, ...) among "settings": keep only what the Params know
-        raw = {"analyzer": cfg.get("analyzer", "paper"), **cfg.get("settings", {}), **cfg.get("params", {})}
-        model = cls(**{k: v for k, v in raw.items() if k in cls.Params.names()})
+        model = cls(**config_params(cfg, cls.Params, "settings"))
         try:
             meta = json.loads((d / _JSON).read_text(encoding="utf-8"))
             with np.load(d / _NPZ, allow_pickle=False) as z:

@@ -49,7 +49,7 @@ import scipy.sparse as sp
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
 from . import topic_em as em
-from .base import SAVED_DATA_ERRORS, Model, ModelDirError, positions, read_config, same_length, seal, write_config
+from .base import SAVED_DATA_ERRORS, Model, ModelDirError, config_params, positions, read_config, same_length, seal, write_config
 from .lexical import LexicalIndex
 
 _NPZ = "topic.npz"
@@ -308,11 +308,8 @@ class TopicModel(Model):
     def load(cls, path: str | Path) -> "TopicModel":
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
-        # configs written before typed parameters hold the analyzer apart and the training settings
-        # (iterations, tol, seed, ...) under "train": keep only what the Params know
-        raw = {"analyzer": cfg.get("analyzer", "paper"), **cfg.get("train", {}), **cfg.get("params", {})}
         try:
-            model = cls(**{k: v for k, v in raw.items() if k in cls.Params.names()})
+            model = cls(**config_params(cfg, cls.Params, "train"))
         except (TypeError, ValueError) as e:
             raise ModelDirError(f"{d}: bad model config ({e})") from None
         if not cfg.get("trained"):

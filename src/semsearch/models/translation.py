@@ -54,7 +54,7 @@ import scipy.sparse as sp
 
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary
-from .base import SAVED_DATA_ERRORS, Model, ModelDirError, best_k, id_ranks, positions, read_config, same_length, seal, write_config
+from .base import SAVED_DATA_ERRORS, Model, ModelDirError, best_k, config_params, id_ranks, positions, read_config, same_length, seal, write_config
 from .termdep import PositionalIndex
 
 _NPZ = "translation.npz"
@@ -315,10 +315,7 @@ class _TranslationModel(Model):
     def load(cls, path: str | Path) -> "_TranslationModel":
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
-        # configs written before typed parameters hold the analyzer apart and the training settings
-        # (iterations, tol, null, min_prob) under "settings": keep only what the Params know
-        raw = {"analyzer": cfg.get("analyzer", "paper"), **cfg.get("settings", {}), **cfg.get("params", {})}
-        model = cls(**{k: v for k, v in raw.items() if k in cls.Params.names()})
+        model = cls(**config_params(cfg, cls.Params, "settings"))
         try:
             meta = json.loads((d / _JSON).read_text(encoding="utf-8"))
             with np.load(d / _NPZ, allow_pickle=False) as z:
