@@ -196,10 +196,7 @@ def list_spread(model: TransformerModel, examples: list[Example], doc_texts: lis
         with torch.no_grad():
             for s in range(0, len(examples), batch):
                 part = examples[s : s + batch]
-                valid = np.zeros((len(part), max(len(e.docs) for e in part)), dtype=bool)
-                for i, e in enumerate(part):
-                    valid[i, : len(e.docs)] = True
-                scores = _list_scores(model, part, doc_texts, valid)[0].cpu().numpy()
+                scores = _list_scores(model, part, doc_texts, _list_mask(part))[0].cpu().numpy()
                 lists += [scores[i, : len(e.docs)] for i, e in enumerate(part)]
     finally:
         net.train(was_training)
@@ -376,6 +373,12 @@ def _param_groups(net: torch.nn.Module, head_lr: float | None) -> list[dict[str,
             {"params": list(head.parameters()), "lr": head_lr}]
 
 
+def _list_mask(batch: list[Example]) -> np.ndarray:
+    """(B, M) mask of a batch of lists padded to the longest (M): True where list i has a document."""
+    lengths = np.array([len(e.docs) for e in batch])
+    return np.arange(lengths.max()) < lengths[:, None]
+
+
 def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[str], margin: float, *,
                 share: bool = False, loss: str = "hinge", grade_weight: float = 0.0) -> torch.Tensor:
     """Eq. 3 (``loss`` "hinge"; "listnet": ListNet) over a batch of queries: scores of each query's documents, padded to (B, M);
@@ -394,16 +397,14 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
         dev = qv.device
         return graded_list_loss(loss, qv @ dv.T, torch.as_tensor(shared[mine], device=dev),
                                 torch.as_tensor(ok[mine], device=dev), margin, scale)
-    m = max(len(e.docs) for e in batch)
-    labels = np.zeros((len(batch), m), dtype=np.float32)
-    valid = np.zeros((len(batch), m), dtype=bool)
+    valid = _list_mask(batch)
+    labels = np.zeros(valid.shape, dtype=np.float32)
     grades = np.zeros_like(labels) if loss == "margin_mse" else labels  # labels are the teacher's scores there
     for i, e in enumerate(batch):
         if loss == "margin_mse":
             assert e.teacher is not None, "margin_mse needs the teacher's scores (with_teacher)"
             labels[i, : len(e.docs)] = e.teacher
         grades[i, : len(e.docs)] = e.grades
-        valid[i, : len(e.docs)] = True
     mine, scale = distributed.shard(len(batch)), distributed.loss_scale(int(has_graded_pair(labels, valid).sum()))
     if distributed.active():  # this rank's queries: each query's scores depend on its own documents only
         batch, labels, grades, valid = batch[mine], labels[mine], grades[mine], valid[mine]
@@ -414,7 +415,7 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
         assert head is not None
         ok = torch.as_tensor(valid, device=dev)
         k = head.shape[1]
-        logits = torch.zeros((len(batch), m, k), dtype=head.dtype, device=dev).masked_scatter(ok[..., None].expand(-1, -1, k), head)
+        logits = torch.zeros((*valid.shape, k), dtype=head.dtype, device=dev).masked_scatter(ok[..., None].expand(-1, -1, k), head)
         levels = torch.tensor(model.p.grades, dtype=head.dtype, device=dev)  # type: ignore[attr-defined]
         extra = grade_weight * grade_cross_entropy(logits, torch.as_tensor(grades, device=dev), ok, levels, scale)
     return graded_list_loss(loss, scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev),
