@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 
@@ -72,8 +73,10 @@ def main() -> None:
     ap.add_argument("--baseline", default=None, help="a TREC run to compare with (paired t-test)")
     ap.add_argument("--out-run", default=None, help="write the served run here (TREC format)")
     add_rescore_options(ap, "--bundle: ")
-    ap.add_argument("--out", default=str(REPO / "results" / "bench" / "served_quality.json"))
+    ap.add_argument("--out", default=None, help="the JSON summary (default: results/bench/served_quality-DATA-SPLIT.json, "
+                    "so a dev run and a test run do not overwrite each other)")
     args = ap.parse_args()
+    args.out = args.out or str(REPO / "results" / "bench" / f"served_quality-{Path(args.data).name}-{args.split}.json")
 
     ds = open_dataset(args.data)
     qrels = ds.qrels(args.split, check=True)
