@@ -406,7 +406,7 @@ def test_cached_array_computes_once_and_checks_rows(tmp_path):
 
 def test_write_json_is_the_one_json_format_and_never_half_written(tmp_path):
     """``write_json``: indented by two with one final newline (non-ASCII escaped unless
-    ``ascii=False``); an object that cannot be written leaves the old file whole and no
+    ``ensure_ascii=False``); an object that cannot be written leaves the old file whole and no
     temporary file behind."""
     import json
 
@@ -416,7 +416,7 @@ def test_write_json_is_the_one_json_format_and_never_half_written(tmp_path):
     write_json(f, {"name": "café", "n": [1, 2]})
     assert f.read_text(encoding="utf-8") == json.dumps({"name": "café", "n": [1, 2]}, indent=2) + "\n"
     assert "\\u00e9" in f.read_text(encoding="utf-8")
-    write_json(f, {"name": "café"}, ascii=False)
+    write_json(f, {"name": "café"}, ensure_ascii=False)
     assert f.read_text(encoding="utf-8") == '{\n  "name": "café"\n}\n'
     with pytest.raises(TypeError):
         write_json(f, {"bad": object()})

@@ -139,13 +139,13 @@ def atomic_write(path: PathLike, *, binary: bool = False) -> Iterator[IO]:
         raise
 
 
-def write_json(path: PathLike, obj: Any, *, ascii: bool = True) -> Path:
+def write_json(path: PathLike, obj: Any, *, ensure_ascii: bool = True) -> Path:
     """Write ``obj`` as the project's JSON files are written (indented by two, one final newline,
-    UTF-8; ``ascii=False`` keeps non-ASCII characters as they are), atomically (``atomic_write``):
-    a reader finds the old file or the new one, never half of it."""
+    UTF-8; ``ensure_ascii=False`` keeps non-ASCII characters as they are), atomically
+    (``atomic_write``): a reader finds the old file or the new one, never half of it."""
     path = Path(path)
     with atomic_write(path) as f:
-        f.write(json.dumps(obj, indent=2, ensure_ascii=ascii) + "\n")
+        f.write(json.dumps(obj, indent=2, ensure_ascii=ensure_ascii) + "\n")
     return path
 
 

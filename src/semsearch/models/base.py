@@ -162,7 +162,7 @@ def seal(path: str | Path) -> None:
     config = json.loads((d / CONFIG).read_text(encoding="utf-8"))
     config["files"] = {p.name: sha256_file(p) for p in sorted(d.iterdir())
                        if p.is_file() and p.name != CONFIG and p.name not in SIDECARS}
-    write_json(d / CONFIG, config, ascii=False)
+    write_json(d / CONFIG, config, ensure_ascii=False)
 
 
 def _verify_files(d: Path, files: Any) -> None:
@@ -188,7 +188,7 @@ def write_config(path: str | Path, config: dict[str, Any]) -> None:
     """Write ``config.json`` into model directory ``path`` (created if needed)."""
     d = Path(path)
     d.mkdir(parents=True, exist_ok=True)
-    write_json(d / CONFIG, config, ascii=False)
+    write_json(d / CONFIG, config, ensure_ascii=False)
 
 
 def config_params(cfg: Mapping[str, Any], params: type[Params], older: str) -> dict[str, Any]:

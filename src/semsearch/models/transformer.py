@@ -281,7 +281,7 @@ class TransformerModel(TrainedModel):
         cfg = json.loads((d / CONFIG).read_text(encoding="utf-8"))
         params = {**self.params(), "base": None}
         cfg.update({"model": self.name, "semsearch": {"params": params}})
-        write_json(d / CONFIG, cfg, ascii=False)
+        write_json(d / CONFIG, cfg, ensure_ascii=False)
         return d
 
     def save_onnx(self, d: Path) -> None:
