@@ -234,7 +234,7 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
     if not re.match(r"^(none|cv\d+|split:[\w.-]+)$", spec.tune):
         raise SpecError(f"{p}: tune must be 'none', 'cvK' or 'split:NAME', got {spec.tune!r}")
     labels = [m.label for m in spec.models]
-    teachable = {lb: (j, e) for j, e in enumerate(spec.models) for lb in seed_labels(e)}  # a seed row may teach
+    by_label = {lb: (j, e) for j, e in enumerate(spec.models) for lb in seed_labels(e)}  # seed rows too: they may be named
     if len(set(labels)) != len(labels):
         raise SpecError(f"{p}: duplicate model labels")
     missing = [b for b in spec.baselines if b not in labels]
@@ -246,7 +246,7 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
         if m.grid and spec.tune == "none":
             raise SpecError(f"{p}: model {m.label!r} has a grid but the spec has tune = 'none'")
         if m.is_interpolation:
-            earlier = [lb for e in spec.models[:i] for lb in seed_labels(e)]  # a seed row may be named
+            earlier = [lb for lb, (j, _) in by_label.items() if j < i]
             if len(m.combine) < 2 or any(c not in earlier for c in m.combine):
                 raise SpecError(f"{p}: {m.label!r} must combine at least two rows listed before it")
             if m.grid and (set(m.grid) != {"weight"} or len(m.combine) != 2):
@@ -288,8 +288,8 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
             raise SpecError(f"{p}: {m.label!r}: seeds = {m.seeds} would add rows {clash}, which other rows already use")
         teacher = m.params.get("teacher")
         for name in teacher if isinstance(teacher, list) else [teacher]:
-            if isinstance(name, str) and name in teachable:
-                j, t = teachable[name]
+            if isinstance(name, str) and name in by_label:
+                j, t = by_label[name]
                 if j >= i or not t.train or t.model != "bert-rel":
                     raise SpecError(f"{p}:{_label_line(text, m.label, i)}: row {m.label!r}: teacher {name!r} must be "
                                     f"a trained bert-rel row listed before it")
