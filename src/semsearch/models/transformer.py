@@ -423,16 +423,13 @@ class BiEncoder(TransformerModel):
         if self.p.normalize:
             modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
             (d / "2_Normalize").mkdir(exist_ok=True)
-        (d / "1_Pooling").mkdir(exist_ok=True)
-        (d / "1_Pooling" / "config.json").write_text(json.dumps({
+        write_json(d / "1_Pooling" / "config.json", {  # (write_json makes the folder)
             "word_embedding_dimension": self.dim, "pooling_mode_cls_token": pooling == "cls",
             "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
-            "pooling_mode_mean_sqrt_len_tokens": False}, indent=2) + "\n")
+            "pooling_mode_mean_sqrt_len_tokens": False})
         write_json(d / "modules.json", modules)
-        (d / "sentence_bert_config.json").write_text(json.dumps(
-            {"max_seq_length": self.p.max_doc_length, "do_lower_case": False}, indent=2) + "\n")
-        (d / "config_sentence_transformers.json").write_text(json.dumps(
-            {"similarity_fn_name": "cosine" if self.p.normalize else "dot"}, indent=2) + "\n")
+        write_json(d / "sentence_bert_config.json", {"max_seq_length": self.p.max_doc_length, "do_lower_case": False})
+        write_json(d / "config_sentence_transformers.json", {"similarity_fn_name": "cosine" if self.p.normalize else "dot"})
         seal(d)
 
     def _load_extra(self, d: Path) -> None:
