@@ -369,7 +369,7 @@ def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads):
     devices) give the same maxima and winners, ties to the first position, and the same gradient
     as the convolution's max taken by autograd."""
     from semsearch.device import run_split
-    from semsearch.models._clsm_kernels import window_max, window_max_grad
+    from semsearch.models._clsm_kernels import balanced_cuts, slot_occurrences, window_max, window_max_grad
     from semsearch.models.neural import _window_max_torch, _WindowMax
 
     rng = np.random.default_rng(threads)
@@ -391,8 +391,22 @@ def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads):
             vals = conv[starts[t] : starts[t + 1]]
             assert np.array_equal(best[t], vals.max(0)) and np.array_equal(winner[t], starts[t] + vals.argmax(0))
         g = rng.standard_normal((len(lengths), 6)).astype(np.float32)
-        gs = np.zeros_like(table)
-        run_split(window_max_grad, 6, g, rows, winner, gs[:40], gs[40:])
+        ptr, pos, text = slot_occurrences(rows, 43, starts)
+        assert ptr[-1] == rows.size and np.array_equal(np.diff(ptr), np.bincount(rows.ravel(), minlength=43))
+        for r in range(43):  # each row's readers, positions ascending, with their texts
+            p_r = np.flatnonzero((rows == r).any(1)).repeat((rows == r).sum(1)[(rows == r).any(1)])
+            assert np.array_equal(pos[ptr[r] : ptr[r + 1]], p_r)
+            assert np.array_equal(text[ptr[r] : ptr[r + 1]], np.searchsorted(starts, p_r, side="right") - 1)
+        gs = np.full_like(table, np.nan)  # every row is written, none needs zeroing
+        cuts = balanced_cuts(ptr, 64 * threads)
+        assert cuts[0] == 0 and cuts[-1] == 43 and np.all(np.diff(cuts) > 0)
+        run_split(window_max_grad, len(cuts) - 1, g, winner, ptr, pos, text, gs, cuts)
+        scattered = np.zeros_like(table)  # the max's gradient, text by text, in the texts' order
+        for t in range(len(lengths)):
+            for k in range(6):
+                for r in rows[winner[t, k]]:
+                    scattered[r, k] += g[t, k]
+        assert np.array_equal(gs, scattered)  # the same sums in the same order, bit for bit
         x = torch.from_numpy(table).double().requires_grad_()  # autograd over the full convolution
         full = x[torch.from_numpy(rows)].sum(1)
         pooled = torch.stack([full[torch.from_numpy(winner[t]).long(), torch.arange(6)]

@@ -1,8 +1,10 @@
 """Compiled (numba) kernels of CLSM's convolution and max-pooling (Shen et al. 2014 §3.3-3.4) on
 the CPU, fused: for every text and filter the max over its word positions of Σⱼ slots[rows[p, j]]
 and the position holding it, without writing the (positions x K) convolution out and reading it
-back; and the backward, which adds each text's gradient to the window slots of its winning
-positions. Both release the GIL and take a slice of the work (texts, or filters, so no two calls
+back; and the backward, which gives each window slot row the gradient of the texts whose winning
+positions read it, gathered row by row (a scatter over the texts into the rows ran 2x slower, and
+slower on two threads than on one: each row's cache lines went back and forth between the
+threads). Both release the GIL and take a slice of the work (texts, or slot rows, so no two calls
 write the same element), so ``device.run_split`` spreads them over the torch threads. Imported lazily
 (numba's import and cache load cost a fraction of a second)."""
 
@@ -50,20 +52,58 @@ def window_max(slots: np.ndarray, pad: np.ndarray, rows: np.ndarray, starts: np.
 
 
 @njit(cache=True, nogil=True)
-def window_max_grad(g: np.ndarray, rows: np.ndarray, winner: np.ndarray, gs: np.ndarray, gpad: np.ndarray,
-                    k0: int, k1: int) -> None:  # pragma: no cover - compiled
-    """Filters ``k0``..``k1`` of the slots' gradient (``gs``, and the padding's ``gpad``; both
-    zeroed): text i's gradient in filter k goes to every window slot of its winning position
-    ``winner[i, k]`` (the max's gradient)."""
-    w_dim = rows.shape[1]
-    n_slots = gs.shape[0]
-    for i in range(g.shape[0]):
-        for k in range(k0, k1):
-            p = winner[i, k]
-            v = g[i, k]
+def slot_occurrences(rows: np.ndarray, n_rows: int, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """Every window slot of every position, grouped by slot row (a counting sort, one pass over
+    ``rows``): row r is read at positions ``pos[ptr[r]:ptr[r + 1]]`` (ascending), of texts
+    ``text[...]`` — the transpose of ``rows``, so the backward can gather each row's gradient
+    instead of scattering into it."""
+    n_pos, w_dim = rows.shape
+    ptr = np.zeros(n_rows + 1, dtype=np.int64)
+    for p in range(n_pos):
+        for j in range(w_dim):
+            ptr[rows[p, j] + 1] += 1
+    for r in range(n_rows):
+        ptr[r + 1] += ptr[r]
+    fill = ptr[:-1].copy()
+    pos = np.empty(n_pos * w_dim, dtype=np.int32)
+    text = np.empty(n_pos * w_dim, dtype=np.int32)
+    for i in range(len(starts) - 1):
+        for p in range(starts[i], starts[i + 1]):
             for j in range(w_dim):
                 r = rows[p, j]
-                if r < n_slots:
-                    gs[r, k] += v
-                else:
-                    gpad[r - n_slots, k] += v
+                f = fill[r]
+                pos[f] = p
+                text[f] = i
+                fill[r] = f + 1
+    return ptr, pos, text
+
+
+@njit(cache=True, nogil=True)
+def window_max_grad(g: np.ndarray, winner: np.ndarray, ptr: np.ndarray, pos: np.ndarray, text: np.ndarray,
+                    gs: np.ndarray, cuts: np.ndarray, c0: int, c1: int) -> None:  # pragma: no cover - compiled
+    """Slot rows ``cuts[c0]`` to ``cuts[c1]`` of the gradient ``gs`` (each written once, no zeroing
+    needed): row r sums, over the positions reading it (``slot_occurrences``), the gradient of
+    that position's text in the filters the position won (the max's gradient). The rows' reads
+    are ascending in text, so each sum adds in the order a scatter over the texts would, and
+    the filters' loop is one vectorised compare-and-add over a text's gradient row."""
+    k_dim = g.shape[1]
+    zero = np.float32(0.0)
+    for r in range(cuts[c0], cuts[c1]):
+        out = gs[r]
+        for k in range(k_dim):
+            out[k] = zero
+        for o in range(ptr[r], ptr[r + 1]):
+            p = pos[o]
+            gi = g[text[o]]
+            wi = winner[text[o]]
+            for k in range(k_dim):
+                out[k] += gi[k] if wi[k] == p else zero
+
+
+def balanced_cuts(ptr: np.ndarray, parts: int) -> np.ndarray:
+    """Row boundaries cutting ``slot_occurrences``' rows into at most ``parts`` runs of about
+    equal reads (the padding's rows, read at every text's ends, weigh as much as hundreds of
+    words' rows), for ``run_split`` over the runs."""
+    n = len(ptr) - 1
+    inner = np.searchsorted(ptr, np.linspace(0, ptr[-1], parts + 1)[1:-1])
+    return np.unique(np.concatenate([[0], np.clip(inner, 0, n), [n]])).astype(np.int64)

@@ -146,7 +146,8 @@ class _WindowMax(torch.autograd.Function):
     contribution in each window slot, then the ``<s>`` padding's ``pad``; ``rows``: each
     position's window of slot rows, positions grouped by text, text i's from ``starts[i]``).
     Nothing of positions x K size is kept for autograd: the backward routes each text's gradient
-    to the window slots of its winning position only (the max's gradient). On the CPU both
+    to the window slots of its winning position only (the max's gradient), on the CPU gathered
+    per slot row from the positions that read it. On the CPU both
     directions are one compiled pass each (``_clsm_kernels``), reading the padding where it lies
     rather than copying every word's slots to append it; elsewhere the convolution is one
     gather-and-sum and the max a running maximum over position blocks."""
@@ -165,7 +166,7 @@ class _WindowMax(torch.autograd.Function):
         else:
             best, winner = _window_max_torch(torch.cat([slots, pad]).detach(), rows, starts)
         ctx.save_for_backward(rows, winner)
-        ctx.shapes = (slots.shape[0], pad.shape[0])
+        ctx.shapes, ctx.starts = (slots.shape[0], pad.shape[0]), starts
         return best + bias
 
     @staticmethod
@@ -173,13 +174,15 @@ class _WindowMax(torch.autograd.Function):
         rows, winner = ctx.saved_tensors
         n_slots, n_pad = ctx.shapes
         g = g.contiguous()
-        gs = torch.zeros((n_slots + n_pad, g.shape[1]), dtype=g.dtype, device=g.device)
         if g.device.type == "cpu":
             from . import _clsm_kernels as kern
 
-            run_split(kern.window_max_grad, g.shape[1], g.numpy(), rows.numpy(), winner.numpy(),
-                           gs[:n_slots].numpy(), gs[n_slots:].numpy())
+            ptr, pos, text = kern.slot_occurrences(rows.numpy(), n_slots + n_pad, ctx.starts)
+            cuts = kern.balanced_cuts(ptr, 64 * torch.get_num_threads())
+            gs = torch.empty((n_slots + n_pad, g.shape[1]), dtype=g.dtype)  # every row written once
+            run_split(kern.window_max_grad, len(cuts) - 1, g.numpy(), winner.numpy(), ptr, pos, text, gs.numpy(), cuts)
         else:
+            gs = torch.zeros((n_slots + n_pad, g.shape[1]), dtype=g.dtype, device=g.device)
             won = winner.long()
             for j in range(rows.shape[1]):  # window slot j of each winning position gets the text's gradient
                 gs.scatter_add_(0, rows[:, j][won], g)
