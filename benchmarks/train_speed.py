@@ -16,8 +16,9 @@ Measured:
     that the timed loop measures what the trainer does.
   * the COMPUTE CEILING of the same step (``Ceiling``), right after ours at the same thread
     count: only the matrix products of the model's layers at the sizes the step computes
-    (``step_shapes``: per tower its texts, and the first layer's rows and non-zeros — one row per
-    distinct word of the batch, as both models compute it), forward and backward: the first layer
+    (``step_shapes``: per tower its texts, and the first layer's input — DSSM: each text's
+    trigram bag, the model's shapes; CLSM: each distinct word's, as it computes it — the sampled
+    batches' own sparse matrices, not random ones of their sizes), forward and backward: the first layer
     sparse-times-dense (``torch.sparse.mm`` on CSR: X·W, and Xᵀ·G for the weight gradient, or
     the same products as ``F.embedding_bag`` row sums when that is faster — it is, ~2x, here), the
     dense layers ``torch.mm`` (forward, input gradient, weight gradient). Activations, the
@@ -171,16 +172,26 @@ class Ours:
 
 
 # ------------------------------------------------------------------------------------ ceiling
-def step_shapes(ours: Ours, batches: int = 5) -> dict[str, Any]:
-    """What one step of ``ours`` must compute, averaged over ``batches`` batches sampled as the
-    trainer samples them (its own generator): per tower the texts, and the sparse first layer's
-    rows and non-zeros as the model defines it — DSSM: one row per text, its trigram bag; CLSM:
-    one per distinct word of the batch, plus its word positions, which only the memory-bound
-    window sum and max-pool touch. DSSM computes its first layer per distinct word too (each text
-    then sums its words' rows), so its ``word_rows`` / ``word_nnz`` are given as well."""
+def _csr(b: Bags, v: int) -> sp.csr_matrix:
+    """A batch's bags as the (texts x V) sparse matrix the first layer multiplies."""
+    return sp.csr_matrix((b.weights, b.ids, b.offsets), shape=(len(b), v))
+
+
+def step_shapes(ours: Ours, batches: int = 5) -> tuple[dict[str, Any], dict[str, list[sp.csr_matrix]]]:
+    """What one step of ``ours`` must compute, over ``batches`` batches sampled as the trainer
+    samples them (its own generator): per tower the texts, and the sparse first layer's input
+    as the model defines it — DSSM: one row per text, its trigram bag (counts; its words' bags
+    summed); CLSM: one per distinct word of the batch, plus its word positions, which only the
+    memory-bound window sum and max-pool touch. DSSM computes its first layer per distinct word
+    too (each text then sums its words' rows), so its ``word_rows`` / ``word_nnz`` are given as
+    well. Returns the mean sizes and the batches' own first-layer matrices (``q``, ``d``, and
+    DSSM's ``q_words``, ``d_words``): the ceiling multiplies those, so its row gathers hit the
+    vocabulary as a real batch does (a few frequent trigrams, a long tail), not uniformly."""
     rng = np.random.default_rng(SEED + 1)
     bt = Batches(len(ours.pairs.q_rows), ours.b, rng)
     acc: dict[str, list[float]] = {}
+    mats: dict[str, list[sp.csr_matrix]] = {}
+    v = len(ours.model.hasher)
     for _ in range(batches):
         rows = bt.next()
         q_rows, d_rows = ours.pairs.q_rows[rows], ours.pairs.d_rows[rows]
@@ -190,72 +201,92 @@ def step_shapes(ours: Ours, batches: int = 5) -> dict[str, Any]:
         for side, f, r in (("q", ours.qf, q_rows), ("d", ours.df, docs)):
             x = f.batch(r)
             if isinstance(x, Bags):  # one bag per text
-                vals = {"texts": len(r), "rows": len(r), "nnz": len(x.ids)}
-            elif isinstance(x, WordBags):  # the model's shapes: each text's bag, its words' laid end to end
-                per_text = int(np.diff(x.words.offsets)[x.positions].sum())
-                vals = {"texts": len(r), "rows": len(r), "nnz": per_text, "word_rows": len(x.words),
-                        "word_nnz": len(x.words.ids), "positions": len(x.positions)}
+                m = _csr(x, v)
+                vals = {"texts": len(r), "rows": len(r), "nnz": m.nnz}
+            elif isinstance(x, WordBags):  # the model's shapes: each text's bag, its words' bags summed
+                words = _csr(x.words, v)
+                texts = sp.csr_matrix((np.ones(len(x.positions), dtype=np.float32), x.positions, x.indptr),
+                                      shape=(len(x), len(x.words)))
+                m = (texts @ words).tocsr()
+                mats.setdefault(f"{side}_words", []).append(words)
+                vals = {"texts": len(r), "rows": len(r), "nnz": m.nnz, "word_rows": len(x.words),
+                        "word_nnz": words.nnz, "positions": len(x.positions)}
             else:
-                vals = {"texts": len(r), "rows": x.n_words, "nnz": len(x.bags.ids), "positions": x.windows.shape[1]}
-            for k, v in vals.items():
-                acc.setdefault(f"{side}_{k}", []).append(v)
-    return {k: int(round(statistics.mean(v))) for k, v in acc.items()}
+                m = _csr(x.bags, v)
+                vals = {"texts": len(r), "rows": x.n_words, "nnz": m.nnz, "positions": x.windows.shape[1]}
+            mats.setdefault(side, []).append(m)
+            for k, val in vals.items():
+                acc.setdefault(f"{side}_{k}", []).append(val)
+    return {k: int(round(statistics.mean(val))) for k, val in acc.items()}, mats
 
 
-def _random_csr(rows: int, cols: int, nnz: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """A (rows x cols) CSR matrix of ``nnz`` ones spread evenly over the rows, and its transpose."""
-    per = np.diff(np.linspace(0, nnz, rows + 1).astype(np.int64))
-    ids = torch.randint(0, cols, (int(per.sum()),), generator=gen).numpy()
-    m = sp.csr_matrix((np.ones(len(ids), dtype=np.float32), ids, np.concatenate([[0], np.cumsum(per)])),
-                      shape=(rows, cols))
-    t = m.T.tocsr()
-    as_t = lambda a: torch.sparse_csr_tensor(torch.from_numpy(a.indptr.astype(np.int64)),
-                                             torch.from_numpy(a.indices.astype(np.int64)),
-                                             torch.from_numpy(a.data), a.shape)
-    return as_t(m), as_t(t)
+def _touched(mt: sp.csr_matrix) -> sp.csr_matrix:
+    """Xᵀ's rows that hold anything: the weight gradient Xᵀ·G is zero in every vocabulary row
+    the batch does not hold, so only these are computed, as our first layer's sparse gradient
+    does (``models.neural.bag_product``). The full (V x dim) product would also time writing
+    the zeros: for CLSM a fresh 34 MB array per call, past glibc's mmap threshold, so every
+    call page-faults it in anew: that alone made the ceiling read 30-37k pairs/s in one process
+    and 65-93k in another (huge pages, ``THP_MEM_ALLOC_ENABLE=1``, fault 512x fewer times)."""
+    return mt[np.flatnonzero(np.diff(mt.indptr))]
+
+
+def _torch_csr(m: sp.csr_matrix) -> torch.Tensor:
+    return torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)), torch.from_numpy(m.indices.astype(np.int64)),
+                                   torch.from_numpy(m.data.astype(np.float32)), m.shape)
 
 
 class Ceiling:
     """The compute ceiling of a step: only the matrix products of the model's own layers at the
     step's sizes (``step_shapes``), forward and backward, nothing else (no activations, loss,
-    gathers, optimizer or Python). The first layer is sparse-times-dense (``torch.sparse.mm``, CSR,
-    the same rows and non-zeros: X·W forward, Xᵀ·G for the weight gradient; or the same product as
-    ``F.embedding_bag``'s weighted row sums, whichever is faster), the others dense
-    ``torch.mm`` (forward; input gradient, except into the sparse input; weight gradient). DSSM:
-    trigram bag → 300 → 300 → 128 per text (``words``: the first layer per distinct word of the
-    batch instead, as DSSM computes it); CLSM: per distinct word its trigram bag → window·K (the
-    convolution's per-slot projections), then K → L per text. ``fwd_only``: encoding."""
+    gathers, optimizer or Python). The first layer is sparse-times-dense on the sampled batches'
+    own input matrices (one per step, in turn; ``torch.sparse.mm`` on CSR: X·W forward, Xᵀ·G for
+    the weight gradient; or the same product as ``F.embedding_bag``'s weighted row sums, whichever
+    is faster), the others dense ``torch.mm`` (forward; input gradient, except into the sparse
+    input; weight gradient) at the batches' mean text counts. DSSM: trigram bag → 300 → 300 → 128
+    per text (``words``: the first layer per distinct word of the batch instead, as DSSM computes
+    it); CLSM: per distinct word its trigram bag → window·K (the convolution's per-slot
+    projections), then K → L per text. ``fwd_only``: encoding.
 
-    def __init__(self, name: str, v: int, shapes: dict[str, Any], j: int, fwd_only: bool = False, words: bool = False):
+    The weight gradient is computed for the vocabulary rows the batch holds (``_touched``), as
+    ours computes it. The batches' own matrices, not random ones of the same sizes: their row
+    gathers fall on the vocabulary as a real batch's do (many on a few frequent trigrams)."""
+
+    def __init__(self, name: str, v: int, shapes: dict[str, Any], mats: dict[str, list[sp.csr_matrix]], j: int,
+                 fwd_only: bool = False, words: bool = False):
         gen = torch.Generator().manual_seed(SEED)
         if words:
             shapes = {**shapes, **{f"{s}_{k}": shapes[f"{s}_word_{k}"] for s in ("q", "d") for k in ("rows", "nnz")}}
-        self.fwd_only, self.kernel = fwd_only, "sparse.mm"
+            mats = {s: mats[f"{s}_words"] for s in ("q", "d")}
+        self.fwd_only, self.kernel, self.turn = fwd_only, "sparse.mm", 0
         first = HIDDEN[0] if name == "dssm" else WINDOW * CONV
         dense = list(zip(HIDDEN, [*HIDDEN[1:], OUT])) if name == "dssm" else [(CONV, OUT)]
         self.sides = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch: sparse CSR support "in beta"
             for side in ("q", "d"):
-                x, xt = _random_csr(shapes[f"{side}_rows"], v, shapes[f"{side}_nnz"], gen)
+                if not mats.get(side):
+                    continue
+                xs = [(_torch_csr(m), _torch_csr(_touched(m.T.tocsr()))) for m in mats[side]]
                 w = torch.randn(v, first, generator=gen)
-                g1 = torch.randn(x.shape[0], first, generator=gen)
+                g1 = torch.randn(max(m.shape[0] for m in mats[side]), first, generator=gen)
                 n = shapes[f"{side}_texts"]
                 layers = [(torch.randn(n, a, generator=gen), torch.randn(a, b, generator=gen), torch.randn(n, b, generator=gen))
                           for a, b in dense]
-                self.sides.append((x, xt, w, g1, layers))
+                self.sides.append((xs, w, g1, layers))
         self.shapes = shapes
 
     def step(self) -> None:
-        for x, xt, w, g1, layers in self.sides:
+        for xs, w, g1, layers in self.sides:
+            x, xt = xs[self.turn % len(xs)]
             self.sparse_mm(x, w)
             if not self.fwd_only:
-                self.sparse_mm(xt, g1)
+                self.sparse_mm(xt, g1[: x.shape[0]])
             for h, wl, g in layers:
                 torch.mm(h, wl)
                 if not self.fwd_only:
                     torch.mm(g, wl.T)
                     torch.mm(h.T, g)
+        self.turn += 1
 
     def sparse_mm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         if self.kernel == "bag":  # the same product as a weighted bag-sum of rows
@@ -264,19 +295,16 @@ class Ceiling:
 
     def flops(self) -> float:
         """Multiply-adds × 2 of one ``step``."""
-        total = 0
-        for x, _, w, _, layers in self.sides:
-            total += x.values().numel() * w.shape[1] * (1 if self.fwd_only else 2)
+        total = 0.0
+        for xs, w, _, layers in self.sides:
+            total += statistics.mean(x.values().numel() for x, _ in xs) * w.shape[1] * (1 if self.fwd_only else 2)
             total += sum(h.shape[0] * h.shape[1] * wl.shape[1] * (1 if self.fwd_only else 3) for h, wl, _ in layers)
         return 2.0 * total
 
     def measure(self, warmup: int, steps: int, per_step: int, rounds: int = CEILING_ROUNDS) -> dict[str, Any]:
         """Timed with each sparse kernel (``torch.sparse.mm`` on CSR, ``F.embedding_bag`` on the same
-        arrays), ``rounds`` times in turns; the fastest median is the ceiling. One round is not
-        enough: the first layer's row gathers are bound by memory bandwidth, which this shared
-        machine gives in two states, so a single round of CLSM's ceiling read 28.7k, 58.6k and
-        31.8k pairs/s in one process (2 threads, the same arrays; each round's steps within 10 % of
-        each other) while our step stayed at 13.9-14.3k."""
+        arrays), ``rounds`` times in turns; the fastest median is the ceiling (a round can land on a
+        busy moment of this shared machine)."""
         runs: dict[str, list[dict[str, Any]]] = {"sparse.mm": [], "bag": []}
         for _ in range(rounds):
             for kernel, timed in runs.items():
@@ -347,26 +375,23 @@ def encode_ours(ours: Ours, texts: list[str], hasher: TrigramHasher, reps: int, 
     return r
 
 
-def encode_shapes(ours: Ours, n: int, batch: int = 4096) -> dict[str, Any]:
-    """The document tower's work for ``n`` titles in batches of ``batch``, per batch (averaged).
-    DSSM encodes ``ENCODE_CHUNK`` titles at a time, its first layer once per distinct word of the
-    chunk: that layer's rows are those words and its non-zeros their trigrams."""
+def encode_shapes(ours: Ours, n: int, batch: int = 4096) -> tuple[dict[str, Any], dict[str, list[sp.csr_matrix]]]:
+    """The document tower's work for ``n`` titles in batches of ``batch``: the mean sizes of a
+    full batch and up to four batches' own first-layer matrices (``q``; the ceiling computes one
+    tower). DSSM encodes ``ENCODE_CHUNK`` titles at a time, its first layer once per distinct
+    word of the chunk: that layer's rows are those words and its non-zeros their trigrams; CLSM
+    likewise per distinct word of a batch."""
+    v = len(ours.model.hasher)
     if ours.name == "dssm":
         texts, table = ours.model_texts, ours.model.hasher.table
         rows = chunks(n, ENCODE_CHUNK)
-        bags = [table.word_bags(texts[r[0] : r[-1] + 1])[2] for r in rows]
-        full = rows[: max(1, len(rows) - 1)]  # the last chunk is partial
-        return {"batches": len(rows), "q_texts": len(rows[0]), "q_rows": int(statistics.mean(len(b) for b in bags[: len(full)])),
-                "q_nnz": int(statistics.mean(len(b.ids) for b in bags[: len(full)])), "d_texts": 0, "d_rows": 1, "d_nnz": 0}
-    rows = chunks(n, batch)
-    xs = [ours.df.batch(r) for r in rows[: min(len(rows), 4)]]
-    if isinstance(xs[0], Bags):
-        nnz, words = [len(x.ids) for x in xs], [len(x) for x in xs]
+        bags = [table.word_bags(texts[r[0] : r[-1] + 1])[2] for r in rows[: max(1, min(len(rows) - 1, 4))]]
     else:
-        nnz, words = [len(x.bags.ids) for x in xs], [x.n_words for x in xs]
-    m = len(rows[0])
-    return {"batches": len(rows), "q_texts": m, "q_rows": int(statistics.mean(words)), "q_nnz": int(statistics.mean(nnz)),
-            "d_texts": 0, "d_rows": 1, "d_nnz": 0}
+        rows = chunks(n, batch)
+        bags = [ours.df.batch(r).bags for r in rows[: max(1, min(len(rows) - 1, 4))]]  # the last batch is partial
+    mats = [_csr(b, v) for b in bags]
+    return ({"batches": len(rows), "q_texts": len(rows[0]), "q_rows": int(statistics.mean(m.shape[0] for m in mats)),
+             "q_nnz": int(statistics.mean(m.nnz for m in mats)), "d_texts": 0, "d_rows": 0, "d_nnz": 0}, {"q": mats})
 
 
 # ------------------------------------------------------------------------------------ profile
@@ -484,8 +509,8 @@ def main() -> None:
         for j in js:
             key = f"{name} J={j}"
             ours = Ours(name, j, args.batch, hasher, data, pairs)
-            shapes = step_shapes(ours)
-            ceiling = Ceiling(name, v, shapes, j)
+            shapes, mats = step_shapes(ours)
+            ceiling = Ceiling(name, v, shapes, mats, j)
             r: dict[str, Any] = {"shapes": shapes}
             # ours and its ceiling back to back at each thread count, so load changes hit both alike
             r["ours"] = ours.measure(args.warmup, args.steps, max(args.reps, 3))
@@ -493,7 +518,7 @@ def main() -> None:
             r["ours_1thread"] = with_threads(1, lambda: ours.measure(args.warmup, args.steps, max(args.reps, 3)))
             r["ceiling_1thread"] = with_threads(1, lambda: ceiling.measure(args.warmup, args.steps, ours.b))
             if "q_word_rows" in shapes:  # DSSM: also the ceiling of the first layer per distinct word
-                by_word = Ceiling(name, v, shapes, j, words=True)
+                by_word = Ceiling(name, v, shapes, mats, j, words=True)
                 r["ceiling_words"] = by_word.measure(args.warmup, args.steps, ours.b)
                 r["ceiling_words_1thread"] = with_threads(1, lambda c=by_word, b=ours.b: c.measure(args.warmup, args.steps, b))
             training[key] = r
@@ -501,8 +526,8 @@ def main() -> None:
                   f"({THREADS} thr); ours {r['ours_1thread']['pairs_per_s']:,.0f}, ceiling "
                   f"{r['ceiling_1thread']['pairs_per_s']:,.0f} (1 thr); load {load1()}", flush=True)
             if j == js[0]:
-                es = encode_shapes(ours, len(texts))
-                tower_ceiling = Ceiling(name, v, es, 0, fwd_only=True)
+                es, enc_mats = encode_shapes(ours, len(texts))
+                tower_ceiling = Ceiling(name, v, es, enc_mats, 0, fwd_only=True)
                 n_titles = es["batches"] * es["q_texts"]  # the ceiling's batches are all full
                 enc = {"shapes": es, "ours": encode_ours(ours, texts, hasher, args.reps, cold=True),
                        "ours_1thread": with_threads(1, lambda: encode_ours(ours, texts, hasher, args.reps, cold=False))}
