@@ -66,3 +66,52 @@ def test_train_speed_quick(tmp_path: Path) -> None:
     assert r["hardware"]["load_avg_1min"] is not None
     assert r["targets"]["fraction_of_ceiling"] == 0.5 and r["targets"]["train_pairs_per_s"]["dssm J=50"] == 10_000
     assert "fraction" in proc.stdout and "tower ceiling" in proc.stdout
+
+
+def test_ceiling_multiplies_the_sampled_batches_own_matrices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ceiling's first layer is the real input of the batches the trainer would draw: for
+    DSSM each text's merged trigram counts (the model's shapes), for CLSM (and DSSM per word)
+    the batch's distinct words; its weight gradient covers the vocabulary rows a batch holds."""
+    import importlib
+
+    import numpy as np
+    import scipy.sparse as sp
+
+    from semsearch.data import TrainingData, open_dataset
+    from semsearch.text import TrigramHasher
+    from semsearch.training.trainer import Pairs
+
+    root = tmp_path / "data"
+    _write_homedepot(root / "homedepot", 120, 40, random.Random(1))
+    monkeypatch.setenv("SEMSEARCH_DATA", str(root))
+    monkeypatch.syspath_prepend(str(BENCH))
+    ts = importlib.import_module("train_speed")
+    data = TrainingData.from_dataset(open_dataset("homedepot"), "train")
+    pairs = Pairs.build(data)
+    hasher = TrigramHasher.fit(pairs.q_texts + [data.doc_texts[i] for i in np.unique(pairs.d_rows)], max_words=64)
+    rows = ts.Batches(len(pairs.q_rows), 16, np.random.default_rng(ts.SEED + 1)).next()  # step_shapes' first batch
+    q_texts = [pairs.q_texts[q] for q in pairs.q_rows[rows]]
+    for name in ("dssm", "clsm"):
+        ours = ts.Ours(name, 4, 16, hasher, data, pairs)
+        shapes, mats = ts.step_shapes(ours, batches=2)
+        assert len(mats["q"]) == len(mats["d"]) == 2 and mats["q"][0].shape[1] == len(hasher)
+        q = mats["q"][0]
+        if name == "dssm":  # one row per query: its trigram counts, as the table hashes the text
+            ptr, ids = hasher.table.text_bags(q_texts)
+            want = np.zeros((len(q_texts), len(hasher)), dtype=np.float32)
+            for i in range(len(q_texts)):
+                np.add.at(want[i], ids[ptr[i] : ptr[i + 1]], 1.0)
+            assert np.array_equal(q.toarray(), want)
+            assert len(mats["q_words"]) == 2 and shapes["q_word_nnz"] <= shapes["q_nnz"]
+        else:  # one row per distinct word of the queries
+            words = {w for t in q_texts for w in t.split()}
+            assert q.shape[0] == len(words) and shapes["q_rows"] == round(np.mean([m.shape[0] for m in mats["q"]]))
+        ceiling = ts.Ceiling(name, len(hasher), shapes, mats, 4)
+        ceiling.step()
+        ceiling.step()  # the second batch's matrices
+        xs = ceiling.sides[0][0]
+        assert [int(x.values().numel()) for x, _ in xs] == [m.nnz for m in mats["q"]]
+        for (x, xt), m in zip(xs, mats["q"]):  # Xᵀ keeps the vocabulary rows the batch holds, no others
+            assert xt.shape[0] == len(np.unique(m.indices)) and int(xt.values().numel()) == m.nnz
+    m = sp.csr_matrix(np.array([[0, 2, 0], [0, 0, 0], [1, 0, 3]], dtype=np.float32))
+    assert np.array_equal(ts._touched(m).toarray(), [[0, 2, 0], [1, 0, 3]])
