@@ -14,7 +14,7 @@ from semsearch import plugins
 from semsearch.device import resolve_device
 from semsearch.params import ParamError, Params, param, split
 from semsearch.training.args import TrainArgs
-from semsearch.training.loop import Checkpoint, EarlyStopping, em_loop, epoch_loop
+from semsearch.training.loop import Checkpoint, EarlyStopping, em_loop, epoch_loop, lr_factor
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,48 @@ def test_epoch_loop_resumes_exactly(tmp_path):
     _fit(2, [0.1, 0.2], tmp_path)  # stopped after two epochs, checkpointed
     resumed, log = _fit(4, [0.3, 0.4], tmp_path, resume=True)
     assert [e["epoch"] for e in log["epochs"]] == [1, 2, 3, 4] and torch.equal(whole.w, resumed.w)
+
+
+def test_linear_schedule_warms_up_then_falls_to_zero_over_all_steps(tmp_path):
+    """``lr_schedule = "linear"``: each step's rate is the configured one (every parameter group's
+    own) times ``lr_factor``, counted over all epochs' steps; a resumed run continues the schedule
+    where it stopped; constant leaves the rates alone; warmup without the linear schedule is refused."""
+    assert [lr_factor("linear", s, 10, 0.2) for s in range(10)] == [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125]
+    assert [lr_factor("linear", s, 4) for s in range(4)] == [1.0, 0.75, 0.5, 0.25]
+    assert lr_factor("constant", 7, 10, 0.0) == 1.0
+
+    def fit(epochs, ck=None, resume=False, fail_at=None, **kw):
+        net = _Line()
+        net.v = torch.nn.Parameter(torch.zeros(1))
+        opt = torch.optim.SGD([{"params": [net.w]}, {"params": [net.v], "lr": 1.0}], lr=0.1)
+        seen = []
+
+        def loss(b):
+            if len(seen) == fail_at:
+                raise KeyboardInterrupt  # the run is stopped here; the last epoch's checkpoint stays
+            seen.append([g["lr"] for g in opt.param_groups])  # the loop sets the rate before the step
+            return (net.w - 1.0).pow(2).sum() + (net.v + 1.0).pow(2).sum()
+
+        args = TrainArgs(epochs=epochs, batch_size=2, lr=0.1, patience=9, **kw)
+        epoch_loop(net, opt, args, batches=lambda: [np.arange(2)] * 3, loss=loss, size=len, dev=lambda: {"dev": 0.0},
+                   title="toy", checkpoint=Checkpoint(ck, None, resume) if ck else None, rng=np.random.default_rng(0),
+                   n_batches=lambda: 3, progress=False)
+        return net, seen
+
+    whole, seen = fit(2, lr_schedule="linear", warmup=0.34)  # 6 steps, 2 of warm-up
+    want = [lr_factor("linear", s, 6, 0.34) for s in range(6)]
+    assert want == [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]
+    assert np.allclose(seen, [[0.1 * f, 1.0 * f] for f in want])
+    _, flat = fit(2)
+    assert flat == [[0.1, 1.0]] * 6
+    with pytest.raises(KeyboardInterrupt):  # stopped in epoch 2, then resumed: the schedule goes on
+        fit(2, tmp_path, fail_at=4, lr_schedule="linear", warmup=0.34)
+    resumed, later = fit(2, tmp_path, resume=True, lr_schedule="linear", warmup=0.34)
+    assert np.allclose(later, [[0.1 * f, 1.0 * f] for f in want[3:]]) and torch.equal(whole.w, resumed.w)
+    with pytest.raises(ParamError, match="warmup.*lr_schedule"):
+        TrainArgs(warmup=0.1).check()
+    with pytest.raises(ParamError, match="must be one of 'constant', 'linear'"):
+        TrainArgs(lr_schedule="cosine")  # type: ignore[arg-type]
 
 
 def test_progress_lines_in_a_log(capsys, monkeypatch):

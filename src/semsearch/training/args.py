@@ -38,10 +38,18 @@ class TrainArgs(Params):
     dev_metric: str = "ndcg@10"
     seed: int = 0
     device: str = "auto"  # "auto" (CUDA when torch sees a GPU, else CPU), "cpu", "cuda", "cuda:N"
+    # the learning rate over all the training's steps (epochs x batches): "constant", or "linear"
+    # (BERT's fine-tuning schedule: up from 0 over the first ``warmup`` fraction of the steps, then
+    # down to 0 at the last one); every parameter group's own rate is scaled alike (loop.lr_factor)
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    warmup: float = param(0.0, ge=0, lt=1)
 
     def check(self) -> None:
         if not _DEVICE.match(self.device):
             raise ParamError(f"{self._label('device')} must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {self.device!r}")
+        if self.warmup and self.lr_schedule == "constant":
+            raise ParamError(f"{self._label('warmup')} = {self.warmup} is the linear schedule's rise; set "
+                             f"{self._label('lr_schedule')} = 'linear' or leave warmup at 0")
         self._check_dev_metric()
 
     def _check_dev_metric(self) -> None:

@@ -135,6 +135,10 @@ def epoch_loop(
         stop.record({"epoch": 0, **_dev(dev, main)})
     if par:
         distributed.broadcast_state(net)
+    base_lrs = [g["lr"] for g in opt.param_groups]  # as configured: a resumed optimizer holds a scaled one
+    per_epoch = n_batches() if args.lr_schedule != "constant" and n_batches is not None else None
+    if args.lr_schedule != "constant" and per_epoch is None:
+        raise ValueError(f"{title}: lr_schedule = {args.lr_schedule!r} needs the number of batches an epoch has")
     t_start = time.perf_counter()
     for epoch in range(start, args.epochs):
         net.train()
@@ -143,6 +147,10 @@ def epoch_loop(
         t0, totals = time.perf_counter(), {}
         seen, steps = 0, 0
         for batch in batches():
+            if per_epoch is not None:  # the step's rate, from the step's place in the whole training
+                f = lr_factor(args.lr_schedule, epoch * per_epoch + steps, args.epochs * per_epoch, args.warmup)
+                for g, lr in zip(opt.param_groups, base_lrs):
+                    g["lr"] = lr * f
             out = loss(batch)
             value, task = out if isinstance(out, tuple) else (out, "")
             opt.zero_grad(set_to_none=True)
@@ -189,6 +197,19 @@ def epoch_loop(
         net.load_state_dict(best_state)
     net.eval()
     return stop.to_dict()
+
+
+def lr_factor(schedule: str, step: int, total: int, warmup: float = 0.0) -> float:
+    """The learning rate of step ``step`` (0-based) of ``total``, as a fraction of the configured
+    one. "linear" (Devlin et al. 2019's fine-tuning schedule, sentence-transformers' WarmupLinear):
+    (step + 1) / w over the first w = round(warmup · total) steps, then falling linearly to reach
+    0 after the last step; "constant": 1."""
+    if schedule == "constant":
+        return 1.0
+    w = int(round(warmup * total))
+    if step < w:
+        return (step + 1) / w
+    return max(0.0, (total - step) / max(1, total - w))
 
 
 def _dev(dev: Callable[[], dict[str, float]], main: bool) -> dict[str, float]:
