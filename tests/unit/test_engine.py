@@ -106,7 +106,8 @@ def test_linear_schedule_warms_up_then_falls_to_zero_over_all_steps(tmp_path):
     """``lr_schedule = "linear"``: each step's rate is the configured one (every parameter group's
     own) times ``lr_factor``, counted over all epochs' steps; a resumed run continues the schedule
     where it stopped; constant leaves the rates alone; warmup without the linear schedule is refused."""
-    assert [lr_factor("linear", s, 10, 0.2) for s in range(10)] == [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125]
+    assert [lr_factor("linear", s, 10, 0.2) for s in range(10)] == [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375,
+                                                                     0.25, 0.125]
     assert [lr_factor("linear", s, 4) for s in range(4)] == [1.0, 0.75, 0.5, 0.25]
     assert lr_factor("constant", 7, 10, 0.0) == 1.0
 

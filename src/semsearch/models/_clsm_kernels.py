@@ -52,7 +52,8 @@ def window_max(slots: np.ndarray, pad: np.ndarray, rows: np.ndarray, starts: np.
 
 
 @njit(cache=True, nogil=True)
-def slot_occurrences(rows: np.ndarray, n_rows: int, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+def slot_occurrences(rows: np.ndarray, n_rows: int,
+                     starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
     """Every window slot of every position, grouped by slot row (a counting sort, one pass over
     ``rows``): row r is read at positions ``pos[ptr[r]:ptr[r + 1]]`` (ascending), of texts
     ``text[...]`` — the transpose of ``rows``, so the backward can gather each row's gradient
