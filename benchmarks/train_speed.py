@@ -172,11 +172,6 @@ class Ours:
 
 
 # ------------------------------------------------------------------------------------ ceiling
-def _csr(b: Bags, v: int) -> sp.csr_matrix:
-    """A batch's bags as the (texts x V) sparse matrix the first layer multiplies."""
-    return sp.csr_matrix((b.weights, b.ids, b.offsets), shape=(len(b), v))
-
-
 def step_shapes(ours: Ours, batches: int = 5) -> tuple[dict[str, Any], dict[str, list[sp.csr_matrix]]]:
     """What one step of ``ours`` must compute, over ``batches`` batches sampled as the trainer
     samples them (its own generator): per tower the texts, and the sparse first layer's input
@@ -201,10 +196,10 @@ def step_shapes(ours: Ours, batches: int = 5) -> tuple[dict[str, Any], dict[str,
         for side, f, r in (("q", ours.qf, q_rows), ("d", ours.df, docs)):
             x = f.batch(r)
             if isinstance(x, Bags):  # one bag per text
-                m = _csr(x, v)
+                m = x.csr(v)
                 vals = {"texts": len(r), "rows": len(r), "nnz": m.nnz}
             elif isinstance(x, WordBags):  # the model's shapes: each text's bag, its words' bags summed
-                words = _csr(x.words, v)
+                words = x.words.csr(v)
                 texts = sp.csr_matrix((np.ones(len(x.positions), dtype=np.float32), x.positions, x.indptr),
                                       shape=(len(x), len(x.words)))
                 m = (texts @ words).tocsr()
@@ -212,7 +207,7 @@ def step_shapes(ours: Ours, batches: int = 5) -> tuple[dict[str, Any], dict[str,
                 vals = {"texts": len(r), "rows": len(r), "nnz": m.nnz, "word_rows": len(x.words),
                         "word_nnz": words.nnz, "positions": len(x.positions)}
             else:
-                m = _csr(x.bags, v)
+                m = x.bags.csr(v)
                 vals = {"texts": len(r), "rows": x.n_words, "nnz": m.nnz, "positions": x.windows.shape[1]}
             mats.setdefault(side, []).append(m)
             for k, val in vals.items():
@@ -389,7 +384,7 @@ def encode_shapes(ours: Ours, n: int, batch: int = 4096) -> tuple[dict[str, Any]
     else:
         rows = chunks(n, batch)
         bags = [ours.df.batch(r).bags for r in rows[: max(1, min(len(rows) - 1, 4))]]  # the last batch is partial
-    mats = [_csr(b, v) for b in bags]
+    mats = [b.csr(v) for b in bags]
     return ({"batches": len(rows), "q_texts": len(rows[0]), "q_rows": int(statistics.mean(m.shape[0] for m in mats)),
              "q_nnz": int(statistics.mean(m.nnz for m in mats)), "d_texts": 0, "d_rows": 0, "d_nnz": 0}, {"q": mats})
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -129,7 +128,7 @@ def bag_product(weight: torch.Tensor, b: Bags) -> torch.Tensor:
     ids, offsets, counts = _bag_tensors(b, dev)
     if not (torch.is_grad_enabled() and weight.requires_grad):
         return F.embedding_bag(ids, weight, offsets, mode="sum", per_sample_weights=counts)
-    m = sp.csr_matrix((b.weights, b.ids, b.offsets), shape=(len(b), weight.shape[0])).tocsc()  # keeps repeats
+    m = b.csr(weight.shape[0]).tocsc()  # keeps repeats
     if getattr(weight, "sparse_grad", False):  # only the vocabulary rows the batch holds
         touched = np.flatnonzero(np.diff(m.indptr))
         starts = m.indptr[touched]

@@ -64,6 +64,11 @@ class Bags:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    def csr(self, n_cols: int) -> sp.csr_matrix:
+        """The bags as a (bags x ``n_cols``) sparse matrix, each bag a row (repeated ids kept as
+        separate entries, as the first layer's sum reads them)."""
+        return sp.csr_matrix((self.weights, self.ids, self.offsets), shape=(len(self), n_cols))
+
 
 class TrigramHasher:
     """A fixed letter-trigram vocabulary and the hashing of texts onto it.
