@@ -136,9 +136,11 @@ def epoch_loop(
     if par:
         distributed.broadcast_state(net)
     base_lrs = [g["lr"] for g in opt.param_groups]  # as configured: a resumed optimizer holds a scaled one
-    per_epoch = n_batches() if args.lr_schedule != "constant" and n_batches is not None else None
-    if args.lr_schedule != "constant" and per_epoch is None:
-        raise ValueError(f"{title}: lr_schedule = {args.lr_schedule!r} needs the number of batches an epoch has")
+    per_epoch = None  # batches an epoch has: the schedule's clock (a constant rate needs none)
+    if args.lr_schedule != "constant":
+        if n_batches is None:
+            raise ValueError(f"{title}: lr_schedule = {args.lr_schedule!r} needs the number of batches an epoch has")
+        per_epoch = n_batches()
     t_start = time.perf_counter()
     for epoch in range(start, args.epochs):
         net.train()
