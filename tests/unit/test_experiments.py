@@ -464,6 +464,33 @@ def test_interpolation_without_a_grid_averages_rows_seed_rows_included(tiny_data
         load_spec(p)
 
 
+def test_an_ensemble_row_is_interpolated_in_turn_with_its_weight_tuned_on_dev(tiny_data, tmp_path):
+    """A seed ensemble (an interpolated row) feeds a later interpolation: under dev tuning it ranks
+    the dev queries by fusing its seeds' dev runs, so the weight is chosen on the same fused scores
+    that the rows give when a spec evaluates dev itself."""
+    from semsearch.data import open_dataset
+    from semsearch.evaluation import evaluate
+    from semsearch.index import interpolate
+
+    mix = ('\n[[models]]\nlabel = "Ensemble + BM25"\nmodel = "interpolate"\n'
+           'combine = ["DSSM ensemble", "BM25"]\nnorm = "zscore"\ngrid = { weight = [0.0, 0.5, 1.0] }\n')
+    p = tmp_path / "s.toml"
+    p.write_text(SEEDED.format(seeds=3) + ENSEMBLE + mix)
+    result = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
+    (w,) = [c["weight"] for c in result.chosen["Ensemble + BM25"]]
+    assert result.runs["Ensemble + BM25"] == interpolate(
+        [result.runs["DSSM ensemble"], result.runs["BM25"]], [w, 1 - w], norm="zscore")
+    # the same rows evaluated on dev, the seeds' models reused from the directory
+    p.write_text((SEEDED.format(seeds=3) + ENSEMBLE).replace('split = "test"', 'split = "dev"', 1))
+    on_dev = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
+    assert on_dev.runs["DSSM ensemble"] != result.runs["DSSM ensemble"]
+    dev_qrels = open_dataset("tiny").qrels("dev")
+    for weight in (0.0, 0.5, 1.0):
+        fused = interpolate([on_dev.runs["DSSM ensemble"], on_dev.runs["BM25"]], [weight, 1 - weight], norm="zscore")
+        expected = evaluate(fused, dev_qrels, ["ndcg@10"]).mean["ndcg@10"]
+        assert result.tuning["Ensemble + BM25"][json.dumps({"weight": weight})] == pytest.approx(expected)
+
+
 def test_seeds_are_validated(tmp_path):
     p = tmp_path / "s.toml"
     p.write_text(SEEDED.format(seeds=0))

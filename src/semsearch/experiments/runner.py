@@ -239,7 +239,7 @@ def run_experiment(
         elif ms.is_ltr:
             run, chosen[ms.label] = _ltr_run(ctx, ms, test, rowsets)
         elif ms.is_interpolation:
-            run, chosen[ms.label], tuning[ms.label] = _interpolated_run(ctx, ms, test, rowsets)
+            run, chosen[ms.label], tuning[ms.label], rowsets[ms.label] = _interpolated_run(ctx, ms, test, rowsets)
         elif ms.is_hybrid:
             run, chosen[ms.label] = _hybrid_run(ctx, ms, rowsets), [dict(ms.hybrid)]
         else:
@@ -265,12 +265,28 @@ def run_experiment(
 class _RowRuns:
     """What an interpolation or LTR row needs of a component row: its test run and, under
     dev-split tuning, its final model to rank the dev queries with and the grid setting that model
-    applies (cross-fitted fold models apply it too)."""
+    applies (cross-fitted fold models apply it too). An interpolated row has no model but its
+    components (``parts``) and their ``weights``: it ranks another split by fusing theirs."""
 
     test: Run
     model: Model | None
     spec: ModelSpec
     setting: dict[str, Any] = field(default_factory=dict)
+    parts: tuple[_RowRuns, ...] = ()
+    weights: tuple[float, ...] = ()
+
+    @property
+    def ranks(self) -> bool:
+        """Whether the row can rank another split's queries (``rank``)."""
+        return self.model is not None or bool(self.parts) and all(p.ranks for p in self.parts)
+
+    def rank(self, ctx: _Context, qrels: Qrels) -> Run:
+        """The row's run over ``qrels``' queries: its final model's, or its components' fused."""
+        if self.model is not None:
+            return ctx.rank(self.model, self.spec, qrels)
+        if not self.ranks:
+            raise ValueError(f"{self.spec.label}: has no single final model to rank other queries with")
+        return interpolate([p.rank(ctx, qrels) for p in self.parts], list(self.weights), norm=self.spec.norm)
 
 
 @dataclass(frozen=True)
@@ -310,19 +326,22 @@ def _tuned_run(
 
 def _interpolated_run(
     ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowRuns]
-) -> tuple[Run, list[dict[str, Any]], dict[str, float]]:
+) -> tuple[Run, list[dict[str, Any]], dict[str, float], _RowRuns]:
     """weight·row₁ + (1 − weight)·row₂ (scores normalised per query by ``ms.norm``); the weight is
-    tuned on the dev split (components re-ranked there by their final models) or by k-fold CV.
-    With no grid, the mean of the rows' normalised scores (two or more rows: a seed ensemble),
-    nothing tuned."""
+    tuned on the dev split (components re-ranked there by their final models, or an interpolated
+    component by its own components) or by k-fold CV. With no grid, the mean of the rows'
+    normalised scores (two or more rows: a seed ensemble), nothing tuned. The row's own runs go on
+    to later rows, which may interpolate it in turn."""
     spec = ctx.spec
     try:
         parts = [rowsets[c] for c in ms.combine]
     except KeyError as e:
-        raise ValueError(f"{ms.label}: cannot interpolate {e.args[0]!r} (not a model row)") from None
+        raise ValueError(f"{ms.label}: cannot interpolate {e.args[0]!r} (not a model or interpolated row)") from None
     if not ms.grid:
         n = len(parts)
-        return interpolate([r.test for r in parts], [1.0 / n] * n, norm=ms.norm), [{"weights": "equal"}], {}
+        equal = (1.0 / n,) * n
+        run = interpolate([r.test for r in parts], list(equal), norm=ms.norm)
+        return run, [{"weights": "equal"}], {}, _RowRuns(run, None, ms, parts=tuple(parts), weights=equal)
     a, b = parts
     weights = [float(w) for w in ms.grid["weight"]]
     keys = [json.dumps({"weight": w}) for w in weights]
@@ -331,16 +350,16 @@ def _interpolated_run(
         return {k: interpolate([ra, rb], [w, 1.0 - w], norm=ms.norm) for k, w in zip(keys, weights)}
 
     if spec.tune.startswith("split:"):
-        if a.model is None or b.model is None:
+        if not (a.ranks and b.ranks):
             raise ValueError(f"{ms.label}: components need a single final model under dev tuning")
         dev = ctx.qrels(spec.tune[6:])
-        best, scores = tune(fused(ctx.rank(a.model, a.spec, dev), ctx.rank(b.model, b.spec, dev)), dev,
-                            spec.tune_metric, gain=spec.gain)
+        best, scores = tune(fused(a.rank(ctx, dev), b.rank(ctx, dev)), dev, spec.tune_metric, gain=spec.gain)
         w = weights[keys.index(best)]
-        return interpolate([a.test, b.test], [w, 1.0 - w], norm=ms.norm), [{"weight": w}], scores
+        run = interpolate([a.test, b.test], [w, 1.0 - w], norm=ms.norm)
+        return run, [{"weight": w}], scores, _RowRuns(run, None, ms, parts=(a, b), weights=(w, 1.0 - w))
     cv = cross_validate(fused(a.test, b.test), test, spec.tune_metric, k=int(spec.tune[2:]), gain=spec.gain)
     scores = {f"fold{i + 1}:{k}": v for i, fs in enumerate(cv.fold_scores) for k, v in fs.items()}
-    return cv.run, [json.loads(c) for c in cv.chosen], scores
+    return cv.run, [json.loads(c) for c in cv.chosen], scores, _RowRuns(cv.run, None, ms)
 
 
 def _hybrid_run(ctx: _Context, ms: ModelSpec, rowsets: dict[str, _RowRuns]) -> Run:
