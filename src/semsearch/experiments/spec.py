@@ -33,8 +33,9 @@ class ModelSpec:
 
     label: str
     model: str  # a registered model name, a saved model directory, "run:NAME" (a data set's run as
-    # is), "interpolate" (a weighted sum of the rows named in ``combine``: two rows, weight tuned by
-    # ``grid``; or, with no grid, the mean of two or more, seed rows included: a seed ensemble) or
+    # is), "interpolate" (a weighted sum of the rows named in ``combine``, interpolated rows
+    # included: two rows, weight tuned by ``grid``; or, with no grid, the mean of two or more, seed
+    # rows included: a seed ensemble) or
     # "lambdamart" with ``combine`` (LambdaMART over those rows' scores; ``params``: booster settings
     # and ``pair_features``; ``train.split``: the queries it learns from)
     params: dict[str, Any] = field(default_factory=dict)  # given to the model's constructor
