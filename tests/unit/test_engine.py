@@ -139,6 +139,16 @@ def test_linear_schedule_warms_up_then_falls_to_zero_over_all_steps(tmp_path):
         fit(2, tmp_path, fail_at=4, lr_schedule="linear", warmup=0.34)
     resumed, later = fit(2, tmp_path, resume=True, lr_schedule="linear", warmup=0.34)
     assert np.allclose(later, [[0.1 * f, 1.0 * f] for f in want[3:]]) and torch.equal(whole.w, resumed.w)
+    # the same where the checkpoint's last step ran below the configured rate (no warm-up: 1, 5/6,
+    # 4/6 in epoch 1): the resumed run scales the configured rates, not the checkpoint's
+    ck2 = tmp_path / "falling"
+    whole, seen = fit(2, lr_schedule="linear")
+    want = [lr_factor("linear", s, 6) for s in range(6)]
+    assert np.allclose(seen, [[0.1 * f, 1.0 * f] for f in want]) and want[2] < 1.0
+    with pytest.raises(KeyboardInterrupt):
+        fit(2, ck2, fail_at=4, lr_schedule="linear")
+    resumed, later = fit(2, ck2, resume=True, lr_schedule="linear")
+    assert np.allclose(later, [[0.1 * f, 1.0 * f] for f in want[3:]]) and torch.equal(whole.w, resumed.w)
     with pytest.raises(ParamError, match="warmup.*lr_schedule"):
         TrainArgs(warmup=0.1).check()
     with pytest.raises(ParamError, match="must be one of 'constant', 'linear'"):

@@ -129,13 +129,13 @@ def epoch_loop(
     keep = args.epochs > 1 or dev_before  # one epoch and nothing to compare: no copy of the weights
     best_state = state_copy(net) if keep else None
     start = 0
+    base_lrs = [g["lr"] for g in opt.param_groups]  # as configured, before a checkpoint's scaled ones load
     if checkpoint is not None and checkpoint.resume and (checkpoint.path / "trainer.json").is_file():
         start, best_state = _load_checkpoint(checkpoint, net, opt, rng, stop)
     elif dev_before and dev is not None:
         stop.record({"epoch": 0, **_dev(dev, main)})
     if par:
         distributed.broadcast_state(net)
-    base_lrs = [g["lr"] for g in opt.param_groups]  # as configured: a resumed optimizer holds a scaled one
     per_epoch = None  # batches an epoch has: the schedule's clock (a constant rate needs none)
     if args.lr_schedule != "constant":
         if n_batches is None:
