@@ -200,9 +200,7 @@ def step_shapes(ours: Ours, batches: int = 5) -> tuple[dict[str, Any], dict[str,
                 vals = {"texts": len(r), "rows": len(r), "nnz": m.nnz}
             elif isinstance(x, WordBags):  # the model's shapes: each text's bag, its words' bags summed
                 words = x.words.csr(v)
-                texts = sp.csr_matrix((np.ones(len(x.positions), dtype=np.float32), x.positions, x.indptr),
-                                      shape=(len(x), len(x.words)))
-                m = (texts @ words).tocsr()
+                m = (x.texts().csr(len(x.words)) @ words).tocsr()
                 mats.setdefault(f"{side}_words", []).append(words)
                 vals = {"texts": len(r), "rows": len(r), "nnz": m.nnz, "word_rows": len(x.words),
                         "word_nnz": words.nnz, "positions": len(x.positions)}
@@ -380,11 +378,11 @@ def encode_shapes(ours: Ours, n: int, batch: int = 4096) -> tuple[dict[str, Any]
     if ours.name == "dssm":
         texts, table = ours.model_texts, ours.model.hasher.table
         rows = chunks(n, ENCODE_CHUNK)
-        bags = [table.word_bags(texts[r[0] : r[-1] + 1])[2] for r in rows[: max(1, min(len(rows) - 1, 4))]]
+        first_layer = lambda r: table.word_bags(texts[r[0] : r[-1] + 1])[2]
     else:
         rows = chunks(n, batch)
-        bags = [ours.df.batch(r).bags for r in rows[: max(1, min(len(rows) - 1, 4))]]  # the last batch is partial
-    mats = [b.csr(v) for b in bags]
+        first_layer = lambda r: ours.df.batch(r).bags
+    mats = [first_layer(r).csr(v) for r in rows[: max(1, min(len(rows) - 1, 4))]]  # the last batch is partial
     return ({"batches": len(rows), "q_texts": len(rows[0]), "q_rows": int(statistics.mean(m.shape[0] for m in mats)),
              "q_nnz": int(statistics.mean(m.nnz for m in mats)), "d_texts": 0, "d_rows": 0, "d_nnz": 0}, {"q": mats})
 
