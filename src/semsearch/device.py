@@ -36,12 +36,13 @@ def model_device(net: torch.nn.Module) -> torch.device:
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
-def run_split(fn: Callable[..., Any], n: int, *args: Any) -> None:
-    """``fn(*args, a, b)`` over ``range(n)`` cut into one slice per torch thread (at least 64 items
-    a slice), run at once: for kernels that release the GIL (numpy's tanh, the compiled CLSM
+def run_split(fn: Callable[..., Any], n: int, *args: Any, grain: int = 64) -> None:
+    """``fn(*args, a, b)`` over ``range(n)`` cut into one slice per torch thread (at least ``grain``
+    items a slice), run at once: for kernels that release the GIL (numpy's tanh, the compiled CLSM
     passes), so they are not the serial part of a multi-threaded step. One slice runs on the
-    calling thread."""
-    threads = max(1, min(torch.get_num_threads(), n // 64 or 1))
+    calling thread. Items already weighed into equal runs (``_clsm_kernels.balanced_cuts``) take
+    ``grain=1``."""
+    threads = max(1, min(torch.get_num_threads(), n // grain or 1))
     if threads == 1:
         fn(*args, 0, n)
         return

@@ -364,20 +364,23 @@ def test_gathered_dots_equals_the_gather_and_einsum():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads):
-    """CLSM's fused convolution + max-pooling: the compiled CPU pass and the torch path (other
-    devices) give the same maxima and winners, ties to the first position, and the same gradient
-    as the convolution's max taken by autograd."""
+@pytest.mark.parametrize("window", [1, 3, 4])
+def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads, window, monkeypatch):
+    """CLSM's fused convolution + max-pooling: the compiled CPU pass (its one-pass path for the
+    papers' window of 3, its general passes otherwise) and the torch path (other devices) give
+    the same maxima and winners, ties to the first position, and the same gradient as the
+    convolution's max taken by autograd; on two threads the backward runs as two slices."""
     from semsearch.device import run_split
+    from semsearch.models import _clsm_kernels as kern
     from semsearch.models._clsm_kernels import balanced_cuts, slot_occurrences, window_max, window_max_grad
     from semsearch.models.neural import _window_max_torch, _WindowMax
 
-    rng = np.random.default_rng(threads)
+    rng = np.random.default_rng(threads + 10 * window)
     lengths = [4, 1, 3, 7, 3, 1] * 30  # 180 texts: enough for one slice per thread
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     table = rng.integers(0, 3, size=(43, 6)).astype(np.float32)  # small integers: many ties
     slots, pad = table[:40], table[40:]  # 40 word slots, then the padding's 3
-    rows = rng.integers(0, 43, size=(starts[-1], 3)).astype(np.int64)
+    rows = rng.integers(0, 43, size=(starts[-1], window)).astype(np.int64)
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -398,9 +401,9 @@ def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads):
             assert np.array_equal(pos[ptr[r] : ptr[r + 1]], p_r)
             assert np.array_equal(text[ptr[r] : ptr[r + 1]], np.searchsorted(starts, p_r, side="right") - 1)
         gs = np.full_like(table, np.nan)  # every row is written, none needs zeroing
-        cuts = balanced_cuts(ptr, 64 * threads)
-        assert cuts[0] == 0 and cuts[-1] == 43 and np.all(np.diff(cuts) > 0)
-        run_split(window_max_grad, len(cuts) - 1, g, winner, ptr, pos, text, gs, cuts)
+        cuts = balanced_cuts(ptr, threads)
+        assert cuts[0] == 0 and cuts[-1] == 43 and np.all(np.diff(cuts) > 0) and len(cuts) == threads + 1
+        run_split(window_max_grad, len(cuts) - 1, g, winner, ptr, pos, text, gs, cuts, grain=1)
         scattered = np.zeros_like(table)  # the max's gradient, text by text, in the texts' order
         for t in range(len(lengths)):
             for k in range(6):
@@ -419,7 +422,10 @@ def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads):
         bias = torch.arange(6, dtype=torch.float32, requires_grad=True)
         out = _WindowMax.apply(s, p, bias, torch.from_numpy(rows), starts)
         assert torch.equal(out.detach(), torch.from_numpy(best) + bias.detach())
+        slices = []  # the backward's kernel calls: one slice of rows per thread (it once ran on one)
+        monkeypatch.setattr(kern, "window_max_grad", lambda *a: (slices.append(a[-2:]), window_max_grad(*a)))
         (out * torch.from_numpy(g)).sum().backward()
+        assert len(slices) == threads
         assert np.allclose(s.grad.numpy(), gs[:40]) and np.allclose(p.grad.numpy(), gs[40:])
         assert np.allclose(bias.grad.numpy(), g.sum(0))
     finally:

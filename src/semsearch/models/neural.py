@@ -177,9 +177,10 @@ class _WindowMax(torch.autograd.Function):
             from . import _clsm_kernels as kern
 
             ptr, pos, text = kern.slot_occurrences(rows.numpy(), n_slots + n_pad, ctx.starts)
-            cuts = kern.balanced_cuts(ptr, 64 * torch.get_num_threads())
+            cuts = kern.balanced_cuts(ptr, torch.get_num_threads())  # one run of rows a thread
             gs = torch.empty((n_slots + n_pad, g.shape[1]), dtype=g.dtype)  # every row written once
-            run_split(kern.window_max_grad, len(cuts) - 1, g.numpy(), winner.numpy(), ptr, pos, text, gs.numpy(), cuts)
+            run_split(kern.window_max_grad, len(cuts) - 1, g.numpy(), winner.numpy(), ptr, pos, text, gs.numpy(), cuts,
+                      grain=1)
         else:
             gs = torch.zeros((n_slots + n_pad, g.shape[1]), dtype=g.dtype, device=g.device)
             won = winner.long()
