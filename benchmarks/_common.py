@@ -9,11 +9,16 @@ import os
 import platform
 import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+_TORCH_FIRST = "torch" in sys.modules  # torch's libgomp read its settings before semsearch set its default
+import semsearch  # noqa: E402,F401 - imported before torch (each script imports this module first), so its
+# OpenMP default (semsearch/__init__.py) is in effect here as it is for users of the package and CLI
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,7 +46,14 @@ def hardware(packages: tuple[str, ...] = ("numpy", "scipy")) -> dict[str, Any]:
         "platform": platform.platform(),
         "load_avg_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         **versions,
+        "openmp": openmp_setting(),
     }
+
+
+def openmp_setting() -> str:
+    """How torch's OpenMP threads wait, as its libgomp read it when torch loaded."""
+    got = ",".join(f"{k}={os.environ[k]}" for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY") if k in os.environ) or "default"
+    return f"{got} (set after torch loaded: not in effect)" if _TORCH_FIRST and got != "default" else got
 
 
 def hardware_line(hw: dict[str, Any]) -> str:

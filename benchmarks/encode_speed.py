@@ -27,10 +27,11 @@ import argparse
 import time
 from typing import Any
 
+from _common import hardware, hardware_line, summary_row, write_json  # first: before torch loads
+
 import numpy as np
 import torch
 
-from _common import hardware, hardware_line, summary_row, write_json
 
 TARGET_SPEEDUP = 1.6
 TARGET_COSINE = 0.9999

@@ -42,9 +42,12 @@ The machine is shared. Torch's parallel regions (2 threads here) wait for their 
 thread, so when other processes keep the cores busy a 2-thread step can be several times
 slower than a 1-thread one; the 1-minute load average is printed at the start and end and
 stored with every measurement, and the single-thread figures are the more stable ones. Much of
-that slowdown is OpenMP's idle threads spin-waiting for CPU the busy one needs: run with
-``OMP_WAIT_POLICY=PASSIVE`` in the environment (it must be set before torch loads) to compare;
-the hardware line records the setting.
+that slowdown is OpenMP's idle threads spin-waiting for CPU the busy one needs. The script runs
+with semsearch's OpenMP default (a short spin, ``GOMP_SPINCOUNT=3000``: semsearch/__init__.py,
+in effect because ``_common`` imports semsearch before torch loads) unless the environment sets
+``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``; the hardware line records which (``openmp``). Our
+steps run with glibc keeping freed memory (``device.keep_freed_memory``), as the training loop
+sets it.
 
 Run (prints tables; writes JSON to --out, default results/bench/train_speed.json):
     .venv/bin/python benchmarks/train_speed.py           # full size, ~10 minutes
@@ -62,13 +65,15 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from _common import hardware, hardware_line, maxrss_mb, median_time, summary_row, write_json  # first: before torch loads
+
 import numpy as np
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from _common import hardware, hardware_line, maxrss_mb, median_time, summary_row, write_json
 from semsearch.data import TrainingData, open_dataset
+from semsearch.device import keep_freed_memory
 from semsearch.models.neural import ENCODE_CHUNK, WordBags
 from semsearch.plugins import create_model
 from semsearch.text import Bags, TrigramHasher
@@ -124,6 +129,7 @@ class Ours:
 
     def __init__(self, name: str, j: int, batch: int, hasher: TrigramHasher, data: TrainingData, pairs: Pairs):
         self.name, self.j = name, j
+        keep_freed_memory()  # as the training loop (training.loop.epoch_loop) does
         self.model = create_model(name)
         self.model.build(hasher, SEED)
         self.net = self.model.net
@@ -481,8 +487,7 @@ def main() -> None:
     THREADS = torch.get_num_threads()
 
     hw = {**hardware(("numpy", "scipy", "torch")), "torch_threads": THREADS,
-          "torch_interop_threads": torch.get_num_interop_threads(),
-          "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "unset")}
+          "torch_interop_threads": torch.get_num_interop_threads()}
     print("hardware:", hardware_line(hw), flush=True)
     t_start = time.perf_counter()
     data = TrainingData.from_dataset(open_dataset("homedepot"), "train")
@@ -644,8 +649,6 @@ def main() -> None:
         "profile": profiles, "train_encoder_check": checks}, args.out)
     note = (f": torch's {THREADS}-thread regions wait for their slowest thread, so contention slows them "
             "disproportionately; the 1-thread figures are the more stable ones") if THREADS > 1 else ""
-    if THREADS > 1 and hw["OMP_WAIT_POLICY"] == "unset":
-        note += " (OMP_WAIT_POLICY unset: idle OpenMP threads spin; compare a run with OMP_WAIT_POLICY=PASSIVE)"
     print(f"\nload average (1 min) at start {hw['load_avg_1min']}, at end {hw_end} on {hw['nproc']} CPUs{note}.")
     print(f"peak RSS of the process: {maxrss_mb():,.0f} MB; total {time.perf_counter() - t_start:.0f} s; wrote {path}")
 

@@ -6,9 +6,14 @@ with evaluation reading runs from anywhere and experiments tying them together.
 
 import os
 
-# Idle OpenMP threads spin by default; on a shared 2-core machine that makes torch's 2-thread
-# runs several times slower than 1 thread (benchmarks/train_speed.py). Passive waiting fixes it.
-# Only a default: takes effect if torch has not been imported yet, and a user's setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# torch's OpenMP (GNU libgomp) threads spin 300,000 times after each parallel region before they
+# sleep. On 2 cores that spinning takes the CPU from the other threads of a step (the compiled
+# CLSM passes' own, ``device.run_split``; other processes on a shared machine), while sleeping at
+# once (OMP_WAIT_POLICY=PASSIVE, the earlier default) makes every region wake its threads: a
+# short spin was fastest for DSSM and CLSM training (benchmarks/train_speed.py; 1,000-10,000 tied).
+# Only a default: it takes effect if torch has not been imported yet, and a user's setting of
+# either variable wins (libgomp reads GOMP_SPINCOUNT over OMP_WAIT_POLICY).
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["GOMP_SPINCOUNT"] = "3000"
 
 __version__ = "0.1.0"

@@ -34,6 +34,29 @@ def model_device(net: torch.nn.Module) -> torch.device:
 
 # ------------------------------------------------------------------------------------ CPU threads
 _POOLS: dict[int, ThreadPoolExecutor] = {}
+_KEPT = False
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc serve large arrays from its heap and keep what is freed for reuse, instead
+    of mapping fresh pages for every array over its mmap threshold and returning them on free.
+    A training step allocates and frees the same large arrays every step (CLSM's window slots,
+    21 MB a batch here), and every fresh page costs a page fault: 4-5 thousand a CLSM step,
+    ~10 % of its time on 2 threads (benchmarks/train_speed.py). The process keeps its peak heap
+    afterwards. Once per process, on glibc only; a user's ``MALLOC_MMAP_THRESHOLD_`` or
+    ``MALLOC_TRIM_THRESHOLD_`` wins. Returns whether it applied the setting."""
+    global _KEPT
+    if _KEPT or "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
+        return False
+    import ctypes
+    import platform
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL("libc.so.6")
+    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+    _KEPT = bool(libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, (1 << 31) - 1))
+    return _KEPT
 
 
 def run_split(fn: Callable[..., Any], n: int, *args: Any, grain: int = 64) -> None:

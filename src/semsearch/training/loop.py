@@ -114,8 +114,9 @@ def epoch_loop(
     ``dev_before``: score the untrained weights first, as epoch 0, so training can keep them;
     ``sharded``: under torchrun, ``loss`` computes this rank's share of each global batch
     (``training.distributed``) and ``size`` counts the global batch."""
-    from ..device import resolve_device
+    from ..device import keep_freed_memory, resolve_device
 
+    keep_freed_memory()  # each step frees and allocates the same large arrays: no page faults anew
     par = distributed.init(args.device) and distributed.active()
     if par:
         if not sharded:
