@@ -142,3 +142,17 @@ def test_cli_export_and_index_build_option(tiny_bert, tmp_path, tiny_data) -> No
     assert len(list((tmp_path / "b2").rglob(onnxrt.ONNX_FILE))) == 1  # fp32 by default, checksummed in the manifest
     manifest = json.loads((tmp_path / "b2" / "manifest.json").read_text())
     assert any(f.endswith(onnxrt.ONNX_FILE) for f in manifest["files"])
+
+
+def test_export_fuses_attention_and_leaves_the_model_as_it_was(tiny_bert, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The exported graph is the fused one (onnxruntime's Attention op, not SDPA's unfused MatMuls:
+    the torch export of the default attention did not fuse), and the model keeps its own attention."""
+    import onnx
+
+    bi = BiEncoder(base=tiny_bert)
+    before = bi.net.bert.config._attn_implementation
+    onnxrt.export(bi, tmp_path)
+    ops = [n.op_type for n in onnx.load(str(tmp_path / onnxrt.ONNX_FILE)).graph.node]
+    layers = bi.net.bert.config.num_hidden_layers
+    assert ops.count("Attention") == layers and "Softmax" not in ops
+    assert bi.net.bert.config._attn_implementation == before

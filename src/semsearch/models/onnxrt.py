@@ -18,12 +18,13 @@ optimum's exporter pulls a second copy of the model stack and offers nothing we 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +173,7 @@ def export(model: Any, out: str | Path, *, precision: str = "fp32") -> dict[str,
         raw, fused = Path(tmp) / "raw.onnx", Path(tmp) / "fused.onnx"
         first = probes[0]
         axes = {name: {0: "batch", 1: "tokens"} for name in INPUTS}
-        with torch.no_grad(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings(), _eager_attention(net.bert):
             warnings.simplefilter("ignore")
             torch.onnx.export(wrapper, tuple(first[k] for k in INPUTS), str(raw), input_names=list(INPUTS),
                               output_names=["output"], dynamic_axes={**axes, "output": {0: "batch"}},
@@ -206,6 +207,21 @@ def export(model: Any, out: str | Path, *, precision: str = "fp32") -> dict[str,
         for name in (ONNX_FILE, ONNX_META):
             os.replace(Path(tmp) / name, out / name)
     return meta
+
+
+@contextlib.contextmanager
+def _eager_attention(bert: torch.nn.Module) -> Iterator[None]:
+    """``bert`` with transformers' eager attention while it is exported, its own afterwards. The
+    export of its default (SDPA) attention is a pattern onnxruntime's BERT optimizer does not fuse
+    (MiniLM stayed 48 MatMuls, 24 Transposes and 6 Softmaxes); the eager one fuses into 6
+    ``Attention``, 6 ``BiasGelu`` and one ``EmbedLayerNormalization``: 641 -> 712 Home Depot
+    titles/s on 2 threads, the same vectors (the export is checked against torch either way)."""
+    before = bert.config._attn_implementation
+    bert.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        bert.set_attn_implementation(before)
 
 
 def _ort_version() -> str:
