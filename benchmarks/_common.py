@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 _TORCH_FIRST = "torch" in sys.modules  # torch's libgomp read its settings before semsearch set its default
-import semsearch  # noqa: E402,F401 - imported before torch (each script imports this module first), so its
+import semsearch  # noqa: E402,F401 - imported before torch (each script imports this module before torch), so its
 # OpenMP default (semsearch/__init__.py) is in effect here as it is for users of the package and CLI
 
 REPO = Path(__file__).resolve().parents[1]
