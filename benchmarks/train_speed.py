@@ -162,7 +162,7 @@ class Ours:
         rows = self.batches.next()
         q_rows, d_rows = self.pairs.q_rows[rows], self.pairs.d_rows[rows]
         pool = sample_pool(self.rng, self.n_docs, self.pool_size)
-        neg = random_negatives(self.rng, pool, [self.pairs.pos_sets[q] for q in q_rows], self.j)
+        neg = random_negatives(self.rng, pool, self.pairs.positives(q_rows), self.j)
         self.qf.batch(q_rows)
         self.df.batch(np.concatenate([d_rows, np.unique(pool[neg[neg >= 0]])]))  # the drawn documents
 
@@ -197,7 +197,7 @@ def step_shapes(ours: Ours, batches: int = 5) -> tuple[dict[str, Any], dict[str,
         rows = bt.next()
         q_rows, d_rows = ours.pairs.q_rows[rows], ours.pairs.d_rows[rows]
         pool = sample_pool(rng, ours.n_docs, ours.pool_size)
-        neg = random_negatives(rng, pool, [ours.pairs.pos_sets[q] for q in q_rows], ours.j)
+        neg = random_negatives(rng, pool, ours.pairs.positives(q_rows), ours.j)
         docs = np.concatenate([d_rows, np.unique(pool[neg[neg >= 0]])])
         for side, f, r in (("q", ours.qf, q_rows), ("d", ours.df, docs)):
             x = f.batch(r)

@@ -77,6 +77,30 @@ def test_clsm_convolution_equals_dense_window_reference():
     assert torch.allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.parametrize("window", [1, 3, 4])
+def test_window_features_give_each_position_its_window(window):
+    """``WindowFeatures.batch`` (a compiled pass) against a loop over every text's positions: the
+    window's words around each position, the padding past the ends and for an empty text."""
+    m = _built("clsm", window=3)
+    texts = ["red brick wall door", "", "door", "wall red red wall brick", "brick door"]
+    f = m.features(texts)
+    f.window = window
+    rows = np.array([3, 1, 0, 2, 4, 1])
+    b = f.batch(rows)
+    wb = f.words.batch(rows)
+    pad, half = len(wb.words), (window - 1) // 2
+    want_windows, want_segment, want_starts = [], [], [0]
+    for i in range(len(rows)):
+        words = wb.positions[wb.indptr[i] : wb.indptr[i + 1]]
+        for p in range(max(len(words), 1)):
+            want_windows.append([words[p + j - half] if 0 <= p + j - half < len(words) else pad for j in range(window)])
+            want_segment.append(i)
+        want_starts.append(len(want_segment))
+    assert b.windows.dtype == np.int64 and b.windows.shape == (window, len(want_segment))
+    assert (b.windows.T == np.array(want_windows)).all()
+    assert (b.segment == want_segment).all() and (b.starts == want_starts).all() and b.n_words == pad
+
+
 def test_segment_max_and_its_gradient():
     v = torch.tensor([[1.0, 5.0], [3.0, 2.0], [0.0, 0.0], [7.0, -1.0]], requires_grad=True)
     best, arg = segment_max(v, torch.tensor([0, 0, 0, 1]), 2)

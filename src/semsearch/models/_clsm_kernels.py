@@ -70,6 +70,33 @@ def window_max(slots: np.ndarray, pad: np.ndarray, rows: np.ndarray, starts: np.
 
 
 @njit(cache=True, nogil=True)
+def word_windows(ptr: np.ndarray, local: np.ndarray, window: int,
+                 pad: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """Each word position's window (``models.neural.WindowFeatures.batch``): text i's words are
+    ``local[ptr[i]:ptr[i + 1]]`` (indices into the batch's distinct words); returns ``windows``
+    (window, positions) of word indices, ``pad`` outside the text and at the one position of an
+    empty text, ``segment`` (each position's text) and ``starts`` (text i's positions begin at
+    ``starts[i]``). One pass, instead of a masked gather per window slot (1 ms for 3,600 titles)."""
+    n = len(ptr) - 1
+    starts = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        starts[i + 1] = starts[i] + max(ptr[i + 1] - ptr[i], 1)
+    total = starts[n]
+    windows = np.full((window, total), pad, dtype=np.int64)
+    segment = np.empty(total, dtype=np.int64)
+    half = (window - 1) // 2
+    for i in range(n):
+        s, length, o = ptr[i], ptr[i + 1] - ptr[i], starts[i]
+        for p in range(max(length, 1)):
+            segment[o + p] = i
+            for j in range(window):
+                q = p + j - half
+                if 0 <= q < length:
+                    windows[j, o + p] = local[s + q]
+    return windows, segment, starts
+
+
+@njit(cache=True, nogil=True)
 def slot_occurrences(rows: np.ndarray, n_rows: int,
                      starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
     """Every window slot of every position, grouped by slot row (a counting sort, one pass over

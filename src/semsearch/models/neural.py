@@ -320,23 +320,11 @@ class WindowFeatures:
         return len(self.words)
 
     def batch(self, rows: np.ndarray) -> WindowBatch:
+        from . import _clsm_kernels as kern
+
         wb = self.words.batch(rows)
-        ptr, local, bags = wb.indptr, wb.positions, wb.words
-        n = np.diff(ptr)
-        eff = np.maximum(n, 1)  # an empty text has one position whose window is all padding
-        total = int(eff.sum())
-        segment = np.repeat(np.arange(len(rows), dtype=np.int64), eff)
-        starts = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(eff, out=starts[1:])
-        p = np.arange(total, dtype=np.int64) - starts[segment]  # position within its text
-        half = (self.window - 1) // 2
-        pad = len(bags)
-        windows = np.full((self.window, total), pad, dtype=np.int64)
-        for j in range(self.window):
-            q = p + j - half
-            ok = (q >= 0) & (q < n[segment])
-            windows[j, ok] = local[ptr[segment[ok]] + q[ok]]
-        return WindowBatch(bags, windows, segment, starts)
+        windows, segment, starts = kern.word_windows(wb.indptr, wb.positions, self.window, len(wb.words))
+        return WindowBatch(wb.words, windows, segment, starts)
 
 
 # ------------------------------------------------------------------------------------ networks

@@ -55,7 +55,7 @@ def train_interaction(
         parts = []
         if j > 0:
             pool = sample_pool(rng, n_docs, pool_size)
-            idx = random_negatives(rng, pool, [pairs.pos_sets[q] for q in q_rows], j)
+            idx = random_negatives(rng, pool, pairs.positives(q_rows), j)
             parts.append(np.where(idx >= 0, pool[idx.clip(min=0)], -1))
         if h > 0:
             parts.append(hard_negatives(rng, [pairs.hard[q] for q in q_rows], h))

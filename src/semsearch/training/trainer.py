@@ -10,7 +10,7 @@ epoch and resume from the last checkpoint."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from . import distributed
 from .args import EncoderArgs, TrainArgs
 from .losses import in_batch_loss, softmax_cosine_loss
 from .loop import Checkpoint, epoch_loop
-from .negatives import hard_negatives, random_negatives, sample_pool
+from .negatives import PositiveKeys, hard_negatives, random_negatives, sample_pool
 
 
 @dataclass
@@ -39,6 +39,14 @@ class Pairs:
     pos_sets: list[set[int]]  # per query row: its positive document rows
     hard: list[list[int]]  # per query row: judged documents below the positive grade
     q_texts: list[str]
+    pos_keys: PositiveKeys = field(init=False, repr=False)  # the same pairs, for batch lookups
+
+    def __post_init__(self) -> None:
+        self.pos_keys = PositiveKeys(self.q_rows, self.d_rows)
+
+    def positives(self, q_rows: np.ndarray) -> tuple[PositiveKeys, np.ndarray]:
+        """``random_negatives``' ``positives`` for a batch of query rows."""
+        return self.pos_keys, q_rows
 
     @classmethod
     def build(cls, data: TrainingData) -> "Pairs":
@@ -153,7 +161,7 @@ def batch_loss(net, qf, df, pairs: Pairs, rows: np.ndarray, rng: np.random.Gener
         return in_batch_loss(qv @ dv.T, torch.as_tensor(same, device=dev), gamma, first=first, scale=scale)
     pool_size = min(args.neg_pool, args.batch_size * max(j, 1), n_docs)
     pool = sample_pool(rng, n_docs, pool_size) if j > 0 else np.zeros(0, dtype=np.int64)
-    neg = random_negatives(rng, pool, [pairs.pos_sets[q] for q in q_rows], j) if j > 0 else np.zeros((len(rows), 0), np.int64)
+    neg = random_negatives(rng, pool, pairs.positives(q_rows), j) if j > 0 else np.zeros((len(rows), 0), np.int64)
     hard = hard_negatives(rng, [pairs.hard[q] for q in q_rows], h) if h > 0 else np.zeros((len(rows), 0), np.int64)
     # only the pool documents some query drew are encoded (at J = 4 about 1 − 1/e of the pool):
     # the others take no part in the loss, so leaving them out changes neither it nor the gradients

@@ -1,0 +1,53 @@
+"""Random negatives: the keyed lookup (``PositiveKeys``, what the trainers pass) draws exactly what
+the per-query sets did, and never a query's own positive."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from semsearch.training.negatives import PositiveKeys, random_negatives
+
+
+def _reference(rng, pool, positives, j, tries=8):
+    """random_negatives before the keyed lookup: the batch's keys built and ``np.isin``-ed anew."""
+    b = len(positives)
+    big = int(pool.max()) + 1
+    keys = np.fromiter((i * big + d for i, ps in enumerate(positives) for d in ps if d < big), dtype=np.int64)
+    rowkey = np.arange(b, dtype=np.int64)[:, None] * big
+    idx = rng.integers(0, len(pool), size=(b, j))
+    bad = np.isin(rowkey + pool[idx], keys)
+    for _ in range(tries):
+        if not bad.any():
+            break
+        idx[bad] = rng.integers(0, len(pool), size=int(bad.sum()))
+        bad = np.isin(rowkey + pool[idx], keys)
+    idx[bad] = -1
+    return idx
+
+
+@pytest.mark.parametrize("j", [1, 4, 50])
+def test_keyed_positives_draw_what_the_sets_drew(j):
+    gen = np.random.default_rng(j)
+    n_queries, n_docs = 300, 400
+    q_rows = np.repeat(np.arange(n_queries), gen.integers(1, 6, n_queries))
+    d_rows = gen.integers(0, n_docs, len(q_rows))  # repeats included
+    sets = [set() for _ in range(n_queries)]
+    for q, d in zip(q_rows, d_rows):
+        sets[q].add(int(d))
+    keys = PositiveKeys(q_rows, d_rows)
+    for seed in range(5):
+        batch = gen.choice(n_queries, 64)
+        pool = np.sort(gen.choice(n_docs, 40, replace=False))  # small: many collisions to redraw
+        want = _reference(np.random.default_rng(seed), pool, [sets[q] for q in batch], j)
+        assert (random_negatives(np.random.default_rng(seed), pool, (keys, batch), j) == want).all()
+        assert (random_negatives(np.random.default_rng(seed), pool, [sets[q] for q in batch], j) == want).all()
+        drawn = np.where(want >= 0, pool[want.clip(min=0)], -1)
+        assert all(int(d) not in sets[q] for q, row in zip(batch, drawn) for d in row if d >= 0)
+
+
+def test_a_pool_of_positives_only_leaves_every_slot_empty():
+    keys = PositiveKeys(np.array([0, 0, 1]), np.array([5, 7, 5]))
+    neg = random_negatives(np.random.default_rng(0), np.array([5, 7]), (keys, np.array([0])), 3)
+    assert (neg == -1).all()
+    assert not PositiveKeys(np.zeros(0, np.int64), np.zeros(0, np.int64)).isin(np.array([0]), np.array([[1, 2]])).any()
