@@ -396,7 +396,8 @@ def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads, win
     convolution's max taken by autograd; on two threads the backward runs as two slices."""
     from semsearch.device import run_split
     from semsearch.models import _clsm_kernels as kern
-    from semsearch.models._clsm_kernels import balanced_cuts, slot_occurrences, window_max, window_max_grad
+    from semsearch.models._clsm_kernels import (balanced_cuts, slot_occurrences, window_max, window_max_grad,
+                                                 winner_dtype)
     from semsearch.models.neural import _window_max_torch, _WindowMax
 
     rng = np.random.default_rng(threads + 10 * window)
@@ -409,21 +410,24 @@ def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads, win
     torch.set_num_threads(threads)
     try:
         best = np.empty((len(lengths), 6), np.float32)
-        winner = np.empty((len(lengths), 6), np.int32)
-        run_split(window_max, len(lengths), slots, pad, rows, starts, best, winner)
+        local = np.arange(max(lengths), dtype=winner_dtype(max(lengths)))
+        assert local.dtype == np.int8 and winner_dtype(128) == np.int16 and winner_dtype(1 << 15) == np.int32
+        winner = np.empty((len(lengths), 6), local.dtype)  # within the text
+        run_split(window_max, len(lengths), slots, pad, rows, starts, local, best, winner)
         tb, tw = _window_max_torch(torch.from_numpy(table), torch.from_numpy(rows), starts)
-        assert np.array_equal(best, tb.numpy()) and np.array_equal(winner, tw.numpy())
+        assert np.array_equal(best, tb.numpy()) and np.array_equal(starts[:-1, None] + winner, tw.numpy())
         conv = table[rows].sum(1)
         for t in range(len(lengths)):
             vals = conv[starts[t] : starts[t + 1]]
-            assert np.array_equal(best[t], vals.max(0)) and np.array_equal(winner[t], starts[t] + vals.argmax(0))
+            assert np.array_equal(best[t], vals.max(0)) and np.array_equal(winner[t], vals.argmax(0))
         g = rng.standard_normal((len(lengths), 6)).astype(np.float32)
-        ptr, pos, text = slot_occurrences(rows, 43, starts)
+        ptr, pos, text = slot_occurrences(rows, 43, starts, local)
         assert ptr[-1] == rows.size and np.array_equal(np.diff(ptr), np.bincount(rows.ravel(), minlength=43))
         for r in range(43):  # each row's readers, positions ascending, with their texts
             p_r = np.flatnonzero((rows == r).any(1)).repeat((rows == r).sum(1)[(rows == r).any(1)])
-            assert np.array_equal(pos[ptr[r] : ptr[r + 1]], p_r)
-            assert np.array_equal(text[ptr[r] : ptr[r + 1]], np.searchsorted(starts, p_r, side="right") - 1)
+            t_r = np.searchsorted(starts, p_r, side="right") - 1
+            assert pos.dtype == local.dtype and np.array_equal(pos[ptr[r] : ptr[r + 1]], p_r - starts[t_r])
+            assert np.array_equal(text[ptr[r] : ptr[r + 1]], t_r)
         gs = np.full_like(table, np.nan)  # every row is written, none needs zeroing
         cuts = balanced_cuts(ptr, threads)
         assert cuts[0] == 0 and cuts[-1] == 43 and np.all(np.diff(cuts) > 0) and len(cuts) == threads + 1
@@ -431,12 +435,12 @@ def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads, win
         scattered = np.zeros_like(table)  # the max's gradient, text by text, in the texts' order
         for t in range(len(lengths)):
             for k in range(6):
-                for r in rows[winner[t, k]]:
+                for r in rows[starts[t] + winner[t, k]]:
                     scattered[r, k] += g[t, k]
         assert np.array_equal(gs, scattered)  # the same sums in the same order, bit for bit
         x = torch.from_numpy(table).double().requires_grad_()  # autograd over the full convolution
         full = x[torch.from_numpy(rows)].sum(1)
-        pooled = torch.stack([full[torch.from_numpy(winner[t]).long(), torch.arange(6)]
+        pooled = torch.stack([full[starts[t] + torch.from_numpy(winner[t]).long(), torch.arange(6)]
                               for t in range(len(lengths))])
         (pooled * torch.from_numpy(g).double()).sum().backward()
         assert np.allclose(gs, x.grad.numpy(), atol=1e-5)

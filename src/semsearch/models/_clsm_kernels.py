@@ -15,13 +15,15 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def window_max(slots: np.ndarray, pad: np.ndarray, rows: np.ndarray, starts: np.ndarray, best: np.ndarray,
-               winner: np.ndarray, t0: int, t1: int) -> None:  # pragma: no cover - compiled
+def window_max(slots: np.ndarray, pad: np.ndarray, rows: np.ndarray, starts: np.ndarray, local: np.ndarray,
+               best: np.ndarray, winner: np.ndarray, t0: int, t1: int) -> None:  # pragma: no cover - compiled
     """Texts ``t0``..``t1``: text i's positions are ``rows[starts[i]:starts[i + 1]]``, each a
     window of slot rows (row r < len(slots) is ``slots[r]``, else the padding's ``pad[r -
     len(slots)]``); ``best[i, k]`` = the max over them of the window's slot sum in filter k,
-    ``winner[i, k]`` the first position holding it. The sum adds the slots in window order, as
-    ``embedding_bag(mode="sum")`` does."""
+    ``winner[i, k]`` the first position holding it, counted within the text (``local`` =
+    ``arange(longest text)`` in ``winner``'s dtype, ``winner_dtype``: a byte for titles, so the
+    backward reads a quarter of what global int32 positions cost). The sum adds the slots in
+    window order, as ``embedding_bag(mode="sum")`` does."""
     k_dim = slots.shape[1]
     w_dim = rows.shape[1]
     n_slots = slots.shape[0]
@@ -30,7 +32,7 @@ def window_max(slots: np.ndarray, pad: np.ndarray, rows: np.ndarray, starts: np.
         s, e = starts[i], starts[i + 1]
         bi, wi = best[i], winner[i]
         for p in range(s, e):
-            pi = np.int32(p)
+            pi = local[p - s]
             if w_dim == 3:  # the papers' window: its three slots summed and compared in one pass (1.6x
                 # faster than the general passes below, which write and re-read ``acc``)
                 r0, r1, r2 = rows[p, 0], rows[p, 1], rows[p, 2]
@@ -97,12 +99,13 @@ def word_windows(ptr: np.ndarray, local: np.ndarray, window: int,
 
 
 @njit(cache=True, nogil=True)
-def slot_occurrences(rows: np.ndarray, n_rows: int,
-                     starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+def slot_occurrences(rows: np.ndarray, n_rows: int, starts: np.ndarray,
+                     local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
     """Every window slot of every position, grouped by slot row (a counting sort, one pass over
-    ``rows``): row r is read at positions ``pos[ptr[r]:ptr[r + 1]]`` (ascending), of texts
-    ``text[...]`` — the transpose of ``rows``, so the backward can gather each row's gradient
-    instead of scattering into it."""
+    ``rows``): row r is read at positions ``pos[ptr[r]:ptr[r + 1]]`` (ascending; counted within
+    their texts, in ``local``'s dtype as ``window_max``'s winners), of texts ``text[...]`` — the
+    transpose of ``rows``, so the backward can gather each row's gradient instead of scattering
+    into it."""
     n_pos, w_dim = rows.shape
     ptr = np.zeros(n_rows + 1, dtype=np.int64)
     for p in range(n_pos):
@@ -111,14 +114,15 @@ def slot_occurrences(rows: np.ndarray, n_rows: int,
     for r in range(n_rows):
         ptr[r + 1] += ptr[r]
     fill = ptr[:-1].copy()
-    pos = np.empty(n_pos * w_dim, dtype=np.int32)
+    pos = np.empty(n_pos * w_dim, dtype=local.dtype)
     text = np.empty(n_pos * w_dim, dtype=np.int32)
     for i in range(len(starts) - 1):
         for p in range(starts[i], starts[i + 1]):
+            lp = local[p - starts[i]]
             for j in range(w_dim):
                 r = rows[p, j]
                 f = fill[r]
-                pos[f] = p
+                pos[f] = lp
                 text[f] = i
                 fill[r] = f + 1
     return ptr, pos, text
@@ -129,7 +133,8 @@ def window_max_grad(g: np.ndarray, winner: np.ndarray, ptr: np.ndarray, pos: np.
                     gs: np.ndarray, cuts: np.ndarray, c0: int, c1: int) -> None:  # pragma: no cover - compiled
     """Slot rows ``cuts[c0]`` to ``cuts[c1]`` of the gradient ``gs`` (each written once, no zeroing
     needed): row r sums, over the positions reading it (``slot_occurrences``), the gradient of
-    that position's text in the filters the position won (the max's gradient). The rows' reads
+    that position's text in the filters the position won (the max's gradient; positions and
+    winners both counted within the text). The rows' reads
     are ascending in text, so each sum adds in the order a scatter over the texts would, and
     the filters' loop is one vectorised compare-and-add over a text's gradient row."""
     k_dim = g.shape[1]
@@ -144,6 +149,11 @@ def window_max_grad(g: np.ndarray, winner: np.ndarray, ptr: np.ndarray, pos: np.
             wi = winner[text[o]]
             for k in range(k_dim):
                 out[k] += gi[k] if wi[k] == p else zero
+
+
+def winner_dtype(longest: int) -> type:
+    """The smallest integer type holding a position within a text of ``longest`` positions."""
+    return np.int8 if longest <= 127 else np.int16 if longest <= 32767 else np.int32
 
 
 def balanced_cuts(ptr: np.ndarray, parts: int) -> np.ndarray:

@@ -158,29 +158,31 @@ class _WindowMax(torch.autograd.Function):
         if slots.device.type == "cpu":
             from . import _clsm_kernels as kern
 
+            longest = int(np.diff(starts).max(initial=1))
+            local = np.arange(longest, dtype=kern.winner_dtype(longest))  # winners within their texts
             best = torch.empty((n, k_dim), dtype=slots.dtype)
-            winner = torch.empty((n, k_dim), dtype=torch.int32)
+            winner = np.empty((n, k_dim), dtype=local.dtype)
             run_split(kern.window_max, n, slots.detach().contiguous().numpy(), pad.detach().contiguous().numpy(),
-                           rows.numpy(), starts, best.numpy(), winner.numpy())
+                      rows.numpy(), starts, local, best.numpy(), winner)
+            ctx.winner, ctx.local = winner, local
         else:
             best, winner = _window_max_torch(torch.cat([slots, pad]).detach(), rows, starts)
-        ctx.save_for_backward(rows, winner)
-        ctx.shapes, ctx.starts = (slots.shape[0], pad.shape[0]), starts
+            ctx.winner = winner
+        ctx.rows, ctx.shapes, ctx.starts = rows, (slots.shape[0], pad.shape[0]), starts
         return best + bias
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):  # type: ignore[no-untyped-def, override]
-        rows, winner = ctx.saved_tensors
+        rows, winner = ctx.rows, ctx.winner
         n_slots, n_pad = ctx.shapes
         g = g.contiguous()
         if g.device.type == "cpu":
             from . import _clsm_kernels as kern
 
-            ptr, pos, text = kern.slot_occurrences(rows.numpy(), n_slots + n_pad, ctx.starts)
+            ptr, pos, text = kern.slot_occurrences(rows.numpy(), n_slots + n_pad, ctx.starts, ctx.local)
             cuts = kern.balanced_cuts(ptr, torch.get_num_threads())  # one run of rows a thread
             gs = torch.empty((n_slots + n_pad, g.shape[1]), dtype=g.dtype)  # every row written once
-            run_split(kern.window_max_grad, len(cuts) - 1, g.numpy(), winner.numpy(), ptr, pos, text, gs.numpy(), cuts,
-                      grain=1)
+            run_split(kern.window_max_grad, len(cuts) - 1, g.numpy(), winner, ptr, pos, text, gs.numpy(), cuts, grain=1)
         else:
             gs = torch.zeros((n_slots + n_pad, g.shape[1]), dtype=g.dtype, device=g.device)
             won = winner.long()
