@@ -324,3 +324,28 @@ def test_many_texts_are_looked_up_on_every_thread_as_in_one_pass(monkeypatch, th
             fast.forget_texts()
     finally:
         torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("touched_only", [False, True])
+def test_bags_columns_are_the_csc_transpose(touched_only):
+    """``Bags.columns`` (one compiled counting sort) holds what scipy's ``csr -> csc`` does: per
+    column the bags holding it, ascending, repeats kept with their weights; empty bags and
+    untouched columns included."""
+    from semsearch.text import Bags
+
+    rng = np.random.default_rng(int(touched_only))
+    sizes = rng.integers(0, 6, 40)
+    sizes[[3, 17]] = 0  # empty bags
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    ids = rng.integers(0, 12, offsets[-1]).astype(np.int64)  # repeats within a bag too
+    ids[ids == 7] = 8  # column 7 untouched
+    b = Bags(ids, rng.random(offsets[-1]).astype(np.float32), offsets)
+    rows, weights, starts, touched = b.columns(15, touched_only)
+    m = b.csr(15).tocsc()
+    assert np.array_equal(rows, m.indices) and np.array_equal(weights, m.data) and weights.dtype == np.float32
+    if touched_only:
+        assert np.array_equal(touched, np.flatnonzero(np.diff(m.indptr))) and 7 not in touched
+        assert np.array_equal(starts, m.indptr[touched])
+    else:
+        assert len(touched) == 0 and np.array_equal(starts, m.indptr[:-1])
+    assert all(a.dtype == np.int64 for a in (rows, starts, touched))

@@ -128,14 +128,9 @@ def bag_product(weight: torch.Tensor, b: Bags) -> torch.Tensor:
     ids, offsets, counts = _bag_tensors(b, dev)
     if not (torch.is_grad_enabled() and weight.requires_grad):
         return F.embedding_bag(ids, weight, offsets, mode="sum", per_sample_weights=counts)
-    m = b.csr(weight.shape[0]).tocsc()  # keeps repeats
-    if getattr(weight, "sparse_grad", False):  # only the vocabulary rows the batch holds
-        touched = np.flatnonzero(np.diff(m.indptr))
-        starts = m.indptr[touched]
-    else:
-        touched, starts = np.zeros(0, dtype=np.int64), m.indptr[:-1]
-    t = tuple(torch.as_tensor(a, device=dev) for a in (m.indices.astype(np.int64), starts.astype(np.int64), m.data,
-                                                         touched.astype(np.int64)))
+    sparse = bool(getattr(weight, "sparse_grad", False))
+    rows, weights, starts, touched = b.columns(weight.shape[0], touched_only=sparse)
+    t = (torch.as_tensor(a, device=dev) for a in (rows, starts, weights, touched))
     return _BagProduct.apply(weight, ids, offsets, counts, *t)
 
 

@@ -266,3 +266,41 @@ def text_bags(counts, ids, tri_ptr, tri):  # type: ignore[no-untyped-def]
             out[j] = tri[q]
             j += 1
     return indptr, out
+
+
+@njit(cache=True, nogil=True)
+def bag_columns(ids, offsets, weights, n_cols, touched_only):  # type: ignore[no-untyped-def]
+    """The transpose of ragged bags (``trigram.Bags.columns``), by a counting sort: for every
+    column (vocabulary row) the bags holding it, ascending, each repeat a separate entry with its
+    weight — scipy's ``csr_matrix(...).tocsc()`` without its checks and Python calls. Returns
+    ``rows``, ``weights`` and per column its first entry (``starts``); with ``touched_only`` only
+    the columns some bag holds (``touched``), else every column."""
+    nnz = len(ids)
+    ptr = np.zeros(n_cols + 1, dtype=np.int64)
+    for e in range(nnz):
+        ptr[ids[e] + 1] += 1
+    n_touched = 0
+    for c in range(n_cols):
+        n_touched += ptr[c + 1] > 0
+        ptr[c + 1] += ptr[c]
+    fill = ptr[:-1].copy()
+    rows = np.empty(nnz, dtype=np.int64)
+    counts = np.empty(nnz, dtype=weights.dtype)
+    for i in range(len(offsets) - 1):
+        for e in range(offsets[i], offsets[i + 1]):
+            c = ids[e]
+            f = fill[c]
+            rows[f] = i
+            counts[f] = weights[e]
+            fill[c] = f + 1
+    if not touched_only:
+        return rows, counts, ptr[:-1].copy(), np.zeros(0, dtype=np.int64)
+    touched = np.empty(n_touched, dtype=np.int64)
+    starts = np.empty(n_touched, dtype=np.int64)
+    t = 0
+    for c in range(n_cols):
+        if ptr[c + 1] > ptr[c]:
+            touched[t] = c
+            starts[t] = ptr[c]
+            t += 1
+    return rows, counts, starts, touched

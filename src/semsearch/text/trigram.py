@@ -69,6 +69,16 @@ class Bags:
         separate entries, as the first layer's sum reads them)."""
         return sp.csr_matrix((self.weights, self.ids, self.offsets), shape=(len(self), n_cols))
 
+    def columns(self, n_cols: int, touched_only: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The transposed bags, one per column (``csr(n_cols).tocsc()`` in one compiled pass): the
+        bags holding each column, ascending, with their weights (``rows``, ``weights``), where each
+        column's entries start (``starts``), for every column or (``touched_only``) only for those
+        some bag holds (``touched``, ascending; else empty). The weight gradient of a first layer
+        over these bags is a bag-sum over its columns (``models.neural.bag_product``)."""
+        from . import _kernels as k
+
+        return k.bag_columns(self.ids, self.offsets, self.weights, n_cols, touched_only)  # type: ignore[no-any-return]
+
 
 class TrigramHasher:
     """A fixed letter-trigram vocabulary and the hashing of texts onto it.
