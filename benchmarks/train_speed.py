@@ -77,7 +77,7 @@ from semsearch.device import keep_freed_memory
 from semsearch.models.neural import ENCODE_CHUNK, WordBags
 from semsearch.plugins import create_model
 from semsearch.text import Bags, TrigramHasher
-from semsearch.training.negatives import random_negatives, sample_pool
+from semsearch.training.negatives import drawn_documents, random_negatives, sample_pool
 from semsearch.training.trainer import Pairs, batch_loss, make_optimizer, train_encoder
 from semsearch.training.args import EncoderArgs
 
@@ -164,7 +164,7 @@ class Ours:
         pool = sample_pool(self.rng, self.n_docs, self.pool_size)
         neg = random_negatives(self.rng, pool, self.pairs.positives(q_rows), self.j)
         self.qf.batch(q_rows)
-        self.df.batch(np.concatenate([d_rows, np.unique(pool[neg[neg >= 0]])]))  # the drawn documents
+        self.df.batch(np.concatenate([d_rows, drawn_documents(pool, neg)[0]]))  # the drawn documents
 
     def measure(self, warmup: int, steps: int, reps_assembly: int) -> dict[str, Any]:
         self.phases = []
@@ -198,7 +198,7 @@ def step_shapes(ours: Ours, batches: int = 5) -> tuple[dict[str, Any], dict[str,
         q_rows, d_rows = ours.pairs.q_rows[rows], ours.pairs.d_rows[rows]
         pool = sample_pool(rng, ours.n_docs, ours.pool_size)
         neg = random_negatives(rng, pool, ours.pairs.positives(q_rows), ours.j)
-        docs = np.concatenate([d_rows, np.unique(pool[neg[neg >= 0]])])
+        docs = np.concatenate([d_rows, drawn_documents(pool, neg)[0]])
         for side, f, r in (("q", ours.qf, q_rows), ("d", ours.df, docs)):
             x = f.batch(r)
             if isinstance(x, Bags):  # one bag per text

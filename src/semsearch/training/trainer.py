@@ -27,7 +27,7 @@ from . import distributed
 from .args import EncoderArgs, TrainArgs
 from .losses import in_batch_loss, softmax_cosine_loss
 from .loop import Checkpoint, epoch_loop
-from .negatives import PositiveKeys, hard_negatives, random_negatives, sample_pool
+from .negatives import PositiveKeys, drawn_documents, hard_negatives, random_negatives, sample_pool
 
 
 @dataclass
@@ -165,9 +165,7 @@ def batch_loss(net, qf, df, pairs: Pairs, rows: np.ndarray, rng: np.random.Gener
     hard = hard_negatives(rng, [pairs.hard[q] for q in q_rows], h) if h > 0 else np.zeros((len(rows), 0), np.int64)
     # only the pool documents some query drew are encoded (at J = 4 about 1 − 1/e of the pool):
     # the others take no part in the loss, so leaving them out changes neither it nor the gradients
-    drawn = neg >= 0
-    used, inverse = np.unique(pool[neg[drawn]], return_inverse=True)
-    neg[drawn] = inverse.reshape(-1)
+    used, neg = drawn_documents(pool, neg)
     d_rows, neg, hard = d_rows[mine], neg[mine], hard[mine]  # this rank's queries (all on one process)
     hard_rows = hard[hard >= 0]
     if distributed.active() and len(used):  # the shared negatives: each encoded by one rank, gathered
