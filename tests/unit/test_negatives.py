@@ -68,3 +68,10 @@ def test_drawn_documents_are_the_unique_draws(j):
     assert np.array_equal(used, want) and used.dtype == pool.dtype
     assert np.array_equal(out[neg >= 0], inverse.reshape(-1)) and (out[neg < 0] == -1).all() and out.shape == neg.shape
     assert np.array_equal(used[out[neg >= 0]], pool[neg[neg >= 0]])
+
+
+def test_positive_keys_refuse_rows_outside_their_bits():
+    with pytest.raises(ValueError, match="document rows"):
+        PositiveKeys(np.array([0]), np.array([1 << 32]))
+    with pytest.raises(ValueError, match="query rows"):
+        PositiveKeys(np.array([-1]), np.array([0]))

@@ -22,11 +22,14 @@ def sample_pool(rng: np.random.Generator, n_docs: int, size: int) -> np.ndarray:
 class PositiveKeys:
     """Every (query row, positive document row) pair as one sorted int64 key (``q << 32 | d``), so
     a whole batch's drawn documents are checked against their queries' positives in one
-    ``searchsorted`` instead of building and sorting the batch's keys anew (``np.isin``): 0.1 ms
-    instead of 1.4 ms for a batch of 1,024 queries with J = 4."""
+    ``searchsorted`` instead of building and sorting the batch's keys anew (``np.isin``):
+    ``random_negatives`` for 1,024 queries with J = 4 took 1.23 ms that way, 0.25 ms this way."""
 
     def __init__(self, q_rows: np.ndarray, d_rows: np.ndarray):
-        self.keys = np.unique((np.asarray(q_rows, dtype=np.int64) << 32) | np.asarray(d_rows, dtype=np.int64))
+        q, d = np.asarray(q_rows, dtype=np.int64), np.asarray(d_rows, dtype=np.int64)
+        if len(q) and (q.min() < 0 or q.max() >= 1 << 31 or d.min() < 0 or d.max() >= 1 << 32):
+            raise ValueError("PositiveKeys: query rows must lie in [0, 2^31) and document rows in [0, 2^32)")
+        self.keys = np.unique((q << 32) | d)
 
     @classmethod
     def of_sets(cls, positives: Sequence[set[int]]) -> "PositiveKeys":
