@@ -491,6 +491,29 @@ def test_an_ensemble_row_is_interpolated_in_turn_with_its_weight_tuned_on_dev(ti
         assert result.tuning["Ensemble + BM25"][json.dumps({"weight": weight})] == pytest.approx(expected)
 
 
+def test_a_row_ranks_the_dev_split_once_for_every_row_that_tunes_on_it(tiny_data, tmp_path, monkeypatch):
+    """Two interpolations of the same seed ensemble tune their weights on dev: each seed's model
+    ranks the dev queries once (the row keeps its dev run), and both rows choose as before."""
+    from semsearch.experiments import runner
+
+    mix = ('\n[[models]]\nlabel = "Ensemble + BM25 {i}"\nmodel = "interpolate"\n'
+           'combine = ["DSSM ensemble", "BM25"]\nnorm = "zscore"\ngrid = {{ weight = [0.0, 0.5, 1.0] }}\n')
+    p = tmp_path / "s.toml"
+    p.write_text(SEEDED.format(seeds=3) + ENSEMBLE + mix.format(i=1) + mix.format(i=2))
+    ranked: list[tuple[str, frozenset[str]]] = []
+    real = runner._Context.rank
+    monkeypatch.setattr(runner._Context, "rank", lambda self, model, ms, qrels: (
+        ranked.append((ms.label, frozenset(qrels))), real(self, model, ms, qrels))[1])
+    result = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
+    dev = frozenset(runner._Context(load_spec(p), False, None, False).qrels("dev"))
+    on_dev = [label for label, queries in ranked if queries == dev]
+    for label in ("DSSM", "DSSM (seed 1)", "DSSM (seed 2)"):
+        assert on_dev.count(label) == 1
+    assert result.chosen["Ensemble + BM25 1"] == result.chosen["Ensemble + BM25 2"]
+    assert result.tuning["Ensemble + BM25 1"] == result.tuning["Ensemble + BM25 2"]
+    assert result.runs["Ensemble + BM25 1"] == result.runs["Ensemble + BM25 2"]
+
+
 def test_seeds_are_validated(tmp_path):
     p = tmp_path / "s.toml"
     p.write_text(SEEDED.format(seeds=0))

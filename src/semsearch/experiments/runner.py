@@ -274,6 +274,7 @@ class _RowRuns:
     setting: dict[str, Any] = field(default_factory=dict)
     parts: tuple[_RowRuns, ...] = ()
     weights: tuple[float, ...] = ()
+    _ranked: dict[frozenset[tuple[str, frozenset[str]]], Run] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def ranks(self) -> bool:
@@ -281,12 +282,19 @@ class _RowRuns:
         return self.model is not None or bool(self.parts) and all(p.ranks for p in self.parts)
 
     def rank(self, ctx: _Context, qrels: Qrels) -> Run:
-        """The row's run over ``qrels``' queries: its final model's, or its components' fused."""
-        if self.model is not None:
-            return ctx.rank(self.model, self.spec, qrels)
-        if not self.ranks:
-            raise ValueError(f"{self.spec.label}: has no single final model to rank other queries with")
-        return interpolate([p.rank(ctx, qrels) for p in self.parts], list(self.weights), norm=self.spec.norm)
+        """The row's run over ``qrels``' queries: its final model's, or its components' fused.
+        Kept per set of queries and judged documents (what the ranking reads of ``qrels``), so
+        every later row that tunes on the same split reuses it instead of ranking it again."""
+        key = frozenset((q, frozenset(docs)) for q, docs in qrels.items())
+        if key not in self._ranked:
+            if self.model is not None:
+                self._ranked[key] = ctx.rank(self.model, self.spec, qrels)
+            elif not self.ranks:
+                raise ValueError(f"{self.spec.label}: has no single final model to rank other queries with")
+            else:
+                self._ranked[key] = interpolate([p.rank(ctx, qrels) for p in self.parts], list(self.weights),
+                                                norm=self.spec.norm)
+        return self._ranked[key]
 
 
 @dataclass(frozen=True)
