@@ -54,6 +54,11 @@ def test_train_speed_quick(tmp_path: Path) -> None:
         assert sh["q_texts"] == 16 and 16 < sh["d_texts"] <= 16 + 121 and sh["q_nnz"] > 0 and sh["d_nnz"] > 0
         assert t["ceiling"]["gflops"] > 0
     assert r["training"]["clsm J=4"]["shapes"]["d_positions"] >= r["training"]["clsm J=4"]["shapes"]["d_texts"]
+    for key in ("clsm J=4", "clsm J=50"):  # the model-shapes ceiling of the convolution at every position
+        t = r["training"][key]
+        assert t["shapes"]["d_pos_rows"] == t["shapes"]["d_positions"] and t["shapes"]["d_pos_nnz"] > t["shapes"]["d_nnz"]
+        assert t["ceiling_positions"]["pairs_per_s"] > 0 and t["ceiling_positions_1thread"]["pairs_per_s"] > 0
+    assert "convolution at every word position" in proc.stdout
     for name in ("dssm", "clsm"):
         e = r["encoding"][name]
         assert e["ours"]["titles"] == 121
@@ -115,3 +120,32 @@ def test_ceiling_multiplies_the_sampled_batches_own_matrices(tmp_path: Path, mon
             assert xt.shape[0] == len(np.unique(m.indices)) and int(xt.values().numel()) == m.nnz
     m = sp.csr_matrix(np.array([[0, 2, 0], [0, 0, 0], [1, 0, 3]], dtype=np.float32))
     assert np.array_equal(ts._touched(m).toarray(), [[0, 2, 0], [1, 0, 3]])
+
+
+def test_clsm_position_ceiling_is_the_papers_convolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model-shapes ceiling's input for CLSM (``position_windows``): every position's window of
+    trigram vectors side by side (and a padded slot's own column), so that times W_c it is the
+    model's convolution at every position, and the benchmark reports it beside the per-word one."""
+    import importlib
+
+    import numpy as np
+    import torch
+
+    from semsearch.plugins import create_model
+    from semsearch.text import TrigramHasher
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    ts = importlib.import_module("train_speed")
+    texts = ["red brick wall door", "", "door", "wall red red wall brick", "brick"]
+    m = create_model("clsm", conv=6, out=4, window=3)
+    hasher = TrigramHasher.fit(texts, max_words=64)
+    m.build(hasher, 0)
+    tower, v = m.net.d, len(hasher)
+    x = m.features(texts).batch(np.arange(len(texts)))
+    pos = ts.position_windows(x, v)
+    assert pos.shape == (x.windows.shape[1], 3 * v + 3)
+    w = tower.embed.weight.detach().view(v, 3, 6)  # slot j of trigram t: W_c's row j·V + t
+    wc = torch.cat([w[:, j] for j in range(3)] + [tower.pad.detach().view(3, 6)])
+    with torch.no_grad():
+        want = tower.convolve(x) - tower.bias
+    assert torch.allclose(torch.from_numpy(pos.toarray()) @ wc, want, atol=1e-5)
