@@ -258,6 +258,30 @@ def test_runner_ltr_row(tiny_data, tmp_path, tune, train, candidates):
     assert "Feature importance of LambdaMART" in md and "| query_coverage |" in md
 
 
+def test_ltr_and_interpolated_rows_rank_each_split_once_per_component(tiny_data, tmp_path, monkeypatch):
+    """Two LambdaMART rows and an interpolation over the same components, all tuned on dev: each
+    component ranks the train and dev queries once (its row keeps the runs), not once per row."""
+    from semsearch.experiments import runner
+
+    text = LTR_SPEC.format(tune="split:dev", train="train", candidates="judged")
+    second = text[text.index("[[models]]\nlabel = \"LambdaMART\""):].replace('"LambdaMART"', '"LambdaMART 2"')
+    mix = ('\n[[models]]\nlabel = "BM25 + TF-IDF"\nmodel = "interpolate"\ncombine = ["BM25", "TF-IDF"]\n'
+           'norm = "zscore"\ngrid = { weight = [0.0, 0.5, 1.0] }\n')
+    p = tmp_path / "t.toml"
+    p.write_text(text + "\n" + second + mix)
+    ranked: list[tuple[str, frozenset[str]]] = []
+    real = runner._Context.rank
+    monkeypatch.setattr(runner._Context, "rank", lambda self, model, ms, qrels: (
+        ranked.append((ms.label, frozenset(qrels))), real(self, model, ms, qrels))[1])
+    result = run_experiment(load_spec(p), progress=False)
+    ctx = runner._Context(load_spec(p), False, None, False)
+    for split in ("train", "dev"):
+        queries = frozenset(ctx.qrels(split))
+        for label in ("BM25", "TF-IDF"):
+            assert [lb for lb, q in ranked if q == queries].count(label) == 1, (split, label)
+    assert result.table.rows["LambdaMART 2"].result.mean == result.table.rows["LambdaMART"].result.mean
+
+
 CROSS_FIT_SPEC = """
 name = "tiny-cross-fit"
 title = "cross-fitted LTR row"

@@ -432,7 +432,7 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
 
     def split_groups(name: str) -> Any:
         qrels = ctx.qrels(name)
-        return grouped(qrels, [ctx.rank(p.model, p.spec, qrels) for p in parts])  # type: ignore[arg-type]
+        return grouped(qrels, [p.rank(ctx, qrels) for p in parts])
 
     k = ms.train.get("cross_fit")
     # the components that learnt from the ranker's own training queries: these are cross-fitted
@@ -448,7 +448,7 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
                 runs.append(ctx.out_of_fold[key])
                 continue
             if p.spec.label not in refit:
-                ctx.out_of_fold[key] = ctx.rank(p.model, p.spec, qrels)  # type: ignore[arg-type]  # never saw them
+                ctx.out_of_fold[key] = p.rank(ctx, qrels)  # never saw them
             else:
                 run: Run = {}
                 for i, held in enumerate(folds):
