@@ -233,9 +233,8 @@ def position_windows(x: WindowBatch, v: int) -> sp.csr_matrix:
     position's convolution. Ours computes each distinct word's slots once instead."""
     words = sp.vstack([x.bags.csr(v), sp.csr_matrix((1, v), dtype=np.float32)]).tocsr()  # + the padding's empty row
     window, n_pos = x.windows.shape
-    pad = sp.csr_matrix((np.ones(window * n_pos, dtype=np.float32),
-                         (np.tile(np.arange(n_pos), window), np.repeat(np.arange(window), n_pos))), shape=(n_pos, window))
-    pad = pad.multiply(sp.csr_matrix((x.windows.T == x.n_words).astype(np.float32)))
+    at, slot = np.nonzero(x.windows.T == x.n_words)  # the padded slots
+    pad = sp.csr_matrix((np.ones(len(at), dtype=np.float32), (at, slot)), shape=(n_pos, window))
     return sp.hstack([words[x.windows[j]] for j in range(window)] + [pad], format="csr")
 
 
