@@ -75,3 +75,23 @@ def test_positive_keys_refuse_rows_outside_their_bits():
         PositiveKeys(np.array([0]), np.array([1 << 32]))
     with pytest.raises(ValueError, match="query rows"):
         PositiveKeys(np.array([-1]), np.array([0]))
+
+
+def test_positives_among_a_batch_are_the_outer_lookup():
+    """``among`` (in-batch negatives' mask) equals a per-query set lookup over every (query,
+    document) entry, with repeated queries and documents, rows without positives and an empty key
+    set; and ``isin`` over the outer product agrees."""
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        n_q, n_d = int(rng.integers(1, 20)), int(rng.integers(1, 30))
+        q = rng.integers(0, n_q, int(rng.integers(0, 50)))
+        d = rng.integers(0, n_d, len(q))
+        sets = [set(d[q == i].tolist()) for i in range(n_q + 2)]
+        keys = PositiveKeys(q, d)
+        rows = rng.integers(0, n_q + 2, int(rng.integers(1, 15)))
+        docs = rng.integers(0, n_d + 2, int(rng.integers(0, 20)))
+        want = np.array([[int(x) in sets[r] for x in docs] for r in rows], dtype=bool).reshape(len(rows), len(docs))
+        assert np.array_equal(keys.among(rows, docs), want), trial
+        assert np.array_equal(keys.isin(rows, docs[None, :]), want), trial
+    assert PositiveKeys(np.array([0]), np.array([3])).among(np.array([0, 0]), np.array([3, 1, 3])).tolist() == [
+        [True, False, True], [True, False, True]]

@@ -339,7 +339,8 @@ def _reference_batch_loss(net, qf, df, pairs, rows, rng, args):
 
     q_rows, d_rows = pairs.q_rows[rows], pairs.d_rows[rows]
     pool = sample_pool(rng, len(df), min(args.neg_pool, args.batch_size * args.negatives, len(df)))
-    neg = random_negatives(rng, pool, [pairs.pos_sets[q] for q in q_rows], args.negatives)
+    sets = [set(pairs.d_rows[pairs.q_rows == q].tolist()) for q in q_rows]  # each query's positives
+    neg = random_negatives(rng, pool, sets, args.negatives)
     qv = F.normalize(net.query(qf.batch(q_rows)), dim=1)
     dv = F.normalize(net.doc(df.batch(np.concatenate([d_rows, pool]))), dim=1)
     b, idx = len(rows), torch.as_tensor(neg)
@@ -373,6 +374,34 @@ def test_fast_training_follows_the_reference_loss_curve(tiny_data, monkeypatch, 
         assert torch.allclose(v, ref_state[k], atol=1e-4), k
     texts = ["red door", "", "brick wall über"]
     assert np.allclose(fast.encode_queries(texts), ref.encode_queries(texts), atol=1e-5)
+
+
+def test_in_batch_loss_masks_each_querys_other_positives(tiny_data):
+    """In-batch negatives: a batch document that is another positive of the query (a query with
+    two positives in the batch) is left out of its softmax, as a per-query set lookup says."""
+    import torch.nn.functional as F
+
+    from semsearch.training.losses import in_batch_loss
+    from semsearch.training.trainer import Pairs, batch_loss
+
+    ds, data, dev = _tiny(tiny_data)
+    model, args = _make("dssm", hidden=[32], out=16, sampling="in-batch")
+    pairs = Pairs.build(data)
+    model.build(model.vocabulary(pairs.train_texts(data)), 0)
+    qf, df = model.features(pairs.q_texts), model.features(data.doc_texts)
+    rows = np.arange(len(pairs.q_rows))  # every pair: queries with several positives meet them all
+    q_rows, d_rows = pairs.q_rows[rows], pairs.d_rows[rows]
+    sets = [set(pairs.d_rows[pairs.q_rows == q].tolist()) for q in q_rows]
+    same = np.array([[int(d) in s for d in d_rows] for s in sets], dtype=bool)
+    same[np.arange(len(rows)), np.arange(len(rows))] = False
+    assert same.any()  # the mask has work to do here
+    with torch.no_grad():
+        loss = batch_loss(model.net, qf, df, pairs, rows, np.random.default_rng(0), args)
+        qv = F.normalize(model.net.query(qf.batch(q_rows)), dim=1)
+        dv = F.normalize(model.net.doc(df.batch(d_rows)), dim=1)
+        ref = in_batch_loss(qv @ dv.T, torch.as_tensor(same), args.gammas[0])
+        unmasked = in_batch_loss(qv @ dv.T, torch.zeros_like(torch.as_tensor(same)), args.gammas[0])
+    assert torch.allclose(loss, ref) and not torch.allclose(loss, unmasked)
 
 
 def test_gathered_dots_equals_the_gather_and_einsum():

