@@ -47,17 +47,25 @@ def test_train_speed_quick(tmp_path: Path) -> None:
     r = json.loads(out.read_text())
     assert set(r["training"]) == {"dssm J=4", "dssm J=50", "clsm J=4", "clsm J=50"}
     for t in r["training"].values():
-        for side in ("ours", "ours_1thread", "ceiling", "ceiling_1thread"):
+        for side in ("ours", "ours_1thread", "ceiling", "ceiling_1thread", "ceiling_words", "ceiling_words_1thread"):
             assert t[side]["pairs_per_s"] > 0 and t[side]["steps"] >= 1
         assert set(t["ours"]["phases_ms"]) == {"assembly", "forward+loss", "backward", "optimizer"}
         sh = t["shapes"]  # the ceiling's sizes: batch 16 queries, 16 positives plus drawn negatives
         assert sh["q_texts"] == 16 and 16 < sh["d_texts"] <= 16 + 121 and sh["q_nnz"] > 0 and sh["d_nnz"] > 0
         assert t["ceiling"]["gflops"] > 0
     assert r["training"]["clsm J=4"]["shapes"]["d_positions"] >= r["training"]["clsm J=4"]["shapes"]["d_texts"]
-    for key in ("clsm J=4", "clsm J=50"):  # the model-shapes ceiling of the convolution at every position
+    for key in ("clsm J=4", "clsm J=50"):  # the judged ceiling: the convolution at every position, the model's shapes
         t = r["training"][key]
         assert t["shapes"]["d_pos_rows"] == t["shapes"]["d_positions"] and t["shapes"]["d_pos_nnz"] > t["shapes"]["d_nnz"]
-        assert t["ceiling_positions"]["pairs_per_s"] > 0 and t["ceiling_positions_1thread"]["pairs_per_s"] > 0
+        assert t["ceiling"]["shapes"]["d_rows"] == t["shapes"]["d_pos_rows"]  # a row per word position
+        assert t["ceiling_words"]["shapes"]["d_rows"] == t["shapes"]["d_rows"] < t["shapes"]["d_pos_rows"]  # per word
+    for key in ("dssm J=4", "dssm J=50"):  # judged: a row per text; beside it, a row per distinct word
+        t = r["training"][key]
+        assert t["ceiling"]["shapes"]["d_rows"] == t["shapes"]["d_texts"]
+        assert t["ceiling_words"]["shapes"]["d_rows"] == t["shapes"]["d_word_rows"]
+    summary = {row["measure"].split(" (")[0]: row for row in r["summary"]}
+    assert "model's shapes (the convolution at every word position" in summary["CLSM training J=4"]["peer"]
+    assert "model's shapes (each text's trigram bag" in summary["DSSM training J=4"]["peer"]
     assert "convolution at every word position" in proc.stdout
     for name in ("dssm", "clsm"):
         e = r["encoding"][name]
