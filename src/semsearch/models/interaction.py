@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..arrays import runs
 from ..device import model_device
 from ..text import Vocabulary, tokenize
 from .base import ModelDirError, TrainedModel, positions, read_config, same_length, seal, write_config
@@ -57,7 +58,7 @@ def pad_rows(rows: Sequence[np.ndarray], length: int, device: torch.device | Non
     lens = np.fromiter((min(len(r), length) for r in rows), dtype=np.int64, count=len(rows))
     if lens.sum():
         flat = np.concatenate([r[:length] for r in rows])
-        out[np.repeat(np.arange(len(rows)), lens), np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)] = flat
+        out[runs(lens)] = flat
     return torch.as_tensor(out, device=device)
 
 

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..arrays import runs
+
 
 def sample_pool(rng: np.random.Generator, n_docs: int, size: int) -> np.ndarray:
     """``size`` distinct document rows drawn uniformly (all rows when the pool is smaller)."""
@@ -53,21 +55,15 @@ class PositiveKeys:
         q, d = np.asarray(q_rows, dtype=np.int64), np.asarray(docs, dtype=np.int64)
         out = np.zeros((len(q), len(d)), dtype=bool)
         lo, hi = np.searchsorted(self.keys, q << 32), np.searchsorted(self.keys, (q + 1) << 32)
-        row, pos = _ranges(lo, hi - lo)
+        row, within = runs(hi - lo)
+        pos = lo[row] + within  # each query's keys
         order = np.argsort(d, kind="stable")
         sorted_docs, positive = d[order], self.keys[pos] & 0xFFFFFFFF
         a, b = np.searchsorted(sorted_docs, positive, side="left"), np.searchsorted(sorted_docs, positive, side="right")
-        at, col = _ranges(a, b - a)  # each (query, positive) pair's columns holding that document
+        at, within = runs(b - a)
+        col = a[at] + within  # each (query, positive) pair's columns holding that document
         out[row[at], order[col]] = True
         return out
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The runs ``starts[i] .. starts[i] + lengths[i]`` laid end to end: for each entry its run
-    ``i`` and its value."""
-    run = np.repeat(np.arange(len(starts), dtype=np.int64), lengths)
-    first = np.cumsum(lengths) - lengths  # where each run begins in the output
-    return run, np.asarray(starts, dtype=np.int64)[run] + np.arange(len(run), dtype=np.int64) - first[run]
 
 
 def random_negatives(

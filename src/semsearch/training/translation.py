@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ..arrays import runs
 from ..data import EvalSet, TrainingData
 from ..models.translation import KEY_BASE, TINY, PhraseTranslationModel, WordTranslationModel, phrase_key
 from ..progress import track
@@ -130,8 +131,7 @@ def ibm1(
     e_pair, e_term, e_cnt, L = e_pair[keep], e_term[keep], e_cnt[keep], L[keep]
     skipped = float(target.data.sum() - e_cnt.sum())
     E = len(e_pair)
-    link_e = np.repeat(np.arange(E), L)
-    within = np.arange(len(link_e)) - np.repeat(np.cumsum(L) - L, L)
+    link_e, within = runs(L)
     is_null = within >= nd[e_pair[link_e]]
     src_pos = np.minimum(source.indptr[e_pair[link_e]] + within, max(len(source.indices) - 1, 0))
     w = np.where(is_null, V, source.indices[src_pos] if len(source.indices) else 0).astype(np.int64)
@@ -267,8 +267,7 @@ def _viterbi(tgt: list[list[int]], src: list[list[int]], table: sp.csr_matrix, n
     s_off = np.concatenate([[0], np.cumsum(ns)])
     pair_of_t = np.repeat(np.arange(len(tgt)), nt)
     reps = ns[pair_of_t]  # each target token meets every source token of its pair
-    g = np.repeat(np.arange(len(t_flat)), reps)  # group = target token
-    within = np.arange(len(g)) - np.repeat(np.cumsum(reps) - reps, reps)
+    g, within = runs(reps)  # group = target token
     s_pos = s_off[pair_of_t[g]] + within
     V = table.shape[1]
     coo = table.tocoo()
