@@ -91,7 +91,7 @@ HIDDEN, OUT, CONV = (300, 300), 128, 300
 TARGETS = {("dssm", 4): 20_000, ("dssm", 50): 10_000, ("clsm", 4): 10_000}  # training pairs/s (issue 18 item 2)
 CEILING_ROUNDS = 3  # each ceiling is timed this many times in turns, the fastest kept (Ceiling.measure)
 FRACTION_TARGET = 0.5  # ... and at least this fraction of the measured ceiling
-PER_TEXT = {"dssm": "each text's trigram bag", "clsm": "the convolution at every word position"}  # the model's shapes
+MODEL_SHAPES = {"dssm": "each text's trigram bag", "clsm": "the convolution at every word position"}  # what each model's shapes are
 ENCODE_TARGET = {"dssm": 300_000}  # titles/s, featurisation included (issue 18 item 3)
 THREADS = torch.get_num_threads()
 
@@ -597,7 +597,7 @@ def main() -> None:
                                                    for k, r in training.items()) + ")")
     for key, r in training.items():
         cw, cw1 = r["ceiling_words"]["pairs_per_s"], r["ceiling_words_1thread"]["pairs_per_s"]
-        print(f"{key}: the ceiling above is the model's shapes ({PER_TEXT[key.split()[0]]}); computing the first "
+        print(f"{key}: the ceiling above is the model's shapes ({MODEL_SHAPES[key.split()[0]]}); computing the first "
               f"layer once per distinct word of the batch, as ours does, has its own ceiling, {fmt(cw)} / {fmt(cw1)} "
               f"pairs/s at {THREADS} / 1 thread(s): ours at {r['ours']['pairs_per_s'] / cw:.0%} / "
               f"{r['ours_1thread']['pairs_per_s'] / cw1:.0%} of it (printed, not judged)")
@@ -657,7 +657,7 @@ def main() -> None:
         by_word = r[tag.replace("ours", "ceiling_words")]["pairs_per_s"]
         summary.append(summary_row(
             f"{name.upper()} training J={j} (batch {args.batch}, best of {THREADS} and 1 threads)", "pairs/s", best,
-            f"compute ceiling of the model's shapes ({PER_TEXT[name]}; matrix products alone, same sizes and threads): "
+            f"compute ceiling of the model's shapes ({MODEL_SHAPES[name]}; matrix products alone, same sizes and threads): "
             f"ours at {best / ceil:.0%}; with the first layer once per distinct word, as ours computes it, "
             f"{by_word:,.0f}: ours at {best / by_word:.0%}", ceil,
             target=f">= {tgt:,} pairs/s and >= {FRACTION_TARGET:.0%} of the ceiling" if tgt else "",
