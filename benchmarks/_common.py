@@ -18,6 +18,7 @@ from typing import Any
 
 _TORCH_FIRST = "torch" in sys.modules  # torch's libgomp read its settings before semsearch set its default
 import semsearch  # noqa: E402,F401 - imported before torch (each script imports this module before torch), so its
+
 # OpenMP default (semsearch/__init__.py) is in effect here as it is for users of the package and CLI
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,7 +53,9 @@ def hardware(packages: tuple[str, ...] = ("numpy", "scipy")) -> dict[str, Any]:
 
 def openmp_setting() -> str:
     """How torch's OpenMP threads wait, as its libgomp read it when torch loaded."""
-    got = ",".join(f"{k}={os.environ[k]}" for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY") if k in os.environ) or "default"
+    got = (
+        ",".join(f"{k}={os.environ[k]}" for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY") if k in os.environ) or "default"
+    )
     return f"{got} (set after torch loaded: not in effect)" if _TORCH_FIRST and got != "default" else got
 
 
@@ -99,8 +102,17 @@ def median_time(fn: Callable[[], Any], reps: int) -> tuple[float, Any]:
     return statistics.median(times), result
 
 
-def summary_row(measure: str, unit: str, ours: float, peer: str, peer_value: float | None, *,
-                target: str, met: bool | None, higher_is_better: bool = True) -> dict[str, Any]:
+def summary_row(
+    measure: str,
+    unit: str,
+    ours: float,
+    peer: str,
+    peer_value: float | None,
+    *,
+    target: str,
+    met: bool | None,
+    higher_is_better: bool = True,
+) -> dict[str, Any]:
     """One line of the ``make bench`` table (``benchmarks/run_all.py`` collects every script's
     ``summary`` list): what was measured, ours, the strongest peer (or ceiling) measured in the same
     run, their ratio (>1 means ours is better, whichever way the unit points), the issue's target
@@ -108,8 +120,16 @@ def summary_row(measure: str, unit: str, ours: float, peer: str, peer_value: flo
     ratio = None
     if peer_value:
         ratio = ours / peer_value if higher_is_better else peer_value / ours if ours else None
-    return {"measure": measure, "unit": unit, "ours": ours, "peer": peer, "peer_value": peer_value,
-            "ratio": ratio, "target": target, "met": met}
+    return {
+        "measure": measure,
+        "unit": unit,
+        "ours": ours,
+        "peer": peer,
+        "peer_value": peer_value,
+        "ratio": ratio,
+        "target": target,
+        "met": met,
+    }
 
 
 def write_json(obj: Any, out: str | Path) -> Path:
@@ -135,8 +155,20 @@ class Served:
         self.base = f"http://127.0.0.1:{port}"
         self.workers = workers
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        cmd = [sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--host", "127.0.0.1", "--port", str(port),
-               "--workers", str(workers), *(extra or [])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "semsearch.cli",
+            "serve",
+            str(bundle),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            *(extra or []),
+        ]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.stderr = ""
 
@@ -177,12 +209,21 @@ class Served:
 def add_rescore_options(ap: Any, prefix: str = "") -> None:
     """The scripts' ``--rescore DEPTH`` and ``--rescore-weight W`` (``rescore_args`` turns them
     into ``semsearch serve`` options); ``prefix`` starts ``--rescore``'s help (e.g. "--bundle: ")."""
-    ap.add_argument("--rescore", type=int, default=None, metavar="DEPTH",
-                    help=f"{prefix}serve with the bundle's stage-3 cross-encoder re-scoring the first DEPTH hits "
-                         "(0: the bundle's depth)")
-    ap.add_argument("--rescore-weight", type=float, default=None, metavar="W",
-                    help="--rescore: the cross-encoder's weight beside the ranker's (inf: its order alone; "
-                         "default: the bundle's)")
+    ap.add_argument(
+        "--rescore",
+        type=int,
+        default=None,
+        metavar="DEPTH",
+        help=f"{prefix}serve with the bundle's stage-3 cross-encoder re-scoring the first DEPTH hits "
+        "(0: the bundle's depth)",
+    )
+    ap.add_argument(
+        "--rescore-weight",
+        type=float,
+        default=None,
+        metavar="W",
+        help="--rescore: the cross-encoder's weight beside the ranker's (inf: its order alone; default: the bundle's)",
+    )
 
 
 def rescore_args(depth: int | None, weight: float | None = None) -> list[str]:
@@ -192,8 +233,11 @@ def rescore_args(depth: int | None, weight: float | None = None) -> list[str]:
         if weight is not None:
             raise SystemExit("--rescore-weight needs --rescore")
         return []
-    return (["--rescore"] + (["--rescore-depth", str(depth)] if depth > 0 else [])
-            + (["--rescore-weight", str(weight)] if weight is not None else []))
+    return (
+        ["--rescore"]
+        + (["--rescore-depth", str(depth)] if depth > 0 else [])
+        + (["--rescore-weight", str(weight)] if weight is not None else [])
+    )
 
 
 @contextlib.contextmanager

@@ -44,10 +44,8 @@ import pstats
 import time
 import tracemalloc
 
-import numpy as np
-
 import numba  # our compiled top-k, and bm25s's numba backend
-
+import numpy as np
 
 from _common import hardware, hardware_line, maxrss_mb, median_time, summary_row, write_json
 from semsearch.data import open_dataset
@@ -98,8 +96,13 @@ class Bm25s:
         """bm25s's retrieve: document positions and scores, or with ``ids`` doc ids (its
         ``corpus=`` argument given the ids as a numpy array: its fastest way to name them)."""
         tokens = [tokenize(q) for q in queries]
-        return self.r.retrieve(tokens, k=min(k, len(self.ids)), show_progress=False, n_threads=n_threads,
-                               corpus=self.id_array if ids else None)
+        return self.r.retrieve(
+            tokens,
+            k=min(k, len(self.ids)),
+            show_progress=False,
+            n_threads=n_threads,
+            corpus=self.id_array if ids else None,
+        )
 
     def hits(self, res) -> Hits:  # type: ignore[no-untyped-def]
         """(id, score) lists from positions or ids, zero-score padding dropped."""
@@ -129,6 +132,7 @@ class RankBm25:
 
 NUMPY_QUERIES = 1000
 """Queries timed for bm25s's numpy backend (every query for ours and its numba backend)."""
+
 
 def load(name: str, fields: str, split: str, max_docs: int | None, max_queries: int | None, min_queries: int):
     """Doc ids and texts, throughput queries, and the test split's (query ids, texts, qrels)."""
@@ -183,8 +187,11 @@ def bench_dataset(name: str, fields: str, split: str, args: argparse.Namespace) 
     reps, k = args.reps, 10
     t_tok, _ = median_time(lambda: [tokenize(t) for t in texts], reps)
     res: dict = {"docs": len(ids), "fields": fields, "throughput_queries": len(tput), "tokenize_docs_s": t_tok}
-    print(f"[{name}] {len(ids):,} docs ({fields}), {len(tput):,} throughput queries, "
-          f"{len(test_qids)} {split} queries; tokenising the docs alone takes {t_tok:.2f} s", flush=True)
+    print(
+        f"[{name}] {len(ids):,} docs ({fields}), {len(tput):,} throughput queries, "
+        f"{len(test_qids)} {split} queries; tokenising the docs alone takes {t_tok:.2f} s",
+        flush=True,
+    )
 
     ours, b25 = Ours(), Bm25s()
     res["ours"] = timed_index(ours, ids, texts, reps)
@@ -219,15 +226,19 @@ def bench_dataset(name: str, fields: str, split: str, args: argparse.Namespace) 
             res["bm25s_numba"][key + suffix] = len(tput) / t
             t, _ = median_time(lambda: ours.search(tput, kk, n_threads=threads, arrays=True), reps)
             res["ours"]["arrays_" + key + suffix] = len(tput) / t
-    res["numba_top100_same_ids"], res["numba_top100_same_scores"] = agreement(ours.search(tput, 100), nb.hits(raw_nb), 100)
+    res["numba_top100_same_ids"], res["numba_top100_same_scores"] = agreement(
+        ours.search(tput, 100), nb.hits(raw_nb), 100
+    )
     nb = None
 
     depth = min(100, len(ids))
     res["ours"]["ndcg@10"] = ndcg10(ours.search(test_texts, depth), test_qids, qrels)
     res["bm25s"]["ndcg@10"] = ndcg10(b25.hits(b25.search(test_texts, depth)), test_qids, qrels)
     if args.profile:
-        profile(f"{name}: ours index + retrieve of {len(tput):,} queries",
-                lambda: (ours.index(ids, texts), ours.search(tput, k)))
+        profile(
+            f"{name}: ours index + retrieve of {len(tput):,} queries",
+            lambda: (ours.index(ids, texts), ours.search(tput, k)),
+        )
     ours = b25 = None  # free the indexes before rank_bm25 (not del: the lambdas above close over them)
 
     rb = RankBm25()
@@ -262,15 +273,19 @@ def print_table(name: str, r: dict) -> None:
         (f"queries/s, {NPROC} threads each", o[f"qps_{NPROC}_threads"], s[f"qps_{NPROC}_threads"], None),
         ("nDCG@10 (test, linear gain)", o["ndcg@10"], s["ndcg@10"], None),
     ]
-    print(f"\n{name}: {r['docs']:,} docs ({r['fields']}), {r['throughput_queries']:,} queries "
-          f"(rank_bm25: {rb['qps_queries']:,}), top-10, tokenisation included")
+    print(
+        f"\n{name}: {r['docs']:,} docs ({r['fields']}), {r['throughput_queries']:,} queries "
+        f"(rank_bm25: {rb['qps_queries']:,}), top-10, tokenisation included"
+    )
     head = f"{'':40} {'ours':>10} {'bm25s':>10} {'rank_bm25':>10} {'ours/bm25s':>11} {'ours/rank_bm25':>15}"
     print(head + "\n" + "-" * len(head))
     for label, a, b, c in rows:
         ratio = lambda other: f"{a / other:.2f}x" if other else "-"  # noqa: E731
         print(f"{label:40} {fmt(a):>10} {fmt(b):>10} {fmt(c):>10} {ratio(b):>11} {ratio(c):>15}")
-    print(f"top-10 identical to bm25s: {r['top10_same_ids']:.1%} of queries (doc ids in order), "
-          f"{r['top10_same_scores']:.1%} (scores, i.e. up to tie order)")
+    print(
+        f"top-10 identical to bm25s: {r['top10_same_ids']:.1%} of queries (doc ids in order), "
+        f"{r['top10_same_scores']:.1%} (scores, i.e. up to tie order)"
+    )
 
 
 def main() -> None:
@@ -290,8 +305,10 @@ def main() -> None:
     hw = hardware(("numpy", "scipy", "bm25s", "rank_bm25"))
     print("hardware:", hardware_line(hw), flush=True)
     t0 = time.perf_counter()
-    results = {name: bench_dataset(name, fields, "test", args)
-               for name, fields in (("homedepot", "title"), ("scifact", "title+text"))}
+    results = {
+        name: bench_dataset(name, fields, "test", args)
+        for name, fields in (("homedepot", "title"), ("scifact", "title+text"))
+    }
     for name, r in results.items():
         print_table(name, r)
     summary = []
@@ -301,17 +318,47 @@ def main() -> None:
             for threads in (1, NPROC):
                 suffix = "" if threads == 1 else f"_{NPROC}_threads"
                 mine, peer = o["arrays_" + key + suffix], nb[key + suffix]
-                summary.append(summary_row(f"BM25 {name} {what}, {threads} thread{'s' * (threads > 1)} each, doc ids + "
-                                           f"scores as arrays (ours as (id, score) lists: {o[key + suffix]:,.0f}/s)",
-                                           "queries/s", mine, "bm25s numba", peer, target=">= 1x bm25s numba",
-                                           met=mine >= peer))
-        summary.append(summary_row(f"BM25 {name} index time (top-100 scores identical to bm25s numba for "
-                                   f"{r['numba_top100_same_scores']:.1%} of queries; doc ids in the same order, ties "
-                                   f"included: {r['numba_top100_same_ids']:.1%})", "s", o["index_s"], "bm25s numba",
-                                   nb["index_s"], target="", met=None, higher_is_better=False))
-        summary.append(summary_row(f"BM25 {name} index memory kept", "MB", o["index_kept_mb"], "bm25s numba",
-                                   nb["index_kept_mb"], target="", met=None, higher_is_better=False))
-    path = write_json({"summary": summary, "hardware": hw, "k1": K1, "b": B, "reps": args.reps, "results": results}, args.out)
+                summary.append(
+                    summary_row(
+                        f"BM25 {name} {what}, {threads} thread{'s' * (threads > 1)} each, doc ids + "
+                        f"scores as arrays (ours as (id, score) lists: {o[key + suffix]:,.0f}/s)",
+                        "queries/s",
+                        mine,
+                        "bm25s numba",
+                        peer,
+                        target=">= 1x bm25s numba",
+                        met=mine >= peer,
+                    )
+                )
+        summary.append(
+            summary_row(
+                f"BM25 {name} index time (top-100 scores identical to bm25s numba for "
+                f"{r['numba_top100_same_scores']:.1%} of queries; doc ids in the same order, ties "
+                f"included: {r['numba_top100_same_ids']:.1%})",
+                "s",
+                o["index_s"],
+                "bm25s numba",
+                nb["index_s"],
+                target="",
+                met=None,
+                higher_is_better=False,
+            )
+        )
+        summary.append(
+            summary_row(
+                f"BM25 {name} index memory kept",
+                "MB",
+                o["index_kept_mb"],
+                "bm25s numba",
+                nb["index_kept_mb"],
+                target="",
+                met=None,
+                higher_is_better=False,
+            )
+        )
+    path = write_json(
+        {"summary": summary, "hardware": hw, "k1": K1, "b": B, "reps": args.reps, "results": results}, args.out
+    )
     print(f"\npeak RSS of the process: {maxrss_mb():,.0f} MB; total {time.perf_counter() - t0:.0f} s; wrote {path}")
 
 

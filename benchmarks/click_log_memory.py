@@ -85,8 +85,9 @@ print(json.dumps({"before_mb": before, "peak_mb": peak, "growth_mb": peak - befo
 
 
 def measure(log: Path, which: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(log), which], cwd=REPO, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(log), which], cwd=REPO, capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -103,22 +104,37 @@ def main() -> None:
     if not log.exists():
         t = time.perf_counter()
         generate(log, args.lines)
-        print(f"generated {log} ({args.lines:,} lines, {log.stat().st_size / 2**20:,.0f} MB) in "
-              f"{time.perf_counter() - t:.0f} s", flush=True)
+        print(
+            f"generated {log} ({args.lines:,} lines, {log.stat().st_size / 2**20:,.0f} MB) in "
+            f"{time.perf_counter() - t:.0f} s",
+            flush=True,
+        )
     res = {"lines": args.lines, "log_mb": log.stat().st_size / 2**20, "ours": measure(log, "ours")}
     if not args.skip_former:
         res["former"] = measure(log, "former")
     for k in ("ours", "former"):
         if k in res:
             r = res[k]
-            print(f"{k:7} {r['pairs']:,} positives, {r['queries']:,} distinct queries: peak RSS {r['peak_mb']:,.0f} MB "
-                  f"(+{r['growth_mb']:,.0f} MB over the loaded corpus) in {r['seconds']:.0f} s", flush=True)
+            print(
+                f"{k:7} {r['pairs']:,} positives, {r['queries']:,} distinct queries: peak RSS {r['peak_mb']:,.0f} MB "
+                f"(+{r['growth_mb']:,.0f} MB over the loaded corpus) in {r['seconds']:.0f} s",
+                flush=True,
+            )
     summary = []
     if "former" in res:
-        summary.append(summary_row(f"click log -> training pairs, {args.lines:,} lines ({res['ours']['queries']:,} distinct "
-                                   f"queries, {res['ours']['pairs']:,} positives), memory growth", "MB",
-                                   res["ours"]["growth_mb"], "former list-of-tuples reading", res["former"]["growth_mb"],
-                                   target="bounded memory (issue 20 item 4)", met=None, higher_is_better=False))
+        summary.append(
+            summary_row(
+                f"click log -> training pairs, {args.lines:,} lines ({res['ours']['queries']:,} distinct "
+                f"queries, {res['ours']['pairs']:,} positives), memory growth",
+                "MB",
+                res["ours"]["growth_mb"],
+                "former list-of-tuples reading",
+                res["former"]["growth_mb"],
+                target="bounded memory (issue 20 item 4)",
+                met=None,
+                higher_is_better=False,
+            )
+        )
     path = write_json({"summary": summary, "hardware": hw, "results": res}, args.out)
     print(f"wrote {path}")
 

@@ -27,11 +27,10 @@ import argparse
 import time
 from typing import Any
 
-from _common import hardware, hardware_line, summary_row, write_json  # first: before torch loads
-
 import numpy as np
 import torch
 
+from _common import hardware, hardware_line, summary_row, write_json  # first: before torch loads
 
 TARGET_SPEEDUP = 1.6
 TARGET_COSINE = 0.9999
@@ -63,17 +62,33 @@ def _matmul_ceiling(model: Any, titles: list[str], reps: int) -> dict[str, float
     h, ff, heads, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_hidden_layers
     d = h // heads
     g = torch.Generator().manual_seed(0)
-    w = {"qkv": torch.randn(h, 3 * h, generator=g), "o": torch.randn(h, h, generator=g),
-         "in": torch.randn(h, ff, generator=g), "out": torch.randn(ff, h, generator=g)}
+    w = {
+        "qkv": torch.randn(h, 3 * h, generator=g),
+        "o": torch.randn(h, h, generator=g),
+        "in": torch.randn(h, ff, generator=g),
+        "out": torch.randn(ff, h, generator=g),
+    }
     work, flops, tokens = [], 0.0, 0
     for rows in model.document_batches(titles):
-        enc = model.tokenizer([titles[i] for i in rows], padding=True, truncation=True, max_length=model.p.max_doc_length)
+        enc = model.tokenizer(
+            [titles[i] for i in rows], padding=True, truncation=True, max_length=model.p.max_doc_length
+        )
         b, n = len(rows), len(enc["input_ids"][0])
         t = b * n
-        x, y, q, a = torch.randn(t, h, generator=g), torch.randn(t, ff, generator=g), \
-            torch.randn(b * heads, n, d, generator=g), torch.randn(b * heads, n, n, generator=g)
-        outs = (torch.empty(t, 3 * h), torch.empty(b * heads, n, n), torch.empty(b * heads, n, d), torch.empty(t, h),
-                torch.empty(t, ff), torch.empty(t, h))
+        x, y, q, a = (
+            torch.randn(t, h, generator=g),
+            torch.randn(t, ff, generator=g),
+            torch.randn(b * heads, n, d, generator=g),
+            torch.randn(b * heads, n, n, generator=g),
+        )
+        outs = (
+            torch.empty(t, 3 * h),
+            torch.empty(b * heads, n, n),
+            torch.empty(b * heads, n, d),
+            torch.empty(t, h),
+            torch.empty(t, ff),
+            torch.empty(t, h),
+        )
         work.append((x, y, q, a, outs))
         flops += layers * 2.0 * (t * h * 3 * h + t * h * h + 2 * t * h * ff + 2 * b * heads * n * n * d)
         tokens += t
@@ -136,9 +151,12 @@ def main() -> None:
     peer.max_seq_length = torch_model.p.max_doc_length
 
     rows: dict[str, dict[str, float]] = {}
-    docs = [("torch (ours)", torch_model.encode_documents), ("onnx fp32", fp32.encode_documents),
-            ("onnx int8", int8.encode_documents),
-            ("sentence-transformers", lambda t: peer.encode(list(t), batch_size=128, convert_to_numpy=True))]
+    docs = [
+        ("torch (ours)", torch_model.encode_documents),
+        ("onnx fp32", fp32.encode_documents),
+        ("onnx int8", int8.encode_documents),
+        ("sentence-transformers", lambda t: peer.encode(list(t), batch_size=128, convert_to_numpy=True)),
+    ]
     for _, enc in docs:
         enc(titles[:64])  # warm-up
     times: dict[str, list[float]] = {name: [] for name, _ in docs}
@@ -156,9 +174,12 @@ def main() -> None:
     torch.set_num_threads(1)
     for model in (fp32, int8):
         model.runner.set_threads(1)  # type: ignore[union-attr]
-    for name, enc in [("torch (ours)", torch_model.encode_queries), ("onnx fp32", fp32.encode_queries),
-                      ("onnx int8", int8.encode_queries),
-                      ("sentence-transformers", lambda t: peer.encode(list(t), convert_to_numpy=True))]:
+    for name, enc in [
+        ("torch (ours)", torch_model.encode_queries),
+        ("onnx fp32", fp32.encode_queries),
+        ("onnx int8", int8.encode_queries),
+        ("sentence-transformers", lambda t: peer.encode(list(t), convert_to_numpy=True)),
+    ]:
         rows[name]["query_ms"] = _per_query_ms(enc, queries)
     torch.set_num_threads(cores)
     for model in (fp32, int8):
@@ -182,40 +203,103 @@ def main() -> None:
     base = rows["torch (ours)"]
     st = rows["sentence-transformers"]
     print(hardware_line(hardware(("numpy", "torch", "onnxruntime", "sentence_transformers"))))
-    print(f"{'runtime':24s} {'docs/s':>8s} {'vs torch':>8s} {'vs ST':>6s} {'query ms':>9s} {'vs torch':>8s} {'min cos':>9s}")
+    print(
+        f"{'runtime':24s} {'docs/s':>8s} {'vs torch':>8s} {'vs ST':>6s} {'query ms':>9s} {'vs torch':>8s} {'min cos':>9s}"
+    )
     for name, r in rows.items():
-        print(f"{name:24s} {r['docs_per_s']:8.0f} {r['docs_per_s'] / base['docs_per_s']:7.2f}x {r['docs_per_s'] / st['docs_per_s']:5.2f}x "
-              f"{r['query_ms']:9.2f} {base['query_ms'] / r['query_ms']:7.2f}x {r['cosine_to_torch']:9.6f}")
-    ok32 = rows["onnx fp32"]["docs_per_s"] / base["docs_per_s"] >= TARGET_SPEEDUP and rows["onnx fp32"]["cosine_to_torch"] >= TARGET_COSINE
-    print(f"target: onnx fp32 >= {TARGET_SPEEDUP}x torch (documents) with cosine >= {TARGET_COSINE}: {'met' if ok32 else 'NOT met'}")
+        print(
+            f"{name:24s} {r['docs_per_s']:8.0f} {r['docs_per_s'] / base['docs_per_s']:7.2f}x {r['docs_per_s'] / st['docs_per_s']:5.2f}x "
+            f"{r['query_ms']:9.2f} {base['query_ms'] / r['query_ms']:7.2f}x {r['cosine_to_torch']:9.6f}"
+        )
+    ok32 = (
+        rows["onnx fp32"]["docs_per_s"] / base["docs_per_s"] >= TARGET_SPEEDUP
+        and rows["onnx fp32"]["cosine_to_torch"] >= TARGET_COSINE
+    )
+    print(
+        f"target: onnx fp32 >= {TARGET_SPEEDUP}x torch (documents) with cosine >= {TARGET_COSINE}: {'met' if ok32 else 'NOT met'}"
+    )
     top = ceiling["titles_per_s"]
-    print(f"ceiling (the encoder's matrix products alone at our batches' padded shapes, {ceiling['padded_tokens']:,} tokens, "
-          f"{cores} threads): {top:.0f} titles/s at {ceiling['gflops']:.0f} GFLOP/s; "
-          + ", ".join(f"{name} {r['docs_per_s'] / top:.0%}" for name, r in rows.items())
-          + f" of it; {TARGET_SPEEDUP}x torch would be {TARGET_SPEEDUP * base['docs_per_s'] / top:.0%} of it")
+    print(
+        f"ceiling (the encoder's matrix products alone at our batches' padded shapes, {ceiling['padded_tokens']:,} tokens, "
+        f"{cores} threads): {top:.0f} titles/s at {ceiling['gflops']:.0f} GFLOP/s; "
+        + ", ".join(f"{name} {r['docs_per_s'] / top:.0%}" for name, r in rows.items())
+        + f" of it; {TARGET_SPEEDUP}x torch would be {TARGET_SPEEDUP * base['docs_per_s'] / top:.0%} of it"
+    )
     drop = quality["torch"] - quality["int8"]
     drop_q = quality["torch"] - quality["int8 queries, fp32 documents"]
-    print(f"dev nDCG@10 ({len(qids)} queries, judged titles re-ranked): torch {quality['torch']:.4f}, int8 {quality['int8']:.4f} "
-          f"(drop {drop:+.4f}), int8 queries on fp32 documents {quality['int8 queries, fp32 documents']:.4f} (drop {drop_q:+.4f}); "
-          f"int8 {'within' if max(drop, drop_q) <= MAX_INT8_DROP else 'OUTSIDE'} the {MAX_INT8_DROP} allowance")
+    print(
+        f"dev nDCG@10 ({len(qids)} queries, judged titles re-ranked): torch {quality['torch']:.4f}, int8 {quality['int8']:.4f} "
+        f"(drop {drop:+.4f}), int8 queries on fp32 documents {quality['int8 queries, fp32 documents']:.4f} (drop {drop_q:+.4f}); "
+        f"int8 {'within' if max(drop, drop_q) <= MAX_INT8_DROP else 'OUTSIDE'} the {MAX_INT8_DROP} allowance"
+    )
     r32, r8 = rows["onnx fp32"], rows["onnx int8"]
     summary = [
-        summary_row("MiniLM document encoding, ONNX fp32 (cosine to torch %.6f)" % r32["cosine_to_torch"], "titles/s",
-                    r32["docs_per_s"], "our torch", base["docs_per_s"], target=f">= {TARGET_SPEEDUP}x torch, cosine >= {TARGET_COSINE}", met=ok32),
-        summary_row("MiniLM document encoding, ONNX fp32", "titles/s", r32["docs_per_s"], "sentence-transformers",
-                    st["docs_per_s"], target="", met=None),
-        summary_row(f"MiniLM document encoding, our torch (1.6x it would be {TARGET_SPEEDUP * base['docs_per_s'] / top:.0%} "
-                    "of the ceiling)", "titles/s", base["docs_per_s"],
-                    "ceiling (the encoder's matrix products alone, same padded shapes and threads)", top, target="", met=None),
-        summary_row("MiniLM query encoding (1 thread), ONNX fp32", "ms/query", r32["query_ms"], "sentence-transformers",
-                    st["query_ms"], target="", met=None, higher_is_better=False),
-        summary_row(f"MiniLM query encoding (1 thread), ONNX int8 (dev nDCG@10 drop {drop:+.4f})", "ms/query", r8["query_ms"],
-                    "sentence-transformers", st["query_ms"], target=f"int8 offered only if dev drop <= {MAX_INT8_DROP}",
-                    met=max(drop, drop_q) <= MAX_INT8_DROP, higher_is_better=False),
+        summary_row(
+            "MiniLM document encoding, ONNX fp32 (cosine to torch %.6f)" % r32["cosine_to_torch"],
+            "titles/s",
+            r32["docs_per_s"],
+            "our torch",
+            base["docs_per_s"],
+            target=f">= {TARGET_SPEEDUP}x torch, cosine >= {TARGET_COSINE}",
+            met=ok32,
+        ),
+        summary_row(
+            "MiniLM document encoding, ONNX fp32",
+            "titles/s",
+            r32["docs_per_s"],
+            "sentence-transformers",
+            st["docs_per_s"],
+            target="",
+            met=None,
+        ),
+        summary_row(
+            f"MiniLM document encoding, our torch (1.6x it would be {TARGET_SPEEDUP * base['docs_per_s'] / top:.0%} "
+            "of the ceiling)",
+            "titles/s",
+            base["docs_per_s"],
+            "ceiling (the encoder's matrix products alone, same padded shapes and threads)",
+            top,
+            target="",
+            met=None,
+        ),
+        summary_row(
+            "MiniLM query encoding (1 thread), ONNX fp32",
+            "ms/query",
+            r32["query_ms"],
+            "sentence-transformers",
+            st["query_ms"],
+            target="",
+            met=None,
+            higher_is_better=False,
+        ),
+        summary_row(
+            f"MiniLM query encoding (1 thread), ONNX int8 (dev nDCG@10 drop {drop:+.4f})",
+            "ms/query",
+            r8["query_ms"],
+            "sentence-transformers",
+            st["query_ms"],
+            target=f"int8 offered only if dev drop <= {MAX_INT8_DROP}",
+            met=max(drop, drop_q) <= MAX_INT8_DROP,
+            higher_is_better=False,
+        ),
     ]
-    write_json({"summary": summary, "hardware": hardware(("numpy", "torch", "onnxruntime", "sentence_transformers")), "docs": len(titles),
-                "queries": len(queries), "rows": rows, "ceiling": ceiling, "dev_ndcg10": quality, "dev_queries": len(qids),
-                "onnx_fp32": meta32, "onnx_int8": meta8, "int8_drop": drop, "int8_query_drop": drop_q}, args.out)
+    write_json(
+        {
+            "summary": summary,
+            "hardware": hardware(("numpy", "torch", "onnxruntime", "sentence_transformers")),
+            "docs": len(titles),
+            "queries": len(queries),
+            "rows": rows,
+            "ceiling": ceiling,
+            "dev_ndcg10": quality,
+            "dev_queries": len(qids),
+            "onnx_fp32": meta32,
+            "onnx_int8": meta8,
+            "int8_drop": drop,
+            "int8_query_drop": drop_q,
+        },
+        args.out,
+    )
 
 
 if __name__ == "__main__":

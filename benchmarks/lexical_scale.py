@@ -45,8 +45,11 @@ def homedepot(data: Path = DATA) -> tuple[list[str], list[str]]:
     """The Home Depot titles and its test queries' texts."""
     titles = [json.loads(line)["title"] for line in open(data / "homedepot" / "corpus.jsonl", encoding="utf-8")]
     test = {line.split("\t")[0] for line in open(data / "homedepot" / "qrels" / "test.tsv", encoding="utf-8")}
-    queries = [q["text"] for line in open(data / "homedepot" / "queries.jsonl", encoding="utf-8")
-               if (q := json.loads(line))["_id"] in test]
+    queries = [
+        q["text"]
+        for line in open(data / "homedepot" / "queries.jsonl", encoding="utf-8")
+        if (q := json.loads(line))["_id"] in test
+    ]
     return titles, queries
 
 
@@ -61,7 +64,9 @@ def synthetic_titles(titles: list[str], n: int, seed: int = 0) -> tuple[list[str
     b = rng.integers(0, len(words), n)
     ca = (rng.random(n) * (lens[a] + 1)).astype(np.int64)
     cb = (rng.random(n) * (lens[b] + 1)).astype(np.int64)
-    out = [" ".join(words[i][:x] + words[j][y:]) for i, j, x, y in zip(a.tolist(), b.tolist(), ca.tolist(), cb.tolist())]
+    out = [
+        " ".join(words[i][:x] + words[j][y:]) for i, j, x, y in zip(a.tolist(), b.tolist(), ca.tolist(), cb.tolist())
+    ]
     width = len(str(n - 1))
     ids = [f"s{i:0{width}d}" for i in rng.permutation(n).tolist()]
     return ids, out
@@ -96,8 +101,15 @@ def walked_fraction(model, queries: list[str], k: int) -> float | None:  # type:
         w = np.zeros(len(queries), dtype=np.int64)
         for i in range(len(queries)):  # one at a time, as served
             sl = slice(q.indptr[i], q.indptr[i + 1])
-            kern.search(np.array([0, sl.stop - sl.start]), q.indices[sl], q.data[sl], scale[i:i + 1], k,
-                        walked=w[i:i + 1], prune=mode)
+            kern.search(
+                np.array([0, sl.stop - sl.start]),
+                q.indices[sl],
+                q.data[sl],
+                scale[i : i + 1],
+                k,
+                walked=w[i : i + 1],
+                prune=mode,
+            )
         out[mode] = int(w.sum())
     return out["on"] / max(out["off"], 1)
 
@@ -118,9 +130,16 @@ def run(n: int, model_name: str, titles: list[str], queries: list[str], reps: in
     t_build = time.perf_counter() - t0
     trim()
     rss1 = rss_mb()
-    row: dict = {"n": n, "model": model_name, "index_s": round(t_index, 1), "build_s": round(t_build, 1),
-                 "input_mb": round(rss0 - rss_pre), "build_growth_mb": round(rss1 - rss0),
-                 "peak_rss_mb": round(maxrss_mb()), "peak_over_input_mb": round(maxrss_mb() - rss0)}
+    row: dict = {
+        "n": n,
+        "model": model_name,
+        "index_s": round(t_index, 1),
+        "build_s": round(t_build, 1),
+        "input_mb": round(rss0 - rss_pre),
+        "build_growth_mb": round(rss1 - rss0),
+        "peak_rss_mb": round(maxrss_mb()),
+        "peak_over_input_mb": round(maxrss_mb() - rss0),
+    }
     if hasattr(m, "memory"):
         row["arrays"] = m.memory()
     del texts, ids  # what the model holds once its input is gone (the old index kept the id strs)
@@ -160,7 +179,7 @@ def main() -> None:
     print(f"# {hardware_line(hardware(('numpy', 'scipy', 'numba')))}; semsearch from {semsearch.__file__}", flush=True)
     titles, queries = homedepot()
     if args.queries:
-        queries = queries[:args.queries]
+        queries = queries[: args.queries]
     rows = []
     for n in args.n or [1_000_000]:
         row = run(n, args.model, titles, queries, args.reps)

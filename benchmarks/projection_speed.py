@@ -73,7 +73,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smoke test: 500 pairs, k = 10, 1 epoch")
     ap.add_argument("--epochs", type=int, default=3, help="S2Net epochs to time")
     ap.add_argument("--dim", type=int, default=100)
-    ap.add_argument("--out", default="results/bench/projection_speed.json", help="JSON output (relative: to the repo root)")
+    ap.add_argument(
+        "--out", default="results/bench/projection_speed.json", help="JSON output (relative: to the repo root)"
+    )
     args = ap.parse_args()
     args.threshold, args.max_pairs, reduce = 3, None, 200
     if args.quick:
@@ -95,10 +97,14 @@ def main() -> None:
     secs, log, s2net = timed_fit("s2net", data, dim=args.dim, epochs=args.epochs, patience=args.epochs)
     epochs = log["epochs"]
     res["s2net"] = {
-        "fit_s": secs, "init_s": log["init_seconds"], "epochs": len(epochs),
+        "fit_s": secs,
+        "init_s": log["init_seconds"],
+        "epochs": len(epochs),
         "seconds_per_epoch": sum(e["seconds"] for e in epochs) / len(epochs),
         "pairs_per_s": sum(e["pairs_per_s"] for e in epochs) / len(epochs),
-        "pairs": log["pairs"], "negatives": 4, "batch_size": 1024,
+        "pairs": log["pairs"],
+        "negatives": 4,
+        "batch_size": 1024,
     }
     t = time.perf_counter()
     s2net.encode_documents(data.doc_texts)  # type: ignore[attr-defined]
@@ -112,7 +118,12 @@ def main() -> None:
         t = time.perf_counter()
         pca(X, args.dim, method=method)
         pca_times[method] = time.perf_counter() - t
-    res["pca"] = {"shape": list(X.shape), "nnz": int(X.nnz), "k": args.dim, **{f"{m}_s": v for m, v in pca_times.items()}}
+    res["pca"] = {
+        "shape": list(X.shape),
+        "nnz": int(X.nnz),
+        "k": args.dim,
+        **{f"{m}_s": v for m, v in pca_times.items()},
+    }
 
     s = res["s2net"]
     print(f"\nhomedepot: {s['pairs']:,} pairs, TF-IDF over {res['lsa']['vocabulary']:,} terms, k = {args.dim}")

@@ -33,13 +33,52 @@ BUNDLE = REPO / "bundles" / "homedepot"
 PLAN: list[tuple[str, list[str], int, str]] = [
     ("bm25_speed", ["--reps", "2"], 300, "bm25_speed.json"),
     ("encode_speed", [], 300, "encode_speed.json"),
-    ("train_speed", ["--steps", "5", "--reps", "5", "--crosscheck-batches", "0"], 240,
-     "train_speed.json"),
+    ("train_speed", ["--steps", "5", "--reps", "5", "--crosscheck-batches", "0"], 240, "train_speed.json"),
     ("vector_speed", ["--skip-encoding"], 150, "vector_speed.json"),
-    ("load_test", ["--bundle", str(BUNDLE), "--data", "homedepot", "--workers", "2", "--seconds", "30",
-                   "--result-cache", "0", "--queries", "20000", "--out", "results/bench/load_test_50.json"], 150, "load_test_50.json"),
-    ("load_test", ["--bundle", str(BUNDLE), "--data", "homedepot", "--workers", "2", "--seconds", "30", "--clients", "200",
-                   "--result-cache", "0", "--queries", "20000", "--out", "results/bench/load_test_200.json"], 150, "load_test_200.json"),
+    (
+        "load_test",
+        [
+            "--bundle",
+            str(BUNDLE),
+            "--data",
+            "homedepot",
+            "--workers",
+            "2",
+            "--seconds",
+            "30",
+            "--result-cache",
+            "0",
+            "--queries",
+            "20000",
+            "--out",
+            "results/bench/load_test_50.json",
+        ],
+        150,
+        "load_test_50.json",
+    ),
+    (
+        "load_test",
+        [
+            "--bundle",
+            str(BUNDLE),
+            "--data",
+            "homedepot",
+            "--workers",
+            "2",
+            "--seconds",
+            "30",
+            "--clients",
+            "200",
+            "--result-cache",
+            "0",
+            "--queries",
+            "20000",
+            "--out",
+            "results/bench/load_test_200.json",
+        ],
+        150,
+        "load_test_200.json",
+    ),
 ]
 
 
@@ -49,8 +88,15 @@ def _run(name: str, args: list[str], limit: int, log: Path) -> tuple[str, float]
     cmd = [sys.executable, str(REPO / "benchmarks" / f"{name}.py"), *args]
     with open(log, "w", encoding="utf-8") as f:
         try:
-            proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  timeout=limit, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            proc = subprocess.run(
+                cmd,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=limit,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
             f.write(proc.stdout)
             print(proc.stdout[-3000:])
             status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode}, see {log.relative_to(REPO)})"
@@ -70,13 +116,17 @@ def _fmt(v: Any) -> str:
 
 def table(results: list[dict[str, Any]], hw: dict[str, Any], total_s: float) -> str:
     """The markdown table of every summary row (and of the scripts that gave none)."""
-    lines = ["# Benchmarks (`make bench`)", "",
-             f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {hardware_line(hw)}; "
-             f"all scripts in {total_s / 60:.1f} min. Ratio > 1: ours is better (faster, smaller or "
-             "closer to the ceiling, whichever the unit asks). Each script's own output (and the JSON "
-             "under results/bench/) has the detail; the scripts' docstrings say what is measured.", "",
-             "| benchmark | measure | unit | ours | peer / ceiling (same run) | peer | ratio | target | met |",
-             "|---|---|---|---:|---|---:|---:|---|---|"]
+    lines = [
+        "# Benchmarks (`make bench`)",
+        "",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {hardware_line(hw)}; "
+        f"all scripts in {total_s / 60:.1f} min. Ratio > 1: ours is better (faster, smaller or "
+        "closer to the ceiling, whichever the unit asks). Each script's own output (and the JSON "
+        "under results/bench/) has the detail; the scripts' docstrings say what is measured.",
+        "",
+        "| benchmark | measure | unit | ours | peer / ceiling (same run) | peer | ratio | target | met |",
+        "|---|---|---|---:|---|---:|---:|---|---|",
+    ]
     for r in results:
         if not r["rows"]:
             lines.append(f"| {r['name']} | {r['status']} |  |  |  |  |  |  |  |")
@@ -84,8 +134,10 @@ def table(results: list[dict[str, Any]], hw: dict[str, Any], total_s: float) -> 
         for row in r["rows"]:
             met = {True: "yes", False: "**no**", None: ""}[row.get("met")]
             ratio = row.get("ratio")
-            lines.append(f"| {r['name']} | {row['measure']} | {row['unit']} | {_fmt(row['ours'])} | {row['peer']} | "
-                         f"{_fmt(row.get('peer_value'))} | {'' if ratio is None else f'{ratio:.2f}×'} | {row.get('target', '')} | {met} |")
+            lines.append(
+                f"| {r['name']} | {row['measure']} | {row['unit']} | {_fmt(row['ours'])} | {row['peer']} | "
+                f"{_fmt(row.get('peer_value'))} | {'' if ratio is None else f'{ratio:.2f}×'} | {row.get('target', '')} | {met} |"
+            )
     lines += ["", "| script | status | wall time |", "|---|---|---:|"]
     lines += [f"| {r['name']} | {r['status']} | {r['seconds']:.0f} s |" for r in results]
     return "\n".join(lines) + "\n"
@@ -107,8 +159,14 @@ def main() -> None:
             continue
         print(f"== {name} {' '.join(script_args)}", flush=True)
         if name == "load_test" and not (BUNDLE / "manifest.json").is_file():
-            results.append({"name": name, "status": f"not run: no bundle at {BUNDLE.relative_to(REPO)} (make bundle)",
-                            "seconds": 0.0, "rows": []})
+            results.append(
+                {
+                    "name": name,
+                    "status": f"not run: no bundle at {BUNDLE.relative_to(REPO)} (make bundle)",
+                    "seconds": 0.0,
+                    "rows": [],
+                }
+            )
             continue
         json_path = out_dir / json_name
         json_path.unlink(missing_ok=True)  # a stale file must not pass for this run's figures

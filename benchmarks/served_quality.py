@@ -31,7 +31,9 @@ RECALL = ["recall@10", "recall@100"]
 METRICS = NDCG + RECALL
 
 
-def score(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], rel_threshold: int) -> dict[str, dict[str, float]]:
+def score(
+    run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], rel_threshold: int
+) -> dict[str, dict[str, float]]:
     """Per metric, per query: nDCG over every judged query, recall over those with a relevant document."""
     ndcg = evaluate(run, qrels, NDCG).per_query
     recall = evaluate(run, qrels, RECALL, rel_threshold=rel_threshold).per_query
@@ -42,11 +44,14 @@ def mean(per_query: dict[str, float]) -> float:
     return sum(per_query.values()) / max(len(per_query), 1)
 
 
-def fetch_run(base: str, queries: dict[str, str], k: int, merge: str | None, threads: int) -> dict[str, dict[str, float]]:
+def fetch_run(
+    base: str, queries: dict[str, str], k: int, merge: str | None, threads: int
+) -> dict[str, dict[str, float]]:
     """Each query's hits from ``/search`` as a run (query id -> doc id -> a score in rank order)."""
     params = {"k": k, **({"merge": merge} if merge else {})}
 
     with httpx.Client(base_url=base, timeout=60) as client:
+
         def one(item: tuple[str, str]) -> tuple[str, dict[str, float]]:
             qid, text = item
             r = client.get("/search", params={"q": text, **params})
@@ -73,8 +78,12 @@ def main() -> None:
     ap.add_argument("--baseline", default=None, help="a TREC run to compare with (paired t-test)")
     ap.add_argument("--out-run", default=None, help="write the served run here (TREC format)")
     add_rescore_options(ap, "--bundle: ")
-    ap.add_argument("--out", default=None, help="the JSON summary (default: results/bench/served_quality-DATA-SPLIT.json, "
-                    "so a dev run and a test run do not overwrite each other)")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="the JSON summary (default: results/bench/served_quality-DATA-SPLIT.json, "
+        "so a dev run and a test run do not overwrite each other)",
+    )
     args = ap.parse_args()
     args.out = args.out or str(REPO / "results" / "bench" / f"served_quality-{Path(args.data).name}-{args.split}.json")
 
@@ -82,18 +91,35 @@ def main() -> None:
     qrels = ds.qrels(args.split, check=True)
     texts = ds.queries()
     queries = {q: texts[q] for q in qrels if q in texts and texts[q].strip()}
-    ctx = served(args.bundle, 1, rescore_args(args.rescore, args.rescore_weight)) if args.bundle else contextlib.nullcontext()
+    ctx = (
+        served(args.bundle, 1, rescore_args(args.rescore, args.rescore_weight))
+        if args.bundle
+        else contextlib.nullcontext()
+    )
     with ctx as server:
         base = server.base if server is not None else args.url
         t0 = time.perf_counter()
         run = fetch_run(base, queries, args.k, args.merge, args.threads)
         secs = time.perf_counter() - t0
     result = score(run, qrels, args.rel_threshold)
-    out = {"data": args.data, "split": args.split, "k": args.k, "merge": args.merge, "rel_threshold": args.rel_threshold,
-           "rescore": args.rescore, "rescore_weight": args.rescore_weight, "queries_sent": len(queries), "queries_scored": {m: len(v) for m, v in result.items()}, "seconds": round(secs, 2),
-           "mean": {m: mean(v) for m, v in result.items()}, "source": args.url or args.bundle}
-    lines = ["| metric | served |" + (" baseline | p |" if args.baseline else ""),
-             "|---|---:|" + ("---:|---:|" if args.baseline else "")]
+    out = {
+        "data": args.data,
+        "split": args.split,
+        "k": args.k,
+        "merge": args.merge,
+        "rel_threshold": args.rel_threshold,
+        "rescore": args.rescore,
+        "rescore_weight": args.rescore_weight,
+        "queries_sent": len(queries),
+        "queries_scored": {m: len(v) for m, v in result.items()},
+        "seconds": round(secs, 2),
+        "mean": {m: mean(v) for m, v in result.items()},
+        "source": args.url or args.bundle,
+    }
+    lines = [
+        "| metric | served |" + (" baseline | p |" if args.baseline else ""),
+        "|---|---:|" + ("---:|---:|" if args.baseline else ""),
+    ]
     base_result = score(read_run(args.baseline), qrels, args.rel_threshold) if args.baseline else None
     for m in METRICS:
         row = f"| {m} | {out['mean'][m]:.4f} |"
@@ -104,9 +130,11 @@ def main() -> None:
         lines.append(row)
     if args.out_run:
         write_run(run, args.out_run, tag="served")
-    print(f"{len(queries)} queries of {args.data}/{args.split} through {out['source']} in {secs:.1f} s; nDCG over "
-          f"{len(result['ndcg@10'])} judged queries, recall over the {len(result['recall@10'])} with a document graded "
-          f">= {args.rel_threshold}; unjudged = not relevant")
+    print(
+        f"{len(queries)} queries of {args.data}/{args.split} through {out['source']} in {secs:.1f} s; nDCG over "
+        f"{len(result['ndcg@10'])} judged queries, recall over the {len(result['recall@10'])} with a document graded "
+        f">= {args.rel_threshold}; unjudged = not relevant"
+    )
     print("\n".join(lines))
     print(f"written to {write_json(out, args.out)}")
 

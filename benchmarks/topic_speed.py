@@ -30,9 +30,9 @@ from _common import hardware, hardware_line, maxrss_mb, write_json
 from semsearch.data import TrainingData, open_dataset
 from semsearch.models.topic import default_threads
 from semsearch.plugins import create_model
+from semsearch.text import Analyzer, Vocabulary, count_matrix
 from semsearch.training import recipe
 from semsearch.training.topic import clear_fit_memo, distinct_titles, fit_pairs, fit_texts, to_gensim_corpus
-from semsearch.text import Analyzer, Vocabulary, count_matrix
 
 
 def ours(name: str, texts, args: argparse.Namespace, threads: int, **params) -> dict:  # type: ignore[no-untyped-def]
@@ -43,16 +43,20 @@ def ours(name: str, texts, args: argparse.Namespace, threads: int, **params) -> 
     log = fit_pairs(m, *texts, args=targs) if name == "bltm" else fit_texts(m, texts, args=targs)
     its = log["iterations"]
     return {
-        "tokens": log["tokens"], "iterations": len(its), "total_s": time.perf_counter() - t0,
+        "tokens": log["tokens"],
+        "iterations": len(its),
+        "total_s": time.perf_counter() - t0,
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in its),
         "s_per_iteration": statistics.median(r["seconds"] for r in its),
-        "final_loglik_per_token": its[-1]["loglik"] / log["tokens"], "threads": threads,
+        "final_loglik_per_token": its[-1]["loglik"] / log["tokens"],
+        "threads": threads,
     }
 
 
 def gensim_lda(titles: list[str], args: argparse.Namespace) -> dict:
-    from gensim.models import LdaModel
     import logging
+
+    from gensim.models import LdaModel
 
     logging.getLogger("gensim").setLevel(logging.WARNING)
     analyzer = Analyzer()
@@ -62,16 +66,28 @@ def gensim_lda(titles: list[str], args: argparse.Namespace) -> dict:
     counts = counts[np.diff(counts.indptr) > 0]
     corpus = to_gensim_corpus(counts)
     n_tokens = int(counts.sum())
-    lda = LdaModel(num_topics=args.topics, id2word=dict(enumerate(vocab.terms)), alpha=50.0 / args.topics,
-                   eta=0.01, random_state=0, eval_every=None, iterations=50)
+    lda = LdaModel(
+        num_topics=args.topics,
+        id2word=dict(enumerate(vocab.terms)),
+        alpha=50.0 / args.topics,
+        eta=0.01,
+        random_state=0,
+        eval_every=None,
+        iterations=50,
+    )
     times = []
     for _ in range(args.passes):
         t0 = time.perf_counter()
         lda.update(corpus, passes=1)
         times.append(time.perf_counter() - t0)
-    return {"tokens": n_tokens, "passes": len(times), "total_s": sum(times),
-            "tokens_per_s": n_tokens / statistics.median(times), "s_per_pass": statistics.median(times),
-            "bound_per_token": float(lda.bound(corpus[:2000])) / max(1, sum(c for d in corpus[:2000] for _, c in d))}
+    return {
+        "tokens": n_tokens,
+        "passes": len(times),
+        "total_s": sum(times),
+        "tokens_per_s": n_tokens / statistics.median(times),
+        "s_per_pass": statistics.median(times),
+        "bound_per_token": float(lda.bound(corpus[:2000])) / max(1, sum(c for d in corpus[:2000] for _, c in d)),
+    }
 
 
 def main() -> None:
@@ -93,7 +109,9 @@ def main() -> None:
     titles = distinct_titles(data)[:limit]
     queries, pair_titles = data.pair_texts()
     pairs = (queries[:limit], pair_titles[:limit])
-    print(f"homedepot train: {len(titles):,} distinct titles, {len(pairs[0]):,} pairs; {args.topics} topics", flush=True)
+    print(
+        f"homedepot train: {len(titles):,} distinct titles, {len(pairs[0]):,} pairs; {args.topics} topics", flush=True
+    )
 
     res: dict = {}
     res["plsa"] = ours("plsa", titles, args, args.threads)
@@ -122,10 +140,14 @@ def main() -> None:
         ratio = f"{r['tokens_per_s'] / g['tokens_per_s']:.1f}x" if g else "-"
         print(f"{label:42} {r['tokens']:>10,} {r[key]:>9.3f} {r['tokens_per_s']:>12,.0f} {ratio:>10}")
     if args.threads != 1:
-        print(f"\nthread speed-up of our E-step: {res['plsa']['tokens_per_s'] / res['plsa_1_thread']['tokens_per_s']:.2f}x "
-              f"with {args.threads} threads")
-    path = write_json({"hardware": hw, "topics": args.topics, "iterations": args.iterations, "passes": args.passes,
-                       "results": res}, args.out)
+        print(
+            f"\nthread speed-up of our E-step: {res['plsa']['tokens_per_s'] / res['plsa_1_thread']['tokens_per_s']:.2f}x "
+            f"with {args.threads} threads"
+        )
+    path = write_json(
+        {"hardware": hw, "topics": args.topics, "iterations": args.iterations, "passes": args.passes, "results": res},
+        args.out,
+    )
     print(f"peak RSS of the process: {maxrss_mb():,.0f} MB; wrote {path}")
 
 

@@ -70,28 +70,37 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from _common import hardware, hardware_line, maxrss_mb, median_time, summary_row, write_json  # first: before torch loads
-
 import numpy as np
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
+from _common import (
+    hardware,
+    hardware_line,
+    maxrss_mb,
+    median_time,
+    summary_row,
+    write_json,
+)  # first: before torch loads
 from semsearch.data import TrainingData, open_dataset
 from semsearch.device import keep_freed_memory
 from semsearch.models.neural import ENCODE_CHUNK, WindowBatch, WordBags
 from semsearch.plugins import create_model
 from semsearch.text import Bags, TrigramHasher
+from semsearch.training.args import EncoderArgs
 from semsearch.training.negatives import drawn_documents, random_negatives, sample_pool
 from semsearch.training.trainer import Pairs, batch_loss, make_optimizer, train_encoder
-from semsearch.training.args import EncoderArgs
 
 GAMMA, LR, SEED, WINDOW = 10.0, 0.5, 0, 3
 HIDDEN, OUT, CONV = (300, 300), 128, 300
 TARGETS = {("dssm", 4): 20_000, ("dssm", 50): 10_000, ("clsm", 4): 10_000}  # training pairs/s (issue 18 item 2)
 CEILING_ROUNDS = 3  # each ceiling is timed this many times in turns, the fastest kept (Ceiling.measure)
 FRACTION_TARGET = 0.5  # ... and at least this fraction of the measured ceiling
-MODEL_SHAPES = {"dssm": "each text's trigram bag", "clsm": "the convolution at every word position"}  # what each model's shapes are
+MODEL_SHAPES = {
+    "dssm": "each text's trigram bag",
+    "clsm": "the convolution at every word position",
+}  # what each model's shapes are
 ENCODE_TARGET = {"dssm": 300_000}  # titles/s, featurisation included (issue 18 item 3)
 THREADS = torch.get_num_threads()
 
@@ -110,8 +119,13 @@ def time_steps(step: Callable[[], Any], warmup: int, steps: int, budget_s: float
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    return {"steps": len(times), "median_step_s": statistics.median(times), "mean_step_s": statistics.mean(times),
-            "step_s": [round(t, 4) for t in times], "load_avg_1min": load1()}
+    return {
+        "steps": len(times),
+        "median_step_s": statistics.median(times),
+        "mean_step_s": statistics.mean(times),
+        "step_s": [round(t, 4) for t in times],
+        "load_avg_1min": load1(),
+    }
 
 
 class Batches:
@@ -177,9 +191,17 @@ class Ours:
         r = time_steps(self.step, warmup, steps)
         loss_s, back_s, opt_s = (statistics.median(p[i] for p in self.phases[warmup:]) for i in range(3))
         asm, _ = median_time(self.assembly, reps_assembly)
-        r.update(batch=self.b, pairs_per_s=self.b / r["median_step_s"], pool=self.pool_size,
-                 phases_ms={"assembly": 1e3 * asm, "forward+loss": 1e3 * max(loss_s - asm, 0.0),
-                            "backward": 1e3 * back_s, "optimizer": 1e3 * opt_s})
+        r.update(
+            batch=self.b,
+            pairs_per_s=self.b / r["median_step_s"],
+            pool=self.pool_size,
+            phases_ms={
+                "assembly": 1e3 * asm,
+                "forward+loss": 1e3 * max(loss_s - asm, 0.0),
+                "backward": 1e3 * back_s,
+                "optimizer": 1e3 * opt_s,
+            },
+        )
         return r
 
 
@@ -215,14 +237,26 @@ def step_shapes(ours: Ours, batches: int = 5) -> tuple[dict[str, Any], dict[str,
                 words = x.words.csr(v)
                 m = (x.texts().csr(len(x.words)) @ words).tocsr()
                 mats.setdefault(f"{side}_words", []).append(words)
-                vals = {"texts": len(r), "rows": len(r), "nnz": m.nnz, "word_rows": len(x.words),
-                        "word_nnz": words.nnz, "positions": len(x.positions)}
+                vals = {
+                    "texts": len(r),
+                    "rows": len(r),
+                    "nnz": m.nnz,
+                    "word_rows": len(x.words),
+                    "word_nnz": words.nnz,
+                    "positions": len(x.positions),
+                }
             else:
                 m = x.bags.csr(v)
                 pos = position_windows(x, v)
                 mats.setdefault(f"{side}_positions", []).append(pos)
-                vals = {"texts": len(r), "rows": x.n_words, "nnz": m.nnz, "positions": x.windows.shape[1],
-                        "pos_rows": pos.shape[0], "pos_nnz": pos.nnz}
+                vals = {
+                    "texts": len(r),
+                    "rows": x.n_words,
+                    "nnz": m.nnz,
+                    "positions": x.windows.shape[1],
+                    "pos_rows": pos.shape[0],
+                    "pos_nnz": pos.nnz,
+                }
             mats.setdefault(side, []).append(m)
             for k, val in vals.items():
                 acc.setdefault(f"{side}_{k}", []).append(val)
@@ -252,8 +286,12 @@ def _touched(mt: sp.csr_matrix) -> sp.csr_matrix:
 
 
 def _torch_csr(m: sp.csr_matrix) -> torch.Tensor:
-    return torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)), torch.from_numpy(m.indices.astype(np.int64)),
-                                   torch.from_numpy(m.data.astype(np.float32)), m.shape)
+    return torch.sparse_csr_tensor(
+        torch.from_numpy(m.indptr.astype(np.int64)),
+        torch.from_numpy(m.indices.astype(np.int64)),
+        torch.from_numpy(m.data.astype(np.float32)),
+        m.shape,
+    )
 
 
 class Ceiling:
@@ -275,8 +313,17 @@ class Ceiling:
     ours computes it. The batches' own matrices, not random ones of the same sizes: their row
     gathers fall on the vocabulary as a real batch's do (many on a few frequent trigrams)."""
 
-    def __init__(self, name: str, v: int, shapes: dict[str, Any], mats: dict[str, list[sp.csr_matrix]], j: int,
-                 fwd_only: bool = False, words: bool = False, positions: bool = False):
+    def __init__(
+        self,
+        name: str,
+        v: int,
+        shapes: dict[str, Any],
+        mats: dict[str, list[sp.csr_matrix]],
+        j: int,
+        fwd_only: bool = False,
+        words: bool = False,
+        positions: bool = False,
+    ):
         gen = torch.Generator().manual_seed(SEED)
         if words:
             shapes = {**shapes, **{f"{s}_{k}": shapes[f"{s}_word_{k}"] for s in ("q", "d") for k in ("rows", "nnz")}}
@@ -298,8 +345,14 @@ class Ceiling:
                 w = torch.randn(v, first, generator=gen)
                 g1 = torch.randn(max(m.shape[0] for m in mats[side]), first, generator=gen)
                 n = shapes[f"{side}_texts"]
-                layers = [(torch.randn(n, a, generator=gen), torch.randn(a, b, generator=gen), torch.randn(n, b, generator=gen))
-                          for a, b in dense]
+                layers = [
+                    (
+                        torch.randn(n, a, generator=gen),
+                        torch.randn(a, b, generator=gen),
+                        torch.randn(n, b, generator=gen),
+                    )
+                    for a, b in dense
+                ]
                 self.sides.append((xs, w, g1, layers))
         self.shapes = shapes
 
@@ -341,10 +394,14 @@ class Ceiling:
         best = {k: min(v, key=lambda x: x["median_step_s"]) for k, v in runs.items()}
         kernel = min(best, key=lambda k: best[k]["median_step_s"])
         r = best[kernel]
-        r.update(pairs_per_s=per_step / r["median_step_s"], gflops=self.flops() / 1e9 / r["median_step_s"],
-                 shapes=self.shapes, sparse_kernel=kernel,
-                 round_medians_s={k: [round(x["median_step_s"], 5) for x in v] for k, v in runs.items()},
-                 other_kernel_median_step_s={k: v["median_step_s"] for k, v in best.items() if k != kernel})
+        r.update(
+            pairs_per_s=per_step / r["median_step_s"],
+            gflops=self.flops() / 1e9 / r["median_step_s"],
+            shapes=self.shapes,
+            sparse_kernel=kernel,
+            round_medians_s={k: [round(x["median_step_s"], 5) for x in v] for k, v in runs.items()},
+            other_kernel_median_step_s={k: v["median_step_s"] for k, v in best.items() if k != kernel},
+        )
         return r
 
 
@@ -418,8 +475,18 @@ def encode_shapes(ours: Ours, n: int, batch: int = 4096) -> tuple[dict[str, Any]
         rows = chunks(n, batch)
         first_layer = lambda r: ours.df.batch(r).bags
     mats = [first_layer(r).csr(v) for r in rows[: max(1, min(len(rows) - 1, 4))]]  # the last batch is partial
-    return ({"batches": len(rows), "q_texts": len(rows[0]), "q_rows": int(statistics.mean(m.shape[0] for m in mats)),
-             "q_nnz": int(statistics.mean(m.nnz for m in mats)), "d_texts": 0, "d_rows": 0, "d_nnz": 0}, {"q": mats})
+    return (
+        {
+            "batches": len(rows),
+            "q_texts": len(rows[0]),
+            "q_rows": int(statistics.mean(m.shape[0] for m in mats)),
+            "q_nnz": int(statistics.mean(m.nnz for m in mats)),
+            "d_texts": 0,
+            "d_rows": 0,
+            "d_nnz": 0,
+        },
+        {"q": mats},
+    )
 
 
 # ------------------------------------------------------------------------------------ profile
@@ -435,28 +502,51 @@ def profile_step(ours: Ours, rows: int) -> dict[str, Any]:
     avgs = prof.key_averages()
     top = sorted((e for e in avgs if e.key != "step"), key=lambda e: e.self_cpu_time_total, reverse=True)[:rows]
     ops_self = sum(e.self_cpu_time_total for e in avgs if e.key != "step") / 1e3
-    nodes = sorted((e for e in avgs if e.key.startswith("autograd::engine::evaluate_function: ")),
-                   key=lambda e: e.cpu_time_total, reverse=True)[:5]
+    nodes = sorted(
+        (e for e in avgs if e.key.startswith("autograd::engine::evaluate_function: ")),
+        key=lambda e: e.cpu_time_total,
+        reverse=True,
+    )[:5]
     return {
-        "model": f"{ours.name} J={ours.j}", "threads": torch.get_num_threads(), "wall_ms": 1e3 * wall,
-        "ops_self_cpu_ms": ops_self, "load_avg_1min": load1(),
-        "top": [{"op": e.key, "self_cpu_ms": e.self_cpu_time_total / 1e3, "cpu_total_ms": e.cpu_time_total / 1e3,
-                 "calls": e.count} for e in top],
-        "backward_nodes": [{"node": e.key.split(": ", 1)[1], "cpu_total_ms": e.cpu_time_total / 1e3, "calls": e.count}
-                           for e in nodes],
+        "model": f"{ours.name} J={ours.j}",
+        "threads": torch.get_num_threads(),
+        "wall_ms": 1e3 * wall,
+        "ops_self_cpu_ms": ops_self,
+        "load_avg_1min": load1(),
+        "top": [
+            {
+                "op": e.key,
+                "self_cpu_ms": e.self_cpu_time_total / 1e3,
+                "cpu_total_ms": e.cpu_time_total / 1e3,
+                "calls": e.count,
+            }
+            for e in top
+        ],
+        "backward_nodes": [
+            {"node": e.key.split(": ", 1)[1], "cpu_total_ms": e.cpu_time_total / 1e3, "calls": e.count} for e in nodes
+        ],
     }
 
 
 def print_profile(p: dict[str, Any]) -> None:
-    print(f"\n--- torch.autograd.profiler, one {p['model'].upper()} step, {p['threads']} thread(s), load {p['load_avg_1min']}: "
-          f"wall {p['wall_ms']:.0f} ms (profiled), torch ops' self CPU {p['ops_self_cpu_ms']:.0f} ms "
-          f"(the rest: Python/numpy batch assembly, profiler overhead)")
+    print(
+        f"\n--- torch.autograd.profiler, one {p['model'].upper()} step, {p['threads']} thread(s), load {p['load_avg_1min']}: "
+        f"wall {p['wall_ms']:.0f} ms (profiled), torch ops' self CPU {p['ops_self_cpu_ms']:.0f} ms "
+        f"(the rest: Python/numpy batch assembly, profiler overhead)"
+    )
     print(f"  {'op (top by self CPU)':56} {'self ms':>9} {'share':>6} {'total ms':>9} {'calls':>6}")
     for e in p["top"]:
-        print(f"  {e['op'][:56]:56} {e['self_cpu_ms']:9.1f} {e['self_cpu_ms'] / p['ops_self_cpu_ms']:6.1%} "
-              f"{e['cpu_total_ms']:9.1f} {e['calls']:6d}")
-    print("  backward nodes by CPU total (incl. their ops): " + "; ".join(
-        f"{n['node']} {n['cpu_total_ms']:.0f} ms ({n['cpu_total_ms'] / p['ops_self_cpu_ms']:.0%})" for n in p["backward_nodes"]))
+        print(
+            f"  {e['op'][:56]:56} {e['self_cpu_ms']:9.1f} {e['self_cpu_ms'] / p['ops_self_cpu_ms']:6.1%} "
+            f"{e['cpu_total_ms']:9.1f} {e['calls']:6d}"
+        )
+    print(
+        "  backward nodes by CPU total (incl. their ops): "
+        + "; ".join(
+            f"{n['node']} {n['cpu_total_ms']:.0f} ms ({n['cpu_total_ms'] / p['ops_self_cpu_ms']:.0%})"
+            for n in p["backward_nodes"]
+        )
+    )
 
 
 # ------------------------------------------------------------------------------------ main
@@ -487,8 +577,13 @@ def crosscheck(name: str, data: TrainingData, n_pairs: int, batch: int) -> dict[
     args = EncoderArgs(negatives=4, batch_size=batch, optimizer="sgd", lr=LR, gamma=GAMMA, epochs=1, seed=SEED)
     log = train_encoder(model, sub, None, args=args, progress=False)
     e = log["epochs"][0]
-    return {"pairs": len(sub.positives), "pairs_per_s": e["pairs_per_s"], "seconds": e["seconds"],
-            "vocab": len(model.hasher), "load_avg_1min": load1()}  # type: ignore[arg-type]
+    return {
+        "pairs": len(sub.positives),
+        "pairs_per_s": e["pairs_per_s"],
+        "seconds": e["seconds"],
+        "vocab": len(model.hasher),
+        "load_avg_1min": load1(),
+    }  # type: ignore[arg-type]
 
 
 def main() -> None:
@@ -498,11 +593,20 @@ def main() -> None:
     ap.add_argument("--negatives", default="4,50", help="J values, comma-separated")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up steps before timing")
     ap.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
-    ap.add_argument("--reps", type=int, default=5, help="repetitions per encoding timing (median; one can take twice the usual on a busy machine)")
-    ap.add_argument("--crosscheck-batches", type=int, default=12, help="train_encoder check: batches of pairs (0: skip)")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=5,
+        help="repetitions per encoding timing (median; one can take twice the usual on a busy machine)",
+    )
+    ap.add_argument(
+        "--crosscheck-batches", type=int, default=12, help="train_encoder check: batches of pairs (0: skip)"
+    )
     ap.add_argument("--dense-budget", type=float, default=None, help=argparse.SUPPRESS)  # gone with the dense
     # reference; still accepted because benchmarks/run_all.py passes it
-    ap.add_argument("--threads", type=int, default=None, help="torch threads for the main figures (default: torch's; --quick: 1)")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="torch threads for the main figures (default: torch's; --quick: 1)"
+    )
     ap.add_argument("--out", default="results/bench/train_speed.json", help="JSON output (relative: to the repo root)")
     args = ap.parse_args()
     js = [int(x) for x in args.negatives.split(",")]
@@ -515,8 +619,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     THREADS = torch.get_num_threads()
 
-    hw = {**hardware(("numpy", "scipy", "torch")), "torch_threads": THREADS,
-          "torch_interop_threads": torch.get_num_interop_threads()}
+    hw = {
+        **hardware(("numpy", "scipy", "torch")),
+        "torch_threads": THREADS,
+        "torch_interop_threads": torch.get_num_interop_threads(),
+    }
     print("hardware:", hardware_line(hw), flush=True)
     t_start = time.perf_counter()
     data = TrainingData.from_dataset(open_dataset("homedepot"), "train")
@@ -524,9 +631,12 @@ def main() -> None:
     train_docs = [data.doc_texts[i] for i in np.unique(pairs.d_rows)]
     hasher = TrigramHasher.fit(pairs.q_texts + train_docs, max_words=64)  # as trainer._train does
     texts = data.doc_texts
-    print(f"homedepot train: {len(data.positives):,} positive pairs, {len(pairs.q_texts):,} queries, "
-          f"{len(texts):,} titles, {len(hasher):,} trigrams (V); batch {args.batch}, J in {js}, "
-          f"{args.warmup} warm-up + {args.steps} timed steps; torch threads {THREADS}", flush=True)
+    print(
+        f"homedepot train: {len(data.positives):,} positive pairs, {len(pairs.q_texts):,} queries, "
+        f"{len(texts):,} titles, {len(hasher):,} trigrams (V); batch {args.batch}, J in {js}, "
+        f"{args.warmup} warm-up + {args.steps} timed steps; torch threads {THREADS}",
+        flush=True,
+    )
 
     training: dict[str, Any] = {}
     encoding: dict[str, Any] = {}
@@ -538,7 +648,9 @@ def main() -> None:
             ours = Ours(name, j, args.batch, hasher, data, pairs)
             shapes, mats = step_shapes(ours)
             ceiling = Ceiling(name, v, shapes, mats, j, positions=name == "clsm")  # issue 18's: the model's shapes
-            by_word = Ceiling(name, v, shapes, mats, j, words=name == "dssm")  # the first layer per distinct word, as ours
+            by_word = Ceiling(
+                name, v, shapes, mats, j, words=name == "dssm"
+            )  # the first layer per distinct word, as ours
             r: dict[str, Any] = {"shapes": shapes}
             # ours and its ceilings back to back at each thread count, so load changes hit them alike
             r["ours"] = ours.measure(args.warmup, args.steps, max(args.reps, 3))
@@ -548,22 +660,33 @@ def main() -> None:
             r["ceiling_1thread"] = with_threads(1, lambda: ceiling.measure(args.warmup, args.steps, ours.b))
             r["ceiling_words_1thread"] = with_threads(1, lambda: by_word.measure(args.warmup, args.steps, ours.b))
             training[key] = r
-            print(f"[{key}] ours {r['ours']['pairs_per_s']:,.0f} pairs/s, ceiling {r['ceiling']['pairs_per_s']:,.0f} "
-                  f"({THREADS} thr); ours {r['ours_1thread']['pairs_per_s']:,.0f}, ceiling "
-                  f"{r['ceiling_1thread']['pairs_per_s']:,.0f} (1 thr); load {load1()}", flush=True)
+            print(
+                f"[{key}] ours {r['ours']['pairs_per_s']:,.0f} pairs/s, ceiling {r['ceiling']['pairs_per_s']:,.0f} "
+                f"({THREADS} thr); ours {r['ours_1thread']['pairs_per_s']:,.0f}, ceiling "
+                f"{r['ceiling_1thread']['pairs_per_s']:,.0f} (1 thr); load {load1()}",
+                flush=True,
+            )
             if j == js[0]:
                 es, enc_mats = encode_shapes(ours, len(texts))
                 tower_ceiling = Ceiling(name, v, es, enc_mats, 0, fwd_only=True)
                 n_titles = es["batches"] * es["q_texts"]  # the ceiling's batches are all full
-                enc = {"shapes": es, "ours": encode_ours(ours, texts, hasher, args.reps, cold=True),
-                       "ours_1thread": with_threads(1, lambda: encode_ours(ours, texts, hasher, args.reps, cold=False))}
+                enc = {
+                    "shapes": es,
+                    "ours": encode_ours(ours, texts, hasher, args.reps, cold=True),
+                    "ours_1thread": with_threads(1, lambda: encode_ours(ours, texts, hasher, args.reps, cold=False)),
+                }
                 for tag, thr in (("ours", THREADS), ("ours_1thread", 1)):
-                    c = with_threads(thr, lambda: tower_ceiling.measure(1, max(args.reps, 3), n_titles // es["batches"]))
+                    c = with_threads(
+                        thr, lambda: tower_ceiling.measure(1, max(args.reps, 3), n_titles // es["batches"])
+                    )
                     enc[tag]["tower_ceiling_titles_per_s"] = c["pairs_per_s"]
                 encoding[name] = enc
-                print(f"[{name} encoding] ours {enc['ours']['full_titles_per_s']:,.0f} titles/s (cold "
-                      f"{enc['ours']['cold_titles_per_s']:,.0f}), tower {enc['ours']['tower_titles_per_s']:,.0f}, "
-                      f"tower ceiling {enc['ours']['tower_ceiling_titles_per_s']:,.0f}; load {load1()}", flush=True)
+                print(
+                    f"[{name} encoding] ours {enc['ours']['full_titles_per_s']:,.0f} titles/s (cold "
+                    f"{enc['ours']['cold_titles_per_s']:,.0f}), tower {enc['ours']['tower_titles_per_s']:,.0f}, "
+                    f"tower ceiling {enc['ours']['tower_ceiling_titles_per_s']:,.0f}; load {load1()}",
+                    flush=True,
+                )
             if name == "clsm" and j == 4:
                 profiles["clsm J=4"] = profile_step(ours, 15)
                 profiles["clsm J=4, 1 thread"] = with_threads(1, lambda: profile_step(ours, 15))
@@ -574,49 +697,76 @@ def main() -> None:
     if args.crosscheck_batches > 0 and 4 in js:
         for name in ("dssm", "clsm"):
             checks[f"{name} J=4"] = with_threads(
-                1, lambda: crosscheck(name, data, args.crosscheck_batches * args.batch, args.batch))
+                1, lambda: crosscheck(name, data, args.crosscheck_batches * args.batch, args.batch)
+            )
 
     # ---- report
-    print(f"\nTraining throughput, positive pairs/s (homedepot train, J random negatives, SGD, batch {args.batch}; "
-          f"median step of {args.steps} after {args.warmup} warm-up). ours: the trainer's step incl. batch assembly and "
-          "negative sampling; ceiling: the matrix products alone of the same layers at the model's shapes (fwd + bwd)")
-    head = (f"{'':10} | {f'ours {THREADS}thr':>10} {'ceiling':>9} {'fraction':>8} | {'ours 1thr':>10} {'ceiling':>9} "
-            f"{'fraction':>8} | {'target':>7} {'met':>8}")
+    print(
+        f"\nTraining throughput, positive pairs/s (homedepot train, J random negatives, SGD, batch {args.batch}; "
+        f"median step of {args.steps} after {args.warmup} warm-up). ours: the trainer's step incl. batch assembly and "
+        "negative sampling; ceiling: the matrix products alone of the same layers at the model's shapes (fwd + bwd)"
+    )
+    head = (
+        f"{'':10} | {f'ours {THREADS}thr':>10} {'ceiling':>9} {'fraction':>8} | {'ours 1thr':>10} {'ceiling':>9} "
+        f"{'fraction':>8} | {'target':>7} {'met':>8}"
+    )
     print(head + "\n" + "-" * len(head))
     for key, r in training.items():
         o, c, o1, c1 = (r[k]["pairs_per_s"] for k in ("ours", "ceiling", "ours_1thread", "ceiling_1thread"))
         name, j = key.split(" J=")
         tgt = TARGETS.get((name, int(j)))
-        met = "-" if tgt is None else "/".join(
-            "yes" if x >= tgt and x >= FRACTION_TARGET * y else "no" for x, y in ((o, c), (o1, c1)))
-        print(f"{key:10} | {fmt(o):>10} {fmt(c):>9} {o / c:8.0%} | {fmt(o1):>10} {fmt(c1):>9} {o1 / c1:8.0%} | "
-              f"{fmt(tgt):>7} {met:>8}")
-    print(f"(target: pairs/s and a fraction >= {FRACTION_TARGET:.0%}; met: at {THREADS} / 1 thread(s). Ceiling GFLOP/s "
-          + ", ".join(f"{k} {r['ceiling']['gflops']:.0f}/{r['ceiling_1thread']['gflops']:.0f}" for k, r in training.items())
-          + "; first layer's kernel: " + ", ".join(f"{k} {r['ceiling']['sparse_kernel']}/{r['ceiling_1thread']['sparse_kernel']}"
-                                                   for k, r in training.items()) + ")")
+        met = (
+            "-"
+            if tgt is None
+            else "/".join("yes" if x >= tgt and x >= FRACTION_TARGET * y else "no" for x, y in ((o, c), (o1, c1)))
+        )
+        print(
+            f"{key:10} | {fmt(o):>10} {fmt(c):>9} {o / c:8.0%} | {fmt(o1):>10} {fmt(c1):>9} {o1 / c1:8.0%} | "
+            f"{fmt(tgt):>7} {met:>8}"
+        )
+    print(
+        f"(target: pairs/s and a fraction >= {FRACTION_TARGET:.0%}; met: at {THREADS} / 1 thread(s). Ceiling GFLOP/s "
+        + ", ".join(
+            f"{k} {r['ceiling']['gflops']:.0f}/{r['ceiling_1thread']['gflops']:.0f}" for k, r in training.items()
+        )
+        + "; first layer's kernel: "
+        + ", ".join(
+            f"{k} {r['ceiling']['sparse_kernel']}/{r['ceiling_1thread']['sparse_kernel']}" for k, r in training.items()
+        )
+        + ")"
+    )
     for key, r in training.items():
         cw, cw1 = r["ceiling_words"]["pairs_per_s"], r["ceiling_words_1thread"]["pairs_per_s"]
-        print(f"{key}: the ceiling above is the model's shapes ({MODEL_SHAPES[key.split()[0]]}); computing the first "
-              f"layer once per distinct word of the batch, as ours does, has its own ceiling, {fmt(cw)} / {fmt(cw1)} "
-              f"pairs/s at {THREADS} / 1 thread(s): ours at {r['ours']['pairs_per_s'] / cw:.0%} / "
-              f"{r['ours_1thread']['pairs_per_s'] / cw1:.0%} of it (printed, not judged)")
-    print("Sizes per step (mean of 5 sampled batches): " + "; ".join(
-        f"{k}: " + ", ".join(f"{n} {v:,}" for n, v in r["shapes"].items()) for k, r in training.items()))
+        print(
+            f"{key}: the ceiling above is the model's shapes ({MODEL_SHAPES[key.split()[0]]}); computing the first "
+            f"layer once per distinct word of the batch, as ours does, has its own ceiling, {fmt(cw)} / {fmt(cw1)} "
+            f"pairs/s at {THREADS} / 1 thread(s): ours at {r['ours']['pairs_per_s'] / cw:.0%} / "
+            f"{r['ours_1thread']['pairs_per_s'] / cw1:.0%} of it (printed, not judged)"
+        )
+    print(
+        "Sizes per step (mean of 5 sampled batches): "
+        + "; ".join(f"{k}: " + ", ".join(f"{n} {v:,}" for n, v in r["shapes"].items()) for k, r in training.items())
+    )
 
-    print("\nWhere a step's time goes, ours, ms (median over the timed steps; assembly = the numpy part of "
-          "batch_loss timed alone, forward+loss = the rest of batch_loss)")
+    print(
+        "\nWhere a step's time goes, ours, ms (median over the timed steps; assembly = the numpy part of "
+        "batch_loss timed alone, forward+loss = the rest of batch_loss)"
+    )
     head = f"{'':22} {'assembly':>9} {'fwd+loss':>9} {'backward':>9} {'optimizer':>10} {'step':>8} {'ceiling':>8} {'load':>6}"
     print(head + "\n" + "-" * len(head))
     for key, r in training.items():
         for tag, ctag, lab in (("ours", "ceiling", f"{THREADS} thr"), ("ours_1thread", "ceiling_1thread", "1 thr")):
             p = r[tag]["phases_ms"]
-            print(f"{key + ', ' + lab:22} {p['assembly']:9.0f} {p['forward+loss']:9.0f} {p['backward']:9.0f} "
-                  f"{p['optimizer']:10.0f} {1e3 * r[tag]['median_step_s']:8.0f} {1e3 * r[ctag]['median_step_s']:8.0f} "
-                  f"{r[tag]['load_avg_1min']:6.2f}")
+            print(
+                f"{key + ', ' + lab:22} {p['assembly']:9.0f} {p['forward+loss']:9.0f} {p['backward']:9.0f} "
+                f"{p['optimizer']:10.0f} {1e3 * r[tag]['median_step_s']:8.0f} {1e3 * r[ctag]['median_step_s']:8.0f} "
+                f"{r[tag]['load_avg_1min']:6.2f}"
+            )
 
-    print(f"\nEncoding throughput, titles/s ({len(texts):,} homedepot titles, document tower, batch 4096; "
-          f"median of {args.reps}; cold: once)")
+    print(
+        f"\nEncoding throughput, titles/s ({len(texts):,} homedepot titles, document tower, batch 4096; "
+        f"median of {args.reps}; cold: once)"
+    )
     head = f"{'':46} | {f'{THREADS} thr':>10} {'1 thr':>10} | {'target':>7}"
     print(head + "\n" + "-" * len(head))
     for name, enc in encoding.items():
@@ -638,16 +788,29 @@ def main() -> None:
     for p in profiles.values():
         print_profile(p)
     if checks:
-        print("\ntrain_encoder cross-check, 1 thread (1 epoch over a subset, first step included, its log's "
-              "pairs_per_s; vocabulary fit on the subset, so smaller V):")
+        print(
+            "\ntrain_encoder cross-check, 1 thread (1 epoch over a subset, first step included, its log's "
+            "pairs_per_s; vocabulary fit on the subset, so smaller V):"
+        )
         for key, c in checks.items():
-            print(f"  {key}: {c['pairs']:,} pairs, V={c['vocab']:,}: {c['pairs_per_s']:,.0f} pairs/s "
-                  f"(timed loop above, 1 thread: {training[key]['ours_1thread']['pairs_per_s']:,.0f}); load {c['load_avg_1min']}")
+            print(
+                f"  {key}: {c['pairs']:,} pairs, V={c['vocab']:,}: {c['pairs_per_s']:,.0f} pairs/s "
+                f"(timed loop above, 1 thread: {training[key]['ours_1thread']['pairs_per_s']:,.0f}); load {c['load_avg_1min']}"
+            )
 
     hw_end = load1()
     settings = {k: v for k, v in vars(args).items() if k != "out"}
-    settings.update(gamma=GAMMA, lr=LR, window=WINDOW, hidden=list(HIDDEN), out=OUT, conv=CONV, vocab=len(hasher),
-                    pairs=len(data.positives), titles=len(texts))
+    settings.update(
+        gamma=GAMMA,
+        lr=LR,
+        window=WINDOW,
+        hidden=list(HIDDEN),
+        out=OUT,
+        conv=CONV,
+        vocab=len(hasher),
+        pairs=len(data.positives),
+        titles=len(texts),
+    )
     summary = []
     for key, r in training.items():
         name, j = key.split(" J=")
@@ -655,28 +818,61 @@ def main() -> None:
         tag = max(("ours", "ours_1thread"), key=lambda t: r[t]["pairs_per_s"])
         best, ceil = r[tag]["pairs_per_s"], r[tag.replace("ours", "ceiling")]["pairs_per_s"]
         by_word = r[tag.replace("ours", "ceiling_words")]["pairs_per_s"]
-        summary.append(summary_row(
-            f"{name.upper()} training J={j} (batch {args.batch}, best of {THREADS} and 1 threads)", "pairs/s", best,
-            f"compute ceiling of the model's shapes ({MODEL_SHAPES[name]}; matrix products alone, same sizes and threads): "
-            f"ours at {best / ceil:.0%}; with the first layer once per distinct word, as ours computes it, "
-            f"{by_word:,.0f}: ours at {best / by_word:.0%}", ceil,
-            target=f">= {tgt:,} pairs/s and >= {FRACTION_TARGET:.0%} of the ceiling" if tgt else "",
-            met=(best >= tgt and best >= FRACTION_TARGET * ceil) if tgt else None))
+        summary.append(
+            summary_row(
+                f"{name.upper()} training J={j} (batch {args.batch}, best of {THREADS} and 1 threads)",
+                "pairs/s",
+                best,
+                f"compute ceiling of the model's shapes ({MODEL_SHAPES[name]}; matrix products alone, same sizes and threads): "
+                f"ours at {best / ceil:.0%}; with the first layer once per distinct word, as ours computes it, "
+                f"{by_word:,.0f}: ours at {best / by_word:.0%}",
+                ceil,
+                target=f">= {tgt:,} pairs/s and >= {FRACTION_TARGET:.0%} of the ceiling" if tgt else "",
+                met=(best >= tgt and best >= FRACTION_TARGET * ceil) if tgt else None,
+            )
+        )
     for name, enc in encoding.items():
         tgt = ENCODE_TARGET.get(name)
         tag = max(("ours", "ours_1thread"), key=lambda t: enc[t]["words_warm_titles_per_s"])
         best = enc[tag]["words_warm_titles_per_s"]
-        summary.append(summary_row(f"{name.upper()} encoding of new titles, featurisation included (titles met before "
-                                   f"{enc[tag]['full_titles_per_s']:,.0f}, fresh model {enc['ours']['cold_titles_per_s']:,.0f})",
-                                   "titles/s", best,
-                                   "tower ceiling (its matrix products alone)", enc[tag]["tower_ceiling_titles_per_s"],
-                                   target=f">= {tgt:,} titles/s" if tgt else "", met=(best >= tgt) if tgt else None))
-    path = write_json({"summary": summary, "hardware": hw, "load_avg_1min_end": hw_end, "settings": settings, "targets": {
-        "train_pairs_per_s": {f"{n} J={j}": t for (n, j), t in TARGETS.items()}, "fraction_of_ceiling": FRACTION_TARGET,
-        "encode_titles_per_s": ENCODE_TARGET}, "training": training, "encoding": encoding,
-        "profile": profiles, "train_encoder_check": checks}, args.out)
-    note = (f": torch's {THREADS}-thread regions wait for their slowest thread, so contention slows them "
-            "disproportionately; the 1-thread figures are the more stable ones") if THREADS > 1 else ""
+        summary.append(
+            summary_row(
+                f"{name.upper()} encoding of new titles, featurisation included (titles met before "
+                f"{enc[tag]['full_titles_per_s']:,.0f}, fresh model {enc['ours']['cold_titles_per_s']:,.0f})",
+                "titles/s",
+                best,
+                "tower ceiling (its matrix products alone)",
+                enc[tag]["tower_ceiling_titles_per_s"],
+                target=f">= {tgt:,} titles/s" if tgt else "",
+                met=(best >= tgt) if tgt else None,
+            )
+        )
+    path = write_json(
+        {
+            "summary": summary,
+            "hardware": hw,
+            "load_avg_1min_end": hw_end,
+            "settings": settings,
+            "targets": {
+                "train_pairs_per_s": {f"{n} J={j}": t for (n, j), t in TARGETS.items()},
+                "fraction_of_ceiling": FRACTION_TARGET,
+                "encode_titles_per_s": ENCODE_TARGET,
+            },
+            "training": training,
+            "encoding": encoding,
+            "profile": profiles,
+            "train_encoder_check": checks,
+        },
+        args.out,
+    )
+    note = (
+        (
+            f": torch's {THREADS}-thread regions wait for their slowest thread, so contention slows them "
+            "disproportionately; the 1-thread figures are the more stable ones"
+        )
+        if THREADS > 1
+        else ""
+    )
     print(f"\nload average (1 min) at start {hw['load_avg_1min']}, at end {hw_end} on {hw['nproc']} CPUs{note}.")
     print(f"peak RSS of the process: {maxrss_mb():,.0f} MB; total {time.perf_counter() - t_start:.0f} s; wrote {path}")
 

@@ -88,8 +88,10 @@ def report(args: argparse.Namespace, fit: dict, r: dict) -> None:
     peak_rss = r["rss_peak_extra_mb"] * MB if r["rss_peak_extra_mb"] is not None else None
     per = lambda b: f"{b / nnz:.1f} B/nnz" if nnz else "-"  # noqa: E731
     what = "cycled + a distinct counter word" if args.titles == "counter" else "cycled verbatim"
-    print(f"\ntrigram hashing of {n:,} titles (homedepot titles {what}), V = {v:,} trigrams "
-          f"(fit on {fit['fit_titles']:,} titles in {fit['fit_s']:.1f} s), chunk = {args.chunk:,}")
+    print(
+        f"\ntrigram hashing of {n:,} titles (homedepot titles {what}), V = {v:,} trigrams "
+        f"(fit on {fit['fit_titles']:,} titles in {fit['fit_s']:.1f} s), chunk = {args.chunk:,}"
+    )
     rows = [
         ("wall time", f"{r['wall_s']:.2f} s", f"{n / r['wall_s']:,.0f} titles/s"),
         ("output non-zeros", f"{nnz:,}", f"{nnz / n:.1f} per title; word cache {r['word_cache_entries']:,} words"),
@@ -98,15 +100,26 @@ def report(args: argparse.Namespace, fit: dict, r: dict) -> None:
         ("kept after, tracemalloc", f"{r['tracemalloc_kept_bytes'] / MB:,.1f} MB", "CSR + the hasher's word cache"),
     ]
     if peak_rss is not None:
-        rows.append(("peak RSS above pre-transform RSS", f"{peak_rss / MB:,.1f} MB",
-                     f"{per(peak_rss)}, {peak_rss / csr:.1f}x the final CSR (RSS before: {r['rss_before_mb']:.0f} MB)"))
+        rows.append(
+            (
+                "peak RSS above pre-transform RSS",
+                f"{peak_rss / MB:,.1f} MB",
+                f"{per(peak_rss)}, {peak_rss / csr:.1f}x the final CSR (RSS before: {r['rss_before_mb']:.0f} MB)",
+            )
+        )
     else:
         rows.append(("peak RSS", "n/a", "the process peaked higher before the transform"))
     worst = max(peak_tm, peak_rss or 0)
-    rows.append((f"dense float32 {n:,} x {v:,}", f"{dense / 2**30:,.1f} GiB",
-                 f"{dense / csr:,.0f}x the CSR, {dense / worst:,.0f}x the transform's peak"))
+    rows.append(
+        (
+            f"dense float32 {n:,} x {v:,}",
+            f"{dense / 2**30:,.1f} GiB",
+            f"{dense / csr:,.0f}x the CSR, {dense / worst:,.0f}x the transform's peak",
+        )
+    )
     for label, value, note in rows:
         print(f"  {label:36} {value:>12}   {note}")
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -115,7 +128,9 @@ def main() -> None:
     ap.add_argument("--max-size", type=int, default=None, help="trigram vocabulary size cap (default: all seen)")
     ap.add_argument("--chunk", type=int, default=100_000, help="transform chunk size (TrigramHasher default)")
     ap.add_argument("--quick", action="store_true", help="smoke test: 20,000 titles")
-    ap.add_argument("--out", default="results/bench/trigram_memory.json", help="JSON output (relative: to the repo root)")
+    ap.add_argument(
+        "--out", default="results/bench/trigram_memory.json", help="JSON output (relative: to the repo root)"
+    )
     ap.add_argument("--worker", metavar="VOCAB", help=argparse.SUPPRESS)  # internal: the measuring subprocess
     args = ap.parse_args()
     if args.quick:
@@ -133,12 +148,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         vocab = Path(tmp) / "trigrams.json"
         hasher.save(vocab)
-        cmd = [sys.executable, __file__, "--worker", str(vocab), "--n", str(args.n),
-               "--titles", args.titles, "--chunk", str(args.chunk)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            str(vocab),
+            "--n",
+            str(args.n),
+            "--titles",
+            args.titles,
+            "--chunk",
+            str(args.chunk),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     report(args, fit, r)
-    path = write_json({"hardware": hw, "n": args.n, "titles": args.titles, "chunk": args.chunk, "fit": fit, **r}, args.out)
+    path = write_json(
+        {"hardware": hw, "n": args.n, "titles": args.titles, "chunk": args.chunk, "fit": fit, **r}, args.out
+    )
     print(f"wrote {path}")
 
 

@@ -39,8 +39,14 @@ TARGET_RECALL = 0.95  # IVF-PQ with exact re-scoring, recall@10 against Flat (th
 TARGET_MEMORY = 5.0  # ... at >= 5x less resident memory than Flat
 # make serve's MiniLM title vectors: the static query encoder's index (MiniLM's document vectors), or the
 # MiniLM bundle's before it
-SERVED = next((d for d in (REPO / "bundles" / "homedepot" / "models" / m / "index" for m in ("static-query", "bert-rep"))
-               if (d / "vector_index.json").is_file()), REPO / "bundles" / "homedepot" / "models" / "static-query" / "index")
+SERVED = next(
+    (
+        d
+        for d in (REPO / "bundles" / "homedepot" / "models" / m / "index" for m in ("static-query", "bert-rep"))
+        if (d / "vector_index.json").is_file()
+    ),
+    REPO / "bundles" / "homedepot" / "models" / "static-query" / "index",
+)
 from semsearch.data import open_dataset
 from semsearch.index import SemanticRetriever, VectorIndex, recall_at_k, set_threads
 from semsearch.plugins import create_model
@@ -68,7 +74,11 @@ def synthetic(vecs: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
         e = min(n, s + 100_000)
         a, b = rng.integers(0, len(vecs), e - s), rng.integers(0, len(vecs), e - s)
         w = rng.uniform(0.6, 1.0, (e - s, 1)).astype(np.float32)
-        x = w * vecs[a] + (1 - w) * vecs[b] + 0.05 * rng.normal(size=(e - s, vecs.shape[1])).astype(np.float32) / np.sqrt(vecs.shape[1])
+        x = (
+            w * vecs[a]
+            + (1 - w) * vecs[b]
+            + 0.05 * rng.normal(size=(e - s, vecs.shape[1])).astype(np.float32) / np.sqrt(vecs.shape[1])
+        )
         out[s:e] = x / np.linalg.norm(x, axis=1, keepdims=True)
     return out
 
@@ -92,8 +102,13 @@ def ivfpq_params(n: int, dim: int) -> dict[str, int]:
     m = max(1, dim // 8)
     while dim % m:
         m -= 1
-    return {"nlist": max(1, min(256, n // 39)) if n < 200_000 else 1024, "m": m,
-            "nbits": 8 if n >= 256 else max(1, int(math.log2(n))), "nprobe": 16, "rerank": 0}
+    return {
+        "nlist": max(1, min(256, n // 39)) if n < 200_000 else 1024,
+        "m": m,
+        "nbits": 8 if n >= 256 else max(1, int(math.log2(n))),
+        "nprobe": 16,
+        "rerank": 0,
+    }
 
 
 def finer_m(dim: int) -> int:
@@ -112,8 +127,12 @@ def measure(ix: VectorIndex, queries: np.ndarray, k: int) -> dict[str, float]:
         lat.append(time.perf_counter() - t0)
     batch, hits = median_time(lambda: ix.search(queries, k), 3)
     ms = np.array(lat) * 1000
-    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
-            "batch_qps": len(queries) / batch, "hits": hits}  # type: ignore[dict-item]
+    return {
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "batch_qps": len(queries) / batch,
+        "hits": hits,
+    }  # type: ignore[dict-item]
 
 
 def main() -> None:
@@ -124,22 +143,37 @@ def main() -> None:
     ap.add_argument("--encode-sample", type=int, default=2000, help="titles the transformer encodes for its speed")
     ap.add_argument("--vectors", choices=["minilm", "dssm"], default="minilm")
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--scale", type=int, default=0, help="also index this many synthetic vectors made from the trained ones (e.g. 1000000)")
-    ap.add_argument("--skip-encoding", action="store_true", help="no encoding-speed measurement (make bench: encode_speed.py measures it)")
+    ap.add_argument(
+        "--scale",
+        type=int,
+        default=0,
+        help="also index this many synthetic vectors made from the trained ones (e.g. 1000000)",
+    )
+    ap.add_argument(
+        "--skip-encoding",
+        action="store_true",
+        help="no encoding-speed measurement (make bench: encode_speed.py measures it)",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cache", default=str(REPO / "results" / "models" / "embeddings"))
     ap.add_argument("--out", default="results/bench/vector_speed.json")
     args = ap.parse_args()
     if args.quick:
-        args.docs, args.queries, args.encode_sample = args.docs or 300, min(args.queries, 50), min(args.encode_sample, 50)
+        args.docs, args.queries, args.encode_sample = (
+            args.docs or 300,
+            min(args.queries, 50),
+            min(args.encode_sample, 50),
+        )
 
     import torch
 
     torch.set_num_threads(args.threads)
     set_threads(args.threads)
     hw = hardware(("numpy", "faiss-cpu", "torch", "sentence-transformers"))
-    print(f"hardware: {hardware_line(hw)}; threads (faiss, torch) = {args.threads}, OMP_NUM_THREADS = "
-          f"{os.environ.get('OMP_NUM_THREADS', 'unset')}")
+    print(
+        f"hardware: {hardware_line(hw)}; threads (faiss, torch) = {args.threads}, OMP_NUM_THREADS = "
+        f"{os.environ.get('OMP_NUM_THREADS', 'unset')}"
+    )
 
     ds = open_dataset("homedepot")
     corpus = ds.corpus()
@@ -152,11 +186,17 @@ def main() -> None:
     sample = titles[: args.encode_sample]
     enc: dict[str, float] = {}
     if not args.skip_encoding:
-        enc = {"bert_rep_titles_per_s": titles_per_s(bert, sample), "bert_rep_sample": len(sample),
-               "dssm_titles_per_s": titles_per_s(dssm, titles), "dssm_sample": len(titles)}
-        print(f"encoding: BERT(rep) {enc['bert_rep_titles_per_s']:.0f} titles/s ({len(sample)} titles), "
-              f"DSSM {enc['dssm_titles_per_s']:.0f} titles/s ({len(titles)} titles): "
-              f"DSSM is {enc['dssm_titles_per_s'] / enc['bert_rep_titles_per_s']:.0f}x faster")
+        enc = {
+            "bert_rep_titles_per_s": titles_per_s(bert, sample),
+            "bert_rep_sample": len(sample),
+            "dssm_titles_per_s": titles_per_s(dssm, titles),
+            "dssm_sample": len(titles),
+        }
+        print(
+            f"encoding: BERT(rep) {enc['bert_rep_titles_per_s']:.0f} titles/s ({len(sample)} titles), "
+            f"DSSM {enc['dssm_titles_per_s']:.0f} titles/s ({len(titles)} titles): "
+            f"DSSM is {enc['dssm_titles_per_s'] / enc['bert_rep_titles_per_s']:.0f}x faster"
+        )
 
     encoder = bert if args.vectors == "minilm" else dssm
     t0 = time.perf_counter()
@@ -170,8 +210,10 @@ def main() -> None:
     embed_s = time.perf_counter() - t0
     qvecs = np.asarray(encoder.encode_queries(queries), dtype=np.float32)
     n, dim = vecs.shape
-    print(f"vectors: {args.vectors}, {n} titles x {dim} (embedded or read from cache in {embed_s:.1f} s), "
-          f"{len(queries)} queries, k = {args.k}")
+    print(
+        f"vectors: {args.vectors}, {n} titles x {dim} (embedded or read from cache in {embed_s:.1f} s), "
+        f"{len(queries)} queries, k = {args.k}"
+    )
 
     rows = run_configs(ids, vecs, qvecs, args)
     scaled: list[dict] = []
@@ -181,9 +223,18 @@ def main() -> None:
         print(f"synthetic: {args.scale:,} vectors mixed from the trained ones")
         scaled = run_configs(big_ids, big, qvecs, args, label=f"{args.scale:,} synthetic")
     summary = summarise(rows, args.k) + (summarise(scaled, args.k) if scaled else [])
-    path = write_json({"summary": summary, "hardware": hw, "args": vars(args), "encoding": enc,
-                       "vectors": {"model": args.vectors, "n": n, "dim": dim, "embed_or_cache_s": embed_s},
-                       "results": rows, "scaled": scaled}, args.out)
+    path = write_json(
+        {
+            "summary": summary,
+            "hardware": hw,
+            "args": vars(args),
+            "encoding": enc,
+            "vectors": {"model": args.vectors, "n": n, "dim": dim, "embed_or_cache_s": embed_s},
+            "results": rows,
+            "scaled": scaled,
+        },
+        args.out,
+    )
     print(f"wrote {path}")
 
 
@@ -191,33 +242,72 @@ def summarise(rows: list[dict], k: int) -> list[dict]:
     """The make bench lines: re-scored IVF-PQ's recall and memory against Flat, HNSW's latency and
     recall against Flat, our wrapper against raw faiss on the same HNSW."""
     flat = rows[0]
-    best = max((r for r in rows if r["index"] == "ivfpq" and r["params"].get("rerank")), key=lambda r: r[f"recall@{k}_vs_flat"])
+    best = max(
+        (r for r in rows if r["index"] == "ivfpq" and r["params"].get("rerank")), key=lambda r: r[f"recall@{k}_vs_flat"]
+    )
     hnsw = next(r for r in rows if r["index"] == "hnsw")
     n = f"{flat['n']:,}"
     ratio = flat["bytes_per_doc"] / best["bytes_per_doc"]
     return [
-        summary_row(f"IVF-PQ + exact re-scoring recall@{k} vs Flat, {n} vectors ({best['label']})", "recall",
-                    best[f"recall@{k}_vs_flat"], "Flat (exact)", 1.0,
-                    target=f"recall@10 >= {TARGET_RECALL} at >= {TARGET_MEMORY:.0f}x less memory",
-                    met=best[f"recall@{k}_vs_flat"] >= TARGET_RECALL and ratio >= TARGET_MEMORY),
-        summary_row(f"IVF-PQ + re-scoring resident bytes/doc, {n} vectors (full vectors memory-mapped: "
-                    f"{best['disk_bytes_per_doc']:.0f} B/doc on disk)", "B/doc", best["bytes_per_doc"], "Flat", flat["bytes_per_doc"],
-                    target=f">= {TARGET_MEMORY:.0f}x less than Flat", met=ratio >= TARGET_MEMORY, higher_is_better=False),
-        summary_row(f"HNSW p50 search, {n} vectors (recall@{k} {hnsw[f'recall@{k}_vs_flat']:.3f})", "ms", hnsw["p50_ms"],
-                    "Flat (exact)", flat["p50_ms"], target="", met=None, higher_is_better=False),
-        summary_row(f"HNSW p50 search through our VectorIndex, {n} vectors", "ms", hnsw["p50_ms"], "raw faiss, same index",
-                    hnsw["raw_faiss_p50_ms"], target="", met=None, higher_is_better=False),
+        summary_row(
+            f"IVF-PQ + exact re-scoring recall@{k} vs Flat, {n} vectors ({best['label']})",
+            "recall",
+            best[f"recall@{k}_vs_flat"],
+            "Flat (exact)",
+            1.0,
+            target=f"recall@10 >= {TARGET_RECALL} at >= {TARGET_MEMORY:.0f}x less memory",
+            met=best[f"recall@{k}_vs_flat"] >= TARGET_RECALL and ratio >= TARGET_MEMORY,
+        ),
+        summary_row(
+            f"IVF-PQ + re-scoring resident bytes/doc, {n} vectors (full vectors memory-mapped: "
+            f"{best['disk_bytes_per_doc']:.0f} B/doc on disk)",
+            "B/doc",
+            best["bytes_per_doc"],
+            "Flat",
+            flat["bytes_per_doc"],
+            target=f">= {TARGET_MEMORY:.0f}x less than Flat",
+            met=ratio >= TARGET_MEMORY,
+            higher_is_better=False,
+        ),
+        summary_row(
+            f"HNSW p50 search, {n} vectors (recall@{k} {hnsw[f'recall@{k}_vs_flat']:.3f})",
+            "ms",
+            hnsw["p50_ms"],
+            "Flat (exact)",
+            flat["p50_ms"],
+            target="",
+            met=None,
+            higher_is_better=False,
+        ),
+        summary_row(
+            f"HNSW p50 search through our VectorIndex, {n} vectors",
+            "ms",
+            hnsw["p50_ms"],
+            "raw faiss, same index",
+            hnsw["raw_faiss_p50_ms"],
+            target="",
+            met=None,
+            higher_is_better=False,
+        ),
     ]
 
 
-def run_configs(ids: list[str], vecs: np.ndarray, qvecs: np.ndarray, args: argparse.Namespace, label: str = "") -> list[dict]:
+def run_configs(
+    ids: list[str], vecs: np.ndarray, qvecs: np.ndarray, args: argparse.Namespace, label: str = ""
+) -> list[dict]:
     """Flat, HNSW, HNSW over 8-bit codes and IVF-PQ (without and with exact re-scoring) over
     ``vecs``: one row each."""
     n, dim = vecs.shape
     ivf = ivfpq_params(n, dim)
-    configs = [("flat", {}, {}), ("hnsw", {"M": 32, "efConstruction": 200 if n < 200_000 else 100, "efSearch": 128}, {}),
-               ("hnsw", None, {"efSearch": 32}), ("ivfpq", ivf, {}), ("ivfpq", None, {"nprobe": 64}),
-               ("ivfpq", {**ivf, "nprobe": 64, "rerank": 200}, {}), ("ivfpq", None, {"rerank": 100})]
+    configs = [
+        ("flat", {}, {}),
+        ("hnsw", {"M": 32, "efConstruction": 200 if n < 200_000 else 100, "efSearch": 128}, {}),
+        ("hnsw", None, {"efSearch": 32}),
+        ("ivfpq", ivf, {}),
+        ("ivfpq", None, {"nprobe": 64}),
+        ("ivfpq", {**ivf, "nprobe": 64, "rerank": 200}, {}),
+        ("ivfpq", None, {"rerank": 100}),
+    ]
     if n < 200_000:  # HNSW over 8-bit codes, re-scored exactly (make serve's index; not built at the synthetic scale)
         configs.insert(3, ("hnswsq", {"M": 32, "efConstruction": 200, "efSearch": 128}, {}))
     rows: list[dict] = []
@@ -238,11 +328,21 @@ def run_configs(ids: list[str], vecs: np.ndarray, qvecs: np.ndarray, args: argpa
         hits = m.pop("hits")
         if kind == "flat":
             exact = hits
-        row = {"index": kind, "params": dict(ix.params), "build_s": build_s, "bytes_per_doc": ix.bytes_per_doc(),
-               "disk_bytes_per_doc": 4.0 * dim if kind == "hnswsq" or (kind == "ivfpq" and ix.params.get("rerank")) else 0.0,
-               "index_mib": ix.nbytes() / 2**20, "rss_growth_mib": grew, **m, "n": n,
-               f"recall@{args.k}_vs_flat": recall_at_k(hits, exact, args.k),
-               "label": ",".join(f"{k}={v}" for k, v in ix.params.items())}
+        row = {
+            "index": kind,
+            "params": dict(ix.params),
+            "build_s": build_s,
+            "bytes_per_doc": ix.bytes_per_doc(),
+            "disk_bytes_per_doc": 4.0 * dim
+            if kind == "hnswsq" or (kind == "ivfpq" and ix.params.get("rerank"))
+            else 0.0,
+            "index_mib": ix.nbytes() / 2**20,
+            "rss_growth_mib": grew,
+            **m,
+            "n": n,
+            f"recall@{args.k}_vs_flat": recall_at_k(hits, exact, args.k),
+            "label": ",".join(f"{k}={v}" for k, v in ix.params.items()),
+        }
         if kind == "hnsw" and "raw_faiss_p50_ms" not in [key for r in rows for key in r]:
             raw = ix._faiss  # the same faiss index called directly: our wrapper's overhead
             lat = []
@@ -259,14 +359,18 @@ def run_configs(ids: list[str], vecs: np.ndarray, qvecs: np.ndarray, args: argpa
 
     if label:
         print(f"-- {label}")
-    head = (f"{'index':<46}{'build s':>8}{'B/doc':>8}{'MiB':>7}{'RSS+':>7}{'p50 ms':>8}{'p99 ms':>8}"
-            f"{'x flat':>7}{'batch q/s':>10}{'x flat':>7}{f'R@{args.k}':>7}")
+    head = (
+        f"{'index':<46}{'build s':>8}{'B/doc':>8}{'MiB':>7}{'RSS+':>7}{'p50 ms':>8}{'p99 ms':>8}"
+        f"{'x flat':>7}{'batch q/s':>10}{'x flat':>7}{f'R@{args.k}':>7}"
+    )
     print(head)
     for r in rows:
         label = r["index"] + " " + ",".join(f"{k}={v}" for k, v in r["params"].items())
-        print(f"{label:<46}{r['build_s']:>8.2f}{r['bytes_per_doc']:>8.0f}{r['index_mib']:>7.1f}"
-              f"{r['rss_growth_mib']:>7.0f}{r['p50_ms']:>8.3f}{r['p99_ms']:>8.3f}{r['p50_speedup_vs_flat']:>7.1f}"
-              f"{r['batch_qps']:>10.0f}{r['batch_speedup_vs_flat']:>7.1f}{r[f'recall@{args.k}_vs_flat']:>7.3f}")
+        print(
+            f"{label:<46}{r['build_s']:>8.2f}{r['bytes_per_doc']:>8.0f}{r['index_mib']:>7.1f}"
+            f"{r['rss_growth_mib']:>7.0f}{r['p50_ms']:>8.3f}{r['p99_ms']:>8.3f}{r['p50_speedup_vs_flat']:>7.1f}"
+            f"{r['batch_qps']:>10.0f}{r['batch_speedup_vs_flat']:>7.1f}{r[f'recall@{args.k}_vs_flat']:>7.3f}"
+        )
     return rows
 
 

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,9 +21,13 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     help="Learn, measure and serve semantic search models against lexical baselines.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
 )
-data_app = typer.Typer(help="Inspect the data sets under $SEMSEARCH_DATA (default ../shared/data).", no_args_is_help=True)
+data_app = typer.Typer(
+    help="Inspect the data sets under $SEMSEARCH_DATA (default ../shared/data).", no_args_is_help=True
+)
 index_app = typer.Typer(help="Build saved search indexes.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(index_app, name="index")
@@ -52,7 +56,15 @@ def _guard(fn):  # type: ignore[no-untyped-def]
 
         try:
             return fn(*args, **kwargs)
-        except (ValueError, FileNotFoundError, NotADirectoryError, KeyError, ModelDirError, SpecError, PgStoreError) as e:
+        except (
+            ValueError,
+            FileNotFoundError,
+            NotADirectoryError,
+            KeyError,
+            ModelDirError,
+            SpecError,
+            PgStoreError,
+        ) as e:
             msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             _fail(str(msg))
 
@@ -71,7 +83,9 @@ def _parse_params(pairs: list[str]) -> dict[str, Any]:
             params[k.strip()] = json.loads(v)
         except json.JSONDecodeError as e:
             if v.strip()[:1] in ("[", "{", '"'):  # meant as JSON but unreadable
-                raise ValueError(f"--param {k.strip()}: cannot read {v!r} as JSON ({e.msg} at column {e.colno})") from None
+                raise ValueError(
+                    f"--param {k.strip()}: cannot read {v!r} as JSON ({e.msg} at column {e.colno})"
+                ) from None
             params[k.strip()] = v
     return params
 
@@ -138,8 +152,10 @@ def _check_onnx(precision: str, option: str = "--onnx") -> None:
     if precision not in ONNX_CHOICES:
         raise ValueError(f"{option} must be one of {', '.join(ONNX_CHOICES)}, got {precision!r}")
     if precision != "off" and not onnxrt.available():
-        raise ValueError(f"{option} {precision}: onnxruntime (and onnx) are not installed; pip install onnxruntime onnx, "
-                         f"or {option} off")
+        raise ValueError(
+            f"{option} {precision}: onnxruntime (and onnx) are not installed; pip install onnxruntime onnx, "
+            f"or {option} off"
+        )
 
 
 def _onnx_models(models: list, precision: str) -> None:  # type: ignore[type-arg]
@@ -158,8 +174,10 @@ def _onnx_models(models: list, precision: str) -> None:  # type: ignore[type-arg
         elif m.runner is None or m.runner.precision != precision:
             start = time.perf_counter()
             meta = m.use_onnx(precision)
-            note(f"{m.name}: exported to ONNX {precision} in {time.perf_counter() - start:.1f} s "
-                 f"(cosine to torch {meta['cosine_to_torch']:.6f})")
+            note(
+                f"{m.name}: exported to ONNX {precision} in {time.perf_counter() - start:.1f} s "
+                f"(cosine to torch {meta['cosine_to_torch']:.6f})"
+            )
 
 
 def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str], model_dirs: Sequence[str] = ()) -> Any:
@@ -177,7 +195,9 @@ def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str], model_dir
     from .training.lambdamart import fit_stage_ranker
 
     if Path(data).is_file():
-        raise ValueError("--train-ranker needs a data set with train and dev judgments (a BEIR-layout folder), not a TSV file")
+        raise ValueError(
+            "--train-ranker needs a data set with train and dev judgments (a BEIR-layout folder), not a TSV file"
+        )
     try:
         kwargs, args = recipe("lambdamart", {**TWO_STAGE, **_parse_params(raw)}, where="--ranker-param")
     except ParamError as e:
@@ -185,7 +205,9 @@ def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str], model_dir
     ds = open_dataset(data)
     missing = [s for s in ("train", "dev") if s not in ds.splits]
     if missing:
-        raise ValueError(f"--train-ranker: data set {data} has no {' or '.join(missing)} judgments (splits: {', '.join(ds.splits) or 'none'})")
+        raise ValueError(
+            f"--train-ranker: data set {data} has no {' or '.join(missing)} judgments (splits: {', '.join(ds.splits) or 'none'})"
+        )
     queries = ds.queries()
     train, dev = (EvalSet(queries, {}, ds.qrels(s)) for s in ("train", "dev"))
     fold = args.fold  # (checked by the recipe)
@@ -194,12 +216,16 @@ def _stage_ranker(data: str, corpus: Any, fields: str, raw: list[str], model_dir
         if h is None or h.get("split") != "train":
             continue
         if fold is None:
-            note(f"{d} was trained without fold {h['fold']} of the train queries; the ranker learns from all of "
-                 f"them, the ones it saw too (--ranker-param train_fold={h['fold']}: only the fold it never saw)")
+            note(
+                f"{d} was trained without fold {h['fold']} of the train queries; the ranker learns from all of "
+                f"them, the ones it saw too (--ranker-param train_fold={h['fold']}: only the fold it never saw)"
+            )
         elif str(fold) != h["fold"]:
-            raise ValueError(f"--ranker-param train_fold={fold}: {d} was trained without fold {h['fold']} "
-                             f"of the train queries, not {fold}, so the ranker would learn from queries "
-                             f"it saw; use train_fold={h['fold']}")
+            raise ValueError(
+                f"--ranker-param train_fold={fold}: {d} was trained without fold {h['fold']} "
+                f"of the train queries, not {fold}, so the ranker would learn from queries "
+                f"it saw; use train_fold={h['fold']}"
+            )
     learn_from = f"all {len(train.qrels):,} train queries"
     if fold is not None:  # only the queries the stage-1 models were trained without
         keep = fold.queries(train.qrels)
@@ -252,18 +278,36 @@ def data_info(
 @app.command("run")
 @_guard
 def run_cmd(
-    model: Annotated[str, typer.Option(help="Registered model name (bm25, ulm, tfidf, random, ...) or a saved model directory.")],
+    model: Annotated[
+        str, typer.Option(help="Registered model name (bm25, ulm, tfidf, random, ...) or a saved model directory.")
+    ],
     data: Annotated[str, typer.Option(help="BEIR-layout data set: a name under the data root or a folder.")],
     out_path: Annotated[Path, typer.Option("--out", help="TREC run file to write.")],
-    queries: Annotated[Optional[Path], typer.Option(help="Queries file (BEIR queries.jsonl or id<TAB>text); default: the data set's queries of --split.")] = None,
+    queries: Annotated[
+        Path | None,
+        typer.Option(
+            help="Queries file (BEIR queries.jsonl or id<TAB>text); default: the data set's queries of --split."
+        ),
+    ] = None,
     split: Annotated[str, typer.Option(help="Qrels split whose queries (and judged documents) to use.")] = "test",
-    candidates: Annotated[str, typer.Option(help="'judged' (the split's judged documents), 'full' (whole collection), or a TREC run file to re-rank.")] = "full",
+    candidates: Annotated[
+        str,
+        typer.Option(
+            help="'judged' (the split's judged documents), 'full' (whole collection), or a TREC run file to re-rank."
+        ),
+    ] = "full",
     k: Annotated[int, typer.Option(help="Documents per query: retrieved (full) or kept from the run file.")] = 1000,
-    param: Annotated[list[str], typer.Option("--param", help="Model parameter NAME=VALUE (repeatable), e.g. k1=1.2.")] = [],
-    analyzer: Annotated[Optional[str], typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
+    param: Annotated[
+        list[str], typer.Option("--param", help="Model parameter NAME=VALUE (repeatable), e.g. k1=1.2.")
+    ] = [],
+    analyzer: Annotated[str | None, typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
     fields: Annotated[str, typer.Option(help="Document fields: title+text, title or text.")] = "title+text",
-    skip_bad_lines: Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")] = False,
-    correct_queries: Annotated[bool, typer.Option(help="Spell-correct the queries against the collection's words first (text.SpellCorrector).")] = False,
+    skip_bad_lines: Annotated[
+        bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")
+    ] = False,
+    correct_queries: Annotated[
+        bool, typer.Option(help="Spell-correct the queries against the collection's words first (text.SpellCorrector).")
+    ] = False,
 ) -> None:
     """Rank queries against a collection with any model and write a TREC run."""
     from .data import load_queries, open_dataset, query_pools, ranked, read_run, write_run
@@ -282,7 +326,9 @@ def run_cmd(
         from .text import SpellCorrector
 
         fixed = SpellCorrector.fit(texts).correct_all(qs)
-        err.print(f"corrected the spelling of {sum(fixed[q] != qs[q] for q in qs):,} of {len(qs):,} queries", highlight=False)
+        err.print(
+            f"corrected the spelling of {sum(fixed[q] != qs[q] for q in qs):,} of {len(qs):,} queries", highlight=False
+        )
         qs = fixed
     start = time.perf_counter()
     if not (isinstance(m, LexicalModel) and m.indexed and list(m.doc_ids) == corpus.ids):
@@ -299,22 +345,36 @@ def run_cmd(
         cands = {q: [d for d, _ in ranked(given.get(q, {}))[:k]] for q in qs}
         run = rank(m, qs, cands, progress="re-ranking run")
     write_run(run, out_path, tag=m.name)
-    err.print(f"wrote {out_path}: {len(run)} queries, {sum(map(len, run.values()))} lines, "
-              f"{time.perf_counter() - start:.1f} s", highlight=False)
+    err.print(
+        f"wrote {out_path}: {len(run)} queries, {sum(map(len, run.values()))} lines, "
+        f"{time.perf_counter() - start:.1f} s",
+        highlight=False,
+    )
 
 
 # ---------------------------------------------------------------------------------------- evaluate
 @app.command("evaluate")
 @_guard
 def evaluate_cmd(
-    runs: Annotated[list[Path], typer.Argument(help="TREC run files; the first is the baseline unless --baseline is given.")],
+    runs: Annotated[
+        list[Path], typer.Argument(help="TREC run files; the first is the baseline unless --baseline is given.")
+    ],
     qrels: Annotated[Path, typer.Option(help="Qrels file (BEIR TSV or TREC 4-column).")],
-    metrics: Annotated[str, typer.Option(help="Comma-separated metrics: ndcg@k, recall@k, p@k, mrr, map, ...")] = "ndcg@1,ndcg@3,ndcg@10",
+    metrics: Annotated[
+        str, typer.Option(help="Comma-separated metrics: ndcg@k, recall@k, p@k, mrr, map, ...")
+    ] = "ndcg@1,ndcg@3,ndcg@10",
     gain: Annotated[str, typer.Option(help="NDCG gain: 'exp' (2^g-1, the papers) or 'linear' (trec_eval).")] = "exp",
-    query_set: Annotated[str, typer.Option("--queries", help="'judged' (every query with a relevant doc) or 'run' (trec_eval: queries in the run).")] = "judged",
+    query_set: Annotated[
+        str,
+        typer.Option(
+            "--queries", help="'judged' (every query with a relevant doc) or 'run' (trec_eval: queries in the run)."
+        ),
+    ] = "judged",
     rel_threshold: Annotated[int, typer.Option(help="Lowest grade that counts as relevant for binary metrics.")] = 1,
-    baseline: Annotated[list[str], typer.Option("--baseline", help="Run(s) to mark significant improvements over (file name stem).")] = [],
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the table as JSON.")] = None,
+    baseline: Annotated[
+        list[str], typer.Option("--baseline", help="Run(s) to mark significant improvements over (file name stem).")
+    ] = [],
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the table as JSON.")] = None,
 ) -> None:
     """Score runs against qrels; one table with paired t-test markers."""
     from .data import load_qrels, read_run
@@ -339,27 +399,112 @@ def evaluate_cmd(
 @index_app.command("build")
 @_guard
 def index_build(
-    data: Annotated[str, typer.Option(help="Documents: a BEIR-layout data set (a name under the data root or a folder), or a TSV file of id<TAB>title[<TAB>text] lines.")],
+    data: Annotated[
+        str,
+        typer.Option(
+            help="Documents: a BEIR-layout data set (a name under the data root or a folder), or a TSV file of id<TAB>title[<TAB>text] lines."
+        ),
+    ],
     out_dir: Annotated[Path, typer.Option("--out", help="Bundle directory to create (replaced atomically).")],
-    models: Annotated[str, typer.Option("--models", "--model", help="Comma-separated model names or saved model directories: at most one lexical model (bm25, ...) and any neural encoders (saved DSSM/CLSM/bi-encoder directories).")] = "bm25",
+    models: Annotated[
+        str,
+        typer.Option(
+            "--models",
+            "--model",
+            help="Comma-separated model names or saved model directories: at most one lexical model (bm25, ...) and any neural encoders (saved DSSM/CLSM/bi-encoder directories).",
+        ),
+    ] = "bm25",
     param: Annotated[list[str], typer.Option("--param", help="Lexical model parameter NAME=VALUE (repeatable).")] = [],
-    analyzer: Annotated[Optional[str], typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
+    analyzer: Annotated[str | None, typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
     fields: Annotated[str, typer.Option(help="Document fields: title+text, title or text.")] = "title+text",
-    ranker: Annotated[Optional[Path], typer.Option(help="Saved ranker directory to include (optional).")] = None,
-    train_ranker: Annotated[bool, typer.Option("--train-ranker", help="Two-stage search: train a LambdaMART ranker on what this bundle's stage 1 (lexical ∪ first neural model) returns for the data set's train queries, stage depths and trees chosen on its dev queries.")] = False,
-    ranker_param: Annotated[list[str], typer.Option("--ranker-param", help="--train-ranker: ranker parameter NAME=VALUE (repeatable), e.g. stage_depths=[[100,100]].")] = [],
-    vector_index: Annotated[str, typer.Option("--vector-index", help="Vector index kind: flat, hnsw, hnswsq (HNSW over 8-bit codes, hits re-scored exactly) or ivfpq.")] = "flat",
-    vector_param: Annotated[list[str], typer.Option("--vector-param", help="Vector index parameter NAME=VALUE (repeatable), an integer, e.g. efSearch=64 (hnsw, hnswsq: M, efConstruction, efSearch; ivfpq: nlist, m, nbits, nprobe, rerank).")] = [],
-    store: Annotated[str, typer.Option(help="Vector store: faiss or postgres (PostgreSQL + pgvector, HNSW; the faiss index is kept too).")] = "faiss",
-    pg_data: Annotated[Optional[Path], typer.Option(help="postgres store: data directory of the embedded server (default BUNDLE/../.semsearch-pg); $SEMSEARCH_PG_DSN names an existing server instead.")] = None,
-    skip_bad_lines: Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")] = False,
-    vector_cache: Annotated[Optional[Path], typer.Option("--vector-cache", help="Directory keeping each neural model's document vectors of this collection between builds (keyed by the document encoder, its weights and the texts): a rebuild, or a static-query model over the same teacher, does not encode the collection again.")] = None,
-    onnx: Annotated[str, typer.Option("--onnx", help="Transformer encoders: inference through ONNX Runtime, 'fp32' (torch's vectors, about 2x faster on a CPU), 'int8' (faster; its quality cost is measured by benchmarks/encode_speed.py), or 'off' (torch). The bundle keeps the export, so the service encodes queries with it.")] = "fp32",
-    rescorer: Annotated[Optional[Path], typer.Option("--rescorer", help="Stage 3 (optional): a trained cross-encoder directory (semsearch train bert-rel) kept in the bundle to re-score the first --rescore-depth hits; it runs only under `serve --rescore`.")] = None,
-    rescore_depth: Annotated[int, typer.Option("--rescore-depth", help="--rescorer: how many of the ranked hits it re-scores.")] = 10,
-    rescore_weight: Annotated[Optional[float], typer.Option("--rescore-weight", help="--rescorer: each re-scored hit's new score is z(ranker's score) + W * z(cross-encoder's score), both standardised over the query's re-scored hits (default 1); inf: the cross-encoder's order alone.")] = None,
-    rescorer_onnx: Annotated[Optional[str], typer.Option("--rescorer-onnx", help="--rescorer: its inference, fp32, int8 or off as --onnx (default: --onnx's). int8 made stage 3 2.3x as fast on Home Depot at a dev nDCG@10 cost of 0.0035 (README: 'Stage 3').")] = None,
-    correct_queries: Annotated[bool, typer.Option(help="Keep a spelling corrector of the documents' words in the bundle; the service corrects each query with it unless served with --no-correct-queries.")] = True,
+    ranker: Annotated[Path | None, typer.Option(help="Saved ranker directory to include (optional).")] = None,
+    train_ranker: Annotated[
+        bool,
+        typer.Option(
+            "--train-ranker",
+            help="Two-stage search: train a LambdaMART ranker on what this bundle's stage 1 (lexical ∪ first neural model) returns for the data set's train queries, stage depths and trees chosen on its dev queries.",
+        ),
+    ] = False,
+    ranker_param: Annotated[
+        list[str],
+        typer.Option(
+            "--ranker-param",
+            help="--train-ranker: ranker parameter NAME=VALUE (repeatable), e.g. stage_depths=[[100,100]].",
+        ),
+    ] = [],
+    vector_index: Annotated[
+        str,
+        typer.Option(
+            "--vector-index",
+            help="Vector index kind: flat, hnsw, hnswsq (HNSW over 8-bit codes, hits re-scored exactly) or ivfpq.",
+        ),
+    ] = "flat",
+    vector_param: Annotated[
+        list[str],
+        typer.Option(
+            "--vector-param",
+            help="Vector index parameter NAME=VALUE (repeatable), an integer, e.g. efSearch=64 (hnsw, hnswsq: M, efConstruction, efSearch; ivfpq: nlist, m, nbits, nprobe, rerank).",
+        ),
+    ] = [],
+    store: Annotated[
+        str,
+        typer.Option(
+            help="Vector store: faiss or postgres (PostgreSQL + pgvector, HNSW; the faiss index is kept too)."
+        ),
+    ] = "faiss",
+    pg_data: Annotated[
+        Path | None,
+        typer.Option(
+            help="postgres store: data directory of the embedded server (default BUNDLE/../.semsearch-pg); $SEMSEARCH_PG_DSN names an existing server instead."
+        ),
+    ] = None,
+    skip_bad_lines: Annotated[
+        bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")
+    ] = False,
+    vector_cache: Annotated[
+        Path | None,
+        typer.Option(
+            "--vector-cache",
+            help="Directory keeping each neural model's document vectors of this collection between builds (keyed by the document encoder, its weights and the texts): a rebuild, or a static-query model over the same teacher, does not encode the collection again.",
+        ),
+    ] = None,
+    onnx: Annotated[
+        str,
+        typer.Option(
+            "--onnx",
+            help="Transformer encoders: inference through ONNX Runtime, 'fp32' (torch's vectors, about 2x faster on a CPU), 'int8' (faster; its quality cost is measured by benchmarks/encode_speed.py), or 'off' (torch). The bundle keeps the export, so the service encodes queries with it.",
+        ),
+    ] = "fp32",
+    rescorer: Annotated[
+        Path | None,
+        typer.Option(
+            "--rescorer",
+            help="Stage 3 (optional): a trained cross-encoder directory (semsearch train bert-rel) kept in the bundle to re-score the first --rescore-depth hits; it runs only under `serve --rescore`.",
+        ),
+    ] = None,
+    rescore_depth: Annotated[
+        int, typer.Option("--rescore-depth", help="--rescorer: how many of the ranked hits it re-scores.")
+    ] = 10,
+    rescore_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--rescore-weight",
+            help="--rescorer: each re-scored hit's new score is z(ranker's score) + W * z(cross-encoder's score), both standardised over the query's re-scored hits (default 1); inf: the cross-encoder's order alone.",
+        ),
+    ] = None,
+    rescorer_onnx: Annotated[
+        str | None,
+        typer.Option(
+            "--rescorer-onnx",
+            help="--rescorer: its inference, fp32, int8 or off as --onnx (default: --onnx's). int8 made stage 3 2.3x as fast on Home Depot at a dev nDCG@10 cost of 0.0035 (README: 'Stage 3').",
+        ),
+    ] = None,
+    correct_queries: Annotated[
+        bool,
+        typer.Option(
+            help="Keep a spelling corrector of the documents' words in the bundle; the service corrects each query with it unless served with --no-correct-queries."
+        ),
+    ] = True,
 ) -> None:
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
     from .data import load_corpus, open_dataset
@@ -376,17 +521,30 @@ def index_build(
         raise ValueError("give --ranker (a saved ranker) or --train-ranker, not both")
     _needs("--train-ranker", train_ranker, {"--ranker-param": bool(ranker_param)})
     _check_onnx(onnx)
-    _needs("--rescorer", rescorer is not None, {"--rescore-depth": rescore_depth != 10,
-                                                "--rescore-weight": rescore_weight is not None,
-                                                "--rescorer-onnx": rescorer_onnx is not None})
+    _needs(
+        "--rescorer",
+        rescorer is not None,
+        {
+            "--rescore-depth": rescore_depth != 10,
+            "--rescore-weight": rescore_weight is not None,
+            "--rescorer-onnx": rescorer_onnx is not None,
+        },
+    )
     if rescorer_onnx is not None:
         _check_onnx(rescorer_onnx, "--rescorer-onnx")
     weight = check_weight(RESCORE_WEIGHT if rescore_weight is None else rescore_weight, "--rescore-weight")
     index_params = _vector_params(vector_index, vector_param)
-    corpus = (load_corpus(data, skip_bad_lines=skip_bad_lines) if Path(data).is_file()
-              else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus())
+    corpus = (
+        load_corpus(data, skip_bad_lines=skip_bad_lines)
+        if Path(data).is_file()
+        else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus()
+    )
     # the ranker's parameters and the models' held-out folds are checked before any model is loaded
-    trainer = _stage_ranker(data, corpus, fields, ranker_param, [n for n in names if Path(n).is_dir()]) if train_ranker else None
+    trainer = (
+        _stage_ranker(data, corpus, fields, ranker_param, [n for n in names if Path(n).is_dir()])
+        if train_ranker
+        else None
+    )
     built = _bundle_models(names, param, analyzer)
     _onnx_models(built, onnx)
     rk = load_model(ranker) if ranker is not None else None
@@ -394,23 +552,55 @@ def index_build(
     if rescorer is not None:
         rs = load_model(rescorer)
         _onnx_models([rs], onnx if rescorer_onnx is None else rescorer_onnx)
-    path = build_bundle(corpus, built, out_dir, ranker=rk, train_ranker=trainer, dataset=data, fields=fields,
-                        kind=vector_index, store=store, pg_data=pg_data, vector_cache=vector_cache, rescorer=rs,
-                        rescore_depth=rescore_depth, rescore_weight=weight, index_params=index_params,
-                        spelling=correct_queries)
+    path = build_bundle(
+        corpus,
+        built,
+        out_dir,
+        ranker=rk,
+        train_ranker=trainer,
+        dataset=data,
+        fields=fields,
+        kind=vector_index,
+        store=store,
+        pg_data=pg_data,
+        vector_cache=vector_cache,
+        rescorer=rs,
+        rescore_depth=rescore_depth,
+        rescore_weight=weight,
+        index_params=index_params,
+        spelling=correct_queries,
+    )
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
 
 
 @index_app.command("from-shards")
 @_guard
 def index_from_shards_cmd(
-    shards: Annotated[list[Path], typer.Argument(help="Encoded shards: the .npy files `semsearch encode --shard I/N` wrote (their .json beside them).")],
-    out: Annotated[Path, typer.Option("--out", help="Directory of the sharded vector index (one sub-index per shard).")],
+    shards: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Encoded shards: the .npy files `semsearch encode --shard I/N` wrote (their .json beside them)."
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", help="Directory of the sharded vector index (one sub-index per shard).")
+    ],
     kind: Annotated[str, typer.Option(help="flat, hnsw, hnswsq or ivfpq.")] = "ivfpq",
     metric: Annotated[str, typer.Option(help="ip, cosine or l2.")] = "cosine",
-    train_sample: Annotated[int, typer.Option(help="IVF-PQ: vectors (from the first shards) the shared quantizers are trained on.")] = 100_000,
-    param: Annotated[list[str], typer.Option("--param", help="Index parameter NAME=VALUE (repeatable), e.g. nlist=1024, m=48, nprobe=64.")] = [],
-    one_index: Annotated[bool, typer.Option("--one-index", help="Build one index of all the shards (for one machine: faster to search than N sub-indexes) instead of one sub-index per shard.")] = False,
+    train_sample: Annotated[
+        int, typer.Option(help="IVF-PQ: vectors (from the first shards) the shared quantizers are trained on.")
+    ] = 100_000,
+    param: Annotated[
+        list[str],
+        typer.Option("--param", help="Index parameter NAME=VALUE (repeatable), e.g. nlist=1024, m=48, nprobe=64."),
+    ] = [],
+    one_index: Annotated[
+        bool,
+        typer.Option(
+            "--one-index",
+            help="Build one index of all the shards (for one machine: faster to search than N sub-indexes) instead of one sub-index per shard.",
+        ),
+    ] = False,
 ) -> None:
     """Build one sharded vector index from encoded shards: IVF-PQ's quantizers trained once and
     shared, one sub-index per shard, searched together with the unsharded index's answers
@@ -434,7 +624,9 @@ def search_cmd(
     query: Annotated[str, typer.Argument(help="The query text.")],
     index: Annotated[Path, typer.Option(help="Bundle directory from `semsearch index build`.")],
     k: Annotated[int, typer.Option("-k", "--k", help="Number of results.")] = 10,
-    merge_by: Annotated[str, typer.Option("--merge", help="union (lexical order, semantic-only after), rrf or interpolate.")] = "union",
+    merge_by: Annotated[
+        str, typer.Option("--merge", help="union (lexical order, semantic-only after), rrf or interpolate.")
+    ] = "union",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
 ) -> None:
     """Search a bundle; prints the top-k documents with their source (LEXICAL, SEMANTIC, BOTH)."""
@@ -455,8 +647,13 @@ def search_cmd(
     table = Table("rank", "doc id", "score", "source", "title / text", title=f"{query!r}: {len(rows)} hits")
     for h, hh in zip(rows, result.hits):
         shown = h.title or h.text
-        table.add_row(str(h.rank), h.doc_id, f"{h.score:.4f}", str(hh.sources.name),
-                      shown[:100] + ("…" if len(shown) > 100 else ""))
+        table.add_row(
+            str(h.rank),
+            h.doc_id,
+            f"{h.score:.4f}",
+            str(hh.sources.name),
+            shown[:100] + ("…" if len(shown) > 100 else ""),
+        )
     out.print(table)
     err.print(f"load {loaded - start:.2f} s, search {result.timing['total_ms']:.1f} ms", highlight=False)
 
@@ -465,19 +662,78 @@ def search_cmd(
 @_guard
 def serve_cmd(
     bundle: Annotated[Path, typer.Argument(help="Bundle directory from `semsearch index build`.")],
-    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default; any other address needs --expose and an API key).")] = "127.0.0.1",
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to listen on (loopback by default; any other address needs --expose and an API key)."
+        ),
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
-    store: Annotated[Optional[str], typer.Option(help="Vector store: faiss or postgres (default: the bundle's).")] = None,
+    store: Annotated[
+        str | None, typer.Option(help="Vector store: faiss or postgres (default: the bundle's).")
+    ] = None,
     workers: Annotated[int, typer.Option(help="Worker processes, each with its own copy of the bundle in memory.")] = 1,
-    loop: Annotated[str, typer.Option(help="Event loop: asyncio (default) or uvloop. On make serve's bundle (2 workers, 50 clients, every query new) they are level: uvloop 1,816 req/s, p99 40.6 ms; asyncio 1,828-1,834 req/s, p99 39.5-40.7 ms.")] = "asyncio",
-    result_cache: Annotated[Optional[int], typer.Option("--result-cache", help="Recent distinct searches whose answers each worker keeps (default 2,048; 0: every search runs both stages and the ranker).")] = None,
-    expose: Annotated[bool, typer.Option("--expose", help="Allow a --host other than loopback (needs an API key: $SEMSEARCH_API_KEY or --api-key-file).")] = False,
-    api_key_file: Annotated[Optional[Path], typer.Option("--api-key-file", help="File holding the API key that /search, /explain and /metrics require in the X-API-Key header (or set $SEMSEARCH_API_KEY; never on the command line).")] = None,
-    rate_limit: Annotated[Optional[float], typer.Option("--rate-limit", help="Requests a second each client address may send to each worker, with bursts of twice that (429 beyond; default: 20 with --expose, none on loopback; 0: none).")] = None,
-    rescore: Annotated[bool, typer.Option("--rescore", help="Run the bundle's stage-3 cross-encoder (index build --rescorer) on the first hits of every search: off by default, it costs a transformer pass per re-scored hit (README: 'Stage 3').")] = False,
-    rescore_depth: Annotated[Optional[int], typer.Option("--rescore-depth", help="--rescore: how many hits it re-scores (default: the depth the bundle was built with).")] = None,
-    rescore_weight: Annotated[Optional[float], typer.Option("--rescore-weight", help="--rescore: the cross-encoder's weight W in each re-scored hit's score, z(ranker) + W * z(cross-encoder) (default: the bundle's, set by index build --rescore-weight); inf: its order alone.")] = None,
-    correct_queries: Annotated[bool, typer.Option(help="Correct each query's spelling against the documents' words before searching (bundles built with a corrector; the answer's corrected_query says what was searched).")] = True,
+    loop: Annotated[
+        str,
+        typer.Option(
+            help="Event loop: asyncio (default) or uvloop. On make serve's bundle (2 workers, 50 clients, every query new) they are level: uvloop 1,816 req/s, p99 40.6 ms; asyncio 1,828-1,834 req/s, p99 39.5-40.7 ms."
+        ),
+    ] = "asyncio",
+    result_cache: Annotated[
+        int | None,
+        typer.Option(
+            "--result-cache",
+            help="Recent distinct searches whose answers each worker keeps (default 2,048; 0: every search runs both stages and the ranker).",
+        ),
+    ] = None,
+    expose: Annotated[
+        bool,
+        typer.Option(
+            "--expose",
+            help="Allow a --host other than loopback (needs an API key: $SEMSEARCH_API_KEY or --api-key-file).",
+        ),
+    ] = False,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--api-key-file",
+            help="File holding the API key that /search, /explain and /metrics require in the X-API-Key header (or set $SEMSEARCH_API_KEY; never on the command line).",
+        ),
+    ] = None,
+    rate_limit: Annotated[
+        float | None,
+        typer.Option(
+            "--rate-limit",
+            help="Requests a second each client address may send to each worker, with bursts of twice that (429 beyond; default: 20 with --expose, none on loopback; 0: none).",
+        ),
+    ] = None,
+    rescore: Annotated[
+        bool,
+        typer.Option(
+            "--rescore",
+            help="Run the bundle's stage-3 cross-encoder (index build --rescorer) on the first hits of every search: off by default, it costs a transformer pass per re-scored hit (README: 'Stage 3').",
+        ),
+    ] = False,
+    rescore_depth: Annotated[
+        int | None,
+        typer.Option(
+            "--rescore-depth",
+            help="--rescore: how many hits it re-scores (default: the depth the bundle was built with).",
+        ),
+    ] = None,
+    rescore_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--rescore-weight",
+            help="--rescore: the cross-encoder's weight W in each re-scored hit's score, z(ranker) + W * z(cross-encoder) (default: the bundle's, set by index build --rescore-weight); inf: its order alone.",
+        ),
+    ] = None,
+    correct_queries: Annotated[
+        bool,
+        typer.Option(
+            help="Correct each query's spelling against the documents' words before searching (bundles built with a corrector; the answer's corrected_query says what was searched)."
+        ),
+    ] = True,
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
     import os
@@ -486,7 +742,6 @@ def serve_cmd(
 
     from .index.bundle import CORRECT_ENV, RESCORE_ENV, RESCORE_WEIGHT_ENV, RESULT_CACHE_ENV
     from .ranking.rescore import check_weight
-
     from .serving.exposure import API_KEY_ENV, RATE_ENV, Exposure, check_key, check_rate, is_loopback, read_key_file
 
     key = read_key_file(str(api_key_file)) if api_key_file is not None else None
@@ -494,8 +749,10 @@ def serve_cmd(
         key = check_key(os.environ[API_KEY_ENV], f"${API_KEY_ENV}")
     if not is_loopback(host):
         if not expose:
-            raise ValueError(f"--host {host} is not a loopback address: serving beyond this machine needs --expose "
-                             f"and an API key (${API_KEY_ENV} or --api-key-file)")
+            raise ValueError(
+                f"--host {host} is not a loopback address: serving beyond this machine needs --expose "
+                f"and an API key (${API_KEY_ENV} or --api-key-file)"
+            )
         if key is None:
             raise ValueError(f"--expose needs an API key: set ${API_KEY_ENV} or give --api-key-file")
     rate = check_rate(rate_limit if rate_limit is not None else 20.0 if expose else 0.0)
@@ -508,12 +765,17 @@ def serve_cmd(
             raise ValueError(f"--result-cache must be >= 0, got {result_cache}")
         os.environ[RESULT_CACHE_ENV] = str(result_cache)  # read by each worker's Bundle.load
 
-    _needs("--rescore", rescore, {"--rescore-depth": rescore_depth is not None,
-                                  "--rescore-weight": rescore_weight is not None})
+    _needs(
+        "--rescore",
+        rescore,
+        {"--rescore-depth": rescore_depth is not None, "--rescore-weight": rescore_weight is not None},
+    )
     if rescore_depth is not None and rescore_depth < 1:
         raise ValueError(f"--rescore-depth must be >= 1, got {rescore_depth}")
     weight = "" if rescore_weight is None else str(check_weight(rescore_weight, "--rescore-weight"))
-    os.environ[RESCORE_ENV] = (str(rescore_depth) if rescore_depth else "on") if rescore else "off"  # each worker's Bundle.load
+    os.environ[RESCORE_ENV] = (
+        (str(rescore_depth) if rescore_depth else "on") if rescore else "off"
+    )  # each worker's Bundle.load
     os.environ[RESCORE_WEIGHT_ENV] = weight
     os.environ[CORRECT_ENV] = "on" if correct_queries else "off"
 
@@ -527,10 +789,15 @@ def serve_cmd(
         raise ValueError(f"--loop must be asyncio or uvloop, got {loop!r}")
     app_ = create_app(bundle, store=store, exposure=exposure)  # loads and verifies the bundle before listening
     sock = (listen if workers == 1 else reserve)(host, port)  # before announcing: a busy port fails here, naming it
-    guards = ", ".join([f"API key required ({'file' if api_key_file else '$' + API_KEY_ENV})"] * (key is not None)
-                       + [f"at most {rate:g} requests/s per client and worker"] * (rate > 0))
-    err.print(f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)}"
-              f"{'; ' + guards if guards else ''})", highlight=False)
+    guards = ", ".join(
+        [f"API key required ({'file' if api_key_file else '$' + API_KEY_ENV})"] * (key is not None)
+        + [f"at most {rate:g} requests/s per client and worker"] * (rate > 0)
+    )
+    err.print(
+        f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)}"
+        f"{'; ' + guards if guards else ''})",
+        highlight=False,
+    )
     if workers == 1:
         run(app_, sock, loop=loop)
         return
@@ -554,17 +821,32 @@ def serve_cmd(
 @app.command("train")
 @_guard
 def train_cmd(
-    model: Annotated[str, typer.Argument(help="Model to train: dssm, clsm, mt-dnn (or any trainable registered model).")],
+    model: Annotated[
+        str, typer.Argument(help="Model to train: dssm, clsm, mt-dnn (or any trainable registered model).")
+    ],
     data: Annotated[str, typer.Option(help="BEIR-layout data set with a training split.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Directory to save the trained model in.")],
     split: Annotated[str, typer.Option(help="Qrels split to train on.")] = "train",
-    dev: Annotated[Optional[str], typer.Option(help="Qrels split for early stopping (default: 'dev' if the data set has one).")] = None,
+    dev: Annotated[
+        str | None, typer.Option(help="Qrels split for early stopping (default: 'dev' if the data set has one).")
+    ] = None,
     threshold: Annotated[int, typer.Option(help="Lowest grade that makes a (query, document) pair a positive.")] = 3,
     fields: Annotated[str, typer.Option(help="Document fields: title, text or title+text.")] = "title",
-    param: Annotated[list[str], typer.Option("--param", help="Model/training parameter NAME=VALUE (JSON values), e.g. negatives=50, gamma=[5,10,20].")] = [],
-    checkpoint: Annotated[Optional[Path], typer.Option(help="Checkpoint directory (written every epoch).")] = None,
+    param: Annotated[
+        list[str],
+        typer.Option(
+            "--param", help="Model/training parameter NAME=VALUE (JSON values), e.g. negatives=50, gamma=[5,10,20]."
+        ),
+    ] = [],
+    checkpoint: Annotated[Path | None, typer.Option(help="Checkpoint directory (written every epoch).")] = None,
     resume: Annotated[bool, typer.Option(help="Resume from the checkpoint directory.")] = False,
-    hold_out: Annotated[str | None, typer.Option("--hold-out", help="Leave fold I/N of the split's queries out of training (counted from 1; e.g. 1/2: train on the other half), so that a stage-2 ranker can learn from queries this model never saw: index build --ranker-param train_fold=I/N.")] = None,
+    hold_out: Annotated[
+        str | None,
+        typer.Option(
+            "--hold-out",
+            help="Leave fold I/N of the split's queries out of training (counted from 1; e.g. 1/2: train on the other half), so that a stage-2 ranker can learn from queries this model never saw: index build --ranker-param train_fold=I/N.",
+        ),
+    ] = None,
 ) -> None:
     """Train a model on a data set's judged pairs; progress shows pairs/s, loss and the dev metric.
     Under ``torchrun --nproc-per-node N -m semsearch train ...`` the N processes train one model
@@ -574,8 +856,10 @@ def train_cmd(
     from .training import distributed, recipe, trainable
 
     if model in model_names() and not trainable(model):
-        raise ValueError(f"{model} ({family(model)} family) is not trainable: it needs no training; use it directly "
-                         f"(semsearch run --model {model} ...)")
+        raise ValueError(
+            f"{model} ({family(model)} family) is not trainable: it needs no training; use it directly "
+            f"(semsearch run --model {model} ...)"
+        )
     model_kw, args = recipe(model, _parse_params(param), where="--param")  # validated before any data is read
     fold = QueryFold.parse(hold_out, "--hold-out") if hold_out is not None else None
     if not distributed.launched():
@@ -583,8 +867,10 @@ def train_cmd(
     from .training.args import TrainArgs
 
     if not isinstance(args, TrainArgs):
-        raise ValueError(f"{model} does not train on the epoch loop; distributed training (torchrun) covers dssm, "
-                         "clsm, mt-dnn, knrm, matchpyramid, bert-rep, bert-rel and s2net: train it without torchrun")
+        raise ValueError(
+            f"{model} does not train on the epoch loop; distributed training (torchrun) covers dssm, "
+            "clsm, mt-dnn, knrm, matchpyramid, bert-rep, bert-rel and s2net: train it without torchrun"
+        )
     distributed.check_batch(args.batch_size)  # before any data is read
     distributed.init(args.device)
     try:
@@ -595,8 +881,20 @@ def train_cmd(
     distributed.exit_process(0)  # done and written: skip the runtime teardown that can abort (see there)
 
 
-def _train(model: str, model_kw: dict[str, Any], args: Any, data: str, out_dir: Path, split: str, dev: str | None,
-           threshold: int, fields: str, checkpoint: Path | None, resume: bool, hold_out: QueryFold | None = None) -> None:
+def _train(
+    model: str,
+    model_kw: dict[str, Any],
+    args: Any,
+    data: str,
+    out_dir: Path,
+    split: str,
+    dev: str | None,
+    threshold: int,
+    fields: str,
+    checkpoint: Path | None,
+    resume: bool,
+    hold_out: QueryFold | None = None,
+) -> None:
     """``train``'s work: read the data (less the ``hold_out`` fold's queries), fit, and (on rank 0
     only, under torchrun) save the model; the log names the fold held out."""
     import shutil
@@ -618,10 +916,13 @@ def _train(model: str, model_kw: dict[str, Any], args: Any, data: str, out_dir: 
         train_data = train_data.without_queries(held)
     dev_set = EvalSet.judged(ds, dev_split) if dev_split else None
     if main:
-        err.print(f"training {model} on {len(train_data.positives)} positive pairs of {ds.name}/{split}"
-                  + (f" (fold {hold_out} held out: {len(held):,} queries)" if hold_out is not None else "")
-                  + (f", early stopping on {dev_split}" if dev_split else "")
-                  + (f", {distributed.world()} processes" if distributed.active() else ""), highlight=False)
+        err.print(
+            f"training {model} on {len(train_data.positives)} positive pairs of {ds.name}/{split}"
+            + (f" (fold {hold_out} held out: {len(held):,} queries)" if hold_out is not None else "")
+            + (f", early stopping on {dev_split}" if dev_split else "")
+            + (f", {distributed.world()} processes" if distributed.active() else ""),
+            highlight=False,
+        )
     options = {"checkpoint_dir": checkpoint, "resume": resume} if checkpoint else {}
     log = fit(m, train_data, dev_set, args=args, **options)
     if hold_out is not None:
@@ -653,16 +954,19 @@ def classify_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """P(domain | query) for every classification domain of a trained MT-DNN."""
-    from .plugins import load_model
     from .models.mtdnn import MTDNN
+    from .plugins import load_model
 
     m = load_model(model)
     if not isinstance(m, MTDNN):
         raise ValueError(f"{model}: a {m.name} model; classify needs an mt-dnn model")
     probs = m.classify(queries)
     if as_json:
-        out.print_json(json.dumps([{"query": q, **{d: float(p) for d, p in zip(m.domains, row)}}
-                                   for q, row in zip(queries, probs)]))
+        out.print_json(
+            json.dumps(
+                [{"query": q, **{d: float(p) for d, p in zip(m.domains, row)}} for q, row in zip(queries, probs)]
+            )
+        )
         return
     table = Table("query", *m.domains)
     for q, row in zip(queries, probs):
@@ -675,11 +979,33 @@ def classify_cmd(
 def encode_cmd(
     model: Annotated[Path, typer.Option(help="Saved encoder directory (dssm, clsm, ...).")],
     texts: Annotated[Path, typer.Option(help="Texts: one per line, or BEIR queries.jsonl / corpus.jsonl.")],
-    out_path: Annotated[Path, typer.Option("--out", help="Output .npy file (float32, one row per text; unit length for DSSM, CLSM and MT-DNN, raw dot-product vectors for bert-rep).")],
+    out_path: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            help="Output .npy file (float32, one row per text; unit length for DSSM, CLSM and MT-DNN, raw dot-product vectors for bert-rep).",
+        ),
+    ],
     side: Annotated[str, typer.Option(help="'query' or 'document' tower.")] = "document",
-    shard: Annotated[Optional[str], typer.Option(help="I/N: encode only part I of N equal contiguous parts of the texts (1/4 .. 4/4, counted from 1 as --hold-out's folds), for many machines; a shard already written is skipped (resumable). Writes the .npy and a .json beside it (ids, rows, model): `semsearch index from-shards` builds one index from them.")] = None,
-    ray: Annotated[int, typer.Option("--ray", help="N > 0: encode all N shards as Ray Data tasks (needs `pip install 'semsearch[ray]'`); --out is then a folder every worker reaches, getting shard-IIIII-of-NNNNN.npy files.")] = 0,
-    ray_address: Annotated[Optional[str], typer.Option(help="With --ray: the Ray cluster's address (default: a running local Ray, else one started here).")] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            help="I/N: encode only part I of N equal contiguous parts of the texts (1/4 .. 4/4, counted from 1 as --hold-out's folds), for many machines; a shard already written is skipped (resumable). Writes the .npy and a .json beside it (ids, rows, model): `semsearch index from-shards` builds one index from them."
+        ),
+    ] = None,
+    ray: Annotated[
+        int,
+        typer.Option(
+            "--ray",
+            help="N > 0: encode all N shards as Ray Data tasks (needs `pip install 'semsearch[ray]'`); --out is then a folder every worker reaches, getting shard-IIIII-of-NNNNN.npy files.",
+        ),
+    ] = 0,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="With --ray: the Ray cluster's address (default: a running local Ray, else one started here)."
+        ),
+    ] = None,
 ) -> None:
     """Encode texts with a trained encoder into a .npy matrix (rows in input order)."""
     from .index.sharded import encode_file, parse_shard
@@ -694,22 +1020,33 @@ def encode_cmd(
 
         start = time.perf_counter()
         shards = encode_with_ray(model, texts, out_path, ray, side=side, address=ray_address)
-        err.print(f"wrote {len(shards)} shards into {out_path} with Ray ({sum(s.skipped for s in shards)} already complete, "
-                  f"{sum(s.rows for s in shards):,} texts) in {time.perf_counter() - start:.1f} s", highlight=False)
+        err.print(
+            f"wrote {len(shards)} shards into {out_path} with Ray ({sum(s.skipped for s in shards)} already complete, "
+            f"{sum(s.rows for s in shards):,} texts) in {time.perf_counter() - start:.1f} s",
+            highlight=False,
+        )
         return
     done = encode_file(model, texts, out_path, side=side, shard=part)
     if done.skipped:
         err.print(f"{done.path}: shard {part} already written, skipped", highlight=False)
     else:
-        err.print(f"wrote {done.path}: {done.rows} x {done.dim} in {done.seconds:.2f} s "
-                  f"({done.rows / max(done.seconds, 1e-9):,.0f} texts/s)", highlight=False)
+        err.print(
+            f"wrote {done.path}: {done.rows} x {done.dim} in {done.seconds:.2f} s "
+            f"({done.rows / max(done.seconds, 1e-9):,.0f} texts/s)",
+            highlight=False,
+        )
 
 
 @app.command("export-onnx")
 @_guard
 def export_onnx_cmd(
     model: Annotated[Path, typer.Argument(help="Saved transformer model directory (bert-rep or bert-rel).")],
-    precision: Annotated[str, typer.Option(help="'fp32' (torch's outputs, cosine >= 0.9999 checked) or 'int8' (dynamic quantisation; measure its quality first: benchmarks/encode_speed.py).")] = "fp32",
+    precision: Annotated[
+        str,
+        typer.Option(
+            help="'fp32' (torch's outputs, cosine >= 0.9999 checked) or 'int8' (dynamic quantisation; measure its quality first: benchmarks/encode_speed.py)."
+        ),
+    ] = "fp32",
 ) -> None:
     """Write model.onnx + onnx.json into a saved transformer's folder: its inference (encoding,
     scoring, the service's query encoder) then runs through ONNX Runtime on the CPU."""
@@ -739,9 +1076,9 @@ def explain_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Why the model matches a query and a document: winning words and shared neurons (CLSM), word contributions (any encoder)."""
-    from .plugins import load_model
     from .models.explain import explain
     from .models.neural import NeuralEncoder
+    from .plugins import load_model
 
     m = load_model(model)
     if not isinstance(m, NeuralEncoder):
@@ -762,7 +1099,13 @@ def explain_cmd(
     if e.get("matching_neurons"):
         t = Table("neuron", "query word", "act.", "document word", "act.", title="neurons active on both sides")
         for n in e["matching_neurons"]:
-            t.add_row(str(n["neuron"]), n["query_word"], f"{n['query_activation']:.3f}", n["document_word"], f"{n['document_activation']:.3f}")
+            t.add_row(
+                str(n["neuron"]),
+                n["query_word"],
+                f"{n['query_activation']:.3f}",
+                n["document_word"],
+                f"{n['document_activation']:.3f}",
+            )
         out.print(t)
     for side in ("query", "document"):
         words = ", ".join(f"{w['word']} ({w['contribution']:+.3f})" for w in e[f"{side}_words"][:top])
@@ -773,13 +1116,19 @@ def explain_cmd(
 @app.command("reproduce")
 @_guard
 def reproduce_cmd(
-    names: Annotated[Optional[list[str]], typer.Argument(help="Experiment names (see --list) or spec files.")] = None,
+    names: Annotated[list[str] | None, typer.Argument(help="Experiment names (see --list) or spec files.")] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the registered experiments.")] = False,
     all_: Annotated[bool, typer.Option("--all", help="Run every registered experiment.")] = False,
-    out_dir: Annotated[Path, typer.Option("--out", help="Where to write NAME.md, NAME.json and runs.")] = Path("results"),
+    out_dir: Annotated[Path, typer.Option("--out", help="Where to write NAME.md, NAME.json and runs.")] = Path(
+        "results"
+    ),
     check: Annotated[bool, typer.Option(help="Exit 1 when a figure falls outside the spec's expected range.")] = True,
-    models_dir: Annotated[Optional[Path], typer.Option(help="Where trained models are saved and reused (default OUT/models).")] = None,
-    retrain: Annotated[bool, typer.Option(help="Train every model again instead of reusing a saved one with the same recipe.")] = False,
+    models_dir: Annotated[
+        Path | None, typer.Option(help="Where trained models are saved and reused (default OUT/models).")
+    ] = None,
+    retrain: Annotated[
+        bool, typer.Option(help="Train every model again instead of reusing a saved one with the same recipe.")
+    ] = False,
 ) -> None:
     """Reproduce paper tables: our figures beside the paper's, as markdown and JSON."""
     from .experiments import get_spec, spec_paths
@@ -804,7 +1153,10 @@ def reproduce_cmd(
         failed += [c for c in result.checks if not c.ok]
     if failed and check:
         for c in failed:
-            err.print(f"[red]out of range:[/] {c.label} {c.metric} = {c.value:.4f} not in [{c.low}, {c.high}]", highlight=False)
+            err.print(
+                f"[red]out of range:[/] {c.label} {c.metric} = {c.value:.4f} not in [{c.low}, {c.high}]",
+                highlight=False,
+            )
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 

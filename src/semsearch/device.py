@@ -72,7 +72,9 @@ def run_split(fn: Callable[..., Any], n: int, *args: Any, grain: int = 64) -> No
         return
     step = -(-n // threads)
     cuts = [(a, min(a + step, n)) for a in range(0, n, step)]
-    pool = _POOLS.get(threads) or _POOLS.setdefault(threads, ThreadPoolExecutor(threads - 1, thread_name_prefix="semsearch"))
+    pool = _POOLS.get(threads) or _POOLS.setdefault(
+        threads, ThreadPoolExecutor(threads - 1, thread_name_prefix="semsearch")
+    )
     futures = [pool.submit(fn, *args, a, b) for a, b in cuts[1:]]
     fn(*args, *cuts[0])
     for f in futures:

@@ -20,8 +20,9 @@ class ParamError(ValueError):
     """A parameter value or name that the receiving kind does not accept."""
 
 
-def param(default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
-          lt: float | None = None) -> Any:
+def param(
+    default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None, lt: float | None = None
+) -> Any:
     """A dataclass field with a default (lists and dicts copied per instance) and optional bounds."""
     bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if v is not None}
     if isinstance(default, (list, dict)):
@@ -115,7 +116,7 @@ def _hints(cls: type) -> dict[str, Any]:
     cache = cls.__dict__.get("_hints_cache")
     if cache is None:
         cache = typing.get_type_hints(cls)
-        setattr(cls, "_hints_cache", cache)
+        cls._hints_cache = cache
     return cache
 
 

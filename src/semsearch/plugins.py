@@ -97,9 +97,12 @@ def create_model(kind: str, **params: Any) -> Model:
     saved directories or ``{name, model, params}``) are resolved here."""
     cls = model_class(kind)
     if KINDS[kind].family == "ranker":
-        specs = [{"name": f, "model": f, "params": {}} if isinstance(f, str) else
-                 {"name": f.get("name", f["model"]), "model": f["model"], "params": dict(f.get("params", {}))}
-                 for f in params.pop("features", ())]
+        specs = [
+            {"name": f, "model": f, "params": {}}
+            if isinstance(f, str)
+            else {"name": f.get("name", f["model"]), "model": f["model"], "params": dict(f.get("params", {}))}
+            for f in params.pop("features", ())
+        ]
         return cls.from_models({s["name"]: _feature_model(s) for s in specs}, **params)  # type: ignore[attr-defined]
     return cls(**params)
 
@@ -109,8 +112,10 @@ def _feature_model(spec: dict[str, Any]) -> Model:
     training (lexical and term-dependency models)."""
     name = spec["model"]
     if name in KINDS and KINDS[name].family not in ("lexical", "termdep") and not (Path(name) / CONFIG).exists():
-        raise ValueError(f"lambdamart feature {spec['name']!r}: a {name} model must be trained first "
-                         f"(semsearch train {name} ...); name its saved directory instead")
+        raise ValueError(
+            f"lambdamart feature {spec['name']!r}: a {name} model must be trained first "
+            f"(semsearch train {name} ...); name its saved directory instead"
+        )
     return resolve_model(name, **spec["params"])
 
 

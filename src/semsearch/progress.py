@@ -58,12 +58,25 @@ class Reporter:
         self._bar: Any = None
         if self.mode == "bar":
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
-            self._bar = Progress(TextColumn(title), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                                 console=Console(stderr=True), transient=True)
+            self._bar = Progress(
+                TextColumn(title),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[status]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self._bar.start()
             self._task = self._bar.add_task(title, total=total, status="")
 
@@ -86,7 +99,9 @@ class Reporter:
             self.last = time.perf_counter()
             elapsed = self.last - self.t0
             where = f"{self.done}/{self.total}" if self.total else f"{self.done}"
-            eta = f"  ETA {_duration(elapsed * (self.total - self.done) / self.done)}" if self.total and self.done else ""
+            eta = (
+                f"  ETA {_duration(elapsed * (self.total - self.done) / self.done)}" if self.total and self.done else ""
+            )
             _line(f"{self.title}: {where}  {self.status()}{eta}")
 
     def close(self) -> None:
@@ -100,8 +115,10 @@ class Reporter:
             return
         shown = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
         eta = seconds_so_far / epoch * (epochs - epoch) if epoch else 0.0
-        _line(f"{self.title}  {self.rate():,.0f} {self.unit}/s  {shown}  "
-              f"ETA {_duration(eta)}" + (" (at most: early stopping may end sooner)" if epoch < epochs else ""))
+        _line(
+            f"{self.title}  {self.rate():,.0f} {self.unit}/s  {shown}  "
+            f"ETA {_duration(eta)}" + (" (at most: early stopping may end sooner)" if epoch < epochs else "")
+        )
 
 
 def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:

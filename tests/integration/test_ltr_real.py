@@ -29,15 +29,20 @@ def _ndcg(model, test):
     return evaluate(rank(model, test.queries, test.candidates), test.qrels, ["ndcg@1", "ndcg@10"]).mean
 
 
-@pytest.mark.parametrize("prior", [{}, {"query_norm": "zscore", "prior_features": ["BM25"]}],
-                         ids=["trees", "boosted-from-zscore-sum"])
+@pytest.mark.parametrize(
+    "prior", [{}, {"query_norm": "zscore", "prior_features": ["BM25"]}], ids=["trees", "boosted-from-zscore-sum"]
+)
 def test_lambdamart_over_lexical_features_is_at_least_bm25(homedepot, prior):
     ds, corpus, test = homedepot
     train = EvalSet.judged(ds, "train")
     train = train.subset(sorted(train.queries)[:3000])  # a subsample keeps this under a minute
     dev = EvalSet.judged(ds, "dev")
-    ranker = create_model("lambdamart", features=[{"name": "BM25", "model": "bm25", "params": {"k1": 1.2, "b": 0.25}},
-                          "ulm", "tfidf"], pair_features=["query_words", "doc_words", "query_coverage"], **prior)
+    ranker = create_model(
+        "lambdamart",
+        features=[{"name": "BM25", "model": "bm25", "params": {"k1": 1.2, "b": 0.25}}, "ulm", "tfidf"],
+        pair_features=["query_words", "doc_words", "query_coverage"],
+        **prior,
+    )
     ranker.index(corpus.ids, corpus.joined("title"))
     log = fit_ranker(ranker, train, dev)
     assert 1 <= log["trees"] <= 1000 and log["held-out ndcg@10"] > 0.87
@@ -63,9 +68,13 @@ def test_match_features_and_group_statistics_carry_weight(homedepot):
     ds, corpus, test = homedepot
     train = EvalSet.judged(ds, "train")
     train = train.subset(sorted(train.queries)[:3000])
-    ranker = create_model("lambdamart", features=[{"name": "BM25", "model": "bm25", "params": {"k1": 1.2, "b": 0.25}}, "ulm"],
-                          pair_features=["query_words", "doc_words", "query_coverage", *MATCH_FEATURES],
-                          query_norm="zscore", group_stats=["rank", "max"])
+    ranker = create_model(
+        "lambdamart",
+        features=[{"name": "BM25", "model": "bm25", "params": {"k1": 1.2, "b": 0.25}}, "ulm"],
+        pair_features=["query_words", "doc_words", "query_coverage", *MATCH_FEATURES],
+        query_norm="zscore",
+        group_stats=["rank", "max"],
+    )
     ranker.index(corpus.ids, corpus.joined("title"))
     log = fit_ranker(ranker, train, EvalSet.judged(ds, "dev"))
     share = sum(v["gain"] for n, v in log["importance"].items() if n.split(" (")[0] in MATCH_FEATURES)
@@ -81,8 +90,14 @@ def test_knrm_learns_in_one_short_epoch(homedepot, one_torch_thread):
     ds, corpus, test = homedepot
     full = TrainingData.from_dataset(ds, "train")
     keep = set(sorted(full.queries)[:3000])
-    data = TrainingData(full.queries, full.doc_ids, full.doc_texts, [p for p in full.positives if p[0] in keep],
-                        full.qrels, full.threshold)
+    data = TrainingData(
+        full.queries,
+        full.doc_ids,
+        full.doc_texts,
+        [p for p in full.positives if p[0] in keep],
+        full.qrels,
+        full.threshold,
+    )
     model = create_model("knrm", dim=64)
     log = fit(model, data, progress=False, args=PairwiseArgs(epochs=1))
     assert log["epochs"][0]["loss"] < 1.0  # the hinge starts at the margin (1) for untrained scores

@@ -8,11 +8,11 @@ import pytest
 from semsearch.data import DomainTasks, EvalSet, TrainingData, open_dataset, open_domain_set
 from semsearch.evaluation import auc, evaluate
 from semsearch.models import rank
-from semsearch.plugins import create_model, load_model
 from semsearch.models.classifiers import svm_scores, word_ngram_features
+from semsearch.plugins import create_model, load_model
 from semsearch.training import fit
-from semsearch.training.mtdnn import classification_auc, domain_tasks
 from semsearch.training.args import MTDNNArgs
+from semsearch.training.mtdnn import classification_auc, domain_tasks
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +30,13 @@ def test_mtdnn_learns_ranking_and_classification(shared_data, tmp_path, monkeypa
     monkeypatch.setenv("SEMSEARCH_DATA", str(shared_data))
     ds = open_dataset("homedepot")
     m = create_model("mt-dnn")
-    log = fit(m, TrainingData.from_dataset(ds, "train"), EvalSet.judged(ds, "dev"), progress=False,
-              args=MTDNNArgs(negatives=50, epochs=2))
+    log = fit(
+        m,
+        TrainingData.from_dataset(ds, "train"),
+        EvalSet.judged(ds, "dev"),
+        progress=False,
+        args=MTDNNArgs(negatives=50, epochs=2),
+    )
     assert log["tasks"] == ["rank", "Restaurants", "Hotels", "Flights", "Events"]
     aucs = classification_auc(m, domain_tasks(m, "test"))
     # measured (20 epochs, early stopped): Restaurants 0.69, Flights 0.69, Events 0.78; SGD's

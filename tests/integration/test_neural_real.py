@@ -8,9 +8,8 @@ import pytest
 from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.evaluation import evaluate
 from semsearch.models import rank
-from semsearch.plugins import load_model
 from semsearch.models.explain import explain
-from semsearch.plugins import create_model
+from semsearch.plugins import create_model, load_model
 from semsearch.training import fit
 from semsearch.training.args import EncoderArgs
 

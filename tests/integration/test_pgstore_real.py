@@ -55,16 +55,20 @@ def test_pgvector_matches_faiss_on_lsa_titles(shared_data: Path, pg_dsn: str) ->
         truth = flat.search(queries, 20)
         exact = s.search(queries, 20, exact=True)
         approx = s.search(queries, 20)
-        lat = {"pg hnsw": _p50_ms(lambda q: s.search(q, 20), queries),
-               "pg exact": _p50_ms(lambda q: s.search(q, 20, exact=True), queries),
-               "faiss flat": _p50_ms(lambda q: flat.search(q, 20), queries),
-               "faiss hnsw": _p50_ms(lambda q: hnsw.search(q, 20), queries)}
+        lat = {
+            "pg hnsw": _p50_ms(lambda q: s.search(q, 20), queries),
+            "pg exact": _p50_ms(lambda q: s.search(q, 20, exact=True), queries),
+            "faiss flat": _p50_ms(lambda q: flat.search(q, 20), queries),
+            "faiss hnsw": _p50_ms(lambda q: hnsw.search(q, 20), queries),
+        }
         assert s.texts(ids[:2]) == titles[:2]
     assert [[d for d, _ in h] for h in exact] == [[d for d, _ in h] for h in truth]
     assert np.allclose([[x for _, x in h] for h in exact], [[x for _, x in h] for h in truth], atol=1e-5, rtol=0)
     recall = recall_at_k(approx, truth, 20)
-    print(f"5,000 titles, LSA dim {docs.shape[1]}: build (COPY + HNSW) {build_s:.2f}s; pg HNSW recall@20 "
-          f"{recall:.3f} (faiss HNSW {recall_at_k(hnsw.search(queries, 20), truth, 20):.3f}); p50 ms: "
-          + ", ".join(f"{k} {v:.2f}" for k, v in lat.items()))
+    print(
+        f"5,000 titles, LSA dim {docs.shape[1]}: build (COPY + HNSW) {build_s:.2f}s; pg HNSW recall@20 "
+        f"{recall:.3f} (faiss HNSW {recall_at_k(hnsw.search(queries, 20), truth, 20):.3f}); p50 ms: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in lat.items())
+    )
     assert 0.95 <= recall <= 1.0
     assert lat["pg hnsw"] < lat["pg exact"]

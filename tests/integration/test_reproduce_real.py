@@ -12,8 +12,6 @@ from semsearch.experiments import get_spec, run_experiment
 pytestmark = pytest.mark.integration
 
 
-
-
 def _run(name, cache={}):  # noqa: B006 - module-level memo: each table runs once per session
     if name not in cache:
         cache[name] = run_experiment(get_spec(name), progress=False)
@@ -60,7 +58,11 @@ def test_trec_dl_rerank_reproduces_the_bm25_run(shared_data):
     # the biased pooled statistics are measurably worse, which is why the correction exists
     assert _mean(r, "BM25 (corpus statistics)", "ndcg@10") < ours - 0.03
     # the published neural runs are scored as the data README states
-    for label, fig in [("TAS-B run as given", 0.728), ("SPLADE++ run as given", 0.738), ("OpenAI ada-002 run as given", 0.709)]:
+    for label, fig in [
+        ("TAS-B run as given", 0.728),
+        ("SPLADE++ run as given", 0.738),
+        ("OpenAI ada-002 run as given", 0.709),
+    ]:
         assert _mean(r, label, "ndcg@10") == pytest.approx(fig, abs=0.002)
         assert _p(r, label, "BM25 run as given (Anserini)", "ndcg@10") < 0.05
 
@@ -76,13 +78,53 @@ def test_trec_dl_pool_excluded_bm25_from_the_command_line(shared_data, tmp_path,
     d = shared_data / "trec-dl-2019"
     run = tmp_path / "bm25-pooled.trec"
     cli = CliRunner()
-    r = cli.invoke(app, ["run", "--model", "bm25", "--data", "trec-dl-2019", "--split", "test", "--candidates",
-                         str(d / "runs" / "bm25.trec"), "--k", "100", "--param", "k1=0.9", "--param", "b=0.4",
-                         "--param", "stats=exclude-query-pool", "--analyzer", "english", "--out", str(run)])
+    r = cli.invoke(
+        app,
+        [
+            "run",
+            "--model",
+            "bm25",
+            "--data",
+            "trec-dl-2019",
+            "--split",
+            "test",
+            "--candidates",
+            str(d / "runs" / "bm25.trec"),
+            "--k",
+            "100",
+            "--param",
+            "k1=0.9",
+            "--param",
+            "b=0.4",
+            "--param",
+            "stats=exclude-query-pool",
+            "--analyzer",
+            "english",
+            "--out",
+            str(run),
+        ],
+    )
     assert r.exit_code == 0, r.output
     table = tmp_path / "t.json"
-    r = cli.invoke(app, ["evaluate", str(run), "--qrels", str(d / "qrels" / "test.tsv"), "--gain", "linear",
-                         "--queries", "run", "--rel-threshold", "2", "--metrics", "ndcg@10", "--json", str(table)])
+    r = cli.invoke(
+        app,
+        [
+            "evaluate",
+            str(run),
+            "--qrels",
+            str(d / "qrels" / "test.tsv"),
+            "--gain",
+            "linear",
+            "--queries",
+            "run",
+            "--rel-threshold",
+            "2",
+            "--metrics",
+            "ndcg@10",
+            "--json",
+            str(table),
+        ],
+    )
     assert r.exit_code == 0, r.output
     row = json.loads(table.read_text())["rows"][0]
     assert row["n_queries"] == 43

@@ -19,10 +19,12 @@ def test_homedepot_dev_corrections_help_bm25(shared_data):
     corpus, queries, qrels = ds.corpus(), ds.queries(), ds.qrels("dev")
     corrector = SpellCorrector.fit(corpus.titles)
     assert 15_000 < len(corrector.counts) < 25_000  # distinct title tokens
-    for typed, fixed in [("koehler cimarron bathroom sink", "kohler cimarron bathroom sink"),
-                         ("riobi blower vac 9056", "ryobi blower vac 9056"),
-                         ("12000 btuair conditioners window", "12000 btu air conditioners window"),
-                         ("6x8 pressure treated", "6x8 pressure treated")]:
+    for typed, fixed in [
+        ("koehler cimarron bathroom sink", "kohler cimarron bathroom sink"),
+        ("riobi blower vac 9056", "ryobi blower vac 9056"),
+        ("12000 btuair conditioners window", "12000 btu air conditioners window"),
+        ("6x8 pressure treated", "6x8 pressure treated"),
+    ]:
         assert corrector.correct(typed) == fixed
     dev = {q: queries[q] for q in qrels}
     corrected = corrector.correct_all(dev)

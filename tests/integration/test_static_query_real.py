@@ -34,8 +34,9 @@ def test_student_follows_minilm(shared_data, one_torch_thread):
     dev_texts = [queries[q] for q in dev_q]
     dev_t = teacher_vectors(teacher, dev_texts)
     student = StaticQueryEncoder(teacher)
-    log = fit_student(student, texts, targets, DistillArgs(epochs=4), dev_texts=dev_texts, dev_targets=dev_t,
-                      progress=False)
+    log = fit_student(
+        student, texts, targets, DistillArgs(epochs=4), dev_texts=dev_texts, dev_targets=dev_t, progress=False
+    )
     assert log["best_dev"] > 0.75, log  # mean cosine to MiniLM on unseen dev queries (full size: 0.886)
     at = {t: i for i, t in enumerate(texts)}
     D = targets[[at[t] for t in titles]]  # MiniLM's title vectors (unit), encoded above with the targets

@@ -49,14 +49,17 @@ def test_off_the_shelf_minilm(homedepot):
     assert m["ndcg@1"] > rnd["ndcg@1"] + 0.02 and m["ndcg@10"] > rnd["ndcg@10"] + 0.01, (m, rnd)
 
 
-@pytest.mark.parametrize("name, params, steps", [
-    ("bert-rep", {"neg_global": 2}, 10),  # the paper's recipe: dot product, τ = 1, batch 8
-    # bert-homedepot-full's recipe: cosine, τ = 0.1, a batch of 16 sharing its titles as negatives
-    ("bert-rep", {"neg_global": 1, "normalize": True, "margin": 0.1, "share_negatives": True, "batch_size": 16}, 5),
-    # issue 21's recipes on the real lists: ListNet over each query's graded list, with hard
-    # negatives mined from BM25's top 30 over all 54,667 titles
-    ("bert-rep", {"loss": "listnet", "neg_global": 1, "neg_hard": 2, "hard_model": "bm25", "batch_size": 16}, 5),
-])
+@pytest.mark.parametrize(
+    "name, params, steps",
+    [
+        ("bert-rep", {"neg_global": 2}, 10),  # the paper's recipe: dot product, τ = 1, batch 8
+        # bert-homedepot-full's recipe: cosine, τ = 0.1, a batch of 16 sharing its titles as negatives
+        ("bert-rep", {"neg_global": 1, "normalize": True, "margin": 0.1, "share_negatives": True, "batch_size": 16}, 5),
+        # issue 21's recipes on the real lists: ListNet over each query's graded list, with hard
+        # negatives mined from BM25's top 30 over all 54,667 titles
+        ("bert-rep", {"loss": "listnet", "neg_global": 1, "neg_hard": 2, "hard_model": "bm25", "batch_size": 16}, 5),
+    ],
+)
 def test_brief_fine_tune_keeps_quality(homedepot, name, params, steps):
     ds, qrels = homedepot
     data = TrainingData.from_dataset(ds, "train", threshold=3, fields="title")
@@ -81,9 +84,12 @@ def test_graded_cross_encoder_and_margin_mse_student_learn_real_lists(homedepot,
     data = TrainingData.from_dataset(ds, "train", threshold=3, fields="title")
     corpus, queries, train = ds.corpus(), ds.queries(), ds.qrels("train")
     common = {"neg_global": 0, "neg_cluster": 0, "max_queries": 20, "seed": 0}
-    kw, args = recipe("bert-rel", {**common, "grades": [0, 1, 2, 3, 4], "loss": "listnet", "head_lr": 0.01,
-                                   "lr": 5e-5, "epochs": 5})
-    lists = {e.query for e in judged_examples(data, np.random.default_rng(args.seed), args.max_queries, args.max_judged)}
+    kw, args = recipe(
+        "bert-rel", {**common, "grades": [0, 1, 2, 3, 4], "loss": "listnet", "head_lr": 0.01, "lr": 5e-5, "epochs": 5}
+    )
+    lists = {
+        e.query for e in judged_examples(data, np.random.default_rng(args.seed), args.max_queries, args.max_judged)
+    }
     qrels = {q: train[q] for q in train if queries.get(q) in lists}
     assert len(qrels) == 20
 
@@ -99,8 +105,18 @@ def test_graded_cross_encoder_and_margin_mse_student_learn_real_lists(homedepot,
     assert after >= 0.85 and after >= before + 0.15, (before, after)
     teacher.save(tmp_path / "teacher")
 
-    kw, args = recipe("bert-rep", {**common, "normalize": True, "loss": "margin_mse", "teacher": str(tmp_path / "teacher"),
-                                   "lr": 3e-5, "batch_size": 8, "epochs": 4})
+    kw, args = recipe(
+        "bert-rep",
+        {
+            **common,
+            "normalize": True,
+            "loss": "margin_mse",
+            "teacher": str(tmp_path / "teacher"),
+            "lr": 3e-5,
+            "batch_size": 8,
+            "epochs": 4,
+        },
+    )
     student = create_model("bert-rep", **kw)
     s_before = ndcg1(student)
     log = fit(student, data, None, progress=False, args=args)

@@ -37,7 +37,10 @@ def test_hnsw_and_ivfpq_recall_against_exact_on_all_titles(homedepot) -> None:  
     exact = VectorIndex.build(corpus.ids, docs, "flat", model="lsa").search(queries, 20)
     hnsw = VectorIndex.build(corpus.ids, docs, "hnsw", model="lsa")
     ivfpq = VectorIndex.build(corpus.ids, docs, "ivfpq", model="lsa", nlist=256, m=20, nbits=8, nprobe=16)
-    r_hnsw, r_ivfpq = recall_at_k(hnsw.search(queries, 20), exact, 20), recall_at_k(ivfpq.search(queries, 20), exact, 20)
+    r_hnsw, r_ivfpq = (
+        recall_at_k(hnsw.search(queries, 20), exact, 20),
+        recall_at_k(ivfpq.search(queries, 20), exact, 20),
+    )
     print(f"recall@20 vs exact: hnsw {r_hnsw:.3f}, ivfpq {r_ivfpq:.3f}")
     assert 0.9 <= r_hnsw <= 1.0
     assert 0.65 <= r_ivfpq < r_hnsw

@@ -26,7 +26,9 @@ from semsearch.training import fit, recipe
 def _trained_clsm(seed: int = 0, name: str = "clsm") -> Model:
     ds = open_dataset("tiny")
     shape = {"conv": 16, "out": 8, "window": 3} if name == "clsm" else {"hidden": [32], "out": 8}
-    kw, args = recipe(name, {**shape, "batch_size": 16, "neg_pool": 32, "epochs": 3, "patience": 10, "lr": 0.5, "seed": seed})
+    kw, args = recipe(
+        name, {**shape, "batch_size": 16, "neg_pool": 32, "epochs": 3, "patience": 10, "lr": 0.5, "seed": seed}
+    )
     m = create_model(name, **kw)
     fit(m, TrainingData.from_dataset(ds, "train", threshold=2), EvalSet.judged(ds, "dev"), progress=False, args=args)
     return m
@@ -44,8 +46,9 @@ def make_bundle(tiny_data) -> Callable[..., Path]:
 
     def make(out: Path, seed: int = 0, model: str = "clsm") -> Path:
         ds = open_dataset("tiny")
-        return build_bundle(ds.corpus(), [create_model("bm25", analyzer="english"), _trained_clsm(seed, model)], out,
-                            dataset="tiny")
+        return build_bundle(
+            ds.corpus(), [create_model("bm25", analyzer="english"), _trained_clsm(seed, model)], out, dataset="tiny"
+        )
 
     return make
 
@@ -61,10 +64,31 @@ def make_two_stage(tiny_data, trained_clsm) -> Callable[..., Path]:
     def make(out: Path, stage_depths: str = "[[5,5]]", *extra: str, ok: bool = True) -> Any:
         """The bundle's path; with ``ok=False`` the CLI result of a build expected to fail."""
         trained_clsm(0, "dssm").save(out.parent / f"{out.name}-enc")
-        r = CliRunner().invoke(app, ["index", "build", "--data", "tiny", "--models", f"bm25,{out.parent / f'{out.name}-enc'}",
-                                     "--analyzer", "english", "--fields", "title", "--out", str(out),
-                                     "--train-ranker", "--ranker-param", f"stage_depths={stage_depths}",
-                                     "--ranker-param", "min_data_in_leaf=2", "--ranker-param", "num_boost_round=30", *extra])
+        r = CliRunner().invoke(
+            app,
+            [
+                "index",
+                "build",
+                "--data",
+                "tiny",
+                "--models",
+                f"bm25,{out.parent / f'{out.name}-enc'}",
+                "--analyzer",
+                "english",
+                "--fields",
+                "title",
+                "--out",
+                str(out),
+                "--train-ranker",
+                "--ranker-param",
+                f"stage_depths={stage_depths}",
+                "--ranker-param",
+                "min_data_in_leaf=2",
+                "--ranker-param",
+                "num_boost_round=30",
+                *extra,
+            ],
+        )
         if not ok:
             return r
         assert r.exit_code == 0, r.output
@@ -90,8 +114,14 @@ def tiny_bert(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny-bert")
     tok = AutoTokenizer.from_pretrained(default_base(), local_files_only=True)
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=64)
+    cfg = BertConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     BertModel(cfg, add_pooling_layer=False).save_pretrained(str(d))
     tok.save_pretrained(str(d))
     return str(d)
@@ -101,8 +131,9 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 @contextlib.contextmanager
-def serve_subprocess(bundle: Path, *flags: str, env: dict[str, str | None] | None = None,
-                     start_s: float = 90.0) -> Iterator[tuple[str, subprocess.Popen]]:
+def serve_subprocess(
+    bundle: Path, *flags: str, env: dict[str, str | None] | None = None, start_s: float = 90.0
+) -> Iterator[tuple[str, subprocess.Popen]]:
     """``semsearch serve BUNDLE FLAGS`` in a child process on a free loopback port, with this
     checkout's sources first on PYTHONPATH (``env``: more variables; None removes one); yields
     (base URL, process) once /health answers, and stops it with SIGTERM (kill after 20 s) on
@@ -112,15 +143,22 @@ def serve_subprocess(bundle: Path, *flags: str, env: dict[str, str | None] | Non
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    full = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
-            "OMP_NUM_THREADS": "1"}
+    full = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": "1",
+    }
     for k, v in (env or {}).items():
         if v is None:
             full.pop(k, None)
         else:
             full[k] = v
-    server = subprocess.Popen([sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--port", str(port), *flags],
-                              env=full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--port", str(port), *flags],
+        env=full,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + start_s

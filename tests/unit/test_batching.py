@@ -14,8 +14,18 @@ from semsearch.index import Bundle
 from semsearch.models.transformer import _padded_batches
 from semsearch.serving.app import SearchBatcher
 
-QUERIES = ["red cat", "blue dog item", "green", "cat red", "fish tree rock lamp", "sofa door", "red cat",
-           "bird", "zebra unknownword", "lamp"]
+QUERIES = [
+    "red cat",
+    "blue dog item",
+    "green",
+    "cat red",
+    "fish tree rock lamp",
+    "sofa door",
+    "red cat",
+    "bird",
+    "zebra unknownword",
+    "lamp",
+]
 
 
 def _twins() -> dict[str, frozenset[str]]:
@@ -152,8 +162,9 @@ def test_padded_batches_cover_every_row_once_and_pad_little():
     # equal lengths: one call; two far-apart groups: two calls rather than padding the short ones
     assert [len(b) for b in _padded_batches(np.full(10, 7), 64)] == [10]
     two = _padded_batches(np.array([4, 30, 4, 4, 30, 4, 4, 4]), 64)
-    assert sorted(sorted(lengths_of.tolist()) for lengths_of in (np.array([4, 30, 4, 4, 30, 4, 4, 4])[b] for b in two)) == \
-           [[4] * 6, [30, 30]]
+    assert sorted(
+        sorted(lengths_of.tolist()) for lengths_of in (np.array([4, 30, 4, 4, 30, 4, 4, 4])[b] for b in two)
+    ) == [[4] * 6, [30, 30]]
     # a few rows a little longer: padded into the same call (a call costs more than the padding)
     assert len(_padded_batches(np.array([6, 6, 6, 7]), 64)) == 1
     assert _padded_batches(np.zeros(0, dtype=np.int64), 8) == []

@@ -21,11 +21,18 @@ def test_ratio_direction() -> None:
 
 
 def test_table_lists_rows_verdicts_and_failures() -> None:
-    rows = [summary_row("BM25 top-10", "queries/s", 3000.0, "bm25s numba", 2500.0, target=">= 1.0x", met=True),
-            summary_row("p99", "ms", 120.0, "target", 50.0, target="< 50 ms", met=False, higher_is_better=False)]
-    text = table([{"name": "bm25_speed", "status": "ok", "seconds": 12.0, "rows": rows},
-                  {"name": "train_speed", "status": "over its 300 s limit", "seconds": 300.0, "rows": []}],
-                 {"nproc": 2}, 312.0)
+    rows = [
+        summary_row("BM25 top-10", "queries/s", 3000.0, "bm25s numba", 2500.0, target=">= 1.0x", met=True),
+        summary_row("p99", "ms", 120.0, "target", 50.0, target="< 50 ms", met=False, higher_is_better=False),
+    ]
+    text = table(
+        [
+            {"name": "bm25_speed", "status": "ok", "seconds": 12.0, "rows": rows},
+            {"name": "train_speed", "status": "over its 300 s limit", "seconds": 300.0, "rows": []},
+        ],
+        {"nproc": 2},
+        312.0,
+    )
     assert "| bm25_speed | BM25 top-10 | queries/s | 3,000 | bm25s numba | 2,500 | 1.20× | >= 1.0x | yes |" in text
     assert "| **no** |" in text and "0.42×" in text
     assert "| train_speed | over its 300 s limit |" in text

@@ -56,7 +56,9 @@ def test_train_speed_quick(tmp_path: Path) -> None:
     assert r["training"]["clsm J=4"]["shapes"]["d_positions"] >= r["training"]["clsm J=4"]["shapes"]["d_texts"]
     for key in ("clsm J=4", "clsm J=50"):  # the judged ceiling: the convolution at every position, the model's shapes
         t = r["training"][key]
-        assert t["shapes"]["d_pos_rows"] == t["shapes"]["d_positions"] and t["shapes"]["d_pos_nnz"] > t["shapes"]["d_nnz"]
+        assert (
+            t["shapes"]["d_pos_rows"] == t["shapes"]["d_positions"] and t["shapes"]["d_pos_nnz"] > t["shapes"]["d_nnz"]
+        )
         assert t["ceiling"]["shapes"]["d_rows"] == t["shapes"]["d_pos_rows"]  # a row per word position
         assert t["ceiling_words"]["shapes"]["d_rows"] == t["shapes"]["d_rows"] < t["shapes"]["d_pos_rows"]  # per word
     for key in ("dssm J=4", "dssm J=50"):  # judged: a row per text; beside it, a row per distinct word
@@ -70,9 +72,15 @@ def test_train_speed_quick(tmp_path: Path) -> None:
     for name in ("dssm", "clsm"):
         e = r["encoding"][name]
         assert e["ours"]["titles"] == 121
-        for k in ("full_titles_per_s", "words_warm_titles_per_s", "cold_titles_per_s", "featurise_titles_per_s",
-                  "featurise_cached_titles_per_s", "tower_titles_per_s",
-                  "tower_ceiling_titles_per_s"):
+        for k in (
+            "full_titles_per_s",
+            "words_warm_titles_per_s",
+            "cold_titles_per_s",
+            "featurise_titles_per_s",
+            "featurise_cached_titles_per_s",
+            "tower_titles_per_s",
+            "tower_ceiling_titles_per_s",
+        ):
             assert e["ours"][k] > 0, k
     assert r["profile"]["clsm J=4"]["top"] and r["profile"]["clsm J=4"]["backward_nodes"]
     assert r["train_encoder_check"]["dssm J=4"]["pairs_per_s"] > 0

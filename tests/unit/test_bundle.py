@@ -37,7 +37,7 @@ def test_build_load_search(make_bundle, tmp_path):
     union = b.search("red cat", 50, merge_by="union").hits
     lex_only = [h for h in union if h.lexical_rank is not None]
     assert [h.lexical_rank for h in lex_only] == sorted(h.lexical_rank for h in lex_only)  # lexical order kept
-    assert union[: len(lex_only)] == lex_only and all(h.sources.name == "SEMANTIC" for h in union[len(lex_only):])
+    assert union[: len(lex_only)] == lex_only and all(h.sources.name == "SEMANTIC" for h in union[len(lex_only) :])
     with pytest.raises(ValueError):
         b.search("  ", 5)
     b.close()
@@ -96,8 +96,24 @@ def test_killed_build_leaves_old_bundle_loadable(make_bundle, tmp_path):
     old = make_bundle(tmp_path / "b")
     before = (old / "manifest.json").read_text()
     env = {**os.environ, "SEMSEARCH_BUILD_SLEEP": "60", "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "semsearch.cli", "index", "build", "--data", "tiny", "--out",
-                             str(old), "--models", "bm25"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "semsearch.cli",
+            "index",
+            "build",
+            "--data",
+            "tiny",
+            "--out",
+            str(old),
+            "--models",
+            "bm25",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         tmp = old.with_name(f"b.tmp-{proc.pid}")
         deadline = time.time() + 60
@@ -151,9 +167,11 @@ def test_cli_build_search_and_bad_input(trained_clsm, tmp_path):
     r = runner.invoke(app, ["search", "--index", str(out), "red cats", "-k", "3", "--json"])
     hits = [json.loads(x) for x in r.output.splitlines()]
     assert r.exit_code == 0 and len(hits) == 3 and all(h["source"] in ("LEXICAL", "SEMANTIC", "BOTH") for h in hits)
-    for args in (["index", "build", "--data", "tiny", "--out", str(out), "--models", "bm25,bm25"],
-                 ["index", "build", "--data", "tiny", "--out", str(out), "--models", "bm25", "--store", "sqlite"],
-                 ["search", "--index", str(out), "x", "--merge", "max"]):
+    for args in (
+        ["index", "build", "--data", "tiny", "--out", str(out), "--models", "bm25,bm25"],
+        ["index", "build", "--data", "tiny", "--out", str(out), "--models", "bm25", "--store", "sqlite"],
+        ["search", "--index", str(out), "x", "--merge", "max"],
+    ):
         r = runner.invoke(app, args)
         assert r.exit_code == 2 and "error:" in r.output, (args, r.output)
 
@@ -178,8 +196,9 @@ def test_cli_builds_a_bundle_from_a_tsv_collection(tmp_path):
     a malformed line stops the build with its line number and leaves no bundle behind."""
     runner = CliRunner()
     docs = tmp_path / "my.tsv"
-    docs.write_text("d1\tCordless drill 18V\tBattery included\nd2\tRed wall paint\n\nd3\tWood screws 2 in.\t\n",
-                    encoding="utf-8")
+    docs.write_text(
+        "d1\tCordless drill 18V\tBattery included\nd2\tRed wall paint\n\nd3\tWood screws 2 in.\t\n", encoding="utf-8"
+    )
     out = tmp_path / "b"
     r = runner.invoke(app, ["index", "build", "--data", str(docs), "--out", str(out)])
     assert r.exit_code == 0, r.output
@@ -196,8 +215,9 @@ def test_cli_builds_a_bundle_from_a_tsv_collection(tmp_path):
 def test_cli_tsv_collection_with_a_header_line(tmp_path):
     """A TSV collection whose first line names its columns: the header is not indexed."""
     docs = tmp_path / "docs.tsv"
-    docs.write_text("Doc_ID\tTitle\tText\nd1\tCordless drill 18V\tBattery included\nd2\tRed wall paint\t\n",
-                    encoding="utf-8")
+    docs.write_text(
+        "Doc_ID\tTitle\tText\nd1\tCordless drill 18V\tBattery included\nd2\tRed wall paint\t\n", encoding="utf-8"
+    )
     r = CliRunner().invoke(app, ["index", "build", "--data", str(docs), "--out", str(tmp_path / "b")])
     assert r.exit_code == 0, r.output
     b = Bundle.load(tmp_path / "b")
@@ -214,7 +234,9 @@ def test_cli_build_skips_and_counts_bad_tsv_lines(tmp_path):
     r = CliRunner().invoke(app, ["index", "build", "--data", str(docs), "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "docs.tsv:2" in r.output and not (tmp_path / "x").exists()
     with pytest.warns(DataWarning, match=r"skipped 3 bad lines \(lines 2, 4, 5\)"):
-        r = CliRunner().invoke(app, ["index", "build", "--data", str(docs), "--out", str(tmp_path / "b"), "--skip-bad-lines"])
+        r = CliRunner().invoke(
+            app, ["index", "build", "--data", str(docs), "--out", str(tmp_path / "b"), "--skip-bad-lines"]
+        )
     assert r.exit_code == 0, r.output
     b = Bundle.load(tmp_path / "b")
     assert b.corpus.ids == ["d1", "d2"] and b.corpus.titles[0] == "Cordless drill"

@@ -41,12 +41,15 @@ def test_key_is_the_same_in_another_process():
     assert out.stdout.strip() == DIGEST
 
 
-@pytest.mark.parametrize("change", [
-    {"dataset": "other"},
-    {"params": {"seed": 1}},
-    {"train": {"split": "train", "threshold": 2}},
-    {"model": "clsm"},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"dataset": "other"},
+        {"params": {"seed": 1}},
+        {"train": {"split": "train", "threshold": 2}},
+        {"model": "clsm"},
+    ],
+)
 def test_key_changes_with_the_recipe(change):
     assert cache_key("dssm", {**RECIPE, **change}) != DIGEST
 

@@ -7,9 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from semsearch.data import DataWarning
-
 from semsearch.cli import app
+from semsearch.data import DataWarning
 
 runner = CliRunner()
 
@@ -34,9 +33,25 @@ def test_data_list_and_info(tiny_data):
 
 def test_run_then_evaluate(tiny_data, tmp_path):
     bm25, rnd = tmp_path / "bm25.trec", tmp_path / "random.trec"
-    assert invoke("run", "--model", "bm25", "--data", "tiny", "--candidates", "judged", "--out", str(bm25),
-                  "--param", "k1=1.2").exit_code == 0
-    assert invoke("run", "--model", "random", "--data", "tiny", "--candidates", "judged", "--out", str(rnd)).exit_code == 0
+    assert (
+        invoke(
+            "run",
+            "--model",
+            "bm25",
+            "--data",
+            "tiny",
+            "--candidates",
+            "judged",
+            "--out",
+            str(bm25),
+            "--param",
+            "k1=1.2",
+        ).exit_code
+        == 0
+    )
+    assert (
+        invoke("run", "--model", "random", "--data", "tiny", "--candidates", "judged", "--out", str(rnd)).exit_code == 0
+    )
     qrels = tiny_data / "tiny" / "qrels" / "test.tsv"
     j = tmp_path / "table.json"
     r = invoke("evaluate", "--qrels", str(qrels), str(rnd), str(bm25), "--metrics", "ndcg@3,map", "--json", str(j))
@@ -47,15 +62,44 @@ def test_run_then_evaluate(tiny_data, tmp_path):
 
 def test_run_full_and_rerank_a_run_file_and_queries_file(tiny_data, tmp_path):
     out = tmp_path / "full.trec"
-    assert invoke("run", "--model", "ulm", "--data", "tiny", "--candidates", "full", "--k", "5",
-                  "--param", "mu=50", "--out", str(out)).exit_code == 0
+    assert (
+        invoke(
+            "run",
+            "--model",
+            "ulm",
+            "--data",
+            "tiny",
+            "--candidates",
+            "full",
+            "--k",
+            "5",
+            "--param",
+            "mu=50",
+            "--out",
+            str(out),
+        ).exit_code
+        == 0
+    )
     lines = out.read_text().splitlines()
     assert lines and all(int(line.split()[3]) <= 5 for line in lines)
     qfile = tmp_path / "q.tsv"
     qfile.write_text("x1\tred cat\nx2\tblue\n")
     rr = tmp_path / "rr.trec"
-    r = invoke("run", "--model", "tfidf", "--data", "tiny", "--queries", str(qfile),
-               "--candidates", str(tiny_data / "tiny" / "runs" / "first.trec"), "--k", "3", "--out", str(rr))
+    r = invoke(
+        "run",
+        "--model",
+        "tfidf",
+        "--data",
+        "tiny",
+        "--queries",
+        str(qfile),
+        "--candidates",
+        str(tiny_data / "tiny" / "runs" / "first.trec"),
+        "--k",
+        "3",
+        "--out",
+        str(rr),
+    )
     assert r.exit_code == 0
     # queries x1/x2 are not in the run file: they get no candidates, hence no lines
     assert rr.read_text() == ""
@@ -66,8 +110,22 @@ def test_index_build_with_vector_params(tiny_data, tmp_path, trained_clsm):
     from semsearch.index import Bundle
 
     trained_clsm(0, "dssm").save(tmp_path / "enc")
-    r = invoke("index", "build", "--data", "tiny", "--models", f"bm25,{tmp_path / 'enc'}", "--out", str(tmp_path / "B"),
-               "--vector-index", "hnswsq", "--vector-param", "efSearch=24", "--vector-param", "M=8")
+    r = invoke(
+        "index",
+        "build",
+        "--data",
+        "tiny",
+        "--models",
+        f"bm25,{tmp_path / 'enc'}",
+        "--out",
+        str(tmp_path / "B"),
+        "--vector-index",
+        "hnswsq",
+        "--vector-param",
+        "efSearch=24",
+        "--vector-param",
+        "M=8",
+    )
     assert r.exit_code == 0, r.output
     ix = next(iter(Bundle.load(tmp_path / "B").semantic.values())).vectors
     assert ix.kind == "hnswsq" and ix.params == {"M": 8, "efConstruction": 200, "efSearch": 24}
@@ -78,7 +136,10 @@ def test_vector_params_are_checked_without_the_vectors():
     those: ivfpq's sub-quantisers must divide the vectors' dimension, unknown until they exist."""
     from semsearch.cli import _vector_params
 
-    assert _vector_params("ivfpq", []) == {} and _vector_params("ivfpq", ["nprobe=64", "m=48"]) == {"nprobe": 64, "m": 48}
+    assert _vector_params("ivfpq", []) == {} and _vector_params("ivfpq", ["nprobe=64", "m=48"]) == {
+        "nprobe": 64,
+        "m": 48,
+    }
     assert _vector_params("hnswsq", ["efSearch=64"]) == {"efSearch": 64}
     with pytest.raises(ValueError, match="kind must be one of"):
         _vector_params("annoy", [])
@@ -121,7 +182,9 @@ def test_broken_data_names_file_and_line(tmp_path, monkeypatch):
     r = runner.invoke(app, ["run", "--model", "bm25", "--data", str(d), "--out", str(tmp_path / "r.trec")])
     assert r.exit_code == 2 and "corpus.jsonl" in r.output and ":2" in r.output
     with pytest.warns(DataWarning, match="skipped 1 bad line"):
-        r = runner.invoke(app, ["run", "--model", "bm25", "--data", str(d), "--skip-bad-lines", "--out", str(tmp_path / "r.trec")])
+        r = runner.invoke(
+            app, ["run", "--model", "bm25", "--data", str(d), "--skip-bad-lines", "--out", str(tmp_path / "r.trec")]
+        )
     assert r.exit_code == 0 and (tmp_path / "r.trec").read_text().startswith("q Q0 a 1")
 
 
@@ -149,32 +212,52 @@ expect = { "ndcg@1" = [0.0, 0.01] }
     assert runner.invoke(app, ["reproduce", str(spec), "--out", str(tmp_path / "res"), "--no-check"]).exit_code == 0
 
 
-@pytest.mark.parametrize("args,says", [
-    (["run", "--param", "k1"], ["--param 'k1': expected NAME=VALUE", "got 'k1'"]),
-    (["run", "--param", "=3"], ["--param '=3': expected NAME=VALUE"]),
-    (["run", "--param", "k1=high"], ["--param: bm25 parameter 'k1' must be a number, got 'high'"]),
-    (["run", "--param", "k1=[1,2"], ["--param k1: cannot read '[1,2' as JSON"]),
-    (["run", "--param", "k1x=1"], ["bm25 has no parameter 'k1x' (did you mean 'k1'?)"]),
-    (["run", "--param", "stats=pooled"], ["'stats' must be one of 'collection', 'exclude-query-pool', got 'pooled'"]),
-    (["run", "--model", "./nope"], ["no model at ./nope"]),
-    (["index", "build", "--models", "bm25,./nope"], ["no model at ./nope"]),
-    (["index", "build", "--vector-index", "hnswsq", "--vector-param", "efsearch=64"],
-     ["--vector-param: hnswsq index has no parameters ['efsearch']; known: ['M', 'efConstruction', 'efSearch']"]),
-    (["index", "build", "--vector-index", "hnsw", "--vector-param", "efSearch=6.5"], ["--vector-param efSearch: expected an integer, got 6.5"]),
-    (["train", "bm25"], ["bm25 (lexical family) is not trainable"]),
-    (["train", "lambdamart", "--param", "num_leaves=lots"], ["lambdamart parameter 'num_leaves' must be a whole number, got 'lots'"]),
-    (["train", "dssm", "--hold-out", "3/2"], ["--hold-out '3/2': expected I/N, fold I of N counted from 1 (1 <= I <= N, N >= 2)"]),
-    (["train", "dssm", "--hold-out", "half"], ["--hold-out 'half': expected I/N, fold I of N counted from 1"]),
-    (["train", "dssm", "--hold-out", "0/2"], ["--hold-out '0/2': expected I/N, fold I of N counted from 1"]),
-    (["index", "build", "--models", "bm25", "--train-ranker", "--ranker-param", "train_fold=1/1"],
-     ["lambdamart training parameter 'train_fold' '1/1': expected I/N, fold I of N counted from 1"]),
-])
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["run", "--param", "k1"], ["--param 'k1': expected NAME=VALUE", "got 'k1'"]),
+        (["run", "--param", "=3"], ["--param '=3': expected NAME=VALUE"]),
+        (["run", "--param", "k1=high"], ["--param: bm25 parameter 'k1' must be a number, got 'high'"]),
+        (["run", "--param", "k1=[1,2"], ["--param k1: cannot read '[1,2' as JSON"]),
+        (["run", "--param", "k1x=1"], ["bm25 has no parameter 'k1x' (did you mean 'k1'?)"]),
+        (
+            ["run", "--param", "stats=pooled"],
+            ["'stats' must be one of 'collection', 'exclude-query-pool', got 'pooled'"],
+        ),
+        (["run", "--model", "./nope"], ["no model at ./nope"]),
+        (["index", "build", "--models", "bm25,./nope"], ["no model at ./nope"]),
+        (
+            ["index", "build", "--vector-index", "hnswsq", "--vector-param", "efsearch=64"],
+            ["--vector-param: hnswsq index has no parameters ['efsearch']; known: ['M', 'efConstruction', 'efSearch']"],
+        ),
+        (
+            ["index", "build", "--vector-index", "hnsw", "--vector-param", "efSearch=6.5"],
+            ["--vector-param efSearch: expected an integer, got 6.5"],
+        ),
+        (["train", "bm25"], ["bm25 (lexical family) is not trainable"]),
+        (
+            ["train", "lambdamart", "--param", "num_leaves=lots"],
+            ["lambdamart parameter 'num_leaves' must be a whole number, got 'lots'"],
+        ),
+        (
+            ["train", "dssm", "--hold-out", "3/2"],
+            ["--hold-out '3/2': expected I/N, fold I of N counted from 1 (1 <= I <= N, N >= 2)"],
+        ),
+        (["train", "dssm", "--hold-out", "half"], ["--hold-out 'half': expected I/N, fold I of N counted from 1"]),
+        (["train", "dssm", "--hold-out", "0/2"], ["--hold-out '0/2': expected I/N, fold I of N counted from 1"]),
+        (
+            ["index", "build", "--models", "bm25", "--train-ranker", "--ranker-param", "train_fold=1/1"],
+            ["lambdamart training parameter 'train_fold' '1/1': expected I/N, fold I of N counted from 1"],
+        ),
+    ],
+)
 def test_cli_edges_name_the_parameter(tiny_data, tmp_path, args, says):
-    base = {"run": ["--model", "bm25", "--data", "tiny", "--out", str(tmp_path / "x.trec")],
-            "index": ["--data", "tiny", "--out", str(tmp_path / "B")],
-            "train": ["--data", "tiny", "--out", str(tmp_path / "m")]}[args[0]]
-    r = runner.invoke(app, [*args, *base] if args[0] != "run" or "--model" not in args else [
-        *args, *base[2:]])
+    base = {
+        "run": ["--model", "bm25", "--data", "tiny", "--out", str(tmp_path / "x.trec")],
+        "index": ["--data", "tiny", "--out", str(tmp_path / "B")],
+        "train": ["--data", "tiny", "--out", str(tmp_path / "m")],
+    }[args[0]]
+    r = runner.invoke(app, [*args, *base] if args[0] != "run" or "--model" not in args else [*args, *base[2:]])
     msg = " ".join(r.output.split())
     assert r.exit_code == 2 and all(s in msg for s in says), msg
     assert not any((tmp_path / n).exists() for n in ("x.trec", "B", "m"))
@@ -182,8 +265,24 @@ def test_cli_edges_name_the_parameter(tiny_data, tmp_path, args, says):
 
 def test_string_params_still_work(tiny_data, tmp_path):
     out = tmp_path / "x.trec"
-    r = runner.invoke(app, ["run", "--model", "bm25", "--data", "tiny", "--candidates", "judged", "--param",
-                            "stats=exclude-query-pool", "--param", "k1=1.2", "--out", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "--model",
+            "bm25",
+            "--data",
+            "tiny",
+            "--candidates",
+            "judged",
+            "--param",
+            "stats=exclude-query-pool",
+            "--param",
+            "k1=1.2",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert out.read_text().strip()
 

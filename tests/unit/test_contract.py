@@ -30,10 +30,15 @@ CONFIG: dict[str, Any] = {
     # default list of rejection statuses lacks
     "checks": {"negative_data_rejection": {"expected-statuses": ["400", "404", "405", "413", "422"]}},
     # the endpoints with parameters get the examples; the others have one request to make
-    "operations": [{"include-path": "/search", "generation": {"max-examples": 600},
-                    # replaced by paging_aware_acceptance below
-                    "checks": {"positive_data_acceptance": {"enabled": False}}},
-                   {"include-path": "/explain", "generation": {"max-examples": 400}}],
+    "operations": [
+        {
+            "include-path": "/search",
+            "generation": {"max-examples": 600},
+            # replaced by paging_aware_acceptance below
+            "checks": {"positive_data_acceptance": {"enabled": False}},
+        },
+        {"include-path": "/explain", "generation": {"max-examples": 400}},
+    ],
 }
 PAGING_CHECKS: list[int] = []
 
@@ -79,14 +84,20 @@ def test_the_service_keeps_its_openapi_contract(make_bundle, tmp_path):
     for event in from_schema(schema).execute():
         if isinstance(event, events.ScenarioFinished):
             rec = event.recorder
-            cases[f"{event.phase.value} {rec.label}"] = cases.get(f"{event.phase.value} {rec.label}", 0) + len(rec.cases)
+            cases[f"{event.phase.value} {rec.label}"] = cases.get(f"{event.phase.value} {rec.label}", 0) + len(
+                rec.cases
+            )
             for checks in rec.checks.values():
                 for check in checks:
                     if check.status == Status.FAILURE and check.failure_info is not None:
-                        failures.append(f"{rec.label} {check.name}: {check.failure_info.failure.title}\n"
-                                        f"{check.failure_info.failure.message}\n{check.failure_info.code_sample}")
+                        failures.append(
+                            f"{rec.label} {check.name}: {check.failure_info.failure.title}\n"
+                            f"{check.failure_info.failure.message}\n{check.failure_info.code_sample}"
+                        )
         elif isinstance(event, events.NonFatalError):
-            errors.append(f"{event.label}: {event.info.format()}" if hasattr(event.info, "format") else repr(event.value))
+            errors.append(
+                f"{event.label}: {event.info.format()}" if hasattr(event.info, "format") else repr(event.value)
+            )
         elif isinstance(event, events.FatalError):
             errors.append(repr(event.exception))
     print(cases)

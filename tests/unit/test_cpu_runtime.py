@@ -15,8 +15,9 @@ def _spincount(env: dict[str, str]) -> str:
     """GOMP_SPINCOUNT after ``import semsearch`` in a fresh interpreter with ``env``'s OpenMP variables."""
     base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     code = "import os, semsearch; print(os.environ.get('GOMP_SPINCOUNT', 'unset'))"
-    return subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_importing_semsearch_sets_a_short_openmp_spin_unless_the_user_chose_a_wait():

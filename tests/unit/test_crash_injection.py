@@ -82,8 +82,10 @@ def _leftovers(folder: Path) -> list[str]:
 def _hits(bundle: Path) -> list:
     b = Bundle.load(bundle, result_cache=0)
     try:
-        return [[(h.doc_id, round(h.score, 6)) for h in b.search(q, 10, merge_by="rrf").hits]
-                for q in ("red cat", "blue dog", "green table lamp")]
+        return [
+            [(h.doc_id, round(h.score, 6)) for h in b.search(q, 10, merge_by="rrf").hits]
+            for q in ("red cat", "blue dog", "green table lamp")
+        ]
     finally:
         b.close()
 
@@ -92,7 +94,9 @@ def test_index_build_killed(trained_clsm, tiny_data, tmp_path) -> None:
     enc = tmp_path / "clsm"
     trained_clsm().save(enc)
     out = tmp_path / "bundles" / "b"
-    cmd = _cli("index", "build", "--data", "tiny", "--models", f"bm25,{enc}", "--vector-index", "hnsw", "--out", str(out))
+    cmd = _cli(
+        "index", "build", "--data", "tiny", "--models", f"bm25,{enc}", "--vector-index", "hnsw", "--out", str(out)
+    )
     duration = _run(cmd)
     reference = _hits(out)
     kills = _Kills(duration, seed=19)
@@ -105,8 +109,24 @@ def test_index_build_killed(trained_clsm, tiny_data, tmp_path) -> None:
 
 
 def test_training_with_checkpoints_killed(tiny_data, tmp_path) -> None:
-    params = ["--param", "hidden=[32]", "--param", "out=8", "--param", "batch_size=8", "--param", "neg_pool=16",
-              "--param", "epochs=40", "--param", "patience=100", "--param", "lr=0.3", "--param", "seed=3"]
+    params = [
+        "--param",
+        "hidden=[32]",
+        "--param",
+        "out=8",
+        "--param",
+        "batch_size=8",
+        "--param",
+        "neg_pool=16",
+        "--param",
+        "epochs=40",
+        "--param",
+        "patience=100",
+        "--param",
+        "lr=0.3",
+        "--param",
+        "seed=3",
+    ]
     base = ["train", "dssm", "--data", "tiny", "--threshold", "2", *params]
     ref_dir = tmp_path / "reference"
     duration = _run(_cli(*base, "--out", str(ref_dir)))
@@ -131,7 +151,11 @@ def test_training_with_checkpoints_killed(tiny_data, tmp_path) -> None:
         assert answers(out) == reference  # the previous model loads and encodes exactly as before
         if (ck / "trainer.json").is_file():  # any checkpoint left is complete and consistent
             meta = json.loads((ck / "trainer.json").read_text())
-            assert meta["epoch"] >= 1 and (ck / "weights.safetensors").is_file() and (ck / "optimizer.safetensors").is_file()
+            assert (
+                meta["epoch"] >= 1
+                and (ck / "weights.safetensors").is_file()
+                and (ck / "optimizer.safetensors").is_file()
+            )
     assert kills.killed >= KILLS // 2, f"only {kills.killed} of {KILLS} runs were killed before finishing"
     _run(cmd)  # resumes from the last complete checkpoint and finishes
     assert answers(out) == reference  # exact resume: the model of an uninterrupted run
@@ -163,7 +187,12 @@ def test_postgres_replace_killed(pg_dsn, tmp_path) -> None:
 
     def stray_tables() -> list[str]:
         with connect(pg_dsn) as c:
-            return [r[0] for r in c.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'crash_coll\\\\_\\\\_%'").fetchall()]
+            return [
+                r[0]
+                for r in c.execute(
+                    "SELECT tablename FROM pg_tables WHERE tablename LIKE 'crash_coll\\\\_\\\\_%'"
+                ).fetchall()
+            ]
 
     duration = _run([sys.executable, str(script), pg_dsn, "1"])
     old = answers()

@@ -120,7 +120,11 @@ def test_pair_and_click_headers_tolerated(tmp_path):
 
 
 DOMAIN_FILES = {
-    "sgd": ["split\tdialogue_id\tdomains\ttext", "train\t1_0\tRestaurants\tfind food", "dev\t1_1\tHotels,Flights\tbook a trip"],
+    "sgd": [
+        "split\tdialogue_id\tdomains\ttext",
+        "train\t1_0\tRestaurants\tfind food",
+        "dev\t1_1\tHotels,Flights\tbook a trip",
+    ],
     "clinc": ["split\tdomain\tintent\ttext", "train\tbanking\tbalance\tmy balance", "val\tout_of_scope\toos\thello"],
     "snips": ["split\tintent\ttext", "train\tGetWeather\train today?", "validate\tPlayMusic\tplay jazz"],
 }
@@ -226,7 +230,9 @@ def _bad_file(tmp_path: Path, reader: str, bad: str | bytes) -> tuple[Path, int]
     return put(tmp_path / name, lines), lines.index(bad) + 1
 
 
-@pytest.mark.parametrize("reader,bad,message", BAD_LINES, ids=lambda x: x if isinstance(x, str) and len(x) < 12 else None)
+@pytest.mark.parametrize(
+    "reader,bad,message", BAD_LINES, ids=lambda x: x if isinstance(x, str) and len(x) < 12 else None
+)
 def test_bad_line_names_file_and_line(tmp_path, reader, bad, message):
     path, line = _bad_file(tmp_path, reader, bad)
     with pytest.raises(DataFormatError) as info:
@@ -236,7 +242,9 @@ def test_bad_line_names_file_and_line(tmp_path, reader, bad, message):
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize("reader,bad,message", BAD_LINES, ids=lambda x: x if isinstance(x, str) and len(x) < 12 else None)
+@pytest.mark.parametrize(
+    "reader,bad,message", BAD_LINES, ids=lambda x: x if isinstance(x, str) and len(x) < 12 else None
+)
 def test_skip_bad_lines_warns_with_count_and_keeps_good_rows(tmp_path, reader, bad, message):
     path, line = _bad_file(tmp_path, reader, bad)
     with pytest.warns(DataWarning) as record:
@@ -368,8 +376,10 @@ def test_empty_domain_label(tmp_path):
         load_query_domains(path)
 
 
-@pytest.mark.parametrize("header", ["id\ttitle\ttext", "doc_id\ttitle", "DocID\tTITLE\tBody", "_id\ttext",
-                                    "docno\tcontents", " id \t title "])
+@pytest.mark.parametrize(
+    "header",
+    ["id\ttitle\ttext", "doc_id\ttitle", "DocID\tTITLE\tBody", "_id\ttext", "docno\tcontents", " id \t title "],
+)
 def test_tsv_corpus_header_is_not_a_document(tmp_path, header):
     c = load_corpus(put(tmp_path / "docs.tsv", [header, "d1\tRed drill\tcordless", "d2\tBlue paint"]))
     assert c.ids == ["d1", "d2"] and c.titles == ["Red drill", "Blue paint"]

@@ -49,8 +49,20 @@ SCENARIOS: dict[str, tuple[str, dict[str, Any]]] = {
     "dssm-hard": ("dssm", {"hidden": [32], "out": 8, "hard_negatives": 2, "negatives": 2, **SMALL}),
     "dssm-in-batch": ("dssm", {"hidden": [32], "out": 8, "sampling": "in-batch", **SMALL}),
     "clsm-in-batch": ("clsm", {"conv": 16, "out": 8, "window": 3, "sampling": "in-batch", **SMALL}),
-    "mt-dnn": ("mt-dnn", {"l2": 16, "out": 8, "domain_set": "toy", "domains": ["food", "hotel"], "batch_size": 16,
-                          "epochs": 2, "lr": 0.5, "negatives": 4, "patience": 10}),
+    "mt-dnn": (
+        "mt-dnn",
+        {
+            "l2": 16,
+            "out": 8,
+            "domain_set": "toy",
+            "domains": ["food", "hotel"],
+            "batch_size": 16,
+            "epochs": 2,
+            "lr": 0.5,
+            "negatives": 4,
+            "patience": 10,
+        },
+    ),
     "knrm": ("knrm", {"dim": 8, "min_count": 1, "epochs": 2, "batch_size": 8, "lr": 0.01, "patience": 10}),
     "s2net": ("s2net", {"dim": 8, "max_terms": 500, "analyzer": "english", "gamma": 5, "epochs": 2, "batch_size": 16}),
     "bert-rep": ("bert-rep", {"base": "$bert", "share_negatives": True, **BERT}),
@@ -62,7 +74,9 @@ CONTROL = "dssm-in-batch"  # run again on two processes with per-rank in-batch n
 # ------------------------------------------------------------------------------------ the scenarios
 def _write_data(root: Path) -> None:
     """The ``tiny`` BEIR set (tests/conftest.py) and a toy query-domain set for MT-DNN."""
-    spec = importlib.util.spec_from_file_location("_semsearch_tests_conftest", Path(__file__).parents[1] / "conftest.py")
+    spec = importlib.util.spec_from_file_location(
+        "_semsearch_tests_conftest", Path(__file__).parents[1] / "conftest.py"
+    )
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -84,9 +98,16 @@ def _write_bert(d: Path) -> None:
 
     tok = AutoTokenizer.from_pretrained(default_base(), local_files_only=True)
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                     attention_probs_dropout_prob=0.0)
+    cfg = BertConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     BertModel(cfg, add_pooling_layer=False).save_pretrained(str(d))
     tok.save_pretrained(str(d))
 
@@ -203,7 +224,10 @@ def _worker(out: Path) -> None:
 
     step = trainer.batch_loss
     if rank == 1:
-        trainer.batch_loss = lambda net, qf, df, pairs, rows, rng, args: (rng.random(), step(net, qf, df, pairs, rows, rng, args))[1]
+        trainer.batch_loss = lambda net, qf, df, pairs, rows, rng, args: (
+            rng.random(),
+            step(net, qf, df, pairs, rows, rng, args),
+        )[1]
     try:
         _train("dssm-in-batch", bert, epochs=1)
         results["desync"] = ""
@@ -218,8 +242,15 @@ def _worker(out: Path) -> None:
     # a trainer that does not split its batches is refused
     try:
         net = torch.nn.Linear(2, 1)
-        loop.epoch_loop(net, torch.optim.SGD(net.parameters(), lr=0.1), loop.TrainArgs(batch_size=4),
-                        batches=lambda: [], loss=lambda b: net.weight.sum(), size=len, title="toy")
+        loop.epoch_loop(
+            net,
+            torch.optim.SGD(net.parameters(), lr=0.1),
+            loop.TrainArgs(batch_size=4),
+            batches=lambda: [],
+            loss=lambda b: net.weight.sum(),
+            size=len,
+            title="toy",
+        )
         results["refused"] = ""
     except ValueError as e:
         results["refused"] = str(e)
@@ -238,10 +269,21 @@ def _free_port() -> int:
 def _torchrun(args: list[str], env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """Two gloo processes on the loopback interface (torchrun's static rendezvous on 127.0.0.1), in
     a session of their own: a hung launch is killed whole, workers included."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), *args]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -255,8 +297,14 @@ def _env(root: Path, **extra: str) -> dict[str, str]:
     src = str(Path(__file__).resolve().parents[2] / "src")  # this checkout's code, whatever is installed
     path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
     # PYTHONFAULTHANDLER: a rank that aborts prints its Python stack (where it died) to the log
-    return {**os.environ, "SEMSEARCH_DATA": str(root), "PYTHONPATH": path, "SEMSEARCH_PROGRESS": "1",
-            "PYTHONFAULTHANDLER": "1", **extra}
+    return {
+        **os.environ,
+        "SEMSEARCH_DATA": str(root),
+        "PYTHONPATH": path,
+        "SEMSEARCH_PROGRESS": "1",
+        "PYTHONFAULTHANDLER": "1",
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -275,8 +323,10 @@ def setup(tmp_path_factory) -> dict[str, Any]:
     assert proc.returncode == 0, f"{out / 'stderr.txt'}: {proc.stderr[-4000:]}"
     two_secs = time.perf_counter() - t0
     ranks = [json.loads((out / f"results.rank{r}.json").read_text()) for r in (0, 1)]
-    weights = {label: [load_file(str(out / f"{label}.rank{r}.safetensors")) for r in (0, 1)]
-               for label in [*SCENARIOS, "dssm-resumed", "per-rank"]}
+    weights = {
+        label: [load_file(str(out / f"{label}.rank{r}.safetensors")) for r in (0, 1)]
+        for label in [*SCENARIOS, "dssm-resumed", "per-rank"]
+    }
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SEMSEARCH_DATA", str(root))
         t0 = time.perf_counter()
@@ -285,10 +335,14 @@ def setup(tmp_path_factory) -> dict[str, Any]:
     print(f"\ntwo processes (launch included) {two_secs:.1f} s; one process {one_secs:.1f} s")
     for name in SCENARIOS:
         gap = _gap(weights[name][0], one[name][1], BLIND.get(name, ()))
-        print(f"{name:14s} 1 process   {' '.join(f'{x:.6f}' for x in one[name][0])}"
-              f"\n{'':14s} 2 processes {' '.join(f'{x:.6f}' for x in ranks[0][name])}  weights within {gap:.1e}")
+        print(
+            f"{name:14s} 1 process   {' '.join(f'{x:.6f}' for x in one[name][0])}"
+            f"\n{'':14s} 2 processes {' '.join(f'{x:.6f}' for x in ranks[0][name])}  weights within {gap:.1e}"
+        )
     print("gradient gaps", {k: f"{max(v):.1e}" for k, v in ranks[0]["gradient gaps"].items()})
-    print(f"{'control':14s} 2 processes, per-rank in-batch negatives {' '.join(f'{x:.6f}' for x in ranks[0]['per-rank'])}")
+    print(
+        f"{'control':14s} 2 processes, per-rank in-batch negatives {' '.join(f'{x:.6f}' for x in ranks[0]['per-rank'])}"
+    )
     return {"root": root, "bert": bert, "out": out, "ranks": ranks, "weights": weights, "one": one}
 
 
@@ -363,9 +417,32 @@ def test_torchrun_semsearch_train_writes_one_model_that_loads(setup, tmp_path):
     from semsearch.plugins import load_model
 
     env = _env(setup["root"])
-    train = ["-m", "semsearch", "train", "dssm", "--data", "tiny", "--threshold", "2", "--out", str(tmp_path / "m"),
-             "--checkpoint", str(tmp_path / "ck"), "--param", "hidden=[32]", "--param", "out=8", "--param", "epochs=2",
-             "--param", "batch_size=16", "--param", "neg_pool=32", "--param", "patience=10"]
+    train = [
+        "-m",
+        "semsearch",
+        "train",
+        "dssm",
+        "--data",
+        "tiny",
+        "--threshold",
+        "2",
+        "--out",
+        str(tmp_path / "m"),
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--param",
+        "hidden=[32]",
+        "--param",
+        "out=8",
+        "--param",
+        "epochs=2",
+        "--param",
+        "batch_size=16",
+        "--param",
+        "neg_pool=32",
+        "--param",
+        "patience=10",
+    ]
     proc = _torchrun(train, env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     err = proc.stderr
@@ -401,4 +478,3 @@ def test_indivisible_batch_or_a_non_loop_kind_is_refused_before_any_data_is_read
 
 if __name__ == "__main__":  # one rank of the launch in ``setup``
     _worker(Path(sys.argv[1]))
-

@@ -14,8 +14,23 @@ from semsearch.plugins import create_model, load_model
 from semsearch.text import Analyzer, count_matrix
 
 # prefixes of one another, empty, NUL, non-ASCII, astral, a lone surrogate, shared long prefixes
-WEIRD = ["b", "a", "", "a\x00", "ab", "é", "e", "\ud800x", "zz", "Z", "\U0001F600", "doc-000000000001",
-         "doc-000000000010", "doc-00000000001", "doc-0000000000010"]
+WEIRD = [
+    "b",
+    "a",
+    "",
+    "a\x00",
+    "ab",
+    "é",
+    "e",
+    "\ud800x",
+    "zz",
+    "Z",
+    "\U0001f600",
+    "doc-000000000001",
+    "doc-000000000010",
+    "doc-00000000001",
+    "doc-0000000000010",
+]
 
 
 @pytest.mark.parametrize("cache", [True, False])

@@ -81,9 +81,19 @@ def _fit(epochs: int, dev_scores: list[float], tmp_path=None, resume=False, **kw
     args = TrainArgs(epochs=epochs, batch_size=2, lr=0.1, patience=2, **kw)
     scores = iter(dev_scores)
     ck = Checkpoint(tmp_path, None, resume) if tmp_path is not None else None
-    log = epoch_loop(net, opt, args, batches=lambda: [np.arange(2)] * 3, loss=lambda b: (net.w - 1.0).pow(2).sum(),
-                     size=len, dev=lambda: {"dev": next(scores)}, title="toy", checkpoint=ck,
-                     rng=np.random.default_rng(0), n_batches=lambda: 3)
+    log = epoch_loop(
+        net,
+        opt,
+        args,
+        batches=lambda: [np.arange(2)] * 3,
+        loss=lambda b: (net.w - 1.0).pow(2).sum(),
+        size=len,
+        dev=lambda: {"dev": next(scores)},
+        title="toy",
+        checkpoint=ck,
+        rng=np.random.default_rng(0),
+        n_batches=lambda: 3,
+    )
     return net, log
 
 
@@ -106,8 +116,18 @@ def test_linear_schedule_warms_up_then_falls_to_zero_over_all_steps(tmp_path):
     """``lr_schedule = "linear"``: each step's rate is the configured one (every parameter group's
     own) times ``lr_factor``, counted over all epochs' steps; a resumed run continues the schedule
     where it stopped; constant leaves the rates alone; warmup without the linear schedule is refused."""
-    assert [lr_factor("linear", s, 10, 0.2) for s in range(10)] == [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375,
-                                                                     0.25, 0.125]
+    assert [lr_factor("linear", s, 10, 0.2) for s in range(10)] == [
+        0.5,
+        1.0,
+        1.0,
+        0.875,
+        0.75,
+        0.625,
+        0.5,
+        0.375,
+        0.25,
+        0.125,
+    ]
     assert [lr_factor("linear", s, 4) for s in range(4)] == [1.0, 0.75, 0.5, 0.25]
     assert lr_factor("constant", 7, 10, 0.0) == 1.0
 
@@ -124,9 +144,20 @@ def test_linear_schedule_warms_up_then_falls_to_zero_over_all_steps(tmp_path):
             return (net.w - 1.0).pow(2).sum() + (net.v + 1.0).pow(2).sum()
 
         args = TrainArgs(epochs=epochs, batch_size=2, lr=0.1, patience=9, **kw)
-        epoch_loop(net, opt, args, batches=lambda: [np.arange(2)] * 3, loss=loss, size=len, dev=lambda: {"dev": 0.0},
-                   title="toy", checkpoint=Checkpoint(ck, None, resume) if ck else None, rng=np.random.default_rng(0),
-                   n_batches=lambda: 3, progress=False)
+        epoch_loop(
+            net,
+            opt,
+            args,
+            batches=lambda: [np.arange(2)] * 3,
+            loss=loss,
+            size=len,
+            dev=lambda: {"dev": 0.0},
+            title="toy",
+            checkpoint=Checkpoint(ck, None, resume) if ck else None,
+            rng=np.random.default_rng(0),
+            n_batches=lambda: 3,
+            progress=False,
+        )
         return net, seen
 
     whole, seen = fit(2, lr_schedule="linear", warmup=0.34)  # 6 steps, 2 of warm-up

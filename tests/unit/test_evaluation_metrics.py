@@ -17,8 +17,13 @@ from semsearch.evaluation import auc, evaluate
 
 CUTS = (1, 3, 5, 10, 25)
 # ours -> pytrec_eval measure (output key uses "_" for ".")
-CUT_PAIRS = {"ndcg@{k}": "ndcg_cut.{k}", "recall@{k}": "recall.{k}", "p@{k}": "P.{k}",
-             "map@{k}": "map_cut.{k}", "success@{k}": "success.{k}"}
+CUT_PAIRS = {
+    "ndcg@{k}": "ndcg_cut.{k}",
+    "recall@{k}": "recall.{k}",
+    "p@{k}": "P.{k}",
+    "map@{k}": "map_cut.{k}",
+    "success@{k}": "success.{k}",
+}
 UNCUT_PAIRS = {"ndcg": "ndcg", "mrr": "recip_rank", "map": "map"}
 
 

@@ -189,9 +189,7 @@ def test_table_errors_and_headers() -> None:
     with pytest.raises(ValueError, match="duplicate"):
         t.add("x", _result(np.array([0.1, 0.2])))
     names = ["ndcg@1", "ndcg", "recall@10", "p@5", "mrr", "map@100", "success@10"]
-    assert [metric_header(m) for m in names] == [
-        "NDCG@1", "NDCG", "Recall@10", "P@5", "MRR", "MAP@100", "Success@10"
-    ]
+    assert [metric_header(m) for m in names] == ["NDCG@1", "NDCG", "Recall@10", "P@5", "MRR", "MAP@100", "Success@10"]
     no_baselines = ResultTable().add("y", _result(np.array([0.1, 0.2])))
     assert "Markers" not in no_baselines.to_markdown()
     assert no_baselines.to_json()["rows"][0]["p_values"] == {}

@@ -90,18 +90,27 @@ def test_pool_excluded_statistics(tiny_data, tmp_path):
 
 def test_stats_field_moved_into_params(tmp_path):
     p = tmp_path / "old.toml"
-    p.write_text(SPEC.format(candidates="judged", tune="cv2", stats="collection").replace(
-        'params = { mu = 10, stats = "collection" }', 'params = { mu = 10 }\nstats = "exclude-query-pool"'))
-    with pytest.raises(SpecError, match=r"old.toml.*'ULM'.*'stats' moved into the model's params.*"
-                                        r"params = \{ stats = 'exclude-query-pool' \}"):
+    p.write_text(
+        SPEC.format(candidates="judged", tune="cv2", stats="collection").replace(
+            'params = { mu = 10, stats = "collection" }', 'params = { mu = 10 }\nstats = "exclude-query-pool"'
+        )
+    )
+    with pytest.raises(
+        SpecError,
+        match=r"old.toml.*'ULM'.*'stats' moved into the model's params.*"
+        r"params = \{ stats = 'exclude-query-pool' \}",
+    ):
         load_spec(p)
 
 
-@pytest.mark.parametrize("change,message", [
-    (("judged", "nonsense"), "tune must be"),
-    (("everything", "cv2"), "candidates must be"),
-    (("judged", "none"), "has a grid"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (("judged", "nonsense"), "tune must be"),
+        (("everything", "cv2"), "candidates must be"),
+        (("judged", "none"), "has a grid"),
+    ],
+)
 def test_spec_validation(tmp_path, change, message):
     with pytest.raises(SpecError, match=message):
         _spec(tmp_path, *change)
@@ -121,7 +130,13 @@ def test_spec_with_unknown_field_or_bad_baseline(tmp_path):
 
 def test_registered_specs_all_parse():
     names = spec_paths()
-    assert {"clsm-table5-lexical", "scifact-lexical", "trec-dl-2019-rerank", "cranfield-lexical", "cisi-lexical"} <= set(names)
+    assert {
+        "clsm-table5-lexical",
+        "scifact-lexical",
+        "trec-dl-2019-rerank",
+        "cranfield-lexical",
+        "cisi-lexical",
+    } <= set(names)
     for name in names:
         spec = get_spec(name)
         if getattr(spec, "kind", None) in ("classification", "adaptation"):
@@ -134,8 +149,8 @@ def test_registered_specs_all_parse():
 import numpy as np  # noqa: E402
 
 from semsearch.models import Model  # noqa: E402
-from semsearch.plugins import register  # noqa: E402
 from semsearch.models.base import read_config, write_config  # noqa: E402
+from semsearch.plugins import register  # noqa: E402
 
 
 @register("test-cooccurrence")
@@ -167,9 +182,20 @@ class Cooccurrence(Model):
         return self._ids
 
     def score(self, queries, candidates):
-        return [np.array([sum(self.pairs.get(f"{a} {b}", 0) >= self.min_count
-                              for a in q.lower().split() for b in self._texts[d].lower().split())
-                          for d in docs], dtype=float) for q, docs in zip(queries, candidates)]
+        return [
+            np.array(
+                [
+                    sum(
+                        self.pairs.get(f"{a} {b}", 0) >= self.min_count
+                        for a in q.lower().split()
+                        for b in self._texts[d].lower().split()
+                    )
+                    for d in docs
+                ],
+                dtype=float,
+            )
+            for q, docs in zip(queries, candidates)
+        ]
 
     def save(self, path):
         write_config(path, {"model": self.name, "min_count": self.min_count, "pairs": self.pairs})
@@ -268,7 +294,11 @@ def test_top1_crosstab():
 
 def test_crosstab_in_a_spec(tiny_data, tmp_path):
     p = tmp_path / "t.toml"
-    p.write_text(TRAINED.format(tune="split:dev").replace('tune = "split:dev"', 'tune = "split:dev"\ncrosstab = { rows = "Cooc", columns = "BM25" }'))
+    p.write_text(
+        TRAINED.format(tune="split:dev").replace(
+            'tune = "split:dev"', 'tune = "split:dev"\ncrosstab = { rows = "Cooc", columns = "BM25" }'
+        )
+    )
     result = run_experiment(load_spec(p), progress=False)
     n = sum(sum(r.values()) for r in result.crosstab.values())
     assert n == result.table.rows["BM25"].result.n_queries
@@ -316,30 +346,40 @@ def test_trained_on_another_dataset(tiny_data, tmp_path):
 
     shutil.copytree(tiny_data / "tiny", tiny_data / "other")
     p = tmp_path / "t.toml"
-    p.write_text(TRAINED.format(tune="cv2").replace('train = { split = "train", threshold = 2 }',
-                                                    'train = { dataset = "other", split = "train", threshold = 2, dev = "dev" }'))
+    p.write_text(
+        TRAINED.format(tune="cv2").replace(
+            'train = { split = "train", threshold = 2 }',
+            'train = { dataset = "other", split = "train", threshold = 2, dev = "dev" }',
+        )
+    )
     result = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
     assert result.training["Cooc"]["pairs"] > 0 and result.training["Cooc"]["dev_queries"] > 0
     (saved,) = (tmp_path / "models").iterdir()
     assert json.loads((saved / "recipe.json").read_text())["dataset"] == "other"
 
 
-@pytest.mark.parametrize("row,message", [
-    ('params = { k1x = 1.2 }', r"bm25 has no parameter 'k1x' \(did you mean 'k1'\?\)"),
-    ('params = { k1 = "high" }', r"bm25 parameter 'k1' must be a number, got 'high'"),
-    ('grid = { b = [0.5, 2.0] }', r"bm25 parameter 'b' must be <= 1, got 2.0"),
-    ('grid = { k1s = [0.5] }', r"bm25 has no parameter 'k1s' \(did you mean 'k1'\?\)"),
-    ('params = { stats = "pooled" }', r"bm25 parameter 'stats' must be one of 'collection', 'exclude-query-pool'"),
-    ('train = { split = "train" }', r"bm25 is not trainable"),
-])
+@pytest.mark.parametrize(
+    "row,message",
+    [
+        ("params = { k1x = 1.2 }", r"bm25 has no parameter 'k1x' \(did you mean 'k1'\?\)"),
+        ('params = { k1 = "high" }', r"bm25 parameter 'k1' must be a number, got 'high'"),
+        ("grid = { b = [0.5, 2.0] }", r"bm25 parameter 'b' must be <= 1, got 2.0"),
+        ("grid = { k1s = [0.5] }", r"bm25 has no parameter 'k1s' \(did you mean 'k1'\?\)"),
+        ('params = { stats = "pooled" }', r"bm25 parameter 'stats' must be one of 'collection', 'exclude-query-pool'"),
+        ('train = { split = "train" }', r"bm25 is not trainable"),
+    ],
+)
 def test_row_params_are_validated_at_load(tmp_path, row, message):
     p = tmp_path / "bad.toml"
-    text = SPEC.format(candidates="judged", tune="cv2", stats="collection") + f'''
+    text = (
+        SPEC.format(candidates="judged", tune="cv2", stats="collection")
+        + f"""
 [[models]]
 label = "BM25 again"
 model = "bm25"
 {row}
-'''
+"""
+    )
     p.write_text(text)
     line = text.splitlines().index('label = "BM25 again"') + 1
     with pytest.raises(SpecError, match=rf"bad.toml:{line}: row 'BM25 again': {message}"):
@@ -353,7 +393,8 @@ def test_reproduce_refuses_a_bad_row_before_running_any(tiny_data, tmp_path):
 
     p = tmp_path / "bad.toml"
     text = SPEC.format(candidates="judged", tune="cv2", stats="collection") + (
-        '\n[[models]]\nlabel = "Last"\nmodel = "bm25"\nparams = { k1x = 1.2 }\n')
+        '\n[[models]]\nlabel = "Last"\nmodel = "bm25"\nparams = { k1x = 1.2 }\n'
+    )
     p.write_text(text)
     r = CliRunner().invoke(app, ["reproduce", str(p), "--out", str(tmp_path / "out")])
     assert r.exit_code == 2
@@ -369,12 +410,16 @@ def test_checking_a_spec_loads_no_torch(tmp_path):
     import sys
 
     spec = tmp_path / "bad.toml"
-    spec.write_text('name = "bad"\ntitle = "t"\nsource = "s"\ndataset = "tiny"\nsplit = "test"\n'
-                    'candidates = "judged"\nmetrics = ["ndcg@1"]\n\n'
-                    '[[models]]\nlabel = "DSSM"\nmodel = "dssm"\nparams = { negatives = 4, gama = 5 }\ntrain = { split = "train" }\n')
-    code = ("import sys\nfrom semsearch.experiments import SpecError, get_spec\n"
-            f"try:\n    get_spec({str(spec)!r})\nexcept SpecError as e:\n    print(e)\n"
-            "print('torch' in sys.modules)\n")
+    spec.write_text(
+        'name = "bad"\ntitle = "t"\nsource = "s"\ndataset = "tiny"\nsplit = "test"\n'
+        'candidates = "judged"\nmetrics = ["ndcg@1"]\n\n'
+        '[[models]]\nlabel = "DSSM"\nmodel = "dssm"\nparams = { negatives = 4, gama = 5 }\ntrain = { split = "train" }\n'
+    )
+    code = (
+        "import sys\nfrom semsearch.experiments import SpecError, get_spec\n"
+        f"try:\n    get_spec({str(spec)!r})\nexcept SpecError as e:\n    print(e)\n"
+        "print('torch' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.splitlines()
     assert "'gama'" in out[0] and "did you mean 'gamma'" in out[0] and "bad.toml:10" in out[0], out  # the row's line
     assert out[-1] == "False"
@@ -423,8 +468,12 @@ def test_seeded_rows_report_their_spread(tiny_data, tmp_path):
         d = sp["metrics"][m]
         assert d["values"] == values and d["mean"] == pytest.approx(statistics.mean(values))
         assert d["sd"] == pytest.approx(statistics.stdev(values)) and (d["min"], d["max"]) == (min(values), max(values))
-        better = sum(result.table.p_values(lb, m)["BM25"] is not None and result.table.p_values(lb, m)["BM25"] < 0.05
-                     and result.table.rows[lb].result.mean[m] > result.table.rows["BM25"].result.mean[m] for lb in sp["rows"])
+        better = sum(
+            result.table.p_values(lb, m)["BM25"] is not None
+            and result.table.p_values(lb, m)["BM25"] < 0.05
+            and result.table.rows[lb].result.mean[m] > result.table.rows["BM25"].result.mean[m]
+            for lb in sp["rows"]
+        )
         assert d["significantly_better"] == {"BM25": better}
     assert "Spread over training seeds" in result.to_markdown() and "±" in result.to_markdown()
     assert json.loads(json.dumps(result.to_json()))["seed_spread"]["DSSM"]["seeds"] == 3
@@ -456,7 +505,7 @@ def test_interpolation_without_a_grid_averages_rows_seed_rows_included(tiny_data
     assert result.runs["DSSM ensemble"] == interpolate(parts, [1 / 3] * 3, norm="zscore")
     assert result.chosen["DSSM ensemble"] == [{"weights": "equal"}] and not result.tuning["DSSM ensemble"]
     assert "DSSM ensemble" in result.to_markdown()
-    p.write_text(SEEDED.format(seeds=3) + ENSEMBLE + 'grid = { weight = [0.0, 1.0] }\n')
+    p.write_text(SEEDED.format(seeds=3) + ENSEMBLE + "grid = { weight = [0.0, 1.0] }\n")
     with pytest.raises(SpecError, match="interpolates two rows with grid"):
         load_spec(p)
     p.write_text(SEEDED.format(seeds=2) + ENSEMBLE)  # no seed 2 row
@@ -472,14 +521,17 @@ def test_an_ensemble_row_is_interpolated_in_turn_with_its_weight_tuned_on_dev(ti
     from semsearch.evaluation import evaluate
     from semsearch.index import interpolate
 
-    mix = ('\n[[models]]\nlabel = "Ensemble + BM25"\nmodel = "interpolate"\n'
-           'combine = ["DSSM ensemble", "BM25"]\nnorm = "zscore"\ngrid = { weight = [0.0, 0.5, 1.0] }\n')
+    mix = (
+        '\n[[models]]\nlabel = "Ensemble + BM25"\nmodel = "interpolate"\n'
+        'combine = ["DSSM ensemble", "BM25"]\nnorm = "zscore"\ngrid = { weight = [0.0, 0.5, 1.0] }\n'
+    )
     p = tmp_path / "s.toml"
     p.write_text(SEEDED.format(seeds=3) + ENSEMBLE + mix)
     result = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
     (w,) = [c["weight"] for c in result.chosen["Ensemble + BM25"]]
     assert result.runs["Ensemble + BM25"] == interpolate(
-        [result.runs["DSSM ensemble"], result.runs["BM25"]], [w, 1 - w], norm="zscore")
+        [result.runs["DSSM ensemble"], result.runs["BM25"]], [w, 1 - w], norm="zscore"
+    )
     # the same rows evaluated on dev, the seeds' models reused from the directory
     p.write_text((SEEDED.format(seeds=3) + ENSEMBLE).replace('split = "test"', 'split = "dev"', 1))
     on_dev = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
@@ -496,14 +548,19 @@ def test_a_row_ranks_the_dev_split_once_for_every_row_that_tunes_on_it(tiny_data
     ranks the dev queries once (the row keeps its dev run), and both rows choose as before."""
     from semsearch.experiments import runner
 
-    mix = ('\n[[models]]\nlabel = "Ensemble + BM25 {i}"\nmodel = "interpolate"\n'
-           'combine = ["DSSM ensemble", "BM25"]\nnorm = "zscore"\ngrid = {{ weight = [0.0, 0.5, 1.0] }}\n')
+    mix = (
+        '\n[[models]]\nlabel = "Ensemble + BM25 {i}"\nmodel = "interpolate"\n'
+        'combine = ["DSSM ensemble", "BM25"]\nnorm = "zscore"\ngrid = {{ weight = [0.0, 0.5, 1.0] }}\n'
+    )
     p = tmp_path / "s.toml"
     p.write_text(SEEDED.format(seeds=3) + ENSEMBLE + mix.format(i=1) + mix.format(i=2))
     ranked: list[tuple[str, frozenset[str]]] = []
     real = runner._Context.rank
-    monkeypatch.setattr(runner._Context, "rank", lambda self, model, ms, qrels: (
-        ranked.append((ms.label, frozenset(qrels))), real(self, model, ms, qrels))[1])
+    monkeypatch.setattr(
+        runner._Context,
+        "rank",
+        lambda self, model, ms, qrels: (ranked.append((ms.label, frozenset(qrels))), real(self, model, ms, qrels))[1],
+    )
     result = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
     dev = frozenset(runner._Context(load_spec(p), False, None, False).qrels("dev"))
     on_dev = [label for label, queries in ranked if queries == dev]
@@ -519,10 +576,12 @@ def test_seeds_are_validated(tmp_path):
     p.write_text(SEEDED.format(seeds=0))
     with pytest.raises(SpecError, match="seeds must be at least 1"):
         load_spec(p)
-    p.write_text(SEEDED.format(seeds=2).replace('label = "BM25"\nmodel = "bm25"', 'label = "BM25"\nmodel = "bm25"\nseeds = 2'))
+    p.write_text(
+        SEEDED.format(seeds=2).replace('label = "BM25"\nmodel = "bm25"', 'label = "BM25"\nmodel = "bm25"\nseeds = 2')
+    )
     with pytest.raises(SpecError, match="'BM25': seeds = 2 needs a trained model row"):
         load_spec(p)
-    p.write_text(SEEDED.format(seeds=2).replace('label = "BM25"', 'label = "DSSM (seed 1)"').replace('["BM25"]', '[]'))
+    p.write_text(SEEDED.format(seeds=2).replace('label = "BM25"', 'label = "DSSM (seed 1)"').replace('["BM25"]', "[]"))
     with pytest.raises(SpecError, match=r"would add rows \['DSSM \(seed 1\)'\]"):
         load_spec(p)
 
@@ -595,8 +654,12 @@ def test_an_ensemble_of_teacher_rows_distils_into_a_student_row(tiny_data, tmp_p
     recipe holds each one's recipe, in order."""
     p = tmp_path / "d.toml"
     text = DISTILLED.format(base=tiny_bert, teacher='["Teacher", "Teacher (seed 1)"]')
-    p.write_text(text.replace('train = { split = "train", threshold = 2 }\n\n[[models]]\nlabel = "Student"',
-                              'train = { split = "train", threshold = 2 }\nseeds = 2\n\n[[models]]\nlabel = "Student"'))
+    p.write_text(
+        text.replace(
+            'train = { split = "train", threshold = 2 }\n\n[[models]]\nlabel = "Student"',
+            'train = { split = "train", threshold = 2 }\nseeds = 2\n\n[[models]]\nlabel = "Student"',
+        )
+    )
     result = run_experiment(load_spec(p), progress=False, model_dir=tmp_path / "models")
     log = result.training["Student"]
     assert len(log["teacher_factors"]) == 2 and all(f > 0 for f in log["teacher_factors"])
@@ -612,14 +675,18 @@ def test_a_teacher_row_is_validated(tiny_data, tmp_path, tiny_bert):
     p = tmp_path / "d.toml"
     text = DISTILLED.format(base=tiny_bert, teacher='"Teacher"')
     p.write_text(text.replace('label = "Teacher"', 'label = "T"').replace('teacher = "Teacher"', 'teacher = "Student"'))
-    with pytest.raises(SpecError, match=r"row 'Student': teacher 'Student' must be a trained bert-rel row listed before it"):
+    with pytest.raises(
+        SpecError, match=r"row 'Student': teacher 'Student' must be a trained bert-rel row listed before it"
+    ):
         load_spec(p)
     p.write_text(text.replace('loss = "margin_mse", ', ""))
     with pytest.raises(SpecError, match=r"'teacher' .* needed by, and only by"):
         load_spec(p)
     # every row an ensemble names is checked; a seed row counts as its row
     p.write_text(text.replace('teacher = "Teacher"', 'teacher = ["Teacher", "Student (seed 1)"]') + "seeds = 2\n")
-    with pytest.raises(SpecError, match=r"teacher 'Student \(seed 1\)' must be a trained bert-rel row listed before it"):
+    with pytest.raises(
+        SpecError, match=r"teacher 'Student \(seed 1\)' must be a trained bert-rel row listed before it"
+    ):
         load_spec(p)
     p.write_text(text.replace('teacher = "Teacher"', 'teacher = ["Teacher", ""]'))
     with pytest.raises(SpecError, match=r"'teacher' lists saved cross-encoders' directories; got an empty name"):

@@ -99,12 +99,15 @@ def test_union_hybrid_row(tiny_data, tmp_path) -> None:  # type: ignore[no-untyp
         assert [d for d, _ in ranked(hyb[q])] == want + [d for d, _ in ranked(sem.get(q, {})) if d not in want]
 
 
-@pytest.mark.parametrize("change,message", [
-    (lambda s: s.replace('candidates = "full:10"', 'candidates = "judged"'), "need candidates = 'full:K'"),
-    (lambda s: s.replace('combine = ["Lexical", "Semantic"]', 'combine = ["Lexical"]'), "must combine"),
-    (lambda s: s + 'hybrid = { scorer = "rrf", depth = 3 }\n', "unknown keys"),
-    (lambda s: s.replace("depth = 3", "depth = 0"), "at least 1"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda s: s.replace('candidates = "full:10"', 'candidates = "judged"'), "need candidates = 'full:K'"),
+        (lambda s: s.replace('combine = ["Lexical", "Semantic"]', 'combine = ["Lexical"]'), "must combine"),
+        (lambda s: s + 'hybrid = { scorer = "rrf", depth = 3 }\n', "unknown keys"),
+        (lambda s: s.replace("depth = 3", "depth = 0"), "at least 1"),
+    ],
+)
 def test_hybrid_spec_validation(tmp_path, change, message) -> None:  # type: ignore[no-untyped-def]
     p = tmp_path / "h.toml"
     p.write_text(change(SPEC.format(candidates="full:10")))

@@ -111,7 +111,7 @@ def test_env_configures_workers(monkeypatch) -> None:
 def test_page_asks_for_the_key_once(bundle, tmp_path) -> None:
     """Headless Chromium on a keyed service: the first search answers 401, the page asks for the
     key, keeps it for the tab and sends it in the header (never in the URL)."""
-    from test_search_page import _need_chromium, _serve, CHROMIUM
+    from test_search_page import CHROMIUM, _need_chromium, _serve
 
     _need_chromium()
     from playwright.sync_api import sync_playwright
@@ -154,8 +154,13 @@ def test_served_with_workers_requires_key(bundle) -> None:
         port = s.getsockname()[1]
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root / "src"), "SEMSEARCH_API_KEY": KEY, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--port", str(port), "--workers", "2"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--port", str(port), "--workers", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         base, deadline = f"http://127.0.0.1:{port}", time.time() + 60
         while time.time() < deadline:

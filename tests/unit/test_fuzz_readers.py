@@ -20,32 +20,110 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from semsearch.data import (DataFormatError, DataWarning, TrainingData, iter_clicks, iter_pairs, load_corpus, load_qrels,
-                            load_queries, load_query_domains, read_run)
+from semsearch.data import (
+    DataFormatError,
+    DataWarning,
+    TrainingData,
+    iter_clicks,
+    iter_pairs,
+    load_corpus,
+    load_qrels,
+    load_queries,
+    load_query_domains,
+    read_run,
+)
 
-settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True, database=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("nightly", max_examples=2000, deadline=None, database=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile(
+    "ci",
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "nightly",
+    max_examples=2000,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 FUZZ = settings.get_profile(os.environ.get("SEMSEARCH_FUZZ_PROFILE", "ci"))
 """The profile every fuzz test runs under (not loaded globally: other tests keep their own)."""
 
 _BOM = b"\xef\xbb\xbf"
-_BAD_BYTES = [b"\xff", b"\xc3", b"\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x00", b"\t", b"\n", b"\r", b'"',
-              b"{", b"\xe2\x80\xa8", b"\xc2\x85", b"\x1c"]
+_BAD_BYTES = [
+    b"\xff",
+    b"\xc3",
+    b"\x80",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\x00",
+    b"\t",
+    b"\n",
+    b"\r",
+    b'"',
+    b"{",
+    b"\xe2\x80\xa8",
+    b"\xc2\x85",
+    b"\x1c",
+]
 
 # ------------------------------------------------------------------------------ input strategies
-SPECIAL_STRINGS = ["", " ", "d1", "q1", "0", "-1", "3", "2.5", "1e309", "nan", "NaN", "inf", "-inf", "+3", "٣", "²",
-                   "9" * 30, "9" * 5000, "query-id", "corpus-id", "score", "Q0", "id", "title", "text", "é", "\u00a0",
-                   "\u2028", "\x85", "\x0c", "\x1c", "a b", "null", "{}", "[]"]
+SPECIAL_STRINGS = [
+    "",
+    " ",
+    "d1",
+    "q1",
+    "0",
+    "-1",
+    "3",
+    "2.5",
+    "1e309",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "+3",
+    "٣",
+    "²",
+    "9" * 30,
+    "9" * 5000,
+    "query-id",
+    "corpus-id",
+    "score",
+    "Q0",
+    "id",
+    "title",
+    "text",
+    "é",
+    "\u00a0",
+    "\u2028",
+    "\x85",
+    "\x0c",
+    "\x1c",
+    "a b",
+    "null",
+    "{}",
+    "[]",
+]
 atoms = st.one_of(st.sampled_from(SPECIAL_STRINGS), st.text(max_size=6))
 """One field of a separated line: the strings that trip parsers, and any short text."""
 
 json_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=10**20, max_value=10**400),
-    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(SPECIAL_STRINGS), st.text(max_size=6))
-json_values = st.recursive(json_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)), max_leaves=6)
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**20, max_value=10**400),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(SPECIAL_STRINGS),
+    st.text(max_size=6),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=6,
+)
 """Any JSON value (NaN, infinities and integers past 64 bits included), a few levels deep."""
 
 
@@ -108,8 +186,13 @@ def corrupted_file(draw: st.DrawFn, lines: st.SearchStrategy[list[str]]) -> byte
 
 def file_bytes(lines: st.SearchStrategy[list[str]]) -> st.SearchStrategy[bytes]:
     """Corrupted structured files, and random bytes (a fifth of the examples)."""
-    return st.one_of(corrupted_file(lines), corrupted_file(lines), corrupted_file(lines), corrupted_file(lines),
-                     st.binary(max_size=200))
+    return st.one_of(
+        corrupted_file(lines),
+        corrupted_file(lines),
+        corrupted_file(lines),
+        corrupted_file(lines),
+        st.binary(max_size=200),
+    )
 
 
 ids = st.sampled_from(["d1", "d2", "d3", "q1", "q2", "0", "1"])
@@ -128,13 +211,17 @@ def separated(n: int, sep: str = "\t", kinds: list[str] | None = None) -> st.Sea
 
 def json_lines(record: st.SearchStrategy[dict], keys: list[str]) -> st.SearchStrategy[list[str]]:
     line = st.one_of(mutated(record, keys), mutated(record, keys), mutated(record, keys), json_values).map(
-        lambda v: json.dumps(v, ensure_ascii=False))
-    return st.lists(st.one_of(line, line, line, line, line, st.sampled_from(["", " ", "{", "[1]", "NaN", '{"_id": "d1"}'])),
-                    max_size=6)
+        lambda v: json.dumps(v, ensure_ascii=False)
+    )
+    return st.lists(
+        st.one_of(line, line, line, line, line, st.sampled_from(["", " ", "{", "[1]", "NaN", '{"_id": "d1"}'])),
+        max_size=6,
+    )
 
 
-def tsv_lines(n: int, header: list[str] | None = None, sep: str = "\t",
-              kinds: list[str] | None = None) -> st.SearchStrategy[list[str]]:
+def tsv_lines(
+    n: int, header: list[str] | None = None, sep: str = "\t", kinds: list[str] | None = None
+) -> st.SearchStrategy[list[str]]:
     line = separated(n, sep, kinds)
     first = st.just(sep.join(header)) if header else line
     return st.tuples(st.one_of(first, line), st.lists(line, max_size=5)).map(lambda t: [t[0], *t[1]])
@@ -177,8 +264,11 @@ def test_corpus_jsonl(scratch: Path, raw: bytes, skip: bool) -> None:
 
 
 @FUZZ
-@given(raw=file_bytes(tsv_lines(3, ["id", "title", "text"], kinds=["id", "text", "text"])), name=st.sampled_from(["docs.tsv", "docs"]),
-       skip=st.booleans())
+@given(
+    raw=file_bytes(tsv_lines(3, ["id", "title", "text"], kinds=["id", "text", "text"])),
+    name=st.sampled_from(["docs.tsv", "docs"]),
+    skip=st.booleans(),
+)
 def test_corpus_tsv(scratch: Path, raw: bytes, name: str, skip: bool) -> None:
     """The TSV collection `semsearch index build --data FILE` reads (by suffix or sniffed)."""
     corpus = reads_or_names_line(scratch / name, raw, lambda p: load_corpus(p, skip_bad_lines=skip))
@@ -187,8 +277,14 @@ def test_corpus_tsv(scratch: Path, raw: bytes, name: str, skip: bool) -> None:
 
 
 @FUZZ
-@given(raw=st.one_of(file_bytes(json_lines(st.fixed_dictionaries({"_id": ids, "text": words}), ["_id", "text"])),
-                     file_bytes(tsv_lines(2, kinds=["id", "text"]))), name=st.sampled_from(["queries.jsonl", "queries.tsv", "queries"]), skip=st.booleans())
+@given(
+    raw=st.one_of(
+        file_bytes(json_lines(st.fixed_dictionaries({"_id": ids, "text": words}), ["_id", "text"])),
+        file_bytes(tsv_lines(2, kinds=["id", "text"])),
+    ),
+    name=st.sampled_from(["queries.jsonl", "queries.tsv", "queries"]),
+    skip=st.booleans(),
+)
 def test_queries(scratch: Path, raw: bytes, name: str, skip: bool) -> None:
     queries = reads_or_names_line(scratch / name, raw, lambda p: load_queries(p, skip_bad_lines=skip))
     if queries is not None:
@@ -196,11 +292,17 @@ def test_queries(scratch: Path, raw: bytes, name: str, skip: bool) -> None:
 
 
 @FUZZ
-@given(raw=st.one_of(file_bytes(tsv_lines(3, ["query-id", "corpus-id", "score"], kinds=["id", "id", "int"])),
-                     file_bytes(tsv_lines(4, sep=" ", kinds=["id", "int", "id", "int"]))), skip=st.booleans())
+@given(
+    raw=st.one_of(
+        file_bytes(tsv_lines(3, ["query-id", "corpus-id", "score"], kinds=["id", "id", "int"])),
+        file_bytes(tsv_lines(4, sep=" ", kinds=["id", "int", "id", "int"])),
+    ),
+    skip=st.booleans(),
+)
 def test_qrels(scratch: Path, raw: bytes, skip: bool) -> None:
-    qrels = reads_or_names_line(scratch / "qrels.tsv", raw,
-                                lambda p: load_qrels(p, doc_ids={"d1", "d2", "0"}, skip_bad_lines=skip))
+    qrels = reads_or_names_line(
+        scratch / "qrels.tsv", raw, lambda p: load_qrels(p, doc_ids={"d1", "d2", "0"}, skip_bad_lines=skip)
+    )
     if qrels is not None:
         assert all(isinstance(g, int) for docs in qrels.values() for g in docs.values())
 
@@ -232,9 +334,19 @@ def test_clicks(scratch: Path, raw: bytes, skip: bool) -> None:
 
 
 @FUZZ
-@given(raw=st.one_of(*(file_bytes(tsv_lines(len(h), list(h))) for h in
-                       [("split", "dialogue_id", "domains", "text"), ("split", "domain", "intent", "text"),
-                        ("split", "intent", "text")])), skip=st.booleans())
+@given(
+    raw=st.one_of(
+        *(
+            file_bytes(tsv_lines(len(h), list(h)))
+            for h in [
+                ("split", "dialogue_id", "domains", "text"),
+                ("split", "domain", "intent", "text"),
+                ("split", "intent", "text"),
+            ]
+        )
+    ),
+    skip=st.booleans(),
+)
 def test_query_domains(scratch: Path, raw: bytes, skip: bool) -> None:
     records = reads_or_names_line(scratch / "domains.tsv", raw, lambda p: load_query_domains(p, skip_bad_lines=skip))
     if records is not None:
@@ -261,8 +373,11 @@ def toml_lines(doc: Any) -> list[str]:
     """A spec as TOML lines: top-level keys, then each model as a ``[[models]]`` table."""
     if not isinstance(doc, dict):
         return [toml_value(doc)]
-    lines = [f"{json.dumps(k)} = {toml_value(v)}" for k, v in doc.items()
-             if not (k == "models" and isinstance(v, list) and all(isinstance(m, dict) for m in v))]
+    lines = [
+        f"{json.dumps(k)} = {toml_value(v)}"
+        for k, v in doc.items()
+        if not (k == "models" and isinstance(v, list) and all(isinstance(m, dict) for m in v))
+    ]
     for m in doc.get("models", []) if isinstance(doc.get("models"), list) else []:
         if isinstance(m, dict):
             lines += ["", "[[models]]", *(f"{json.dumps(k)} = {toml_value(v)}" for k, v in m.items())]
@@ -270,24 +385,71 @@ def toml_lines(doc: Any) -> list[str]:
 
 
 RANKING_SPEC = {
-    "name": "fuzz", "title": "T", "source": "S", "dataset": "tiny", "split": "test", "candidates": "full:100",
-    "metrics": ["ndcg@10"], "tune": "split:dev", "baselines": ["BM25"], "rel_threshold": 1,
-    "models": [{"label": "BM25", "model": "bm25", "params": {"k1": 0.9}, "grid": {"b": [0.4, 0.75]},
-                "expect": {"ndcg@10": [0.1, 0.9]}, "paper": {"ndcg@10": 0.5}},
-               {"label": "ULM", "model": "ulm", "depth": 10},
-               {"label": "mix", "model": "interpolate", "combine": ["BM25", "ULM"], "grid": {"weight": [0.5]}}],
+    "name": "fuzz",
+    "title": "T",
+    "source": "S",
+    "dataset": "tiny",
+    "split": "test",
+    "candidates": "full:100",
+    "metrics": ["ndcg@10"],
+    "tune": "split:dev",
+    "baselines": ["BM25"],
+    "rel_threshold": 1,
+    "models": [
+        {
+            "label": "BM25",
+            "model": "bm25",
+            "params": {"k1": 0.9},
+            "grid": {"b": [0.4, 0.75]},
+            "expect": {"ndcg@10": [0.1, 0.9]},
+            "paper": {"ndcg@10": 0.5},
+        },
+        {"label": "ULM", "model": "ulm", "depth": 10},
+        {"label": "mix", "model": "interpolate", "combine": ["BM25", "ULM"], "grid": {"weight": [0.5]}},
+    ],
 }
 CLASSIFICATION_SPEC = {
-    "name": "fuzz-c", "title": "T", "source": "S", "kind": "classification", "domain_set": "sgd",
-    "domains": ["a", "b"], "fractions": [0.1, 1.0], "paper": {"DNN": {"a": 0.9}}, "expect": {"DNN": {"a": [0.5, 1.0]}},
+    "name": "fuzz-c",
+    "title": "T",
+    "source": "S",
+    "kind": "classification",
+    "domain_set": "sgd",
+    "domains": ["a", "b"],
+    "fractions": [0.1, 1.0],
+    "paper": {"DNN": {"a": 0.9}},
+    "expect": {"DNN": {"a": [0.5, 1.0]}},
 }
-SPEC_KEYS = sorted({*RANKING_SPEC, *CLASSIFICATION_SPEC, "label", "model", "params", "grid", "train", "combine",
-                    "depth", "hybrid", "index", "crosstab", "gain", "queries", "fields", "norm", "analyzer"})
+SPEC_KEYS = sorted(
+    {
+        *RANKING_SPEC,
+        *CLASSIFICATION_SPEC,
+        "label",
+        "model",
+        "params",
+        "grid",
+        "train",
+        "combine",
+        "depth",
+        "hybrid",
+        "index",
+        "crosstab",
+        "gain",
+        "queries",
+        "fields",
+        "norm",
+        "analyzer",
+    }
+)
 
 
 @FUZZ
-@given(raw=file_bytes(st.one_of(mutated(st.just(RANKING_SPEC), SPEC_KEYS),
-                                mutated(st.just(CLASSIFICATION_SPEC), SPEC_KEYS)).map(toml_lines)))
+@given(
+    raw=file_bytes(
+        st.one_of(mutated(st.just(RANKING_SPEC), SPEC_KEYS), mutated(st.just(CLASSIFICATION_SPEC), SPEC_KEYS)).map(
+            toml_lines
+        )
+    )
+)
 def test_spec_toml(scratch: Path, raw: bytes) -> None:
     """A spec file loads, or SpecError names the file (and the line or key)."""
     from semsearch.experiments.spec import ClassificationSpec, ExperimentSpec, SpecError, load_spec
@@ -339,8 +501,27 @@ def saved_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pa
     return {k: (d, json.loads((d / "config.json").read_text(encoding="utf-8"))) for k, d in dirs.items()}
 
 
-CONFIG_KEYS = ["model", "params", "analyzer", "vocabulary", "trigrams", "max_words", "terms", "doc_ids", "stem",
-               "stopwords", "k1", "b", "out", "hidden", "conv", "window", "dim", "kernels", "seed"]
+CONFIG_KEYS = [
+    "model",
+    "params",
+    "analyzer",
+    "vocabulary",
+    "trigrams",
+    "max_words",
+    "terms",
+    "doc_ids",
+    "stem",
+    "stopwords",
+    "k1",
+    "b",
+    "out",
+    "hidden",
+    "conv",
+    "window",
+    "dim",
+    "kernels",
+    "seed",
+]
 
 
 @FUZZ
@@ -352,10 +533,14 @@ def test_model_config_json(saved_models: dict[str, tuple[Path, dict]], data: st.
     from semsearch.plugins import load_model
 
     d, config = saved_models[kind]
-    raw = data.draw(st.one_of(
-        mutated(st.just(config), CONFIG_KEYS).map(lambda c: json.dumps(c, ensure_ascii=False).encode()),
-        mutated(st.just(config), CONFIG_KEYS).map(lambda c: json.dumps(c, indent=1).encode()),
-        file_bytes(st.just(json.dumps(config, indent=1).splitlines()))), label="config.json")
+    raw = data.draw(
+        st.one_of(
+            mutated(st.just(config), CONFIG_KEYS).map(lambda c: json.dumps(c, ensure_ascii=False).encode()),
+            mutated(st.just(config), CONFIG_KEYS).map(lambda c: json.dumps(c, indent=1).encode()),
+            file_bytes(st.just(json.dumps(config, indent=1).splitlines())),
+        ),
+        label="config.json",
+    )
     (d / "config.json").write_bytes(raw)
     try:
         model = load_model(d)
@@ -388,23 +573,58 @@ def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
     return p, {f: (p / f).read_bytes() for f in BUNDLE_JSON}
 
 
-BUNDLE_JSON = ["manifest.json", "models/dssm/retriever.json", "models/dssm/index/vector_index.json",
-               "models/dssm/index/ids.json", "spelling.json"]
+BUNDLE_JSON = [
+    "manifest.json",
+    "models/dssm/retriever.json",
+    "models/dssm/index/vector_index.json",
+    "models/dssm/index/ids.json",
+    "spelling.json",
+]
 """The bundle's JSON files that no model directory seals (the manifest's checksums cover them:
 the others are fuzzed with verification off)."""
 
 
-MANIFEST_KEYS = ["format", "files", "models", "lexical", "ranker", "name", "path", "dim", "kind", "store",
-                 "documents", "fields", "collection", "postgres", "data", "documents.jsonl", "../x", "/etc/passwd",
-                 "metric", "params", "count", "model", "probes", "encoder", "batch_size", "index_params", "efSearch",
-                 "rescorer", "depth", "spelling", "words"]
+MANIFEST_KEYS = [
+    "format",
+    "files",
+    "models",
+    "lexical",
+    "ranker",
+    "name",
+    "path",
+    "dim",
+    "kind",
+    "store",
+    "documents",
+    "fields",
+    "collection",
+    "postgres",
+    "data",
+    "documents.jsonl",
+    "../x",
+    "/etc/passwd",
+    "metric",
+    "params",
+    "count",
+    "model",
+    "probes",
+    "encoder",
+    "batch_size",
+    "index_params",
+    "efSearch",
+    "rescorer",
+    "depth",
+    "spelling",
+    "words",
+]
 
 
 @pytest.mark.parametrize("target", BUNDLE_JSON)
 @FUZZ
 @given(data=st.data(), verify=st.booleans())
-def test_bundle_json_files(bundle_dir: tuple[Path, dict[str, bytes]], data: st.DataObject, target: str,
-                           verify: bool) -> None:
+def test_bundle_json_files(
+    bundle_dir: tuple[Path, dict[str, bytes]], data: st.DataObject, target: str, verify: bool
+) -> None:
     """A bundle whose manifest.json (or, unverified, a vector index's or retriever's JSON) is
     corrupted loads (then searches), or ModelDirError names the bundle."""
     from semsearch.index import Bundle
@@ -412,14 +632,19 @@ def test_bundle_json_files(bundle_dir: tuple[Path, dict[str, bytes]], data: st.D
 
     p, saved = bundle_dir
     original = json.loads(saved[target])
-    raw = data.draw(st.one_of(
-        mutated(st.just(original), MANIFEST_KEYS).map(lambda m: json.dumps(m, indent=1).encode()),
-        mutated(st.just(original), MANIFEST_KEYS).map(lambda m: json.dumps(m, indent=1).encode()),
-        file_bytes(st.just(json.dumps(original, indent=1).splitlines()))), label=target)
+    raw = data.draw(
+        st.one_of(
+            mutated(st.just(original), MANIFEST_KEYS).map(lambda m: json.dumps(m, indent=1).encode()),
+            mutated(st.just(original), MANIFEST_KEYS).map(lambda m: json.dumps(m, indent=1).encode()),
+            file_bytes(st.just(json.dumps(original, indent=1).splitlines())),
+        ),
+        label=target,
+    )
     (p / target).write_bytes(raw)
     try:
-        bundle = Bundle.load(p, verify=verify and target == "manifest.json",
-                             store="faiss" if data.draw(st.booleans()) else None)
+        bundle = Bundle.load(
+            p, verify=verify and target == "manifest.json", store="faiss" if data.draw(st.booleans()) else None
+        )
     except ModelDirError as e:
         assert str(p) in str(e), e
         return
@@ -435,8 +660,11 @@ def test_bundle_json_files(bundle_dir: tuple[Path, dict[str, bytes]], data: st.D
 
 # ------------------------------------------------------------------------------ the CLI: no half-written output
 @FUZZ
-@given(raw=file_bytes(tsv_lines(3, ["id", "title", "text"], kinds=["id", "text", "text"])),
-       fields=st.sampled_from(["title+text", "title", "text"]), skip=st.booleans())
+@given(
+    raw=file_bytes(tsv_lines(3, ["id", "title", "text"], kinds=["id", "text", "text"])),
+    fields=st.sampled_from(["title+text", "title", "text"]),
+    skip=st.booleans(),
+)
 def test_index_build_from_a_tsv_collection(scratch: Path, raw: bytes, fields: str, skip: bool) -> None:
     """`semsearch index build --data FILE.tsv`: a bundle that loads and searches, or exit code 2
     with one `error:` line naming the file, and no bundle nor temporary folder left behind."""
@@ -481,8 +709,9 @@ def test_encode_a_text_file(scratch: Path, saved_models: dict[str, tuple[Path, d
     src, out = scratch / "texts.txt", scratch / "enc" / "vectors.npy"
     src.write_bytes(raw)
     out.unlink(missing_ok=True)
-    r = CliRunner().invoke(app, ["encode", "--model", str(saved_models["dssm"][0]), "--texts", str(src),
-                                 "--out", str(out), "--side", side])
+    r = CliRunner().invoke(
+        app, ["encode", "--model", str(saved_models["dssm"][0]), "--texts", str(src), "--out", str(out), "--side", side]
+    )
     if r.exit_code == 0:
         event("parsed")
         lines = raw.split(b"\n")

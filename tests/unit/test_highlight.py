@@ -53,16 +53,19 @@ def test_term_spans_take_a_preanalysed_query():
     assert term_spans(terms, "a drill", en) == [(2, 7)] and term_spans(frozenset(), "a drill", en) == []
 
 
-@pytest.mark.parametrize("text,query,expected", [
-    ("red cat", "cat", [(4, 7)]),  # all BMP: unchanged
-    ("🐈 red cat", "cat", [(7, 10)]),  # the emoji is 2 UTF-16 units
-    ("🐈🐈cat 🐕 cat", "cat", [(4, 7), (11, 14)]),
-    ("cat🐈cat", "cat", [(0, 3), (5, 8)]),
-    ("𝐀 é 🐈 cat", "cat", [(8, 11)]),  # a non-BMP letter is a word of its own, 2 units
-])
+@pytest.mark.parametrize(
+    "text,query,expected",
+    [
+        ("red cat", "cat", [(4, 7)]),  # all BMP: unchanged
+        ("🐈 red cat", "cat", [(7, 10)]),  # the emoji is 2 UTF-16 units
+        ("🐈🐈cat 🐕 cat", "cat", [(4, 7), (11, 14)]),
+        ("cat🐈cat", "cat", [(0, 3), (5, 8)]),
+        ("𝐀 é 🐈 cat", "cat", [(8, 11)]),  # a non-BMP letter is a word of its own, 2 units
+    ],
+)
 def test_utf16_spans_count_non_bmp_characters_twice(text, query, expected):
     spans = match_spans(query, text)
     utf16 = utf16_spans(text, spans)
     assert utf16 == expected
     units = text.encode("utf-16-le")
-    assert [units[2 * a:2 * b].decode("utf-16-le") for a, b in utf16] == words(text, spans)
+    assert [units[2 * a : 2 * b].decode("utf-16-le") for a, b in utf16] == words(text, spans)

@@ -90,8 +90,12 @@ def test_hybrid_recall_is_at_least_each_stage_on_a_tiny_collection() -> None:
         groups = [{"drill", "driver", "power"}, {"garden", "hose"}, {"bit", "set"}, {"cordless"}, {"tool"}]
 
         def _enc(self, texts):  # type: ignore[no-untyped-def]
-            return np.array([[float(any(w in g for w in t.split())) for g in self.groups] for t in texts],
-                            dtype=np.float32) + 1e-3
+            return (
+                np.array(
+                    [[float(any(w in g for w in t.split())) for g in self.groups] for t in texts], dtype=np.float32
+                )
+                + 1e-3
+            )
 
         encode_queries = encode_documents = _enc
 

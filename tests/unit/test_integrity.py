@@ -51,8 +51,11 @@ def test_a_sealed_model_loads_and_lists_its_files(tmp_path):
 def test_wrong_dimension_in_the_config_names_tensor_and_both_shapes(tmp_path):
     _dssm().save(tmp_path / "m")
     _edit_json(tmp_path / "m" / "config.json", lambda c: c["params"].update(out=6))
-    with pytest.raises(ModelDirError, match=r"weights do not match .*: config\.json gives \(6, 8\), "
-                                            r"weights\.safetensors has \(4, 8\)"):
+    with pytest.raises(
+        ModelDirError,
+        match=r"weights do not match .*: config\.json gives \(6, 8\), "
+        r"weights\.safetensors has \(4, 8\)",
+    ):
         load_model(tmp_path / "m")
 
 
@@ -63,8 +66,11 @@ def test_wrong_model_name_is_refused(tmp_path):
     with pytest.raises(ModelDirError, match=r"holds a 'dssm' model, not 'clsm'"):
         CLSM.load(tmp_path / "m")
     _edit_json(tmp_path / "m" / "config.json", lambda c: c.update(model="clsm"))
-    with pytest.raises(ModelDirError, match=r"weights do not match the config's architecture \(.*config\.json gives "
-                                            r".*weights\.safetensors has"):
+    with pytest.raises(
+        ModelDirError,
+        match=r"weights do not match the config's architecture \(.*config\.json gives "
+        r".*weights\.safetensors has",
+    ):
         load_model(tmp_path / "m")  # a CLSM's towers over a DSSM's weights
 
 
@@ -72,8 +78,11 @@ def test_truncated_files_are_refused(tmp_path):
     _dssm().save(tmp_path / "m")
     w = tmp_path / "m" / "weights.safetensors"
     w.write_bytes(w.read_bytes()[:-10])
-    with pytest.raises(ModelDirError, match=r"weights\.safetensors: sha256 \w+…, but config\.json "
-                                            r"'files\.weights\.safetensors' says \w+…"):
+    with pytest.raises(
+        ModelDirError,
+        match=r"weights\.safetensors: sha256 \w+…, but config\.json "
+        r"'files\.weights\.safetensors' says \w+…",
+    ):
         load_model(tmp_path / "m")
     # a directory saved before sealing (no 'files'): the readers themselves refuse a cut file
     _edit_json(tmp_path / "m" / "config.json", lambda c: c.pop("files"))
@@ -148,8 +157,9 @@ def test_saving_again_over_a_training_log_and_a_cache_entry(tmp_path):
 def bundles(tmp_path) -> tuple[Path, Path]:
     """Two BM25 + DSSM bundles of the same documents, the DSSMs with different weights."""
     corpus = Corpus(IDS, TEXTS, ["", "", ""])
-    return tuple(build_bundle(corpus, [create_model("bm25"), _dssm(seed)], tmp_path / f"b{seed}", dataset="t")
-                 for seed in (0, 1))  # type: ignore[return-value]
+    return tuple(
+        build_bundle(corpus, [create_model("bm25"), _dssm(seed)], tmp_path / f"b{seed}", dataset="t") for seed in (0, 1)
+    )  # type: ignore[return-value]
 
 
 def test_bundle_manifest_that_disagrees_with_its_models(bundles):
@@ -158,15 +168,23 @@ def test_bundle_manifest_that_disagrees_with_its_models(bundles):
     man = p / "manifest.json"
     saved = man.read_text()
     cases = [
-        (lambda m: m["models"][0].update(dim=5),
-         r"manifest\.json: 'models\[0\]\.dim' says 5, the dssm encoder in models/dssm embeds in 4 dimensions"),
-        (lambda m: m["models"][0].update(name="clsm"),
-         r"manifest\.json: 'models\[0\]\.name' says 'clsm', but its directory holds a 'dssm' model"),
-        (lambda m: m["lexical"].update(name="ulm"),
-         r"manifest\.json: 'lexical\.name' says 'ulm', but its directory holds a 'bm25' model"),
+        (
+            lambda m: m["models"][0].update(dim=5),
+            r"manifest\.json: 'models\[0\]\.dim' says 5, the dssm encoder in models/dssm embeds in 4 dimensions",
+        ),
+        (
+            lambda m: m["models"][0].update(name="clsm"),
+            r"manifest\.json: 'models\[0\]\.name' says 'clsm', but its directory holds a 'dssm' model",
+        ),
+        (
+            lambda m: m["lexical"].update(name="ulm"),
+            r"manifest\.json: 'lexical\.name' says 'ulm', but its directory holds a 'bm25' model",
+        ),
         (lambda m: m.update(documents=4), r"manifest\.json: 'documents' says 4, documents\.jsonl holds 3"),
-        (lambda m: m["lexical"].update(path="../b1/lexical"),
-         r"manifest\.json: 'lexical\.path' must be a relative path inside the bundle, got '\.\./b1/lexical'"),
+        (
+            lambda m: m["lexical"].update(path="../b1/lexical"),
+            r"manifest\.json: 'lexical\.path' must be a relative path inside the bundle, got '\.\./b1/lexical'",
+        ),
         (lambda m: m["models"][0].update(dim="4"), r"manifest\.json: 'models\[0\]\.dim' must be a positive integer"),
         (lambda m: m.pop("files"), r"manifest\.json: 'files' must be a table of file -> sha256, got None"),
     ]
@@ -182,8 +200,11 @@ def test_bundle_files_truncated_missing_added_or_swapped(bundles):
     index = p / "models/dssm/index/index.faiss"
     good = index.read_bytes()
     index.write_bytes(good[:-16])
-    with pytest.raises(ModelDirError, match=r"checksum mismatch for models/dssm/index/index\.faiss: manifest\.json "
-                                            r"'files' says sha256 \w+…, the file has \w+…"):
+    with pytest.raises(
+        ModelDirError,
+        match=r"checksum mismatch for models/dssm/index/index\.faiss: manifest\.json "
+        r"'files' says sha256 \w+…, the file has \w+…",
+    ):
         Bundle.load(p)
     with pytest.raises(ModelDirError, match="corrupt vector index"):
         Bundle.load(p, verify=False)

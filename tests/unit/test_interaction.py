@@ -10,10 +10,10 @@ import torch
 
 from semsearch.data import EvalSet, TrainingData, open_dataset
 from semsearch.models import ModelDirError, rank
-from semsearch.plugins import create_model, load_model
 from semsearch.models.interaction import dynamic_pool_index, knrm_kernels, pad_rows
-from semsearch.text import Vocabulary
 from semsearch.params import ParamError
+from semsearch.plugins import create_model, load_model
+from semsearch.text import Vocabulary
 from semsearch.training import fit, recipe
 from semsearch.training.args import PairwiseArgs
 
@@ -154,7 +154,12 @@ def test_parameters_are_typed_and_checked(name):
         recipe(name, {"margin": 0})
     kw, args = recipe(name, {"dim": 8, "min_count": 1, "max_vocab": 100, "negatives": 3, "margin": 0.5, "epochs": 2})
     assert kw == {"dim": 8, "min_count": 1, "max_vocab": 100}
-    assert isinstance(args, PairwiseArgs) and (args.negatives, args.margin, args.epochs, args.optimizer) == (3, 0.5, 2, "adam")
+    assert isinstance(args, PairwiseArgs) and (args.negatives, args.margin, args.epochs, args.optimizer) == (
+        3,
+        0.5,
+        2,
+        "adam",
+    )
     if name == "matchpyramid":
         with pytest.raises(ParamError, match="'pool' must be two positive"):
             create_model(name, pool=[3])
@@ -165,9 +170,21 @@ def test_model_dirs_saved_with_training_keys_still_load(tmp_path):
     m.index(["a", "b"], ["red brick wall", "blue door"])
     m.save(tmp_path / "m")
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())
-    cfg["params"].update({"negatives": 2, "hard_negatives": 4, "margin": 1.0, "optimizer": "adam", "lr": 1e-3,
-                          "batch_size": 256, "epochs": 6, "patience": 2, "dev_metric": "ndcg@10", "seed": 0,
-                          "neg_pool": 4096})
+    cfg["params"].update(
+        {
+            "negatives": 2,
+            "hard_negatives": 4,
+            "margin": 1.0,
+            "optimizer": "adam",
+            "lr": 1e-3,
+            "batch_size": 256,
+            "epochs": 6,
+            "patience": 2,
+            "dev_metric": "ndcg@10",
+            "seed": 0,
+            "neg_pool": 4096,
+        }
+    )
     (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
     back = load_model(tmp_path / "m")
     back.index(["a", "b"], ["red brick wall", "blue door"])

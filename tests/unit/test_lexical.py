@@ -237,7 +237,9 @@ def test_lexical_recipe_and_old_configs(bm25, tmp_path):
     from semsearch.training import recipe
 
     assert recipe("bm25", {"k1": 1.2, "analyzer": "english", "stats": "exclude-query-pool"}) == (
-        {"k1": 1.2, "analyzer": "english", "stats": "exclude-query-pool"}, None)
+        {"k1": 1.2, "analyzer": "english", "stats": "exclude-query-pool"},
+        None,
+    )
     with pytest.raises(ParamError, match=r"--param: bm25 has no parameter 'epochs'"):
         recipe("bm25", {"epochs": 3}, where="--param")
     bm25.with_params(k1=1.1).save(tmp_path / "m")
@@ -272,7 +274,7 @@ def _reference_retrieve(m, queries, k):
     s = (m._query_weights(ix, qc).astype(np.float32) @ m._postings).tocsr()
     out = []
     for i in range(len(queries)):
-        docs, sc = s.indices[s.indptr[i]:s.indptr[i + 1]], s.data[s.indptr[i]:s.indptr[i + 1]].astype(np.float64)
+        docs, sc = s.indices[s.indptr[i] : s.indptr[i + 1]], s.data[s.indptr[i] : s.indptr[i + 1]].astype(np.float64)
         if m._addend is not None:
             sc = sc + scale[i] * m._addend[docs]
         out.append([(ix.doc_ids[docs[j]], float(sc[j])) for j in best_k(sc, ix.id_order[docs], k)])
@@ -294,8 +296,12 @@ def test_compiled_retrieval_equals_sparse_product_and_best_k(name, parallel, mon
     p /= p.sum()
     ids = [f"d{i:04d}" for i in rng.permutation(1500)]
     texts = [" ".join(rng.choice(words, size=rng.integers(0, 30), p=p)) for _ in ids]
-    queries = [" ".join(rng.choice(words + ["unknown"], size=rng.integers(0, 6), p=np.append(p, 0.0) * 0.9
-                                   + 0.1 / (len(words) + 1))) for _ in range(300)]
+    queries = [
+        " ".join(
+            rng.choice(words + ["unknown"], size=rng.integers(0, 6), p=np.append(p, 0.0) * 0.9 + 0.1 / (len(words) + 1))
+        )
+        for _ in range(300)
+    ]
     m = create_model(name)
     m.index(ids, texts)
     walked = np.zeros(len(queries), dtype=np.int64)
@@ -306,7 +312,9 @@ def test_compiled_retrieval_equals_sparse_product_and_best_k(name, parallel, mon
     for k in (1, 3, 10, 1499, 1500, 5000):
         assert m.retrieve(queries, k) == _reference_retrieve(m, queries, k)
     ids_, scores, counts = m.retrieve_arrays(queries, 10)
-    assert [list(zip(d[:n], s[:n])) for d, s, n in zip(ids_.tolist(), scores.tolist(), counts)] == m.retrieve(queries, 10)
+    assert [list(zip(d[:n], s[:n])) for d, s, n in zip(ids_.tolist(), scores.tolist(), counts)] == m.retrieve(
+        queries, 10
+    )
     assert all(d == "" for row, n in zip(ids_, counts) for d in row[n:])
 
 

@@ -19,12 +19,36 @@ def test_load_test_runs(make_bundle, tmp_path, workers):
     b = make_bundle(tmp_path / "b")
     out = tmp_path / "load.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "load_test.py"), "--bundle", str(b), "--data", "tiny",
-                        "--clients", "4", "--seconds", "1", "--workers", str(workers), "--out", str(out)], env=env, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "load_test.py"),
+            "--bundle",
+            str(b),
+            "--data",
+            "tiny",
+            "--clients",
+            "4",
+            "--seconds",
+            "1",
+            "--workers",
+            str(workers),
+            "--out",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(out.read_text())
-    assert res["workers"] == workers and res["requests"] > 0 and res["errors"] == 0 and 0 < res["p50_ms"] <= res["p95_ms"] <= res["p99_ms"]
+    assert (
+        res["workers"] == workers
+        and res["requests"] > 0
+        and res["errors"] == 0
+        and 0 < res["p50_ms"] <= res["p95_ms"] <= res["p99_ms"]
+    )
     assert res["server_stopped_cleanly"]  # graceful shutdown on SIGTERM (lifespan shutdown ran)
     (row,) = res["summary"]  # the make bench table's line: p99 against the target, no verdict at 4 clients
     assert row["ours"] == res["p99_ms"] and row["unit"] == "ms" and row["met"] is None

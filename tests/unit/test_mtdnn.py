@@ -16,13 +16,13 @@ from semsearch.evaluation import auc
 from semsearch.experiments import SpecError, load_spec, run_experiment
 from semsearch.experiments.classification import label_sample
 from semsearch.models import rank
-from semsearch.plugins import create_model, load_model
 from semsearch.models.classifiers import letter_trigram_features, svm_scores, word_ngram_features
-from semsearch.text import TrigramHasher
 from semsearch.params import ParamError
+from semsearch.plugins import create_model, load_model
+from semsearch.text import TrigramHasher
 from semsearch.training import fit, recipe
-from semsearch.training.mtdnn import classification_auc, train_mtdnn
 from semsearch.training.args import MTDNNArgs
+from semsearch.training.mtdnn import classification_auc, train_mtdnn
 
 WORDS = {
     "food": ["restaurant", "dinner", "eat", "lunch", "pizza", "table"],
@@ -56,8 +56,16 @@ def domain_data(tiny_data):
 
 def small_args(**kw):
     """An MT-DNN and its training arguments from one parameter vocabulary."""
-    base = {"l2": 16, "out": 8, "domain_set": "toy", "domains": ["food", "hotel", "flight"], "batch_size": 32,
-            "epochs": 6, "lr": 0.5, "negatives": 4}
+    base = {
+        "l2": 16,
+        "out": 8,
+        "domain_set": "toy",
+        "domains": ["food", "hotel", "flight"],
+        "batch_size": 32,
+        "epochs": 6,
+        "lr": 0.5,
+        "negatives": 4,
+    }
     model_kw, args = recipe("mt-dnn", {**base, **kw})
     return create_model("mt-dnn", **model_kw), args
 
@@ -80,8 +88,10 @@ def test_domain_tasks_labels_and_errors(tmp_path):
         tasks.column("flight")
     # a domain that occurs only in the training split has no positives in test
     p = tmp_path / "one.tsv"
-    p.write_text("split\tdomain\tintent\ttext\ntrain\tfood\tx\teat pizza\ntrain\thotel\ty\tbook room\n"
-                 "test\thotel\ty\tstay a night\ntest\thotel\ty\tsuite\n")
+    p.write_text(
+        "split\tdomain\tintent\ttext\ntrain\tfood\tx\teat pizza\ntrain\thotel\ty\tbook room\n"
+        "test\thotel\ty\tstay a night\ntest\thotel\ty\tsuite\n"
+    )
     recs = load_query_domains(p)
     with pytest.raises(ValueError, match="domain 'food' has no positive examples in split 'test'"):
         DomainTasks.from_records(recs, ["food"], "test")
@@ -178,8 +188,9 @@ def test_algorithm1_trains_every_task_and_learns(domain_data):
 def test_selection_score(domain_data, select):
     ds = open_dataset("tiny")
     m, args = small_args(epochs=2, batch_size=16, neg_pool=32, select=select)
-    e = fit(m, TrainingData.from_dataset(ds, "train", threshold=2), EvalSet.judged(ds, "dev"), progress=False,
-            args=args)["epochs"][0]
+    e = fit(
+        m, TrainingData.from_dataset(ds, "train", threshold=2), EvalSet.judged(ds, "dev"), progress=False, args=args
+    )["epochs"][0]
     aucs = [e[f"dev_auc_{d}"] for d in ("food", "hotel", "flight")]
     assert e["dev"] == pytest.approx(e["dev_rank"] if select == "rank" else np.mean(aucs))
 
@@ -203,7 +214,9 @@ def test_single_task_dnn_and_frozen_shared_layer(domain_data):
     assert not torch.equal(dnn1.net.shared.embed.weight, before)
     other = TrigramHasher.fit(["completely different words"])
     with pytest.raises(ValueError, match="same trigram vocabulary"):
-        train_mtdnn(small(ranking=False, domains=["food"]), args=args2, tasks=tr, hasher=other, init_l2=mt, progress=False)
+        train_mtdnn(
+            small(ranking=False, domains=["food"]), args=args2, tasks=tr, hasher=other, init_l2=mt, progress=False
+        )
     with pytest.raises(ValueError, match="tasks are for domains"):
         train_mtdnn(small(ranking=False, domains=["hotel"]), args=args1, tasks=tr, progress=False)
 
@@ -221,17 +234,44 @@ def test_parameters_are_typed_and_checked(domain_data, tmp_path):
         MTDNNArgs(gamma=[1.0, 10.0])
     with pytest.raises(ParamError, match="hard_negatives"):
         MTDNNArgs(hard_negatives=2)
-    kw, args = recipe("mt-dnn", {"l2": 16, "domains": ["food"], "ranking": False, "max_trigrams": 300,
-                                 "freeze_l2": True, "cls_lr": 0.1, "select": "classification", "negatives": 50})
+    kw, args = recipe(
+        "mt-dnn",
+        {
+            "l2": 16,
+            "domains": ["food"],
+            "ranking": False,
+            "max_trigrams": 300,
+            "freeze_l2": True,
+            "cls_lr": 0.1,
+            "select": "classification",
+            "negatives": 50,
+        },
+    )
     assert kw == {"l2": 16, "domains": ["food"], "ranking": False, "max_trigrams": 300}
-    assert isinstance(args, MTDNNArgs) and (args.freeze_l2, args.cls_lr, args.select, args.negatives) == (True, 0.1, "classification", 50)
+    assert isinstance(args, MTDNNArgs) and (args.freeze_l2, args.cls_lr, args.select, args.negatives) == (
+        True,
+        0.1,
+        "classification",
+        50,
+    )
     # a model directory saved when the training settings were model parameters still loads
     m = small()
     m.build(TrigramHasher.fit(["find a hotel room", "cheap pizza dinner"]))
     m.save(tmp_path / "m")
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())
-    cfg["params"].update({"task_sampling": "uniform", "cls_lr": None, "freeze_l2": False, "select": "mean",
-                          "negatives": 4, "sampling": "random", "gamma": 10.0, "lr": 0.5, "seed": 0})
+    cfg["params"].update(
+        {
+            "task_sampling": "uniform",
+            "cls_lr": None,
+            "freeze_l2": False,
+            "select": "mean",
+            "negatives": 4,
+            "sampling": "random",
+            "gamma": 10.0,
+            "lr": 0.5,
+            "seed": 0,
+        }
+    )
     (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
     again = load_model(tmp_path / "m")
     assert again.params() == m.params() and np.allclose(again.classify(["hotel"]), m.classify(["hotel"]))
@@ -324,8 +364,20 @@ def test_cli_train_and_classify(domain_data, tmp_path, monkeypatch):
     monkeypatch.delenv("SEMSEARCH_PROGRESS", raising=False)  # the epoch lines a log shows carry each task's loss
     runner = CliRunner()
     out = tmp_path / "mt"
-    params = ["--param", "l2=16", "--param", "out=8", "--param", "domain_set=\"toy\"", "--param",
-              'domains=["food","hotel","flight"]', "--param", "batch_size=16", "--param", "epochs=3"]
+    params = [
+        "--param",
+        "l2=16",
+        "--param",
+        "out=8",
+        "--param",
+        'domain_set="toy"',
+        "--param",
+        'domains=["food","hotel","flight"]',
+        "--param",
+        "batch_size=16",
+        "--param",
+        "epochs=3",
+    ]
     r = runner.invoke(app, ["train", "mt-dnn", "--data", "tiny", "--out", str(out), "--threshold", "2", *params])
     assert r.exit_code == 0, r.output
     assert "loss_rank" in r.output and (out / "config.json").is_file()
@@ -335,6 +387,18 @@ def test_cli_train_and_classify(domain_data, tmp_path, monkeypatch):
     assert [set(x) for x in rows] == [{"query", "food", "hotel", "flight"}] * 2
     r = runner.invoke(app, ["classify", "--model", str(out), " "])
     assert r.exit_code == 2 and "empty query" in r.output
-    r = runner.invoke(app, ["train", "mt-dnn", "--data", "tiny", "--out", str(tmp_path / "x"), "--checkpoint",
-                            str(tmp_path / "ck"), *params])
+    r = runner.invoke(
+        app,
+        [
+            "train",
+            "mt-dnn",
+            "--data",
+            "tiny",
+            "--out",
+            str(tmp_path / "x"),
+            "--checkpoint",
+            str(tmp_path / "ck"),
+            *params,
+        ],
+    )
     assert r.exit_code == 2 and "checkpoints" in r.output

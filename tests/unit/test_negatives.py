@@ -94,4 +94,6 @@ def test_positives_among_a_batch_are_the_outer_lookup():
         assert np.array_equal(keys.among(rows, docs), want), trial
         assert np.array_equal(keys.isin(rows, docs[None, :]), want), trial
     assert PositiveKeys(np.array([0]), np.array([3])).among(np.array([0, 0]), np.array([3, 1, 3])).tolist() == [
-        [True, False, True], [True, False, True]]
+        [True, False, True],
+        [True, False, True],
+    ]

@@ -126,12 +126,15 @@ def _tiny(tiny_data):
 SMALL = {"batch_size": 16, "neg_pool": 32, "epochs": 4, "patience": 10, "lr": 0.5}
 
 
-@pytest.mark.parametrize("name,extra", [
-    ("dssm", {"hidden": [32], "out": 16}),
-    ("clsm", {"conv": 16, "out": 8, "window": 3}),
-    ("dssm", {"hidden": [32], "out": 16, "sampling": "in-batch", "optimizer": "adam", "lr": 0.01}),
-    ("dssm", {"hidden": [32], "out": 16, "hard_negatives": 2, "negatives": 2}),
-])
+@pytest.mark.parametrize(
+    "name,extra",
+    [
+        ("dssm", {"hidden": [32], "out": 16}),
+        ("clsm", {"conv": 16, "out": 8, "window": 3}),
+        ("dssm", {"hidden": [32], "out": 16, "sampling": "in-batch", "optimizer": "adam", "lr": 0.01}),
+        ("dssm", {"hidden": [32], "out": 16, "hard_negatives": 2, "negatives": 2}),
+    ],
+)
 def test_training_learns_and_ranks(tiny_data, name, extra):
     ds, data, dev = _tiny(tiny_data)
     m, args = _make(name, **{**SMALL, **extra})
@@ -186,7 +189,9 @@ def test_save_load_round_trip_and_corruption(tmp_path, name):
     with pytest.raises(ModelDirError, match="do not match"):
         load_model(tmp_path / "m")
     (tmp_path / "m" / "weights.safetensors").write_bytes(b"not safetensors")
-    with pytest.raises(ModelDirError, match=r"weights\.safetensors: sha256 .*config\.json 'files\.weights\.safetensors'"):
+    with pytest.raises(
+        ModelDirError, match=r"weights\.safetensors: sha256 .*config\.json 'files\.weights\.safetensors'"
+    ):
         load_model(tmp_path / "m")
     cfg.pop("files")  # a directory saved before sealing: the safetensors reader's own check
     (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
@@ -219,10 +224,26 @@ def test_parameters_are_typed_and_checked(name):
         recipe(name, {"gamma": [1.0, -2.0]})
     with pytest.raises(ParamError, match="'neg_pool' must be >= 1"):
         recipe(name, {"neg_pool": 0})
-    model_kw, args = recipe(name, {"out": 8, "max_trigrams": 500, "max_words": 16, "negatives": 50,
-                                   "gamma": [5, 10], "lr": 0.1, "seed": 2, "device": "cpu"})
+    model_kw, args = recipe(
+        name,
+        {
+            "out": 8,
+            "max_trigrams": 500,
+            "max_words": 16,
+            "negatives": 50,
+            "gamma": [5, 10],
+            "lr": 0.1,
+            "seed": 2,
+            "device": "cpu",
+        },
+    )
     assert model_kw == {"out": 8, "max_trigrams": 500, "max_words": 16}
-    assert isinstance(args, EncoderArgs) and (args.negatives, args.gamma, args.lr, args.seed) == (50, [5.0, 10.0], 0.1, 2)
+    assert isinstance(args, EncoderArgs) and (args.negatives, args.gamma, args.lr, args.seed) == (
+        50,
+        [5.0, 10.0],
+        0.1,
+        2,
+    )
     m = create_model(name, **model_kw)
     assert m.params()["max_trigrams"] == 500 and "negatives" not in m.params()
     with pytest.raises(ValueError, match="fixed at training"):
@@ -243,9 +264,22 @@ def test_model_dirs_saved_with_training_keys_still_load(tmp_path):
     m = _built("clsm")
     m.save(tmp_path / "m")
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())
-    cfg["params"].update({"negatives": 4, "sampling": "random", "hard_negatives": 0, "gamma": 10.0, "optimizer": "sgd",
-                          "lr": 0.5, "batch_size": 1024, "epochs": 20, "patience": 3, "dev_metric": "ndcg@10",
-                          "seed": 0, "neg_pool": 8192})
+    cfg["params"].update(
+        {
+            "negatives": 4,
+            "sampling": "random",
+            "hard_negatives": 0,
+            "gamma": 10.0,
+            "optimizer": "sgd",
+            "lr": 0.5,
+            "batch_size": 1024,
+            "epochs": 20,
+            "patience": 3,
+            "dev_metric": "ndcg@10",
+            "seed": 0,
+            "neg_pool": 8192,
+        }
+    )
     (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
     again = load_model(tmp_path / "m")
     assert again.params() == m.params()
@@ -264,8 +298,10 @@ def _text_bags(x):
     """DSSM's batch by distinct words (``WordBags``) as each text's trigram bag: its words'
     trigram ids laid end to end, as DSSM took its input before it summed per word."""
     w = x.words
-    per_text = [np.concatenate([w.ids[w.offsets[p] : w.offsets[p + 1]] for p in x.positions[a:b]] or [np.zeros(0, np.int64)])
-                for a, b in zip(x.indptr[:-1], x.indptr[1:])]
+    per_text = [
+        np.concatenate([w.ids[w.offsets[p] : w.offsets[p + 1]] for p in x.positions[a:b]] or [np.zeros(0, np.int64)])
+        for a, b in zip(x.indptr[:-1], x.indptr[1:])
+    ]
     offsets = np.concatenate([[0], np.cumsum([len(t) for t in per_text])]).astype(np.int64)
     ids = np.concatenate(per_text).astype(np.int64) if per_text else np.zeros(0, np.int64)
     return Bags(ids, np.ones(len(ids), dtype=np.float32), offsets)
@@ -288,8 +324,18 @@ def _reference_forward(tower, x):
     return h
 
 
-ODD_TEXTS = ["red brick wall", "", "brick brick brick brick", "a b a b a b a b", "über café ñandú Ωμέγα ΣΑΣ",
-             "x " * 200, "red", "wall door red brick blue", "🙂 ☃ ¡¿", "door door"]
+ODD_TEXTS = [
+    "red brick wall",
+    "",
+    "brick brick brick brick",
+    "a b a b a b a b",
+    "über café ñandú Ωμέγα ΣΑΣ",
+    "x " * 200,
+    "red",
+    "wall door red brick blue",
+    "🙂 ☃ ¡¿",
+    "door door",
+]
 
 
 @pytest.mark.parametrize("name", ["dssm", "clsm"])
@@ -297,8 +343,10 @@ def test_fast_tower_equals_reference_values_and_gradients(name):
     m = _built(name)
     tower = m.net.q
     rng = np.random.default_rng(0)
-    texts = ODD_TEXTS + [" ".join(rng.choice(["red", "brick", "wall", "door", "blue", "café", "zz"], rng.integers(0, 12)))
-                         for _ in range(60)]
+    texts = ODD_TEXTS + [
+        " ".join(rng.choice(["red", "brick", "wall", "door", "blue", "café", "zz"], rng.integers(0, 12)))
+        for _ in range(60)
+    ]
     x = m.features(texts).batch(np.arange(len(texts)))
     g = torch.as_tensor(rng.standard_normal((len(texts), 4)), dtype=torch.float32)
     grads = []
@@ -349,8 +397,9 @@ def _reference_batch_loss(net, qf, df, pairs, rows, rng, args):
     return softmax_cosine_loss((qv * dv[:b]).sum(1), sims, args.gammas[0])
 
 
-@pytest.mark.parametrize("name,extra", [("dssm", {"hidden": [32], "out": 16}),
-                                        ("clsm", {"conv": 16, "out": 8, "window": 3})])
+@pytest.mark.parametrize(
+    "name,extra", [("dssm", {"hidden": [32], "out": 16}), ("clsm", {"conv": 16, "out": 8, "window": 3})]
+)
 def test_fast_training_follows_the_reference_loss_curve(tiny_data, monkeypatch, name, extra):
     """Same seed, same data: the fast towers and batch assembly learn what the reference did."""
     from semsearch.models import neural
@@ -425,8 +474,13 @@ def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads, win
     convolution's max taken by autograd; on two threads the backward runs as two slices."""
     from semsearch.device import run_split
     from semsearch.models import _clsm_kernels as kern
-    from semsearch.models._clsm_kernels import (balanced_cuts, slot_occurrences, window_max, window_max_grad,
-                                                 winner_dtype)
+    from semsearch.models._clsm_kernels import (
+        balanced_cuts,
+        slot_occurrences,
+        window_max,
+        window_max_grad,
+        winner_dtype,
+    )
     from semsearch.models.neural import _window_max_torch, _WindowMax
 
     rng = np.random.default_rng(threads + 10 * window)
@@ -469,8 +523,9 @@ def test_window_max_kernel_equals_torch_and_picks_the_first_maximum(threads, win
         assert np.array_equal(gs, scattered)  # the same sums in the same order, bit for bit
         x = torch.from_numpy(table).double().requires_grad_()  # autograd over the full convolution
         full = x[torch.from_numpy(rows)].sum(1)
-        pooled = torch.stack([full[starts[t] + torch.from_numpy(winner[t]).long(), torch.arange(6)]
-                              for t in range(len(lengths))])
+        pooled = torch.stack(
+            [full[starts[t] + torch.from_numpy(winner[t]).long(), torch.arange(6)] for t in range(len(lengths))]
+        )
         (pooled * torch.from_numpy(g).double()).sum().backward()
         assert np.allclose(gs, x.grad.numpy(), atol=1e-5)
         # the autograd function: CPU kernels, bias added, gradient to slots and bias
@@ -567,7 +622,8 @@ def test_dssm_encodes_per_distinct_word_as_the_trigram_tower_does(monkeypatch, h
     for side, tower in (("query", m.net.q), ("doc", m.net.d)):
         with torch.inference_mode():
             ref = torch.nn.functional.normalize(
-                tower.encode(m.features(texts).batch(np.arange(len(texts)))), dim=1, eps=1e-12).numpy()
+                tower.encode(m.features(texts).batch(np.arange(len(texts)))), dim=1, eps=1e-12
+            ).numpy()
         got = m._encode(texts, side)
         assert got.shape == ref.shape and np.allclose(got, ref, atol=1e-6), np.abs(got - ref).max()
         assert np.allclose(m._encode(texts[-1:], side), ref[-1:], atol=1e-6)
@@ -585,8 +641,9 @@ def test_sparse_first_layer_gradient_steps_as_the_dense_one(name):
     nets, grads = [], []
     for sparse in (False, True):
         m = _built(name)
-        opt = make_optimizer(EncoderArgs(optimizer="sgd", lr=0.5) if sparse else EncoderArgs(optimizer="adam"),
-                             m.net.parameters())
+        opt = make_optimizer(
+            EncoderArgs(optimizer="sgd", lr=0.5) if sparse else EncoderArgs(optimizer="adam"), m.net.parameters()
+        )
         if not sparse:  # Adam's parameters say dense; step them with SGD here to compare like for like
             opt = torch.optim.SGD(m.net.parameters(), lr=0.5)
         out = m.net.q(m.features(texts).batch(np.arange(len(texts))))

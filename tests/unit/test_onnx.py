@@ -76,9 +76,11 @@ def test_mismatched_or_unreadable_metadata_is_refused(bi, tmp_path) -> None:  # 
     meta_path.write_text(json.dumps({**meta, "model": "bert-rel"}))
     with pytest.raises(ModelDirError, match=r"onnx\.json: sha256"):
         load_model(tmp_path / "m")  # any change to the sealed folder is refused first
-    for text, message in [(json.dumps({**meta, "model": "bert-rel"}), "exported from a 'bert-rel' model"),
-                          ("{not json", r"onnx\.json: unreadable"),
-                          (json.dumps({**meta, "precision": "fp8"}), "'precision' must be one of fp32, int8")]:
+    for text, message in [
+        (json.dumps({**meta, "model": "bert-rel"}), "exported from a 'bert-rel' model"),
+        ("{not json", r"onnx\.json: unreadable"),
+        (json.dumps({**meta, "precision": "fp8"}), "'precision' must be one of fp32, int8"),
+    ]:
         meta_path.write_text(text)
         seal(tmp_path / "m")  # checksums re-made: the export's own checks still hold
         with pytest.raises(OnnxError, match=message):
@@ -109,7 +111,9 @@ def test_cross_encoder_and_int8(tiny_bert) -> None:  # type: ignore[no-untyped-d
         graded.net.head.weight.normal_(0, 0.3, generator=torch.Generator().manual_seed(2))
     ref = graded.score_pairs(QUERIES, DOCS)
     graded.use_onnx("fp32")
-    assert np.allclose(graded.score_pairs(QUERIES, DOCS), ref, atol=1e-4) and ref.std() > 2e-3  # scores differ beyond the tolerance
+    assert (
+        np.allclose(graded.score_pairs(QUERIES, DOCS), ref, atol=1e-4) and ref.std() > 2e-3
+    )  # scores differ beyond the tolerance
     bi = BiEncoder(base=tiny_bert)
     ref_q = bi.encode_queries(QUERIES)
     meta = bi.use_onnx("int8")
@@ -128,16 +132,43 @@ def test_cli_export_and_index_build_option(tiny_bert, tmp_path, tiny_data) -> No
     assert r.exit_code == 0, r.output
     assert (tmp_path / "enc" / onnxrt.ONNX_FILE).is_file()
     assert load_model(tmp_path / "enc").runner is not None
-    r = cli.invoke(app, ["index", "build", "--data", "tiny", "--models", f"bm25,{tmp_path / 'enc'}", "--onnx", "fp16",
-                         "--out", str(tmp_path / "b")])
+    r = cli.invoke(
+        app,
+        [
+            "index",
+            "build",
+            "--data",
+            "tiny",
+            "--models",
+            f"bm25,{tmp_path / 'enc'}",
+            "--onnx",
+            "fp16",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+    )
     assert r.exit_code == 2 and "--onnx must be one of fp32, int8, off, got 'fp16'" in r.output
     assert not (tmp_path / "b").exists()
-    r = cli.invoke(app, ["index", "build", "--data", "tiny", "--models", f"bm25,{tmp_path / 'enc'}", "--onnx", "off",
-                         "--out", str(tmp_path / "b")])
+    r = cli.invoke(
+        app,
+        [
+            "index",
+            "build",
+            "--data",
+            "tiny",
+            "--models",
+            f"bm25,{tmp_path / 'enc'}",
+            "--onnx",
+            "off",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert not list((tmp_path / "b").rglob(onnxrt.ONNX_FILE))  # torch: no export in the bundle
-    r = cli.invoke(app, ["index", "build", "--data", "tiny", "--models", f"bm25,{tmp_path / 'enc'}",
-                         "--out", str(tmp_path / "b2")])
+    r = cli.invoke(
+        app, ["index", "build", "--data", "tiny", "--models", f"bm25,{tmp_path / 'enc'}", "--out", str(tmp_path / "b2")]
+    )
     assert r.exit_code == 0, r.output
     assert len(list((tmp_path / "b2").rglob(onnxrt.ONNX_FILE))) == 1  # fp32 by default, checksummed in the manifest
     manifest = json.loads((tmp_path / "b2" / "manifest.json").read_text())

@@ -32,8 +32,9 @@ def _tables(dsn: str) -> set[str]:
 def test_round_trip(pg_dsn: str) -> None:
     ids, v = _data()
     texts = [f"text of {d}" for d in ids]
-    with PgVectorStore.create(pg_dsn, "round_trip", ids, v, texts, metric="ip", model="enc-a", m=8,
-                              ef_construction=32, ef_search=50) as s:
+    with PgVectorStore.create(
+        pg_dsn, "round_trip", ids, v, texts, metric="ip", model="enc-a", m=8, ef_construction=32, ef_search=50
+    ) as s:
         assert s.count == len(s) == len(ids)
     with PgVectorStore.open(pg_dsn, "round_trip", expect_model="enc-a", expect_dim=16) as s:
         assert (s.count, s.dim, s.metric, s.model) == (len(ids), 16, "ip", "enc-a")
@@ -143,8 +144,22 @@ def test_k_larger_than_collection(pg_dsn: str) -> None:
             assert [[d for d, _ in h] for h in hits] == [[d for d, _ in h] for h in flat]
 
 
-@pytest.mark.parametrize("name", ["x; DROP TABLE semsearch_collections", "Robert'); --", "Upper", "a-b", "",
-                                  "1abc", "semsearch_collections", "a" * 41, 'q"uote', "pg_class", "a__new_x"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "x; DROP TABLE semsearch_collections",
+        "Robert'); --",
+        "Upper",
+        "a-b",
+        "",
+        "1abc",
+        "semsearch_collections",
+        "a" * 41,
+        'q"uote',
+        "pg_class",
+        "a__new_x",
+    ],
+)
 def test_bad_names_refused(pg_dsn: str, name: str) -> None:
     ids, v = _data(5, 4)
     before = _tables(pg_dsn)

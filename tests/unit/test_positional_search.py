@@ -43,8 +43,12 @@ class _WordVectors:
         self.table = {w: rng.normal(size=8).astype(np.float32) for w in WORDS}
 
     def _enc(self, texts):  # type: ignore[no-untyped-def]
-        return np.stack([sum((self.table.get(w, np.zeros(8, np.float32)) for w in t.split()), np.full(8, 1e-3, np.float32))
-                         for t in texts]).astype(np.float32)
+        return np.stack(
+            [
+                sum((self.table.get(w, np.zeros(8, np.float32)) for w in t.split()), np.full(8, 1e-3, np.float32))
+                for t in texts
+            ]
+        ).astype(np.float32)
 
     encode_queries = encode_documents = _enc
 
@@ -117,8 +121,9 @@ def test_two_stage_ranker_scores_candidates_as_hits(two_stage) -> None:
             want = [hits[i] for i in _top(hits, s, k)]
             assert [h.doc_id for h in res.hits] == [h.doc_id for h in want]
             assert [h.score for h in res.hits] == [float(s[i]) for i in _top(hits, s, k)]
-            assert [(h.lexical, h.semantic, h.lexical_rank, h.semantic_rank, h.sources) for h in res.hits] == \
-                [(h.lexical, h.semantic, h.lexical_rank, h.semantic_rank, h.sources) for h in want]
+            assert [(h.lexical, h.semantic, h.lexical_rank, h.semantic_rank, h.sources) for h in res.hits] == [
+                (h.lexical, h.semantic, h.lexical_rank, h.semantic_rank, h.sources) for h in want
+            ]
     assert any(r.hits for r in got)
     b.close()
 

@@ -14,8 +14,8 @@ from semsearch.models.projection import ProjectionModel, tfidf_matrix
 from semsearch.params import ParamError
 from semsearch.plugins import create_model, load_model
 from semsearch.training import fit, recipe
-from semsearch.training.projection import opca_matrices, pca
 from semsearch.training.args import OPCAArgs, PCAArgs, S2NetArgs
+from semsearch.training.projection import opca_matrices, pca
 
 TOPICS = {
     "sofa": ["couch", "sofa", "sectional", "loveseat"],
@@ -177,8 +177,9 @@ def test_s2net_checkpoint_resume_gives_the_same_projection(data, dev, tmp_path):
     part = create_model("s2net", **kw)
     fit(part, data, dev, args=args, progress=False, checkpoint_dir=tmp_path / "ck")
     resumed = create_model("s2net", **kw)
-    log = fit(resumed, data, dev, args=args.replace(epochs=3), progress=False, checkpoint_dir=tmp_path / "ck",
-              resume=True)
+    log = fit(
+        resumed, data, dev, args=args.replace(epochs=3), progress=False, checkpoint_dir=tmp_path / "ck", resume=True
+    )
     assert [e["epoch"] for e in log["epochs"]][-1] == 3
     np.testing.assert_array_equal(resumed.A, whole.A)
 
@@ -237,11 +238,19 @@ def test_unknown_settings_are_rejected():
         create_model("lsa").with_params(alpha=0.3)
 
 
-@pytest.mark.parametrize("kind,raw,name", [
-    ("lsa", {"dims": 5}, "dims"), ("opca", {"dim": 0}, "dim"), ("opca", {"reg": -1.0}, "reg"),
-    ("s2net", {"gamma": "ten"}, "gamma"), ("s2net", {"negatives": 0}, "negatives"), ("cl-lsa", {"seed": 1.5}, "seed"),
-    ("s2net", {"optimizer": "lbfgs"}, "optimizer"), ("lsa", {"analyzer": "klingon"}, "analyzer"),
-])
+@pytest.mark.parametrize(
+    "kind,raw,name",
+    [
+        ("lsa", {"dims": 5}, "dims"),
+        ("opca", {"dim": 0}, "dim"),
+        ("opca", {"reg": -1.0}, "reg"),
+        ("s2net", {"gamma": "ten"}, "gamma"),
+        ("s2net", {"negatives": 0}, "negatives"),
+        ("cl-lsa", {"seed": 1.5}, "seed"),
+        ("s2net", {"optimizer": "lbfgs"}, "optimizer"),
+        ("lsa", {"analyzer": "klingon"}, "analyzer"),
+    ],
+)
 def test_bad_parameters_name_themselves(kind, raw, name):
     with pytest.raises(ParamError, match=f"'{name}'"):
         recipe(kind, raw)
@@ -260,10 +269,25 @@ def test_a_model_saved_before_typed_parameters_still_loads(trained, data, tmp_pa
     """config.json of the old layout: the analyzer apart, training settings among "settings"."""
     m = trained["s2net"]
     m.save(tmp_path / "s2")
-    (tmp_path / "s2" / "config.json").write_text(json.dumps({
-        "model": "s2net", "analyzer": {"stem": None, "stopwords": False},
-        "settings": {"dim": 6, "max_terms": 40000, "seed": 0, "gamma": 10.0, "negatives": 4, "epochs": 6,
-                     "patience": 6, "batch_size": 64, "lr": 0.01}}))
+    (tmp_path / "s2" / "config.json").write_text(
+        json.dumps(
+            {
+                "model": "s2net",
+                "analyzer": {"stem": None, "stopwords": False},
+                "settings": {
+                    "dim": 6,
+                    "max_terms": 40000,
+                    "seed": 0,
+                    "gamma": 10.0,
+                    "negatives": 4,
+                    "epochs": 6,
+                    "patience": 6,
+                    "batch_size": 64,
+                    "lr": 0.01,
+                },
+            }
+        )
+    )
     back = load_model(tmp_path / "s2")
     assert back.analyzer == m.analyzer and (back.p.dim, back.p.max_terms) == (6, 40000)
     np.testing.assert_array_equal(back.encode_queries(["sofa couch"]), m.encode_queries(["sofa couch"]))

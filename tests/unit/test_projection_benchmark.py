@@ -35,8 +35,13 @@ def test_projection_speed_quick(tmp_path: Path) -> None:
     _write_homedepot(tmp_path / "data")
     out = tmp_path / "proj.json"
     env = {**os.environ, "SEMSEARCH_DATA": str(tmp_path / "data"), "OPENBLAS_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(BENCH / "projection_speed.py"), "--quick", "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "projection_speed.py"), "--quick", "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     r = json.loads(out.read_text())["results"]
     assert r["s2net"]["seconds_per_epoch"] > 0 and r["s2net"]["pairs_per_s"] > 0

@@ -39,7 +39,11 @@ def _queries(rng, n_terms, n):
     for i in range(n):
         size = (1, 2, 3, 5, 12, 20)[i % 6]
         terms = np.unique(rng.choice(n_terms, size=size, p=p))
-        w = rng.integers(1, 4, len(terms)).astype(np.float32) if i % 2 else (rng.random(len(terms)) + 0.1).astype(np.float32)
+        w = (
+            rng.integers(1, 4, len(terms)).astype(np.float32)
+            if i % 2
+            else (rng.random(len(terms)) + 0.1).astype(np.float32)
+        )
         rows.append((terms, w))
     qptr = np.cumsum([0] + [len(t) for t, _ in rows])
     return qptr, np.concatenate([t for t, _ in rows]), np.concatenate([w for _, w in rows])
@@ -118,7 +122,7 @@ def test_pruned_batch_runs_in_parallel(collections, monkeypatch):
 
 @pytest.mark.parametrize("parallel", [False, True])
 def test_auto_chooses_per_query(collections, monkeypatch, parallel):
-    """"auto" prunes the queries with many postings and scores the others exhaustively, in one
+    """ "auto" prunes the queries with many postings and scores the others exhaustively, in one
     batch; the answers are those of either kernel."""
     post, ranks = collections[0]
     kern = PostingsTopK(post.indptr, post.indices, post.data, post.shape[1], ranks)
@@ -131,7 +135,7 @@ def test_auto_chooses_per_query(collections, monkeypatch, parallel):
         walked = np.zeros(150, dtype=np.int64)
         got[mode] = (*kern.search(qptr, qterms, qweights, np.zeros(150), 10, walked=walked, prune=mode), walked)
     _assert_identical(got["off"], got["auto"])
-    n_post = np.array([int(np.diff(post.indptr)[qterms[qptr[i]:qptr[i + 1]]].sum()) for i in range(150)])
+    n_post = np.array([int(np.diff(post.indptr)[qterms[qptr[i] : qptr[i + 1]]].sum()) for i in range(150)])
     pruned = n_post >= 3000
     assert 10 < pruned.sum() < 140
     assert np.array_equal(got["auto"][3], np.where(pruned, got["on"][3], got["off"][3]))
@@ -191,8 +195,8 @@ def _reference_top_k(post, ranks, qptr, qterms, qweights, scale, addend, k):
     s = (q @ post).tocsr()
     out = []
     for i in range(s.shape[0]):
-        docs = s.indices[s.indptr[i]:s.indptr[i + 1]]
-        sc = s.data[s.indptr[i]:s.indptr[i + 1]].astype(np.float64)
+        docs = s.indices[s.indptr[i] : s.indptr[i + 1]]
+        sc = s.data[s.indptr[i] : s.indptr[i + 1]].astype(np.float64)
         if addend is not None:
             sc = sc + scale[i] * addend[docs]
         order = np.lexsort((ranks[docs], -sc))[:k]
@@ -210,8 +214,11 @@ def test_exhaustive_kernel_equals_the_sparse_product(collections, addend):
     rng = np.random.default_rng(12)
     for post, ranks in collections:
         n_docs = post.shape[1]
-        add = {None: None, "negative": -np.log1p(rng.integers(1, 40, n_docs) / 7.0),
-               "mixed": rng.normal(0, 0.3, n_docs)}[addend]
+        add = {
+            None: None,
+            "negative": -np.log1p(rng.integers(1, 40, n_docs) / 7.0),
+            "mixed": rng.normal(0, 0.3, n_docs),
+        }[addend]
         kern = PostingsTopK(post.indptr, post.indices, post.data, n_docs, ranks, add, prune="off")
         qptr, qterms, qweights = _queries(rng, post.shape[0], 90)
         scale = np.diff(qptr).astype(np.float64)
@@ -223,5 +230,5 @@ def test_exhaustive_kernel_equals_the_sparse_product(collections, addend):
             want = _reference_top_k(post, ranks, qptr, qterms, qweights, scale, add, k)
             for i, (d, s) in enumerate(want):
                 assert counts[i] == len(d)
-                assert np.array_equal(docs[i, :counts[i]], d)
-                assert np.array_equal(scores[i, :counts[i]].view(np.int64), s.view(np.int64))
+                assert np.array_equal(docs[i, : counts[i]], d)
+                assert np.array_equal(scores[i, : counts[i]].view(np.int64), s.view(np.int64))

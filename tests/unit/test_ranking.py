@@ -11,8 +11,8 @@ from semsearch.data import EvalSet, open_dataset
 from semsearch.experiments import load_spec, run_experiment
 from semsearch.experiments.spec import SpecError
 from semsearch.models import ModelDirError, rank
-from semsearch.plugins import create_model, load_model
 from semsearch.params import ParamError
+from semsearch.plugins import create_model, load_model
 from semsearch.ranking import LambdaMART, LambdaMARTParams, LambdaMARTRanker, groups, pair_columns, run_columns
 from semsearch.training.lambdamart import cross_validated, fit_ranker, train_booster
 
@@ -42,7 +42,10 @@ def test_groups_runs_and_columns():
     assert X.tolist() == [[2.0, 0.0], [2.0, 0.0], [1.0, 0.0]]  # a missing doc takes the query's lowest score
     g = groups(cands, X, {"a": {"y": 3}})
     assert g.qids == ["a", "c"] and g.y.tolist() == [0, 3, 0] and g.sizes.tolist() == [2, 1]
-    assert g.subset(["c"]).docs == ["z"] and g.to_run(np.array([1.0, 2.0, 3.0])) == {"a": {"x": 1.0, "y": 2.0}, "c": {"z": 3.0}}
+    assert g.subset(["c"]).docs == ["z"] and g.to_run(np.array([1.0, 2.0, 3.0])) == {
+        "a": {"x": 1.0, "y": 2.0},
+        "c": {"z": 3.0},
+    }
     with pytest.raises(ValueError, match="feature rows"):
         groups(cands, X[:2])
     P = pair_columns(["query_words", "doc_words", "query_coverage"], ["red door", ""], [["red wall x"], ["a"]])
@@ -118,7 +121,9 @@ def test_group_stats_columns(tmp_path):
     assert back.columns == r.columns and len(r.columns) == 12 and np.array_equal(back.predict(s), r.predict(s))
     with pytest.raises(ParamError, match="group_stats.*unknown \\['mean'\\]"):
         LambdaMART(["f"], group_stats=["mean"])
-    with pytest.raises(ParamError, match="group_stats.*unknown \\['mean'\\]"):  # refused with the ranker's parameters (specs, CLI)
+    with pytest.raises(
+        ParamError, match="group_stats.*unknown \\['mean'\\]"
+    ):  # refused with the ranker's parameters (specs, CLI)
         LambdaMARTParams.from_mapping({"features": ["bm25"], "group_stats": ["mean"]})
 
 
@@ -170,8 +175,12 @@ def test_cross_validated_covers_every_query():
 def _ranker(tiny_data, **kw):
     ds = open_dataset("tiny")
     corpus = ds.corpus()
-    r = create_model("lambdamart", features=[{"name": "BM25", "model": "bm25"}, "tfidf"], pair_features=["query_coverage"],
-                     **{**FAST, "min_data_in_leaf": 2, **kw})
+    r = create_model(
+        "lambdamart",
+        features=[{"name": "BM25", "model": "bm25"}, "tfidf"],
+        pair_features=["query_coverage"],
+        **{**FAST, "min_data_in_leaf": 2, **kw},
+    )
     r.index(corpus.ids, corpus.joined("title"))
     train, dev = EvalSet.judged(ds, "train"), EvalSet.judged(ds, "dev")
     fit_ranker(r, train, dev)
@@ -202,8 +211,25 @@ def test_ranker_is_a_model_and_round_trips(tiny_data, tmp_path):
     from semsearch.cli import app
 
     out = tmp_path / "ltr.trec"  # the command line runs a saved ranker like any saved model
-    r = CliRunner().invoke(app, ["run", "--model", str(tmp_path / "ltr"), "--data", "tiny", "--fields", "title",
-                                 "--candidates", "judged", "--split", "test", "--out", str(out)], catch_exceptions=False)
+    r = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--model",
+            str(tmp_path / "ltr"),
+            "--data",
+            "tiny",
+            "--fields",
+            "title",
+            "--candidates",
+            "judged",
+            "--split",
+            "test",
+            "--out",
+            str(out),
+        ],
+        catch_exceptions=False,
+    )
     assert r.exit_code == 0 and len(out.read_text().splitlines()) == sum(map(len, run.values()))
     cfg = json.loads((tmp_path / "ltr" / "config.json").read_text())
     cfg["features"] = ["BM25", "ULM"]
@@ -241,8 +267,15 @@ train = {{ split = "{train}" }}
 """
 
 
-@pytest.mark.parametrize("tune,train,candidates", [("split:dev", "train", "judged"), ("split:dev", "dev", "judged"),
-                                                   ("cv2", "train", "run:first:20"), ("cv2", "nested", "judged")])
+@pytest.mark.parametrize(
+    "tune,train,candidates",
+    [
+        ("split:dev", "train", "judged"),
+        ("split:dev", "dev", "judged"),
+        ("cv2", "train", "run:first:20"),
+        ("cv2", "nested", "judged"),
+    ],
+)
 def test_runner_ltr_row(tiny_data, tmp_path, tune, train, candidates):
     p = tmp_path / "t.toml"
     text = LTR_SPEC.format(tune=tune, train=train, candidates=candidates)
@@ -251,7 +284,8 @@ def test_runner_ltr_row(tiny_data, tmp_path, tune, train, candidates):
     log = result.training["LambdaMART"]
     assert set(log["importance"]) == {"BM25", "TF-IDF", "query_coverage"}
     expected = {"split:dev": "dev early stopping" if train == "train" else "5-fold CV"}.get(
-        tune, "mean of 2 CV folds, trees by inner 2-fold CV" if train == "nested" else "mean of 2 CV folds")
+        tune, "mean of 2 CV folds, trees by inner 2-fold CV" if train == "nested" else "mean of 2 CV folds"
+    )
     assert log["rounds_by"] == expected
     assert result.table.rows["LambdaMART"].result.n_queries == result.table.rows["BM25"].result.n_queries
     md = result.to_markdown()
@@ -264,15 +298,20 @@ def test_ltr_and_interpolated_rows_rank_each_split_once_per_component(tiny_data,
     from semsearch.experiments import runner
 
     text = LTR_SPEC.format(tune="split:dev", train="train", candidates="judged")
-    second = text[text.index("[[models]]\nlabel = \"LambdaMART\""):].replace('"LambdaMART"', '"LambdaMART 2"')
-    mix = ('\n[[models]]\nlabel = "BM25 + TF-IDF"\nmodel = "interpolate"\ncombine = ["BM25", "TF-IDF"]\n'
-           'norm = "zscore"\ngrid = { weight = [0.0, 0.5, 1.0] }\n')
+    second = text[text.index('[[models]]\nlabel = "LambdaMART"') :].replace('"LambdaMART"', '"LambdaMART 2"')
+    mix = (
+        '\n[[models]]\nlabel = "BM25 + TF-IDF"\nmodel = "interpolate"\ncombine = ["BM25", "TF-IDF"]\n'
+        'norm = "zscore"\ngrid = { weight = [0.0, 0.5, 1.0] }\n'
+    )
     p = tmp_path / "t.toml"
     p.write_text(text + "\n" + second + mix)
     ranked: list[tuple[str, frozenset[str]]] = []
     real = runner._Context.rank
-    monkeypatch.setattr(runner._Context, "rank", lambda self, model, ms, qrels: (
-        ranked.append((ms.label, frozenset(qrels))), real(self, model, ms, qrels))[1])
+    monkeypatch.setattr(
+        runner._Context,
+        "rank",
+        lambda self, model, ms, qrels: (ranked.append((ms.label, frozenset(qrels))), real(self, model, ms, qrels))[1],
+    )
     result = run_experiment(load_spec(p), progress=False)
     ctx = runner._Context(load_spec(p), False, None, False)
     for split in ("train", "dev"):
@@ -342,15 +381,23 @@ def test_runner_cross_fits_trained_components(tiny_data, tmp_path):
 
 def test_ltr_rows_are_validated(tmp_path):
     p = tmp_path / "t.toml"
-    p.write_text(LTR_SPEC.format(tune="cv2", train="train", candidates="judged").replace('"BM25", "TF-IDF"]', '"BM25", "Later"]'))
+    p.write_text(
+        LTR_SPEC.format(tune="cv2", train="train", candidates="judged").replace('"BM25", "TF-IDF"]', '"BM25", "Later"]')
+    )
     with pytest.raises(SpecError, match="listed before it"):
         load_spec(p)
-    p.write_text(LTR_SPEC.format(tune="cv2", train="train", candidates="judged").replace(
-        'model = "tfidf"', 'model = "tfidf"\ntrain = { cv_folds = 2 }'))
+    p.write_text(
+        LTR_SPEC.format(tune="cv2", train="train", candidates="judged").replace(
+            'model = "tfidf"', 'model = "tfidf"\ntrain = { cv_folds = 2 }'
+        )
+    )
     with pytest.raises(SpecError, match=r"unknown keys \['cv_folds'\]"):  # only LambdaMART rows take cv_folds
         load_spec(p)
-    p.write_text(LTR_SPEC.format(tune="split:dev", train="dev", candidates="judged").replace(
-        'split = "dev" }', 'split = "dev", cv_folds = 3 }'))
+    p.write_text(
+        LTR_SPEC.format(tune="split:dev", train="dev", candidates="judged").replace(
+            'split = "dev" }', 'split = "dev", cv_folds = 3 }'
+        )
+    )
     with pytest.raises(SpecError, match=r"unknown keys \['cv_folds'\]"):  # ... and only under tune = "cvK"
         load_spec(p)
 
@@ -366,18 +413,56 @@ def test_train_bundle_search_and_serve_a_ranker(tiny_data, tmp_path):
     from semsearch.serving import create_app
 
     cli = CliRunner()
-    r = cli.invoke(app, ["train", "lambdamart", "--data", "tiny", "--out", str(tmp_path / "ltr"), "--fields", "title",
-                         "--threshold", "2", "--param", 'features=["bm25","ulm","tfidf"]',
-                         "--param", 'pair_features=["query_coverage"]', "--param", "num_boost_round=20",
-                         "--param", "min_data_in_leaf=2", "--param", "num_leaves=4", "--param", "cv_folds=2"])
+    r = cli.invoke(
+        app,
+        [
+            "train",
+            "lambdamart",
+            "--data",
+            "tiny",
+            "--out",
+            str(tmp_path / "ltr"),
+            "--fields",
+            "title",
+            "--threshold",
+            "2",
+            "--param",
+            'features=["bm25","ulm","tfidf"]',
+            "--param",
+            'pair_features=["query_coverage"]',
+            "--param",
+            "num_boost_round=20",
+            "--param",
+            "min_data_in_leaf=2",
+            "--param",
+            "num_leaves=4",
+            "--param",
+            "cv_folds=2",
+        ],
+    )
     assert r.exit_code == 0, r.output
     log = json.loads((tmp_path / "ltr" / "training.json").read_text())
     assert log["rounds_by"] == "dev early stopping" and log["args"]["cv_folds"] == 2
     assert set(log["importance"]) == {"bm25", "ulm", "tfidf", "query_coverage"}
     ranker = load_model(tmp_path / "ltr")
     assert ranker.feature_names == ["bm25", "ulm", "tfidf", "query_coverage"] and ranker.params()["num_leaves"] == 4
-    r = cli.invoke(app, ["index", "build", "--data", "tiny", "--models", "bm25", "--ranker", str(tmp_path / "ltr"),
-                         "--fields", "title", "--out", str(tmp_path / "B")])
+    r = cli.invoke(
+        app,
+        [
+            "index",
+            "build",
+            "--data",
+            "tiny",
+            "--models",
+            "bm25",
+            "--ranker",
+            str(tmp_path / "ltr"),
+            "--fields",
+            "title",
+            "--out",
+            str(tmp_path / "B"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     bundle = Bundle.load(tmp_path / "B")
     ranker.use_texts(bundle.corpus.ids, bundle.corpus.joined("title"))
@@ -388,7 +473,9 @@ def test_train_bundle_search_and_serve_a_ranker(tiny_data, tmp_path):
     r = cli.invoke(app, ["search", "--index", str(tmp_path / "B"), "--json", "-k", "5", "red cat"])
     assert r.exit_code == 0, r.output
     lines = [json.loads(x) for x in r.output.splitlines() if x.startswith("{")]
-    assert [x["doc_id"] for x in lines] == [h.doc_id for h in hits] and [x["score"] for x in lines] == [h.score for h in hits]
+    assert [x["doc_id"] for x in lines] == [h.doc_id for h in hits] and [x["score"] for x in lines] == [
+        h.score for h in hits
+    ]
     with TestClient(create_app(tmp_path / "B")) as c:
         body = c.get("/search", params={"q": "red cat", "k": 5}).json()
     assert [h["doc_id"] for h in body["hits"]] == [h.doc_id for h in hits]
@@ -464,8 +551,16 @@ def test_served_ef_search_chosen_on_dev(tmp_path, make_two_stage):
     the bundle's HNSW index (and its retriever's settings) keep and serve with."""
     from semsearch.index import Bundle
 
-    make_two_stage(tmp_path / "B", "[[5,5]]", "--vector-index", "hnsw", "--ranker-param", "search_efforts=[32,2,8]",
-                   "--ranker-param", "effort_tolerance=0.5")
+    make_two_stage(
+        tmp_path / "B",
+        "[[5,5]]",
+        "--vector-index",
+        "hnsw",
+        "--ranker-param",
+        "search_efforts=[32,2,8]",
+        "--ranker-param",
+        "effort_tolerance=0.5",
+    )
     effort = json.loads((tmp_path / "B" / "ranker" / "training.json").read_text())["search_effort"]
     assert [t["efSearch"] for t in effort["tried"]] == [2, 8, 32] and effort["tolerance"] == 0.5
     assert all(set(t) >= {"dev ndcg@10", "dev recall@100", "dev selection"} for t in effort["tried"])
@@ -478,8 +573,16 @@ def test_served_ef_search_chosen_on_dev(tmp_path, make_two_stage):
     assert b.search("red cat", 5).hits
     b.close()
 
-    make_two_stage(tmp_path / "C", "[[5,5]]", "--vector-index", "hnsw", "--ranker-param", "search_efforts=[2,32]",
-                   "--ranker-param", "effort_tolerance=0")  # no tolerance: the best (ties: the smaller)
+    make_two_stage(
+        tmp_path / "C",
+        "[[5,5]]",
+        "--vector-index",
+        "hnsw",
+        "--ranker-param",
+        "search_efforts=[2,32]",
+        "--ranker-param",
+        "effort_tolerance=0",
+    )  # no tolerance: the best (ties: the smaller)
     effort = json.loads((tmp_path / "C" / "ranker" / "training.json").read_text())["search_effort"]
     best = max(t["dev selection"] for t in effort["tried"])
     assert effort["chosen"] == min(t["efSearch"] for t in effort["tried"] if t["dev selection"] == best)
@@ -497,11 +600,38 @@ def test_train_ranker_refuses_bad_input(tiny_data, tmp_path):
     from semsearch.cli import app
 
     cli = CliRunner()
-    r = cli.invoke(app, ["index", "build", "--data", "tiny", "--models", "bm25", "--out", str(tmp_path / "B"),
-                         "--train-ranker", "--ranker-param", "stage_depth=[[3,2]]"])
+    r = cli.invoke(
+        app,
+        [
+            "index",
+            "build",
+            "--data",
+            "tiny",
+            "--models",
+            "bm25",
+            "--out",
+            str(tmp_path / "B"),
+            "--train-ranker",
+            "--ranker-param",
+            "stage_depth=[[3,2]]",
+        ],
+    )
     assert r.exit_code != 0 and "stage_depth" in r.output and "did you mean 'stage_depths'" in r.output
-    r = cli.invoke(app, ["index", "build", "--data", "tiny", "--models", "bm25", "--out", str(tmp_path / "B"),
-                         "--ranker-param", "num_leaves=4"])
+    r = cli.invoke(
+        app,
+        [
+            "index",
+            "build",
+            "--data",
+            "tiny",
+            "--models",
+            "bm25",
+            "--out",
+            str(tmp_path / "B"),
+            "--ranker-param",
+            "num_leaves=4",
+        ],
+    )
     assert r.exit_code != 0 and "--ranker-param needs --train-ranker" in r.output
     assert not (tmp_path / "B").exists()
 
@@ -527,8 +657,23 @@ def test_ranker_learns_from_the_fold_its_models_never_saw(tiny_data, tmp_path, m
     with pytest.raises(ValueError, match="fold 0/2: expected I/N"):
         QueryFold(0, 2)  # counted from 1, as every Part
 
-    r = CliRunner().invoke(app, ["train", "dssm", "--data", "tiny", "--threshold", "2", "--out", str(tmp_path / "m"),
-                                 "--hold-out", "2/2", "--param", "epochs=1"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "dssm",
+            "--data",
+            "tiny",
+            "--threshold",
+            "2",
+            "--out",
+            str(tmp_path / "m"),
+            "--hold-out",
+            "2/2",
+            "--param",
+            "epochs=1",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "fold 2/2 held out" in " ".join(r.output.split())
     log = json.loads((tmp_path / "m" / "training.json").read_text())
@@ -543,13 +688,28 @@ def test_ranker_learns_from_the_fold_its_models_never_saw(tiny_data, tmp_path, m
     assert log["train_queries"] == sum(1 for q in held if texts.get(q, "").strip())
     assert log["learnt_from"] == f"fold 2/2 of the train queries ({len(held)} of {len(qids)})"
     make_two_stage(tmp_path / "C", "[[5,5]]")
-    assert json.loads((tmp_path / "C" / "ranker" / "training.json").read_text())["learnt_from"] == \
-        f"all {len(qids)} train queries"
+    assert (
+        json.loads((tmp_path / "C" / "ranker" / "training.json").read_text())["learnt_from"]
+        == f"all {len(qids)} train queries"
+    )
 
     # the stage-1 model's held-out fold is checked against train_fold before anything is built
     cli = CliRunner()
-    base = ["index", "build", "--data", "tiny", "--models", f"bm25,{tmp_path / 'm'}", "--fields", "title",
-            "--train-ranker", "--ranker-param", "stage_depths=[[5,5]]", "--ranker-param", "min_data_in_leaf=2"]
+    base = [
+        "index",
+        "build",
+        "--data",
+        "tiny",
+        "--models",
+        f"bm25,{tmp_path / 'm'}",
+        "--fields",
+        "title",
+        "--train-ranker",
+        "--ranker-param",
+        "stage_depths=[[5,5]]",
+        "--ranker-param",
+        "min_data_in_leaf=2",
+    ]
     r = cli.invoke(app, [*base, "--out", str(tmp_path / "D"), "--ranker-param", "train_fold=1/2"])
     msg = " ".join(r.output.split())
     assert r.exit_code == 2 and "was trained without fold 2/2 of the train queries, not 1/2" in msg, msg

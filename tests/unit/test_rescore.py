@@ -75,8 +75,15 @@ def ce_bundle(tiny_data, tiny_bert, tmp_path):  # type: ignore[no-untyped-def]
     ds = open_dataset("tiny")
     out = tmp_path / "ce"
     ce = create_model("bert-rel", base=tiny_bert)
-    build_bundle(ds.corpus(), [create_model("bm25", analyzer="english")], out, dataset="tiny", rescorer=ce,
-                 rescore_depth=4, rescore_weight=math.inf)
+    build_bundle(
+        ds.corpus(),
+        [create_model("bm25", analyzer="english")],
+        out,
+        dataset="tiny",
+        rescorer=ce,
+        rescore_depth=4,
+        rescore_weight=math.inf,
+    )
     return out
 
 
@@ -100,7 +107,12 @@ def test_bundle_rescores_when_asked_and_only_then(ce_bundle, monkeypatch):
         assert np.allclose([h.score for h in r.hits], sorted(want, reverse=True)[:2], atol=1e-5)
         full = on.search(q, k=8)
         assert [h.doc_id for h in full.hits[4:]] == [h.doc_id for h in again.hits[4:]]  # below the depth: as before
-    for env, on, depth in [("on", True, 4), ("7", True, 7), ("off", False, 4), ("0", False, 4)]:  # `serve --rescore [--rescore-depth 7]`
+    for env, on, depth in [
+        ("on", True, 4),
+        ("7", True, 7),
+        ("off", False, 4),
+        ("0", False, 4),
+    ]:  # `serve --rescore [--rescore-depth 7]`
         monkeypatch.setenv("SEMSEARCH_RESCORE", env)
         b = Bundle.load(ce_bundle, result_cache=0)
         assert (b.rescore, b.rescore_depth) == (on, depth), env
@@ -110,8 +122,14 @@ def test_bundle_rescores_when_asked_and_only_then(ce_bundle, monkeypatch):
 def test_bundle_blends_at_the_weight_it_was_built_with_unless_told(tiny_data, tiny_bert, tmp_path, monkeypatch):
     ds = open_dataset("tiny")
     out = tmp_path / "blend"
-    build_bundle(ds.corpus(), [create_model("bm25", analyzer="english")], out, dataset="tiny",
-                 rescorer=create_model("bert-rel", base=tiny_bert), rescore_depth=4)
+    build_bundle(
+        ds.corpus(),
+        [create_model("bm25", analyzer="english")],
+        out,
+        dataset="tiny",
+        rescorer=create_model("bert-rel", base=tiny_bert),
+        rescore_depth=4,
+    )
     man_path = out / "manifest.json"
     man = json.loads(man_path.read_text())
     assert man["rescorer"]["weight"] == 1.0  # a new bundle blends by default
@@ -169,7 +187,10 @@ def test_cli_rescore_options_are_checked(tiny_data, tmp_path):
         ([*serve, "--rescore-weight", "2"], "--rescore-weight needs --rescore"),
         ([*serve, "--rescore", "--rescore-weight", "0"], "--rescore-weight must be a number > 0, or inf"),
         ([*build, "--rescorer-onnx", "int8"], "--rescorer-onnx needs --rescorer"),
-        ([*build, "--rescorer", str(tmp_path), "--rescorer-onnx", "int4"], "--rescorer-onnx must be one of fp32, int8, off"),
+        (
+            [*build, "--rescorer", str(tmp_path), "--rescorer-onnx", "int4"],
+            "--rescorer-onnx must be one of fp32, int8, off",
+        ),
     ]:
         r = CliRunner().invoke(app, args)
         assert r.exit_code != 0 and message in r.output, (args, r.output)
@@ -194,9 +215,11 @@ def test_cli_build_exports_the_rescorer_at_its_own_precision(tiny_data, tiny_ber
     create_model("bert-rel", base=tiny_bert).save(tmp_path / "ce")
     create_model("bert-rep", base=tiny_bert).save(tmp_path / "enc")
     base = ["index", "build", "--data", "tiny", "--models", str(tmp_path / "enc"), "--rescorer", str(tmp_path / "ce")]
-    for arg, enc, ce in ((["--onnx", "off", "--rescorer-onnx", "int8"], None, "int8"),
-                         (["--onnx", "int8", "--rescorer-onnx", "off"], "int8", None),
-                         (["--onnx", "int8"], "int8", "int8")):
+    for arg, enc, ce in (
+        (["--onnx", "off", "--rescorer-onnx", "int8"], None, "int8"),
+        (["--onnx", "int8", "--rescorer-onnx", "off"], "int8", None),
+        (["--onnx", "int8"], "int8", "int8"),
+    ):
         out = tmp_path / "-".join(arg)
         r = CliRunner().invoke(app, [*base, "--out", str(out), *arg])
         assert r.exit_code == 0, r.output
@@ -217,7 +240,10 @@ def test_serve_rescore_runs_stage_3_in_the_workers(ce_bundle, serve_bundle, monk
     import httpx
 
     monkeypatch.delenv("SEMSEARCH_RESCORE", raising=False)
-    with serve_bundle(ce_bundle, "--workers", "2", "--result-cache", "0", "--rescore", "--rescore-depth", "3") as (base, _):
+    with serve_bundle(ce_bundle, "--workers", "2", "--result-cache", "0", "--rescore", "--rescore-depth", "3") as (
+        base,
+        _,
+    ):
         for i in range(6):  # new connections: both workers answer
             body = httpx.get(base + "/search", params={"q": f"red brick {i}", "k": 5}, timeout=30).json()
             assert "rescore_ms" in body["timing_ms"], body["timing_ms"]

@@ -45,8 +45,10 @@ class Recorder(Model):
 def test_default_retrieve_scores_blocks_of_queries(monkeypatch):
     queries = [f"query {i}" for i in range(10)]
     m = Recorder(40)
-    expected = [sorted(((d, float(s)) for d, s in zip(m.doc_ids, sc)), key=lambda x: -x[1])[:5]
-                for sc in m.score(queries, [m.doc_ids] * len(queries))]
+    expected = [
+        sorted(((d, float(s)) for d, s in zip(m.doc_ids, sc)), key=lambda x: -x[1])[:5]
+        for sc in m.score(queries, [m.doc_ids] * len(queries))
+    ]
     monkeypatch.setattr(base, "RETRIEVE_PAIRS", 120)  # 3 queries of 40 documents a call
     m.calls.clear()
     assert m.retrieve(queries, 5) == expected

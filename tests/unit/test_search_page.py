@@ -116,8 +116,11 @@ def test_html_in_ids_and_titles_is_shown_as_text(trained_clsm, tiny_data, tmp_pa
     from playwright.sync_api import sync_playwright
 
     c = open_dataset("tiny").corpus()
-    corpus = Corpus([*c.ids, IMG, SCRIPT, f"x{IMG}y"], [*c.titles, f"red cat {SCRIPT}", f"red cat {IMG}", IMG],
-                    [*c.texts, "red cat", "red cat", f"red cat {SCRIPT}"])
+    corpus = Corpus(
+        [*c.ids, IMG, SCRIPT, f"x{IMG}y"],
+        [*c.titles, f"red cat {SCRIPT}", f"red cat {IMG}", IMG],
+        [*c.texts, "red cat", "red cat", f"red cat {SCRIPT}"],
+    )
     bundle = build_bundle(corpus, [create_model("bm25", analyzer="english"), trained_clsm()], tmp_path / "b")
     with _serve(create_app(bundle)) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -207,8 +210,11 @@ def test_highlights_are_text_marks_at_utf16_offsets(tiny_data, tmp_path):
     from playwright.sync_api import sync_playwright
 
     c = open_dataset("tiny").corpus()
-    corpus = Corpus([*c.ids, "p1", "e1", "e2"], [*c.titles, HIGHLIGHT_PAYLOAD, "🐈🐕 Drills, 🐈 drilling", ""],
-                    [*c.texts, "x", "y", "the DRILL bits"])
+    corpus = Corpus(
+        [*c.ids, "p1", "e1", "e2"],
+        [*c.titles, HIGHLIGHT_PAYLOAD, "🐈🐕 Drills, 🐈 drilling", ""],
+        [*c.texts, "x", "y", "the DRILL bits"],
+    )
     bundle = build_bundle(corpus, [create_model("bm25", analyzer="english")], tmp_path / "b")
     with _serve(create_app(bundle)) as url, sync_playwright() as p:
         browser = _browser(p)
@@ -225,11 +231,16 @@ def test_highlights_are_text_marks_at_utf16_offsets(tiny_data, tmp_path):
             assert by_id["p1"].locator("mark").all_inner_texts() == ["drill"]
             assert by_id["e1"].inner_text() == "🐈🐕 Drills, 🐈 drilling"
             assert by_id["e1"].locator("mark").all_inner_texts() == ["Drills", "drilling"]
-            assert by_id["e2"].inner_text() == "the DRILL bits" and by_id["e2"].locator("mark").all_inner_texts() == ["DRILL"]
+            assert by_id["e2"].inner_text() == "the DRILL bits" and by_id["e2"].locator("mark").all_inner_texts() == [
+                "DRILL"
+            ]
             page.wait_for_timeout(300)  # time for a (broken) image to fail and its onerror to run
             assert page.locator("#results img, #results script").count() == 0
-            assert page.locator("#results mark").count() == 4 and page.locator("#results *:not(li, span, mark, details, "
-                                                                               "summary, div, table, tr, th, td)").count() == 0
+            assert (
+                page.locator("#results mark").count() == 4
+                and page.locator("#results *:not(li, span, mark, details, summary, div, table, tr, th, td)").count()
+                == 0
+            )
             assert dialogs == []
         finally:
             browser.close()
@@ -294,8 +305,10 @@ class _FakeRanker:
     def score(self, queries, candidates):  # type: ignore[no-untyped-def]
         import numpy as np
 
-        return [np.array([float(sum(w in self.titles[d].split() for w in q.split())) for d in docs])
-                for q, docs in zip(queries, candidates)]
+        return [
+            np.array([float(sum(w in self.titles[d].split() for w in q.split())) for d in docs])
+            for q, docs in zip(queries, candidates)
+        ]
 
 
 def test_ranker_score_and_its_contributions_on_demand(make_bundle, tmp_path):
@@ -312,10 +325,20 @@ def test_ranker_score_and_its_contributions_on_demand(make_bundle, tmp_path):
 
     def explain_rank(query: str, doc_id: str, *, top: int = 5) -> dict:
         calls.append((query, doc_id, top))
-        return {"doc_id": doc_id, "score": 2.0, "bias": 0.5, "source": "LEXICAL", "lexical_score": 3.0,
-                "semantic_score": None, "lexical_rank": 1, "semantic_rank": None,
-                "contributions": [{"feature": "bm25", "value": 3.0, "contribution": 1.25},
-                                  {"feature": SCRIPT, "value": 1.0, "contribution": 0.25}]}
+        return {
+            "doc_id": doc_id,
+            "score": 2.0,
+            "bias": 0.5,
+            "source": "LEXICAL",
+            "lexical_score": 3.0,
+            "semantic_score": None,
+            "lexical_rank": 1,
+            "semantic_rank": None,
+            "contributions": [
+                {"feature": "bm25", "value": 3.0, "contribution": 1.25},
+                {"feature": SCRIPT, "value": 1.0, "contribution": 0.25},
+            ],
+        }
 
     rb.explain_rank = explain_rank  # type: ignore[attr-defined]
     with _serve(create_app(rb)) as url, sync_playwright() as p:

@@ -19,8 +19,24 @@ def test_served_quality_scores_what_the_service_returns(make_bundle, tmp_path):
     b = make_bundle(tmp_path / "b")
     out, run_file = tmp_path / "q.json", tmp_path / "served.trec"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "served_quality.py"), "--bundle", str(b), "--data", "tiny",
-           "--split", "test", "--k", "5", "--rel-threshold", "1", "--out", str(out), "--out-run", str(run_file)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "served_quality.py"),
+        "--bundle",
+        str(b),
+        "--data",
+        "tiny",
+        "--split",
+        "test",
+        "--k",
+        "5",
+        "--rel-threshold",
+        "1",
+        "--out",
+        str(out),
+        "--out-run",
+        str(run_file),
+    ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(out.read_text())

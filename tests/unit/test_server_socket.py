@@ -17,6 +17,7 @@ from semsearch.serving.server import WorkerSocket, listen, reserve
 def _accepted_nodelay(sock: socket.socket) -> tuple[int, int]:
     """Serve ``sock`` with an asyncio server (as uvicorn does with a socket it is handed), connect
     once, and return the accepted socket's (proto, TCP_NODELAY) as asyncio left them."""
+
     async def main() -> tuple[int, int]:
         seen: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
 
@@ -38,7 +39,7 @@ def _accepted_nodelay(sock: socket.socket) -> tuple[int, int]:
     return asyncio.run(main())
 
 
-def _child(sock: socket.socket, out: "multiprocessing.Queue[tuple[int, int]]") -> None:
+def _child(sock: socket.socket, out: multiprocessing.Queue[tuple[int, int]]) -> None:
     out.put(_accepted_nodelay(sock))
 
 
@@ -75,7 +76,7 @@ def test_busy_port_is_named():
             listen("127.0.0.1", port)
 
 
-def _worker(sock: socket.socket, out: "multiprocessing.Queue[tuple[int, int, int]]") -> None:
+def _worker(sock: socket.socket, out: multiprocessing.Queue[tuple[int, int, int]]) -> None:
     """A spawned worker: its socket arrived as a ``WorkerSocket``; report its options and the
     accepted connection's."""
     reuse = sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT)

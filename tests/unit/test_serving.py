@@ -27,7 +27,9 @@ def test_search_returns_tagged_hits_and_timings(client):
     top = body["hits"][0]["title"] + " " + body["hits"][0]["text"]
     assert "red" in top or "cat" in top
     assert {"lexical_ms", "semantic_ms", "merge_ms", "total_ms"} <= body["timing_ms"].keys()
-    scores = [h["score"] for h in client.get("/search", params={"q": "red cat", "k": 50, "merge": "union"}).json()["hits"]]
+    scores = [
+        h["score"] for h in client.get("/search", params={"q": "red cat", "k": 50, "merge": "union"}).json()["hits"]
+    ]
     assert len(scores) > 5
 
 
@@ -73,18 +75,39 @@ def test_every_scorer_of_the_hybrid_is_a_merge(client):
         assert r.status_code == 200 and r.json()["merge"] == merge and r.json()["hits"]
 
 
-@pytest.mark.parametrize("query,status", [
-    ("q=", 400), ("q=%20%20", 400), ("", 400), ("q=" + "a" * 5_000, 413), ("q=" + "a" * 10_000, 414), ("q=red%FF%FEcat", 400),
-    ("q=red&k=0", 422), ("q=red&k=1001", 422), ("q=red&k=ten", 422), ("q=red&k=%D9%A5", 422), ("q=red&offset=1.0", 422),
-    ("q=red&merge=max", 422),
-])
+@pytest.mark.parametrize(
+    "query,status",
+    [
+        ("q=", 400),
+        ("q=%20%20", 400),
+        ("", 400),
+        ("q=" + "a" * 5_000, 413),
+        ("q=" + "a" * 10_000, 414),
+        ("q=red%FF%FEcat", 400),
+        ("q=red&k=0", 422),
+        ("q=red&k=1001", 422),
+        ("q=red&k=ten", 422),
+        ("q=red&k=%D9%A5", 422),
+        ("q=red&offset=1.0", 422),
+        ("q=red&merge=max", 422),
+    ],
+)
 def test_bad_input_gets_4xx_with_json_error(client, query, status):
     r = client.get("/search?" + query)
     assert r.status_code == status and isinstance(r.json()["error"], str) and r.json()["error"]
 
 
-@pytest.mark.parametrize("q", ["'; DROP TABLE documents; --", "<script>alert(1)</script>", "../../etc/passwd",
-                               "{{7*7}} ${jndi:ldap://x}", "red\x00cat", "über café ñandú 🐈"])
+@pytest.mark.parametrize(
+    "q",
+    [
+        "'; DROP TABLE documents; --",
+        "<script>alert(1)</script>",
+        "../../etc/passwd",
+        "{{7*7}} ${jndi:ldap://x}",
+        "red\x00cat",
+        "über café ñandú 🐈",
+    ],
+)
 def test_injection_looking_queries_are_plain_text(client, q):
     r = client.get("/search", params={"q": q, "k": 3})
     assert r.status_code == 200 and r.json()["query"] == q
@@ -95,7 +118,9 @@ def test_concurrent_searches_and_explains_all_succeed(make_bundle, tmp_path, mod
     """Many requests at once (the encoders' caches are not thread-safe; the bundle serialises per model)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    qs = [f"red cat {' '.join(f'new{i}word{j}' for j in range(30))}" for i in range(200)]  # unseen words grow the caches
+    qs = [
+        f"red cat {' '.join(f'new{i}word{j}' for j in range(30))}" for i in range(200)
+    ]  # unseen words grow the caches
     with TestClient(create_app(make_bundle(tmp_path / "b", model=model))) as client, ThreadPoolExecutor(16) as pool:
         codes = list(pool.map(lambda q: client.get("/search", params={"q": q, "k": 5}).status_code, qs))
         codes += list(pool.map(lambda q: client.get("/explain", params={"q": q, "doc_id": "d01"}).status_code, qs))
@@ -116,7 +141,10 @@ def test_metrics_add_up_over_worker_processes(tiny_data, tmp_path, serve_bundle)
     bundle = build_bundle(open_dataset("tiny").corpus(), [create_model("bm25")], tmp_path / "b")
     (tmp := tmp_path / "tmp").mkdir()
     n = 30
-    with serve_bundle(bundle, "--workers", "2", env={"TMPDIR": str(tmp), "PROMETHEUS_MULTIPROC_DIR": None}) as (base, server):
+    with serve_bundle(bundle, "--workers", "2", env={"TMPDIR": str(tmp), "PROMETHEUS_MULTIPROC_DIR": None}) as (
+        base,
+        server,
+    ):
         assert [p.name for p in tmp.iterdir()][0].startswith("semsearch-metrics-")
         for i in range(n):  # a new connection each: the kernel spreads them over the workers
             assert httpx.get(base + "/search", params={"q": f"red cat {i}", "k": 3}).status_code == 200
@@ -130,6 +158,7 @@ def test_metrics_add_up_over_worker_processes(tiny_data, tmp_path, serve_bundle)
 
 
 # -- paging, highlights, score_by, the ranker's explanation ----------------------------------------
+
 
 def test_pages_continue_one_ranking_without_overlap_or_gap(client):
     """offset + k of one deterministic ranking: consecutive pages concatenate to the top of a
@@ -153,11 +182,17 @@ def test_pages_continue_one_ranking_without_overlap_or_gap(client):
     assert past["hits"] == [] and past["next_offset"] is None
 
 
-@pytest.mark.parametrize("query,message", [
-    ("q=red&offset=-1", "'offset' must be in [0, 990]"), ("q=red&offset=991", "'offset' must be in [0, 990]"),
-    ("q=red&k=100&offset=901", "'offset' must be in [0, 900] (offset + k at most 1000), got 901"),
-    ("q=red&offset=ten", "offset"), ("q=red&offset=", "offset"), ("q=red&offset=1.5", "offset"),
-])
+@pytest.mark.parametrize(
+    "query,message",
+    [
+        ("q=red&offset=-1", "'offset' must be in [0, 990]"),
+        ("q=red&offset=991", "'offset' must be in [0, 990]"),
+        ("q=red&k=100&offset=901", "'offset' must be in [0, 900] (offset + k at most 1000), got 901"),
+        ("q=red&offset=ten", "offset"),
+        ("q=red&offset=", "offset"),
+        ("q=red&offset=1.5", "offset"),
+    ],
+)
 def test_bad_offset_gets_422_naming_it(client, query, message):
     r = client.get("/search?" + query)
     assert r.status_code == 422 and message in r.json()["error"]
@@ -218,7 +253,7 @@ def test_highlights_in_utf16_units_and_text_when_no_title(tiny_data, tmp_path):
     e1, e2 = hits["e1"], hits["e2"]
     assert e1["highlight_field"] == "title" and e1["highlights"] == [[9, 13], [18, 25]]
     units = e1["title"].encode("utf-16-le")
-    assert [units[2 * a:2 * b].decode("utf-16-le") for a, b in e1["highlights"]] == ["cats", "running"]
+    assert [units[2 * a : 2 * b].decode("utf-16-le") for a, b in e1["highlights"]] == ["cats", "running"]
     assert e2["highlight_field"] == "text" and [e2["text"][a:b] for a, b in e2["highlights"]] == ["CAT"]
 
 
@@ -256,8 +291,10 @@ class FakeRanker:
     def score(self, queries, candidates):  # type: ignore[no-untyped-def]
         import numpy as np
 
-        return [np.array([float(sum(w in self.titles[d].split() for w in q.split())) for d in docs])
-                for q, docs in zip(queries, candidates)]
+        return [
+            np.array([float(sum(w in self.titles[d].split() for w in q.split())) for d in docs])
+            for q, docs in zip(queries, candidates)
+        ]
 
 
 def ranked_bundle(path):  # type: ignore[no-untyped-def]
@@ -275,11 +312,22 @@ def ranked_bundle(path):  # type: ignore[no-untyped-def]
             raise KeyError(f"no document {doc_id!r}")
         if query.strip() == "bad":
             raise ValueError("bad query")
-        contributions = [{"feature": "bm25", "value": 2.5, "contribution": 1.25},
-                         {"feature": "<b>cosine</b>", "value": 0.5, "contribution": -0.25},
-                         {"feature": "doc_len", "value": 9.0, "contribution": 0.125}][:top]
-        return {"doc_id": doc_id, "score": 1.125, "bias": 0.125, "source": "BOTH", "lexical_score": 2.5,
-                "semantic_score": 0.5, "lexical_rank": 1, "semantic_rank": 3, "contributions": contributions}
+        contributions = [
+            {"feature": "bm25", "value": 2.5, "contribution": 1.25},
+            {"feature": "<b>cosine</b>", "value": 0.5, "contribution": -0.25},
+            {"feature": "doc_len", "value": 9.0, "contribution": 0.125},
+        ][:top]
+        return {
+            "doc_id": doc_id,
+            "score": 1.125,
+            "bias": 0.125,
+            "source": "BOTH",
+            "lexical_score": 2.5,
+            "semantic_score": 0.5,
+            "lexical_rank": 1,
+            "semantic_rank": 3,
+            "contributions": contributions,
+        }
 
     rb.explain_rank = explain_rank  # type: ignore[attr-defined]
     rb.explain_calls = calls  # type: ignore[attr-defined]
@@ -318,6 +366,7 @@ def test_without_a_ranker_explain_is_the_neural_models(client):
 
 # -- the OpenAPI contract (tests/unit/test_contract.py runs schemathesis against it) ---------------
 
+
 def test_answers_validate_against_the_documented_models(make_bundle, tmp_path):
     """What the handlers return (orjson, unvalidated on the hot path) matches the response models
     in /openapi.json: both /explain shapes (ranker; CLSM and DSSM), search, health, ready, errors."""
@@ -334,12 +383,18 @@ def test_answers_validate_against_the_documented_models(make_bundle, tmp_path):
         assert schemas.NeuralExplanation.model_validate(clsm).matching_neurons is not None
         schemas.Health.model_validate(c.get("/health").json())
         schemas.Ready.model_validate(c.get("/ready").json())
-        for url, status in [("/search?q=", 400), ("/search?q=" + "a" * 1001, 413), ("/search?q=a&k=0", 422),
-                            ("/explain?q=red&doc_id=nope", 404)]:
+        for url, status in [
+            ("/search?q=", 400),
+            ("/search?q=" + "a" * 1001, 413),
+            ("/search?q=a&k=0", 422),
+            ("/explain?q=red&doc_id=nope", 404),
+        ]:
             r = c.get(url)
             assert r.status_code == status and schemas.ErrorBody.model_validate(r.json()).error
     with TestClient(create_app(make_bundle(tmp_path / "d", model="dssm"))) as c:
-        dssm = schemas.NeuralExplanation.model_validate(c.get("/explain", params={"q": "red cat", "doc_id": "d01"}).json())
+        dssm = schemas.NeuralExplanation.model_validate(
+            c.get("/explain", params={"q": "red cat", "doc_id": "d01"}).json()
+        )
         assert dssm.query_words and dssm.matching_neurons is None  # no neurons: not a CLSM
 
 
@@ -354,7 +409,9 @@ def test_openapi_documents_required_bounded_parameters_and_errors(client):
     assert params["merge"]["schema"]["enum"] == ["union", "rrf", "interpolate"]
     assert params["model"]["schema"] == {**params["model"]["schema"], "type": "string", "enum": ["clsm"]}
     error = {"$ref": "#/components/schemas/ErrorBody"}
-    assert search["responses"]["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/SearchResponse"}
+    assert search["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/SearchResponse"
+    }
     assert all(search["responses"][s]["content"]["application/json"]["schema"] == error for s in ("400", "413", "422"))
     explain = spec["paths"]["/explain"]["get"]
     assert {"400", "404", "413", "422"} <= explain["responses"].keys()

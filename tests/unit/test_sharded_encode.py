@@ -38,8 +38,9 @@ def setup(tmp_path_factory):
 
 
 def _encode(d: Path, out: Path, *extra: str):
-    return CliRunner().invoke(app, ["encode", "--model", str(d / "dssm"), "--texts", str(d / "corpus.jsonl"),
-                                    "--out", str(out), *extra])
+    return CliRunner().invoke(
+        app, ["encode", "--model", str(d / "dssm"), "--texts", str(d / "corpus.jsonl"), "--out", str(out), *extra]
+    )
 
 
 def test_shards_cover_the_encoding_resume_and_build_one_index(setup, tmp_path):
@@ -53,7 +54,11 @@ def test_shards_cover_the_encoding_resume_and_build_one_index(setup, tmp_path):
         assert r.exit_code == 0, r.output
     parts = [EncodedShard.read(p) for p in paths]
     assert [e.rows for e in parts] == [(0, 33), (33, 67), (67, 101)]
-    assert [str(e.part) for e in parts] == ["1/3", "2/3", "3/3"] and [e.shard for e in parts] == [(0, 3), (1, 3), (2, 3)]
+    assert [str(e.part) for e in parts] == ["1/3", "2/3", "3/3"] and [e.shard for e in parts] == [
+        (0, 3),
+        (1, 3),
+        (2, 3),
+    ]
     assert sum((e.ids for e in parts), []) == ids
     np.testing.assert_allclose(np.vstack([np.load(p) for p in paths]), full, rtol=1e-5, atol=1e-6)
     # run again: every shard is already complete and skipped; a shard without its sidecar is redone
@@ -65,8 +70,9 @@ def test_shards_cover_the_encoding_resume_and_build_one_index(setup, tmp_path):
     r = _encode(d, paths[2], "--shard", "3/3")
     assert r.exit_code == 0 and "skipped" not in r.output and EncodedShard.read(paths[2]).rows == (67, 101)
     # one index from the shards, in any order given: the unsharded index's answers
-    r = CliRunner().invoke(app, ["index", "from-shards", *map(str, paths[::-1]), "--out", str(tmp_path / "ix"),
-                                 "--kind", "flat"])
+    r = CliRunner().invoke(
+        app, ["index", "from-shards", *map(str, paths[::-1]), "--out", str(tmp_path / "ix"), "--kind", "flat"]
+    )
     assert r.exit_code == 0, r.output
     sh = ShardedVectorIndex.load(tmp_path / "ix")
     q = m.encode_queries(["red door", "steel pipe lamp", "white"])
@@ -78,7 +84,9 @@ def test_bad_shard_arguments_and_incomplete_sets(setup, tmp_path):
     d, _, _ = setup
     for bad in ("0/3", "4/3", "-1/2", "a/b", "1", "1/0"):  # 0/3: shards count from 1
         r = _encode(d, tmp_path / "x.npy", "--shard", bad)
-        assert r.exit_code == 2 and f"--shard '{bad}': expected I/N, part I of N counted from 1" in " ".join(r.output.split()), r.output
+        assert r.exit_code == 2 and f"--shard '{bad}': expected I/N, part I of N counted from 1" in " ".join(
+            r.output.split()
+        ), r.output
         with pytest.raises(ValueError, match="--shard"):
             parse_shard(bad)
     assert not (tmp_path / "x.npy").exists()
@@ -96,12 +104,28 @@ def test_ray_runs_the_shards_as_tasks(setup, tmp_path):
     """A local Ray (2 CPUs) encodes 4 shards with map_batches: the same files as `--shard I/4`
     one by one (the Ray folder's file names count from 0: shard-00000-of-00004 is 1/4); run
     again, every shard is found complete."""
-    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'semsearch[ray]'") if not CI else __import__("ray")
+    ray = (
+        pytest.importorskip("ray", reason="Ray is not installed: pip install 'semsearch[ray]'")
+        if not CI
+        else __import__("ray")
+    )
     d, ids, _ = setup
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        r = CliRunner().invoke(app, ["encode", "--model", str(d / "dssm"), "--texts", str(d / "corpus.jsonl"),
-                                     "--out", str(tmp_path / "ray"), "--ray", "4"])
+        r = CliRunner().invoke(
+            app,
+            [
+                "encode",
+                "--model",
+                str(d / "dssm"),
+                "--texts",
+                str(d / "corpus.jsonl"),
+                "--out",
+                str(tmp_path / "ray"),
+                "--ray",
+                "4",
+            ],
+        )
         assert r.exit_code == 0, r.output
         assert "0 already complete" in " ".join(r.output.split())
         for i in range(4):
@@ -109,15 +133,28 @@ def test_ray_runs_the_shards_as_tasks(setup, tmp_path):
             got = EncodedShard.read(tmp_path / "ray" / f"shard-{i:05d}-of-00004.npy")
             assert got.ids == EncodedShard.read(tmp_path / f"one{i}.npy").ids
             np.testing.assert_allclose(np.load(got.path), np.load(tmp_path / f"one{i}.npy"), rtol=1e-5, atol=1e-6)
-        r = CliRunner().invoke(app, ["encode", "--model", str(d / "dssm"), "--texts", str(d / "corpus.jsonl"),
-                                     "--out", str(tmp_path / "ray"), "--ray", "4"])
+        r = CliRunner().invoke(
+            app,
+            [
+                "encode",
+                "--model",
+                str(d / "dssm"),
+                "--texts",
+                str(d / "corpus.jsonl"),
+                "--out",
+                str(tmp_path / "ray"),
+                "--ray",
+                "4",
+            ],
+        )
         assert r.exit_code == 0 and "4 already complete" in " ".join(r.output.split()), r.output
     finally:
         ray.shutdown()
 
 
-@pytest.mark.parametrize("kind,params", [("flat", {}), ("hnsw", {}),
-                                         ("ivfpq", {"nlist": 4, "m": 3, "nbits": 4, "nprobe": 4, "rerank": 120})])
+@pytest.mark.parametrize(
+    "kind,params", [("flat", {}), ("hnsw", {}), ("ivfpq", {"nlist": 4, "m": 3, "nbits": 4, "nprobe": 4, "rerank": 120})]
+)
 def test_one_index_from_the_shards_answers_as_the_sharded_one(setup, tmp_path, kind, params):
     """`index from-shards --one-index`: the shards in one index (for one machine) answer as the
     sharded index over the same files, ids and scores, after save/load. (IVF-PQ re-scores all 101
@@ -134,11 +171,23 @@ def test_one_index_from_the_shards_answers_as_the_sharded_one(setup, tmp_path, k
     one = one_index_from_encoded(paths[::-1], kind=kind, **params)
     assert list(one.doc_ids) == ids and len(one) == 101
     rounded = lambda hits: sorted((-round(s, 5), x) for x, s in hits)  # noqa: E731 (equal vectors' dot
-    for a, b in zip(one.search(q, 12), sh.search(q, 12)):               # products can differ by an ulp)
+    for a, b in zip(one.search(q, 12), sh.search(q, 12)):  # products can differ by an ulp)
         assert rounded(a) == rounded(b)
     params_cli = [a for k, v in params.items() for a in ("--param", f"{k}={v}")]
-    r = CliRunner().invoke(app, ["index", "from-shards", *map(str, paths), "--out", str(tmp_path / "one"),
-                                 "--kind", kind, "--one-index", *params_cli])
+    r = CliRunner().invoke(
+        app,
+        [
+            "index",
+            "from-shards",
+            *map(str, paths),
+            "--out",
+            str(tmp_path / "one"),
+            "--kind",
+            kind,
+            "--one-index",
+            *params_cli,
+        ],
+    )
     assert r.exit_code == 0 and "in one index" in r.output, r.output
     assert VectorIndex.load(tmp_path / "one").search(q, 12) == one.search(q, 12)
 

@@ -27,15 +27,22 @@ def _same(a, b):
 
 
 @pytest.mark.parametrize("metric", ["ip", "cosine", "l2"])
-@pytest.mark.parametrize("kind,params", [("flat", {}), ("ivfpq", {"nlist": 16, "m": 8, "nbits": 6, "nprobe": 4, "rerank": 0}),
-                                         ("ivfpq", {"nlist": 16, "m": 8, "nbits": 6, "nprobe": 4, "rerank": 50})])
+@pytest.mark.parametrize(
+    "kind,params",
+    [
+        ("flat", {}),
+        ("ivfpq", {"nlist": 16, "m": 8, "nbits": 6, "nprobe": 4, "rerank": 0}),
+        ("ivfpq", {"nlist": 16, "m": 8, "nbits": 6, "nprobe": 4, "rerank": 50}),
+    ],
+)
 def test_shards_sharing_the_quantizer_answer_as_one_index(metric, kind, params, tmp_path):
     ids, v, q = _data()
     one = ShardedVectorIndex.build(ids, v, 1, kind, metric, threads=1, **params).shards[0]  # unsharded, same training
     for shards in (2, 3, 7):
         sh = ShardedVectorIndex.build(ids, v, shards, kind, metric, threads=1, **params)
-        assert len(sh) == len(ids) and [len(s) for s in sh.shards] == [len(ids) * (i + 1) // shards - len(ids) * i // shards
-                                                                        for i in range(shards)]
+        assert len(sh) == len(ids) and [len(s) for s in sh.shards] == [
+            len(ids) * (i + 1) // shards - len(ids) * i // shards for i in range(shards)
+        ]
         for k in (1, 10, 100):
             _same(sh.search(q, k), one.search(q, k))
     sh.save(tmp_path / "sh")

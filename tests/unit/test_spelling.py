@@ -12,9 +12,20 @@ from typer.testing import CliRunner
 from semsearch.cli import app
 from semsearch.text import SpellCorrector, SpellingParams
 
-TITLES = ["Kohler Cimarron bathroom sink in white"] * 30 + ["Glacier Bay kitchen faucet"] * 25 + [
-    "Ryobi 18V cordless drill", "Deck paint 1 gal.", "Air conditioner 12000 BTU window", "Kitchen cabinet knobs",
-    "Bathtubs and showers", "Pressure treated 6x8 post", "ACME bolt"] + ["deck stain", "air filter", "paint roller"] * 25
+TITLES = (
+    ["Kohler Cimarron bathroom sink in white"] * 30
+    + ["Glacier Bay kitchen faucet"] * 25
+    + [
+        "Ryobi 18V cordless drill",
+        "Deck paint 1 gal.",
+        "Air conditioner 12000 BTU window",
+        "Kitchen cabinet knobs",
+        "Bathtubs and showers",
+        "Pressure treated 6x8 post",
+        "ACME bolt",
+    ]
+    + ["deck stain", "air filter", "paint roller"] * 25
+)
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +98,25 @@ def test_run_cli_corrects_queries(tiny_data, tmp_path):
     runs = {}
     for flag in ([], ["--correct-queries"]):
         out = tmp_path / f"run{len(flag)}.trec"
-        r = CliRunner().invoke(app, ["run", "--model", "bm25", "--data", "tiny", "--split", "test", "--candidates",
-                                     "judged", "--fields", "title", "--out", str(out), *flag])
+        r = CliRunner().invoke(
+            app,
+            [
+                "run",
+                "--model",
+                "bm25",
+                "--data",
+                "tiny",
+                "--split",
+                "test",
+                "--candidates",
+                "judged",
+                "--fields",
+                "title",
+                "--out",
+                str(out),
+                *flag,
+            ],
+        )
         assert r.exit_code == 0, r.output
         runs[bool(flag)] = out.read_text()
         if flag:
@@ -110,7 +138,7 @@ def test_spec_rows_rank_with_corrected_queries(tiny_data, tmp_path):
 
     _misspell_tiny(tiny_data)
     spec = tmp_path / "s.toml"
-    spec.write_text('''name = "s"
+    spec.write_text("""name = "s"
 title = "t"
 source = "test"
 dataset = "tiny"
@@ -130,7 +158,7 @@ correct_queries = true
 label = "both"
 model = "interpolate"
 combine = ["BM25", "BM25, corrected queries"]
-''')
+""")
     res = run_experiment(load_spec(spec), progress=False)
     score = {r: res.table.rows[r].result.mean["ndcg@3"] for r in ("BM25", "BM25, corrected queries")}
     assert score["BM25, corrected queries"] > score["BM25"] + 0.05

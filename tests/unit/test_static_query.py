@@ -25,8 +25,15 @@ class BagTeacher:
 
     def encode_queries(self, texts):
         self.calls += 1
-        return np.stack([sum((self.table.get(w, np.zeros(self.dim, np.float32)) for w in tokenize(t)),
-                             np.full(self.dim, 0.01, np.float32)) for t in texts]).astype(np.float32)
+        return np.stack(
+            [
+                sum(
+                    (self.table.get(w, np.zeros(self.dim, np.float32)) for w in tokenize(t)),
+                    np.full(self.dim, 0.01, np.float32),
+                )
+                for t in texts
+            ]
+        ).astype(np.float32)
 
     encode_documents = encode_queries
 
@@ -42,9 +49,9 @@ def test_vocabulary_rows_and_bags() -> None:
     assert n == 1 + 3 + 2 + len(m.hasher)  # bias, words, bigrams, trigrams
     ids, off = m.bags(["cordless drill", "unseenword"])
     assert off.tolist()[0] == 0 and len(off) == 3
-    first = ids[off[0]:off[1]].tolist()
+    first = ids[off[0] : off[1]].tolist()
     assert first[0] == 0 and m.words["cordless"] in first and m.bigrams["cordless drill"] in first
-    unseen = ids[off[1]:off[2]].tolist()
+    unseen = ids[off[1] : off[2]].tolist()
     assert unseen[0] == 0 and all(i > len(m.words) + len(m.bigrams) for i in unseen[1:])  # bias + known trigrams only
 
 
@@ -61,8 +68,15 @@ def test_student_learns_the_teacher_and_round_trips(tmp_path) -> None:
     dev = _titles(40, seed=1)
     dev_t = teacher_vectors(teacher, dev)
     m = StaticQueryEncoder(teacher)
-    log = fit_student(m, texts, targets, DistillArgs(epochs=15, batch_size=32, lr=0.05), dev_texts=dev,
-                      dev_targets=dev_t, progress=False)
+    log = fit_student(
+        m,
+        texts,
+        targets,
+        DistillArgs(epochs=15, batch_size=32, lr=0.05),
+        dev_texts=dev,
+        dev_targets=dev_t,
+        progress=False,
+    )
     assert log["best_dev"] > 0.95  # unseen texts of the same words
     q = m.encode_queries(["cordless drill", "led bulb"])
     assert q.shape == (2, 16) and q.dtype == np.float32
@@ -109,12 +123,19 @@ def test_trainer_uses_train_queries_titles_and_spans(tmp_path) -> None:
     titles = _titles(120)
     ids = [f"d{i}" for i in range(len(titles))]
     queries = {"q1": "cordless drill", "q2": "led bulb", "q9": "kitchen sink"}
-    data = TrainingData(queries={"q1": queries["q1"], "q2": queries["q2"]}, doc_ids=ids, doc_texts=titles,
-                        positives=[("q1", "d0"), ("q2", "d1")], qrels={"q1": {"d0": 3}, "q2": {"d1": 3}}, threshold=3)
+    data = TrainingData(
+        queries={"q1": queries["q1"], "q2": queries["q2"]},
+        doc_ids=ids,
+        doc_texts=titles,
+        positives=[("q1", "d0"), ("q2", "d1")],
+        qrels={"q1": {"d0": 3}, "q2": {"d1": 3}},
+        threshold=3,
+    )
     dev = EvalSet({"q9": queries["q9"]}, {"q9": ["d2"]}, {"q9": {"d2": 3}})
     m = StaticQueryEncoder(BagTeacher())
-    log = fit(m, data, dev, progress=False, args=DistillArgs(epochs=3, batch_size=32, lr=0.05, spans=1,
-                                                              cache=str(tmp_path)))
+    log = fit(
+        m, data, dev, progress=False, args=DistillArgs(epochs=3, batch_size=32, lr=0.05, spans=1, cache=str(tmp_path))
+    )
     assert log["train_queries"] == 2 and log["titles"] == len(titles) and log["best_dev"] > 0.5
     assert "kitchen sink" not in set(m.bigrams) or "kitchen sink" in " ".join(titles)  # dev text never trained on
     assert list(tmp_path.glob("embeddings-*.npy"))  # the collection's vectors, shared with index build --vector-cache

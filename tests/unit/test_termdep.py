@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from semsearch.models.termdep import LatentConceptExpansion, PositionalIndex, SequentialDependence
 from semsearch.params import ParamError
 from semsearch.plugins import create_model, load_model
-from semsearch.models.termdep import LatentConceptExpansion, PositionalIndex, SequentialDependence
 
 DOCS = {
     "a": "cordless drill with drill bit set",
@@ -48,7 +48,9 @@ def _pair_counts(tokens: list[str], a: str, b: str, ordered: bool, window: int) 
     return sum(1 for i, t in enumerate(tokens) if t == a and any(tokens[j] == b for j in near(i) if j != i))
 
 
-@pytest.mark.parametrize("a,b", [("cordless", "drill"), ("drill", "bit"), ("drill", "cordless"), ("drill", "drill"), ("bit", "with")])
+@pytest.mark.parametrize(
+    "a,b", [("cordless", "drill"), ("drill", "bit"), ("drill", "cordless"), ("drill", "drill"), ("bit", "with")]
+)
 @pytest.mark.parametrize("ordered,window", [(True, 2), (False, 8), (False, 3)])
 def test_pair_counts_match_brute_force(index, a, b, ordered, window):
     docs, tf = index.pair_tf(index.vocab.ids[a], index.vocab.ids[b], ordered=ordered, window=window)
@@ -127,7 +129,9 @@ def test_termdep_params_are_typed(index, tmp_path):
     with pytest.raises(ParamError, match="mrf parameter 'lambda_t' must be >= 0"):
         create_model("mrf", lambda_t=-1)
     assert recipe("lce", {"fb_docs": 5.0, "mu": 100, "analyzer": "english"}) == (
-        {"fb_docs": 5.0, "mu": 100, "analyzer": "english"}, None)
+        {"fb_docs": 5.0, "mu": 100, "analyzer": "english"},
+        None,
+    )
     m = create_model("lce", mu=10, fb_docs=3.0)
     assert m.p.fb_docs == 3 and m.p.window == 8
     m.use_index(index)
@@ -137,7 +141,9 @@ def test_termdep_params_are_typed(index, tmp_path):
     (tmp_path / "lce" / "config.json").write_text(json.dumps(cfg))
     back = load_model(tmp_path / "lce")
     assert back.params() == m.params()
-    np.testing.assert_allclose(back.score(["cordless drill"], [list(DOCS)])[0], m.score(["cordless drill"], [list(DOCS)])[0])
+    np.testing.assert_allclose(
+        back.score(["cordless drill"], [list(DOCS)])[0], m.score(["cordless drill"], [list(DOCS)])[0]
+    )
 
 
 def test_bad_input_is_finite(index):
@@ -168,8 +174,9 @@ def test_lce_expansion(index):
     sdm = create_model("mrf", mu=10)
     sdm.use_index(index)
     cands = list(DOCS)
-    np.testing.assert_allclose(m.with_params(fb_weight=0).score(["cordless drill"], [cands])[0],
-                               sdm.score(["cordless drill"], [cands])[0])
+    np.testing.assert_allclose(
+        m.with_params(fb_weight=0).score(["cordless drill"], [cands])[0], sdm.score(["cordless drill"], [cands])[0]
+    )
     assert not np.allclose(m.score(["cordless drill"], [cands])[0], sdm.score(["cordless drill"], [cands])[0])
     assert m.expansion("")[0].size == 0
 
@@ -195,5 +202,6 @@ def test_save_load_round_trip(name, tmp_path):
     back = load_model(tmp_path / name)
     assert isinstance(back, SequentialDependence) and back.params() == m.params()
     assert isinstance(back, LatentConceptExpansion) == (name == "lce")
-    np.testing.assert_allclose(back.score(["cordless drill bit"], [list(DOCS)])[0],
-                               m.score(["cordless drill bit"], [list(DOCS)])[0])
+    np.testing.assert_allclose(
+        back.score(["cordless drill bit"], [list(DOCS)])[0], m.score(["cordless drill bit"], [list(DOCS)])[0]
+    )

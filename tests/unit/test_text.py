@@ -10,12 +10,31 @@ import numpy as np
 import pytest
 import torch
 
-from semsearch.text import Analyzer, TrigramHasher, Vocabulary, WordTable, count_matrix, normalize, tokenize, word_trigrams
+from semsearch.text import (
+    Analyzer,
+    TrigramHasher,
+    Vocabulary,
+    WordTable,
+    count_matrix,
+    normalize,
+    tokenize,
+    word_trigrams,
+)
 
 
 def test_tokenize_follows_the_papers_normalisation():
     assert tokenize("Simpson Strong-Tie 12-Gauge Angle (1.9 cu. ft.)") == [
-        "simpson", "strong", "tie", "12", "gauge", "angle", "1", "9", "cu", "ft"]
+        "simpson",
+        "strong",
+        "tie",
+        "12",
+        "gauge",
+        "angle",
+        "1",
+        "9",
+        "cu",
+        "ft",
+    ]
     assert normalize("  BEHR #SC-141 Tugboat  ") == "behr sc 141 tugboat"
     assert tokenize("") == [] and tokenize("   \t ") == [] and tokenize("!!!") == []
     assert tokenize("Café naïve_ÜBER") == ["café", "naïve", "über"]  # letters of any script, '_' splits
@@ -80,8 +99,15 @@ def test_bags_feed_embedding_bag_like_dense_product():
     h = TrigramHasher.fit(texts)
     bags = h.bags(texts)
     emb = torch.nn.EmbeddingBag(len(h), 4, mode="sum")
-    got = emb(torch.from_numpy(bags.ids), torch.from_numpy(bags.offsets[:-1]),
-              per_sample_weights=torch.from_numpy(bags.weights)).detach().numpy()
+    got = (
+        emb(
+            torch.from_numpy(bags.ids),
+            torch.from_numpy(bags.offsets[:-1]),
+            per_sample_weights=torch.from_numpy(bags.weights),
+        )
+        .detach()
+        .numpy()
+    )
     want = h.transform(texts) @ emb.weight.detach().numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert len(bags) == 3
@@ -105,11 +131,41 @@ def test_fit_on_empty_texts_is_an_error():
 def _odd_texts(rng: random.Random, n: int) -> list[str]:
     """Generated texts with what a tokenizer can trip on: scripts, final sigma, dotted İ, combining
     marks, digits, punctuation, underscores, the separator character itself, empty and long texts."""
-    pieces = ["brick", "WALL", "über", "Straße", "ΟΔΟΣ", "σοφός", "İstanbul", "ǅemal", "e\u0301", "ﬁne", "٣٤",
-              "日本語", "🙂", "a_b", "x-y", "2x4", "", " ", "\t\n", "ΑΣ.", "ﬀ", "\x00", "Ⅻ", "ß", "ǈ", "Σ", "\x01", "\x01é"]
+    pieces = [
+        "brick",
+        "WALL",
+        "über",
+        "Straße",
+        "ΟΔΟΣ",
+        "σοφός",
+        "İstanbul",
+        "ǅemal",
+        "e\u0301",
+        "ﬁne",
+        "٣٤",
+        "日本語",
+        "🙂",
+        "a_b",
+        "x-y",
+        "2x4",
+        "",
+        " ",
+        "\t\n",
+        "ΑΣ.",
+        "ﬀ",
+        "\x00",
+        "Ⅻ",
+        "ß",
+        "ǈ",
+        "Σ",
+        "\x01",
+        "\x01é",
+    ]
     out = ["", "   ", "brick " * 100, "a a a a a a a a a a", "\x00", "\x00brick\x00"]
     for _ in range(n):
-        out.append("".join(rng.choice(pieces) + rng.choice([" ", "", ",", " ", "  "]) for _ in range(rng.randint(0, 20))))
+        out.append(
+            "".join(rng.choice(pieces) + rng.choice([" ", "", ",", " ", "  "]) for _ in range(rng.randint(0, 20)))
+        )
     return out
 
 
@@ -138,9 +194,16 @@ def test_features_equal_on_real_titles():
     dense count matrix."""
     from semsearch.models.neural import WordBagFeatures
 
-    titles = ["DEWALT 20-Volt MAX Lithium-Ion Cordless Drill/Driver Kit", "Hampton Bay 52 in. Ceiling Fan",
-              "1/2 in. x 10 ft. Copper Pipe", "", "RIDGID 6 Gal. Wet/Dry Vac", "Behr Premium Plus 1-gal. #W-D-610",
-              "Café Nöir Ø 30 cm — Ölfarbe", "Husky 3/8 in. Drive SAE Socket Set (40-Piece)"] * 5
+    titles = [
+        "DEWALT 20-Volt MAX Lithium-Ion Cordless Drill/Driver Kit",
+        "Hampton Bay 52 in. Ceiling Fan",
+        "1/2 in. x 10 ft. Copper Pipe",
+        "",
+        "RIDGID 6 Gal. Wet/Dry Vac",
+        "Behr Premium Plus 1-gal. #W-D-610",
+        "Café Nöir Ø 30 cm — Ölfarbe",
+        "Husky 3/8 in. Drive SAE Socket Set (40-Piece)",
+    ] * 5
     h = TrigramHasher.fit(titles, max_words=64)
     indptr, ids = h.table.text_bags(titles)
     ptr, words = WordTable(h).encode_each(titles)

@@ -17,10 +17,19 @@ from semsearch.models import topic_em as em
 from semsearch.models.topic import BLTM, PLSA, TopicModel
 from semsearch.params import ParamError
 from semsearch.plugins import create_model, load_model
-from semsearch.training import recipe
-from semsearch.training.topic import bltm_step, clear_fit_memo, counts_matrix, fit_pairs, fit_texts, normalize_cols, plsa_step, pr_fractions
-from semsearch.training.args import BLTMArgs, EMArgs, LDAArgs
 from semsearch.text import Vocabulary
+from semsearch.training import recipe
+from semsearch.training.args import BLTMArgs, EMArgs, LDAArgs
+from semsearch.training.topic import (
+    bltm_step,
+    clear_fit_memo,
+    counts_matrix,
+    fit_pairs,
+    fit_texts,
+    normalize_cols,
+    plsa_step,
+    pr_fractions,
+)
 
 TOPICS = 3
 
@@ -31,8 +40,12 @@ def synthetic_docs(n: int = 90, length: int = 8, seed: int = 0, prefix: str = "w
     docs, labels = [], []
     for i in range(n):
         k = i % TOPICS
-        words = [f"t{k}{prefix}{rng.randrange(6)}" if rng.random() < 0.9 else f"t{rng.randrange(TOPICS)}{prefix}{rng.randrange(6)}"
-                 for _ in range(length)]
+        words = [
+            f"t{k}{prefix}{rng.randrange(6)}"
+            if rng.random() < 0.9
+            else f"t{rng.randrange(TOPICS)}{prefix}{rng.randrange(6)}"
+            for _ in range(length)
+        ]
         docs.append(" ".join(words))
         labels.append(k)
     return docs, labels
@@ -119,8 +132,9 @@ def test_pr_projection_equates_topic_fractions(method, steps):
     assert np.abs(fq - fd)[1:].max() > 0.05  # unprojected posteriors differ: the test has teeth
     lam = np.zeros_like(theta)
     before = theta.copy()
-    *_, stats = bltm_step(qc, dc, theta, phi_q, phi_d, 1.1, 1.01, 1, lam=lam, pr_steps=steps,
-                             pr_tol=1e-7, pr_method=method)
+    *_, stats = bltm_step(
+        qc, dc, theta, phi_q, phi_d, 1.1, 1.01, 1, lam=lam, pr_steps=steps, pr_tol=1e-7, pr_method=method
+    )
     fq, fd = pr_fractions(qc, dc, before, phi_q, phi_d, lam)  # the E-step projected under the old θ
     assert np.abs(fq - fd)[1:].max() < 1e-4
     np.testing.assert_allclose(fq[1:].sum(axis=1), 1.0, atol=1e-9)  # fractions are distributions
@@ -141,7 +155,10 @@ def test_fold_in_recovers_a_training_documents_theta():
     counts = counts_matrix([d.split() for d in docs], vocab)
     chunks = em.make_chunks(counts, em.chunk_bounds(counts.indptr, 64))
     rng = np.random.default_rng(0)
-    theta, phiT = em.normalize_rows(rng.random((60, TOPICS)) + 0.1), normalize_cols(rng.random((len(vocab), TOPICS)) + 0.1)
+    theta, phiT = (
+        em.normalize_rows(rng.random((60, TOPICS)) + 0.1),
+        normalize_cols(rng.random((len(vocab), TOPICS)) + 0.1),
+    )
     for _ in range(300):
         phiT, _, _ = plsa_step(chunks, theta, phiT, 1.1, 1.01, 2)  # θ in place
     phi = phiT.T  # at convergence θ is the fixed point of folding-in under φ
@@ -293,8 +310,15 @@ def test_lda_fold_in_matches_gensim_inference(tmp_path):
     assert len(log["iterations"]) == 5 and np.isfinite(_objectives(log)).all()
     from gensim.models import LdaModel
 
-    lda = LdaModel(num_topics=TOPICS, id2word=dict(enumerate(m.doc_vocab.terms)), alpha=m.arrays["alpha"],
-                   eta=0.01, random_state=0, gamma_threshold=1e-8, iterations=500)
+    lda = LdaModel(
+        num_topics=TOPICS,
+        id2word=dict(enumerate(m.doc_vocab.terms)),
+        alpha=m.arrays["alpha"],
+        eta=0.01,
+        random_state=0,
+        gamma_threshold=1e-8,
+        iterations=500,
+    )
     lda.state.sstats[...] = m.arrays["lambda"] - 0.01
     lda.sync_state()
     bows = [[(m.doc_vocab.ids[w], c) for w, c in sorted(Counter(d.split()).items())] for d in docs[:10]]
@@ -362,28 +386,53 @@ def test_large_candidate_lists_take_the_column_path_with_equal_scores():
     ids = [f"d{i}" for i in range(1200)]
     m.index(ids, docs)
     full = m.score(["t0w1 t2w3 t0w1"], [ids])[0]  # > 1000 candidates
-    parts = np.concatenate([m.score(["t0w1 t2w3 t0w1"], [ids[i:i + 400]])[0] for i in range(0, 1200, 400)])
+    parts = np.concatenate([m.score(["t0w1 t2w3 t0w1"], [ids[i : i + 400]])[0] for i in range(0, 1200, 400)])
     np.testing.assert_allclose(full, parts, rtol=1e-12)
-    assert [d for d, _ in m.retrieve(["t0w1 t2w3"], 5)[0]] == [ids[i] for i in np.lexsort((np.arange(1200), -m.score(["t0w1 t2w3"], [ids])[0]))[:5]]
+    assert [d for d, _ in m.retrieve(["t0w1 t2w3"], 5)[0]] == [
+        ids[i] for i in np.lexsort((np.arange(1200), -m.score(["t0w1 t2w3"], [ids])[0]))[:5]
+    ]
 
 
-@pytest.mark.parametrize("kind,raw,name", [
-    ("plsa", {"topcs": 5}, "topcs"), ("plsa", {"topics": 2.5}, "topics"), ("plsa", {"tol": -1.0}, "tol"),
-    ("plsa", {"beta": 0.5}, "beta"), ("bltm", {"pr_method": "newton"}, "pr_method"), ("bltm", {"pr": "yes"}, "pr"),
-    ("bltm", {"pr_steps": -1}, "pr_steps"), ("lda", {"eta": 0.0}, "eta"), ("lda", {"alpha": -1.0}, "alpha"),
-    ("lda", {"passes": 0}, "passes"), ("plsa", {"mu": 2.0}, "mu"), ("plsa", {"threads": 0}, "threads"),
-])
+@pytest.mark.parametrize(
+    "kind,raw,name",
+    [
+        ("plsa", {"topcs": 5}, "topcs"),
+        ("plsa", {"topics": 2.5}, "topics"),
+        ("plsa", {"tol": -1.0}, "tol"),
+        ("plsa", {"beta": 0.5}, "beta"),
+        ("bltm", {"pr_method": "newton"}, "pr_method"),
+        ("bltm", {"pr": "yes"}, "pr"),
+        ("bltm", {"pr_steps": -1}, "pr_steps"),
+        ("lda", {"eta": 0.0}, "eta"),
+        ("lda", {"alpha": -1.0}, "alpha"),
+        ("lda", {"passes": 0}, "passes"),
+        ("plsa", {"mu": 2.0}, "mu"),
+        ("plsa", {"threads": 0}, "threads"),
+    ],
+)
 def test_bad_parameters_name_themselves(kind, raw, name):
     with pytest.raises(ParamError, match=f"'{name}'"):
         recipe(kind, raw)
 
 
 def test_recipe_splits_model_parameters_from_training_arguments():
-    raw = {"topics": 50, "alpha": 1.2, "mu": 0.3, "one_vocab": True, "iterations": 7, "pr": True, "seed": 4, "beta": 1.1}
+    raw = {
+        "topics": 50,
+        "alpha": 1.2,
+        "mu": 0.3,
+        "one_vocab": True,
+        "iterations": 7,
+        "pr": True,
+        "seed": 4,
+        "beta": 1.1,
+    }
     kw, args = recipe("bltm", raw)
     assert kw == {"topics": 50, "alpha": 1.2, "mu": 0.3, "one_vocab": True}
     assert args == BLTMArgs(iterations=7, pr=True, seed=4, beta=1.1)
-    assert recipe("plsa", {"min_iterations": 3, "fold_iterations": 5}) == ({"fold_iterations": 5}, EMArgs(min_iterations=3))
+    assert recipe("plsa", {"min_iterations": 3, "fold_iterations": 5}) == (
+        {"fold_iterations": 5},
+        EMArgs(min_iterations=3),
+    )
     assert recipe("lda", {"passes": 2, "alpha": 0.5}) == ({"alpha": 0.5}, LDAArgs(passes=2))
 
 
@@ -392,12 +441,32 @@ def test_a_model_saved_before_typed_parameters_still_loads(tmp_path):
     q, t = synthetic_pairs(45)
     m, _ = trained("bltm", (q, t), topics=TOPICS, iterations=5, mu=0.4, lam=0.3, pr=True)
     m.save(tmp_path / "m")
-    (tmp_path / "m" / "config.json").write_text(json.dumps({
-        "model": "bltm", "params": {"mu": 0.4, "lam": 0.3}, "analyzer": {"stem": None, "stopwords": False},
-        "train": {"topics": TOPICS, "iterations": 5, "min_iterations": 20, "tol": 1e-3, "alpha": 1.1, "beta": 1.01,
-                  "pr": True, "one_vocab": False, "pr_steps": 10, "pr_tol": 1e-3, "pr_method": "diag", "min_count": 1,
-                  "fold_iterations": 20, "seed": 0},
-        "trained": True}))
+    (tmp_path / "m" / "config.json").write_text(
+        json.dumps(
+            {
+                "model": "bltm",
+                "params": {"mu": 0.4, "lam": 0.3},
+                "analyzer": {"stem": None, "stopwords": False},
+                "train": {
+                    "topics": TOPICS,
+                    "iterations": 5,
+                    "min_iterations": 20,
+                    "tol": 1e-3,
+                    "alpha": 1.1,
+                    "beta": 1.01,
+                    "pr": True,
+                    "one_vocab": False,
+                    "pr_steps": 10,
+                    "pr_tol": 1e-3,
+                    "pr_method": "diag",
+                    "min_count": 1,
+                    "fold_iterations": 20,
+                    "seed": 0,
+                },
+                "trained": True,
+            }
+        )
+    )
     back = load_model(tmp_path / "m")
     assert isinstance(back, BLTM) and back.params() == m.params() and back.topics == TOPICS
     ids = [f"d{i}" for i in range(len(t))]

@@ -35,8 +35,13 @@ def test_topic_speed_quick(tmp_path: Path) -> None:
     root = _homedepot(tmp_path / "data")
     out = tmp_path / "topic.json"
     env = {**os.environ, "SEMSEARCH_DATA": str(root), "SEMSEARCH_PROGRESS": "0"}
-    proc = subprocess.run([sys.executable, str(BENCH / "topic_speed.py"), "--quick", "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "topic_speed.py"), "--quick", "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     res = json.loads(out.read_text())["results"]
     for name in ("plsa", "bltm", "bltm_pr"):

@@ -11,17 +11,34 @@ import torch
 
 from semsearch.data import EvalSet, TrainingData
 from semsearch.models import ModelDirError, rank
-from semsearch.plugins import create_model, load_model
 from semsearch.models.transformer import BiEncoder, CrossEncoder
 from semsearch.params import ParamError
+from semsearch.plugins import create_model, load_model
 from semsearch.training import fit, recipe
-from semsearch.training.losses import (LIST_LOSSES, grade_cross_entropy, grade_targets, graded_hinge_loss,
-                                       graded_list_loss, listnet_loss, margin_mse_loss)
-from semsearch.training.negatives import uniform_negatives
-from semsearch.training.transformer import (Clusters, Example, _batch_loss, _param_groups, _shared_labels, list_spread,
-                                            add_hard_negatives, add_negatives, judged_examples, pooled_spread,
-                                            with_teacher)
 from semsearch.training.args import BiEncoderArgs, CrossEncoderArgs
+from semsearch.training.losses import (
+    LIST_LOSSES,
+    grade_cross_entropy,
+    grade_targets,
+    graded_hinge_loss,
+    graded_list_loss,
+    listnet_loss,
+    margin_mse_loss,
+)
+from semsearch.training.negatives import uniform_negatives
+from semsearch.training.transformer import (
+    Clusters,
+    Example,
+    _batch_loss,
+    _param_groups,
+    _shared_labels,
+    add_hard_negatives,
+    add_negatives,
+    judged_examples,
+    list_spread,
+    pooled_spread,
+    with_teacher,
+)
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
 THINGS = ["chair", "table", "lamp", "door", "sofa", "rug"]
@@ -75,8 +92,9 @@ def test_bi_encoder_shapes_pooling_and_dot_product(tiny_bert):
     unit = create_model("bert-rep", base=tiny_bert, normalize=True).encode_documents(texts)
     assert np.allclose(np.linalg.norm(unit, axis=1), 1.0, atol=1e-5)
     hits = m.retrieve(["red chair"], 2)[0]
-    assert [h[0] for h in hits] == [d for d, _ in sorted(zip("abc", m.score(["red chair"], [["a", "b", "c"]])[0]),
-                                                         key=lambda x: -x[1])][:2]
+    assert [h[0] for h in hits] == [
+        d for d, _ in sorted(zip("abc", m.score(["red chair"], [["a", "b", "c"]])[0]), key=lambda x: -x[1])
+    ][:2]
 
 
 def test_bad_input(tiny_bert, tmp_path):
@@ -185,8 +203,9 @@ def test_listnet_loss():
     assert listnet_loss(s, y, valid, scale=0.25).item() == pytest.approx(want * 2 * 0.25, rel=1e-6)
     assert listnet_loss(s, torch.ones_like(y), valid).item() == 0.0  # no query with two grades
     # scores ordered as the grades beat the reverse order; the gradient raises the better graded
-    assert listnet_loss(torch.tensor([[3.0, 0.0]]), torch.tensor([[2.0, 0.0]]), torch.ones(1, 2, dtype=torch.bool)) < \
-        listnet_loss(torch.tensor([[0.0, 3.0]]), torch.tensor([[2.0, 0.0]]), torch.ones(1, 2, dtype=torch.bool))
+    assert listnet_loss(
+        torch.tensor([[3.0, 0.0]]), torch.tensor([[2.0, 0.0]]), torch.ones(1, 2, dtype=torch.bool)
+    ) < listnet_loss(torch.tensor([[0.0, 3.0]]), torch.tensor([[2.0, 0.0]]), torch.ones(1, 2, dtype=torch.bool))
     x = torch.zeros(1, 3, requires_grad=True)
     listnet_loss(x, torch.tensor([[3.0, 1.0, 0.0]]), torch.ones(1, 3, dtype=torch.bool)).backward()
     assert x.grad[0, 0] < 0 < x.grad[0, 2]  # descent raises the grade-3 score, lowers the grade-0 one
@@ -195,13 +214,20 @@ def test_listnet_loss():
         graded_list_loss("softmax", s, y, valid, 1.0)
 
 
-@pytest.mark.parametrize("name,loss", [("bert-rep", "hinge"), ("bert-rel", "hinge"), ("bert-rel", "listnet"),
-                                       ("bert-rep", "listnet")])
+@pytest.mark.parametrize(
+    "name,loss", [("bert-rep", "hinge"), ("bert-rel", "hinge"), ("bert-rel", "listnet"), ("bert-rep", "listnet")]
+)
 def test_training_lowers_the_loss(tiny_bert, name, loss):
     data = _data()
     m, args = _make(name, base=tiny_bert, neg_global=2, neg_cluster=0, lr=1e-3, batch_size=4, loss=loss)
-    examples = add_negatives(judged_examples(data, np.random.default_rng(0), None, 30),
-                             np.random.default_rng(0), len(data.doc_ids), 2, 0, None)
+    examples = add_negatives(
+        judged_examples(data, np.random.default_rng(0), None, 30),
+        np.random.default_rng(0),
+        len(data.doc_ids),
+        2,
+        0,
+        None,
+    )
     m.net.eval()  # no dropout, so the loss compares like for like
     before = _batch_loss(m, examples, data.doc_texts, 1.0, loss=loss).item()
     log = fit(m, data, None, progress=False, args=args)
@@ -239,18 +265,25 @@ def test_hard_negatives_come_from_the_first_models_top(tiny_bert, tmp_path):
     # BM25's top 3 for "red chair" are red or chair titles; a query's judged titles are never drawn
     hard = add_hard_negatives(examples, data, np.random.default_rng(1), 2, "bm25", 3)
     from semsearch.models.lexical import BM25
+
     bm25 = BM25()
     bm25.index(data.doc_ids, data.doc_texts)
     idx = data.doc_index
     for ex, h in zip(examples, hard):
-        new = h.docs[len(ex.docs):]
+        new = h.docs[len(ex.docs) :]
         top = {idx[d] for d, _ in bm25.retrieve([ex.query], 3)[0]}
         assert set(new.tolist()) <= top - ex.judged and len(set(new.tolist())) == len(new)
-        assert h.grades[len(ex.docs):].tolist() == [0.0] * len(new)
+        assert h.grades[len(ex.docs) :].tolist() == [0.0] * len(new)
     # the judged lists here hold every title sharing a word with the query, so BM25's top is judged
     assert sum(len(h.docs) - len(e.docs) for e, h in zip(examples, hard)) == 0
-    unjudged = TrainingData(data.queries, data.doc_ids, data.doc_texts, data.positives,
-                            {q: {d: g for d, g in j.items() if g >= 1} for q, j in data.qrels.items()}, threshold=3)
+    unjudged = TrainingData(
+        data.queries,
+        data.doc_ids,
+        data.doc_texts,
+        data.positives,
+        {q: {d: g for d, g in j.items() if g >= 1} for q, j in data.qrels.items()},
+        threshold=3,
+    )
     ex2 = judged_examples(unjudged, np.random.default_rng(0), None, 30)
     hard2 = add_hard_negatives(ex2, unjudged, np.random.default_rng(1), 2, "bm25", 10)
     assert all(len(h.docs) == len(e.docs) + 2 for e, h in zip(ex2, hard2))
@@ -262,7 +295,7 @@ def test_hard_negatives_come_from_the_first_models_top(tiny_bert, tmp_path):
     hard3 = add_hard_negatives(ex2, unjudged, np.random.default_rng(1), 2, str(tmp_path / "first"), 10)
     for ex, h in zip(ex2, hard3):
         top = {idx[d] for d, _ in first.retrieve([ex.query], 10)[0]}
-        assert set(h.docs[len(ex.docs):].tolist()) <= top - ex.judged and len(h.docs) == len(ex.docs) + 2
+        assert set(h.docs[len(ex.docs) :].tolist()) <= top - ex.judged and len(h.docs) == len(ex.docs) + 2
 
 
 def test_teacher_scores_are_rescaled_to_the_spread(tiny_bert, tmp_path, monkeypatch):
@@ -279,7 +312,7 @@ def test_teacher_scores_are_rescaled_to_the_spread(tiny_bert, tmp_path, monkeypa
     assert pooled_spread(e.teacher for e in taught) == pytest.approx(0.1, rel=1e-4)
     dev = np.concatenate([e.teacher - e.teacher.mean() for e in taught])
     dof = sum(len(e.docs) - 1 for e in taught)
-    assert np.sqrt((dev ** 2).sum() / dof) == pytest.approx(0.1, rel=1e-4)
+    assert np.sqrt((dev**2).sum() / dof) == pytest.approx(0.1, rel=1e-4)
     # an ensemble: each teacher divided by its own spread, averaged, the mean rescaled to the spread,
     # so a teacher whose scores are 10x larger does not outweigh the other
     other = create_model("bert-rel", base=tiny_bert)
@@ -307,10 +340,27 @@ def test_margin_mse_distillation_learns_the_teachers_margins(tiny_bert, tmp_path
     teacher, targs = _make("bert-rel", base=tiny_bert, neg_global=0, neg_cluster=0, lr=1e-3, batch_size=4, epochs=3)
     fit(teacher, data, None, progress=False, args=targs)
     teacher.save(tmp_path / "teacher")
-    m, args = _make(name, base=tiny_bert, neg_global=1, neg_cluster=0, neg_hard=1, hard_depth=10, lr=1e-3,
-                    batch_size=4, loss="margin_mse", teacher=str(tmp_path / "teacher"), teacher_spread=0.5)
-    examples = add_negatives(judged_examples(data, np.random.default_rng(0), None, 30),
-                             np.random.default_rng(0), len(data.doc_ids), 1, 0, None)
+    m, args = _make(
+        name,
+        base=tiny_bert,
+        neg_global=1,
+        neg_cluster=0,
+        neg_hard=1,
+        hard_depth=10,
+        lr=1e-3,
+        batch_size=4,
+        loss="margin_mse",
+        teacher=str(tmp_path / "teacher"),
+        teacher_spread=0.5,
+    )
+    examples = add_negatives(
+        judged_examples(data, np.random.default_rng(0), None, 30),
+        np.random.default_rng(0),
+        len(data.doc_ids),
+        1,
+        0,
+        None,
+    )
     examples, _ = with_teacher(examples, load_model(tmp_path / "teacher"), data.doc_texts, 0.5)
     m.net.eval()
     before = _batch_loss(m, examples, data.doc_texts, 1.0, loss="margin_mse").item()
@@ -322,8 +372,9 @@ def test_margin_mse_distillation_learns_the_teachers_margins(tiny_bert, tmp_path
 
 
 @pytest.mark.parametrize("normalize", [False, True])
-def test_margin_mse_measures_the_students_spread_and_notes_a_mismatch(tiny_bert, tmp_path, monkeypatch, capsys,
-                                                                      normalize):
+def test_margin_mse_measures_the_students_spread_and_notes_a_mismatch(
+    tiny_bert, tmp_path, monkeypatch, capsys, normalize
+):
     """The student's within-list spread is its own scores' (as ``score`` ranks with), pooled like the
     teacher's; a teacher_spread more than 4x off it is noted, naming the parameter and the fix."""
     data = _data()
@@ -331,12 +382,18 @@ def test_margin_mse_measures_the_students_spread_and_notes_a_mismatch(tiny_bert,
     teacher.init_head(0)
     teacher.save(tmp_path / "teacher")
     student = create_model("bert-rep", base=tiny_bert, normalize=normalize)
-    examples = add_negatives(judged_examples(data, np.random.default_rng(0), None, 30), np.random.default_rng(0),
-                             len(data.doc_ids), 2, 0, None)
+    examples = add_negatives(
+        judged_examples(data, np.random.default_rng(0), None, 30),
+        np.random.default_rng(0),
+        len(data.doc_ids),
+        2,
+        0,
+        None,
+    )
     student.index(data.doc_ids, data.doc_texts)
     own = student.score([e.query for e in examples], [[data.doc_ids[r] for r in e.docs] for e in examples])
     dev = np.concatenate([s - s.mean() for s in own])
-    want = np.sqrt((dev ** 2).sum() / sum(len(e.docs) - 1 for e in examples))
+    want = np.sqrt((dev**2).sum() / sum(len(e.docs) - 1 for e in examples))
     for mode in (True, False):  # measured in eval mode (no dropout), the net's own mode left as it was
         student.net.train(mode)
         assert list_spread(student, examples, data.doc_texts, batch=3) == pytest.approx(want, rel=1e-4)
@@ -344,8 +401,18 @@ def test_margin_mse_measures_the_students_spread_and_notes_a_mismatch(tiny_bert,
     monkeypatch.setenv("SEMSEARCH_PROGRESS", "1")
 
     def train(spread: float) -> tuple[float, str]:
-        m, args = _make("bert-rep", base=tiny_bert, normalize=normalize, neg_global=2, neg_cluster=0, epochs=1,
-                        batch_size=4, loss="margin_mse", teacher=str(tmp_path / "teacher"), teacher_spread=spread)
+        m, args = _make(
+            "bert-rep",
+            base=tiny_bert,
+            normalize=normalize,
+            neg_global=2,
+            neg_cluster=0,
+            epochs=1,
+            batch_size=4,
+            loss="margin_mse",
+            teacher=str(tmp_path / "teacher"),
+            teacher_spread=spread,
+        )
         capsys.readouterr()
         return fit(m, data, None, progress=False, args=args)["student_spread"], capsys.readouterr().err
 
@@ -373,8 +440,9 @@ def test_margin_mse_parameters_are_checked(tiny_bert, tmp_path):
     with pytest.raises(ValueError, match=r"teacher_spread"):
         recipe("bert-rel", {"base": tiny_bert, "loss": "margin_mse", "teacher": "t", "teacher_spread": 0})
     # a teacher that is not a saved cross-encoder is refused by its directory, before any training
-    m, args = _make("bert-rep", base=tiny_bert, neg_global=0, neg_cluster=0, loss="margin_mse",
-                    teacher=str(tmp_path / "nothing"))
+    m, args = _make(
+        "bert-rep", base=tiny_bert, neg_global=0, neg_cluster=0, loss="margin_mse", teacher=str(tmp_path / "nothing")
+    )
     with pytest.raises(ModelDirError, match="nothing"):
         fit(m, _data(), None, progress=False, args=args)
 
@@ -384,15 +452,18 @@ def test_grade_targets_split_between_levels():
     t = grade_targets(torch.tensor([[0.0, 2.0 + 1 / 3, 3.0], [1.5, 1.0, 0.0]]), levels)
     assert t.shape == (2, 3, 4) and torch.allclose(t.sum(-1), torch.ones(2, 3))
     assert torch.allclose(t[0, 1], torch.tensor([0.0, 0.0, 2 / 3, 1 / 3]))
-    assert torch.allclose(t[0, 0], torch.tensor([1.0, 0, 0, 0])) and torch.allclose(t[0, 2], torch.tensor([0.0, 0, 0, 1]))
+    assert torch.allclose(t[0, 0], torch.tensor([1.0, 0, 0, 0])) and torch.allclose(
+        t[0, 2], torch.tensor([0.0, 0, 0, 1])
+    )
     assert torch.allclose(t[1, 0], torch.tensor([0.0, 0.5, 0.5, 0.0]))
     assert torch.allclose((t * levels).sum(-1), torch.tensor([[0.0, 2 + 1 / 3, 3.0], [1.5, 1.0, 0.0]]))  # mean = grade
 
 
 def test_grade_cross_entropy_against_a_hand_computation():
     levels = torch.tensor([1.0, 2.0, 3.0])
-    logits = torch.tensor([[[2.0, 0.0, -1.0], [0.0, 1.0, 0.0], [5.0, 5.0, 5.0]],
-                           [[1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [9.0, 9.0, 9.0]]])
+    logits = torch.tensor(
+        [[[2.0, 0.0, -1.0], [0.0, 1.0, 0.0], [5.0, 5.0, 5.0]], [[1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [9.0, 9.0, 9.0]]]
+    )
     y = torch.tensor([[1.0, 2.5, 0.0], [3.0, 3.0, 0.0]])  # query 1: one grade only (left out)
     valid = torch.tensor([[True, True, False], [True, True, False]])
     lp = torch.log_softmax(logits, -1)
@@ -430,10 +501,25 @@ def test_graded_head_scores_by_expected_gain(tiny_bert, tmp_path):
 @pytest.mark.parametrize("loss", ["listnet", "hinge"])
 def test_graded_head_trains_on_list_loss_and_grades(tiny_bert, loss):
     data = _data()
-    m, args = _make("bert-rel", base=tiny_bert, grades=[0, 1, 2, 3], neg_global=2, neg_cluster=0, lr=1e-3,
-                    batch_size=4, loss=loss, grade_weight=0.5)
-    examples = add_negatives(judged_examples(data, np.random.default_rng(0), None, 30),
-                             np.random.default_rng(0), len(data.doc_ids), 2, 0, None)
+    m, args = _make(
+        "bert-rel",
+        base=tiny_bert,
+        grades=[0, 1, 2, 3],
+        neg_global=2,
+        neg_cluster=0,
+        lr=1e-3,
+        batch_size=4,
+        loss=loss,
+        grade_weight=0.5,
+    )
+    examples = add_negatives(
+        judged_examples(data, np.random.default_rng(0), None, 30),
+        np.random.default_rng(0),
+        len(data.doc_ids),
+        2,
+        0,
+        None,
+    )
     m.net.eval()
     list_only = _batch_loss(m, examples, data.doc_texts, 1.0, loss=loss).item()
     both = _batch_loss(m, examples, data.doc_texts, 1.0, loss=loss, grade_weight=0.5).item()
@@ -488,9 +574,17 @@ def test_shared_negatives_labels_and_mask():
 
 def test_shared_negatives_train_and_need_a_bi_encoder(tiny_bert):
     data = _data()
-    m, args = _make("bert-rep", base=tiny_bert, neg_global=1, neg_cluster=0, lr=1e-3, batch_size=4, share_negatives=True)
-    examples = add_negatives(judged_examples(data, np.random.default_rng(0), None, 30),
-                             np.random.default_rng(0), len(data.doc_ids), 1, 0, None)
+    m, args = _make(
+        "bert-rep", base=tiny_bert, neg_global=1, neg_cluster=0, lr=1e-3, batch_size=4, share_negatives=True
+    )
+    examples = add_negatives(
+        judged_examples(data, np.random.default_rng(0), None, 30),
+        np.random.default_rng(0),
+        len(data.doc_ids),
+        1,
+        0,
+        None,
+    )
     m.net.eval()
     before = _batch_loss(m, examples, data.doc_texts, 1.0, share=True).item()
     fit(m, data, None, progress=False, args=args)
@@ -502,8 +596,16 @@ def test_shared_negatives_train_and_need_a_bi_encoder(tiny_bert):
 def test_margin_list_keeps_the_best_on_dev(tiny_bert):
     data = _data()
     dev = EvalSet(data.queries, {q: list(d) for q, d in data.qrels.items()}, data.qrels)
-    m, args = _make("bert-rep", base=tiny_bert, margin=[0.1, 2.0], neg_global=1, neg_cluster=1,
-                    cluster_model="pretrained", n_clusters=3, lr=1e-3)
+    m, args = _make(
+        "bert-rep",
+        base=tiny_bert,
+        margin=[0.1, 2.0],
+        neg_global=1,
+        neg_cluster=1,
+        cluster_model="pretrained",
+        n_clusters=3,
+        lr=1e-3,
+    )
     log = fit(m, data, dev, progress=False, args=args)
     assert set(log["trials"]) == {"0.1", "2.0"}
     assert log["best_dev"] == max(t["best_dev"] for t in log["trials"].values())
@@ -580,20 +682,47 @@ def test_parameters_are_typed_and_checked(tiny_bert, tmp_path):
         recipe("bert-rep", {"cluster_model": "kmeans"})
     with pytest.raises(ParamError, match="'optimizer' must be one of 'adam'"):
         recipe("bert-rel", {"optimizer": "sgd"})
-    kw, args = recipe("bert-rep", {"base": tiny_bert, "pooling": "cls", "max_queries": 80, "margin": [0.5, 1],
-                                   "share_negatives": True, "lr": 2e-5})
+    kw, args = recipe(
+        "bert-rep",
+        {
+            "base": tiny_bert,
+            "pooling": "cls",
+            "max_queries": 80,
+            "margin": [0.5, 1],
+            "share_negatives": True,
+            "lr": 2e-5,
+        },
+    )
     assert kw == {"base": tiny_bert, "pooling": "cls"}
-    assert isinstance(args, BiEncoderArgs) and (args.max_queries, args.margin, args.share_negatives) == (80, [0.5, 1.0], True)
+    assert isinstance(args, BiEncoderArgs) and (args.max_queries, args.margin, args.share_negatives) == (
+        80,
+        [0.5, 1.0],
+        True,
+    )
     kw, args = recipe("bert-rel", {"max_length": 64, "head_lr": 1e-3})
     assert kw == {"max_length": 64} and isinstance(args, CrossEncoderArgs) and args.cluster_model == "pretrained"
     # folders saved when the training settings were model parameters still load
     m = create_model("bert-rep", base=tiny_bert)
     m.save(tmp_path / "rep")
     cfg = json.loads((tmp_path / "rep" / "config.json").read_text())
-    cfg["semsearch"]["params"].update({"margin": 1.0, "lr": 1e-5, "epochs": 1, "batch_size": 8, "neg_global": 10,
-                                       "neg_cluster": 10, "cluster_model": "first", "max_queries": None,
-                                       "dev_metric": "ndcg@10", "seed": 0, "share_negatives": False})
+    cfg["semsearch"]["params"].update(
+        {
+            "margin": 1.0,
+            "lr": 1e-5,
+            "epochs": 1,
+            "batch_size": 8,
+            "neg_global": 10,
+            "neg_cluster": 10,
+            "cluster_model": "first",
+            "max_queries": None,
+            "dev_metric": "ndcg@10",
+            "seed": 0,
+            "share_negatives": False,
+        }
+    )
     (tmp_path / "rep" / "config.json").write_text(json.dumps(cfg))
     again = load_model(tmp_path / "rep")
-    assert {k: v for k, v in again.params().items() if k != "base"} == {k: v for k, v in m.params().items() if k != "base"}
+    assert {k: v for k, v in again.params().items() if k != "base"} == {
+        k: v for k, v in m.params().items() if k != "base"
+    }
     assert np.allclose(again.encode_documents(["red chair"]), m.encode_documents(["red chair"]), atol=1e-6)

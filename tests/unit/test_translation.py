@@ -15,8 +15,8 @@ from semsearch.models.translation import PhraseTranslationModel, WordTranslation
 from semsearch.params import ParamError
 from semsearch.plugins import create_model, load_model
 from semsearch.training import fit, recipe
-from semsearch.training.translation import _grow_diag_final, extract_phrases, ibm1
 from semsearch.training.args import IBM1Args
+from semsearch.training.translation import _grow_diag_final, extract_phrases, ibm1
 
 # query word -> the title word users' products call it
 SYNONYMS = {"sofa": "couch", "tv": "television", "fridge": "refrigerator", "drill": "driver", "lamp": "light"}
@@ -277,18 +277,29 @@ def test_retrieve_scores_the_whole_collection(name, wtm, ptm):
         m.retrieve(["sofa"], 0)
 
 
-@pytest.mark.parametrize("kind,raw,name", [
-    ("wtm", {"iteration": 5}, "iteration"), ("wtm", {"alpha": 1.5}, "alpha"), ("ptm", {"beta": -0.1}, "beta"),
-    ("ptm", {"max_len": 4}, "max_len"), ("wtm", {"null": "no"}, "null"), ("wtm", {"tol": -1.0}, "tol"),
-    ("ptm", {"min_prob": 1.0}, "min_prob"), ("wtm", {"iterations": 0}, "iterations"), ("wtm", {"beta": 0.5}, "beta"),
-])
+@pytest.mark.parametrize(
+    "kind,raw,name",
+    [
+        ("wtm", {"iteration": 5}, "iteration"),
+        ("wtm", {"alpha": 1.5}, "alpha"),
+        ("ptm", {"beta": -0.1}, "beta"),
+        ("ptm", {"max_len": 4}, "max_len"),
+        ("wtm", {"null": "no"}, "null"),
+        ("wtm", {"tol": -1.0}, "tol"),
+        ("ptm", {"min_prob": 1.0}, "min_prob"),
+        ("wtm", {"iterations": 0}, "iterations"),
+        ("wtm", {"beta": 0.5}, "beta"),
+    ],
+)
 def test_bad_parameters_name_themselves(kind, raw, name):
     with pytest.raises(ParamError, match=f"'{name}'"):
         recipe(kind, raw)
 
 
 def test_recipe_splits_model_parameters_from_training_arguments():
-    kw, args = recipe("ptm", {"alpha": 0.1, "beta": 0.3, "max_len": 2, "iterations": 4, "null": False, "min_prob": 0.01})
+    kw, args = recipe(
+        "ptm", {"alpha": 0.1, "beta": 0.3, "max_len": 2, "iterations": 4, "null": False, "min_prob": 0.01}
+    )
     assert kw == {"alpha": 0.1, "beta": 0.3, "max_len": 2}
     assert args == IBM1Args(iterations=4, null=False, min_prob=0.01) and args.tol == 1e-4
     assert recipe("wtm", {"mu": 0.5}) == ({"mu": 0.5}, IBM1Args())
@@ -298,9 +309,16 @@ def test_a_model_saved_before_typed_parameters_still_loads(ptm, tmp_path):
     """config.json of the old layout: the analyzer apart, training settings (and max_len) under "settings"."""
     m = _indexed(ptm.with_params(alpha=0.15, mu=0.25))
     m.save(tmp_path / "old")
-    (tmp_path / "old" / "config.json").write_text(json.dumps({
-        "model": "ptm", "params": {"alpha": 0.15, "mu": 0.25, "beta": 0.5}, "analyzer": {"stem": None, "stopwords": False},
-        "settings": {"iterations": 15, "tol": 1e-4, "null": True, "min_prob": 1e-4, "max_len": 3}}))
+    (tmp_path / "old" / "config.json").write_text(
+        json.dumps(
+            {
+                "model": "ptm",
+                "params": {"alpha": 0.15, "mu": 0.25, "beta": 0.5},
+                "analyzer": {"stem": None, "stopwords": False},
+                "settings": {"iterations": 15, "tol": 1e-4, "null": True, "min_prob": 1e-4, "max_len": 3},
+            }
+        )
+    )
     back = load_model(tmp_path / "old")
     assert back.params() == m.params() and back.p.max_len == 3
     qs = ["black sofa", "tv stand"]

@@ -15,12 +15,31 @@ def test_vector_speed_quick(tiny_data: Path, tmp_path: Path) -> None:
     (tiny_data / "homedepot").symlink_to(tiny_data / "tiny")
     env = {**os.environ, "SEMSEARCH_DATA": str(tiny_data), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     out = tmp_path / "v.json"
-    cmd = [sys.executable, str(BENCH), "--quick", "--vectors", "dssm", "--out", str(out), "--cache", str(tmp_path / "c")]
+    cmd = [
+        sys.executable,
+        str(BENCH),
+        "--quick",
+        "--vectors",
+        "dssm",
+        "--out",
+        str(out),
+        "--cache",
+        str(tmp_path / "c"),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(out.read_text())
     rows = {(r["index"], json.dumps(r["params"], sort_keys=True)): r for r in res["results"]}
-    assert [r["index"] for r in res["results"]] == ["flat", "hnsw", "hnsw", "hnswsq", "ivfpq", "ivfpq", "ivfpq", "ivfpq"]
+    assert [r["index"] for r in res["results"]] == [
+        "flat",
+        "hnsw",
+        "hnsw",
+        "hnswsq",
+        "ivfpq",
+        "ivfpq",
+        "ivfpq",
+        "ivfpq",
+    ]
     assert res["vectors"]["n"] == 60 and res["encoding"]["bert_rep_titles_per_s"] > 0
     for r in rows.values():
         assert r["p99_ms"] >= r["p50_ms"] > 0 and r["batch_qps"] > 0 and r["bytes_per_doc"] > 0

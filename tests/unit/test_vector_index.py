@@ -12,8 +12,12 @@ from semsearch.index import IndexMismatchError, SemanticRetriever, VectorIndex, 
 from semsearch.models import ModelDirError
 
 IVF = {"nlist": 16, "m": 16, "nbits": 6, "nprobe": 4}
-PARAMS = {"flat": {}, "hnsw": {"M": 16, "efConstruction": 80, "efSearch": 64},
-          "hnswsq": {"M": 16, "efConstruction": 80, "efSearch": 64}, "ivfpq": IVF}
+PARAMS = {
+    "flat": {},
+    "hnsw": {"M": 16, "efConstruction": 80, "efSearch": 64},
+    "hnswsq": {"M": 16, "efConstruction": 80, "efSearch": 64},
+    "ivfpq": IVF,
+}
 
 
 def clustered(n: int, dim: int = 32, centres: int = 20, seed: int = 0) -> np.ndarray:
@@ -43,7 +47,9 @@ def test_flat_matches_numpy_cosine(data) -> None:  # type: ignore[no-untyped-def
     got = ix.search(q, 10)
     assert [[d for d, _ in h] for h in got] == exact(x, q, ids, 10)
     assert all(h[0][1] >= h[-1][1] for h in got)
-    assert got[0][0][1] == pytest.approx(float(np.max((q[0] / np.linalg.norm(q[0])) @ (x / np.linalg.norm(x, axis=1, keepdims=True)).T)), abs=1e-5)
+    assert got[0][0][1] == pytest.approx(
+        float(np.max((q[0] / np.linalg.norm(q[0])) @ (x / np.linalg.norm(x, axis=1, keepdims=True)).T)), abs=1e-5
+    )
 
 
 @pytest.mark.parametrize("kind,bound", [("hnsw", 0.95), ("hnswsq", 0.95), ("ivfpq", 0.6)])
@@ -92,7 +98,7 @@ def test_mismatch_and_corrupt_files(data, tmp_path: Path) -> None:  # type: igno
     with pytest.raises(ModelDirError, match="not a vector index"):
         VectorIndex.load(tmp_path / "nothing")
     f = tmp_path / "ix" / "index.faiss"
-    f.write_bytes(f.read_bytes()[: 1000])
+    f.write_bytes(f.read_bytes()[:1000])
     with pytest.raises(ModelDirError, match="corrupt vector index"):
         VectorIndex.load(tmp_path / "ix")
     f.write_bytes(b"garbage")
@@ -232,7 +238,9 @@ def test_semantic_retriever_save_load_checks_the_encoder(tmp_path: Path) -> None
     assert back.kind == "hnsw" and back.retrieve(["drill"], 3) == want
     with pytest.raises(IndexMismatchError, match="embeds differently"):
         SemanticRetriever.load(tmp_path / "sem", encoder=_dssm(2))  # same name, other weights
-    with pytest.raises(IndexMismatchError, match=r"retriever\.json: 'encoder' says 'dssm', the encoder is 'HashEncoder'"):
+    with pytest.raises(
+        IndexMismatchError, match=r"retriever\.json: 'encoder' says 'dssm', the encoder is 'HashEncoder'"
+    ):
         SemanticRetriever.load(tmp_path / "sem", encoder=HashEncoder(dim=8))
     with pytest.raises(ModelDirError, match="not a semantic retriever"):
         SemanticRetriever.load(tmp_path)
@@ -249,7 +257,9 @@ def test_semantic_retriever_flat_equals_the_models_exact_retrieve() -> None:
         got, want = r.retrieve([q], 4)[0], m.retrieve([q], 4)[0]
         assert [d for d, _ in got] == [d for d, _ in want]
         assert np.allclose([s for _, s in got], [s for _, s in want], atol=1e-5)
-    assert [list(s) for s in r.score(["drill"], [["d0", "d1"]])] == [list(s) for s in m.score(["drill"], [["d0", "d1"]])]
+    assert [list(s) for s in r.score(["drill"], [["d0", "d1"]])] == [
+        list(s) for s in m.score(["drill"], [["d0", "d1"]])
+    ]
 
 
 @pytest.mark.parametrize("kind", ["flat", "hnsw", "hnswsq", "ivfpq"])

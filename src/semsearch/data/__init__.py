@@ -5,6 +5,7 @@ query-domain TSVs, and a catalog of the data sets under ../shared/data. Every re
 line by line and takes `skip_bad_lines`; every writer is atomic.
 """
 
+from ._io import data_root
 from .beir import (
     BeirDataset,
     Corpus,
@@ -21,10 +22,16 @@ from .beir import (
     write_qrels,
     write_queries,
 )
-from ._io import data_root
 from .catalog import dataset_info, list_datasets, open_dataset
-from .domains import (DomainTasks, LabelledQuery, binary_labels, domain_names, load_query_domains, normalise_split,
-                      open_domain_set)
+from .domains import (
+    DomainTasks,
+    LabelledQuery,
+    binary_labels,
+    domain_names,
+    load_query_domains,
+    normalise_split,
+    open_domain_set,
+)
 from .errors import BadLinePolicy, DataFormatError, DataWarning
 from .pairs import iter_clicks, iter_pairs, write_clicks, write_pairs
 from .pools import query_pools

@@ -37,7 +37,7 @@ def data_root() -> Path:
 def _decoded(raw: bytes, number: int) -> str:
     """One raw line as text without its line ending (a UTF-8 BOM on line 1 is dropped)."""
     if number == 1 and raw.startswith(_BOM):
-        raw = raw[len(_BOM):]
+        raw = raw[len(_BOM) :]
     return raw.decode("utf-8").rstrip("\r\n")
 
 
@@ -110,7 +110,7 @@ def first_line(path: PathLike) -> tuple[int, str] | None:
     with open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
             if number == 1 and raw.startswith(_BOM):
-                raw = raw[len(_BOM):]
+                raw = raw[len(_BOM) :]
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             if line.strip():
                 return number, line
@@ -129,7 +129,7 @@ def atomic_write(path: PathLike, *, binary: bool = False) -> Iterator[IO]:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 & ~umask, like open()
     try:
-        with (open(fd, "wb") if binary else open(fd, "w", encoding="utf-8", newline="\n")) as f:
+        with open(fd, "wb") if binary else open(fd, "w", encoding="utf-8", newline="\n") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())

@@ -102,7 +102,7 @@ class DomainTasks:
     domains: list[str]
 
     @classmethod
-    def from_records(cls, records: Sequence[LabelledQuery], domains: Sequence[str], split: str) -> "DomainTasks":
+    def from_records(cls, records: Sequence[LabelledQuery], domains: Sequence[str], split: str) -> DomainTasks:
         """The ``split`` rows; every domain must be known and have positives and negatives there
         (a binary task without both classes can neither be trained nor measured by AUC)."""
         if not domains:
@@ -121,7 +121,7 @@ class DomainTasks:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def subset(self, rows: np.ndarray) -> "DomainTasks":
+    def subset(self, rows: np.ndarray) -> DomainTasks:
         """The given rows (e.g. a fraction of the labels for the domain-adaptation study)."""
         return DomainTasks([self.texts[i] for i in rows], self.labels[rows], self.domains)
 

@@ -53,7 +53,9 @@ class BadLinePolicy:
     def summary(self) -> str:
         """What was skipped: how many bad lines, which ones (the first few) and the first message."""
         where = ", ".join(map(str, self.lines)) + (", ..." if self.skipped > len(self.lines) else "")
-        return f"skipped {self.skipped} bad line{'s' * (self.skipped != 1)} (lines {where}); first: {self.first_message}"
+        return (
+            f"skipped {self.skipped} bad line{'s' * (self.skipped != 1)} (lines {where}); first: {self.first_message}"
+        )
 
     def finish(self) -> None:
         """Emit the single summary DataWarning if any line was skipped."""

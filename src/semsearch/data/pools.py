@@ -11,8 +11,9 @@ from .beir import BeirDataset
 from .trec import read_run
 
 
-def query_pools(dataset: BeirDataset, queries: Mapping[str, str] | None = None, *,
-                runs: Mapping[str, Run] | None = None) -> dict[str, set[str]]:
+def query_pools(
+    dataset: BeirDataset, queries: Mapping[str, str] | None = None, *, runs: Mapping[str, Run] | None = None
+) -> dict[str, set[str]]:
     """Per query id, every document that one of the data set's runs retrieved or one of its
     splits judged for it; with ``queries`` (id -> text), keyed by query text instead (queries of
     equal text share one pool) and limited to those queries. ``runs``: already read runs by name."""

@@ -38,8 +38,12 @@ class PairList(Sequence[tuple[str, str]]):
     def __getitem__(self, i: slice) -> list[tuple[str, str]]: ...
     def __getitem__(self, i: int | slice) -> tuple[str, str] | list[tuple[str, str]]:
         if isinstance(i, slice):
-            return list(zip(map(self.query_ids.__getitem__, self.q[i].tolist()),
-                            map(self.doc_ids.__getitem__, self.d[i].tolist())))
+            return list(
+                zip(
+                    map(self.query_ids.__getitem__, self.q[i].tolist()),
+                    map(self.doc_ids.__getitem__, self.d[i].tolist()),
+                )
+            )
         return self.query_ids[int(self.q[i])], self.doc_ids[int(self.d[i])]
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
@@ -47,7 +51,9 @@ class PairList(Sequence[tuple[str, str]]):
             yield from self[start : start + 65_536]
 
     def __eq__(self, other: Any) -> bool:
-        return isinstance(other, Sequence) and len(other) == len(self) and all(a == tuple(b) for a, b in zip(self, other))
+        return (
+            isinstance(other, Sequence) and len(other) == len(self) and all(a == tuple(b) for a, b in zip(self, other))
+        )
 
     def __repr__(self) -> str:
         return f"PairList({len(self)} pairs)"
@@ -98,7 +104,7 @@ class TrainingData:
     @classmethod
     def from_dataset(
         cls, dataset: BeirDataset, split: str = "train", *, threshold: int = 3, fields: Fields = "title"
-    ) -> "TrainingData":
+    ) -> TrainingData:
         """Positives = judgments of ``split`` with grade >= ``threshold`` (3 suits homedepot's 0-4);
         the pool is the whole corpus."""
         corpus = dataset.corpus()
@@ -106,20 +112,28 @@ class TrainingData:
         queries = dataset.queries()
         return cls(
             queries={q: queries[q] for q in qrels if q in queries},
-            doc_ids=corpus.ids, doc_texts=corpus.joined(fields),
-            positives=positive_pairs(dataset, split, threshold), qrels=qrels, threshold=threshold,
+            doc_ids=corpus.ids,
+            doc_texts=corpus.joined(fields),
+            positives=positive_pairs(dataset, split, threshold),
+            qrels=qrels,
+            threshold=threshold,
         )
 
-    def without_queries(self, qids: Iterable[str]) -> "TrainingData":
+    def without_queries(self, qids: Iterable[str]) -> TrainingData:
         """The same data without the queries ``qids``: their texts, positive pairs and judgments
         (cross-fitting: a model trained on the other folds scores a fold's queries unseen)."""
         drop = set(qids)
-        return TrainingData({q: t for q, t in self.queries.items() if q not in drop}, self.doc_ids, self.doc_texts,
-                            [(q, d) for q, d in self.positives if q not in drop],
-                            {q: j for q, j in self.qrels.items() if q not in drop}, self.threshold)
+        return TrainingData(
+            {q: t for q, t in self.queries.items() if q not in drop},
+            self.doc_ids,
+            self.doc_texts,
+            [(q, d) for q, d in self.positives if q not in drop],
+            {q: j for q, j in self.qrels.items() if q not in drop},
+            self.threshold,
+        )
 
     @classmethod
-    def from_pairs(cls, pairs: Iterable[tuple[str, str]]) -> "TrainingData":
+    def from_pairs(cls, pairs: Iterable[tuple[str, str]]) -> TrainingData:
         """From (query text, title text) pairs, e.g. ``iter_pairs(path)``: equal texts share an id;
         the pool is the set of distinct titles."""
         queries: dict[str, str] = {}
@@ -134,7 +148,7 @@ class TrainingData:
     @classmethod
     def from_clicks(
         cls, rows: Iterable[tuple[str, str, int]], corpus: Corpus, *, fields: Fields = "title", min_clicks: int = 1
-    ) -> "TrainingData":
+    ) -> TrainingData:
         """From a click log (query text, doc id, clicks), e.g. ``iter_clicks(path)``: a pair with at
         least ``min_clicks`` clicks is a positive, repeated once per click (capped at 10) so heavily
         clicked pairs weigh more, as in click-trained models.
@@ -157,9 +171,12 @@ class TrainingData:
                 reps.append(min(clicks, 10))
         times = np.frombuffer(reps, dtype=np.int8) if len(reps) else np.zeros(0, dtype=np.int8)
         qids = [f"q{i}" for i in range(len(qindex))]
-        positives = PairList(qids, corpus.ids, np.repeat(np.frombuffer(q_pos, dtype=np.int32) if len(q_pos) else
-                                                         np.zeros(0, np.int32), times),
-                             np.repeat(np.frombuffer(d_pos, dtype=np.int32) if len(d_pos) else np.zeros(0, np.int32), times))
+        positives = PairList(
+            qids,
+            corpus.ids,
+            np.repeat(np.frombuffer(q_pos, dtype=np.int32) if len(q_pos) else np.zeros(0, np.int32), times),
+            np.repeat(np.frombuffer(d_pos, dtype=np.int32) if len(d_pos) else np.zeros(0, np.int32), times),
+        )
         return cls(dict(zip(qids, qindex)), corpus.ids, corpus.joined(fields), positives)
 
 
@@ -172,15 +189,16 @@ class EvalSet:
     qrels: Qrels
 
     @classmethod
-    def judged(cls, dataset: BeirDataset, split: str = "dev") -> "EvalSet":
+    def judged(cls, dataset: BeirDataset, split: str = "dev") -> EvalSet:
         """Each query's judged documents are its candidates (the papers' re-ranking setting)."""
         qrels = dataset.qrels(split)
         queries = dataset.queries()
         return cls({q: queries[q] for q in qrels if q in queries}, {q: list(d) for q, d in qrels.items()}, qrels)
 
-    def subset(self, qids: Sequence[str]) -> "EvalSet":
+    def subset(self, qids: Sequence[str]) -> EvalSet:
         keep = set(qids)
-        return EvalSet({q: t for q, t in self.queries.items() if q in keep},
-                       {q: c for q, c in self.candidates.items() if q in keep},
-                       {q: j for q, j in self.qrels.items() if q in keep})
-
+        return EvalSet(
+            {q: t for q, t in self.queries.items() if q in keep},
+            {q: c for q, c in self.candidates.items() if q in keep},
+            {q: j for q, j in self.qrels.items() if q in keep},
+        )

@@ -39,7 +39,6 @@ def top1_crosstab(
 
 def crosstab_markdown(table: Mapping[str, Mapping[str, int]], row_label: str, column_label: str) -> str:
     names = list(table)
-    lines = [f"| {row_label} \\\\ {column_label} | " + " | ".join(names) + " |",
-             "|---|" + "---:|" * len(names)]
+    lines = [f"| {row_label} \\\\ {column_label} | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     lines += [f"| {r} | " + " | ".join(str(table[r][c]) for c in names) + " |" for r in names]
     return "\n".join(lines) + "\n"

@@ -33,9 +33,7 @@ class CVResult:
     """Per fold: (training query ids, test query ids)."""
 
 
-def kfold_queries(
-    qids: Iterable[str], k: int = 2, seed: int = 0
-) -> list[tuple[list[str], list[str]]]:
+def kfold_queries(qids: Iterable[str], k: int = 2, seed: int = 0) -> list[tuple[list[str], list[str]]]:
     """Split query ids into k folds; returns (train, test) per fold, each list sorted.
 
     The ids are de-duplicated and sorted before a seeded shuffle, so the split depends only on
@@ -48,10 +46,7 @@ def kfold_queries(
         raise ValueError(f"need at least k={k} queries, got {len(ids)}")
     perm = np.random.default_rng(seed).permutation(len(ids))
     tests = [sorted(ids[i] for i in part) for part in np.array_split(perm, k)]
-    return [
-        (sorted(q for j, t in enumerate(tests) if j != i for q in t), test)
-        for i, test in enumerate(tests)
-    ]
+    return [(sorted(q for j, t in enumerate(tests) if j != i for q in t), test) for i, test in enumerate(tests)]
 
 
 @dataclass(frozen=True)
@@ -70,9 +65,7 @@ class QueryFold(Part):
         return kfold_queries(qids, self.n, seed=0)[self.index][1]
 
 
-def _per_query(
-    runs_by_params: Mapping[str, Run], qrels: Qrels, metric: str, gain: str
-) -> dict[str, dict[str, float]]:
+def _per_query(runs_by_params: Mapping[str, Run], qrels: Qrels, metric: str, gain: str) -> dict[str, dict[str, float]]:
     """setting -> query id -> metric value, over the judged queries (a missing query scores 0)."""
     if not runs_by_params:
         raise ValueError("runs_by_params is empty")

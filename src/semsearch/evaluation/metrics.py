@@ -70,9 +70,7 @@ def parse_metric(name: str) -> tuple[str, int | None]:
     """Split ``"ndcg@10"`` into ``("ndcg", 10)``; case-insensitive; ValueError on unknown forms."""
     m = _METRIC_RE.match(name.strip().lower())
     if m is None or (m.group(1) in _NEEDS_CUT and m.group(2) is None):
-        raise ValueError(
-            f"unknown metric {name!r}; valid forms: {', '.join(VALID_METRICS)} (k a positive integer)"
-        )
+        raise ValueError(f"unknown metric {name!r}; valid forms: {', '.join(VALID_METRICS)} (k a positive integer)")
     return m.group(1), (int(m.group(2)) if m.group(2) else None)
 
 

@@ -42,9 +42,7 @@ class ResultTable:
         self.alpha = alpha
         self.rows: dict[str, _Row] = {}
 
-    def add(
-        self, label: str, result: EvalResult, paper: Mapping[str, float] | None = None
-    ) -> ResultTable:
+    def add(self, label: str, result: EvalResult, paper: Mapping[str, float] | None = None) -> ResultTable:
         """Append a row; ``paper`` maps metric name -> the figure the paper reports."""
         if label in self.rows:
             raise ValueError(f"duplicate row label {label!r}")
@@ -80,9 +78,7 @@ class ResultTable:
                 out[b] = paired_ttest(row, base).p
         return out
 
-    def _cell_markers(
-        self, label: str, metric: str, marks: Mapping[str, str], p: Mapping[str, float | None]
-    ) -> str:
+    def _cell_markers(self, label: str, metric: str, marks: Mapping[str, str], p: Mapping[str, float | None]) -> str:
         """Markers of the baselines this row beats significantly (p < alpha, higher mean)."""
         mean = self.rows[label].result.mean.get(metric)
         return "".join(
@@ -117,10 +113,19 @@ class ResultTable:
         for m in (canonical_metric(c) for c in metrics):
             values = [self.rows[lb].result.mean[m] for lb in labels]
             mean, sd = statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-            better = {b: sum(marks[b] in self._cell_markers(lb, m, marks, self.p_values(lb, m)) for lb in labels)
-                      for b in self.baselines if b not in labels}
-            out["metrics"][m] = {"mean": mean, "sd": sd, "min": min(values), "max": max(values), "values": values,
-                                 "significantly_better": better}
+            better = {
+                b: sum(marks[b] in self._cell_markers(lb, m, marks, self.p_values(lb, m)) for lb in labels)
+                for b in self.baselines
+                if b not in labels
+            }
+            out["metrics"][m] = {
+                "mean": mean,
+                "sd": sd,
+                "min": min(values),
+                "max": max(values),
+                "values": values,
+                "significantly_better": better,
+            }
         return out
 
     def spread_markdown(self, spreads: Mapping[str, Mapping[str, Any]], columns: Sequence[str]) -> str:
@@ -135,12 +140,20 @@ class ResultTable:
             for c in cols:
                 d = sp["metrics"][c]
                 better = ", ".join(f"{n}/{sp['seeds']} {marks[b]}" for b, n in d["significantly_better"].items() if n)
-                cells.append(f"{d['mean']:.3f} ± {d['sd']:.3f} ({d['min']:.3f}–{d['max']:.3f})" + (f"; {better}" if better else ""))
+                cells.append(
+                    f"{d['mean']:.3f} ± {d['sd']:.3f} ({d['min']:.3f}–{d['max']:.3f})"
+                    + (f"; {better}" if better else "")
+                )
             lines.append("| " + " | ".join(cells) + " |")
         legend = ", ".join(f"{m} = {b}" for b, m in marks.items())
-        note = (f"Mean ± sample sd of the seeds' means (min–max); \"k/n {MARKERS[0]}\": k of the n seeds significantly better "
-                f"than that baseline (paired t-test over queries, p < {self.alpha:g}; {legend}).") if marks else \
-            "Mean ± sample sd of the seeds' means (min–max)."
+        note = (
+            (
+                f'Mean ± sample sd of the seeds\' means (min–max); "k/n {MARKERS[0]}": k of the n seeds significantly better '
+                f"than that baseline (paired t-test over queries, p < {self.alpha:g}; {legend})."
+            )
+            if marks
+            else "Mean ± sample sd of the seeds' means (min–max)."
+        )
         return "\n".join(lines) + "\n\n" + note + "\n"
 
     def to_markdown(self, columns: Sequence[str] | None = None, show_paper: bool = True) -> str:
@@ -173,15 +186,17 @@ class ResultTable:
         rows = []
         for r in self.rows.values():
             p = {m: self.p_values(r.label, m) for m in metrics}
-            rows.append({
-                "label": r.label,
-                "n_queries": r.result.n_queries,
-                "gain": r.result.gain,
-                "queries": r.result.queries,
-                "mean": dict(r.result.mean),
-                "paper": dict(r.paper),
-                "p_values": {b: {m: p[m][b] for m in metrics} for b in self.baselines if b != r.label},
-                "markers": {m: self._cell_markers(r.label, m, marks, p[m]) for m in metrics},
-            })
+            rows.append(
+                {
+                    "label": r.label,
+                    "n_queries": r.result.n_queries,
+                    "gain": r.result.gain,
+                    "queries": r.result.queries,
+                    "mean": dict(r.result.mean),
+                    "paper": dict(r.paper),
+                    "p_values": {b: {m: p[m][b] for m in metrics} for b in self.baselines if b != r.label},
+                    "markers": {m: self._cell_markers(r.label, m, marks, p[m]) for m in metrics},
+                }
+            )
         baselines = [{"label": b, "marker": m} for b, m in marks.items()]
         return {"metrics": metrics, "alpha": self.alpha, "baselines": baselines, "rows": rows}

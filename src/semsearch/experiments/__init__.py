@@ -6,8 +6,15 @@ from typing import Any
 from .spec import ExperimentSpec, ModelSpec, SpecError, get_spec, load_spec, spec_paths
 
 __all__ = [
-    "Check", "ExperimentResult", "ExperimentSpec", "ModelSpec", "SpecError", "get_spec", "load_spec",
-    "run_experiment", "spec_paths",
+    "Check",
+    "ExperimentResult",
+    "ExperimentSpec",
+    "ModelSpec",
+    "SpecError",
+    "get_spec",
+    "load_spec",
+    "run_experiment",
+    "spec_paths",
 ]
 
 

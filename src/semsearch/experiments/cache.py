@@ -38,7 +38,10 @@ def saved_dir(model_dir: Path, kind: str, recipe: Mapping[str, Any]) -> Path:
 
 
 def cached_training(
-    model_dir: Path | None, kind: str, recipe: Mapping[str, Any], train: Callable[[], tuple[Model, dict[str, Any]]],
+    model_dir: Path | None,
+    kind: str,
+    recipe: Mapping[str, Any],
+    train: Callable[[], tuple[Model, dict[str, Any]]],
     retrain: bool = False,
 ) -> tuple[Model, dict[str, Any]]:
     """``train()`` → (model, training log), or the model saved earlier under ``model_dir`` as

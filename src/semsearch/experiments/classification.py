@@ -16,14 +16,14 @@ import numpy as np
 from ..data import DomainTasks, EvalSet, TrainingData, open_dataset, open_domain_set
 from ..data._io import atomic_write, write_json
 from ..evaluation import auc
-from ..plugins import create_model
 from ..models.classifiers import letter_trigram_features, svm_scores, word_ngram_features
 from ..models.mtdnn import MTDNN
+from ..plugins import create_model
 from ..progress import track
 from ..text import TrigramHasher
 from ..training import recipe
-from ..training.mtdnn import classification_auc, train_mtdnn
 from ..training.args import MTDNNArgs
+from ..training.mtdnn import classification_auc, train_mtdnn
 from .cache import cached_training
 from .result import Check
 from .spec import SYSTEMS, ClassificationSpec
@@ -46,8 +46,13 @@ class ClassificationResult:
 
     def to_markdown(self) -> str:
         s = self.spec
-        lines = [f"# {s.title}", "", f"Source: {s.source}. Data: `query-domains/{s.domain_set}.tsv`, "
-                 f"domains {', '.join(s.domains)}; AUC on the test split.", ""]
+        lines = [
+            f"# {s.title}",
+            "",
+            f"Source: {s.source}. Data: `query-domains/{s.domain_set}.tsv`, "
+            f"domains {', '.join(s.domains)}; AUC on the test split.",
+            "",
+        ]
         if s.notes:
             lines += [s.notes.strip(), ""]
         if s.kind == "classification":
@@ -57,7 +62,9 @@ class ClassificationResult:
         if self.checks:
             lines += ["", "Expected ranges:", ""]
             for c in self.checks:
-                lines.append(f"- {c.label} {c.metric} = {c.value:.4f}, expected [{c.low}, {c.high}]: {'ok' if c.ok else 'OUT OF RANGE'}")
+                lines.append(
+                    f"- {c.label} {c.metric} = {c.value:.4f}, expected [{c.low}, {c.high}]: {'ok' if c.ok else 'OUT OF RANGE'}"
+                )
         lines += ["", f"Run time: {self.seconds:.1f} s.", ""]
         return "\n".join(lines)
 
@@ -74,26 +81,38 @@ class ClassificationResult:
         if order:
             lines += ["", "The paper's ordering per domain (MT-DNN ≥ DNN > SVM-Word > SVM-Letter):", ""]
             for claim, held in order.items():
-                lines.append(f"- {claim}: holds in {sum(held.values())} of {len(held)} domains "
-                             f"({', '.join(d for d, ok in held.items() if not ok) or 'all hold'}{' fail' if not all(held.values()) else ''})")
+                lines.append(
+                    f"- {claim}: holds in {sum(held.values())} of {len(held)} domains "
+                    f"({', '.join(d for d, ok in held.items() if not ok) or 'all hold'}{' fail' if not all(held.values()) else ''})"
+                )
         size = self.details.get("compactness")
         if size:
-            lines += ["", "Compactness (§3.3):", "",
-                      f"- MT-DNN saved size: {size['mtdnn_bytes'] / 1e6:.2f} MB ({size['mtdnn_params']:,} parameters, "
-                      f"{size['trigrams']:,} letter trigrams)",
-                      f"- SVM-Word: {size['svm_word_features']:,} word n-gram features per domain "
-                      f"({size['svm_word_bytes'] / 1e6:.2f} MB of float64 weights for {len(self.spec.domains)} domains)",
-                      f"- classification latency, one query at a time, every domain: p50 {size['latency_p50_ms']:.3f} ms, "
-                      f"p99 {size['latency_p99_ms']:.3f} ms ({size['latency_queries']} test queries, 1 thread)"]
+            lines += [
+                "",
+                "Compactness (§3.3):",
+                "",
+                f"- MT-DNN saved size: {size['mtdnn_bytes'] / 1e6:.2f} MB ({size['mtdnn_params']:,} parameters, "
+                f"{size['trigrams']:,} letter trigrams)",
+                f"- SVM-Word: {size['svm_word_features']:,} word n-gram features per domain "
+                f"({size['svm_word_bytes'] / 1e6:.2f} MB of float64 weights for {len(self.spec.domains)} domains)",
+                f"- classification latency, one query at a time, every domain: p50 {size['latency_p50_ms']:.3f} ms, "
+                f"p99 {size['latency_p99_ms']:.3f} ms ({size['latency_queries']} test queries, 1 thread)",
+            ]
         return lines
 
     def _adaptation(self) -> list[str]:
         fr = self.spec.fractions
         lines = []
-        for fig, title in (("figure4", "Figure 4: SVM on each feature representation"),
-                           ("figure5", "Figure 5: DNN1 (all layers from scratch) vs DNN2 (MT-DNN's l2 fixed) vs SVM on l2")):
-            lines += [f"## {title}", "", "| domain | series | " + " | ".join(f"{f * 100:g} %" for f in fr) + " |",
-                      "|---|---|" + "---:|" * len(fr)]
+        for fig, title in (
+            ("figure4", "Figure 4: SVM on each feature representation"),
+            ("figure5", "Figure 5: DNN1 (all layers from scratch) vs DNN2 (MT-DNN's l2 fixed) vs SVM on l2"),
+        ):
+            lines += [
+                f"## {title}",
+                "",
+                "| domain | series | " + " | ".join(f"{f * 100:g} %" for f in fr) + " |",
+                "|---|---|" + "---:|" * len(fr),
+            ]
             for dom, series in self.figures.get(fig, {}).items():
                 for name, vals in series.items():
                     lines.append(f"| {dom} | {name} | " + " | ".join(f"{v:.4f}" for v in vals) + " |")
@@ -106,9 +125,16 @@ class ClassificationResult:
         return lines
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.spec.name, "title": self.spec.title, "kind": self.spec.kind, "auc": self.auc,
-                "figures": self.figures, "details": self.details, "seconds": self.seconds,
-                "checks": [dict(c.__dict__, ok=c.ok) for c in self.checks]}
+        return {
+            "name": self.spec.name,
+            "title": self.spec.title,
+            "kind": self.spec.kind,
+            "auc": self.auc,
+            "figures": self.figures,
+            "details": self.details,
+            "seconds": self.seconds,
+            "checks": [dict(c.__dict__, ok=c.ok) for c in self.checks],
+        }
 
     def write(self, out_dir: str | Path) -> Path:
         """``NAME.md``, ``NAME.json`` and, for the adaptation study, the two figures as PNG."""
@@ -180,8 +206,13 @@ class _Run:
     def mtdnn(self, domains: list[str], params: dict[str, Any], ranking: bool) -> MTDNN:
         """An MT-DNN over ``domains`` (+ ranking), trained on the train split, dev for stopping."""
         kwargs = {**params, "domain_set": self.spec.domain_set, "domains": domains, "ranking": ranking}
-        recipe = {"experiment": "classification", "domain_set": self.spec.domain_set, "model": "mt-dnn",
-                  "params": kwargs, "ranking_dataset": self.spec.ranking_dataset if ranking else ""}
+        recipe = {
+            "experiment": "classification",
+            "domain_set": self.spec.domain_set,
+            "model": "mt-dnn",
+            "params": kwargs,
+            "ranking_dataset": self.spec.ranking_dataset if ranking else "",
+        }
 
         def train() -> tuple[MTDNN, dict[str, Any]]:
             model, args = _mtdnn(kwargs)
@@ -200,8 +231,9 @@ def _mtdnn(params: dict[str, Any]) -> tuple[MTDNN, MTDNNArgs]:
     return create_model("mt-dnn", **model_kw), args  # type: ignore[return-value]
 
 
-def run_classification(spec: ClassificationSpec, *, progress: bool = True, model_dir: Path | None = None,
-                       retrain: bool = False) -> ClassificationResult:
+def run_classification(
+    spec: ClassificationSpec, *, progress: bool = True, model_dir: Path | None = None, retrain: bool = False
+) -> ClassificationResult:
     start = time.perf_counter()
     run = _Run(spec, progress, model_dir, retrain)
     if spec.kind == "classification":
@@ -209,8 +241,12 @@ def run_classification(spec: ClassificationSpec, *, progress: bool = True, model
         figures: dict[str, Any] = {}
     else:
         table, figures, details = _adaptation(run)
-    checks = [Check(system, f"auc {dom}", table[system][dom], lo, hi)
-              for system, per in spec.expect.items() for dom, (lo, hi) in per.items() if system in table]
+    checks = [
+        Check(system, f"auc {dom}", table[system][dom], lo, hi)
+        for system, per in spec.expect.items()
+        for dom, (lo, hi) in per.items()
+        if system in table
+    ]
     return ClassificationResult(spec, table, checks, time.perf_counter() - start, details, figures)
 
 
@@ -243,8 +279,11 @@ def _table2(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
         "DNN > SVM-Word": {d: table["DNN"][d] > table["SVM-Word"][d] for d in spec.domains},
         "SVM-Word > SVM-Letter": {d: table["SVM-Word"][d] > table["SVM-Letter"][d] for d in spec.domains},
     }
-    return {s: table[s] for s in SYSTEMS}, {"svm_c": chosen, "ordering": ordering,
-                                            "compactness": _compactness(mt, te, xw_tr.shape[1])}
+    return {s: table[s] for s in SYSTEMS}, {
+        "svm_c": chosen,
+        "ordering": ordering,
+        "compactness": _compactness(mt, te, xw_tr.shape[1]),
+    }
 
 
 def _compactness(model: MTDNN, test: DomainTasks, word_features: int) -> dict[str, Any]:
@@ -268,11 +307,16 @@ def _compactness(model: MTDNN, test: DomainTasks, word_features: int) -> dict[st
             times.append((time.perf_counter() - t0) * 1000)
     finally:
         torch.set_num_threads(threads)
-    return {"mtdnn_bytes": size, "mtdnn_params": sum(p.numel() for p in model.net.parameters()),  # type: ignore[union-attr]
-            "trigrams": len(model.hasher or []), "svm_word_features": word_features,
-            "svm_word_bytes": word_features * 8 * len(model.domains),
-            "latency_p50_ms": float(np.percentile(times, 50)), "latency_p99_ms": float(np.percentile(times, 99)),
-            "latency_queries": len(texts)}
+    return {
+        "mtdnn_bytes": size,
+        "mtdnn_params": sum(p.numel() for p in model.net.parameters()),  # type: ignore[union-attr]
+        "trigrams": len(model.hasher or []),
+        "svm_word_features": word_features,
+        "svm_word_bytes": word_features * 8 * len(model.domains),
+        "latency_p50_ms": float(np.percentile(times, 50)),
+        "latency_p99_ms": float(np.percentile(times, 99)),
+        "latency_queries": len(texts),
+    }
 
 
 def label_sample(y: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
@@ -318,8 +362,14 @@ def _adaptation(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any],
             for name, frozen in (("DNN1", False), ("DNN2", True)):
                 model, args = _mtdnn(dnn)
                 epochs = max(1, math.ceil(spec.dnn_steps / math.ceil(len(rows) / args.batch_size)))
-                train_mtdnn(model, args=args.replace(epochs=epochs, seed=seed, freeze_l2=frozen), tasks=sub,
-                            hasher=mt.hasher, init_l2=mt if frozen else None, progress=False)  # type: ignore[arg-type]
+                train_mtdnn(
+                    model,
+                    args=args.replace(epochs=epochs, seed=seed, freeze_l2=frozen),
+                    tasks=sub,
+                    hasher=mt.hasher,
+                    init_l2=mt if frozen else None,
+                    progress=False,
+                )  # type: ignore[arg-type]
                 per.setdefault((name, f), []).append(classification_auc(model, te)[target])  # type: ignore[arg-type]
         for f in spec.fractions:
             for name in feats:
@@ -335,9 +385,13 @@ def _adaptation(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any],
                 table.setdefault(name, {})[dom] = vals[-1]
     table = {name: _with_mean(row) for name, row in table.items()}
     wins = {
-        "SemanticRepresentation > Word3gram": {f"{fr * 100:g} %": f"{sum(fig4[d]['SemanticRepresentation'][i] > fig4[d]['Word3gram'][i] for d in fig4)}/{len(fig4)}"
-                                               for i, fr in enumerate(spec.fractions)},
-        "DNN2 > DNN1": {f"{fr * 100:g} %": f"{sum(fig5[d]['DNN2'][i] > fig5[d]['DNN1'][i] for d in fig5)}/{len(fig5)}"
-                        for i, fr in enumerate(spec.fractions)},
+        "SemanticRepresentation > Word3gram": {
+            f"{fr * 100:g} %": f"{sum(fig4[d]['SemanticRepresentation'][i] > fig4[d]['Word3gram'][i] for d in fig4)}/{len(fig4)}"
+            for i, fr in enumerate(spec.fractions)
+        },
+        "DNN2 > DNN1": {
+            f"{fr * 100:g} %": f"{sum(fig5[d]['DNN2'][i] > fig5[d]['DNN1'][i] for d in fig5)}/{len(fig5)}"
+            for i, fr in enumerate(spec.fractions)
+        },
     }
     return table, {"figure4": fig4, "figure5": fig5}, {"wins": wins}

@@ -51,19 +51,28 @@ class ExperimentResult:
     def to_markdown(self) -> str:
         s = self.spec
         lines = [
-            f"# {s.title}", "",
+            f"# {s.title}",
+            "",
             f"Source: {s.source}. Data: `{s.dataset}` split `{s.split}`, candidates `{s.candidates}`, "
-            f"fields `{s.fields}`; tuning: `{s.tune}` on {s.tune_metric}.", "",
+            f"fields `{s.fields}`; tuning: `{s.tune}` on {s.tune_metric}.",
+            "",
         ]
         if s.notes:
             lines += [s.notes.strip(), ""]
         lines += [self.table.to_markdown(columns=s.metrics)]
         if self.seed_spread:
-            lines += ["Spread over training seeds (rows with `seeds`; each seed is a row above):", "",
-                      self.table.spread_markdown(self.seed_spread, s.metrics)]
+            lines += [
+                "Spread over training seeds (rows with `seeds`; each seed is a row above):",
+                "",
+                self.table.spread_markdown(self.seed_spread, s.metrics),
+            ]
         if self.crosstab:
-            lines += [f"Top-1 label of each query's first result (rows: {s.crosstab['rows']}, columns: "
-                      f"{s.crosstab['columns']}):", "", crosstab_markdown(self.crosstab, s.crosstab["rows"], s.crosstab["columns"])]
+            lines += [
+                f"Top-1 label of each query's first result (rows: {s.crosstab['rows']}, columns: "
+                f"{s.crosstab['columns']}):",
+                "",
+                crosstab_markdown(self.crosstab, s.crosstab["rows"], s.crosstab["columns"]),
+            ]
         lines += ["Parameters used:", ""]
         for label, settings in self.chosen.items():
             shown = "; ".join(json.dumps(p, sort_keys=True) for p in settings) or "—"
@@ -72,8 +81,12 @@ class ExperimentResult:
             if isinstance(log, dict) and "importance" in log:
                 from ..ranking import importance_markdown
 
-                lines += ["", f"Feature importance of {label} ({log.get('rounds_by', '')}):", "",
-                          importance_markdown(log["importance"])]
+                lines += [
+                    "",
+                    f"Feature importance of {label} ({log.get('rounds_by', '')}):",
+                    "",
+                    importance_markdown(log["importance"]),
+                ]
         if self.checks:
             lines += ["", "Expected ranges:", ""]
             for c in self.checks:
@@ -84,12 +97,23 @@ class ExperimentResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.spec.name, "title": self.spec.title, "source": self.spec.source,
-            "dataset": self.spec.dataset, "split": self.spec.split, "candidates": self.spec.candidates,
-            "fields": self.spec.fields, "tune": self.spec.tune, "tune_metric": self.spec.tune_metric,
-            "table": self.table.to_json(), "chosen": self.chosen, "tuning": self.tuning,
-            "checks": [dict(c.__dict__, ok=c.ok) for c in self.checks], "seconds": self.seconds,
-            "training": self.training, "crosstab": self.crosstab, "seed_spread": self.seed_spread,
+            "name": self.spec.name,
+            "title": self.spec.title,
+            "source": self.spec.source,
+            "dataset": self.spec.dataset,
+            "split": self.spec.split,
+            "candidates": self.spec.candidates,
+            "fields": self.spec.fields,
+            "tune": self.spec.tune,
+            "tune_metric": self.spec.tune_metric,
+            "table": self.table.to_json(),
+            "chosen": self.chosen,
+            "tuning": self.tuning,
+            "checks": [dict(c.__dict__, ok=c.ok) for c in self.checks],
+            "seconds": self.seconds,
+            "training": self.training,
+            "crosstab": self.crosstab,
+            "seed_spread": self.seed_spread,
         }
 
     def write(self, out_dir: str | Path) -> Path:

@@ -12,16 +12,25 @@ from typing import Any
 import numpy as np
 
 from ..data import BeirDataset, EvalSet, TrainingData, open_dataset, query_pools, ranked, read_run
-from ..evaluation import (EvalResult, QueryFold, ResultTable, canonical_metric, cross_validate, evaluate, kfold_queries,
-                          top1_crosstab, tune)
+from ..evaluation import (
+    EvalResult,
+    QueryFold,
+    ResultTable,
+    canonical_metric,
+    cross_validate,
+    evaluate,
+    kfold_queries,
+    top1_crosstab,
+    tune,
+)
 from ..evaluation.compare import PAPER_BINS
 from ..index import SemanticRetriever, interpolate, merge_runs
 from ..models import LexicalModel, Model, rank
-from ..plugins import create_model, resolve_model
 from ..models.lexical import LexicalIndex
+from ..plugins import create_model, resolve_model
 from ..progress import track
-from ..training import fit, recipe
 from ..text import Analyzer, SpellCorrector
+from ..training import fit, recipe
 from ..types import Qrels, Run
 from .cache import cache_key, cached_training, keyed_recipe, saved_dir
 from .result import Check, ExperimentResult
@@ -87,7 +96,7 @@ class _Context:
             self._pools = query_pools(self.ds, self.queries, runs={n: self.dataset_run(n) for n in self.ds.runs})
         return self._pools
 
-    def build(self, ms: ModelSpec, fold: "_Fold | None" = None) -> Model:
+    def build(self, ms: ModelSpec, fold: _Fold | None = None) -> Model:
         """The row's model with its constructor params: trained (or reloaded) if the row has a
         ``train`` block — without ``fold``'s held-out queries when given — then indexed over the
         experiment's corpus."""
@@ -99,7 +108,9 @@ class _Context:
                 raise ValueError(f"{ms.label}: index = {{...}} needs an encoder model, {ms.model!r} is not one")
             cache = self.model_dir / "embeddings" if self.model_dir else None
             model = SemanticRetriever(model, cache=cache, **ms.index)  # type: ignore[arg-type]
-            model.index(self.corpus.ids, self.texts(fields), progress=f"{ms.label}: encoding" if self.progress else None)
+            model.index(
+                self.corpus.ids, self.texts(fields), progress=f"{ms.label}: encoding" if self.progress else None
+            )
         elif isinstance(model, LexicalModel):
             model.use_index(self.lexical_index(model.analyzer, fields))
             if "exclude-query-pool" in (ms.params.get("stats"), *ms.grid.get("stats", ())):
@@ -148,15 +159,20 @@ class _Context:
         the dev split that early-stops, even where the spec implies it) and the cross-fit fold."""
         other = "dataset" in ms.train
         dev_split = ms.train.get("dev") or (
-            self.spec.tune[6:] if self.spec.tune.startswith("split:") and not other else None)
+            self.spec.tune[6:] if self.spec.tune.startswith("split:") and not other else None
+        )
         train_recipe = {**ms.train, "dev": dev_split} if dev_split else ms.train
-        out = {"dataset": ms.train.get("dataset", self.spec.dataset), "model": ms.model, "params": kwargs,
-               "train": train_recipe}
+        out = {
+            "dataset": ms.train.get("dataset", self.spec.dataset),
+            "model": ms.model,
+            "params": kwargs,
+            "train": train_recipe,
+        }
         if fold is not None:
             out["cross_fit"] = {"folds": fold.part.n, "fold": fold.part.index, "seed": 0}  # kfold_queries' seed
         return out
 
-    def _trained(self, ms: ModelSpec, kwargs: dict[str, Any], fold: "_Fold | None" = None) -> Model:
+    def _trained(self, ms: ModelSpec, kwargs: dict[str, Any], fold: _Fold | None = None) -> Model:
         """Fit on the row's training split (less ``fold``'s held-out queries: cross-fitting),
         early-stopping on the spec's dev split where it has one. With a model directory, a model
         trained earlier with the same recipe is reused. A ``teacher`` naming an earlier row is
@@ -174,7 +190,9 @@ class _Context:
         def train() -> tuple[Model, dict[str, Any]]:
             ds = open_dataset(ms.train["dataset"]) if "dataset" in ms.train else self.ds
             data = TrainingData.from_dataset(
-                ds, ms.train.get("split", "train"), threshold=int(ms.train.get("threshold", 3)),
+                ds,
+                ms.train.get("split", "train"),
+                threshold=int(ms.train.get("threshold", 3)),
                 fields=ms.train.get("fields", ms.fields or self.spec.fields),
             )
             if fold is not None:
@@ -208,7 +226,10 @@ class _Context:
 
 
 def run_experiment(
-    spec: ExperimentSpec | ClassificationSpec, *, progress: bool = True, model_dir: str | Path | None = None,
+    spec: ExperimentSpec | ClassificationSpec,
+    *,
+    progress: bool = True,
+    model_dir: str | Path | None = None,
     retrain: bool = False,
 ) -> Any:
     """Run every row of ``spec``; tuning never looks at the evaluation split except by k-fold CV.
@@ -219,7 +240,9 @@ def run_experiment(
     if isinstance(spec, ClassificationSpec):
         from .classification import run_classification
 
-        return run_classification(spec, progress=progress, model_dir=Path(model_dir) if model_dir else None, retrain=retrain)
+        return run_classification(
+            spec, progress=progress, model_dir=Path(model_dir) if model_dir else None, retrain=retrain
+        )
     start = time.perf_counter()
     ctx = _Context(spec, progress, Path(model_dir) if model_dir else None, retrain)
     test = ctx.qrels(spec.split)
@@ -230,7 +253,7 @@ def run_experiment(
     checks: list[Check] = []
     rows: Sequence[ModelSpec] = [r for ms in spec.models for r in seed_rows(ms)]  # seeds = N: N rows
     rowsets: dict[str, _RowRuns] = {}
-    for ms in (track(rows, f"{spec.name}", total=len(rows)) if progress else rows):
+    for ms in track(rows, f"{spec.name}", total=len(rows)) if progress else rows:
         if ms.is_run:
             run = ctx.dataset_run(ms.model[4:])
             run = {q: dict(ranked(run[q])[: ctx.k] if ctx.k else run[q].items()) for q in test if q in run}
@@ -251,14 +274,16 @@ def run_experiment(
         table.add(ms.label, result, paper=ms.paper)
         for metric, (lo, hi) in ms.expect.items():
             checks.append(Check(ms.label, metric, result.mean[canonical_metric(metric)], lo, hi))
-    seed_spread = {ms.label: table.spread([r.label for r in seed_rows(ms)], spec.metrics)
-                   for ms in spec.models if ms.seeds > 1}
+    seed_spread = {
+        ms.label: table.spread([r.label for r in seed_rows(ms)], spec.metrics) for ms in spec.models if ms.seeds > 1
+    }
     crosstab = {}
     if spec.crosstab:
         bins = {k: (int(v[0]), int(v[1])) for k, v in spec.crosstab.get("bins", {}).items()} or PAPER_BINS
         crosstab = top1_crosstab(runs[spec.crosstab["rows"]], runs[spec.crosstab["columns"]], test, bins)
-    return ExperimentResult(spec, table, chosen, tuning, checks, time.perf_counter() - start, runs, ctx.training, crosstab,
-                            seed_spread)
+    return ExperimentResult(
+        spec, table, chosen, tuning, checks, time.perf_counter() - start, runs, ctx.training, crosstab, seed_spread
+    )
 
 
 @dataclass
@@ -292,8 +317,9 @@ class _RowRuns:
             elif not self.ranks:
                 raise ValueError(f"{self.spec.label}: has no single final model to rank other queries with")
             else:
-                self._ranked[key] = interpolate([p.rank(ctx, qrels) for p in self.parts], list(self.weights),
-                                                norm=self.spec.norm)
+                self._ranked[key] = interpolate(
+                    [p.rank(ctx, qrels) for p in self.parts], list(self.weights), norm=self.spec.norm
+                )
         return self._ranked[key]
 
 
@@ -324,7 +350,12 @@ def _tuned_run(
         best, scores = tune(dev_runs, dev, spec.tune_metric, gain=spec.gain)
         model = base.with_params(**settings[keys.index(best)])
         run = ctx.rank(model, ms, test)
-        return run, [{**fixed, **settings[keys.index(best)]}], scores, _RowRuns(run, model, ms, settings[keys.index(best)])
+        return (
+            run,
+            [{**fixed, **settings[keys.index(best)]}],
+            scores,
+            _RowRuns(run, model, ms, settings[keys.index(best)]),
+        )
     folds = int(spec.tune[2:])
     test_runs = {k: ctx.rank(base.with_params(**s), ms, test) for k, s in zip(keys, settings)}
     cv = cross_validate(test_runs, test, spec.tune_metric, k=folds, gain=spec.gain)
@@ -377,11 +408,14 @@ def _hybrid_run(ctx: _Context, ms: ModelSpec, rowsets: dict[str, _RowRuns]) -> R
         lex, sem = (rowsets[c] for c in ms.combine)
     except KeyError as e:
         raise ValueError(f"{ms.label}: cannot merge {e.args[0]!r} (not a model row)") from None
-    return merge_runs(lex.test, sem.test, n_lexical=lex.spec.depth or ctx.k or 0,
-                      n_semantic=sem.spec.depth or ctx.k or 0, **ms.hybrid)
+    return merge_runs(
+        lex.test, sem.test, n_lexical=lex.spec.depth or ctx.k or 0, n_semantic=sem.spec.depth or ctx.k or 0, **ms.hybrid
+    )
 
 
-def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowRuns]) -> tuple[Run, list[dict[str, Any]]]:
+def _ltr_run(
+    ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowRuns]
+) -> tuple[Run, list[dict[str, Any]]]:
     """LambdaMART over the scores of the rows in ``ms.combine`` (plus ``pair_features``), each
     row's score one feature column. Under dev-split tuning the ranker learns from the queries of
     ``train.split`` (components re-rank them with their final models): with early stopping on the
@@ -410,19 +444,24 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
         if pair:
             ix = ctx.corpus.index
             qtexts = ctx.query_texts(ms, cands)
-            X = np.hstack([X, pair_columns(pair, [qtexts[q] for q in cands],
-                                           [[texts[ix[d]] for d in c] for c in cands.values()])])
+            X = np.hstack(
+                [X, pair_columns(pair, [qtexts[q] for q in cands], [[texts[ix[d]] for d in c] for c in cands.values()])]
+            )
         return groups(cands, X, qrels)
 
     if ctx.mode == "full":
         raise ValueError(f"{ms.label}: lambdamart re-ranks candidates; use judged or run candidates")
     test_g = grouped(test, [p.test for p in parts])
     if spec.tune.startswith("cv"):
-        run, logs = cross_validated(test_g, names, k=int(spec.tune[2:]), inner_folds=int(ms.train.get("cv_folds", 0)),
-                                    gain=spec.gain, **params)
+        run, logs = cross_validated(
+            test_g, names, k=int(spec.tune[2:]), inner_folds=int(ms.train.get("cv_folds", 0)), gain=spec.gain, **params
+        )
         inner = f", trees by inner {logs[0]['rounds_by']}" if logs[0]["rounds_by"] != "fixed" else ""
-        ctx.training[ms.label] = {"folds": logs, "importance": mean_importance(logs),
-                                  "rounds_by": f"mean of {len(logs)} CV folds{inner}"}
+        ctx.training[ms.label] = {
+            "folds": logs,
+            "importance": mean_importance(logs),
+            "rounds_by": f"mean of {len(logs)} CV folds{inner}",
+        }
         return run, [dict(ms.params)]
     missing = [p.spec.label for p in parts if p.model is None]
     if missing:
@@ -436,8 +475,13 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
 
     k = ms.train.get("cross_fit")
     # the components that learnt from the ranker's own training queries: these are cross-fitted
-    refit = [p.spec.label for p in parts if p.spec.train and p.spec.train.get("split", "train") == split
-             and p.spec.train.get("dataset", spec.dataset) == spec.dataset]
+    refit = [
+        p.spec.label
+        for p in parts
+        if p.spec.train
+        and p.spec.train.get("split", "train") == split
+        and p.spec.train.get("dataset", spec.dataset) == spec.dataset
+    ]
     if k:
         qrels = ctx.qrels(split)
         folds = [tuple(held) for _, held in kfold_queries([q for q in qrels if q in ctx.queries], int(k), seed=0)]
@@ -462,5 +506,9 @@ def _ltr_run(ctx: _Context, ms: ModelSpec, test: Qrels, rowsets: dict[str, _RowR
     dev_g = split_groups(tune_split) if tune_split and tune_split != split else None
     ranker = LambdaMART(names, gain=spec.gain, **params)
     log = train_booster(ranker, train_g, dev_g, cv_folds=5 if dev_g is None else 0)
-    ctx.training[ms.label] = {**log, "train_split": split, **({"cross_fit": int(k), "cross_fitted": refit} if k else {})}
+    ctx.training[ms.label] = {
+        **log,
+        "train_split": split,
+        **({"cross_fit": int(k), "cross_fitted": refit} if k else {}),
+    }
     return test_g.to_run(ranker.predict(test_g)), [dict(ms.params, train_split=split)]

@@ -40,7 +40,9 @@ class ModelSpec:
     # and ``pair_features``; ``train.split``: the queries it learns from)
     params: dict[str, Any] = field(default_factory=dict)  # given to the model's constructor
     grid: dict[str, list[Any]] = field(default_factory=dict)  # tuned, applied with ``with_params``
-    train: dict[str, Any] = field(default_factory=dict)  # {split, threshold, fields[, dataset, dev]}: fit before ranking;
+    train: dict[str, Any] = field(
+        default_factory=dict
+    )  # {split, threshold, fields[, dataset, dev]}: fit before ranking;
     # lambdamart rows under tune = "cvK": {cv_folds}, trees by an inner CV in each outer fold; under
     # tune = "split:…": {split[, cross_fit]}, cross_fit = K scores the split's queries out of fold
     combine: list[str] = field(default_factory=list)
@@ -188,8 +190,11 @@ def _typed(cls: type, raw: Any, where: str) -> Any:
     unknown = sorted(set(raw) - set(fields))
     if unknown:
         raise SpecError(f"unknown field {prefix}{unknown[0]}; fields: {', '.join(fields)}")
-    missing = [n for n, f in fields.items() if n not in raw and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in raw and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise SpecError(f"missing field {prefix}{missing[0]}")
     return cls(**{k: _typed_value(v, hints[k], f"{prefix}{k}") for k, v in raw.items()})
@@ -235,7 +240,9 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
     if not re.match(r"^(none|cv\d+|split:[\w.-]+)$", spec.tune):
         raise SpecError(f"{p}: tune must be 'none', 'cvK' or 'split:NAME', got {spec.tune!r}")
     labels = [m.label for m in spec.models]
-    by_label = {lb: (j, e) for j, e in enumerate(spec.models) for lb in seed_labels(e)}  # seed rows too: they may be named
+    by_label = {
+        lb: (j, e) for j, e in enumerate(spec.models) for lb in seed_labels(e)
+    }  # seed rows too: they may be named
     if len(set(labels)) != len(labels):
         raise SpecError(f"{p}: duplicate model labels")
     missing = [b for b in spec.baselines if b not in labels]
@@ -251,14 +258,18 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
             if len(m.combine) < 2 or any(c not in earlier for c in m.combine):
                 raise SpecError(f"{p}: {m.label!r} must combine at least two rows listed before it")
             if m.grid and (set(m.grid) != {"weight"} or len(m.combine) != 2):
-                raise SpecError(f"{p}: {m.label!r} interpolates two rows with grid = {{ weight = [...] }}, "
-                                "or averages two or more with no grid")
+                raise SpecError(
+                    f"{p}: {m.label!r} interpolates two rows with grid = {{ weight = [...] }}, "
+                    "or averages two or more with no grid"
+                )
         if m.is_hybrid:
             earlier = labels[:i]
             if len(m.combine) != 2 or any(c not in earlier for c in m.combine):
                 raise SpecError(f"{p}: {m.label!r} must combine a lexical and a semantic row listed before it")
             if set(m.hybrid) - {"scorer", "weight", "rrf_k", "norm"}:
-                raise SpecError(f"{p}: {m.label!r} hybrid has unknown keys {sorted(set(m.hybrid) - {'scorer', 'weight', 'rrf_k', 'norm'})}")
+                raise SpecError(
+                    f"{p}: {m.label!r} hybrid has unknown keys {sorted(set(m.hybrid) - {'scorer', 'weight', 'rrf_k', 'norm'})}"
+                )
         if (m.depth is not None or m.is_hybrid) and not spec.candidates.startswith("full:"):
             raise SpecError(f"{p}: {m.label!r}: depth and hybrid rows need candidates = 'full:K'")
         if m.depth is not None and m.depth < 1:
@@ -270,16 +281,22 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
                 raise SpecError(f"{p}: {m.label!r} (lambdamart) takes params, not a grid")
         nested = m.is_ltr and spec.tune.startswith("cv")  # only there does an inner CV pick the trees
         cross_fit = m.is_ltr and spec.tune.startswith("split:")  # out-of-fold scores of the training split
-        unknown = (set(m.train) - {"split", "threshold", "fields", "dataset", "dev"} - ({"cv_folds"} if nested else set())
-                   - ({"cross_fit"} if cross_fit else set()))
+        unknown = (
+            set(m.train)
+            - {"split", "threshold", "fields", "dataset", "dev"}
+            - ({"cv_folds"} if nested else set())
+            - ({"cross_fit"} if cross_fit else set())
+        )
         if unknown:
             raise SpecError(f"{p}: {m.label!r} train has unknown keys {sorted(unknown)}")
         k = m.train.get("cross_fit")
         if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 2):
             raise SpecError(f"{p}: {m.label!r} train.cross_fit must be an integer >= 2 (folds), got {k!r}")
         if m.correct_queries and (m.is_interpolation or m.is_hybrid or m.is_run):
-            raise SpecError(f"{p}: {m.label!r}: correct_queries applies to rows that rank queries themselves; "
-                            "this row combines other rows' runs (set it on those rows)")
+            raise SpecError(
+                f"{p}: {m.label!r}: correct_queries applies to rows that rank queries themselves; "
+                "this row combines other rows' runs (set it on those rows)"
+            )
         if m.seeds < 1:
             raise SpecError(f"{p}: {m.label!r}: seeds must be at least 1, got {m.seeds}")
         if m.seeds > 1 and (not m.train or m.is_ltr):
@@ -292,8 +309,10 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
             if isinstance(name, str) and name in by_label:
                 j, t = by_label[name]
                 if j >= i or not t.train or t.model != "bert-rel":
-                    raise SpecError(f"{p}:{_label_line(text, m.label, i)}: row {m.label!r}: teacher {name!r} must be "
-                                    f"a trained bert-rel row listed before it")
+                    raise SpecError(
+                        f"{p}:{_label_line(text, m.label, i)}: row {m.label!r}: teacher {name!r} must be "
+                        f"a trained bert-rel row listed before it"
+                    )
         _check_params(m, f"{p}:{_label_line(text, m.label, i)}: row {m.label!r}")
     return spec
 
@@ -304,8 +323,10 @@ def seed_rows(m: ModelSpec) -> list[ModelSpec]:
     params, so a model trained before is reused). The copies carry no paper figures or
     expectations."""
     base = int(m.params.get("seed", 0))
-    return [m] + [dataclasses.replace(m, label=lb, params={**m.params, "seed": base + s}, seeds=1, paper={}, expect={})
-                  for s, lb in enumerate(seed_labels(m)[1:], 1)]
+    return [m] + [
+        dataclasses.replace(m, label=lb, params={**m.params, "seed": base + s}, seeds=1, paper={}, expect={})
+        for s, lb in enumerate(seed_labels(m)[1:], 1)
+    ]
 
 
 def seed_labels(m: ModelSpec) -> list[str]:
@@ -355,8 +376,10 @@ def _check_params(m: ModelSpec, where: str) -> None:
 
 def _model(raw: Any, where: str) -> ModelSpec:
     if isinstance(raw, dict) and "stats" in raw:
-        raise SpecError(f"{where} (row {raw.get('label', '?')!r}): the field 'stats' moved into the model's params: "
-                        f"write params = {{ stats = {raw['stats']!r} }} (lexical models)")
+        raise SpecError(
+            f"{where} (row {raw.get('label', '?')!r}): the field 'stats' moved into the model's params: "
+            f"write params = {{ stats = {raw['stats']!r} }} (lexical models)"
+        )
     return _typed(ModelSpec, raw, where)
 
 

@@ -7,5 +7,21 @@ from .hybrid import HybridHit, HybridRetriever, Source, merge, merge_runs
 from .semantic import SemanticRetriever
 from .vector import IndexMismatchError, VectorIndex, recall_at_k, set_threads
 
-__all__ = ["Bundle", "Hit", "Result", "HybridHit", "HybridRetriever", "IndexMismatchError", "SemanticRetriever", "Source",
-           "VectorIndex", "build_bundle", "interpolate", "merge", "merge_runs", "recall_at_k", "rrf", "set_threads"]
+__all__ = [
+    "Bundle",
+    "Hit",
+    "Result",
+    "HybridHit",
+    "HybridRetriever",
+    "IndexMismatchError",
+    "SemanticRetriever",
+    "Source",
+    "VectorIndex",
+    "build_bundle",
+    "interpolate",
+    "merge",
+    "merge_runs",
+    "recall_at_k",
+    "rrf",
+    "set_threads",
+]

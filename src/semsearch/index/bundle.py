@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,9 @@ from .. import __version__
 from ..data import Corpus, DataFormatError, join_fields, load_corpus, write_corpus
 from ..data._io import TMP_SUFFIX, fsync_tree, pid_alive, replace_dir, tmp_dir, write_json
 from ..models import Model
-from ..plugins import load_model
 from ..models.base import ModelDirError, best_k, id_ranks
 from ..models.base import sha256_file as _sha256
+from ..plugins import load_model
 from ..ranking.rescore import check_weight, is_pair_scorer, rescore_top
 from ..text import SpellCorrector
 from .hybrid import SCORERS, HybridHit, HybridRetriever, Source
@@ -132,7 +132,7 @@ def _drop_orphans(dsn: str, out: Path, prefix: str) -> list[str]:
             continue
     orphans = []
     for name in list_collections(dsn):
-        parts = name[len(prefix) + 1:].split("_") if name.startswith(prefix + "_") else []
+        parts = name[len(prefix) + 1 :].split("_") if name.startswith(prefix + "_") else []
         if len(parts) == 3 and parts[0].isdigit() and name not in keep and not pid_alive(int(parts[0])):
             orphans.append(name)
     if orphans:
@@ -168,12 +168,26 @@ efSearch for this call. ``train_ranker``'s log may name the efSearch to serve wi
 (``search_effort.chosen``), which the bundle's index then keeps."""
 
 
-def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ranker: Model | None = None,
-                 train_ranker: Callable[[StageSearch], tuple[Model, dict[str, Any]]] | None = None,
-                 dataset: str = "", fields: str = "title+text", kind: str = "flat", store: str = "faiss",
-                 pg_data: str | Path | None = None, postgres_dsn: str | None = None,
-                 vector_cache: str | Path | None = None, rescorer: Model | None = None, rescore_depth: int = 10,
-                 rescore_weight: float = RESCORE_WEIGHT, index_params: Mapping[str, int] | None = None, spelling: bool = True) -> Path:
+def build_bundle(
+    corpus: Corpus,
+    models: Sequence[Model],
+    out: str | Path,
+    *,
+    ranker: Model | None = None,
+    train_ranker: Callable[[StageSearch], tuple[Model, dict[str, Any]]] | None = None,
+    dataset: str = "",
+    fields: str = "title+text",
+    kind: str = "flat",
+    store: str = "faiss",
+    pg_data: str | Path | None = None,
+    postgres_dsn: str | None = None,
+    vector_cache: str | Path | None = None,
+    rescorer: Model | None = None,
+    rescore_depth: int = 10,
+    rescore_weight: float = RESCORE_WEIGHT,
+    index_params: Mapping[str, int] | None = None,
+    spelling: bool = True,
+) -> Path:
     """Index ``corpus`` with each model (at most one lexical model; each encoder gets a vector
     index of ``kind``) and save everything as a bundle at ``out``, replacing it atomically.
     ``train_ranker``: called with the new bundle's stage 1 (lexical ∪ first encoder) once it is
@@ -211,15 +225,26 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
         raise ValueError(f"two encoders with the same name in one bundle: {names}")
     out = Path(out)
     if TMP_SUFFIX.search(out.name):
-        raise ValueError(f"{out}: a bundle name may not end in .tmp-<number> (kept for the temporary folders of builds)")
+        raise ValueError(
+            f"{out}: a bundle name may not end in .tmp-<number> (kept for the temporary folders of builds)"
+        )
     tmp = tmp_dir(out)  # stale builds' folders removed first
     try:
         texts = corpus.joined(fields)
         write_corpus(corpus, tmp / "documents.jsonl")
         manifest: dict[str, Any] = {
-            "format": FORMAT, "semsearch": __version__, "dataset": dataset, "fields": fields, "store": store,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "documents": len(corpus),
-            "lexical": None, "models": [], "ranker": None, "rescorer": None, "spelling": None,
+            "format": FORMAT,
+            "semsearch": __version__,
+            "dataset": dataset,
+            "fields": fields,
+            "store": store,
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "documents": len(corpus),
+            "lexical": None,
+            "models": [],
+            "ranker": None,
+            "rescorer": None,
+            "spelling": None,
         }
         if spelling:
             corrector = SpellCorrector.fit(texts)
@@ -233,7 +258,9 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
         if store == "postgres" and encoders:
             data_dir = Path(pg_data) if pg_data else out.parent / ".semsearch-pg"
             dsn = pg_dsn(data_dir, postgres_dsn)
-            manifest["postgres"] = {"data": None if (postgres_dsn or os.environ.get(PG_DSN_ENV)) else str(data_dir.resolve())}
+            manifest["postgres"] = {
+                "data": None if (postgres_dsn or os.environ.get(PG_DSN_ENV)) else str(data_dir.resolve())
+            }
         prefix = _collection_prefix(out)
         build_tag = f"{prefix}_{os.getpid()}_{secrets.token_hex(2)}"
         if dsn is not None:
@@ -249,25 +276,32 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
                 from .pgstore import PgVectorStore
 
                 entry["collection"] = f"{build_tag}_{i}"
-                PgVectorStore.create(dsn, entry["collection"], corpus.ids, vecs, metric=r.metric,
-                                     model=encoder_id(enc)).close()
+                PgVectorStore.create(
+                    dsn, entry["collection"], corpus.ids, vecs, metric=r.metric, model=encoder_id(enc)
+                ).close()
             manifest["models"].append(entry)
         log: dict[str, Any] | None = None
         if train_ranker is not None:
             semantic = retrievers[0] if retrievers else None
             stage1 = HybridRetriever(lexical[0] if lexical else None, semantic, scorer="union", complete=True)
 
-            def stage1_search(qs: Sequence[str], nl: int, ns: int, ef_search: int | None = None) -> list[list[HybridHit]]:
+            def stage1_search(
+                qs: Sequence[str], nl: int, ns: int, ef_search: int | None = None
+            ) -> list[list[HybridHit]]:
                 if ef_search is None:
                     return stage1.timed_search(qs, None, n_lexical=nl, n_semantic=ns)[0]
                 if semantic is None:
                     raise ValueError("search_efforts: the bundle has no neural model (no vector index to set)")
                 if store != "faiss":
-                    raise ValueError("search_efforts chooses the faiss index's efSearch; a postgres store searches with its own")
+                    raise ValueError(
+                        "search_efforts chooses the faiss index's efSearch; a postgres store searches with its own"
+                    )
                 own = semantic.vectors.params.get("efSearch") if semantic.vectors is not None else None
                 if own is None:
-                    raise ValueError(f"search_efforts: efSearch is an HNSW setting; this bundle's vector index is {kind!r} "
-                                     "(use --vector-index hnsw or hnswsq)")
+                    raise ValueError(
+                        f"search_efforts: efSearch is an HNSW setting; this bundle's vector index is {kind!r} "
+                        "(use --vector-index hnsw or hnswsq)"
+                    )
                 semantic.vectors.set_search_params(efSearch=ef_search)  # type: ignore[union-attr]
                 try:
                     return stage1.timed_search(qs, None, n_lexical=nl, n_semantic=ns)[0]
@@ -285,21 +319,26 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
             r.save(tmp / "models" / name)
         if ranker is not None:
             if list(ranker.doc_ids) != corpus.ids:
-                raise ValueError(f"the ranker's feature models index other documents than {dataset or 'this collection'}; "
-                                 "train it on this data set (or index it over these documents)")
+                raise ValueError(
+                    f"the ranker's feature models index other documents than {dataset or 'this collection'}; "
+                    "train it on this data set (or index it over these documents)"
+                )
             ranker.save(tmp / "ranker")
             manifest["ranker"] = {"name": ranker.name, "path": "ranker"}
             if log:  # how a ranker trained in the build learnt (depths tried on dev, importance)
                 write_json(tmp / "ranker" / "training.json", log)
         if rescorer is not None:
             rescorer.save(tmp / "rescorer")
-            manifest["rescorer"] = {"name": rescorer.name, "path": "rescorer", "depth": rescore_depth,
-                                    "weight": None if math.isinf(rescore_weight) else rescore_weight}  # null: alone
+            manifest["rescorer"] = {
+                "name": rescorer.name,
+                "path": "rescorer",
+                "depth": rescore_depth,
+                "weight": None if math.isinf(rescore_weight) else rescore_weight,
+            }  # null: alone
         pause = float(os.environ.get(SLEEP_ENV, "0") or 0)
         if pause > 0:
             time.sleep(pause)
-        manifest["files"] = {p.relative_to(tmp).as_posix(): _sha256(p)
-                             for p in sorted(tmp.rglob("*")) if p.is_file()}
+        manifest["files"] = {p.relative_to(tmp).as_posix(): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
         write_json(tmp / MANIFEST, manifest)
         fsync_tree(tmp)
         try:
@@ -320,8 +359,9 @@ def build_bundle(corpus: Corpus, models: Sequence[Model], out: str | Path, *, ra
     return out
 
 
-def _open_store(store: str, retriever: SemanticRetriever, path: Path, entry: dict[str, Any],
-                manifest: dict[str, Any]) -> None:
+def _open_store(
+    store: str, retriever: SemanticRetriever, path: Path, entry: dict[str, Any], manifest: dict[str, Any]
+) -> None:
     """Swap the retriever's faiss index for the PostgreSQL collection the manifest names, checked
     against the encoder stored in the bundle (model id and dimension)."""
     if store == "faiss":
@@ -334,8 +374,9 @@ def _open_store(store: str, retriever: SemanticRetriever, path: Path, entry: dic
 
     dsn = pg_dsn((manifest.get("postgres") or {}).get("data"))
     try:
-        retriever.vectors = PgVectorStore.open(dsn, entry["collection"], expect_model=encoder_id(retriever.encoder),
-                                               expect_dim=int(entry["dim"]))  # type: ignore[assignment]
+        retriever.vectors = PgVectorStore.open(
+            dsn, entry["collection"], expect_model=encoder_id(retriever.encoder), expect_dim=int(entry["dim"])
+        )  # type: ignore[assignment]
     except KeyError:
         raise ModelDirError(f"{path}: postgres collection {entry['collection']!r} is missing from the server") from None
 
@@ -350,8 +391,14 @@ def _manifest_error(p: Path, key: str, what: str, value: Any) -> ModelDirError:
 
 def _rel_path(p: Path, value: Any, key: str) -> str:
     """A path inside the bundle (relative, no '..'), as the manifest names its files and models."""
-    if not isinstance(value, str) or not value or Path(value).is_absolute() or ".." in Path(value).parts \
-            or "\\" in value or "\x00" in value:
+    if (
+        not isinstance(value, str)
+        or not value
+        or Path(value).is_absolute()
+        or ".." in Path(value).parts
+        or "\\" in value
+        or "\x00" in value
+    ):
         raise _manifest_error(p, key, "a relative path inside the bundle", value)
     return value
 
@@ -436,20 +483,28 @@ def _verify_files(p: Path, files: Mapping[str, str]) -> None:
             raise ModelDirError(f"{p}: missing file {rel} (listed in {MANIFEST} 'files')")
         found = _sha256(f)
         if found != digest:
-            raise ModelDirError(f"{p}: checksum mismatch for {rel}: {MANIFEST} 'files' says sha256 {digest[:12]}…, "
-                                f"the file has {found[:12]}… (bundle modified or corrupt)")
-    extra = sorted(x.relative_to(p).as_posix() for x in p.rglob("*") if x.is_file() and x.name != MANIFEST
-                   and x.relative_to(p).as_posix() not in files)
+            raise ModelDirError(
+                f"{p}: checksum mismatch for {rel}: {MANIFEST} 'files' says sha256 {digest[:12]}…, "
+                f"the file has {found[:12]}… (bundle modified or corrupt)"
+            )
+    extra = sorted(
+        x.relative_to(p).as_posix()
+        for x in p.rglob("*")
+        if x.is_file() and x.name != MANIFEST and x.relative_to(p).as_posix() not in files
+    )
     if extra:
-        raise ModelDirError(f"{p}: file {extra[0]} is not listed in {MANIFEST} 'files' "
-                            f"({len(extra)} unlisted; bundle modified)")
+        raise ModelDirError(
+            f"{p}: file {extra[0]} is not listed in {MANIFEST} 'files' ({len(extra)} unlisted; bundle modified)"
+        )
 
 
 def _same_name(p: Path, key: str, manifest_name: str, model: Any) -> None:
     """The model loaded from ``key``'s directory is the one the manifest names."""
     found = encoder_id(model)
     if found != manifest_name:
-        raise ModelDirError(f"{p / MANIFEST}: {key!r} says {manifest_name!r}, but its directory holds a {found!r} model")
+        raise ModelDirError(
+            f"{p / MANIFEST}: {key!r} says {manifest_name!r}, but its directory holds a {found!r} model"
+        )
 
 
 def _top(hits: Sequence[HybridHit], scores: np.ndarray, k: int) -> list[int]:
@@ -473,23 +528,41 @@ class Bundle:
     repeated search gets the same answer without running either stage or the ranker again);
     $SEMSEARCH_RESULT_CACHE overrides it (``semsearch serve --result-cache``), 0 turns it off."""
 
-    def __init__(self, path: Path, manifest: dict[str, Any], corpus: Corpus, lexical: Model | None,
-                 semantic: Mapping[str, SemanticRetriever], ranker: Model | None, *, query_cache: int = QUERY_CACHE,
-                 result_cache: int | None = None, rescorer: Any = None, rescore_depth: int = 10, rescore: bool = False,
-                 rescore_weight: float = math.inf, corrector: SpellCorrector | None = None, correct_queries: bool = True):
+    def __init__(
+        self,
+        path: Path,
+        manifest: dict[str, Any],
+        corpus: Corpus,
+        lexical: Model | None,
+        semantic: Mapping[str, SemanticRetriever],
+        ranker: Model | None,
+        *,
+        query_cache: int = QUERY_CACHE,
+        result_cache: int | None = None,
+        rescorer: Any = None,
+        rescore_depth: int = 10,
+        rescore: bool = False,
+        rescore_weight: float = math.inf,
+        corrector: SpellCorrector | None = None,
+        correct_queries: bool = True,
+    ):
         self.path, self.manifest, self.corpus = path, manifest, corpus
         self.corrector = corrector
         self.correct_queries = bool(correct_queries and corrector is not None)
         """Whether searches correct their queries' spelling by default (``search_many``'s ``correct``)."""
         self.store = "faiss"  # where the vectors are searched: faiss, or postgres (set by load)
-        self.result_cache = int(os.environ.get(RESULT_CACHE_ENV) or self.RESULT_CACHE) if result_cache is None else result_cache
+        self.result_cache = (
+            int(os.environ.get(RESULT_CACHE_ENV) or self.RESULT_CACHE) if result_cache is None else result_cache
+        )
         self._results: OrderedDict[tuple[Any, ...], Result] = OrderedDict()
         self._results_lock = threading.Lock()
         for r in semantic.values():
             r.query_cache = query_cache
         self.lexical, self.semantic, self.ranker = lexical, dict(semantic), ranker
         if rescore and rescorer is None:
-            raise ValueError(f"{path}: this bundle has no stage-3 cross-encoder to re-score with (build it with --rescorer)")
+            raise ValueError(
+                f"{path}: this bundle has no stage-3 cross-encoder to re-score with (build it with --rescorer)"
+            )
         if rescore_depth < 1:
             raise ValueError(f"rescore depth must be >= 1, got {rescore_depth}")
         self.rescorer, self.rescore_depth, self.rescore = rescorer, rescore_depth, rescore
@@ -503,28 +576,44 @@ class Bundle:
             ranker.use_texts(corpus.ids, corpus.joined(manifest.get("fields", "title+text")))
         # encoders and analyzers keep in-memory caches (e.g. the trigram word table) that are not
         # thread-safe: one lock per stage model; lexical and semantic still run at the same time
-        self._locks = {id(m): threading.Lock() for m in [lexical, *semantic.values(), ranker, rescorer] if m is not None}
+        self._locks = {
+            id(m): threading.Lock() for m in [lexical, *semantic.values(), ranker, rescorer] if m is not None
+        }
         self.two_stage = bool(getattr(ranker, "stage_features", None))
         """The ranker re-ranks stage 1's merged hits with their stage scores (fills them in)."""
         if self.two_stage:
             for name, r in self.semantic.items():
                 if not isinstance(r.vectors, VectorIndex):
-                    raise ModelDirError(f"{path}: a two-stage bundle scores candidates against the stored vectors of "
-                                        f"{name}; serve it with the faiss store, not {type(r.vectors).__name__}")
+                    raise ModelDirError(
+                        f"{path}: a two-stage bundle scores candidates against the stored vectors of "
+                        f"{name}; serve it with the faiss store, not {type(r.vectors).__name__}"
+                    )
                 r.vectors.stored_vectors()  # read them now, not during the first search
         # a two-stage search runs its stages one after the other: with one core per worker, handing
         # the semantic stage to a thread cost more than it overlapped (load test, one worker, 25
         # clients, new queries: 111.7 req/s sequential, 99.0 concurrent)
-        self._hybrid = {name: HybridRetriever(lexical, sem, scorer="union", concurrent=not self.two_stage, locks=self._locks,
-                                              complete=self.two_stage)
-                        for name, sem in (self.semantic.items() if self.semantic else [(None, None)])}
+        self._hybrid = {
+            name: HybridRetriever(
+                lexical, sem, scorer="union", concurrent=not self.two_stage, locks=self._locks, complete=self.two_stage
+            )
+            for name, sem in (self.semantic.items() if self.semantic else [(None, None)])
+        }
         self._id_ranks: np.ndarray | None = None  # each document's rank by id (ties), made on first use
 
     @classmethod
-    def load(cls, path: str | Path, *, store: str | None = None, verify: bool = True,
-             query_cache: int = QUERY_CACHE, result_cache: int | None = None, rescore: bool | None = None,
-             rescore_depth: int | None = None, rescore_weight: float | None = None,
-             correct_queries: bool | None = None) -> "Bundle":
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        store: str | None = None,
+        verify: bool = True,
+        query_cache: int = QUERY_CACHE,
+        result_cache: int | None = None,
+        rescore: bool | None = None,
+        rescore_depth: int | None = None,
+        rescore_weight: float | None = None,
+        correct_queries: bool | None = None,
+    ) -> Bundle:
         """Read a bundle (or its ``.old`` backup left by a build killed mid-swap), check every
         file against the manifest's sha256 and each vector index against its encoder;
         ``query_cache``: recent query embeddings kept per neural model, ``result_cache``: recent
@@ -537,8 +626,10 @@ class Bundle:
         $SEMSEARCH_CORRECT_QUERIES is 0 or off)."""
         p = Path(path)
         if TMP_SUFFIX.search(p.name):
-            raise ModelDirError(f"{p}: the temporary folder of a build (unfinished or killed), not a bundle; "
-                                "load the bundle it was building, or rebuild it")
+            raise ModelDirError(
+                f"{p}: the temporary folder of a build (unfinished or killed), not a bundle; "
+                "load the bundle it was building, or rebuild it"
+            )
         backup = p.with_name(f".{p.name}.old")
         if not (p / MANIFEST).is_file() and (backup / MANIFEST).is_file():
             p = backup
@@ -552,8 +643,9 @@ class Bundle:
         except (OSError, DataFormatError) as e:
             raise ModelDirError(f"{p}: unreadable documents.jsonl ({e})") from None
         if manifest.get("documents", len(corpus)) != len(corpus):
-            raise ModelDirError(f"{p / MANIFEST}: 'documents' says {manifest['documents']}, "
-                                f"documents.jsonl holds {len(corpus)}")
+            raise ModelDirError(
+                f"{p / MANIFEST}: 'documents' says {manifest['documents']}, documents.jsonl holds {len(corpus)}"
+            )
         lex = manifest.get("lexical")
         lexical = load_model(p / lex["path"]) if lex else None
         if lex:
@@ -564,8 +656,10 @@ class Bundle:
             r = SemanticRetriever.load(p / m["path"])
             _same_name(p, f"models[{i}].name", m["name"], r.encoder)
             if r.dim != m["dim"]:
-                raise ModelDirError(f"{p / MANIFEST}: 'models[{i}].dim' says {m['dim']}, "
-                                    f"the {m['name']} encoder in {m['path']} embeds in {r.dim} dimensions")
+                raise ModelDirError(
+                    f"{p / MANIFEST}: 'models[{i}].dim' says {m['dim']}, "
+                    f"the {m['name']} encoder in {m['path']} embeds in {r.dim} dimensions"
+                )
             _open_store(store, r, p / m["path"], m, manifest)
             semantic[m["name"]] = r
         rk = manifest.get("ranker")
@@ -608,10 +702,22 @@ class Bundle:
             raise ModelDirError(str(e)) from None
         if correct_queries is None:
             correct_queries = os.environ.get(CORRECT_ENV, "").strip().lower() not in ("0", "off", "false", "no")
-        bundle = cls(p, manifest, corpus, lexical, semantic, ranker, query_cache=query_cache, result_cache=result_cache,
-                     rescorer=rescorer, rescore_depth=rescore_depth, rescore=rescore, rescore_weight=rescore_weight,
-                     corrector=corrector,
-                     correct_queries=correct_queries)
+        bundle = cls(
+            p,
+            manifest,
+            corpus,
+            lexical,
+            semantic,
+            ranker,
+            query_cache=query_cache,
+            result_cache=result_cache,
+            rescorer=rescorer,
+            rescore_depth=rescore_depth,
+            rescore=rescore,
+            rescore_weight=rescore_weight,
+            corrector=corrector,
+            correct_queries=correct_queries,
+        )
         bundle.store = store
         return bundle
 
@@ -654,8 +760,17 @@ class Bundle:
             return self.corrector.correct(query)  # type: ignore[union-attr]
         return query
 
-    def search(self, query: str, k: int = 10, *, model: str | None = None, merge_by: str = "union",
-               n_lexical: int = N_LEXICAL, n_semantic: int = N_SEMANTIC, correct: bool | None = None) -> Result:
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        model: str | None = None,
+        merge_by: str = "union",
+        n_lexical: int = N_LEXICAL,
+        n_semantic: int = N_SEMANTIC,
+        correct: bool | None = None,
+    ) -> Result:
         """Lexical top ``n_lexical`` and semantic top ``n_semantic`` (run concurrently by the
         ``HybridRetriever`` of ``model``), merged by ``merge_by``: union (lexical order, semantic-only
         hits after; the default: on homedepot dev RRF with a 2-epoch DSSM lowered BM25's NDCG@10),
@@ -663,11 +778,21 @@ class Bundle:
         top ``k`` with their sources and a timing breakdown. A two-stage bundle (its ranker has
         stage features) retrieves at the depths its ranker was trained for, and every hit's score
         is the ranker's. ``search_many`` of one query."""
-        return self.search_many([query], k, model=model, merge_by=merge_by, n_lexical=n_lexical, n_semantic=n_semantic,
-                                correct=correct)[0]
+        return self.search_many(
+            [query], k, model=model, merge_by=merge_by, n_lexical=n_lexical, n_semantic=n_semantic, correct=correct
+        )[0]
 
-    def search_many(self, queries: Sequence[str], k: int = 10, *, model: str | None = None, merge_by: str = "union",
-                    n_lexical: int = N_LEXICAL, n_semantic: int = N_SEMANTIC, correct: bool | None = None) -> list[Result]:
+    def search_many(
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        *,
+        model: str | None = None,
+        merge_by: str = "union",
+        n_lexical: int = N_LEXICAL,
+        n_semantic: int = N_SEMANTIC,
+        correct: bool | None = None,
+    ) -> list[Result]:
         """``search`` for several queries in one pass (the service's micro-batches): one encoder call
         and one vector search for all of them, one feature matrix and one ranker prediction for all
         their candidates. Each query gets the hits ``search`` gives it alone (a batched encoder may
@@ -705,11 +830,15 @@ class Bundle:
                         self._results[(q, *settings)] = r
                     while len(self._results) > self.result_cache:
                         self._results.popitem(last=False)
-            out = [r if r is not None else Result(list(found[q].hits), dict(found[q].timing), q) for q, r in zip(queries, out)]
+            out = [
+                r if r is not None else Result(list(found[q].hits), dict(found[q].timing), q)
+                for q, r in zip(queries, out)
+            ]
         return out  # type: ignore[return-value]
 
-    def _stage1(self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int,
-                n_semantic: int) -> tuple[list[list[HybridHit]], dict[str, float]]:
+    def _stage1(
+        self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int
+    ) -> tuple[list[list[HybridHit]], dict[str, float]]:
         """Stage 1 of ``search_many`` (and of ``explain_rank``): each query's merged hits from
         ``model``'s hybrid, all of them when a ranker re-orders them, at the ranker's depths in a
         two-stage bundle."""
@@ -720,14 +849,21 @@ class Bundle:
             n_lexical, n_semantic = self.ranker.n_lexical, self.ranker.n_semantic  # type: ignore[union-attr]
         else:
             n_lexical, n_semantic = max(n_lexical, k), max(n_semantic, 1)
-        return hybrid.timed_search(queries, None if self.ranker is not None else self._kept(k), scorer=merge_by,
-                                   n_lexical=n_lexical, n_semantic=n_semantic)
+        return hybrid.timed_search(
+            queries,
+            None if self.ranker is not None else self._kept(k),
+            scorer=merge_by,
+            n_lexical=n_lexical,
+            n_semantic=n_semantic,
+        )
 
     def _kept(self, k: int) -> int:
         """Hits a search keeps ranked before stage 3: ``k``, or the depth stage 3 re-scores if deeper."""
         return max(k, self.rescore_depth) if self.rescore else k
 
-    def _ranked(self, hybrid: HybridRetriever, queries: list[str], k: int) -> tuple[list[list[HybridHit]], dict[str, float]]:
+    def _ranked(
+        self, hybrid: HybridRetriever, queries: list[str], k: int
+    ) -> tuple[list[list[HybridHit]], dict[str, float]]:
         """A two-stage search on arrays (``HybridRetriever.candidates``, ``score_candidates``):
         each query's best ``k`` candidates by the ranker's score, ties by doc id, the only ones
         that become ``HybridHit``s. The same hits as stage 1's merged hits ranked one by one."""
@@ -744,18 +880,24 @@ class Bundle:
         timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
         return found, timing
 
-    def _search(self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int,
-                t0: float) -> list[Result]:
+    def _search(
+        self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int, t0: float
+    ) -> list[Result]:
         hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
-        if self.two_stage and hybrid is not None and hybrid.positional:  # (the merge order does not matter: all re-ranked)
+        if (
+            self.two_stage and hybrid is not None and hybrid.positional
+        ):  # (the merge order does not matter: all re-ranked)
             found, timing = self._ranked(hybrid, queries, self._kept(k))
         else:
             found, timing = self._stage1(queries, k, model, merge_by, n_lexical, n_semantic)
         if self.ranker is not None and "rank_ms" not in timing:
             t2 = time.perf_counter()
             with self._locks[id(self.ranker)]:
-                scores = (self.ranker.score_hits(queries, found) if self.two_stage  # type: ignore[attr-defined]
-                          else self.ranker.score(queries, [[h.doc_id for h in hits] for hits in found]))
+                scores = (
+                    self.ranker.score_hits(queries, found)
+                    if self.two_stage  # type: ignore[attr-defined]
+                    else self.ranker.score(queries, [[h.doc_id for h in hits] for hits in found])
+                )
             ranked = []
             for hits, s in zip(found, scores):
                 ranked.append([replace(hits[i], score=float(s[i])) for i in _top(hits, s, self._kept(k))])
@@ -764,8 +906,14 @@ class Bundle:
         if self.rescore:
             t3 = time.perf_counter()
             with self._locks[id(self.rescorer)]:
-                found = rescore_top(self.rescorer, queries, found, self.rescore_depth, lambda h: self.document_text(h.doc_id),
-                                    self.rescore_weight)
+                found = rescore_top(
+                    self.rescorer,
+                    queries,
+                    found,
+                    self.rescore_depth,
+                    lambda h: self.document_text(h.doc_id),
+                    self.rescore_weight,
+                )
             timing["rescore_ms"] = 1000 * (time.perf_counter() - t3)
         timing["total_ms"] = 1000 * (time.perf_counter() - t0)
         timing["batch"] = float(len(queries))
@@ -789,16 +937,38 @@ class Bundle:
         (hits,), _ = self._stage1([query], 1, model, "union", N_LEXICAL, N_SEMANTIC)  # as search() with its defaults
         at = next((i for i, h in enumerate(hits) if h.doc_id == doc_id), None)
         if at is None:
-            return {"doc_id": doc_id, "score": None, "bias": None, "source": None, "lexical_score": None,
-                    "semantic_score": None, "lexical_rank": None, "semantic_rank": None, "contributions": []}
+            return {
+                "doc_id": doc_id,
+                "score": None,
+                "bias": None,
+                "source": None,
+                "lexical_score": None,
+                "semantic_score": None,
+                "lexical_rank": None,
+                "semantic_rank": None,
+                "contributions": [],
+            }
         with self._locks[id(self.ranker)]:
             scores, X, contrib, base = rk.explain_hits(query, hits)
         h = hits[at]
-        rows = sorted(({"feature": f, "value": float(X[at, j]), "contribution": float(contrib[at, j])}
-                       for j, f in enumerate(rk.feature_names)), key=lambda r: -abs(r["contribution"]))
-        return {"doc_id": doc_id, "score": float(scores[at]), "bias": float(base[at]), "source": h.sources.name,
-                "lexical_score": h.lexical, "semantic_score": h.semantic, "lexical_rank": h.lexical_rank,
-                "semantic_rank": h.semantic_rank, "contributions": rows[:top]}
+        rows = sorted(
+            (
+                {"feature": f, "value": float(X[at, j]), "contribution": float(contrib[at, j])}
+                for j, f in enumerate(rk.feature_names)
+            ),
+            key=lambda r: -abs(r["contribution"]),
+        )
+        return {
+            "doc_id": doc_id,
+            "score": float(scores[at]),
+            "bias": float(base[at]),
+            "source": h.sources.name,
+            "lexical_score": h.lexical,
+            "semantic_score": h.semantic,
+            "lexical_rank": h.lexical_rank,
+            "semantic_rank": h.semantic_rank,
+            "contributions": rows[:top],
+        }
 
     def hits(self, result: Result) -> list[Hit]:
         """Plain (rank, id, score, title, text) rows for a result."""

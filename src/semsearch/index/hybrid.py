@@ -74,8 +74,11 @@ def union(lexical: Hits, semantic: Hits, limit: int | None = None, *, fill: Fill
     out = []
     for r, (d, s) in enumerate(lexical[:n], 1):
         sr, ss = sem.get(d, (None, None))
-        out.append(HybridHit(d, 1.0 / r, _LEXICAL, s, sem_fill.get(d), r, None) if sr is None else
-                   HybridHit(d, 1.0 / r, _BOTH, s, ss, r, sr))
+        out.append(
+            HybridHit(d, 1.0 / r, _LEXICAL, s, sem_fill.get(d), r, None)
+            if sr is None
+            else HybridHit(d, 1.0 / r, _BOTH, s, ss, r, sr)
+        )
     if len(out) < n:
         lex_ids = {d for d, _ in lexical}
         for r, (d, s) in enumerate(semantic, 1):
@@ -103,8 +106,9 @@ class Candidates:
     def __len__(self) -> int:
         return len(self.positions)
 
-    def hits(self, ids: Any, rows: Sequence[int] | np.ndarray | None = None,
-             scores: np.ndarray | None = None) -> list[HybridHit]:
+    def hits(
+        self, ids: Any, rows: Sequence[int] | np.ndarray | None = None, scores: np.ndarray | None = None
+    ) -> list[HybridHit]:
         """``HybridHit``s of ``rows`` (default: all, in order), their ids from ``ids``
         (``DocIds`` of the collection) and their score ``scores[row]`` (default: ``union``'s,
         1 / (row + 1)); a NaN stage score or rank becomes None."""
@@ -112,8 +116,10 @@ class Candidates:
         if not len(rows):
             return []
         doc_ids = ids.take(self.positions[rows]).tolist()
-        cols = [np.where(np.isnan(a[rows]), None, a[rows]).tolist() for a in
-                (self.lexical, self.semantic, self.lexical_rank, self.semantic_rank)]
+        cols = [
+            np.where(np.isnan(a[rows]), None, a[rows]).tolist()
+            for a in (self.lexical, self.semantic, self.lexical_rank, self.semantic_rank)
+        ]
         score = (1.0 / (rows + 1.0) if scores is None else np.asarray(scores, dtype=np.float64)[rows]).tolist()
         out = []
         for d, sc, lx, sm, lr, sr in zip(doc_ids, score, *cols):
@@ -122,8 +128,9 @@ class Candidates:
         return out
 
 
-def union_positions(lex_pos: np.ndarray, lex_scores: np.ndarray, sem_pos: np.ndarray,
-                    sem_scores: np.ndarray) -> Candidates:
+def union_positions(
+    lex_pos: np.ndarray, lex_scores: np.ndarray, sem_pos: np.ndarray, sem_scores: np.ndarray
+) -> Candidates:
     """``union`` on positions (each stage's hits best first): the same candidates in the same
     order, with the stage scores and ranks as arrays; the scores a stage did not give are NaN
     (``HybridRetriever`` fills them in when it is ``complete``)."""
@@ -150,8 +157,17 @@ def union_positions(lex_pos: np.ndarray, lex_scores: np.ndarray, sem_pos: np.nda
     return Candidates(pos, lexical, semantic, lexical_rank, semantic_rank)
 
 
-def merge(lexical: Hits, semantic: Hits, *, scorer: str = "rrf", weight: float = 0.5, rrf_k: int = 60,
-          norm: str = "minmax", k: int | None = None, fill: Fill | None = None) -> list[HybridHit]:
+def merge(
+    lexical: Hits,
+    semantic: Hits,
+    *,
+    scorer: str = "rrf",
+    weight: float = 0.5,
+    rrf_k: int = 60,
+    norm: str = "minmax",
+    k: int | None = None,
+    fill: Fill | None = None,
+) -> list[HybridHit]:
     """The union of one query's lexical and semantic hits, best first (at most ``k``). ``scorer``:
     ``"union"`` (``union``), ``"rrf"`` (Σ 1/(rrf_k + rank)) or ``"interpolate"`` (weight·semantic
     + (1 − weight)·lexical, scores normalised per query by ``norm``; weight 0 keeps the lexical
@@ -162,19 +178,39 @@ def merge(lexical: Hits, semantic: Hits, *, scorer: str = "rrf", weight: float =
         return union(lexical, semantic, k, fill=fill)
     lex_fill, sem_fill = fill or ({}, {})
     runs = [{"q": dict(lexical)}, {"q": dict(semantic)}]
-    fused = (rrf(runs, k=rrf_k) if scorer == "rrf" else interpolate(runs, [1.0 - weight, weight], norm=norm)).get("q", {})
+    fused = (rrf(runs, k=rrf_k) if scorer == "rrf" else interpolate(runs, [1.0 - weight, weight], norm=norm)).get(
+        "q", {}
+    )
     lex_rank = {d: r for r, (d, _) in enumerate(ranked(runs[0]["q"]), 1)}
     sem_rank = {d: r for r, (d, _) in enumerate(ranked(runs[1]["q"]), 1)}
     out = []
     for d, s in ranked(fused)[:k]:
         src = (Source.LEXICAL if d in lex_rank else Source(0)) | (Source.SEMANTIC if d in sem_rank else Source(0))
-        out.append(HybridHit(d, float(s), src, runs[0]["q"].get(d, lex_fill.get(d)), runs[1]["q"].get(d, sem_fill.get(d)),
-                             lex_rank.get(d), sem_rank.get(d)))
+        out.append(
+            HybridHit(
+                d,
+                float(s),
+                src,
+                runs[0]["q"].get(d, lex_fill.get(d)),
+                runs[1]["q"].get(d, sem_fill.get(d)),
+                lex_rank.get(d),
+                sem_rank.get(d),
+            )
+        )
     return out
 
 
-def merge_runs(lexical: Run, semantic: Run, *, n_lexical: int = 300, n_semantic: int = 20, scorer: str = "rrf",
-               weight: float = 0.5, rrf_k: int = 60, norm: str = "minmax") -> Run:
+def merge_runs(
+    lexical: Run,
+    semantic: Run,
+    *,
+    n_lexical: int = 300,
+    n_semantic: int = 20,
+    scorer: str = "rrf",
+    weight: float = 0.5,
+    rrf_k: int = 60,
+    norm: str = "minmax",
+) -> Run:
     """``merge`` for every query of two runs, each cut first to its top ``n_lexical`` /
     ``n_semantic`` documents: the hybrid run of the paper's Table 3."""
     _check(scorer, weight)
@@ -182,8 +218,14 @@ def merge_runs(lexical: Run, semantic: Run, *, n_lexical: int = 300, n_semantic:
         raise ValueError("n_lexical and n_semantic must be >= 0")
     out: Run = {}
     for q in sorted(lexical.keys() | semantic.keys()):
-        hits = merge(ranked(lexical.get(q, {}))[:n_lexical], ranked(semantic.get(q, {}))[:n_semantic],
-                     scorer=scorer, weight=weight, rrf_k=rrf_k, norm=norm)
+        hits = merge(
+            ranked(lexical.get(q, {}))[:n_lexical],
+            ranked(semantic.get(q, {}))[:n_semantic],
+            scorer=scorer,
+            weight=weight,
+            rrf_k=rrf_k,
+            norm=norm,
+        )
         out[q] = {h.doc_id: h.score for h in hits}
     return out
 
@@ -202,9 +244,21 @@ class HybridRetriever:
     searched with); ranks stay None where a stage did not return the hit — what a stage-2 ranker
     needs (BERT paper §4.5)."""
 
-    def __init__(self, lexical: Model | None, semantic: Model | None, *, n_lexical: int = 300, n_semantic: int = 20,
-                 scorer: str = "rrf", weight: float = 0.5, rrf_k: int = 60, norm: str = "minmax",
-                 concurrent: bool = False, locks: dict[int, threading.Lock] | None = None, complete: bool = False):
+    def __init__(
+        self,
+        lexical: Model | None,
+        semantic: Model | None,
+        *,
+        n_lexical: int = 300,
+        n_semantic: int = 20,
+        scorer: str = "rrf",
+        weight: float = 0.5,
+        rrf_k: int = 60,
+        norm: str = "minmax",
+        concurrent: bool = False,
+        locks: dict[int, threading.Lock] | None = None,
+        complete: bool = False,
+    ):
         _check(scorer, weight)
         if n_lexical < 0 or n_semantic < 0 or n_lexical + n_semantic == 0:
             raise ValueError("n_lexical and n_semantic must be >= 0, and not both 0")
@@ -240,8 +294,9 @@ class HybridRetriever:
         """The collection both stages index (a positional retriever's: ``DocIds``)."""
         return (self.lexical or self.semantic).doc_ids  # type: ignore[union-attr]
 
-    def candidates(self, queries: Sequence[str], *, n_lexical: int | None = None, n_semantic: int | None = None
-                   ) -> tuple[list[Candidates], dict[str, float]]:
+    def candidates(
+        self, queries: Sequence[str], *, n_lexical: int | None = None, n_semantic: int | None = None
+    ) -> tuple[list[Candidates], dict[str, float]]:
         """Per query, stage 1's merged candidates as arrays (``Candidates``; both stages' scores
         filled in when ``complete``), and each stage's time in ms (``lexical_ms``,
         ``semantic_ms``, ``complete_ms``, ``merge_ms``). Needs ``positional``."""
@@ -316,9 +371,15 @@ class HybridRetriever:
             out.append((lex, sem))
         return out
 
-    def timed_search(self, queries: Sequence[str], k: int | None = None, *, scorer: str | None = None,
-                     n_lexical: int | None = None, n_semantic: int | None = None
-                     ) -> tuple[list[list[HybridHit]], dict[str, float]]:
+    def timed_search(
+        self,
+        queries: Sequence[str],
+        k: int | None = None,
+        *,
+        scorer: str | None = None,
+        n_lexical: int | None = None,
+        n_semantic: int | None = None,
+    ) -> tuple[list[list[HybridHit]], dict[str, float]]:
         """``search`` (``scorer`` and the stage depths default to the retriever's) and the time
         each stage took in ms: ``lexical_ms``, ``semantic_ms``, ``merge_ms``."""
         qs, scorer = [str(q) for q in queries], scorer or self.scorer
@@ -348,8 +409,10 @@ class HybridRetriever:
             fills = self._fills(qs, lex, sem, vecs)  # type: ignore[assignment]
             timing["complete_ms"] = 1000 * (time.perf_counter() - t)
         t = time.perf_counter()
-        out = [merge(lh, sh, scorer=scorer, weight=self.weight, rrf_k=self.rrf_k, norm=self.norm, k=k, fill=f)
-               for lh, sh, f in zip(lex, sem, fills)]
+        out = [
+            merge(lh, sh, scorer=scorer, weight=self.weight, rrf_k=self.rrf_k, norm=self.norm, k=k, fill=f)
+            for lh, sh, f in zip(lex, sem, fills)
+        ]
         timing["merge_ms"] = 1000 * (time.perf_counter() - t)
         return out, timing
 

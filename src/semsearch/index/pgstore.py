@@ -55,10 +55,16 @@ class PgStoreError(RuntimeError):
 def check_name(name: str) -> str:
     """``name`` if it is a valid collection name: a lower-case letter, then up to 39 of a-z 0-9 _,
     no "__" (kept for build tables), not PostgreSQL's reserved "pg_" prefix or the metadata table."""
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name == META_TABLE or "__" in name \
-            or name.startswith("pg_"):
-        raise ValueError(f"collection name must match {NAME_RE.pattern}, without '__', 'pg_' prefix or "
-                         f"{META_TABLE!r}; got {name!r}")
+    if (
+        not isinstance(name, str)
+        or not NAME_RE.fullmatch(name)
+        or name == META_TABLE
+        or "__" in name
+        or name.startswith("pg_")
+    ):
+        raise ValueError(
+            f"collection name must match {NAME_RE.pattern}, without '__', 'pg_' prefix or {META_TABLE!r}; got {name!r}"
+        )
     return name
 
 
@@ -86,7 +92,9 @@ def connect(dsn: str) -> Any:
     try:
         conn = psycopg.connect(dsn, autocommit=True)
     except psycopg.OperationalError as e:
-        raise PgStoreError(f"cannot connect to PostgreSQL {server_name(dsn)}: {str(e).strip().splitlines()[0]}") from None
+        raise PgStoreError(
+            f"cannot connect to PostgreSQL {server_name(dsn)}: {str(e).strip().splitlines()[0]}"
+        ) from None
     try:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     except psycopg.Error as e:
@@ -119,7 +127,7 @@ class EmbeddedPostgres:
         """Stop the server (idempotent)."""
         self._server.cleanup()
 
-    def __enter__(self) -> "EmbeddedPostgres":
+    def __enter__(self) -> EmbeddedPostgres:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -142,25 +150,54 @@ class PgVectorStore:
 
     # -- building -------------------------------------------------------------------------------
     @classmethod
-    def create(cls, dsn: str, name: str, doc_ids: Sequence[str], vectors: Any, texts: Sequence[str] | None = None,
-               *, metric: str = "cosine", model: str = "", m: int = DEFAULTS["m"],
-               ef_construction: int = DEFAULTS["ef_construction"], ef_search: int = DEFAULTS["ef_search"],
-               log: Callable[[str], None] | None = None) -> "PgVectorStore":
+    def create(
+        cls,
+        dsn: str,
+        name: str,
+        doc_ids: Sequence[str],
+        vectors: Any,
+        texts: Sequence[str] | None = None,
+        *,
+        metric: str = "cosine",
+        model: str = "",
+        m: int = DEFAULTS["m"],
+        ef_construction: int = DEFAULTS["ef_construction"],
+        ef_search: int = DEFAULTS["ef_search"],
+        log: Callable[[str], None] | None = None,
+    ) -> PgVectorStore:
         """Store ``vectors`` (rows match ``doc_ids`` and ``texts``) as collection ``name``,
         replacing any collection of that name atomically."""
         conn = connect(dsn)
         try:
             with conn.transaction():
-                meta = load_collection(conn, name, doc_ids, vectors, texts, metric=metric, model=model, m=m,
-                                       ef_construction=ef_construction, ef_search=ef_search, log=log)
+                meta = load_collection(
+                    conn,
+                    name,
+                    doc_ids,
+                    vectors,
+                    texts,
+                    metric=metric,
+                    model=model,
+                    m=m,
+                    ef_construction=ef_construction,
+                    ef_search=ef_search,
+                    log=log,
+                )
         except BaseException:
             conn.close()
             raise
         return cls(conn, name, meta, dsn)
 
     @classmethod
-    def open(cls, dsn: str, name: str, *, expect_model: str | None = None, expect_dim: int | None = None,
-             ef_search: int | None = None) -> "PgVectorStore":
+    def open(
+        cls,
+        dsn: str,
+        name: str,
+        *,
+        expect_model: str | None = None,
+        expect_dim: int | None = None,
+        ef_search: int | None = None,
+    ) -> PgVectorStore:
         """The stored collection ``name``; ``expect_model`` / ``expect_dim`` refuse one built for
         another encoder (``IndexMismatchError``); a missing one raises ``KeyError``."""
         check_name(name)
@@ -170,8 +207,9 @@ class PgVectorStore:
             if meta is None:
                 raise KeyError(f"no vector collection {name!r} in this database")
             if expect_model is not None and meta["model"] != expect_model:
-                raise IndexMismatchError(f"collection {name!r} was built for model {meta['model']!r}, "
-                                         f"not {expect_model!r}")
+                raise IndexMismatchError(
+                    f"collection {name!r} was built for model {meta['model']!r}, not {expect_model!r}"
+                )
             if expect_dim is not None and meta["dim"] != expect_dim:
                 raise IndexMismatchError(f"collection {name!r} has dimension {meta['dim']}, the model {expect_dim}")
         except BaseException:
@@ -234,8 +272,9 @@ class PgVectorStore:
         ef = max(self.params["ef_search"], k)
         exact = exact or k >= self._count or ef > MAX_EF_SEARCH
         # <#> is the negative inner product; ORDER BY it (then id) is what the HNSW index serves
-        stmt = sql.SQL('SELECT id, -(embedding <#> %(q)s) FROM {} ORDER BY embedding <#> %(q)s, id COLLATE "C" '
-                       "LIMIT %(k)s").format(sql.Identifier(self.name))
+        stmt = sql.SQL(
+            'SELECT id, -(embedding <#> %(q)s) FROM {} ORDER BY embedding <#> %(q)s, id COLLATE "C" LIMIT %(k)s'
+        ).format(sql.Identifier(self.name))
 
         def run(conn: Any) -> list[Hits]:
             out: list[Hits] = []
@@ -271,14 +310,23 @@ class PgVectorStore:
                     self._conn.close()
                 except Exception:  # noqa: BLE001 - the connection is already gone
                     pass
-                raise PgStoreError(f"PostgreSQL {server_name(self._dsn)} stopped answering "
-                                   f"({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}); "
-                                   "the store reconnects on the next request") from None
+                raise PgStoreError(
+                    f"PostgreSQL {server_name(self._dsn)} stopped answering "
+                    f"({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}); "
+                    "the store reconnects on the next request"
+                ) from None
 
     # -- maintenance ----------------------------------------------------------------------------
     def meta(self) -> dict[str, Any]:
-        return {"format": FORMAT, "name": self.name, "metric": self.metric, "dim": self.dim,
-                "params": self.params, "count": self._count, "model": self.model}
+        return {
+            "format": FORMAT,
+            "name": self.name,
+            "metric": self.metric,
+            "dim": self.dim,
+            "params": self.params,
+            "count": self._count,
+            "model": self.model,
+        }
 
     def drop(self) -> None:
         """Delete the collection (table, index and metadata row) and close the connection."""
@@ -288,7 +336,7 @@ class PgVectorStore:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "PgVectorStore":
+    def __enter__(self) -> PgVectorStore:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -302,22 +350,30 @@ def _ties_by_id(hits: Hits) -> Hits:
 
 
 def _ensure_meta_table(conn: Any) -> None:
-    conn.execute(f"CREATE TABLE IF NOT EXISTS {META_TABLE} (name text PRIMARY KEY, format int NOT NULL, "
-                 "model text NOT NULL, dim int NOT NULL, metric text NOT NULL, count bigint NOT NULL, "
-                 "params jsonb NOT NULL, created timestamptz NOT NULL DEFAULT now())")
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {META_TABLE} (name text PRIMARY KEY, format int NOT NULL, "
+        "model text NOT NULL, dim int NOT NULL, metric text NOT NULL, count bigint NOT NULL, "
+        "params jsonb NOT NULL, created timestamptz NOT NULL DEFAULT now())"
+    )
 
 
 def _read_meta(conn: Any, name: str) -> dict[str, Any] | None:
     _ensure_meta_table(conn)
-    row = conn.execute(f"SELECT format, model, dim, metric, count, params FROM {META_TABLE} WHERE name = %s",
-                       (name,)).fetchone()
+    row = conn.execute(
+        f"SELECT format, model, dim, metric, count, params FROM {META_TABLE} WHERE name = %s", (name,)
+    ).fetchone()
     if row is None:
         return None
     fmt, model, dim, metric, count, params = row
     if fmt != FORMAT:
         raise IndexMismatchError(f"collection {name!r} has store format {fmt}, not {FORMAT}")
-    return {"model": model, "dim": dim, "metric": metric, "count": count,
-            "params": params if isinstance(params, dict) else json.loads(params)}
+    return {
+        "model": model,
+        "dim": dim,
+        "metric": metric,
+        "count": count,
+        "params": params if isinstance(params, dict) else json.loads(params),
+    }
 
 
 def list_collections(dsn: str) -> list[str]:
@@ -338,10 +394,20 @@ def drop_collection(conn: Any, name: str) -> None:
         conn.execute(f"DELETE FROM {META_TABLE} WHERE name = %s", (name,))
 
 
-def load_collection(conn: Any, name: str, doc_ids: Sequence[str], vectors: Any, texts: Sequence[str] | None = None,
-                    *, metric: str = "cosine", model: str = "", m: int = DEFAULTS["m"],
-                    ef_construction: int = DEFAULTS["ef_construction"], ef_search: int = DEFAULTS["ef_search"],
-                    log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def load_collection(
+    conn: Any,
+    name: str,
+    doc_ids: Sequence[str],
+    vectors: Any,
+    texts: Sequence[str] | None = None,
+    *,
+    metric: str = "cosine",
+    model: str = "",
+    m: int = DEFAULTS["m"],
+    ef_construction: int = DEFAULTS["ef_construction"],
+    ef_search: int = DEFAULTS["ef_search"],
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Build collection ``name`` inside the caller's open transaction on ``conn`` (COPY into a
     fresh table, HNSW index, then drop the old table and rename the new one); nothing is
     visible to other connections until the caller commits. Returns the metadata."""
@@ -351,8 +417,9 @@ def load_collection(conn: Any, name: str, doc_ids: Sequence[str], vectors: Any, 
     if metric not in METRICS:
         raise ValueError(f"metric must be 'ip' or 'cosine', got {metric!r}")
     if not (2 <= m <= 100 and 4 <= ef_construction <= 1000 and ef_construction >= 2 * m):
-        raise ValueError(f"HNSW needs 2 <= m <= 100 and 2*m <= ef_construction <= 1000, got m={m}, "
-                         f"ef_construction={ef_construction}")
+        raise ValueError(
+            f"HNSW needs 2 <= m <= 100 and 2*m <= ef_construction <= 1000, got m={m}, ef_construction={ef_construction}"
+        )
     if not 1 <= ef_search <= MAX_EF_SEARCH:
         raise ValueError(f"ef_search must be in 1..{MAX_EF_SEARCH}, got {ef_search}")
     v = np.asarray(vectors, dtype=np.float32)
@@ -378,31 +445,41 @@ def load_collection(conn: Any, name: str, doc_ids: Sequence[str], vectors: Any, 
     t, ix = sql.Identifier(tmp), sql.Identifier(f"{tmp}_hnsw")
 
     _ensure_meta_table(conn)
-    conn.execute(sql.SQL("CREATE TABLE {} (id text PRIMARY KEY, position int NOT NULL, text text, "
-                         "embedding vector({}) NOT NULL)").format(t, sql.Literal(dim)))
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE {} (id text PRIMARY KEY, position int NOT NULL, text text, embedding vector({}) NOT NULL)"
+        ).format(t, sql.Literal(dim))
+    )
     t0 = time.perf_counter()
-    with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} (id, position, text, embedding) FROM STDIN "
-                                                "WITH (FORMAT BINARY)").format(t)) as cp:
+    with (
+        conn.cursor() as cur,
+        cur.copy(sql.SQL("COPY {} (id, position, text, embedding) FROM STDIN WITH (FORMAT BINARY)").format(t)) as cp,
+    ):
         cp.set_types(["text", "int4", "text", "vector"])
         for i, d in enumerate(ids):
             cp.write_row((d, i, None if texts is None else texts[i], v[i]))
     say(f"copied {len(ids)} rows in {time.perf_counter() - t0:.1f}s")
     t0 = time.perf_counter()
     conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
-    conn.execute(sql.SQL("CREATE INDEX {} ON {} USING hnsw (embedding vector_ip_ops) "
-                         "WITH (m = {}, ef_construction = {})")
-                 .format(ix, t, sql.Literal(int(m)), sql.Literal(int(ef_construction))))
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX {} ON {} USING hnsw (embedding vector_ip_ops) WITH (m = {}, ef_construction = {})"
+        ).format(ix, t, sql.Literal(int(m)), sql.Literal(int(ef_construction)))
+    )
     say(f"built the HNSW index in {time.perf_counter() - t0:.1f}s")
     # swap: the old table stays readable by others until this transaction commits
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
     conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(t, sql.Identifier(name)))
     conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(ix, sql.Identifier(f"{name}_hnsw")))
-    conn.execute(sql.SQL("ALTER INDEX {} RENAME TO {}").format(sql.Identifier(f"{tmp}_pkey"),
-                                                               sql.Identifier(f"{name}_pkey")))
+    conn.execute(
+        sql.SQL("ALTER INDEX {} RENAME TO {}").format(sql.Identifier(f"{tmp}_pkey"), sql.Identifier(f"{name}_pkey"))
+    )
     params = {"m": int(m), "ef_construction": int(ef_construction), "ef_search": int(ef_search)}
-    conn.execute(f"INSERT INTO {META_TABLE} (name, format, model, dim, metric, count, params) "
-                 "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET format = EXCLUDED.format, "
-                 "model = EXCLUDED.model, dim = EXCLUDED.dim, metric = EXCLUDED.metric, count = EXCLUDED.count, "
-                 "params = EXCLUDED.params, created = now()",
-                 (name, FORMAT, model, dim, metric, len(ids), json.dumps(params)))
+    conn.execute(
+        f"INSERT INTO {META_TABLE} (name, format, model, dim, metric, count, params) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET format = EXCLUDED.format, "
+        "model = EXCLUDED.model, dim = EXCLUDED.dim, metric = EXCLUDED.metric, count = EXCLUDED.count, "
+        "params = EXCLUDED.params, created = now()",
+        (name, FORMAT, model, dim, metric, len(ids), json.dumps(params)),
+    )
     return {"model": model, "dim": dim, "metric": metric, "count": len(ids), "params": params}

@@ -47,8 +47,17 @@ class SemanticRetriever(Model):
 
     name = "semantic"
 
-    def __init__(self, encoder: Encoder, kind: str = "flat", metric: str = "cosine", *, batch_size: int = 1024,
-                 threads: int | None = None, cache: str | Path | None = None, **index_params: int):
+    def __init__(
+        self,
+        encoder: Encoder,
+        kind: str = "flat",
+        metric: str = "cosine",
+        *,
+        batch_size: int = 1024,
+        threads: int | None = None,
+        cache: str | Path | None = None,
+        **index_params: int,
+    ):
         self.encoder = encoder
         self.kind, self.metric, self.batch_size, self.threads = kind, metric, batch_size, threads
         self.cache = Path(cache) if cache is not None else None
@@ -85,7 +94,10 @@ class SemanticRetriever(Model):
         h.update(self._probe_vectors().tobytes())
         for d, t in zip(doc_ids, texts):
             h.update(f"{d}\t{t}\n".encode())
-        f = self.cache / f"embeddings-{encoder_id(getattr(self.encoder, 'document_encoder', self.encoder))}-{h.hexdigest()[:16]}.npy"
+        f = (
+            self.cache
+            / f"embeddings-{encoder_id(getattr(self.encoder, 'document_encoder', self.encoder))}-{h.hexdigest()[:16]}.npy"
+        )
         return cached_array(f, lambda: self.encode_documents(texts, progress), rows=len(texts))
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str], progress: str | None = "encoding documents") -> None:
@@ -96,8 +108,15 @@ class SemanticRetriever(Model):
 
     def index_vectors(self, doc_ids: Sequence[str], vecs: np.ndarray) -> None:
         """Build the vector index over document embeddings computed earlier (by ``embed``)."""
-        self.vectors = VectorIndex.build(doc_ids, vecs, self.kind, self.metric, model=encoder_id(self.encoder),
-                                         threads=self.threads, **self.index_params)
+        self.vectors = VectorIndex.build(
+            doc_ids,
+            vecs,
+            self.kind,
+            self.metric,
+            model=encoder_id(self.encoder),
+            threads=self.threads,
+            **self.index_params,
+        )
         self._probes = self._probe_vectors()
 
     @property
@@ -158,7 +177,9 @@ class SemanticRetriever(Model):
         q = self.encode_queries(queries)
         return ix.search(q, k), q
 
-    def search_positions(self, queries: Sequence[str], k: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    def search_positions(
+        self, queries: Sequence[str], k: int
+    ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
         """``search`` with each query's hits as (positions in the index, scores) arrays
         (``VectorIndex.search_positions``; a faiss index only)."""
         ix = self._require()
@@ -196,12 +217,18 @@ class SemanticRetriever(Model):
         d = Path(path)
         self.encoder.save(d / "encoder")
         ix.save(d / "index")
-        cfg = {"encoder": encoder_id(self.encoder), "kind": self.kind, "metric": self.metric,
-               "batch_size": self.batch_size, "index_params": self.index_params, "probes": self._probes.tolist()}
+        cfg = {
+            "encoder": encoder_id(self.encoder),
+            "kind": self.kind,
+            "metric": self.metric,
+            "batch_size": self.batch_size,
+            "index_params": self.index_params,
+            "probes": self._probes.tolist(),
+        }
         (d / RETRIEVER).write_text(json.dumps(cfg) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, path: str | Path, encoder: Encoder | None = None, threads: int | None = None) -> "SemanticRetriever":
+    def load(cls, path: str | Path, encoder: Encoder | None = None, threads: int | None = None) -> SemanticRetriever:
         """Read a saved retriever; with ``encoder`` given, use it instead of the saved one — it
         must be the same model (name, dimension and probe embeddings are checked)."""
         d = Path(path)
@@ -223,18 +250,25 @@ class SemanticRetriever(Model):
             raise ModelDirError(f"{d}: unreadable {RETRIEVER} ({e})") from None
         enc = encoder if encoder is not None else load_model(d / "encoder")
         if cfg.get("encoder", encoder_id(enc)) != encoder_id(enc):
-            raise IndexMismatchError(f"{d / RETRIEVER}: 'encoder' says {cfg['encoder']!r}, the encoder is "
-                                     f"{encoder_id(enc)!r}")
+            raise IndexMismatchError(
+                f"{d / RETRIEVER}: 'encoder' says {cfg['encoder']!r}, the encoder is {encoder_id(enc)!r}"
+            )
         r = cls(enc, kind, metric, batch_size=batch_size, threads=threads, **index_params)
         now = r._probe_vectors()
-        r.vectors = ix = VectorIndex.load(d / "index", expect_model=encoder_id(enc), expect_dim=now.shape[1],
-                                          threads=threads)
-        for key, saved, found in (("kind", kind, ix.kind), ("metric", metric, ix.metric),
-                                  *((f"index_params.{k}", v, ix.params.get(k)) for k, v in index_params.items())):
+        r.vectors = ix = VectorIndex.load(
+            d / "index", expect_model=encoder_id(enc), expect_dim=now.shape[1], threads=threads
+        )
+        for key, saved, found in (
+            ("kind", kind, ix.kind),
+            ("metric", metric, ix.metric),
+            *((f"index_params.{k}", v, ix.params.get(k)) for k, v in index_params.items()),
+        ):
             if saved != found:
                 raise IndexMismatchError(f"{d / RETRIEVER}: {key!r} says {saved!r}, index/{META} says {found!r}")
         if now.shape != probes.shape or not np.allclose(now, probes, atol=1e-3):
-            raise IndexMismatchError(f"{d}: the encoder embeds differently from the one that built this index "
-                                     f"(same name {encoder_id(enc)!r}, other weights?)")
+            raise IndexMismatchError(
+                f"{d}: the encoder embeds differently from the one that built this index "
+                f"(same name {encoder_id(enc)!r}, other weights?)"
+            )
         r._probes = now
         return r

@@ -24,8 +24,8 @@ import heapq
 import json
 import time
 from collections.abc import Sequence
-from itertools import chain
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -56,8 +56,16 @@ class ShardedVectorIndex:
         self.shards = list(shards)
 
     @classmethod
-    def from_encoded(cls, paths: Sequence[str | Path], kind: str = "ivfpq", metric: str = "cosine", *,
-                     train_sample: int = 100_000, threads: int | None = None, **params: int) -> "ShardedVectorIndex":
+    def from_encoded(
+        cls,
+        paths: Sequence[str | Path],
+        kind: str = "ivfpq",
+        metric: str = "cosine",
+        *,
+        train_sample: int = 100_000,
+        threads: int | None = None,
+        **params: int,
+    ) -> ShardedVectorIndex:
         """One shard per encoded file (``semsearch encode --shard I/N``: the .npy and its .json),
         in shard order; the files must be the N shards of one encoding, each complete. IVF-PQ:
         the quantizers are trained once on the first ``train_sample`` vectors, read from the first
@@ -72,9 +80,19 @@ class ShardedVectorIndex:
         return cls(out)
 
     @classmethod
-    def build(cls, doc_ids: Sequence[str], vectors: Any, shards: int, kind: str = "flat", metric: str = "cosine", *,
-              train_sample: int | None = None, model: str = "", threads: int | None = None,
-              **params: int) -> "ShardedVectorIndex":
+    def build(
+        cls,
+        doc_ids: Sequence[str],
+        vectors: Any,
+        shards: int,
+        kind: str = "flat",
+        metric: str = "cosine",
+        *,
+        train_sample: int | None = None,
+        model: str = "",
+        threads: int | None = None,
+        **params: int,
+    ) -> ShardedVectorIndex:
         """Split ``doc_ids``/``vectors`` into ``shards`` contiguous parts (as ``encode --shard i/N``
         writes them). IVF-PQ: the quantizers are trained once, on the first ``train_sample``
         vectors (default: all), and every shard starts from a copy of that trained, empty index."""
@@ -155,12 +173,15 @@ class ShardedVectorIndex:
         d.mkdir(parents=True, exist_ok=True)
         for i, s in enumerate(self.shards):
             s.save(d / SHARD_DIR.format(i))
-        meta = {"shards": len(self.shards), "count": len(self), **{k: v for k, v in self.shards[0].meta().items()
-                                                                   if k in ("kind", "metric", "dim", "model")}}
+        meta = {
+            "shards": len(self.shards),
+            "count": len(self),
+            **{k: v for k, v in self.shards[0].meta().items() if k in ("kind", "metric", "dim", "model")},
+        }
         write_json(d / SHARDED_META, meta)
 
     @classmethod
-    def load(cls, path: str | Path, **kwargs: Any) -> "ShardedVectorIndex":
+    def load(cls, path: str | Path, **kwargs: Any) -> ShardedVectorIndex:
         """Read ``save``'s directory; ``kwargs`` as ``VectorIndex.load`` (``expect_model`` ...)."""
         d = Path(path)
         try:
@@ -176,7 +197,7 @@ class ShardedVectorIndex:
         return ix
 
 
-def complete_encoding(paths: Sequence[str | Path]) -> list["EncodedShard"]:
+def complete_encoding(paths: Sequence[str | Path]) -> list[EncodedShard]:
     """The encoded shards at ``paths`` in shard order, checked to be all N shards of one encoding
     (same model, texts and side), each complete; ValueError naming what is missing or foreign."""
     shards = sorted((EncodedShard.read(p) for p in paths), key=lambda e: e.shard[0])
@@ -186,8 +207,10 @@ def complete_encoding(paths: Sequence[str | Path]) -> list["EncodedShard"]:
     first = shards[0]
     for e in shards:
         if (e.model, e.texts, e.side, e.shard[1]) != (first.model, first.texts, first.side, n):
-            raise ValueError(f"{e.path}: shard of another encoding ({e.model}, {e.texts}, {e.side}, of {e.shard[1]}) "
-                             f"than {first.path} ({first.model}, {first.texts}, {first.side}, of {n})")
+            raise ValueError(
+                f"{e.path}: shard of another encoding ({e.model}, {e.texts}, {e.side}, of {e.shard[1]}) "
+                f"than {first.path} ({first.model}, {first.texts}, {first.side}, of {n})"
+            )
     got = [e.part for e in shards]
     if [p.index for p in got] != list(range(n)):  # named as --shard names them, counted from 1
         missing = [str(Part(i, n)) for i in range(1, n + 1) if Part(i, n) not in got]
@@ -195,8 +218,14 @@ def complete_encoding(paths: Sequence[str | Path]) -> list["EncodedShard"]:
     return shards
 
 
-def _trained_template(shards: Sequence["EncodedShard"], kind: str, metric: str, train_sample: int,
-                      threads: int | None, params: dict[str, int]) -> VectorIndex:
+def _trained_template(
+    shards: Sequence[EncodedShard],
+    kind: str,
+    metric: str,
+    train_sample: int,
+    threads: int | None,
+    params: dict[str, int],
+) -> VectorIndex:
     """An empty index of the shards' dimension and model; IVF-PQ trained on the first
     ``train_sample`` vectors, read from the first shards."""
     first = shards[0]
@@ -214,8 +243,15 @@ def _trained_template(shards: Sequence["EncodedShard"], kind: str, metric: str, 
     return template
 
 
-def one_index_from_encoded(paths: Sequence[str | Path], kind: str = "ivfpq", metric: str = "cosine", *,
-                           train_sample: int = 100_000, threads: int | None = None, **params: int) -> VectorIndex:
+def one_index_from_encoded(
+    paths: Sequence[str | Path],
+    kind: str = "ivfpq",
+    metric: str = "cosine",
+    *,
+    train_sample: int = 100_000,
+    threads: int | None = None,
+    **params: int,
+) -> VectorIndex:
     """All encoded shards in one ``VectorIndex`` (``index from-shards --one-index``): for one
     machine, where a single index answers faster than N shards searched one after another (one
     coarse search, one short list; at 10M titles 10 shards cost ~10x the coarse work). The same
@@ -223,8 +259,9 @@ def one_index_from_encoded(paths: Sequence[str | Path], kind: str = "ivfpq", met
     the full vectors (IVF-PQ with re-scoring) plus one shard."""
     shards = complete_encoding(paths)
     ix = _trained_template(shards, kind, metric, train_sample, threads, params)
-    ix.add_parts(((e.ids, np.load(e.path, allow_pickle=False)) for e in shards),
-                 total=sum(e.rows[1] - e.rows[0] for e in shards))
+    ix.add_parts(
+        ((e.ids, np.load(e.path, allow_pickle=False)) for e in shards), total=sum(e.rows[1] - e.rows[0] for e in shards)
+    )
     return ix
 
 
@@ -265,8 +302,13 @@ class EncodedShard:
         return self.path.with_name(self.path.name + ".json")
 
     def _meta(self) -> dict[str, Any]:
-        return {"model": self.model, "texts": self.texts, "side": self.side, "shard": list(self.shard),
-                "rows": list(self.rows)}
+        return {
+            "model": self.model,
+            "texts": self.texts,
+            "side": self.side,
+            "shard": list(self.shard),
+            "rows": list(self.rows),
+        }
 
     def done(self) -> bool:
         """The shard is on disk, complete, from the same model, texts, side and I/N."""
@@ -288,15 +330,22 @@ class EncodedShard:
             json.dump({**self._meta(), "dim": dim, "ids": self.ids}, f, ensure_ascii=False)
 
     @classmethod
-    def read(cls, path: str | Path) -> "EncodedShard":
+    def read(cls, path: str | Path) -> EncodedShard:
         """An encoded shard from its .npy path; ValueError if it or its sidecar is missing,
         unreadable or inconsistent (rows, ids)."""
         p = Path(path)
         side = p.with_name(p.name + ".json")
         try:
             meta = json.loads(side.read_text(encoding="utf-8"))
-            e = cls(p, str(meta["model"]), str(meta["texts"]), str(meta["side"]), tuple(meta["shard"]),  # type: ignore[arg-type]
-                    tuple(meta["rows"]), [str(i) for i in meta["ids"]])  # type: ignore[arg-type]
+            e = cls(
+                p,
+                str(meta["model"]),
+                str(meta["texts"]),
+                str(meta["side"]),
+                tuple(meta["shard"]),  # type: ignore[arg-type]
+                tuple(meta["rows"]),
+                [str(i) for i in meta["ids"]],
+            )  # type: ignore[arg-type]
             shape = np.load(p, mmap_mode="r", allow_pickle=False).shape
         except FileNotFoundError as err:
             raise ValueError(f"{p}: not a complete encoded shard (missing {Path(err.filename).name})") from None
@@ -333,8 +382,9 @@ def read_texts(texts: Path) -> tuple[list[str], list[str]]:
     return [str(i) for i in range(len(items))], items
 
 
-def encode_file(model_dir: Path, texts: Path, out_path: Path, *, side: str = "document",
-                shard: Part | None = None) -> Encoded:
+def encode_file(
+    model_dir: Path, texts: Path, out_path: Path, *, side: str = "document", shard: Part | None = None
+) -> Encoded:
     """``semsearch encode``: the texts (or ``shard``, part I of N of them, contiguous) encoded
     by the saved encoder into ``out_path`` (.npy, written atomically); a shard also gets its
     sidecar (``EncodedShard``) and is skipped when already complete. Ray workers call this too."""
@@ -348,8 +398,15 @@ def encode_file(model_dir: Path, texts: Path, out_path: Path, *, side: str = "do
     ids, items = read_texts(texts)
     part = shard or Part(1, 1)
     lo, hi = part.rows(len(items))
-    info = EncodedShard(out_path, model=str(Path(model_dir).resolve()), texts=str(texts.resolve()), side=side,
-                        shard=(part.index, part.n), rows=(lo, hi), ids=ids[lo:hi])
+    info = EncodedShard(
+        out_path,
+        model=str(Path(model_dir).resolve()),
+        texts=str(texts.resolve()),
+        side=side,
+        shard=(part.index, part.n),
+        rows=(lo, hi),
+        ids=ids[lo:hi],
+    )
     if shard is not None and info.done():
         return Encoded(out_path, hi - lo, int(np.load(out_path, mmap_mode="r").shape[1]), 0.0, True)
     start = time.perf_counter()
@@ -367,8 +424,9 @@ def shard_path(out_dir: Path, i: int, n: int) -> Path:
     return Path(out_dir) / f"shard-{i:05d}-of-{n:05d}.npy"
 
 
-def encode_with_ray(model_dir: Path, texts: Path, out_dir: Path, shards: int, *, side: str = "document",
-                    address: str | None = None) -> list[Encoded]:
+def encode_with_ray(
+    model_dir: Path, texts: Path, out_dir: Path, shards: int, *, side: str = "document", address: str | None = None
+) -> list[Encoded]:
     """All ``shards`` shards of an encoding as Ray Data tasks (``map_batches``, one shard a task),
     on the cluster at ``address`` (None: a local Ray started here, or the one already running).
     Each task runs ``encode_file`` into ``out_dir`` — a folder every worker reaches (shared
@@ -385,12 +443,25 @@ def encode_with_ray(model_dir: Path, texts: Path, out_dir: Path, shards: int, *,
     model_dir, texts, out_dir = Path(model_dir).resolve(), Path(texts).resolve(), Path(out_dir).resolve()
 
     def run(batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
-        done = [encode_file(model_dir, texts, shard_path(out_dir, int(i), shards), side=side,
-                            shard=Part(int(i) + 1, shards))
-                for i in batch["shard"]]
-        return {"path": [str(d.path) for d in done], "rows": [d.rows for d in done], "dim": [d.dim for d in done],
-                "seconds": [d.seconds for d in done], "skipped": [d.skipped for d in done]}
+        done = [
+            encode_file(
+                model_dir, texts, shard_path(out_dir, int(i), shards), side=side, shard=Part(int(i) + 1, shards)
+            )
+            for i in batch["shard"]
+        ]
+        return {
+            "path": [str(d.path) for d in done],
+            "rows": [d.rows for d in done],
+            "dim": [d.dim for d in done],
+            "seconds": [d.seconds for d in done],
+            "skipped": [d.skipped for d in done],
+        }
 
     rows = ray.data.from_items([{"shard": i} for i in range(shards)]).map_batches(run, batch_size=1).take_all()
-    return sorted((Encoded(Path(r["path"]), int(r["rows"]), int(r["dim"]), float(r["seconds"]), bool(r["skipped"]))
-                   for r in rows), key=lambda e: e.path.name)
+    return sorted(
+        (
+            Encoded(Path(r["path"]), int(r["rows"]), int(r["dim"]), float(r["seconds"]), bool(r["skipped"]))
+            for r in rows
+        ),
+        key=lambda e: e.path.name,
+    )

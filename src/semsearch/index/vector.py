@@ -88,8 +88,16 @@ class VectorIndex:
     """A faiss index of string-id'd vectors (see module docstring). ``model`` is the caller's
     identifier of the encoder the vectors come from; it is saved and checked on load."""
 
-    def __init__(self, dim: int, kind: str = "flat", metric: str = "cosine", *, model: str = "",
-                 threads: int | None = None, **params: int):
+    def __init__(
+        self,
+        dim: int,
+        kind: str = "flat",
+        metric: str = "cosine",
+        *,
+        model: str = "",
+        threads: int | None = None,
+        **params: int,
+    ):
         self.check_params(kind, params)
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
@@ -130,8 +138,11 @@ class VectorIndex:
         if self.kind == "flat":
             return flat(self.dim)
         if self.kind in ("hnsw", "hnswsq"):
-            ix = (faiss.IndexHNSWFlat(self.dim, p["M"], ip) if self.kind == "hnsw" else
-                  faiss.IndexHNSWSQ(self.dim, faiss.ScalarQuantizer.QT_8bit, p["M"], ip))
+            ix = (
+                faiss.IndexHNSWFlat(self.dim, p["M"], ip)
+                if self.kind == "hnsw"
+                else faiss.IndexHNSWSQ(self.dim, faiss.ScalarQuantizer.QT_8bit, p["M"], ip)
+            )
             ix.hnsw.efConstruction = p["efConstruction"]
             ix.hnsw.efSearch = p["efSearch"]
             return ix
@@ -149,9 +160,11 @@ class VectorIndex:
             return
         need = max(self.params["nlist"], 2 ** self.params["nbits"])
         if len(vectors) < need:
-            raise ValueError(f"ivfpq needs at least {need} vectors to train (nlist = {self.params['nlist']}, "
-                             f"2^nbits = {2 ** self.params['nbits']}), got {len(vectors)}; add more at once, "
-                             f"lower nlist/nbits, or use kind='flat'")
+            raise ValueError(
+                f"ivfpq needs at least {need} vectors to train (nlist = {self.params['nlist']}, "
+                f"2^nbits = {2 ** self.params['nbits']}), got {len(vectors)}; add more at once, "
+                f"lower nlist/nbits, or use kind='flat'"
+            )
         self._faiss.train(vectors)
 
     def add(self, doc_ids: Sequence[str], vectors: Any) -> None:
@@ -202,7 +215,7 @@ class VectorIndex:
                     v = _unit(v)
                 self._faiss.add(v)
                 if exact is not None:
-                    exact[len(ids): len(ids) + len(v)] = v
+                    exact[len(ids) : len(ids) + len(v)] = v
                 ids += part
             if len(ids) != total:
                 raise ValueError(f"add_parts: {len(ids)} documents, {total} announced")
@@ -215,7 +228,7 @@ class VectorIndex:
             raise
         self._ids, self._ranks, self._exact, self._matrix = compact, compact.ranks, exact, None
 
-    def empty_copy(self) -> "VectorIndex":
+    def empty_copy(self) -> VectorIndex:
         """An index with this one's settings and its trained state (IVF-PQ: the coarse and product
         quantizers) but no documents: the start of each shard of a ``ShardedVectorIndex``."""
         import faiss
@@ -227,8 +240,17 @@ class VectorIndex:
         return twin
 
     @classmethod
-    def build(cls, doc_ids: Sequence[str], vectors: Any, kind: str = "flat", metric: str = "cosine", *,
-              model: str = "", threads: int | None = None, **params: int) -> "VectorIndex":
+    def build(
+        cls,
+        doc_ids: Sequence[str],
+        vectors: Any,
+        kind: str = "flat",
+        metric: str = "cosine",
+        *,
+        model: str = "",
+        threads: int | None = None,
+        **params: int,
+    ) -> VectorIndex:
         """A new index of ``kind`` holding ``vectors``."""
         v = np.asarray(vectors, dtype=np.float32)
         if v.ndim != 2:
@@ -314,7 +336,9 @@ class VectorIndex:
         s = np.where(found, scores, -np.inf)
         order = np.lexsort((self._ranks[np.where(found, pos, 0)], -s), axis=-1)[:, :k]
         top_pos, top_s = np.take_along_axis(pos, order, 1), np.take_along_axis(s, order, 1).astype(np.float64)
-        return [(top_pos[i, :c].astype(np.int64), top_s[i, :c]) for i, c in enumerate(np.minimum(found.sum(1), k).tolist())]
+        return [
+            (top_pos[i, :c].astype(np.int64), top_s[i, :c]) for i, c in enumerate(np.minimum(found.sum(1), k).tolist())
+        ]
 
     def _rescored(self, q: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Exact re-scoring: the codes' top ``rerank`` (IVF-PQ) or ``efSearch`` (HNSW-SQ: the graph
@@ -384,8 +408,9 @@ class VectorIndex:
         if self._matrix is None:
             if self.kind == "ivfpq":
                 self._faiss.make_direct_map()
-            self._matrix = (self._faiss.reconstruct_n(0, len(self._ids)) if len(self._ids)
-                            else np.zeros((0, self.dim), np.float32))
+            self._matrix = (
+                self._faiss.reconstruct_n(0, len(self._ids)) if len(self._ids) else np.zeros((0, self.dim), np.float32)
+            )
         return self._matrix
 
     # -- size and persistence --------------------------------------------------------------------
@@ -400,8 +425,15 @@ class VectorIndex:
         return self.nbytes() / len(self._ids) if len(self._ids) else float("nan")
 
     def meta(self) -> dict[str, Any]:
-        return {"format": FORMAT, "kind": self.kind, "metric": self.metric, "dim": self.dim,
-                "params": self.params, "count": len(self._ids), "model": self.model}
+        return {
+            "format": FORMAT,
+            "kind": self.kind,
+            "metric": self.metric,
+            "dim": self.dim,
+            "params": self.params,
+            "count": len(self._ids),
+            "model": self.model,
+        }
 
     def save(self, path: str | Path) -> None:
         """Write ``index.faiss``, ``ids.json`` and ``vector_index.json`` into directory ``path``."""
@@ -418,8 +450,14 @@ class VectorIndex:
         write_json(d / META, self.meta())
 
     @classmethod
-    def load(cls, path: str | Path, *, expect_model: str | None = None, expect_dim: int | None = None,
-             threads: int | None = None) -> "VectorIndex":
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        expect_model: str | None = None,
+        expect_dim: int | None = None,
+        threads: int | None = None,
+    ) -> VectorIndex:
         """Read an index written by ``save``; ``expect_model`` / ``expect_dim`` refuse an index built
         for another encoder (``IndexMismatchError``). A corrupt directory raises ``ModelDirError``."""
         import faiss
@@ -433,7 +471,9 @@ class VectorIndex:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ModelDirError(f"{d}: unreadable vector index metadata ({e})") from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise ModelDirError(f"{d}: vector index format {meta.get('format') if isinstance(meta, dict) else '?'} is not {FORMAT}")
+            raise ModelDirError(
+                f"{d}: vector index format {meta.get('format') if isinstance(meta, dict) else '?'} is not {FORMAT}"
+            )
         if expect_model is not None and meta.get("model") != expect_model:
             raise IndexMismatchError(f"{d}: index was built for model {meta.get('model')!r}, not {expect_model!r}")
         if expect_dim is not None and meta.get("dim") != expect_dim:
@@ -442,8 +482,14 @@ class VectorIndex:
             params = dict(meta["params"])
             if meta["kind"] == "ivfpq":
                 params.setdefault("rerank", 0)  # saved before exact re-scoring existed
-            ix = cls(int(meta["dim"]), meta["kind"], meta["metric"], model=str(meta.get("model", "")),
-                     threads=threads, **params)
+            ix = cls(
+                int(meta["dim"]),
+                meta["kind"],
+                meta["metric"],
+                model=str(meta.get("model", "")),
+                threads=threads,
+                **params,
+            )
             ix._faiss = faiss.read_index(str(d / FAISS_FILE))
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise ModelDirError(f"{d}: corrupt vector index ({str(e).strip().splitlines()[0][:200]})") from None
@@ -451,10 +497,14 @@ class VectorIndex:
             raise ModelDirError(f"{d / IDS}: must be a list of distinct document ids")
         ids = DocIds(ids)
         if ids.first_duplicate() is not None:
-            raise ModelDirError(f"{d / IDS}: must be a list of distinct document ids ({ids.first_duplicate()!r} repeats)")
+            raise ModelDirError(
+                f"{d / IDS}: must be a list of distinct document ids ({ids.first_duplicate()!r} repeats)"
+            )
         if ix._faiss.ntotal != len(ids) or len(ids) != meta.get("count") or ix._faiss.d != ix.dim:
-            raise ModelDirError(f"{d}: corrupt vector index (faiss holds {ix._faiss.ntotal} vectors of dimension "
-                                f"{ix._faiss.d}, metadata says {meta.get('count')} of {ix.dim}, {len(ids)} ids)")
+            raise ModelDirError(
+                f"{d}: corrupt vector index (faiss holds {ix._faiss.ntotal} vectors of dimension "
+                f"{ix._faiss.d}, metadata says {meta.get('count')} of {ix.dim}, {len(ids)} ids)"
+            )
         if ix.kind in ("hnsw", "hnswsq"):
             ix._faiss.hnsw.efSearch = ix.params["efSearch"]
         elif ix.kind == "ivfpq":
@@ -463,18 +513,23 @@ class VectorIndex:
             try:
                 ix._exact = np.load(d / EXACT, mmap_mode="r", allow_pickle=False)
             except (OSError, ValueError) as e:
-                raise ModelDirError(f"{d / EXACT}: the full vectors {ix.kind} re-scores with are missing or "
-                                    f"unreadable ({str(e).splitlines()[0][:200]})") from None
+                raise ModelDirError(
+                    f"{d / EXACT}: the full vectors {ix.kind} re-scores with are missing or "
+                    f"unreadable ({str(e).splitlines()[0][:200]})"
+                ) from None
             if ix._exact.shape != (len(ids), ix.dim) or ix._exact.dtype != np.float32:
-                raise ModelDirError(f"{d / EXACT}: holds {ix._exact.shape} {ix._exact.dtype}, the index "
-                                    f"{len(ids)} vectors of dimension {ix.dim} (float32)")
+                raise ModelDirError(
+                    f"{d / EXACT}: holds {ix._exact.shape} {ix._exact.dtype}, the index "
+                    f"{len(ids)} vectors of dimension {ix.dim} (float32)"
+                )
         ix._ids = ids
         ix._ranks = ix._ids.ranks
         return ix
 
 
-def recall_at_k(approx: Sequence[Sequence[tuple[str, Any]]], exact: Sequence[Sequence[tuple[str, Any]]],
-                k: int) -> float:
+def recall_at_k(
+    approx: Sequence[Sequence[tuple[str, Any]]], exact: Sequence[Sequence[tuple[str, Any]]], k: int
+) -> float:
     """Mean over queries of |approx top-k ∩ exact top-k| / |exact top-k|: how much of exact
     search's answer an approximate index finds (index quality, not relevance)."""
     if len(approx) != len(exact):

@@ -4,5 +4,15 @@ is ``semsearch.plugins``."""
 from .base import Model, ModelDirError, rank, top_k
 from .lexical import BM25, LexicalIndex, LexicalModel, RandomOrder, TfIdf, UnigramLM
 
-__all__ = ["BM25", "LexicalIndex", "LexicalModel", "Model", "ModelDirError", "RandomOrder", "TfIdf", "UnigramLM",
-           "rank", "top_k"]
+__all__ = [
+    "BM25",
+    "LexicalIndex",
+    "LexicalModel",
+    "Model",
+    "ModelDirError",
+    "RandomOrder",
+    "TfIdf",
+    "UnigramLM",
+    "rank",
+    "top_k",
+]

@@ -15,8 +15,17 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def window_max(slots: np.ndarray, pad: np.ndarray, rows: np.ndarray, starts: np.ndarray, local: np.ndarray,
-               best: np.ndarray, winner: np.ndarray, t0: int, t1: int) -> None:  # pragma: no cover - compiled
+def window_max(
+    slots: np.ndarray,
+    pad: np.ndarray,
+    rows: np.ndarray,
+    starts: np.ndarray,
+    local: np.ndarray,
+    best: np.ndarray,
+    winner: np.ndarray,
+    t0: int,
+    t1: int,
+) -> None:  # pragma: no cover - compiled
     """Texts ``t0``..``t1``: text i's positions are ``rows[starts[i]:starts[i + 1]]``, each a
     window of slot rows (row r < len(slots) is ``slots[r]``, else the padding's ``pad[r -
     len(slots)]``); ``best[i, k]`` = the max over them of the window's slot sum in filter k,
@@ -72,8 +81,9 @@ def window_max(slots: np.ndarray, pad: np.ndarray, rows: np.ndarray, starts: np.
 
 
 @njit(cache=True, nogil=True)
-def word_windows(ptr: np.ndarray, words: np.ndarray, window: int,
-                 pad: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+def word_windows(
+    ptr: np.ndarray, words: np.ndarray, window: int, pad: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
     """Each word position's window (``models.neural.WindowFeatures.batch``): text i's words are
     ``words[ptr[i]:ptr[i + 1]]`` (indices into the batch's distinct words); returns ``windows``
     (window, positions) of word indices, ``pad`` outside the text and at the one position of an
@@ -99,8 +109,9 @@ def word_windows(ptr: np.ndarray, words: np.ndarray, window: int,
 
 
 @njit(cache=True, nogil=True)
-def slot_occurrences(rows: np.ndarray, n_rows: int, starts: np.ndarray,
-                     local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+def slot_occurrences(
+    rows: np.ndarray, n_rows: int, starts: np.ndarray, local: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
     """Every window slot of every position, grouped by slot row (a counting sort, one pass over
     ``rows``): row r is read at positions ``pos[ptr[r]:ptr[r + 1]]`` (ascending; counted within
     their texts, in ``local``'s dtype as ``window_max``'s winners), of texts ``text[...]`` — the
@@ -129,8 +140,17 @@ def slot_occurrences(rows: np.ndarray, n_rows: int, starts: np.ndarray,
 
 
 @njit(cache=True, nogil=True)
-def window_max_grad(g: np.ndarray, winner: np.ndarray, ptr: np.ndarray, pos: np.ndarray, text: np.ndarray,
-                    gs: np.ndarray, cuts: np.ndarray, c0: int, c1: int) -> None:  # pragma: no cover - compiled
+def window_max_grad(
+    g: np.ndarray,
+    winner: np.ndarray,
+    ptr: np.ndarray,
+    pos: np.ndarray,
+    text: np.ndarray,
+    gs: np.ndarray,
+    cuts: np.ndarray,
+    c0: int,
+    c1: int,
+) -> None:  # pragma: no cover - compiled
     """Slot rows ``cuts[c0]`` to ``cuts[c1]`` of the gradient ``gs`` (each written once, no zeroing
     needed): row r sums, over the positions reading it (``slot_occurrences``), the gradient of
     that position's text in the filters the position won (the max's gradient; positions and

@@ -61,14 +61,17 @@ class Model(ABC):
         ranks = id_ranks(ids)
         block = max(1, RETRIEVE_PAIRS // max(len(ids), 1))
         blocks = (queries[start : start + block] for start in range(0, len(queries), block))
-        return [[(ids[i], float(scores[i])) for i in best_k(scores, ranks, k)]
-                for qs in blocks for scores in self.score(qs, [ids] * len(qs))]
+        return [
+            [(ids[i], float(scores[i])) for i in best_k(scores, ranks, k)]
+            for qs in blocks
+            for scores in self.score(qs, [ids] * len(qs))
+        ]
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters (JSON-serialisable) that ``with_params`` accepts."""
         return {}
 
-    def with_params(self, **params: Any) -> "Model":
+    def with_params(self, **params: Any) -> Model:
         """A copy with other hyper-parameters, sharing whatever does not depend on them."""
         if params:
             raise ValueError(f"{self.name} has no parameters {sorted(params)}")
@@ -80,15 +83,15 @@ class Model(ABC):
 
     @classmethod
     @abstractmethod
-    def load(cls, path: str | Path) -> "Model":
+    def load(cls, path: str | Path) -> Model:
         """Read a model written by ``save``."""
 
 
 class TrainedModel(Model):
     """A model whose hyper-parameters are fixed once it is trained: a typed ``Params`` class
-    (``params.Params``) validates the constructor's keywords into ``self.p``; ``params`` returns
-    them and ``with_params`` refuses to change them (train another model instead). The torch
-families keep their network in ``self.net``: ``to``, ``trained`` and ``_require`` act on it."""
+        (``params.Params``) validates the constructor's keywords into ``self.p``; ``params`` returns
+        them and ``with_params`` refuses to change them (train another model instead). The torch
+    families keep their network in ``self.net``: ``to``, ``trained`` and ``_require`` act on it."""
 
     Params: ClassVar[type[Params]]
     p: Any
@@ -106,14 +109,14 @@ families keep their network in ``self.net``: ``to``, ``trained`` and ``_require`
     def params(self) -> dict[str, Any]:
         return self.p.as_dict()
 
-    def with_params(self, **params: Any) -> "TrainedModel":
+    def with_params(self, **params: Any) -> TrainedModel:
         now = self.params()
         changed = sorted(k for k, v in params.items() if k not in now or now[k] != v)
         if changed:
             raise ValueError(f"{self.name}: {changed} are fixed at training time; train another model")
         return self
 
-    def to(self, device: str) -> "TrainedModel":
+    def to(self, device: str) -> TrainedModel:
         """Put the weights on ``device`` (a ``device`` setting: 'cpu', 'cuda', 'auto', ...) to score there."""
         from ..device import resolve_device  # torch only here: checking a spec imports this module
 
@@ -160,8 +163,11 @@ def seal(path: str | Path) -> None:
     another model."""
     d = Path(path)
     config = json.loads((d / CONFIG).read_text(encoding="utf-8"))
-    config["files"] = {p.name: sha256_file(p) for p in sorted(d.iterdir())
-                       if p.is_file() and p.name != CONFIG and p.name not in SIDECARS}
+    config["files"] = {
+        p.name: sha256_file(p)
+        for p in sorted(d.iterdir())
+        if p.is_file() and p.name != CONFIG and p.name not in SIDECARS
+    }
     write_json(d / CONFIG, config, ensure_ascii=False)
 
 
@@ -180,8 +186,10 @@ def _verify_files(d: Path, files: Any) -> None:
             raise ModelDirError(f"{d}: missing file {name} (listed in {CONFIG} 'files')")
         found = sha256_file(d / name)
         if found != digest:
-            raise ModelDirError(f"{d / name}: sha256 {found[:12]}…, but {CONFIG} 'files.{name}' says {digest[:12]}… "
-                                "(the file was changed, cut short, or comes from another model)")
+            raise ModelDirError(
+                f"{d / name}: sha256 {found[:12]}…, but {CONFIG} 'files.{name}' says {digest[:12]}… "
+                "(the file was changed, cut short, or comes from another model)"
+            )
 
 
 def write_config(path: str | Path, config: dict[str, Any]) -> None:
@@ -284,8 +292,9 @@ def best_k(scores: np.ndarray, ranks: np.ndarray, k: int) -> np.ndarray:
     return cand[np.lexsort((ranks[cand], -scores[cand]))][:k]
 
 
-def dense_top_k(q: np.ndarray, docs: np.ndarray, ids: Sequence[str], ranks: np.ndarray,
-                k: int) -> list[list[tuple[str, float]]]:
+def dense_top_k(
+    q: np.ndarray, docs: np.ndarray, ids: Sequence[str], ranks: np.ndarray, k: int
+) -> list[list[tuple[str, float]]]:
     """Exact top-``k`` (doc id, score) per query vector (rows of ``q``) by dot product with the
     document vectors (rows of ``docs``), ties by ``ranks`` (``id_ranks``); 256 queries at a time."""
     out = []

@@ -60,8 +60,11 @@ def svm_scores(
         svm = LinearSVC(C=1.0, max_iter=5000).fit(x_train, y)
         return SVMResult(svm.decision_function(x_test), 1.0, {})
     search = GridSearchCV(
-        LinearSVC(max_iter=5000), {"C": list(grid)}, scoring="roc_auc",
-        cv=StratifiedKFold(k, shuffle=True, random_state=seed), n_jobs=1,
+        LinearSVC(max_iter=5000),
+        {"C": list(grid)},
+        scoring="roc_auc",
+        cv=StratifiedKFold(k, shuffle=True, random_state=seed),
+        n_jobs=1,
     ).fit(x_train, y)
     cv = {float(c): float(s) for c, s in zip(search.cv_results_["param_C"], search.cv_results_["mean_test_score"])}
     return SVMResult(search.decision_function(x_test), float(search.best_params_["C"]), cv)

@@ -174,7 +174,7 @@ def _gather(buf: np.ndarray, off: np.ndarray, pos: np.ndarray) -> np.ndarray:
     out = np.zeros(total, dtype=np.uint8)
     o = 0
     for j in range(len(pos)):
-        out[o:o + lengths[j]] = buf[starts[j]:starts[j] + lengths[j]]
+        out[o : o + lengths[j]] = buf[starts[j] : starts[j] + lengths[j]]
         o += lengths[j] + 1
     return out
 
@@ -210,7 +210,7 @@ class DocIds(Sequence[str]):
     #: dict; beyond it only the compact buffer is held
     STR_CACHE_MAX = 200_000
 
-    def __init__(self, ids: Iterable[str] | "DocIds" = ()):
+    def __init__(self, ids: Iterable[str] | DocIds = ()):
         if isinstance(ids, DocIds):
             self._buf, self._off, self._order = ids._buf, ids._off, ids._order
             return
@@ -226,7 +226,7 @@ class DocIds(Sequence[str]):
         return p
 
     @classmethod
-    def from_buffer(cls, buf: np.ndarray, offsets: np.ndarray) -> "DocIds":
+    def from_buffer(cls, buf: np.ndarray, offsets: np.ndarray) -> DocIds:
         """Ids from their UTF-8 bytes and offsets (``buffer()``); ValueError if inconsistent."""
         buf = np.ascontiguousarray(buf, dtype=np.uint8)
         off = np.ascontiguousarray(offsets, dtype=np.int64)
@@ -259,7 +259,7 @@ class DocIds(Sequence[str]):
         return len(self._off) - 1
 
     def _one(self, i: int) -> str:
-        return self._buf[self._off[i]:self._off[i + 1]].tobytes().decode(_ENC, _ERRORS)
+        return self._buf[self._off[i] : self._off[i + 1]].tobytes().decode(_ENC, _ERRORS)
 
     @overload
     def __getitem__(self, i: int) -> str: ...
@@ -361,8 +361,9 @@ class DocIds(Sequence[str]):
             try:  # in C, no per-id Python frame (the served ranker looks up ~160 candidates 4 times a search)
                 return np.fromiter(map(get, doc_ids, repeat(-1, len(doc_ids))), dtype=np.int64, count=len(doc_ids))
             except TypeError:  # an unhashable "id"
-                return np.fromiter((get(d, -1) if isinstance(d, str) else -1 for d in doc_ids), dtype=np.int64,
-                                   count=len(doc_ids))
+                return np.fromiter(
+                    (get(d, -1) if isinstance(d, str) else -1 for d in doc_ids), dtype=np.int64, count=len(doc_ids)
+                )
         kbuf, koff = _encode(doc_ids)
         return _lookup(self._buf, self._off, self._order, kbuf, koff)
 
@@ -379,7 +380,7 @@ class DocIds(Sequence[str]):
         return None if p < 0 else self._one(int(p))
 
     @property
-    def position(self) -> "IdPositions":
+    def position(self) -> IdPositions:
         """id -> position, as a read-only mapping (binary search; no dict is built)."""
         return IdPositions(self)
 

@@ -35,9 +35,17 @@ def explain(model: NeuralEncoder, query: str, document: str, *, top: int = 5) ->
         out["document_neurons"] = sorted(dn, key=lambda n: -n["activation"])[:top]
         both = sorted(zip(qn, dn), key=lambda p: -min(p[0]["activation"], p[1]["activation"]))
         out["matching_neurons"] = [
-            {"neuron": a["neuron"], "query_activation": a["activation"], "document_activation": b["activation"],
-             "query_word": a["word"], "document_word": b["word"], "query_window": a["window"], "document_window": b["window"]}
-            for a, b in both[:top] if min(a["activation"], b["activation"]) > 0
+            {
+                "neuron": a["neuron"],
+                "query_activation": a["activation"],
+                "document_activation": b["activation"],
+                "query_word": a["word"],
+                "document_word": b["word"],
+                "query_window": a["window"],
+                "document_window": b["window"],
+            }
+            for a, b in both[:top]
+            if min(a["activation"], b["activation"]) > 0
         ]
     return out
 

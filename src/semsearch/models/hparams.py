@@ -130,7 +130,9 @@ class BiEncoderParams(TransformerParams):
 
     def check(self) -> None:
         if not re.fullmatch(r"mean|cls|attention|layer:\d+", self.pooling):
-            raise ParamError(f"{self._label('pooling')} must be 'mean', 'cls', 'layer:K' or 'attention', got {self.pooling!r}")
+            raise ParamError(
+                f"{self._label('pooling')} must be 'mean', 'cls', 'layer:K' or 'attention', got {self.pooling!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -146,5 +148,6 @@ class CrossEncoderParams(TransformerParams):
     def check(self) -> None:
         g = self.grades
         if g and (len(g) < 2 or any(b <= a for a, b in pairwise(g))):
-            raise ParamError(f"{self._label('grades')} must be two or more increasing grade levels "
-                             f"(or empty: one logit), got {g!r}")
+            raise ParamError(
+                f"{self._label('grades')} must be two or more increasing grade levels (or empty: one logit), got {g!r}"
+            )

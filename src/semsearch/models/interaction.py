@@ -72,7 +72,7 @@ class MatchMatrix(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(n_rows, dim)
         with torch.no_grad():
-            self.embed.weight.normal_(0.0, dim ** -0.5, generator=gen)
+            self.embed.weight.normal_(0.0, dim**-0.5, generator=gen)
             self.embed.weight[:FIRST] = 0.0
 
     def forward(self, q: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -107,7 +107,7 @@ class KNRMNet(nn.Module):
     def features(self, q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
         """The kernel features φ (B, kernels): Σ_i log soft-TF_k(q_i) · 0.01 over real query words."""
         m, qmask, dmask = self.match(q, d)
-        k = torch.exp(-((m[..., None] - self.mu) ** 2) / (2 * self.sigma ** 2)) * dmask[:, None, :, None]
+        k = torch.exp(-((m[..., None] - self.mu) ** 2) / (2 * self.sigma**2)) * dmask[:, None, :, None]
         soft_tf = k.sum(2)  # (B, Lq, kernels)
         return (torch.log(soft_tf.clamp(min=1e-10)) * 0.01 * qmask[..., None]).sum(1)
 
@@ -125,13 +125,23 @@ def dynamic_pool_index(lengths: torch.Tensor, padded: int) -> torch.Tensor:
 class MatchPyramidNet(nn.Module):
     """M → Conv2d (ReLU) → dynamic max-pooling to ``pool`` → MLP (Pang et al. 2016 §3)."""
 
-    def __init__(self, n_rows: int, dim: int, channels: int, kernel: Sequence[int], pool: Sequence[int],
-                 hidden: int, gen: torch.Generator):
+    def __init__(
+        self,
+        n_rows: int,
+        dim: int,
+        channels: int,
+        kernel: Sequence[int],
+        pool: Sequence[int],
+        hidden: int,
+        gen: torch.Generator,
+    ):
         super().__init__()
         self.match = MatchMatrix(n_rows, dim, gen)
         self.conv = nn.Conv2d(1, channels, tuple(kernel), padding="same")
         self.pool = (pool[0], pool[1])
-        self.mlp = nn.Sequential(nn.Linear(channels * self.pool[0] * self.pool[1], hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.mlp = nn.Sequential(
+            nn.Linear(channels * self.pool[0] * self.pool[1], hidden), nn.ReLU(), nn.Linear(hidden, 1)
+        )
         for layer in (self.conv, self.mlp[0], self.mlp[2]):
             r = float(np.sqrt(6.0 / (layer.weight[0].numel() + layer.weight.shape[0])))
             with torch.no_grad():
@@ -217,7 +227,9 @@ class InteractionModel(TrainedModel):
     def doc_ids(self) -> Sequence[str]:
         return self._ids
 
-    def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]], batch_size: int = 4096) -> list[np.ndarray]:
+    def score(
+        self, queries: Sequence[str], candidates: Sequence[Sequence[str]], batch_size: int = 4096
+    ) -> list[np.ndarray]:
         same_length(queries, candidates, "queries", "candidate lists")
         net = self._require()
         qs = self.encode(queries)
@@ -229,7 +241,9 @@ class InteractionModel(TrainedModel):
         with torch.inference_mode():
             for s in range(0, len(pos), batch_size):
                 e = min(s + batch_size, len(pos))
-                flat[s:e] = self.pair_scores([qs[i] for i in owner[s:e]], [self._docs[p] for p in pos[s:e]]).cpu().numpy()
+                flat[s:e] = (
+                    self.pair_scores([qs[i] for i in owner[s:e]], [self._docs[p] for p in pos[s:e]]).cpu().numpy()
+                )
         net.train(was_training)
         bounds = np.cumsum([0] + [len(c) for c in candidates])
         return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
@@ -243,7 +257,7 @@ class InteractionModel(TrainedModel):
         seal(d)
 
     @classmethod
-    def load(cls, path: str | Path) -> "InteractionModel":
+    def load(cls, path: str | Path) -> InteractionModel:
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
         try:
@@ -257,6 +271,7 @@ class InteractionModel(TrainedModel):
 
 class KNRM(InteractionModel):
     """Kernel-based neural ranking model: ``dim``-d word embeddings, ``kernels`` RBF kernels."""
+
     name = "knrm"
     Params = KNRMParams
     p: KNRMParams
@@ -270,6 +285,7 @@ class KNRM(InteractionModel):
 
 class MatchPyramid(InteractionModel):
     """MatchPyramid over a ``query_words`` × ``doc_words`` matching matrix (longer texts are cut)."""
+
     name = "matchpyramid"
     Params = MatchPyramidParams
     p: MatchPyramidParams

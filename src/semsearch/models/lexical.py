@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 from array import array
-from itertools import chain
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import chain
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -24,9 +24,19 @@ import scipy.sparse as sp
 
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
+from .base import (
+    CONFIG,
+    SAVED_DATA_ERRORS,
+    Model,
+    ModelDirError,
+    positions,
+    read_config,
+    same_length,
+    seal,
+    write_config,
+)
 from .doc_ids import DocIds, IdPositions
-from .postings import Prune, PostingsTopK, rows_dot
-from .base import CONFIG, SAVED_DATA_ERRORS, Model, ModelDirError, positions, read_config, same_length, seal, write_config
+from .postings import PostingsTopK, Prune, rows_dot
 
 _INDEX_NPZ = "lexical.npz"
 _INDEX_JSON = "lexical.json"
@@ -44,8 +54,9 @@ class CollectionStats:
     avgdl: float
 
 
-def analyzed(doc_ids: Sequence[str], texts: Sequence[str],
-             analyzer: Analyzer | None = None) -> tuple[Analyzer, Vocabulary, list[list[int]]]:
+def analyzed(
+    doc_ids: Sequence[str], texts: Sequence[str], analyzer: Analyzer | None = None
+) -> tuple[Analyzer, Vocabulary, list[list[int]]]:
     """A collection analysed for an index: (analyzer, the collection's vocabulary, term ids per
     text); ValueError for misaligned or duplicate doc ids."""
     same_length(doc_ids, texts, "doc ids", "texts")
@@ -108,7 +119,7 @@ class LexicalIndex:
         self.counts = counts
 
     @classmethod
-    def build(cls, doc_ids: Sequence[str], texts: Sequence[str], analyzer: Analyzer | None = None) -> "LexicalIndex":
+    def build(cls, doc_ids: Sequence[str], texts: Sequence[str], analyzer: Analyzer | None = None) -> LexicalIndex:
         """The index of ``texts`` (``doc_ids[i]`` is text ``i``'s); ValueError for misaligned or
         duplicate ids. Same vocabulary and counts as ``analyzed`` + ``count_matrix``, streamed."""
         same_length(doc_ids, texts, "doc ids", "texts")
@@ -152,7 +163,7 @@ class LexicalIndex:
         """Document index of every stored (document, term) count of documents ``lo`` to ``hi``
         (computed when asked: 4 bytes per count is too much to keep)."""
         hi = len(self) if hi is None else hi
-        return np.repeat(np.arange(lo, hi, dtype=np.int32), np.diff(self.counts.indptr[lo:hi + 1]))
+        return np.repeat(np.arange(lo, hi, dtype=np.int32), np.diff(self.counts.indptr[lo : hi + 1]))
 
     @property
     def position(self) -> IdPositions:
@@ -176,7 +187,7 @@ class LexicalIndex:
         (path / _INDEX_JSON).write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
-    def load(cls, path: Path) -> "LexicalIndex":
+    def load(cls, path: Path) -> LexicalIndex:
         try:
             meta = json.loads((path / _INDEX_JSON).read_text(encoding="utf-8"))
             with np.load(path / _INDEX_NPZ, allow_pickle=False) as z:
@@ -225,7 +236,7 @@ class IndexedModel(Model):
     def params(self) -> dict[str, Any]:
         return self.p.as_dict()
 
-    def with_params(self, **params: Any) -> "IndexedModel":
+    def with_params(self, **params: Any) -> IndexedModel:
         clone = type(self)(**{**self.p.as_dict(), **params})
         if self._index is not None:
             clone.use_index(self._index)
@@ -261,7 +272,7 @@ class IndexedModel(Model):
         seal(d)
 
     @classmethod
-    def load(cls, path: str | Path) -> "IndexedModel":
+    def load(cls, path: str | Path) -> IndexedModel:
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
         # only names the parameters still have (older configs may carry others); the analyzer is saved apart
@@ -292,13 +303,13 @@ class LexicalModel(IndexedModel):
         self._stats: CollectionStats | None = None
         self._pools: Mapping[str, Collection[str]] | None = None
 
-    def with_params(self, **params: Any) -> "LexicalModel":
+    def with_params(self, **params: Any) -> LexicalModel:
         clone = super().with_params(**params)
         clone._stats, clone._pools = self._stats, self._pools  # type: ignore[attr-defined]
         clone.pruning = self.pruning  # type: ignore[attr-defined]
         return clone  # type: ignore[return-value]
 
-    def with_stats(self, stats: CollectionStats | None) -> "LexicalModel":
+    def with_stats(self, stats: CollectionStats | None) -> LexicalModel:
         """A copy that weights terms with other background statistics (None: the index's own)."""
         clone = self.with_params()
         clone._stats = stats
@@ -309,7 +320,7 @@ class LexicalModel(IndexedModel):
         ``stats = "exclude-query-pool"`` leaves out of that query's statistics."""
         self._pools = pools
 
-    def _for_query(self, query: str) -> "LexicalModel":
+    def _for_query(self, query: str) -> LexicalModel:
         """This model with ``query``'s pool-excluded statistics (a query without a pool: all)."""
         if self._pools is None:
             raise ValueError(f"{self.name}: stats = 'exclude-query-pool' needs each query's pool (use_pools)")
@@ -435,8 +446,11 @@ class LexicalModel(IndexedModel):
                 for t in ids:  # (a few terms: a dict counts them in 2 us, np.unique in 9)
                     counts[t] = counts.get(t, 0) + 1
                 terms = sorted(counts)
-                hit = (np.array(terms, dtype=np.int64), np.array([counts[t] for t in terms], dtype=np.float64),
-                       float(len(ids)))
+                hit = (
+                    np.array(terms, dtype=np.int64),
+                    np.array([counts[t] for t in terms], dtype=np.float64),
+                    float(len(ids)),
+                )
             else:
                 qc = ix.query_counts([query])
                 q = self._query_weights(ix, qc).astype(np.float32).tocsr()
@@ -462,8 +476,11 @@ class LexicalModel(IndexedModel):
         def csr(m: sp.spmatrix) -> int:
             return int(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes)
 
-        out = {"counts": csr(ix.counts), "doc_ids": ix.doc_ids.nbytes,
-               "doc_stats": sum(int(a.nbytes) for k, a in ix.__dict__.items() if isinstance(a, np.ndarray))}
+        out = {
+            "counts": csr(ix.counts),
+            "doc_ids": ix.doc_ids.nbytes,
+            "doc_stats": sum(int(a.nbytes) for k, a in ix.__dict__.items() if isinstance(a, np.ndarray)),
+        }
         if "_postings" in self.__dict__:
             out["postings"] = csr(self._postings)
         if "_top_k" in self.__dict__:
@@ -505,8 +522,10 @@ class LexicalModel(IndexedModel):
         if k < 1:
             raise ValueError("k must be at least 1")
         if not self.positional:
-            raise ValueError("retrieve_arrays / retrieve_positions: stats = 'exclude-query-pool' scores each query "
-                             "apart; use retrieve")
+            raise ValueError(
+                "retrieve_arrays / retrieve_positions: stats = 'exclude-query-pool' scores each query "
+                "apart; use retrieve"
+            )
         return self._top_k.search(*self._query_arrays(queries), k)
 
     def _query_arrays(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -534,6 +553,7 @@ class LexicalModel(IndexedModel):
 class BM25(LexicalModel):
     """Okapi BM25 with Lucene's idf, log(1 + (N − df + 0.5)/(df + 0.5)), and tf saturation
     tf / (tf + k1·(1 − b + b·|d|/avgdl)); query terms count as often as they occur."""
+
     name = "bm25"
 
     @dataclass(frozen=True)
@@ -557,6 +577,7 @@ class UnigramLM(LexicalModel):
     Dirichlet (``mu`` > 0): Σ_q∈d log(1 + tf/(μ·p(q|C))) + |Q|·log(μ/(|d| + μ)).
     Jelinek-Mercer (``mu`` = 0, ``lam`` in (0, 1)): Σ_q∈d log(1 + (1−λ)·tf/(λ·|d|·p(q|C))).
     Query terms absent from the collection add the same constant to every document and are dropped."""
+
     name = "ulm"
 
     @dataclass(frozen=True)
@@ -568,12 +589,14 @@ class UnigramLM(LexicalModel):
         def check(self) -> None:
             super().check()
             if (self.mu > 0) == (self.lam > 0):
-                raise ParamError(f"ulm takes exactly one of mu > 0 (Dirichlet) or lam in (0,1) (Jelinek-Mercer), "
-                                 f"got mu={self.mu}, lam={self.lam}")
+                raise ParamError(
+                    f"ulm takes exactly one of mu > 0 (Dirichlet) or lam in (0,1) (Jelinek-Mercer), "
+                    f"got mu={self.mu}, lam={self.lam}"
+                )
 
     p: Params
 
-    def with_params(self, **params: Any) -> "UnigramLM":
+    def with_params(self, **params: Any) -> UnigramLM:
         if "lam" in params and params["lam"] > 0 and "mu" not in params:
             params["mu"] = 0.0  # switching to Jelinek-Mercer
         if "mu" in params and params["mu"] > 0 and "lam" not in params:
@@ -595,6 +618,7 @@ class UnigramLM(LexicalModel):
 
 class TfIdf(LexicalModel):
     """Vector space model: cosine of (1 + log tf)·idf vectors, idf = log(N/df) (both sides)."""
+
     name = "tfidf"
 
     @dataclass(frozen=True)
@@ -618,6 +642,7 @@ class TfIdf(LexicalModel):
 
 class RandomOrder(Model):
     """A reproducible random score per (seed, query, document): the floor of every table."""
+
     name = "random"
 
     @dataclass(frozen=True)
@@ -633,7 +658,7 @@ class RandomOrder(Model):
     def params(self) -> dict[str, Any]:
         return self.p.as_dict()
 
-    def with_params(self, **params: Any) -> "RandomOrder":
+    def with_params(self, **params: Any) -> RandomOrder:
         clone = RandomOrder(**{**self.params(), **params})
         clone._ids = self._ids
         return clone
@@ -655,7 +680,7 @@ class RandomOrder(Model):
         write_config(path, {"model": self.name, "params": self.params(), "doc_ids": self._ids})
 
     @classmethod
-    def load(cls, path: str | Path) -> "RandomOrder":
+    def load(cls, path: str | Path) -> RandomOrder:
         cfg = read_config(path, expect=cls.name)
         m = cls(**{k: v for k, v in cfg.get("params", {}).items() if k in cls.Params.names()})  # known names only
         ids = cfg.get("doc_ids", [])

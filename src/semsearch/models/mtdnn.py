@@ -83,6 +83,7 @@ class MTDNN(DSSM):
     ``domains`` (one logistic head each). ``domain_set`` names the query-domain file the
     classification tasks come from (``query-domains/NAME.tsv`` under the data root, or a path).
     Its input (letter-trigram bags) and output size are DSSM's; ``build`` makes the multi-task net."""
+
     name = "mt-dnn"
     Params = MTDNNParams  # type: ignore[assignment]
     p: MTDNNParams  # type: ignore[assignment]
@@ -94,8 +95,9 @@ class MTDNN(DSSM):
     def build(self, hasher, seed: int = 0) -> None:  # type: ignore[no-untyped-def]
         p = self.p
         self.hasher = hasher
-        self.net = MTDNNNet(len(hasher), p.l2, p.out, len(p.domains), p.ranking, p.share,
-                            torch.Generator().manual_seed(seed))  # type: ignore[assignment]
+        self.net = MTDNNNet(
+            len(hasher), p.l2, p.out, len(p.domains), p.ranking, p.share, torch.Generator().manual_seed(seed)
+        )  # type: ignore[assignment]
 
     @property
     def domains(self) -> list[str]:

@@ -26,7 +26,17 @@ from torch import nn
 
 from ..device import model_device, run_split
 from ..text import Bags, TrigramHasher, WordTable
-from .base import ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length, seal, write_config
+from .base import (
+    ModelDirError,
+    TrainedModel,
+    dense_top_k,
+    id_ranks,
+    positions,
+    read_config,
+    same_length,
+    seal,
+    write_config,
+)
 from .hparams import CLSMParams, DSSMParams, EncoderParams
 
 WEIGHTS = "weights.safetensors"
@@ -103,8 +113,17 @@ class _BagProduct(torch.autograd.Function):
     (CLSM: 9.5k x 900 floats, 34 MB) costs more to write, add and step over than to compute."""
 
     @staticmethod
-    def forward(ctx, weight: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, counts: torch.Tensor,  # type: ignore[override]
-                t_rows: torch.Tensor, t_offsets: torch.Tensor, t_counts: torch.Tensor, touched: torch.Tensor) -> torch.Tensor:
+    def forward(
+        ctx,
+        weight: torch.Tensor,
+        ids: torch.Tensor,
+        offsets: torch.Tensor,
+        counts: torch.Tensor,  # type: ignore[override]
+        t_rows: torch.Tensor,
+        t_offsets: torch.Tensor,
+        t_counts: torch.Tensor,
+        touched: torch.Tensor,
+    ) -> torch.Tensor:
         ctx.save_for_backward(t_rows, t_offsets, t_counts, touched)
         ctx.sparse, ctx.vocab = len(touched) > 0, weight.shape[0]
         return F.embedding_bag(ids, weight, offsets, mode="sum", per_sample_weights=counts)
@@ -114,8 +133,9 @@ class _BagProduct(torch.autograd.Function):
         t_rows, t_offsets, t_counts, touched = ctx.saved_tensors
         gw = F.embedding_bag(t_rows, g.contiguous(), t_offsets, mode="sum", per_sample_weights=t_counts)
         if ctx.sparse:
-            gw = torch.sparse_coo_tensor(touched[None], gw, (ctx.vocab, g.shape[1]), is_coalesced=True,
-                                         check_invariants=False)
+            gw = torch.sparse_coo_tensor(
+                touched[None], gw, (ctx.vocab, g.shape[1]), is_coalesced=True, check_invariants=False
+            )
         return gw, None, None, None, None, None, None, None
 
 
@@ -147,8 +167,14 @@ class _WindowMax(torch.autograd.Function):
     gather-and-sum and the max a running maximum over position blocks."""
 
     @staticmethod
-    def forward(ctx, slots: torch.Tensor, pad: torch.Tensor, bias: torch.Tensor, rows: torch.Tensor,  # type: ignore[override]
-                starts: np.ndarray) -> torch.Tensor:
+    def forward(
+        ctx,
+        slots: torch.Tensor,
+        pad: torch.Tensor,
+        bias: torch.Tensor,
+        rows: torch.Tensor,  # type: ignore[override]
+        starts: np.ndarray,
+    ) -> torch.Tensor:
         n, k_dim = len(starts) - 1, slots.shape[1]
         if slots.device.type == "cpu":
             from . import _clsm_kernels as kern
@@ -157,8 +183,17 @@ class _WindowMax(torch.autograd.Function):
             local = np.arange(longest, dtype=kern.winner_dtype(longest))  # winners within their texts
             best = torch.empty((n, k_dim), dtype=slots.dtype)
             winner = np.empty((n, k_dim), dtype=local.dtype)
-            run_split(kern.window_max, n, slots.detach().contiguous().numpy(), pad.detach().contiguous().numpy(),
-                      rows.numpy(), starts, local, best.numpy(), winner)
+            run_split(
+                kern.window_max,
+                n,
+                slots.detach().contiguous().numpy(),
+                pad.detach().contiguous().numpy(),
+                rows.numpy(),
+                starts,
+                local,
+                best.numpy(),
+                winner,
+            )
             ctx.winner, ctx.local = winner, local
         else:
             best, winner = _window_max_torch(torch.cat([slots, pad]).detach(), rows, starts)
@@ -375,8 +410,9 @@ class DSSMTower(nn.Module):
         tanh_(h)
         return self._upper(h)
 
-    def encode_words(self, words: Bags, positions: np.ndarray, indptr: np.ndarray,
-                     out: torch.Tensor | None = None) -> torch.Tensor:
+    def encode_words(
+        self, words: Bags, positions: np.ndarray, indptr: np.ndarray, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``encode`` of texts given as positions among distinct ``words`` (``WordTable.word_bags``):
         the first layer is linear in the trigram counts, so it runs once per distinct word and
         each text sums its words' rows — the same values as ``encode`` up to summation order.
@@ -386,7 +422,9 @@ class DSSMTower(nn.Module):
         dev = per_word.device
         n = len(indptr) - 1
         if out is None:
-            out = torch.empty(n, self.bias.shape[0] if not len(self.layers) else self.layers[-1].out_features, device=dev)
+            out = torch.empty(
+                n, self.bias.shape[0] if not len(self.layers) else self.layers[-1].out_features, device=dev
+            )
         pos = torch.as_tensor(positions, device=dev)
         rows = min(n, ENCODE_ROWS)  # the hidden layers' buffers, reused by every row batch
         scratch = [per_word.new_empty(rows, layer.out_features) for layer in self.layers[:-1]]
@@ -399,8 +437,9 @@ class DSSMTower(nn.Module):
             self._upper(h, out[s:e], scratch)
         return out
 
-    def _upper(self, h: torch.Tensor, out: torch.Tensor | None = None,
-               scratch: list[torch.Tensor] | None = None) -> torch.Tensor:
+    def _upper(
+        self, h: torch.Tensor, out: torch.Tensor | None = None, scratch: list[torch.Tensor] | None = None
+    ) -> torch.Tensor:
         """The layers above the first, in place where it can (inference): the last into ``out``
         when given, layer i below it into ``scratch[i]``'s first rows when given (buffers at
         least as long as ``h``)."""
@@ -409,8 +448,11 @@ class DSSMTower(nn.Module):
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             dst = out if i == last else scratch[i][: len(h)] if scratch is not None else None
-            h = tanh_(torch.addmm(layer.bias, h, layer.weight.t()) if dst is None
-                      else torch.addmm(layer.bias, h, layer.weight.t(), out=dst))
+            h = tanh_(
+                torch.addmm(layer.bias, h, layer.weight.t())
+                if dst is None
+                else torch.addmm(layer.bias, h, layer.weight.t(), out=dst)
+            )
         return h
 
 
@@ -435,7 +477,9 @@ class CLSMTower(nn.Module):
         dev = model_device(self)
         slots = bag_product(self.embed.weight, x.bags).view(-1, self.conv)  # row w·window + j: word w in slot j
         rows = np.ascontiguousarray((x.windows * self.window + np.arange(self.window)[:, None]).T)
-        pooled = _WindowMax.apply(slots, self.pad.view(-1, self.conv), self.bias, torch.as_tensor(rows, device=dev), x.starts)
+        pooled = _WindowMax.apply(
+            slots, self.pad.view(-1, self.conv), self.bias, torch.as_tensor(rows, device=dev), x.starts
+        )
         return self.top(pooled)
 
     def convolve(self, x: WindowBatch) -> torch.Tensor:
@@ -509,13 +553,14 @@ class NeuralEncoder(TrainedModel):
         self.hasher = hasher
         self.net = TwoTowers(lambda: self._make_tower(len(hasher), gen), self.p.shared)
 
-    def copy_from(self, other: "NeuralEncoder") -> None:
+    def copy_from(self, other: NeuralEncoder) -> None:
         """Take ``other``'s vocabulary and weights (a trained trial of the same kind)."""
         self.hasher, self.net = other.hasher, other.net
 
     # -- encoding -------------------------------------------------------------------------------
-    def _batched(self, texts: Sequence[str], fn: Callable[[nn.Module, Any], torch.Tensor],
-                 batch_size: int = 4096) -> torch.Tensor | None:
+    def _batched(
+        self, texts: Sequence[str], fn: Callable[[nn.Module, Any], torch.Tensor], batch_size: int = 4096
+    ) -> torch.Tensor | None:
         """``fn(net, batch input)`` over ``texts`` in batches, in eval mode without gradients,
         concatenated (None for no texts)."""
         net = self._require()
@@ -578,13 +623,19 @@ class NeuralEncoder(TrainedModel):
     def save(self, path: str | Path) -> None:
         net = self._require()
         d = Path(path)
-        write_config(d, {"model": self.name, "params": self.params(),
-                         "vocabulary": {"max_words": self.hasher.max_words, "trigrams": self.hasher.trigrams}})  # type: ignore[union-attr]
+        write_config(
+            d,
+            {
+                "model": self.name,
+                "params": self.params(),
+                "vocabulary": {"max_words": self.hasher.max_words, "trigrams": self.hasher.trigrams},
+            },
+        )  # type: ignore[union-attr]
         save_weights(net, d)
         seal(d)
 
     @classmethod
-    def load(cls, path: str | Path) -> "NeuralEncoder":
+    def load(cls, path: str | Path) -> NeuralEncoder:
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
         try:
@@ -618,15 +669,20 @@ def load_weights(net: nn.Module, d: Path, name: str) -> None:
     got = {k: tuple(v.shape) for k, v in state.items()}
     if expected != got:
         diff = sorted(k for k in set(expected) | set(got) if expected.get(k) != got.get(k))
-        shown = "; ".join(f"{k}: config.json gives {expected.get(k, 'no such tensor')}, {WEIGHTS} has "
-                          f"{got.get(k, 'no such tensor')}" for k in diff[:3])
-        raise ModelDirError(f"{d}: weights do not match the config's architecture ({shown}"
-                            f"{f'; {len(diff) - 3} more' if len(diff) > 3 else ''})")
+        shown = "; ".join(
+            f"{k}: config.json gives {expected.get(k, 'no such tensor')}, {WEIGHTS} has {got.get(k, 'no such tensor')}"
+            for k in diff[:3]
+        )
+        raise ModelDirError(
+            f"{d}: weights do not match the config's architecture ({shown}"
+            f"{f'; {len(diff) - 3} more' if len(diff) > 3 else ''})"
+        )
     net.load_state_dict(state)
 
 
 class DSSM(NeuralEncoder):
     """Deep structured semantic model; ``hidden`` layers then ``out`` units, tanh."""
+
     name = "dssm"
     Params = DSSMParams
     p: DSSMParams
@@ -658,6 +714,7 @@ class DSSM(NeuralEncoder):
 
 class CLSM(NeuralEncoder):
     """Convolutional latent semantic model: ``window`` words, ``conv`` (K) filters, ``out`` (L)."""
+
     name = "clsm"
     Params = CLSMParams
     p: CLSMParams

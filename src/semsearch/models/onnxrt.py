@@ -42,9 +42,16 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 MIN_COSINE_FP32 = 0.9999
 # Texts of varied lengths: the export traces a padded batch (so the attention mask stays in the
 # graph) and the check compares torch and ONNX Runtime on single texts and on padded batches.
-PROBES = ("cordless drill", "red cat", "stainless steel kitchen sink 33 in. double bowl undermount",
-          "led light bulb 60 watt equivalent soft white", "something to kill weeds in the lawn", "x",
-          "Husky 52 in. 10-Drawer Mobile Workbench with Solid Wood Top, Black", "2x4 stud 8 ft")
+PROBES = (
+    "cordless drill",
+    "red cat",
+    "stainless steel kitchen sink 33 in. double bowl undermount",
+    "led light bulb 60 watt equivalent soft white",
+    "something to kill weeds in the lawn",
+    "x",
+    "Husky 52 in. 10-Drawer Mobile Workbench with Solid Wood Top, Black",
+    "2x4 stud 8 ft",
+)
 
 
 class OnnxError(ModelDirError):
@@ -96,7 +103,9 @@ class OnnxRunner:
         feed = {}
         for name in self.inputs:
             x = batch[name]
-            feed[name] = (x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)).astype(np.int64, copy=False)
+            feed[name] = (x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)).astype(
+                np.int64, copy=False
+            )
         return self.session.run(None, feed)[0]
 
 
@@ -108,8 +117,12 @@ class _Forward(torch.nn.Module):
         self.net = model.net
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        return self.model.forward({"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids})
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> torch.Tensor:
+        return self.model.forward(
+            {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        )
 
 
 def _probe_batches(model: Any) -> list[dict[str, torch.Tensor]]:
@@ -175,12 +188,20 @@ def export(model: Any, out: str | Path, *, precision: str = "fp32") -> dict[str,
         axes = {name: {0: "batch", 1: "tokens"} for name in INPUTS}
         with torch.no_grad(), warnings.catch_warnings(), _eager_attention(net.bert):
             warnings.simplefilter("ignore")
-            torch.onnx.export(wrapper, tuple(first[k] for k in INPUTS), str(raw), input_names=list(INPUTS),
-                              output_names=["output"], dynamic_axes={**axes, "output": {0: "batch"}},
-                              opset_version=17, dynamo=False)
+            torch.onnx.export(
+                wrapper,
+                tuple(first[k] for k in INPUTS),
+                str(raw),
+                input_names=list(INPUTS),
+                output_names=["output"],
+                dynamic_axes={**axes, "output": {0: "batch"}},
+                opset_version=17,
+                dynamo=False,
+            )
         cfg = net.bert.config
-        opt = optimizer.optimize_model(str(raw), model_type="bert", num_heads=cfg.num_attention_heads,
-                                       hidden_size=cfg.hidden_size, opt_level=1)
+        opt = optimizer.optimize_model(
+            str(raw), model_type="bert", num_heads=cfg.num_attention_heads, hidden_size=cfg.hidden_size, opt_level=1
+        )
         opt.save_model_to_file(str(fused))
         final = Path(tmp) / ONNX_FILE
         if precision == "int8":
@@ -189,8 +210,12 @@ def export(model: Any, out: str | Path, *, precision: str = "fp32") -> dict[str,
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
             logging.getLogger().setLevel(logging.ERROR)  # its advice to pre-process is for image models
-            quantize_dynamic(str(fused), str(final), weight_type=QuantType.QInt8,
-                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+            quantize_dynamic(
+                str(fused),
+                str(final),
+                weight_type=QuantType.QInt8,
+                extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+            )
         else:
             fused.rename(final)
         runner = OnnxRunner(final, precision=precision)
@@ -199,10 +224,17 @@ def export(model: Any, out: str | Path, *, precision: str = "fp32") -> dict[str,
             cos = min(_cosine(model.forward(b).float().numpy(), runner.run(b)) for b in probes)
         net.train(was_training)
         if precision == "fp32" and cos < MIN_COSINE_FP32:
-            raise OnnxError(f"{model.name}: the ONNX export disagrees with torch (cosine {cos:.6f} < {MIN_COSINE_FP32})")
-        meta = {"model": model.name, "precision": precision, "cosine_to_torch": round(cos, 7), "opset": 17,
-                "weights_sha256": None,
-                "onnxruntime": _ort_version()}
+            raise OnnxError(
+                f"{model.name}: the ONNX export disagrees with torch (cosine {cos:.6f} < {MIN_COSINE_FP32})"
+            )
+        meta = {
+            "model": model.name,
+            "precision": precision,
+            "cosine_to_torch": round(cos, 7),
+            "opset": 17,
+            "weights_sha256": None,
+            "onnxruntime": _ort_version(),
+        }
         write_json(Path(tmp) / ONNX_META, meta)
         for name in (ONNX_FILE, ONNX_META):
             os.replace(Path(tmp) / name, out / name)
@@ -254,6 +286,8 @@ def open_runner(folder: str | Path, *, model: str) -> OnnxRunner | None:
     if meta.get("model") != model:
         raise OnnxError(f"{d / ONNX_META}: exported from a {meta.get('model')!r} model, this folder holds {model!r}")
     if meta.get("weights_sha256") != weights_digest(d):
-        raise OnnxError(f"{d / ONNX_FILE}: exported from other weights than this folder's "
-                        f"{' + '.join(n for n in WEIGHT_FILES if (d / n).is_file())} (re-export it: semsearch export-onnx {d})")
+        raise OnnxError(
+            f"{d / ONNX_FILE}: exported from other weights than this folder's "
+            f"{' + '.join(n for n in WEIGHT_FILES if (d / n).is_file())} (re-export it: semsearch export-onnx {d})"
+        )
     return OnnxRunner(d / ONNX_FILE, precision=meta["precision"])

@@ -102,8 +102,24 @@ def _below(theta: float, a_max: float) -> np.float32:
 
 
 @numba.njit(cache=True, nogil=True)
-def _one_query(terms, weights, scale, indptr, indices, data, addend, a_lo, a_hi, ranks, k, acc, touched,
-               out_docs, out_scores, walked) -> int:  # type: ignore[no-untyped-def]
+def _one_query(
+    terms,
+    weights,
+    scale,
+    indptr,
+    indices,
+    data,
+    addend,
+    a_lo,
+    a_hi,
+    ranks,
+    k,
+    acc,
+    touched,
+    out_docs,
+    out_scores,
+    walked,
+) -> int:  # type: ignore[no-untyped-def]
     """Top ``k`` of one query (``terms`` ascending, positive or zero ``weights``) into
     ``out_docs`` / ``out_scores``, best first; returns how many. ``acc`` (zeros) and ``touched``
     are scratch of one entry per document, left as found; ``walked[0]`` counts the postings."""
@@ -361,8 +377,27 @@ def _seek(indices, blast, j, cur, cd, lo, end, bf, be, target) -> int:  # type: 
 
 
 @numba.njit(cache=True, nogil=True)
-def _pruned_query(terms, weights, scale, indptr, indices, data, addend, a_lo, a_hi, ranks, k, bptr, blast,
-                  bmax, tmax, n_docs, out_docs, out_scores, walked) -> int:  # type: ignore[no-untyped-def]
+def _pruned_query(
+    terms,
+    weights,
+    scale,
+    indptr,
+    indices,
+    data,
+    addend,
+    a_lo,
+    a_hi,
+    ranks,
+    k,
+    bptr,
+    blast,
+    bmax,
+    tmax,
+    n_docs,
+    out_docs,
+    out_scores,
+    walked,
+) -> int:  # type: ignore[no-untyped-def]
     """``_one_query``'s answer, document at a time with block-max MaxScore (see the module
     docstring): the same hits, order and scores to the bit; ``walked[0]`` counts the postings
     scored."""
@@ -402,7 +437,7 @@ def _pruned_query(terms, weights, scale, indptr, indices, data, addend, a_lo, a_
     # (n-1)·2^-24 of it, float64 bound sums err by far less, the addend is bounded by its max
     # (times the query's scale), and float rounding is monotone; so a document is skipped only if
     # bound·(1 + (n+2)·2^-23) + max addend < the k-th score: it could neither beat nor tie it.
-    margin = 1.0 + (n + 2) * 2.0 ** -23
+    margin = 1.0 + (n + 2) * 2.0**-23
     has_addend = len(addend) > 0
     a_max = max(scale * a_hi, scale * a_lo) if has_addend else 0.0  # >= every scale * addend[d]
     contrib = np.zeros(n, dtype=np.float32)
@@ -566,9 +601,34 @@ def _pruned_query(terms, weights, scale, indptr, indices, data, addend, a_lo, a_
 
 
 @numba.njit(cache=True, nogil=True)
-def _run(lo, hi, qptr, qterms, qweights, qscale, indptr, indices, data, addend, ranks, k,
-         acc, touched, out_docs, out_scores, out_n, walked, prune, prune_from, bptr, blast, bmax, tmax,
-         a_lo, a_hi) -> None:  # type: ignore[no-untyped-def]
+def _run(
+    lo,
+    hi,
+    qptr,
+    qterms,
+    qweights,
+    qscale,
+    indptr,
+    indices,
+    data,
+    addend,
+    ranks,
+    k,
+    acc,
+    touched,
+    out_docs,
+    out_scores,
+    out_n,
+    walked,
+    prune,
+    prune_from,
+    bptr,
+    blast,
+    bmax,
+    tmax,
+    a_lo,
+    a_hi,
+) -> None:  # type: ignore[no-untyped-def]
     """Queries ``lo`` to ``hi`` one after another with one scratch; ``prune`` 1: every query
     pruned, 0: none, -1: those with at least ``prune_from[0] + k * prune_from[1]`` postings."""
     for q in range(lo, hi):
@@ -581,27 +641,107 @@ def _run(lo, hi, qptr, qterms, qweights, qscale, indptr, indices, data, addend, 
                     n_post += indptr[qterms[i] + 1] - indptr[qterms[i]]
             use = n_post >= prune_from[0] + k * prune_from[1]
         if use:
-            out_n[q] = _pruned_query(qterms[a:b], qweights[a:b], qscale[q], indptr, indices, data, addend, a_lo, a_hi,
-                                     ranks, k,
-                                     bptr, blast, bmax, tmax, len(acc), out_docs[q], out_scores[q],
-                                     walked[q:q + 1])
+            out_n[q] = _pruned_query(
+                qterms[a:b],
+                qweights[a:b],
+                qscale[q],
+                indptr,
+                indices,
+                data,
+                addend,
+                a_lo,
+                a_hi,
+                ranks,
+                k,
+                bptr,
+                blast,
+                bmax,
+                tmax,
+                len(acc),
+                out_docs[q],
+                out_scores[q],
+                walked[q : q + 1],
+            )
         else:
-            out_n[q] = _one_query(qterms[a:b], qweights[a:b], qscale[q], indptr, indices, data, addend, a_lo, a_hi,
-                                  ranks, k,
-                                  acc, touched, out_docs[q], out_scores[q], walked[q:q + 1])
+            out_n[q] = _one_query(
+                qterms[a:b],
+                qweights[a:b],
+                qscale[q],
+                indptr,
+                indices,
+                data,
+                addend,
+                a_lo,
+                a_hi,
+                ranks,
+                k,
+                acc,
+                touched,
+                out_docs[q],
+                out_scores[q],
+                walked[q : q + 1],
+            )
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _batch(qptr, qterms, qweights, qscale, indptr, indices, data, addend, ranks, k,
-           n_docs, n_chunks, out_docs, out_scores, out_n, walked, prune, prune_from, bptr, blast, bmax, tmax,
-           a_lo, a_hi) -> None:  # type: ignore[no-untyped-def]
+def _batch(
+    qptr,
+    qterms,
+    qweights,
+    qscale,
+    indptr,
+    indices,
+    data,
+    addend,
+    ranks,
+    k,
+    n_docs,
+    n_chunks,
+    out_docs,
+    out_scores,
+    out_n,
+    walked,
+    prune,
+    prune_from,
+    bptr,
+    blast,
+    bmax,
+    tmax,
+    a_lo,
+    a_hi,
+) -> None:  # type: ignore[no-untyped-def]
     """Every query's top ``k`` (rows of the outputs); ``n_chunks`` contiguous runs of queries in
     parallel, each with its own scratch."""
     nq = len(qptr) - 1
     for c in prange(n_chunks):
-        _run(c * nq // n_chunks, (c + 1) * nq // n_chunks, qptr, qterms, qweights, qscale, indptr, indices, data,
-             addend, ranks, k, np.zeros(n_docs, dtype=np.float32), np.empty(n_docs, dtype=np.int32),
-             out_docs, out_scores, out_n, walked, prune, prune_from, bptr, blast, bmax, tmax, a_lo, a_hi)
+        _run(
+            c * nq // n_chunks,
+            (c + 1) * nq // n_chunks,
+            qptr,
+            qterms,
+            qweights,
+            qscale,
+            indptr,
+            indices,
+            data,
+            addend,
+            ranks,
+            k,
+            np.zeros(n_docs, dtype=np.float32),
+            np.empty(n_docs, dtype=np.int32),
+            out_docs,
+            out_scores,
+            out_n,
+            walked,
+            prune,
+            prune_from,
+            bptr,
+            blast,
+            bmax,
+            tmax,
+            a_lo,
+            a_hi,
+        )
 
 
 Prune = Literal["auto", "on", "off"]
@@ -632,8 +772,14 @@ def _rows_dot(indptr, indices, data, rows, qterms, qweights, out):  # type: igno
         out[i] = acc
 
 
-def rows_dot(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, rows: np.ndarray, qterms: np.ndarray,
-             qweights: np.ndarray) -> np.ndarray:
+def rows_dot(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    rows: np.ndarray,
+    qterms: np.ndarray,
+    qweights: np.ndarray,
+) -> np.ndarray:
     """Each of ``rows`` of a CSR matrix with sorted column ids dotted with one sparse query vector
     (``qterms`` ascending): the lexical models' scoring of a query's candidates (the served
     ranker's features), without scipy's row selection and product (~0.1 ms a model a query)."""
@@ -670,8 +816,16 @@ class PostingsTopK:
     PRUNE_PER_K = 2_000
     PRUNE_DOCS = 2_000_000
 
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_docs: int,
-                 ranks: np.ndarray, addend: np.ndarray | None = None, prune: Prune = "auto"):
+    def __init__(
+        self,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        data: np.ndarray,
+        n_docs: int,
+        ranks: np.ndarray,
+        addend: np.ndarray | None = None,
+        prune: Prune = "auto",
+    ):
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         self.indices = np.ascontiguousarray(indices, dtype=np.int32)
         self.data = np.ascontiguousarray(data, dtype=_F32)
@@ -719,9 +873,16 @@ class PostingsTopK:
             s = self._local.s = (np.zeros(self.n_docs, dtype=_F32), np.empty(self.n_docs, dtype=np.int32))
         return s
 
-    def search(self, qptr: np.ndarray, qterms: np.ndarray, qweights: np.ndarray, qscale: np.ndarray,
-               k: int, walked: np.ndarray | None = None,
-               prune: Prune | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def search(
+        self,
+        qptr: np.ndarray,
+        qterms: np.ndarray,
+        qweights: np.ndarray,
+        qscale: np.ndarray,
+        k: int,
+        walked: np.ndarray | None = None,
+        prune: Prune | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(doc positions, scores, counts): row ``i`` of the first two holds query ``i``'s best
         ``counts[i]`` hits, best first. Queries are CSR rows (``qptr``, ascending term ids,
         non-negative float32 weights). ``walked`` (int64, one per query, optional) receives the
@@ -747,9 +908,18 @@ class PostingsTopK:
             if code == 1:
                 raise ValueError("pruning needs each term's doc ids in ascending order")
             code = 0
-        args = (np.ascontiguousarray(qptr, dtype=np.int64), np.ascontiguousarray(qterms, dtype=np.int64), qweights,
-                np.ascontiguousarray(qscale, dtype=np.float64), self.indptr, self.indices, self.data, self.addend,
-                self.ranks, k)
+        args = (
+            np.ascontiguousarray(qptr, dtype=np.int64),
+            np.ascontiguousarray(qterms, dtype=np.int64),
+            qweights,
+            np.ascontiguousarray(qscale, dtype=np.float64),
+            self.indptr,
+            self.indices,
+            self.data,
+            self.addend,
+            self.ranks,
+            k,
+        )
         shrink = min(1.0, self.PRUNE_DOCS / max(self.n_docs, 1))
         thresholds = np.array([self.PRUNE_FROM * shrink, self.PRUNE_PER_K * shrink], dtype=np.int64)
         tail = (code, thresholds, bptr, blast, bmax, tmax, *self._a_range)
@@ -761,5 +931,10 @@ class PostingsTopK:
         return docs, scores, counts
 
 
-_NO_BLOCKS = (np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=_F32),
-              np.zeros(0, dtype=_F32), True)
+_NO_BLOCKS = (
+    np.zeros(1, dtype=np.int64),
+    np.zeros(0, dtype=np.int32),
+    np.zeros(0, dtype=_F32),
+    np.zeros(0, dtype=_F32),
+    True,
+)

@@ -49,7 +49,19 @@ import scipy.sparse as sp
 
 from ..params import Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
-from .base import SAVED_DATA_ERRORS, Model, ModelDirError, config_params, dense_top_k, id_ranks, positions, read_config, same_length, seal, write_config
+from .base import (
+    SAVED_DATA_ERRORS,
+    Model,
+    ModelDirError,
+    config_params,
+    dense_top_k,
+    id_ranks,
+    positions,
+    read_config,
+    same_length,
+    seal,
+    write_config,
+)
 
 _NPZ = "projection.npz"
 _JSON = "projection.json"
@@ -182,12 +194,13 @@ class ProjectionModel(Model):
         if self._docs is not None:
             arrays["docs"] = self._docs
         np.savez_compressed(d / _NPZ, **arrays)
-        (d / _JSON).write_text(json.dumps({"terms": self.vocab.terms, "doc_ids": self._ids}, ensure_ascii=False),
-                               encoding="utf-8")
+        (d / _JSON).write_text(
+            json.dumps({"terms": self.vocab.terms, "doc_ids": self._ids}, ensure_ascii=False), encoding="utf-8"
+        )
         seal(d)
 
     @classmethod
-    def load(cls, path: str | Path) -> "ProjectionModel":
+    def load(cls, path: str | Path) -> ProjectionModel:
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
         model = cls(**config_params(cfg, cls.Params, "settings"))
@@ -212,12 +225,14 @@ class ProjectionModel(Model):
 class LSA(ProjectionModel):
     """LSA by PCA of the queries' and titles' TF-IDF vectors, each text its own document
     (Gao et al. 2011 §5.2, Table 2 row 2)."""
+
     name = "lsa"
     Params = LSAParams
 
 
 class CLLSA(ProjectionModel):
     """Cross-language LSA: PCA of each query concatenated with its title (Table 2 row 4)."""
+
     name = "cl-lsa"
     Params = CLLSAParams
 
@@ -225,11 +240,13 @@ class CLLSA(ProjectionModel):
 class OPCA(ProjectionModel):
     """Oriented PCA (Table 2 row 6): generalised eigenvectors of (C, N + εI) inside the leading
     ``reduce`` PCA directions (module docstring)."""
+
     name = "opca"
     Params = OPCAParams
 
 
 class S2Net(ProjectionModel):
     """Discriminative projection model trained with S2Net (Table 2 row 8; module docstring)."""
+
     name = "s2net"
     Params = S2NetParams

@@ -219,8 +219,9 @@ class StaticQueryEncoder(TrainedModel):
         d.mkdir(parents=True, exist_ok=True)
         self.teacher.save(d / TEACHER)
         np.save(d / WEIGHTS, rows, allow_pickle=False)
-        (d / VOCAB).write_text(json.dumps({"words": list(self.words), "bigrams": list(self.bigrams)},
-                                          ensure_ascii=False), encoding="utf-8")
+        (d / VOCAB).write_text(
+            json.dumps({"words": list(self.words), "bigrams": list(self.bigrams)}, ensure_ascii=False), encoding="utf-8"
+        )
         self.hasher.save(d / TRIGRAMS)
         write_config(d, {"model": self.name, "params": {**self.params(), "teacher": ""}, "dim": int(rows.shape[1])})
         seal(d)

@@ -40,8 +40,9 @@ MAX_WINDOW = 16
 class PositionalIndex:
     """Token id sequences of a collection (for windows and n-grams) and its count matrix."""
 
-    def __init__(self, analyzer: Analyzer, vocab: Vocabulary, doc_ids: Sequence[str], tokens: np.ndarray,
-                 lengths: np.ndarray):
+    def __init__(
+        self, analyzer: Analyzer, vocab: Vocabulary, doc_ids: Sequence[str], tokens: np.ndarray, lengths: np.ndarray
+    ):
         lengths = np.asarray(lengths, dtype=np.int64)
         if len(lengths) != len(doc_ids) or int(lengths.sum()) != len(tokens):
             raise ValueError("token array does not match the document lengths")
@@ -52,7 +53,7 @@ class PositionalIndex:
         self.lengths = lengths
 
     @classmethod
-    def build(cls, doc_ids: Sequence[str], texts: Sequence[str], analyzer: Analyzer | None = None) -> "PositionalIndex":
+    def build(cls, doc_ids: Sequence[str], texts: Sequence[str], analyzer: Analyzer | None = None) -> PositionalIndex:
         analyzer, vocab, ids = analyzed(doc_ids, texts, analyzer)
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter((i for x in ids for i in x), dtype=np.int32, count=int(lengths.sum()))
@@ -95,8 +96,9 @@ class PositionalIndex:
     def counts(self) -> sp.csr_matrix:
         """Documents x terms counts (float64)."""
         rows = np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)
-        m = sp.csr_matrix((np.ones(len(self.tokens)), (rows, self.tokens.astype(np.int64))),
-                          shape=(len(self), len(self.vocab)))
+        m = sp.csr_matrix(
+            (np.ones(len(self.tokens)), (rows, self.tokens.astype(np.int64))), shape=(len(self), len(self.vocab))
+        )
         m.sum_duplicates()
         return m
 
@@ -168,12 +170,14 @@ class PositionalIndex:
         (path / _POS_JSON).write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
-    def load(cls, path: Path) -> "PositionalIndex":
+    def load(cls, path: Path) -> PositionalIndex:
         try:
             meta = json.loads((path / _POS_JSON).read_text(encoding="utf-8"))
             with np.load(path / _POS_NPZ, allow_pickle=False) as z:
                 tokens, lengths = z["tokens"], z["lengths"]
-            return cls(Analyzer.from_config(meta["analyzer"]), Vocabulary(meta["terms"]), meta["doc_ids"], tokens, lengths)
+            return cls(
+                Analyzer.from_config(meta["analyzer"]), Vocabulary(meta["terms"]), meta["doc_ids"], tokens, lengths
+            )
         except SAVED_DATA_ERRORS as e:
             raise ModelDirError(f"{path}: corrupt or missing positional index ({e})") from None
 
@@ -199,7 +203,7 @@ class _PositionalModel(IndexedModel):
         super().__init__(analyzer, **params)
         self._cache: dict[Any, Any] = {}
 
-    def with_params(self, **params: Any) -> "_PositionalModel":
+    def with_params(self, **params: Any) -> _PositionalModel:
         clone = super().with_params(**params)
         clone._cache = self._cache  # type: ignore[attr-defined]
         return clone  # type: ignore[return-value]
@@ -223,6 +227,7 @@ class SequentialDependence(_PositionalModel):
     tokens (#uw8). A count never seen in the collection is floored at half an occurrence, so the
     log is always finite. A one-word query has no pair features (plain Dirichlet query likelihood).
     The λ are not renormalised (rank-equivalent) so that a grid can tune them freely."""
+
     name = "mrf"
 
     @dataclass(frozen=True)
@@ -327,6 +332,7 @@ class LatentConceptExpansion(SequentialDependence):
     Simplifications: only single-term concepts (the paper also expands with two-term concepts),
     and the expansion is one additive feature weighted by ``fb_weight`` instead of separately
     trained λ's for expansion unigrams. All three parameters apply through ``with_params``."""
+
     name = "lce"
 
     @dataclass(frozen=True)
@@ -405,7 +411,9 @@ class LatentConceptExpansion(SequentialDependence):
         return out
 
     def _expanded(self, query: str, at: np.ndarray | None) -> np.ndarray:
-        base = SequentialDependence._sdm(self, query, at) if at is not None else self._weights @ self.features(query, None)
+        base = (
+            SequentialDependence._sdm(self, query, at) if at is not None else self._weights @ self.features(query, None)
+        )
         if self.p.fb_weight == 0:
             return base
         return base + self.p.fb_weight * self._expansion_feature(query, at)

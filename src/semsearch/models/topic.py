@@ -49,7 +49,17 @@ import scipy.sparse as sp
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary, count_matrix
 from . import topic_em as em
-from .base import SAVED_DATA_ERRORS, Model, ModelDirError, config_params, positions, read_config, same_length, seal, write_config
+from .base import (
+    SAVED_DATA_ERRORS,
+    Model,
+    ModelDirError,
+    config_params,
+    positions,
+    read_config,
+    same_length,
+    seal,
+    write_config,
+)
 from .lexical import LexicalIndex
 
 _NPZ = "topic.npz"
@@ -79,8 +89,10 @@ class TopicParams(Params):
 
     def check(self) -> None:
         if self.alpha < 1.0:
-            raise ParamError(f"{self._label('alpha')}: MAP-EM needs alpha >= 1 (a Dirichlet prior whose mode "
-                             f"exists), got {self.alpha}")
+            raise ParamError(
+                f"{self._label('alpha')}: MAP-EM needs alpha >= 1 (a Dirichlet prior whose mode "
+                f"exists), got {self.alpha}"
+            )
 
 
 class PLSAParams(TopicParams):
@@ -139,19 +151,22 @@ class TopicModel(Model):
     def params(self) -> dict[str, Any]:
         return {"mu": self.p.mu, "lam": self.p.lam}
 
-    def with_params(self, **params: Any) -> "TopicModel":
+    def with_params(self, **params: Any) -> TopicModel:
         """A copy with other mixture weights ``mu``/``lam``; shares the trained model, the folded-in
         θ and the score cache (so a grid over them costs no retraining and little rescoring)."""
         other = set(params) - {"mu", "lam"}
         if other:
-            raise ValueError(f"{self.name}: only mu and lam can change after training; {sorted(other)} "
-                             "are training parameters (construct and fit a new model)")
+            raise ValueError(
+                f"{self.name}: only mu and lam can change after training; {sorted(other)} "
+                "are training parameters (construct and fit a new model)"
+            )
         clone = copy.copy(self)
         clone.p = self.p.replace(where=self.name, **params)
         return clone
 
-    def set_trained(self, query_vocab: Vocabulary, doc_vocab: Vocabulary, phi_query: np.ndarray,
-                    arrays: dict[str, np.ndarray]) -> None:
+    def set_trained(
+        self, query_vocab: Vocabulary, doc_vocab: Vocabulary, phi_query: np.ndarray, arrays: dict[str, np.ndarray]
+    ) -> None:
         """The trained state: vocabularies, φ of the query side, what folding-in needs."""
         self.query_vocab, self.doc_vocab = query_vocab, doc_vocab
         self.phi_query = np.ascontiguousarray(phi_query, dtype=np.float32)
@@ -273,7 +288,9 @@ class TopicModel(Model):
         p_topic = np.zeros((n, len(terms)))
         modelled = np.flatnonzero(mid >= 0)
         if len(modelled) and n:
-            p_topic[:, modelled] = self._theta[pos].astype(np.float64) @ self.phi_query[:, mid[modelled]].astype(np.float64)
+            p_topic[:, modelled] = self._theta[pos].astype(np.float64) @ self.phi_query[:, mid[modelled]].astype(
+                np.float64
+            )
         return weights, p_c, p_ml, p_topic
 
     @property
@@ -283,7 +300,6 @@ class TopicModel(Model):
         if "csc" not in self._cache:
             self._cache["csc"] = self.lexical_index.counts.tocsc()
         return self._cache["csc"]
-
 
     # -- persistence ------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
@@ -305,7 +321,7 @@ class TopicModel(Model):
         seal(d)
 
     @classmethod
-    def load(cls, path: str | Path) -> "TopicModel":
+    def load(cls, path: str | Path) -> TopicModel:
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
         try:
@@ -340,6 +356,7 @@ class TopicModel(Model):
 class PLSA(TopicModel):
     """PLSA by MAP-EM (Gao 2011 §5.2 row 2-3; CLSM 2014 Table 5 rows 3-4), trained on the distinct
     titles of the training pairs."""
+
     name = "plsa"
     Params = PLSAParams
 
@@ -348,6 +365,7 @@ class LDA(TopicModel):
     """LDA by gensim's online variational Bayes (CLSM 2014 Table 5 rows 5-6; the paper used Gibbs
     sampling), trained on the distinct titles of the training pairs; titles are folded in by the
     variational E-step."""
+
     name = "lda"
     Params = LDAParams
 
@@ -363,5 +381,6 @@ class BLTM(TopicModel):
     """The bilingual topic model (Gao 2011 §3; Table 1 rows 4-9; CLSM 2014 Table 5 row 7 is
     BLTM-PR), trained on query–title pairs by MAP-EM (with posterior regularisation: BLTM-PR);
     ``one_vocab``: one vocabulary for queries and titles (BLTM-PR-1V)."""
+
     name = "bltm"
     Params = BLTMParams

@@ -126,7 +126,12 @@ def side(ch: Chunk, weights: np.ndarray, gathered: np.ndarray, phiT_w: np.ndarra
 
 # ---------------------------------------------------------------------------------- folding-in
 def fold_in(
-    counts: sp.csr_matrix, phi: np.ndarray, alpha: float, iterations: int = 20, *, threads: int = 2,
+    counts: sp.csr_matrix,
+    phi: np.ndarray,
+    alpha: float,
+    iterations: int = 20,
+    *,
+    threads: int = 2,
     budget_mb: float = DEFAULT_BUDGET_MB,
 ) -> np.ndarray:
     """θ of unseen documents under fixed φ (Gao 2011 §5.2: "folding-in with 20 EM iterations"):
@@ -154,8 +159,14 @@ def fold_in(
 
 
 def fold_in_vb(
-    counts: sp.csr_matrix, exp_elog_beta: np.ndarray, alpha: np.ndarray, iterations: int = 50,
-    tol: float = 1e-3, *, threads: int = 2, budget_mb: float = DEFAULT_BUDGET_MB,
+    counts: sp.csr_matrix,
+    exp_elog_beta: np.ndarray,
+    alpha: np.ndarray,
+    iterations: int = 50,
+    tol: float = 1e-3,
+    *,
+    threads: int = 2,
+    budget_mb: float = DEFAULT_BUDGET_MB,
 ) -> np.ndarray:
     """LDA's variational E-step for unseen documents (Blei et al. 2003 §5.2; gensim's
     ``LdaModel.inference``): γ_dz = α_z + exp(E[log θ_dz])·Σ_w n_dw·exp(E[log β_zw]) / s_dw, with

@@ -38,11 +38,10 @@ from torch import nn
 from ..data._io import write_json
 from ..device import model_device
 from ..progress import track
+from . import onnxrt
 from .base import CONFIG, ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length, seal
 from .hparams import BiEncoderParams, CrossEncoderParams, TransformerParams
-from . import onnxrt
 from .onnxrt import OnnxRunner
-
 
 WEIGHTS = "model.safetensors"
 HEAD = "head.safetensors"
@@ -205,8 +204,13 @@ class TransformerModel(TrainedModel):
     def _make_net(self, bert: nn.Module) -> nn.Module:
         raise NotImplementedError
 
-    def _inference(self, out: np.ndarray, batches: list[np.ndarray], label: str,
-                   tokens: Callable[[np.ndarray], dict[str, torch.Tensor]]) -> np.ndarray:
+    def _inference(
+        self,
+        out: np.ndarray,
+        batches: list[np.ndarray],
+        label: str,
+        tokens: Callable[[np.ndarray], dict[str, torch.Tensor]],
+    ) -> np.ndarray:
         """Fill ``out[rows] = forward(tokens(rows))`` for each batch of row positions (texts of
         similar length pad little), in eval mode without gradients; a progress bar for long lists."""
         todo: Any = batches
@@ -226,7 +230,7 @@ class TransformerModel(TrainedModel):
         net.train(was)  # type: ignore[union-attr]
         return out
 
-    def copy_from(self, other: "TransformerModel") -> None:
+    def copy_from(self, other: TransformerModel) -> None:
         """Take ``other``'s weights and tokenizer (a trained trial of the same kind)."""
         self.tokenizer, self.net = other.tokenizer, other.net
         self.runner, self._runner_version = other.runner, other._runner_version
@@ -243,8 +247,14 @@ class TransformerModel(TrainedModel):
         self._id_order = id_ranks(self._ids)
 
     def _tokens(self, a: Sequence[str], b: Sequence[str] | None, max_length: int) -> dict[str, torch.Tensor]:
-        return self.tokenizer(list(a), None if b is None else list(b), padding=True, truncation=True,
-                              max_length=max_length, return_tensors="pt").to(model_device(self.net))
+        return self.tokenizer(
+            list(a),
+            None if b is None else list(b),
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            return_tensors="pt",
+        ).to(model_device(self.net))
 
     def _token_lengths(self, a: Sequence[str], b: Sequence[str] | None, max_length: int) -> np.ndarray:
         """Each text's (or pair's) token count as ``_tokens`` cuts it: what batching must sort by.
@@ -253,20 +263,30 @@ class TransformerModel(TrainedModel):
         31,312 tokens for 19,298 real ones; ``_padded_batches`` over token counts, to 19,329."""
         if len(a) <= 1:
             return np.ones(len(a), dtype=np.int64)
-        ids = self.tokenizer(list(a), None if b is None else list(b), truncation=True, max_length=max_length)["input_ids"]
+        ids = self.tokenizer(list(a), None if b is None else list(b), truncation=True, max_length=max_length)[
+            "input_ids"
+        ]
         return np.fromiter(map(len, ids), dtype=np.int64, count=len(a))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward_texts(self, a: Sequence[str], b: Sequence[str] | None, max_length: int, chunk: int = 64,
-                      call: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None) -> torch.Tensor:
+    def forward_texts(
+        self,
+        a: Sequence[str],
+        b: Sequence[str] | None,
+        max_length: int,
+        chunk: int = 64,
+        call: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """``forward`` (or ``call``) over texts (or text pairs) in length-sorted chunks, so little is
         padding; rows in input order, with gradients when training."""
         order = _length_order([x + y for x, y in zip(a, b)] if b is not None else a)
         fn = call or self.forward
-        parts = [fn(self._tokens([a[i] for i in rows], None if b is None else [b[i] for i in rows], max_length))
-                 for rows in (order[s : s + chunk] for s in range(0, len(order), chunk))]
+        parts = [
+            fn(self._tokens([a[i] for i in rows], None if b is None else [b[i] for i in rows], max_length))
+            for rows in (order[s : s + chunk] for s in range(0, len(order), chunk))
+        ]
         out = torch.cat(parts)
         return out[torch.as_tensor(np.argsort(order), device=out.device)]
 
@@ -299,7 +319,7 @@ class TransformerModel(TrainedModel):
         write_json(d / onnxrt.ONNX_META, meta)
 
     @classmethod
-    def load(cls, path: str | Path) -> "TransformerModel":
+    def load(cls, path: str | Path) -> TransformerModel:
         from safetensors import SafetensorError
 
         d = Path(path)
@@ -326,6 +346,7 @@ class BiEncoder(TransformerModel):
     ``encode_documents`` return float32 (N, dim) matrices, NOT unit length unless ``normalize``.
     ``index`` stores the texts; documents are encoded when first scored and cached (``retrieve``
     encodes the whole collection), so re-ranking judged candidates never encodes a whole corpus."""
+
     name = "bert-rep"
     Params = BiEncoderParams
     p: BiEncoderParams
@@ -351,15 +372,21 @@ class BiEncoder(TransformerModel):
 
     def _encode(self, texts: Sequence[str], max_length: int, label: str, batches: list[np.ndarray]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        return self._inference(out, batches, f"encoding {len(texts)} {label}",
-                               lambda rows: self._tokens([texts[i] for i in rows], None, max_length))
+        return self._inference(
+            out,
+            batches,
+            f"encoding {len(texts)} {label}",
+            lambda rows: self._tokens([texts[i] for i in rows], None, max_length),
+        )
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """(N, dim) float32 query vectors; an empty query is a ValueError. Batched by token count
         (``_padded_batches``): a service encodes a few short queries at a time."""
         check_queries(texts)
         n = self.p.max_query_length
-        return self._encode(texts, n, "queries", _padded_batches(self._token_lengths(texts, None, n), self.p.batch_encode))
+        return self._encode(
+            texts, n, "queries", _padded_batches(self._token_lengths(texts, None, n), self.p.batch_encode)
+        )
 
     def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
         """(N, dim) float32 document vectors (an empty document is allowed), in ``document_batches``."""
@@ -413,23 +440,37 @@ class BiEncoder(TransformerModel):
         for f in (*_ST_FILES, POOLING_WEIGHTS):
             (d / f).unlink(missing_ok=True)
         if pooling == "attention":
-            save_file({"attention.weight": self.net.pooler.attention.weight.detach().contiguous()}, str(d / POOLING_WEIGHTS))  # type: ignore[union-attr]
+            save_file(
+                {"attention.weight": self.net.pooler.attention.weight.detach().contiguous()}, str(d / POOLING_WEIGHTS)
+            )  # type: ignore[union-attr]
         self.save_onnx(d)
         if pooling not in ("mean", "cls"):
             seal(d)
             return
-        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+        modules = [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        ]
         if self.p.normalize:
-            modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+            modules.append(
+                {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}
+            )
             (d / "2_Normalize").mkdir(exist_ok=True)
-        write_json(d / "1_Pooling" / "config.json", {  # (write_json makes the folder)
-            "word_embedding_dimension": self.dim, "pooling_mode_cls_token": pooling == "cls",
-            "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
-            "pooling_mode_mean_sqrt_len_tokens": False})
+        write_json(
+            d / "1_Pooling" / "config.json",
+            {  # (write_json makes the folder)
+                "word_embedding_dimension": self.dim,
+                "pooling_mode_cls_token": pooling == "cls",
+                "pooling_mode_mean_tokens": pooling == "mean",
+                "pooling_mode_max_tokens": False,
+                "pooling_mode_mean_sqrt_len_tokens": False,
+            },
+        )
         write_json(d / "modules.json", modules)
         write_json(d / "sentence_bert_config.json", {"max_seq_length": self.p.max_doc_length, "do_lower_case": False})
-        write_json(d / "config_sentence_transformers.json", {"similarity_fn_name": "cosine" if self.p.normalize else "dot"})
+        write_json(
+            d / "config_sentence_transformers.json", {"similarity_fn_name": "cosine" if self.p.normalize else "dot"}
+        )
         seal(d)
 
     def _load_extra(self, d: Path) -> None:
@@ -451,6 +492,7 @@ class CrossEncoder(TransformerModel):
     expectation, so ranking by it maximises expected DCG at every cut-off (the Amazon Shopping
     Queries winners scored their graded cross-encoders so). The trainer can fit the distribution
     to each pair's grade (``grade_weight``) besides the list loss over the scores."""
+
     name = "bert-rel"
     Params = CrossEncoderParams
     p: CrossEncoderParams
@@ -498,9 +540,12 @@ class CrossEncoder(TransformerModel):
         check_queries(queries)
         out = np.zeros(len(queries), dtype=np.float64)
         max_length = self.p.max_length
-        return self._inference(out, _padded_batches(self._token_lengths(queries, docs, max_length), self.p.batch_pairs),
-                               f"scoring {len(queries)} pairs",
-                               lambda rows: self._tokens([queries[i] for i in rows], [docs[i] for i in rows], max_length))
+        return self._inference(
+            out,
+            _padded_batches(self._token_lengths(queries, docs, max_length), self.p.batch_pairs),
+            f"scoring {len(queries)} pairs",
+            lambda rows: self._tokens([queries[i] for i in rows], [docs[i] for i in rows], max_length),
+        )
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
         self._set_ids(doc_ids, texts)

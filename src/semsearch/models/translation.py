@@ -54,7 +54,19 @@ import scipy.sparse as sp
 
 from ..params import ParamError, Params, param
 from ..text import Analyzer, Vocabulary
-from .base import SAVED_DATA_ERRORS, Model, ModelDirError, best_k, config_params, id_ranks, positions, read_config, same_length, seal, write_config
+from .base import (
+    SAVED_DATA_ERRORS,
+    Model,
+    ModelDirError,
+    best_k,
+    config_params,
+    id_ranks,
+    positions,
+    read_config,
+    same_length,
+    seal,
+    write_config,
+)
 from .termdep import PositionalIndex
 
 _NPZ = "translation.npz"
@@ -146,7 +158,7 @@ class _TranslationModel(Model):
     def params(self) -> dict[str, Any]:
         return {k: getattr(self.p, k) for k in self.mixture}
 
-    def with_params(self, **params: Any) -> "_TranslationModel":
+    def with_params(self, **params: Any) -> _TranslationModel:
         """A copy with other mixture weights, sharing the trained tables, the index and the cache."""
         other = sorted(set(params) - set(self.mixture))
         if other:
@@ -192,9 +204,15 @@ class _TranslationModel(Model):
         T = (T + sp.csr_matrix((np.ones(len(no_row)), (no_row, no_row)), shape=(Vx, Vx))).tocsc()
         cf = np.asarray(counts.sum(axis=0)).ravel()
         self._state = {
-            "doc_ids": doc_ids, "position": {d: i for i, d in enumerate(doc_ids)}, "ext": ext,
-            "tokens": np.asarray(tokens, dtype=np.int64), "offsets": np.asarray(offsets, dtype=np.int64),
-            "p_w": p_w.tocsr(), "T": T, "p_c": np.maximum(cf, 0.5) / max(cf.sum(), 1.0), "total": max(float(cf.sum()), 1.0),
+            "doc_ids": doc_ids,
+            "position": {d: i for i, d in enumerate(doc_ids)},
+            "ext": ext,
+            "tokens": np.asarray(tokens, dtype=np.int64),
+            "offsets": np.asarray(offsets, dtype=np.int64),
+            "p_w": p_w.tocsr(),
+            "T": T,
+            "p_c": np.maximum(cf, 0.5) / max(cf.sum(), 1.0),
+            "total": max(float(cf.sum()), 1.0),
         }
         self._cache = {}
         self._index_more()
@@ -238,7 +256,9 @@ class _TranslationModel(Model):
         key = ("batch", tuple(queries), tuple(map(tuple, cands)))
         prep = self._cache.get(key)
         if prep is None:
-            prep = self._prepare([self._encode(q) for q in queries], [positions(self._state["position"], c) for c in cands])
+            prep = self._prepare(
+                [self._encode(q) for q in queries], [positions(self._state["position"], c) for c in cands]
+            )
             if len(self._cache) > 64:  # bounded: a few batches per grid are reused, not all
                 self._cache.clear()
             self._cache[key] = prep
@@ -306,13 +326,13 @@ class _TranslationModel(Model):
         meta: dict[str, Any] = {"terms": self.vocab.terms}
         if self._state:
             meta["doc_ids"] = self._state["doc_ids"]
-            meta["collection_terms"] = self._state["ext"].terms[len(self.vocab):]
+            meta["collection_terms"] = self._state["ext"].terms[len(self.vocab) :]
             np.savez_compressed(d / "collection.npz", tokens=self._state["tokens"], offsets=self._state["offsets"])
         (d / _JSON).write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
         seal(d)
 
     @classmethod
-    def load(cls, path: str | Path) -> "_TranslationModel":
+    def load(cls, path: str | Path) -> _TranslationModel:
         d = Path(path)
         cfg = read_config(d, expect=cls.name)
         model = cls(**config_params(cfg, cls.Params, "settings"))
@@ -337,6 +357,7 @@ class WordTranslationModel(_TranslationModel):
     """IBM-1 word translation model (module docstring): P(q|w) from the positive (query, title)
     pairs; ``alpha`` (background weight) and ``mu`` (literal-match / self-translation weight) apply
     via ``with_params``."""
+
     name = "wtm"
     Params = WTMParams
 
@@ -360,6 +381,7 @@ class PhraseTranslationModel(_TranslationModel):
     """Phrase translation model, phrases of up to ``max_len`` words (module docstring): the phrase
     table from IBM-1 alignments both ways; ``alpha``, ``mu``, ``beta`` (phrase vs word channel)
     apply via ``with_params``."""
+
     name = "ptm"
     Params = PTMParams
     mixture = ("alpha", "mu", "beta")
@@ -395,7 +417,9 @@ class PhraseTranslationModel(_TranslationModel):
         present = (gkeys[i] == self.src_keys) if len(gkeys) else np.zeros(len(self.src_keys), bool)
         pt = self.phrase_table.tocoo()
         keep = present[pt.row]
-        TG = sp.csr_matrix((pt.data[keep], (i[pt.row[keep]], pt.col[keep])), shape=(len(gkeys), len(self.tgt_keys))).tocsc()
+        TG = sp.csr_matrix(
+            (pt.data[keep], (i[pt.row[keep]], pt.col[keep])), shape=(len(gkeys), len(self.tgt_keys))
+        ).tocsc()
         st.update({"gkeys": gkeys, "p_g": P, "TG": TG})
 
     def _phrase_channel(self, qk: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -449,21 +473,30 @@ class PhraseTranslationModel(_TranslationModel):
             if beta == 0 and j - i > 1:
                 continue
             p_word = np.prod(word[:, i:j], axis=1)
-            p_phrase = a * np.prod(pc[:, i:j], axis=1) + (1.0 - a) * (mu * prep["sml"][:, s] + (1.0 - mu) * prep["str"][:, s])
+            p_phrase = a * np.prod(pc[:, i:j], axis=1) + (1.0 - a) * (
+                mu * prep["sml"][:, s] + (1.0 - mu) * prep["str"][:, s]
+            )
             best[:, j] = np.maximum(best[:, j], best[:, i] + _log((1.0 - beta) * p_word + beta * p_phrase))
         return best[np.arange(n), prep["qlen"]]
 
     def _arrays(self) -> dict[str, np.ndarray]:
         assert self.phrase_table is not None and self.src_keys is not None and self.tgt_keys is not None
         t = self.phrase_table
-        return {**super()._arrays(), "src_keys": self.src_keys, "tgt_keys": self.tgt_keys,
-                "phrase_data": t.data, "phrase_indices": t.indices, "phrase_indptr": t.indptr}
+        return {
+            **super()._arrays(),
+            "src_keys": self.src_keys,
+            "tgt_keys": self.tgt_keys,
+            "phrase_data": t.data,
+            "phrase_indices": t.indices,
+            "phrase_indptr": t.indptr,
+        }
 
     def _restore(self, z: Any, meta: dict[str, Any]) -> None:
         super()._restore(z, meta)
         self.src_keys, self.tgt_keys = z["src_keys"], z["tgt_keys"]
-        self.phrase_table = sp.csr_matrix((z["phrase_data"], z["phrase_indices"], z["phrase_indptr"]),
-                                          shape=(len(self.src_keys), len(self.tgt_keys)))
+        self.phrase_table = sp.csr_matrix(
+            (z["phrase_data"], z["phrase_indices"], z["phrase_indptr"]), shape=(len(self.src_keys), len(self.tgt_keys))
+        )
 
     def phrase_translations(self, phrase: str, k: int = 10) -> list[tuple[str, float]]:
         """The ``k`` most likely query phrases for a title phrase (an explanation aid)."""
@@ -479,5 +512,7 @@ class PhraseTranslationModel(_TranslationModel):
         row = self.phrase_table.getrow(i)
         order = np.argsort(-row.data, kind="stable")[:k]
         assert self.tgt_keys is not None
-        return [(" ".join(self.vocab.terms[t] for t in key_terms(int(self.tgt_keys[row.indices[j]]))), float(row.data[j]))
-                for j in order]
+        return [
+            (" ".join(self.vocab.terms[t] for t in key_terms(int(self.tgt_keys[row.indices[j]]))), float(row.data[j]))
+            for j in order
+        ]

@@ -8,9 +8,9 @@ query's lowest score where the run lacks it), so an experiment can reuse the run
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-import difflib
 from functools import lru_cache
 
 import numpy as np
@@ -23,8 +23,15 @@ PAIR_FEATURES = ("query_words", "doc_words", "query_coverage")
 """Per-pair text features of the two-stage search: query length and document length in words (the
 papers' tokens), and the fraction of the query's distinct words that occur in the document."""
 
-MATCH_FEATURES = ("stem_coverage", "bigram_overlap", "numbers_matched", "numbers_missing", "brand_match",
-                  "first_word_match", "edit_similarity")
+MATCH_FEATURES = (
+    "stem_coverage",
+    "bigram_overlap",
+    "numbers_matched",
+    "numbers_missing",
+    "brand_match",
+    "first_word_match",
+    "edit_similarity",
+)
 """Cheap query–title match features for re-ranking judged lists (product search, the fusion issue):
 query-word coverage after Porter stemming and stop-word removal; the fraction of the query's word
 bigrams found in the title; of the query's numbers (sizes, voltages, model numbers: tokens with a
@@ -42,12 +49,16 @@ STAGE_FEATURES = ("lexical_score", "semantic_score", "lexical_rank", "semantic_r
 1-based rank, ``depth + 1`` where the stage did not return the candidate."""
 
 
-def stage_columns(names: Sequence[str], hits: Sequence[Sequence[object]], n_lexical: int, n_semantic: int) -> np.ndarray:
+def stage_columns(
+    names: Sequence[str], hits: Sequence[Sequence[object]], n_lexical: int, n_semantic: int
+) -> np.ndarray:
     """(pairs, len(names)) ``STAGE_FEATURES`` of merged stage-1 hits (objects with ``lexical``,
     ``semantic``, ``lexical_rank``, ``semantic_rank``, like ``index.HybridHit``); a missing score is 0."""
     # one pass of attribute reads for all four; None becomes NaN
-    raw = np.array([(h.lexical, h.semantic, h.lexical_rank, h.semantic_rank) for hs in hits for h in hs],  # type: ignore[attr-defined]
-                   dtype=np.float64).reshape(-1, len(STAGE_FEATURES))
+    raw = np.array(
+        [(h.lexical, h.semantic, h.lexical_rank, h.semantic_rank) for hs in hits for h in hs],  # type: ignore[attr-defined]
+        dtype=np.float64,
+    ).reshape(-1, len(STAGE_FEATURES))
     return stage_matrix(names, raw, n_lexical, n_semantic)
 
 
@@ -85,18 +96,29 @@ class Groups:
     def sizes(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    def subset(self, qids: Sequence[str]) -> "Groups":
+    def subset(self, qids: Sequence[str]) -> Groups:
         """The groups of ``qids`` (those present), in this object's order."""
         keep = set(qids)
         idx = [i for i, q in enumerate(self.qids) if q in keep]
-        rows = np.concatenate([np.arange(self.offsets[i], self.offsets[i + 1]) for i in idx]) if idx else np.zeros(0, np.int64)
-        return Groups([self.qids[i] for i in idx], [self.docs[r] for r in rows], self.X[rows], self.y[rows],
-                      np.concatenate([[0], np.cumsum(self.sizes[idx])]).astype(np.int64))
+        rows = (
+            np.concatenate([np.arange(self.offsets[i], self.offsets[i + 1]) for i in idx])
+            if idx
+            else np.zeros(0, np.int64)
+        )
+        return Groups(
+            [self.qids[i] for i in idx],
+            [self.docs[r] for r in rows],
+            self.X[rows],
+            self.y[rows],
+            np.concatenate([[0], np.cumsum(self.sizes[idx])]).astype(np.int64),
+        )
 
     def to_run(self, scores: np.ndarray) -> Run:
         """A run from one score per row."""
-        return {q: {self.docs[r]: float(scores[r]) for r in range(self.offsets[i], self.offsets[i + 1])}
-                for i, q in enumerate(self.qids)}
+        return {
+            q: {self.docs[r]: float(scores[r]) for r in range(self.offsets[i], self.offsets[i + 1])}
+            for i, q in enumerate(self.qids)
+        }
 
 
 def groups(candidates: Mapping[str, Sequence[str]], columns: np.ndarray, qrels: Qrels | None = None) -> Groups:
@@ -106,8 +128,15 @@ def groups(candidates: Mapping[str, Sequence[str]], columns: np.ndarray, qrels: 
     docs = [d for q in qids for d in candidates[q]]
     if columns.shape[0] != len(docs):
         raise ValueError(f"{columns.shape[0]} feature rows but {len(docs)} candidate pairs")
-    y = (np.fromiter((max(int(qrels.get(q, {}).get(d, 0)), 0) for q in qids for d in candidates[q]), dtype=np.int64, count=len(docs))
-         if qrels else np.zeros(len(docs), dtype=np.int64))  # (serving: no labels)
+    y = (
+        np.fromiter(
+            (max(int(qrels.get(q, {}).get(d, 0)), 0) for q in qids for d in candidates[q]),
+            dtype=np.int64,
+            count=len(docs),
+        )
+        if qrels
+        else np.zeros(len(docs), dtype=np.int64)
+    )  # (serving: no labels)
     offsets = np.concatenate([[0], np.cumsum([len(candidates[q]) for q in qids])]).astype(np.int64)
     return Groups(qids, docs, columns.astype(np.float64), y, offsets)
 
@@ -129,8 +158,9 @@ def run_columns(runs: Sequence[Run], candidates: Mapping[str, Sequence[str]]) ->
     return out
 
 
-def model_columns(models: Sequence[Model], queries: Sequence[str], candidates: Sequence[Sequence[str]],
-                  batch_size: int = 1024) -> np.ndarray:
+def model_columns(
+    models: Sequence[Model], queries: Sequence[str], candidates: Sequence[Sequence[str]], batch_size: int = 1024
+) -> np.ndarray:
     """(pairs, len(models)): each model's ``score`` of the candidates of each query text."""
     n = sum(len(c) for c in candidates)
     out = np.zeros((n, len(models)), dtype=np.float64)
@@ -154,8 +184,11 @@ def pair_columns(names: Sequence[str], queries: Sequence[str], doc_texts: Sequen
         q_tokens = tokenize(q)
         qt = set(q_tokens)
         words = [_doc_words(t) for t in docs]
-        cols = {"query_words": [len(q_tokens)] * len(words), "doc_words": [n for n, _ in words],
-                "query_coverage": [len(qt & dt) / len(qt) for _, dt in words] if qt else [0.0] * len(words)}
+        cols = {
+            "query_words": [len(q_tokens)] * len(words),
+            "doc_words": [n for n, _ in words],
+            "query_coverage": [len(qt & dt) / len(qt) for _, dt in words] if qt else [0.0] * len(words),
+        }
         if match:
             qm = _QueryMatch(q, q_tokens)
             per_doc = [qm.features(t, dt, match) for t, (_, dt) in zip(docs, words)]
@@ -188,8 +221,13 @@ class DocWords:
     def positions(self, docs: Sequence[str]) -> np.ndarray:
         return positions(self.position, docs)
 
-    def columns(self, names: Sequence[str], queries: Sequence[str], candidates: Sequence[Sequence[str]],
-                positions: Sequence[np.ndarray] | None = None) -> np.ndarray:
+    def columns(
+        self,
+        names: Sequence[str],
+        queries: Sequence[str],
+        candidates: Sequence[Sequence[str]],
+        positions: Sequence[np.ndarray] | None = None,
+    ) -> np.ndarray:
         """(pairs, len(names)) ``PAIR_FEATURES`` of each query with each of its candidates
         (``positions``: theirs in the collection, if already looked up)."""
         from ..models.postings import rows_dot
@@ -200,9 +238,15 @@ class DocWords:
             qt = set(q_tokens)
             known = np.array(sorted(self.vocab[w] for w in qt if w in self.vocab), dtype=np.int64)
             pos = self.positions(docs) if positions is None else positions[i]
-            cols = {"query_words": np.full(len(pos), float(len(q_tokens))), "doc_words": self.lengths[pos],
-                    "query_coverage": (rows_dot(self.indptr, self.indices, self.ones, pos, known, np.ones(len(known)))
-                                       / len(qt)) if qt else np.zeros(len(pos))}
+            cols = {
+                "query_words": np.full(len(pos), float(len(q_tokens))),
+                "doc_words": self.lengths[pos],
+                "query_coverage": (
+                    rows_dot(self.indptr, self.indices, self.ones, pos, known, np.ones(len(known))) / len(qt)
+                )
+                if qt
+                else np.zeros(len(pos)),
+            }
             blocks.append(np.column_stack([cols[n] for n in names]) if len(pos) else np.zeros((0, len(names))))
         return np.vstack(blocks)
 
@@ -235,7 +279,9 @@ class _QueryMatch:
             if n == "stem_coverage":
                 out[n] = len(self.stems & _doc_stems(doc)) / len(self.stems) if self.stems else 0.0
             elif n == "bigram_overlap":
-                out[n] = len(self.bigrams & set(zip(d_tokens, d_tokens[1:]))) / len(self.bigrams) if self.bigrams else 0.0
+                out[n] = (
+                    len(self.bigrams & set(zip(d_tokens, d_tokens[1:]))) / len(self.bigrams) if self.bigrams else 0.0
+                )
             elif n == "numbers_matched":
                 out[n] = len(self.numbers & d_words) / len(self.numbers) if self.numbers else 0.0
             elif n == "numbers_missing":

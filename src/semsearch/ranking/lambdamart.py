@@ -23,8 +23,19 @@ from ..data._io import write_json
 from ..models.base import Model, ModelDirError, positions, read_config, same_length, seal, write_config
 from ..params import ParamError, Params, param
 from ..types import Qrels
+from .features import (
+    PAIR_FEATURES,
+    STAGE_FEATURES,
+    TEXT_FEATURES,
+    DocWords,
+    Groups,
+    groups,
+    model_columns,
+    pair_columns,
+    stage_columns,
+    stage_matrix,
+)
 from .trees import CompiledTrees, compile_booster
-from .features import PAIR_FEATURES, STAGE_FEATURES, TEXT_FEATURES, DocWords, Groups, groups, model_columns, pair_columns, stage_columns, stage_matrix
 
 BOOSTER = "lambdamart.txt"
 RANKER_JSON = "ranker.json"
@@ -79,8 +90,10 @@ class LambdaMART:
         self.feature_names = list(feature_names)
         self.p = BoosterParams.from_mapping(params)
         if set(self.p.prior_features) - set(self.feature_names):
-            raise ParamError(f"lambdamart parameter 'prior_features' must name features of {self.feature_names}, "
-                             f"got {self.p.prior_features!r}")
+            raise ParamError(
+                f"lambdamart parameter 'prior_features' must name features of {self.feature_names}, "
+                f"got {self.p.prior_features!r}"
+            )
         self.booster: Any = None
         self.best_iteration = 0
         self._trees: CompiledTrees | None | bool = False  # the booster compiled on the first predict (False: not yet)
@@ -110,7 +123,9 @@ class LambdaMART:
     def matrix(self, g: Groups) -> np.ndarray:
         """The booster's input for ``g``: its features, plus per-query standardised copies."""
         if g.X.shape[1] != len(self.feature_names):
-            raise ValueError(f"lambdamart: {g.X.shape[1]} feature columns but the ranker has {len(self.feature_names)} features")
+            raise ValueError(
+                f"lambdamart: {g.X.shape[1]} feature columns but the ranker has {len(self.feature_names)} features"
+            )
         if self.p.query_norm == "none" and not self.p.group_stats:
             return g.X
         parts = [g.X]
@@ -136,11 +151,22 @@ class LambdaMART:
         p = self.p
         gain = [float(2**i - 1) for i in range(31)] if p.gain == "exp" else [float(i) for i in range(31)]
         return {
-            "objective": "lambdarank", "metric": "ndcg", "eval_at": [p.metric_at], "label_gain": gain,
-            "learning_rate": p.learning_rate, "num_leaves": p.num_leaves, "min_data_in_leaf": p.min_data_in_leaf,
-            "feature_fraction": p.feature_fraction, "bagging_fraction": p.bagging_fraction,
-            "bagging_freq": p.bagging_freq, "lambda_l2": p.lambda_l2, "seed": p.seed, "deterministic": True,
-            "force_row_wise": True, "num_threads": p.num_threads, "verbosity": -1,
+            "objective": "lambdarank",
+            "metric": "ndcg",
+            "eval_at": [p.metric_at],
+            "label_gain": gain,
+            "learning_rate": p.learning_rate,
+            "num_leaves": p.num_leaves,
+            "min_data_in_leaf": p.min_data_in_leaf,
+            "feature_fraction": p.feature_fraction,
+            "bagging_fraction": p.bagging_fraction,
+            "bagging_freq": p.bagging_freq,
+            "lambda_l2": p.lambda_l2,
+            "seed": p.seed,
+            "deterministic": True,
+            "force_row_wise": True,
+            "num_threads": p.num_threads,
+            "verbosity": -1,
         }
 
     def dataset(self, g: Groups, reference: Any = None) -> Any:
@@ -149,8 +175,15 @@ class LambdaMART:
 
         if len(g.y) and g.y.max() > 30:
             raise ValueError(f"lambdamart: labels must lie in 0..30, got {g.y.max()}")
-        return lgb.Dataset(self.matrix(g), label=g.y, group=g.sizes, feature_name=[_safe(n) for n in self.columns],
-                           init_score=self.prior(g), reference=reference, free_raw_data=False)
+        return lgb.Dataset(
+            self.matrix(g),
+            label=g.y,
+            group=g.sizes,
+            feature_name=[_safe(n) for n in self.columns],
+            init_score=self.prior(g),
+            reference=reference,
+            free_raw_data=False,
+        )
 
     def set_booster(self, booster: Any, best_iteration: int) -> None:
         """The trained booster and the round to predict with."""
@@ -166,8 +199,11 @@ class LambdaMART:
         trees = self._trees
         if trees is False:
             trees = self._trees = compile_booster(self.booster, self.best_iteration)  # (<= 0: every tree, as predict)
-        raw = (trees.predict(X) if trees is not None  # the same sums as LightGBM's, faster (ranking/trees.py)
-               else np.asarray(self.booster.predict(X, num_iteration=self.best_iteration), dtype=np.float64))
+        raw = (
+            trees.predict(X)
+            if trees is not None  # the same sums as LightGBM's, faster (ranking/trees.py)
+            else np.asarray(self.booster.predict(X, num_iteration=self.best_iteration), dtype=np.float64)
+        )
         return raw + self.prior(g)
 
     def contributions(self, g: Groups) -> tuple[np.ndarray, np.ndarray]:
@@ -206,7 +242,7 @@ class LambdaMART:
         write_json(d / RANKER_JSON, meta)
 
     @classmethod
-    def load(cls, path: str | Path) -> "LambdaMART":
+    def load(cls, path: str | Path) -> LambdaMART:
         import lightgbm as lgb
 
         d = Path(path)
@@ -218,7 +254,9 @@ class LambdaMART:
         except (OSError, ValueError, KeyError, TypeError, lgb.basic.LightGBMError) as e:
             raise ModelDirError(f"{d}: corrupt or missing LambdaMART ranker ({e})") from None
         if ranker.booster.num_feature() != len(ranker.columns):
-            raise ModelDirError(f"{d}: booster has {ranker.booster.num_feature()} features, config names {len(ranker.columns)}")
+            raise ModelDirError(
+                f"{d}: booster has {ranker.booster.num_feature()} features, config names {len(ranker.columns)}"
+            )
         return ranker
 
 
@@ -227,7 +265,7 @@ def _per_group(scores: np.ndarray, offsets: np.ndarray, keep: Sequence[int], n: 
     ``keep[j]``, none for a query without candidates (it has no group)."""
     out = [np.zeros(0)] * n
     for j, i in enumerate(keep):
-        out[i] = scores[offsets[j]:offsets[j + 1]]
+        out[i] = scores[offsets[j] : offsets[j + 1]]
     return out
 
 
@@ -279,8 +317,10 @@ def _safe(name: str) -> str:
 def mean_importance(logs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Feature importance averaged over several trained rankers' logs (e.g. CV folds)."""
     names = list(logs[0]["importance"])
-    return {n: {kind: float(np.mean([log["importance"][n][kind] for log in logs])) for kind in ("gain", "split")}
-            for n in names}
+    return {
+        n: {kind: float(np.mean([log["importance"][n][kind] for log in logs])) for kind in ("gain", "split")}
+        for n in names
+    }
 
 
 def importance_markdown(importance: Mapping[str, Mapping[str, float]]) -> str:
@@ -314,8 +354,13 @@ class LambdaMARTParams(BoosterParams):
 
 
 TWO_STAGE: dict[str, Any] = {
-    "features": ["bm25", "ulm"], "pair_features": list(PAIR_FEATURES), "stage_features": list(STAGE_FEATURES),
-    "query_norm": "zscore+max", "learning_rate": 0.1, "num_leaves": 15, "min_data_in_leaf": 50,
+    "features": ["bm25", "ulm"],
+    "pair_features": list(PAIR_FEATURES),
+    "stage_features": list(STAGE_FEATURES),
+    "query_norm": "zscore+max",
+    "learning_rate": 0.1,
+    "num_leaves": 15,
+    "min_data_in_leaf": 50,
 }
 """The stage-2 ranker ``semsearch index build --train-ranker`` trains unless ``--ranker-param``
 says otherwise: stage-1 scores and ranks, BM25 (paper analyzer) and ULM scores, the pair
@@ -332,13 +377,28 @@ class LambdaMARTRanker(Model):
     ``plugins.create_model("lambdamart", features=[...])``, which resolves the feature models);
     ``pair_features``: names from ``features.PAIR_FEATURES``; other keywords: booster parameters.
     Trained by ``training.lambdamart`` (``training.fit``)."""
+
     name = "lambdamart"
     Params = LambdaMARTParams
 
-    def _init(self, names: Sequence[str], models: Sequence[Model], pair_features: Sequence[str], params: dict[str, Any],
-              stage_features: Sequence[str] = (), n_lexical: int = 100, n_semantic: int = 100) -> None:
-        p = LambdaMARTParams.from_mapping({"pair_features": list(pair_features), "stage_features": list(stage_features),
-                                           "n_lexical": n_lexical, "n_semantic": n_semantic})
+    def _init(
+        self,
+        names: Sequence[str],
+        models: Sequence[Model],
+        pair_features: Sequence[str],
+        params: dict[str, Any],
+        stage_features: Sequence[str] = (),
+        n_lexical: int = 100,
+        n_semantic: int = 100,
+    ) -> None:
+        p = LambdaMARTParams.from_mapping(
+            {
+                "pair_features": list(pair_features),
+                "stage_features": list(stage_features),
+                "n_lexical": n_lexical,
+                "n_semantic": n_semantic,
+            }
+        )
         self.model_names = list(names)
         self.models = list(models)
         self.pair_features, self.stage_features = p.pair_features, p.stage_features
@@ -350,8 +410,15 @@ class LambdaMARTRanker(Model):
         self._ids: list[str] = []
 
     @classmethod
-    def from_models(cls, models: Mapping[str, Model], pair_features: Sequence[str] = (), stage_features: Sequence[str] = (),
-                    n_lexical: int = 100, n_semantic: int = 100, **params: Any) -> "LambdaMARTRanker":
+    def from_models(
+        cls,
+        models: Mapping[str, Model],
+        pair_features: Sequence[str] = (),
+        stage_features: Sequence[str] = (),
+        n_lexical: int = 100,
+        n_semantic: int = 100,
+        **params: Any,
+    ) -> LambdaMARTRanker:
         """A ranker over already built (trained, indexed) models, keyed by feature name;
         ``stage_features`` make it a stage-2 ranker of a two-stage search (``score_hits``)."""
         self = cls.__new__(cls)
@@ -363,8 +430,12 @@ class LambdaMARTRanker(Model):
         return self.ranker.feature_names
 
     def params(self) -> dict[str, Any]:
-        return {**self.ranker.params, "stage_features": self.stage_features, "n_lexical": self.n_lexical,
-                "n_semantic": self.n_semantic}
+        return {
+            **self.ranker.params,
+            "stage_features": self.stage_features,
+            "n_lexical": self.n_lexical,
+            "n_semantic": self.n_semantic,
+        }
 
     def set_depths(self, n_lexical: int, n_semantic: int) -> None:
         """The stage-1 depths this ranker serves with (chosen on dev by its trainer)."""
@@ -381,19 +452,23 @@ class LambdaMARTRanker(Model):
         self._ids = list(doc_ids)
         self._texts = dict(zip(doc_ids, texts)) if self.pair_features else {}
         # only the word-count features: compiled from the titles' word ids (features.DocWords)
-        self._words = (DocWords(doc_ids, texts) if self.pair_features and set(self.pair_features) <= set(PAIR_FEATURES)
-                       else None)
+        self._words = (
+            DocWords(doc_ids, texts) if self.pair_features and set(self.pair_features) <= set(PAIR_FEATURES) else None
+        )
         # feature models over these documents in this order score candidate positions, looked up once
-        self._by_position = ((self._words.position if self._words is not None else {d: i for i, d in enumerate(self._ids)})
-                             if self.models and all(hasattr(m, "score_positions") and list(m.doc_ids) == self._ids
-                                                    for m in self.models) else None)
+        self._by_position = (
+            (self._words.position if self._words is not None else {d: i for i, d in enumerate(self._ids)})
+            if self.models and all(hasattr(m, "score_positions") and list(m.doc_ids) == self._ids for m in self.models)
+            else None
+        )
 
     @property
     def doc_ids(self) -> Sequence[str]:
         return self._ids or (self.models[0].doc_ids if self.models else [])
 
-    def features(self, queries: Sequence[str], candidates: Sequence[Sequence[str]],
-                 hits: Sequence[Sequence[Any]] | None = None) -> np.ndarray:
+    def features(
+        self, queries: Sequence[str], candidates: Sequence[Sequence[str]], hits: Sequence[Sequence[Any]] | None = None
+    ) -> np.ndarray:
         """(pairs, features): the stage features of ``hits`` (the merged stage-1 hits the
         candidates come from; required when the ranker has stage features), the feature models'
         scores, then the pair features."""
@@ -405,7 +480,9 @@ class LambdaMARTRanker(Model):
             X = model_columns(self.models, queries, candidates)
         if self.stage_features:
             if hits is None:
-                raise ValueError("this ranker re-ranks two-stage search results: it needs the stage-1 hits (score_hits)")
+                raise ValueError(
+                    "this ranker re-ranks two-stage search results: it needs the stage-1 hits (score_hits)"
+                )
             X = np.hstack([stage_columns(self.stage_features, hits, self.n_lexical, self.n_semantic), X])
         if self._words is not None:
             X = np.hstack([X, self._words.columns(self.pair_features, queries, candidates, pos)])
@@ -425,13 +502,20 @@ class LambdaMARTRanker(Model):
             X[:, j] = np.concatenate(m.score_positions(queries, pos)) if pos else np.zeros(0)  # type: ignore[attr-defined]
         return X
 
-    def groups(self, queries: Mapping[str, str], candidates: Mapping[str, Sequence[str]], qrels: Qrels | None = None) -> Groups:
+    def groups(
+        self, queries: Mapping[str, str], candidates: Mapping[str, Sequence[str]], qrels: Qrels | None = None
+    ) -> Groups:
         qids = [q for q in queries if len(candidates.get(q, ()))]
         cands = {q: list(candidates[q]) for q in qids}
         return groups(cands, self.features([queries[q] for q in qids], [cands[q] for q in qids]), qrels)
 
-    def hit_groups(self, queries: Sequence[str], hits: Sequence[Sequence[Any]], qrels: Qrels | None = None,
-                   qids: Sequence[str] | None = None) -> Groups:
+    def hit_groups(
+        self,
+        queries: Sequence[str],
+        hits: Sequence[Sequence[Any]],
+        qrels: Qrels | None = None,
+        qids: Sequence[str] | None = None,
+    ) -> Groups:
         """Query groups over merged stage-1 hits (objects with ``doc_id`` and the stage scores and
         ranks, like ``index.HybridHit``), labelled by ``qrels`` (unjudged: 0) under ``qids``."""
         same_length(queries, hits, "queries", "hit lists")
@@ -461,8 +545,12 @@ class LambdaMARTRanker(Model):
         pos = [c.positions for c in cs]
         parts = []
         if self.stage_features:
-            raw = np.column_stack([np.concatenate([getattr(c, a) for c in cs]) if cs else np.zeros(0) for a in
-                                   ("lexical", "semantic", "lexical_rank", "semantic_rank")])
+            raw = np.column_stack(
+                [
+                    np.concatenate([getattr(c, a) for c in cs]) if cs else np.zeros(0)
+                    for a in ("lexical", "semantic", "lexical_rank", "semantic_rank")
+                ]
+            )
             parts.append(stage_matrix(self.stage_features, raw, self.n_lexical, self.n_semantic))
         parts.append(self._position_columns(qs, pos))
         if self._words is not None:
@@ -483,8 +571,15 @@ class LambdaMARTRanker(Model):
         same_length(queries, candidates, "queries", "candidate lists")
         bounds = np.cumsum([0] + [len(c) for c in candidates]).astype(np.int64)
         X = self.features(queries, candidates)
-        s = self.ranker.predict(Groups([str(i) for i in range(len(queries))], [d for c in candidates for d in c], X,
-                                       np.zeros(len(X), dtype=np.int64), bounds))
+        s = self.ranker.predict(
+            Groups(
+                [str(i) for i in range(len(queries))],
+                [d for c in candidates for d in c],
+                X,
+                np.zeros(len(X), dtype=np.int64),
+                bounds,
+            )
+        )
         return [s[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
     def save(self, path: str | Path) -> None:
@@ -496,9 +591,18 @@ class LambdaMARTRanker(Model):
             sub = f"features/{i:02d}"
             m.save(d / sub)
             dirs.append(sub)
-        write_config(d, {"model": self.name, "features": self.model_names, "feature_dirs": dirs,
-                         "pair_features": self.pair_features, "stage_features": self.stage_features,
-                         "n_lexical": self.n_lexical, "n_semantic": self.n_semantic})
+        write_config(
+            d,
+            {
+                "model": self.name,
+                "features": self.model_names,
+                "feature_dirs": dirs,
+                "pair_features": self.pair_features,
+                "stage_features": self.stage_features,
+                "n_lexical": self.n_lexical,
+                "n_semantic": self.n_semantic,
+            },
+        )
         seal(d)
 
     @classmethod
@@ -510,7 +614,7 @@ class LambdaMARTRanker(Model):
             raise ModelDirError(f"corrupt lambdamart config ({e})") from None
 
     @classmethod
-    def load(cls, path: str | Path, models: Mapping[str, Model] | None = None) -> "LambdaMARTRanker":
+    def load(cls, path: str | Path, models: Mapping[str, Model] | None = None) -> LambdaMARTRanker:
         """Read a saved ranker over ``models`` given by feature name (refused unless they are
         exactly the features the ranker was trained on; ``plugins.load_model`` gives its own)."""
         d = Path(path)
@@ -523,7 +627,9 @@ class LambdaMARTRanker(Model):
         except (KeyError, TypeError, ValueError) as e:
             raise ModelDirError(f"{d}: corrupt lambdamart config ({e})") from None
         if ranker.feature_names != stage + names + pair:
-            raise ModelDirError(f"{d}: booster features {ranker.feature_names} differ from the config's {stage + names + pair}")
+            raise ModelDirError(
+                f"{d}: booster features {ranker.feature_names} differ from the config's {stage + names + pair}"
+            )
         if models is None or list(models) != names:
             raise ModelDirError(f"{d}: ranker was trained on features {names}, given {list(models or {})}")
         self = cls.__new__(cls)

@@ -51,8 +51,14 @@ def _z(x: np.ndarray) -> np.ndarray:
     return (x - x.mean()) / (sd if sd > 0 else 1.0)
 
 
-def rescore_top(scorer: PairScorer, queries: Sequence[str], ranked: Sequence[Sequence[H]], depth: int,
-                text: Callable[[H], str], weight: float = math.inf) -> list[list[H]]:
+def rescore_top(
+    scorer: PairScorer,
+    queries: Sequence[str],
+    ranked: Sequence[Sequence[H]],
+    depth: int,
+    text: Callable[[H], str],
+    weight: float = math.inf,
+) -> list[list[H]]:
     """Each query's first ``depth`` hits re-ordered by ``scorer`` (one call for every pair of
     every query: the service's micro-batch); the rest of each list unchanged. ``weight``: their
     new score is z(their score) + weight · z(the scorer's), both standardised over those hits;

@@ -78,8 +78,18 @@ class CompiledTrees:
                 X = np.nan_to_num(X, nan=0.0, posinf=np.inf, neginf=-np.inf)
             _predict_plain(X, self.feature, self.threshold, self.child, self.values, self.roots, out)
         else:
-            _predict(X, self.feature, self.threshold, self.default_left, self.missing, self.left, self.right,
-                     self.values, self.roots, out)
+            _predict(
+                X,
+                self.feature,
+                self.threshold,
+                self.default_left,
+                self.missing,
+                self.left,
+                self.right,
+                self.values,
+                self.roots,
+                out,
+            )
         return out
 
 

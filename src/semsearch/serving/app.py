@@ -35,13 +35,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
-from . import schemas
-from .exposure import Exposure, Guard
 from ..index.bundle import Bundle, Result
-from ..index.pgstore import PgStoreError
 from ..index.hybrid import SCORERS
+from ..index.pgstore import PgStoreError
 from ..text.highlight import Span, query_terms, utf16_spans, word_terms
 from ..text.normalize import Analyzer
+from . import schemas
+from .exposure import Exposure, Guard
 
 MAX_QUERY_CHARS = 1000
 MAX_K = 1000
@@ -65,8 +65,10 @@ ASSETS = {"search.js": "text/javascript; charset=utf-8", "search.css": "text/css
 DOCS_STATIC = "/docs-static"
 # The search page and its assets: scripts only from this origin (no inline script, no eval), no
 # plugins, no framing. /docs and /redoc (fastapi-offline's inline script) do not get it.
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
-       "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 PAGE_HEADERS = {"Content-Security-Policy": CSP, "Referrer-Policy": "no-referrer"}
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 
@@ -97,7 +99,7 @@ class _Measure:
     ``X-Content-Type-Options: nosniff`` to every answer (Starlette's ``BaseHTTPMiddleware`` costs a
     task and a stream per request)."""
 
-    def __init__(self, app: ASGIApp, metrics: "Metrics", paths: Callable[[], set[str]]):
+    def __init__(self, app: ASGIApp, metrics: Metrics, paths: Callable[[], set[str]]):
         self.app, self.metrics, self._paths_of = app, metrics, paths
         self._paths: set[str] | None = None
 
@@ -138,12 +140,18 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter("semsearch_requests", "HTTP requests by path and status.", ["path", "status"],
-                                registry=self.registry)
-        self.seconds = Histogram("semsearch_request_seconds", "Request latency.", buckets=BUCKETS,
-                                 registry=self.registry)
-        self.batch = Histogram("semsearch_search_batch", "Searches run together in one pass (micro-batching).",
-                               buckets=BATCH_BUCKETS, registry=self.registry)
+        self.requests = Counter(
+            "semsearch_requests", "HTTP requests by path and status.", ["path", "status"], registry=self.registry
+        )
+        self.seconds = Histogram(
+            "semsearch_request_seconds", "Request latency.", buckets=BUCKETS, registry=self.registry
+        )
+        self.batch = Histogram(
+            "semsearch_search_batch",
+            "Searches run together in one pass (micro-batching).",
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
         self._children: dict[tuple[str, int], Any] = {}
 
     def observe(self, path: str, status: int, seconds: float) -> None:
@@ -206,15 +214,20 @@ class SearchBatcher:
     settled into three passes of 8 where one of 25 costs a fifth less a search. Passes run on the
     event loop, one at a time, and the loop reads, parses and answers requests between them."""
 
-    def __init__(self, bundle: Bundle, cap: int = BATCH_CAP, observe: Callable[[int], None] | None = None,
-                 turns: int = GATHER_TURNS) -> None:
+    def __init__(
+        self,
+        bundle: Bundle,
+        cap: int = BATCH_CAP,
+        observe: Callable[[int], None] | None = None,
+        turns: int = GATHER_TURNS,
+    ) -> None:
         if turns < 1:
             raise ValueError(f"turns must be >= 1, got {turns}")
         self.bundle, self.cap, self.observe, self.turns = bundle, cap, observe, turns
         self._waiting: list[tuple[tuple[int, str | None, str], str, float, asyncio.Future[Result]]] = []
         self._scheduled = False
 
-    def search(self, query: str, k: int, model: str | None, merge: str) -> "asyncio.Future[Result]":
+    def search(self, query: str, k: int, model: str | None, merge: str) -> asyncio.Future[Result]:
         """A future of ``Bundle.search(query, k, model=model, merge_by=merge)``'s result, with the
         ms it waited for its pass (``timing["queue_ms"]``)."""
         loop = asyncio.get_running_loop()
@@ -261,8 +274,12 @@ class SearchBatcher:
 def _strict_query(request: Request) -> dict[str, str]:
     """Query parameters decoded as strict UTF-8 (Starlette would silently replace bad bytes)."""
     try:
-        pairs = parse_qsl(request.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True,
-                          encoding="utf-8", errors="strict")
+        pairs = parse_qsl(
+            request.scope.get("query_string", b"").decode("latin-1"),
+            keep_blank_values=True,
+            encoding="utf-8",
+            errors="strict",
+        )
     except UnicodeDecodeError:
         raise BadRequest("query string is not valid UTF-8") from None
     return dict(pairs)
@@ -284,8 +301,13 @@ def _integer(params: dict[str, str], name: str, default: int) -> int:
 def _query_param(name: str, description: str, schema: dict[str, Any], *, required: bool = False) -> dict[str, Any]:
     """One query parameter of the OpenAPI document, written as FastAPI writes the ones it validates
     (for a handler that reads and checks its parameters itself)."""
-    return {"name": name, "in": "query", "required": required, "description": description,
-            "schema": {**schema, "description": description, "title": name.title()}}
+    return {
+        "name": name,
+        "in": "query",
+        "required": required,
+        "description": description,
+        "schema": {**schema, "description": description, "title": name.title()},
+    }
 
 
 def _text(params: dict[str, str], name: str, limit: int) -> str:
@@ -297,8 +319,14 @@ def _text(params: dict[str, str], name: str, limit: int) -> str:
     return q
 
 
-def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_query_chars: int = MAX_QUERY_CHARS,
-               max_k: int = MAX_K, exposure: Exposure | None = None) -> FastAPI:
+def create_app(
+    bundle: str | Path | Bundle,
+    *,
+    store: str | None = None,
+    max_query_chars: int = MAX_QUERY_CHARS,
+    max_k: int = MAX_K,
+    exposure: Exposure | None = None,
+) -> FastAPI:
     """The service for one bundle (a path, loaded and verified now, or a loaded ``Bundle``), with
     the guards of ``exposure`` (API key, rate limit; None: none, for loopback)."""
     exposure = exposure or Exposure()
@@ -336,8 +364,13 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
 
     # FastAPIOffline: /docs (Swagger UI 5) and /redoc from files in the package, not FastAPI's
     # default CDN, so they work on a machine without network
-    app = FastAPIOffline(title="semsearch", version=__version__, lifespan=lifespan, static_url=DOCS_STATIC,
-                         description="Lexical ∪ semantic search over a semsearch bundle.")
+    app = FastAPIOffline(
+        title="semsearch",
+        version=__version__,
+        lifespan=lifespan,
+        static_url=DOCS_STATIC,
+        description="Lexical ∪ semantic search over a semsearch bundle.",
+    )
     app.state.bundle, app.state.metrics = b, metrics
 
     # the guard runs inside the measuring middleware, so refusals (401, 413, 414, 429) are counted too
@@ -375,8 +408,9 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
     def _offset(params: dict[str, str], k: int) -> int:
         offset = _integer(params, "offset", 0)
         if not 0 <= offset <= max_k - k:
-            raise BadRequest(f"parameter 'offset' must be in [0, {max_k - k}] (offset + k at most {max_k}), "
-                             f"got {offset}", 422)
+            raise BadRequest(
+                f"parameter 'offset' must be in [0, {max_k - k}] (offset + k at most {max_k}), got {offset}", 422
+            )
         return offset
 
     models = list(b.semantic)
@@ -390,15 +424,29 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
             schema.pop("anyOf", None)
             schema.update(type="string", enum=models)
 
-    model_schema: dict[str, Any] = {"type": "string", "enum": models} if models else {"anyOf": [{"type": "string"}, {"type": "null"}]}
+    model_schema: dict[str, Any] = (
+        {"type": "string", "enum": models} if models else {"anyOf": [{"type": "string"}, {"type": "null"}]}
+    )
     search_params = [
-        _query_param("q", f"Query text, not blank, at most {max_query_chars} characters (blank or missing: 400; longer: 413).",
-                     {"type": "string", **q_doc}, required=True),
-        _query_param("k", f"Number of hits, 1 to {max_k}.", {"type": "integer", "minimum": 1, "maximum": max_k, "default": 10}),
-        _query_param("offset", f"0-based rank of the first hit (paging); offset + k at most {max_k} (else 422).",
-                     {"type": "integer", "minimum": 0, "maximum": max_k - 1, "default": 0}),
-        _query_param("merge", "union (lexical order, semantic-only hits after), rrf or interpolate.",
-                     {"type": "string", "enum": list(SCORERS), "default": "union"}),
+        _query_param(
+            "q",
+            f"Query text, not blank, at most {max_query_chars} characters (blank or missing: 400; longer: 413).",
+            {"type": "string", **q_doc},
+            required=True,
+        ),
+        _query_param(
+            "k", f"Number of hits, 1 to {max_k}.", {"type": "integer", "minimum": 1, "maximum": max_k, "default": 10}
+        ),
+        _query_param(
+            "offset",
+            f"0-based rank of the first hit (paging); offset + k at most {max_k} (else 422).",
+            {"type": "integer", "minimum": 0, "maximum": max_k - 1, "default": 0},
+        ),
+        _query_param(
+            "merge",
+            "union (lexical order, semantic-only hits after), rrf or interpolate.",
+            {"type": "string", "enum": list(SCORERS), "default": "union"},
+        ),
         _query_param("model", "Neural model of the bundle (default: the first).", model_schema),
     ]
 
@@ -442,30 +490,69 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
         for row, h in zip(b.hits(Result(page_hits, result.timing)), page_hits):
             field = "title" if row.title else "text"
             shown = row.title or row.text
-            hits.append({"rank": start + row.rank, "doc_id": h.doc_id, "title": row.title, "text": row.text,
-                         "source": h.sources.name, "score": h.score, "lexical_score": h.lexical,
-                         "semantic_score": h.semantic, "lexical_rank": h.lexical_rank, "semantic_rank": h.semantic_rank,
-                         "highlight_field": field, "highlights": highlighter.spans(terms, shown)})
+            hits.append(
+                {
+                    "rank": start + row.rank,
+                    "doc_id": h.doc_id,
+                    "title": row.title,
+                    "text": row.text,
+                    "source": h.sources.name,
+                    "score": h.score,
+                    "lexical_score": h.lexical,
+                    "semantic_score": h.semantic,
+                    "lexical_rank": h.lexical_rank,
+                    "semantic_rank": h.semantic_rank,
+                    "highlight_field": field,
+                    "highlights": highlighter.spans(terms, shown),
+                }
+            )
         more = len(page_hits) == kk and start + 2 * kk <= max_k
-        return _JSON({"query": text, "corrected_query": result.query if result.query != text else None,
-                      "k": kk, "offset": start, "merge": merge, "score_by": score_by(merge),
-                      "next_offset": start + kk if more else None, "hits": hits, "timing_ms": result.timing})
+        return _JSON(
+            {
+                "query": text,
+                "corrected_query": result.query if result.query != text else None,
+                "k": kk,
+                "offset": start,
+                "merge": merge,
+                "score_by": score_by(merge),
+                "next_offset": start + kk if more else None,
+                "hits": hits,
+                "timing_ms": result.timing,
+            }
+        )
 
-    app.router.add_api_route("/search", search, methods=["GET"], summary="Lexical ∪ semantic search", response_class=_JSON,
-                             response_model=schemas.SearchResponse, responses=schemas.errors(400, 413, 414, 422, *guarded, *store_errors),
-                             openapi_extra={"parameters": search_params}, route_class_override=_Direct)
+    app.router.add_api_route(
+        "/search",
+        search,
+        methods=["GET"],
+        summary="Lexical ∪ semantic search",
+        response_class=_JSON,
+        response_model=schemas.SearchResponse,
+        responses=schemas.errors(400, 413, 414, 422, *guarded, *store_errors),
+        openapi_extra={"parameters": search_params},
+        route_class_override=_Direct,
+    )
 
-    @app.get("/explain", summary="Why the ranker scores a document so, or why the neural model matches it",
-             response_class=_JSON, response_model=Union[schemas.RankerExplanation, schemas.NeuralExplanation],
-             responses=schemas.errors(400, 404, 413, 414, 422, *guarded, *store_errors))
-    def explain_pair(request: Request,
-                     q: str = Query("", description=f"Query text, not blank, at most {max_query_chars} characters.",
-                                    json_schema_extra=q_doc),
-                     doc_id: str = Query("", description="Document id from /search (unknown: 404)."),
-                     top: int = Query(5, ge=1, le=50, description="Number of contributions or neurons."),
-                     model: str | None = Query(None, description="Explain this neural model of the bundle "
-                                                                 "(DSSM/CLSM) rather than the ranker.",
-                                               json_schema_extra=model_doc)) -> Response:
+    @app.get(
+        "/explain",
+        summary="Why the ranker scores a document so, or why the neural model matches it",
+        response_class=_JSON,
+        response_model=Union[schemas.RankerExplanation, schemas.NeuralExplanation],
+        responses=schemas.errors(400, 404, 413, 414, 422, *guarded, *store_errors),
+    )
+    def explain_pair(
+        request: Request,
+        q: str = Query(
+            "", description=f"Query text, not blank, at most {max_query_chars} characters.", json_schema_extra=q_doc
+        ),
+        doc_id: str = Query("", description="Document id from /search (unknown: 404)."),
+        top: int = Query(5, ge=1, le=50, description="Number of contributions or neurons."),
+        model: str | None = Query(
+            None,
+            description="Explain this neural model of the bundle (DSSM/CLSM) rather than the ranker.",
+            json_schema_extra=model_doc,
+        ),
+    ) -> Response:
         """With a ranker (and no ``model``): the ranker's score, bias and its ``top`` feature
         contributions by absolute size, with the hit's source and stage scores and ranks
         (``explained_by: "ranker"``). Otherwise CLSM: most active max-pool neurons, their winning
@@ -483,14 +570,24 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
 
     @app.get("/health", summary="Liveness and what is loaded", response_model=schemas.Health)
     def health() -> dict[str, Any]:
-        return {"status": "ok", "documents": len(b.corpus), "lexical": b.manifest.get("lexical"),
-                "models": [m["name"] for m in b.manifest.get("models", [])], "dataset": b.manifest.get("dataset"),
-                "uptime_s": round(time.time() - started, 1), "pid": os.getpid()}
+        return {
+            "status": "ok",
+            "documents": len(b.corpus),
+            "lexical": b.manifest.get("lexical"),
+            "models": [m["name"] for m in b.manifest.get("models", [])],
+            "dataset": b.manifest.get("dataset"),
+            "uptime_s": round(time.time() - started, 1),
+            "pid": os.getpid(),
+        }
 
-    @app.get("/ready", summary="Readiness: 200 once the bundle is loaded and served, 503 otherwise",
-             response_model=schemas.Ready,
-             responses={503: {"model": schemas.NotReady,
-                              "description": "Not serving yet (starting) or any more (shutting down)."}})
+    @app.get(
+        "/ready",
+        summary="Readiness: 200 once the bundle is loaded and served, 503 otherwise",
+        response_model=schemas.Ready,
+        responses={
+            503: {"model": schemas.NotReady, "description": "Not serving yet (starting) or any more (shutting down)."}
+        },
+    )
     def readiness() -> JSONResponse:
         """For load balancers and orchestrators: send traffic only while this answers 200. The bundle
         is loaded and verified before the server listens; 503 before startup ends and from shutdown on."""
@@ -498,13 +595,21 @@ def create_app(bundle: str | Path | Bundle, *, store: str | None = None, max_que
             return JSONResponse({"status": "ready", "documents": len(b.corpus)})
         return JSONResponse({"status": "not ready"}, status_code=503)
 
-    @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics (text format)",
-             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **schemas.errors(414, *guarded)})
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        summary="Prometheus metrics (text format)",
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **schemas.errors(414, *guarded)},
+    )
     def prometheus() -> PlainTextResponse:
         return PlainTextResponse(metrics.text(), media_type="text/plain; version=0.0.4")
 
-    @app.get("/", response_class=HTMLResponse, summary="The search page (HTML)",
-             responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}})
+    @app.get(
+        "/",
+        response_class=HTMLResponse,
+        summary="The search page (HTML)",
+        responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
+    )
     def home() -> HTMLResponse:
         return HTMLResponse(page, headers=PAGE_HEADERS)
 

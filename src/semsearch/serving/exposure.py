@@ -54,7 +54,7 @@ class Exposure:
         return max(1.0, 2.0 * self.rate)
 
     @classmethod
-    def from_env(cls) -> "Exposure":
+    def from_env(cls) -> Exposure:
         """The guards ``serve`` hands its worker processes through the environment."""
         key = os.environ.get(API_KEY_ENV) or None
         try:
@@ -68,8 +68,10 @@ def check_key(key: str, where: str) -> str:
     """An API key of at least ``MIN_KEY_CHARS`` visible ASCII characters (it travels in a header)."""
     key = key.strip()
     if len(key) < MIN_KEY_CHARS or not key.isascii() or not key.isprintable() or " " in key:
-        raise ExposureError(f"{where}: an API key must be at least {MIN_KEY_CHARS} printable ASCII characters "
-                            "without spaces (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        raise ExposureError(
+            f"{where}: an API key must be at least {MIN_KEY_CHARS} printable ASCII characters "
+            "without spaces (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
     return key
 
 
@@ -102,9 +104,15 @@ def read_key_file(path: str) -> str:
 
 def _answer(status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None) -> tuple[dict, dict]:
     body = orjson.dumps({"error": message})
-    start = {"type": "http.response.start", "status": status,
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                         *(headers or [])]}
+    start = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *(headers or []),
+        ],
+    }
     return start, {"type": "http.response.body", "body": body}
 
 
@@ -140,13 +148,19 @@ class Guard:
         if self.key is not None and path in PROTECTED:
             given = headers.get(KEY_HEADER.lower().encode(), b"")
             if not hmac.compare_digest(given, self.key):
-                return _answer(401, f"missing or wrong API key: send it in the {KEY_HEADER} header",
-                               [(b"www-authenticate", f'ApiKey header="{KEY_HEADER}"'.encode())])
+                return _answer(
+                    401,
+                    f"missing or wrong API key: send it in the {KEY_HEADER} header",
+                    [(b"www-authenticate", f'ApiKey header="{KEY_HEADER}"'.encode())],
+                )
         if self.rate > 0 and path not in UNLIMITED:
             wait = self._take((scope.get("client") or ("?", 0))[0])
             if wait > 0:
-                return _answer(429, f"more than {self.rate:g} requests a second from this address; retry in {wait} s",
-                               [(b"retry-after", str(wait).encode())])
+                return _answer(
+                    429,
+                    f"more than {self.rate:g} requests a second from this address; retry in {wait} s",
+                    [(b"retry-after", str(wait).encode())],
+                )
         return None
 
     def _take(self, client: str) -> int:
@@ -159,7 +173,10 @@ class Guard:
             return max(1, math.ceil((1.0 - tokens) / self.rate))
         if len(self.buckets) >= MAX_CLIENTS and client not in self.buckets:
             # drop the buckets that have refilled: those clients start full again anyway
-            self.buckets = {c: (t, s) for c, (t, s) in self.buckets.items()
-                            if min(self.burst, t + (now - s) * self.rate) < self.burst}
+            self.buckets = {
+                c: (t, s)
+                for c, (t, s) in self.buckets.items()
+                if min(self.burst, t + (now - s) * self.rate) < self.burst
+            }
         self.buckets[client] = (tokens - 1.0, now)
         return 0

@@ -33,24 +33,31 @@ class SearchHit(_Model):
     semantic_score: float | None = Field(description="Null when only the lexical stage found it.")
     lexical_rank: int | None
     semantic_rank: int | None
-    highlight_field: Literal["title", "text"] = Field(description="The field `highlights` index: title, or text when the title is empty.")
+    highlight_field: Literal["title", "text"] = Field(
+        description="The field `highlights` index: title, or text when the title is empty."
+    )
     highlights: list[tuple[int, int]] = Field(
-        description="[start, end) spans of matching words in UTF-16 code units (JavaScript string indices).")
+        description="[start, end) spans of matching words in UTF-16 code units (JavaScript string indices)."
+    )
 
 
 class SearchResponse(_Model):
     query: str
-    corrected_query: str | None = Field(description="The query as searched when its spelling was corrected against the "
-                                                    "documents' words (null: searched as typed).")
+    corrected_query: str | None = Field(
+        description="The query as searched when its spelling was corrected against the "
+        "documents' words (null: searched as typed)."
+    )
     k: int
     offset: int
     merge: Literal["union", "rrf", "interpolate"]
     score_by: Literal["ranker", "union", "rrf", "interpolate"] = Field(description="What a hit's score is.")
     next_offset: int | None = Field(description="The next page's offset; null on the last page.")
     hits: list[SearchHit]
-    timing_ms: dict[str, float] = Field(description="Milliseconds per stage (lexical_ms, semantic_ms, merge_ms, total_ms, ...) "
-                                                    "of the pass that ran this search; batch: how many distinct searches that "
-                                                    "pass ran together; queue_ms: how long this one waited for it.")
+    timing_ms: dict[str, float] = Field(
+        description="Milliseconds per stage (lexical_ms, semantic_ms, merge_ms, total_ms, ...) "
+        "of the pass that ran this search; batch: how many distinct searches that "
+        "pass ran together; queue_ms: how long this one waited for it."
+    )
 
 
 class Contribution(_Model):
@@ -132,10 +139,15 @@ class NotReady(_Model):
 
 def errors(*statuses: int) -> dict[int | str, dict[str, object]]:
     """``responses=`` entries documenting ``ErrorBody`` for these statuses."""
-    what = {400: "Missing, empty or undecodable parameter.", 401: "Missing or wrong API key (X-API-Key header).",
-            404: "No such document or file.", 405: "Method not allowed (with an Allow header).",
-            413: "Query text longer than the limit, or a request body.", 414: "URL longer than 8,192 bytes.",
-            422: "Parameter out of range or of the wrong type.",
-            429: "Over the per-client rate limit (with a Retry-After header).",
-            503: "The vector store's PostgreSQL server is unreachable (with Retry-After; the service reconnects by itself)."}
+    what = {
+        400: "Missing, empty or undecodable parameter.",
+        401: "Missing or wrong API key (X-API-Key header).",
+        404: "No such document or file.",
+        405: "Method not allowed (with an Allow header).",
+        413: "Query text longer than the limit, or a request body.",
+        414: "URL longer than 8,192 bytes.",
+        422: "Parameter out of range or of the wrong type.",
+        429: "Over the per-client rate limit (with a Retry-After header).",
+        503: "The vector store's PostgreSQL server is unreachable (with Retry-After; the service reconnects by itself).",
+    }
     return {s: {"model": ErrorBody, "description": what[s]} for s in statuses}

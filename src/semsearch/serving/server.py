@@ -50,7 +50,9 @@ def listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise ValueError(f"cannot listen on {host} port {port}: {e.strerror or e} (is another server running there?)") from None
+        raise ValueError(
+            f"cannot listen on {host} port {port}: {e.strerror or e} (is another server running there?)"
+        ) from None
     sock.set_inheritable(True)
     return sock
 
@@ -84,8 +86,14 @@ def run(app: Any, sock: socket.socket, *, workers: int = 1, loop: str = "asyncio
     function returning the app) on ``sock`` until interrupted: in this process (``sock`` from
     ``listen``), or in ``workers`` processes with a socket each on ``sock``'s port (``sock`` from
     ``reserve``; uvicorn's supervisor restarts a worker that dies)."""
-    config = uvicorn.Config(app, workers=workers, factory=factory, log_level="warning",
-                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, loop=loop)
+    config = uvicorn.Config(
+        app,
+        workers=workers,
+        factory=factory,
+        log_level="warning",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        loop=loop,
+    )
     try:
         if workers > 1:
             host, port = sock.getsockname()[:2]

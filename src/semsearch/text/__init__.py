@@ -6,6 +6,17 @@ from .trigram import DEFAULT_MAX_WORDS, Bags, TrigramHasher, WordTable, word_tri
 from .vocab import Vocabulary, count_matrix
 
 __all__ = [
-    "Analyzer", "Bags", "DEFAULT_MAX_WORDS", "LUCENE_STOPWORDS", "SpellCorrector", "SpellingParams", "TrigramHasher", "Vocabulary", "WordTable",
-    "count_matrix", "normalize", "tokenize", "word_trigrams",
+    "Analyzer",
+    "Bags",
+    "DEFAULT_MAX_WORDS",
+    "LUCENE_STOPWORDS",
+    "SpellCorrector",
+    "SpellingParams",
+    "TrigramHasher",
+    "Vocabulary",
+    "WordTable",
+    "count_matrix",
+    "normalize",
+    "tokenize",
+    "word_trigrams",
 ]

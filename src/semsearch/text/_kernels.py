@@ -97,8 +97,12 @@ def lookup_tokens(buf, text_ptr, max_words, n_words, grow, token_byte, lower, sl
             i = _find(buf, s, p, h, slots, keys, key_ptr, hashes)
             w = slots[i]
             if w < 0:
-                if room and (n_words == len(hashes) or n_words + 1 == len(key_ptr) or 2 * n_words + 2 > len(slots)
-                             or key_ptr[n_words] + p - s > len(keys)):
+                if room and (
+                    n_words == len(hashes)
+                    or n_words + 1 == len(key_ptr)
+                    or 2 * n_words + 2 > len(slots)
+                    or key_ptr[n_words] + p - s > len(keys)
+                ):
                     room = False  # from here on, every new word waits for add_words (keeps the order)
                 if room:
                     w = n_words

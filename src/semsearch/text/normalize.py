@@ -43,7 +43,7 @@ class Analyzer:
     _cache: dict[str, str] = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     @classmethod
-    def named(cls, name: str) -> "Analyzer":
+    def named(cls, name: str) -> Analyzer:
         """``paper`` (default normalisation) or ``english`` (Porter stemming + stop words, as Anserini)."""
         if name == "paper":
             return cls()
@@ -52,7 +52,7 @@ class Analyzer:
         raise ValueError(f"unknown analyzer {name!r}; use 'paper' or 'english'")
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "Analyzer":
+    def from_config(cls, config: dict[str, Any]) -> Analyzer:
         """An analyzer from its ``config()`` (a saved model's); ValueError names a bad key."""
         import Stemmer
 
@@ -60,8 +60,10 @@ class Analyzer:
             raise ValueError(f"analyzer config must be a table, got {config!r}")
         stem, stopwords = config.get("stem"), config.get("stopwords", False)
         if stem is not None and (not isinstance(stem, str) or stem not in Stemmer.algorithms()):
-            raise ValueError(f"analyzer 'stem' must be null or a Snowball algorithm "
-                             f"({', '.join(Stemmer.algorithms())}), got {stem!r}")
+            raise ValueError(
+                f"analyzer 'stem' must be null or a Snowball algorithm "
+                f"({', '.join(Stemmer.algorithms())}), got {stem!r}"
+            )
         if not isinstance(stopwords, bool):
             raise ValueError(f"analyzer 'stopwords' must be true or false, got {stopwords!r}")
         return cls(stem=stem, stopwords=stopwords)

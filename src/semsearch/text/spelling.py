@@ -82,15 +82,21 @@ class SpellCorrector:
 
         p = self.params
         # (an empty dictionary: nothing to correct to, and symspellpy's segmentation would fail)
-        if (not self._index.words or w in self.counts or len(w) < p.min_length or any(ch.isdigit() for ch in w)
-                or self._stemmer.stemWord(w) in self._stems):
+        if (
+            not self._index.words
+            or w in self.counts
+            or len(w) < p.min_length
+            or any(ch.isdigit() for ch in w)
+            or self._stemmer.stemWord(w) in self._stems
+        ):
             return w
         found = self._index.lookup(w, Verbosity.TOP, max_edit_distance=2 if len(w) >= p.long_word else 1)
         if found:  # the closest, the most frequent of equally close ones
             return str(found[0].term)
         parts = self._index.word_segmentation(w, max_edit_distance=0).corrected_string.split()
-        if len(parts) == 2 and all(len(x) >= p.split_min_length and self.counts.get(x, 0) >= p.split_min_count
-                                   for x in parts):
+        if len(parts) == 2 and all(
+            len(x) >= p.split_min_length and self.counts.get(x, 0) >= p.split_min_count for x in parts
+        ):
             return " ".join(parts)
         return w
 

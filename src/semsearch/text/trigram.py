@@ -110,7 +110,7 @@ class TrigramHasher:
         max_size: int | None = None,
         min_count: int = 1,
         max_words: int = DEFAULT_MAX_WORDS,
-    ) -> "TrigramHasher":
+    ) -> TrigramHasher:
         """Vocabulary from training texts: most frequent trigrams first (ties alphabetical)."""
         words: Counter[str] = Counter()
         for text in texts:
@@ -146,7 +146,7 @@ class TrigramHasher:
         return tokenize(text)[: self.max_words]
 
     @property
-    def table(self) -> "WordTable":
+    def table(self) -> WordTable:
         """The words met so far with their trigram ids (emptied past ``WORD_CACHE_SIZE`` words)."""
         if self._table is None or len(self._table) > WORD_CACHE_SIZE:
             self._table = WordTable(self)
@@ -181,7 +181,7 @@ class TrigramHasher:
         )
 
     @classmethod
-    def load(cls, path: str | Path) -> "TrigramHasher":
+    def load(cls, path: str | Path) -> TrigramHasher:
         try:
             cfg = json.loads(Path(path).read_text(encoding="utf-8"))
             return cls(cfg["trigrams"], max_words=int(cfg["max_words"]))
@@ -309,7 +309,8 @@ class WordTable:
             room = min(len(buf) // 2 + 1, max(4096, first // 2))  # new words added in the first pass
             self._reserve(room, 12 * room)
             counts, ids, unknown, unknown_bytes, self._hashed = k.lookup_tokens(
-                buf, text_ptr, self.hasher.max_words, first, True, k.TOKEN_BYTE, k.LOWER, *self._hash_arrays())
+                buf, text_ptr, self.hasher.max_words, first, True, k.TOKEN_BYTE, k.LOWER, *self._hash_arrays()
+            )
         if unknown:  # more new words than room (all new words, looked up in parallel): the rest, in order
             self._reserve(unknown, unknown_bytes)
             self._hashed = k.add_words(buf, ids, self._hashed, k.TOKEN_BYTE, *self._hash_arrays())
@@ -331,13 +332,25 @@ class WordTable:
         k, parts = _kernels(), {}
 
         def look(a: int, b: int) -> None:
-            parts[a] = k.lookup_tokens(buf, text_ptr[a : b + 1], self.hasher.max_words, self._hashed, False,
-                                       k.TOKEN_BYTE, k.LOWER, *self._hash_arrays())
+            parts[a] = k.lookup_tokens(
+                buf,
+                text_ptr[a : b + 1],
+                self.hasher.max_words,
+                self._hashed,
+                False,
+                k.TOKEN_BYTE,
+                k.LOWER,
+                *self._hash_arrays(),
+            )
 
         run_split(look, len(text_ptr) - 1)
         got = [parts[a] for a in sorted(parts)]
-        return (np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got]),
-                sum(g[2] for g in got), sum(g[3] for g in got))
+        return (
+            np.concatenate([g[0] for g in got]),
+            np.concatenate([g[1] for g in got]),
+            sum(g[2] for g in got),
+            sum(g[3] for g in got),
+        )
 
     def _hash_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         return self._slots, self._keys, self._key_ptr, self._hashes
@@ -388,8 +401,9 @@ class WordTable:
         k = _kernels()
         first = self._hashed
         self._reserve(len(words), len(buf))
-        _, ids, unknown, _, self._hashed = k.lookup_tokens(buf, text_ptr, 1, first, True, k.TOKEN_BYTE, k.LOWER,
-                                                           *self._hash_arrays())
+        _, ids, unknown, _, self._hashed = k.lookup_tokens(
+            buf, text_ptr, 1, first, True, k.TOKEN_BYTE, k.LOWER, *self._hash_arrays()
+        )
         assert unknown == 0 and np.array_equal(ids, np.arange(first, first + len(words))), "word hash table out of step"
 
     def encode_each(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -29,7 +29,7 @@ class Vocabulary:
     @classmethod
     def build(
         cls, token_lists: Iterable[Sequence[str]], *, min_count: int = 1, max_size: int | None = None
-    ) -> "Vocabulary":
+    ) -> Vocabulary:
         """Most frequent terms first (ties alphabetical), so ``max_size`` keeps the most frequent."""
         counts: Counter[str] = Counter()
         for tokens in token_lists:
@@ -44,7 +44,7 @@ class Vocabulary:
         Path(path).write_text(json.dumps({"terms": self.terms}, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
-    def load(cls, path: str | Path) -> "Vocabulary":
+    def load(cls, path: str | Path) -> Vocabulary:
         try:
             return cls(json.loads(Path(path).read_text(encoding="utf-8"))["terms"])
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -61,9 +61,7 @@ def count_matrix(id_lists: Sequence[Sequence[int]], n_cols: int, dtype=np.float3
     lengths = np.fromiter((len(x) for x in id_lists), dtype=np.int64, count=len(id_lists))
     cols = np.fromiter((i for x in id_lists for i in x), dtype=np.int64, count=int(lengths.sum()))
     rows = np.repeat(np.arange(len(id_lists), dtype=np.int64), lengths)
-    m = sp.csr_matrix(
-        (np.ones(len(cols), dtype=dtype), (rows, cols)), shape=(len(id_lists), n_cols), dtype=dtype
-    )
+    m = sp.csr_matrix((np.ones(len(cols), dtype=dtype), (rows, cols)), shape=(len(id_lists), n_cols), dtype=dtype)
     m.sum_duplicates()
     m.sort_indices()
     return m

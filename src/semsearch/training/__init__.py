@@ -24,7 +24,9 @@ from ..plugins import family, params_type
 __all__ = ["ARGS", "TRAINERS", "args_type", "fit", "held_out", "recipe", "trainable", "trainer_of"]
 
 
-def _own(model: Any, data: TrainingData, dev: EvalSet | None, *, progress: bool = True, **options: Any) -> dict[str, Any]:
+def _own(
+    model: Any, data: TrainingData, dev: EvalSet | None, *, progress: bool = True, **options: Any
+) -> dict[str, Any]:
     """A plugin kind that learns by its own ``fit(data, dev=, progress=)``."""
     if options:
         raise ValueError(f"{model.name}: training options {sorted(options)} are not supported")
@@ -65,15 +67,23 @@ def trainer_of(fam: str) -> Callable[..., dict[str, Any]] | None:
     return _resolve(target) if target else None
 
 
-
 # kind -> its trainer's arguments ("module:Class" under training/); a kind not listed takes none
 ARGS: dict[str, str] = {
-    "dssm": "args:EncoderArgs", "clsm": "args:EncoderArgs", "mt-dnn": "args:MTDNNArgs",
-    "knrm": "args:PairwiseArgs", "matchpyramid": "args:PairwiseArgs",
-    "bert-rep": "args:BiEncoderArgs", "bert-rel": "args:CrossEncoderArgs",
-    "plsa": "args:EMArgs", "lda": "args:LDAArgs", "bltm": "args:BLTMArgs",
-    "wtm": "args:IBM1Args", "ptm": "args:IBM1Args",
-    "lsa": "args:PCAArgs", "cl-lsa": "args:PCAArgs", "opca": "args:OPCAArgs",
+    "dssm": "args:EncoderArgs",
+    "clsm": "args:EncoderArgs",
+    "mt-dnn": "args:MTDNNArgs",
+    "knrm": "args:PairwiseArgs",
+    "matchpyramid": "args:PairwiseArgs",
+    "bert-rep": "args:BiEncoderArgs",
+    "bert-rel": "args:CrossEncoderArgs",
+    "plsa": "args:EMArgs",
+    "lda": "args:LDAArgs",
+    "bltm": "args:BLTMArgs",
+    "wtm": "args:IBM1Args",
+    "ptm": "args:IBM1Args",
+    "lsa": "args:PCAArgs",
+    "cl-lsa": "args:PCAArgs",
+    "opca": "args:OPCAArgs",
     "s2net": "args:S2NetArgs",
     "lambdamart": "args:RankerArgs",
     "static-query": "args:DistillArgs",
@@ -97,7 +107,9 @@ def recipe(kind: str, raw: Mapping[str, Any], *, where: str = "") -> tuple[dict[
     mp: type[Params] | None = params_type(kind)
     if mp is None:  # the model checks its own keywords
         train = {k: v for k, v in raw.items() if targs is not None and k in targs.names()}
-        return {k: v for k, v in raw.items() if k not in train}, targs.from_mapping(train, where=where) if targs else None
+        return {k: v for k, v in raw.items() if k not in train}, targs.from_mapping(
+            train, where=where
+        ) if targs else None
     parts = split(raw, mp, *([targs] if targs else []), where=where)
     if targs:
         try:
@@ -107,20 +119,31 @@ def recipe(kind: str, raw: Mapping[str, Any], *, where: str = "") -> tuple[dict[
     return {k: v for k, v in raw.items() if k in mp.names()}, parts[1] if targs else None
 
 
-def fit(model: Model, data: TrainingData, dev: EvalSet | None = None, *, progress: bool = True,
-        args: Params | None = None, **options: Any) -> dict[str, Any]:
+def fit(
+    model: Model,
+    data: TrainingData,
+    dev: EvalSet | None = None,
+    *,
+    progress: bool = True,
+    args: Params | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """Train ``model`` on ``data`` (early stopping / tuning on ``dev``); returns its training log.
     ``args``: the kind's typed training arguments (default: its defaults); ``options``: how to run
     (``checkpoint_dir``, ``resume``)."""
     targs = args_type(model.name)
     if args is not None and (targs is None or not isinstance(args, targs)):
-        raise ValueError(f"{model.name} takes {targs.__name__ if targs else 'no training arguments'}, got {type(args).__name__}")
+        raise ValueError(
+            f"{model.name} takes {targs.__name__ if targs else 'no training arguments'}, got {type(args).__name__}"
+        )
     if targs is not None:
         options["args"] = args if args is not None else targs()
     train = trainer_of(family(model))
     if train is None or (train is _own and not hasattr(model, "fit")):
-        raise ValueError(f"model {model.name!r} ({family(model)}) is not trainable; trainable kinds are in families "
-                         f"{', '.join(sorted(TRAINERS))}")
+        raise ValueError(
+            f"model {model.name!r} ({family(model)}) is not trainable; trainable kinds are in families "
+            f"{', '.join(sorted(TRAINERS))}"
+        )
     log = train(model, data, dev, progress=progress, **options)
     if targs is not None:
         log["args"] = options["args"].as_dict()

@@ -46,15 +46,21 @@ class TrainArgs(Params):
 
     def check(self) -> None:
         if not _DEVICE.match(self.device):
-            raise ParamError(f"{self._label('device')} must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {self.device!r}")
+            raise ParamError(
+                f"{self._label('device')} must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {self.device!r}"
+            )
         if self.warmup and self.lr_schedule == "constant":
-            raise ParamError(f"{self._label('warmup')} = {self.warmup} is the linear schedule's rise; set "
-                             f"{self._label('lr_schedule')} = 'linear' or leave warmup at 0")
+            raise ParamError(
+                f"{self._label('warmup')} = {self.warmup} is the linear schedule's rise; set "
+                f"{self._label('lr_schedule')} = 'linear' or leave warmup at 0"
+            )
         self._check_dev_metric()
 
     def _check_dev_metric(self) -> None:
         if not _METRIC.match(self.dev_metric):
-            raise ParamError(f"{self._label('dev_metric')} must be a metric like 'ndcg@10', 'recall@100', 'mrr', got {self.dev_metric!r}")
+            raise ParamError(
+                f"{self._label('dev_metric')} must be a metric like 'ndcg@10', 'recall@100', 'mrr', got {self.dev_metric!r}"
+            )
 
 
 # ------------------------------------------------------------------------------------ trainer
@@ -73,7 +79,9 @@ class EncoderArgs(TrainArgs):
         super().check()
         gammas = self.gammas
         if not gammas or min(gammas) <= 0:
-            raise ParamError(f"{self._label('gamma')} must be a positive number or a non-empty list of them, got {self.gamma!r}")
+            raise ParamError(
+                f"{self._label('gamma')} must be a positive number or a non-empty list of them, got {self.gamma!r}"
+            )
 
     @property
     def gammas(self) -> list[float]:
@@ -138,18 +146,26 @@ class TransformerArgs(TrainArgs):
         if isinstance(self.margin, list) and not self.margin:
             raise ParamError(f"{self._label('margin')} must be a number or a non-empty list of numbers")
         if self.loss != "hinge" and isinstance(self.margin, list):
-            raise ParamError(f"{self._label('margin')} is a list of hinge margins to choose from, but "
-                             f"{self._label('loss')} = {self.loss!r} has no margin")
+            raise ParamError(
+                f"{self._label('margin')} is a list of hinge margins to choose from, but "
+                f"{self._label('loss')} = {self.loss!r} has no margin"
+            )
         if (self.loss == "margin_mse") != bool(self.teacher):
-            raise ParamError(f"{self._label('teacher')} (a saved cross-encoder's directory, or a list of them) is "
-                             f"needed by, and only by, {self._label('loss')} = 'margin_mse'; got loss = "
-                             f"{self.loss!r}, teacher = {self.teacher!r}")
+            raise ParamError(
+                f"{self._label('teacher')} (a saved cross-encoder's directory, or a list of them) is "
+                f"needed by, and only by, {self._label('loss')} = 'margin_mse'; got loss = "
+                f"{self.loss!r}, teacher = {self.teacher!r}"
+            )
         if isinstance(self.teacher, list) and not all(self.teacher):
-            raise ParamError(f"{self._label('teacher')} lists saved cross-encoders' directories; got an empty "
-                             f"name in {self.teacher!r}")
+            raise ParamError(
+                f"{self._label('teacher')} lists saved cross-encoders' directories; got an empty "
+                f"name in {self.teacher!r}"
+            )
         if self.neg_hard > self.hard_depth:
-            raise ParamError(f"{self._label('neg_hard')} = {self.neg_hard} cannot exceed "
-                             f"{self._label('hard_depth')} = {self.hard_depth}")
+            raise ParamError(
+                f"{self._label('neg_hard')} = {self.neg_hard} cannot exceed "
+                f"{self._label('hard_depth')} = {self.hard_depth}"
+            )
 
     @property
     def margins(self) -> list[float]:
@@ -171,8 +187,10 @@ class BiEncoderArgs(TransformerArgs):
     def check(self) -> None:
         super().check()
         if self.share_negatives and self.loss == "margin_mse":
-            raise ParamError(f"{self._label('share_negatives')}: the teacher scores each query's own documents "
-                             f"only, so {self._label('loss')} = 'margin_mse' cannot share them; set it false")
+            raise ParamError(
+                f"{self._label('share_negatives')}: the teacher scores each query's own documents "
+                f"only, so {self._label('loss')} = 'margin_mse' cannot share them; set it false"
+            )
 
 
 @dataclass(frozen=True)
@@ -191,8 +209,10 @@ class CrossEncoderArgs(TransformerArgs):
 
     def check_with(self, other: Params) -> None:
         if self.grade_weight is not None and not getattr(other, "grades", None):
-            raise ParamError(f"{self._label('grade_weight')} weighs a graded head's cross-entropy, but this "
-                             f"bert-rel has one logit; set the model parameter grades (say [0, 1, 2, 3])")
+            raise ParamError(
+                f"{self._label('grade_weight')} weighs a graded head's cross-entropy, but this "
+                f"bert-rel has one logit; set the model parameter grades (say [0, 1, 2, 3])"
+            )
 
 
 # ------------------------------------------------------------------------------------ mtdnn
@@ -268,8 +288,9 @@ class EMArgs(Params):
 
     def check(self) -> None:
         if self.beta < 1.0:
-            raise ParamError(f"{self._label('beta')}: MAP-EM needs beta >= 1 (a Dirichlet prior whose mode "
-                             f"exists), got {self.beta}")
+            raise ParamError(
+                f"{self._label('beta')}: MAP-EM needs beta >= 1 (a Dirichlet prior whose mode exists), got {self.beta}"
+            )
 
 
 @dataclass(frozen=True)
@@ -342,19 +363,25 @@ class RankerArgs(Params):
         except ValueError as e:
             raise ParamError(str(e)) from None
         if not self.stage_depths or any(len(d) != 2 or min(d) < 0 or max(d) < 1 for d in self.stage_depths):
-            raise ParamError("lambdamart training parameter 'stage_depths' must be a non-empty list of "
-                             f"[n_lexical, n_semantic] pairs (>= 0, not both 0), got {self.stage_depths!r}")
+            raise ParamError(
+                "lambdamart training parameter 'stage_depths' must be a non-empty list of "
+                f"[n_lexical, n_semantic] pairs (>= 0, not both 0), got {self.stage_depths!r}"
+            )
         if any(not isinstance(e, int) or isinstance(e, bool) or e < 1 for e in self.search_efforts):
-            raise ParamError("lambdamart training parameter 'search_efforts' must be a list of HNSW efSearch "
-                             f"values (integers >= 1), got {self.search_efforts!r}")
+            raise ParamError(
+                "lambdamart training parameter 'search_efforts' must be a list of HNSW efSearch "
+                f"values (integers >= 1), got {self.search_efforts!r}"
+            )
         from ..evaluation.metrics import parse_metric
 
         for m in self.stage_select or [""]:
             try:
                 parse_metric(m)
             except ValueError:
-                raise ParamError(f"lambdamart training parameter 'stage_select' must list metrics like 'ndcg@10', "
-                                 f"'recall@100', got {self.stage_select!r}") from None
+                raise ParamError(
+                    f"lambdamart training parameter 'stage_select' must list metrics like 'ndcg@10', "
+                    f"'recall@100', got {self.stage_select!r}"
+                ) from None
 
     @property
     def fold(self) -> QueryFold | None:
@@ -383,5 +410,7 @@ class DistillArgs(TrainArgs):
 
     def _check_dev_metric(self) -> None:
         if self.dev_metric != "cosine":
-            raise ParamError(f"{self._label('dev_metric')} must be 'cosine' (mean cosine to the teacher on dev), "
-                             f"got {self.dev_metric!r}")
+            raise ParamError(
+                f"{self._label('dev_metric')} must be 'cosine' (mean cosine to the teacher on dev), "
+                f"got {self.dev_metric!r}"
+            )

@@ -69,9 +69,16 @@ def teacher_vectors(teacher: Any, texts: Sequence[str], cache: str | Path = "", 
     return cached_array(f, encode)
 
 
-def fit_student(model: StaticQueryEncoder, texts: Sequence[str], targets: np.ndarray, args: DistillArgs, *,
-                dev_texts: Sequence[str] = (), dev_targets: np.ndarray | None = None,
-                progress: bool = True) -> dict[str, Any]:
+def fit_student(
+    model: StaticQueryEncoder,
+    texts: Sequence[str],
+    targets: np.ndarray,
+    args: DistillArgs,
+    *,
+    dev_texts: Sequence[str] = (),
+    dev_targets: np.ndarray | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Build the vocabulary from ``texts`` and fit the rows to the unit ``targets`` (one per text);
     early stopping on the mean cosine of ``dev_texts`` to ``dev_targets``. Returns the log."""
     if len(texts) != len(targets):
@@ -105,16 +112,40 @@ def fit_student(model: StaticQueryEncoder, texts: Sequence[str], targets: np.nda
         return {"dev": float(np.mean(np.sum(model.encode_queries(dev_texts) * dev_targets, axis=1)))}
 
     has_dev = dev_targets is not None and len(dev_texts) > 0
-    log = epoch_loop(net, opt, args, batches=batches, loss=loss, size=len, dev=dev if has_dev else None,
-                     title="static-query", rng=rng, progress=progress, n_batches=lambda: -(-len(texts) // b),
-                     dev_before=False)
+    log = epoch_loop(
+        net,
+        opt,
+        args,
+        batches=batches,
+        loss=loss,
+        size=len,
+        dev=dev if has_dev else None,
+        title="static-query",
+        rng=rng,
+        progress=progress,
+        n_batches=lambda: -(-len(texts) // b),
+        dev_before=False,
+    )
     model.rows = net.weight.detach().numpy().copy()
-    return {**log, "rows": model.n_rows, "words": len(model.words), "bigrams": len(model.bigrams),
-            "trigrams": len(model.hasher or ()), "training_texts": len(texts)}
+    return {
+        **log,
+        "rows": model.n_rows,
+        "words": len(model.words),
+        "bigrams": len(model.bigrams),
+        "trigrams": len(model.hasher or ()),
+        "training_texts": len(texts),
+    }
 
 
-def train_static_query(model: StaticQueryEncoder, data: TrainingData, dev: EvalSet | None = None, *,
-                       args: DistillArgs, progress: bool = True, **options: Any) -> dict[str, Any]:
+def train_static_query(
+    model: StaticQueryEncoder,
+    data: TrainingData,
+    dev: EvalSet | None = None,
+    *,
+    args: DistillArgs,
+    progress: bool = True,
+    **options: Any,
+) -> dict[str, Any]:
     """The ``static-query`` kind's trainer: the training split's queries, the collection's texts and
     their spans, encoded by the teacher, then ``fit_student``."""
     if options.get("checkpoint_dir"):
@@ -135,8 +166,9 @@ def train_static_query(model: StaticQueryEncoder, data: TrainingData, dev: EvalS
             teacher.use_onnx("fp32")
     # the titles' targets are the teacher's document vectors, in the file `index build --vector-cache`
     # reads and writes (the same key): the collection is encoded once for training and indexing
-    docs = SemanticRetriever(teacher, cache=args.cache or None).embed(data.doc_ids, data.doc_texts,
-                                                                      progress="teacher: encoding the collection")
+    docs = SemanticRetriever(teacher, cache=args.cache or None).embed(
+        data.doc_ids, data.doc_texts, progress="teacher: encoding the collection"
+    )
     docs = docs[keep] / np.maximum(np.linalg.norm(docs[keep], axis=1, keepdims=True), 1e-12)
     texts = titles + others
     targets = np.vstack([docs, teacher_vectors(teacher, others, args.cache)])

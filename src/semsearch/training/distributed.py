@@ -128,9 +128,11 @@ def check_batch(batch_size: int, label: str = "batch_size") -> None:
     """Refuse a global batch the ranks cannot split evenly."""
     w = world() if active() else int(os.environ.get("WORLD_SIZE", "1"))
     if w > 1 and batch_size % w:
-        raise ValueError(f"training parameter {label!r} = {batch_size} is not divisible by the {w} processes "
-                         f"(torchrun --nproc-per-node); each takes {label}/{w} items of every batch, so use a "
-                         f"multiple of {w}")
+        raise ValueError(
+            f"training parameter {label!r} = {batch_size} is not divisible by the {w} processes "
+            f"(torchrun --nproc-per-node); each takes {label}/{w} items of every batch, so use a "
+            f"multiple of {w}"
+        )
 
 
 # ------------------------------------------------------------------------------------ sharding
@@ -228,7 +230,7 @@ def sync_gradients(params: Sequence[torch.nn.Parameter], *figures: float | torch
             p, k = params[i], params[i].numel()
             p.grad = flats[key][at : at + k].view_as(p) if head[i] > 0 else None
             at += k
-    return [float(v) / w for v in head[len(params):]]
+    return [float(v) / w for v in head[len(params) :]]
 
 
 def broadcast_state(net: torch.nn.Module) -> None:
@@ -254,8 +256,10 @@ def check_in_step(what: str, value: Any) -> None:
     seen: list[Any] = [None] * world()
     dist.all_gather_object(seen, value)
     if any(v != seen[0] for v in seen):
-        raise RuntimeError(f"distributed training: the ranks' {what} differ (rank {rank()}); every rank must draw "
-                           "the same batches and negatives from the same seed")
+        raise RuntimeError(
+            f"distributed training: the ranks' {what} differ (rank {rank()}); every rank must draw "
+            "the same batches and negatives from the same seed"
+        )
 
 
 def broadcast_object(obj: T) -> T:

@@ -13,8 +13,8 @@ import numpy as np
 
 from ..data import EvalSet, TrainingData
 from ..evaluation import kfold_queries
-from ..ranking.features import Groups
 from ..progress import Reporter, note
+from ..ranking.features import Groups
 from ..ranking.lambdamart import LambdaMART, LambdaMARTRanker
 from ..types import Run
 from .args import RankerArgs
@@ -23,7 +23,9 @@ if TYPE_CHECKING:  # the bundle build hands its stage-1 search in; importing ind
     from ..index.bundle import StageSearch
 
 
-def train_booster(booster: LambdaMART, train: Groups, dev: Groups | None = None, *, cv_folds: int = 0) -> dict[str, Any]:
+def train_booster(
+    booster: LambdaMART, train: Groups, dev: Groups | None = None, *, cv_folds: int = 0
+) -> dict[str, Any]:
     """Train on ``train``'s query groups. With ``dev``: stop once dev NDCG@k has not improved for
     ``early_stopping`` rounds and keep the best round. Without ``dev`` but ``cv_folds`` ≥ 2: pick
     the number of rounds the same way by k-fold CV over ``train``'s queries, then train on all of
@@ -48,18 +50,26 @@ def train_booster(booster: LambdaMART, train: Groups, dev: Groups | None = None,
         valid = [booster.dataset(dev, reference=dtrain)]
         callbacks.append(stop)
         how = "dev early stopping"
-    trained = lgb.train(params, dtrain, num_boost_round=rounds, valid_sets=valid, valid_names=["dev"][: len(valid)],
-                        callbacks=callbacks)
+    trained = lgb.train(
+        params, dtrain, num_boost_round=rounds, valid_sets=valid, valid_names=["dev"][: len(valid)], callbacks=callbacks
+    )
     booster.set_booster(trained, trained.best_iteration or trained.current_iteration())
     if valid:
         metric = float(evals["dev"][key][booster.best_iteration - 1])
-    return {"trees": booster.best_iteration, "rounds_by": how, f"held-out {key}": metric,
-            "train_queries": len(train.qids), "train_pairs": len(train.y),
-            "dev_queries": len(dev.qids) if dev is not None else 0, "importance": booster.importance()}
+    return {
+        "trees": booster.best_iteration,
+        "rounds_by": how,
+        f"held-out {key}": metric,
+        "train_queries": len(train.qids),
+        "train_pairs": len(train.y),
+        "dev_queries": len(dev.qids) if dev is not None else 0,
+        "importance": booster.importance(),
+    }
 
 
-def cross_validated(g: Groups, feature_names: Sequence[str], k: int = 5, seed: int = 0, inner_folds: int = 0,
-                    **params: Any) -> tuple[Run, list[dict[str, Any]]]:
+def cross_validated(
+    g: Groups, feature_names: Sequence[str], k: int = 5, seed: int = 0, inner_folds: int = 0, **params: Any
+) -> tuple[Run, list[dict[str, Any]]]:
     """k-fold cross-validation over queries (data sets with no training split, e.g. TREC DL's 43
     queries, or comparing rankers on a selection split): each fold's queries are ranked by a
     LambdaMART (booster settings ``params``) trained on the other folds, with ``num_boost_round``
@@ -76,30 +86,51 @@ def cross_validated(g: Groups, feature_names: Sequence[str], k: int = 5, seed: i
     return run, logs
 
 
-def fit_ranker(model: LambdaMARTRanker, train: EvalSet, dev: EvalSet | None = None, *, cv_folds: int = 0) -> dict[str, Any]:
+def fit_ranker(
+    model: LambdaMARTRanker, train: EvalSet, dev: EvalSet | None = None, *, cv_folds: int = 0
+) -> dict[str, Any]:
     """Train an indexed ranker on ``train``'s candidates labelled by its qrels; ``dev`` early-stops."""
     g = model.groups(train.queries, train.candidates, train.qrels)
     dv = model.groups(dev.queries, dev.candidates, dev.qrels) if dev is not None else None
     return train_booster(model.ranker, g, dv, cv_folds=cv_folds)
 
 
-def train_ranker(model: LambdaMARTRanker, data: TrainingData, dev: EvalSet | None = None, *, args: RankerArgs,
-                 progress: bool = True, **options: Any) -> dict[str, Any]:
+def train_ranker(
+    model: LambdaMARTRanker,
+    data: TrainingData,
+    dev: EvalSet | None = None,
+    *,
+    args: RankerArgs,
+    progress: bool = True,
+    **options: Any,
+) -> dict[str, Any]:
     """The ``lambdamart`` kind's trainer: its feature models index the training collection, then
     the booster learns from each training query's judged candidates, labelled by the qrels."""
     if options.get("checkpoint_dir"):
         raise ValueError("lambdamart training does not write checkpoints; train without --checkpoint")
     model.index(data.doc_ids, data.doc_texts)
-    train = EvalSet({q: t for q, t in data.queries.items() if q in data.qrels},
-                    {q: list(docs) for q, docs in data.qrels.items() if q in data.queries}, data.qrels)
+    train = EvalSet(
+        {q: t for q, t in data.queries.items() if q in data.qrels},
+        {q: list(docs) for q, docs in data.qrels.items() if q in data.queries},
+        data.qrels,
+    )
     return fit_ranker(model, train, dev, cv_folds=args.cv_folds)
 
 
 # ----------------------------------------------------------------------------- two-stage search
-def _stage_hits(search: StageSearch, queries: Sequence[str], n_lexical: int, n_semantic: int, what: str,
-                progress: bool, batch: int = 512, ef_search: int | None = None) -> list[list[Any]]:
-    rep = Reporter(f"stage 1 for the ranker's {what} queries", (len(queries) + batch - 1) // batch, unit="queries",
-                   show=progress)
+def _stage_hits(
+    search: StageSearch,
+    queries: Sequence[str],
+    n_lexical: int,
+    n_semantic: int,
+    what: str,
+    progress: bool,
+    batch: int = 512,
+    ef_search: int | None = None,
+) -> list[list[Any]]:
+    rep = Reporter(
+        f"stage 1 for the ranker's {what} queries", (len(queries) + batch - 1) // batch, unit="queries", show=progress
+    )
     out: list[list[Any]] = []
     for s in range(0, len(queries), batch):
         part = list(queries[s : s + batch])
@@ -121,8 +152,13 @@ def _cut(g: Groups, ranks: np.ndarray, cols: Sequence[int], n_lexical: int, n_se
     sizes = np.add.reduceat(keep.astype(np.int64), g.offsets[:-1]) if len(g.qids) else np.zeros(0, np.int64)
     present = sizes > 0
     docs = [d for d, k in zip(g.docs, keep) if k]
-    return Groups([q for q, p in zip(g.qids, present) if p], docs, X, g.y[keep],
-                  np.concatenate([[0], np.cumsum(sizes[present])]).astype(np.int64))
+    return Groups(
+        [q for q, p in zip(g.qids, present) if p],
+        docs,
+        X,
+        g.y[keep],
+        np.concatenate([[0], np.cumsum(sizes[present])]).astype(np.int64),
+    )
 
 
 def _dev_selection(run: dict[str, dict[str, float]], dev: EvalSet, args: RankerArgs) -> dict[str, float]:
@@ -140,8 +176,9 @@ def _dev_selection(run: dict[str, dict[str, float]], dev: EvalSet, args: RankerA
     return m
 
 
-def choose_search_effort(model: LambdaMARTRanker, search: StageSearch, dev: EvalSet, *, args: RankerArgs,
-                         progress: bool = True) -> dict[str, Any]:
+def choose_search_effort(
+    model: LambdaMARTRanker, search: StageSearch, dev: EvalSet, *, args: RankerArgs, progress: bool = True
+) -> dict[str, Any]:
     """The served HNSW ``efSearch``, chosen on dev: the trained two-stage search (stage 1 at the
     model's depths, then its ranker) is run over the dev queries at each of ``args.search_efforts``
     and scored by ``args.stage_select``; the smallest efSearch within ``args.effort_tolerance`` of
@@ -153,26 +190,44 @@ def choose_search_effort(model: LambdaMARTRanker, search: StageSearch, dev: Eval
     tried = []
     for ef in sorted(set(args.search_efforts)):
         t = time.perf_counter()
-        hits = _stage_hits(search, texts, model.n_lexical, model.n_semantic, f"dev (efSearch {ef})", progress,
-                           ef_search=ef)
+        hits = _stage_hits(
+            search, texts, model.n_lexical, model.n_semantic, f"dev (efSearch {ef})", progress, ef_search=ef
+        )
         g = model.hit_groups(texts, hits, dev.qrels, qids)
         m = _dev_selection(g.to_run(model.ranker.predict(g)), dev, args)
-        row = {"efSearch": ef, **{f"dev {k}": round(float(v), 4) for k, v in m.items()},
-               "dev selection": round(float(sum(m.values())), 4), "seconds": round(time.perf_counter() - t, 1)}
+        row = {
+            "efSearch": ef,
+            **{f"dev {k}": round(float(v), 4) for k, v in m.items()},
+            "dev selection": round(float(sum(m.values())), 4),
+            "seconds": round(time.perf_counter() - t, 1),
+        }
         tried.append(row)
         if progress:
             note("served efSearch " + "  ".join(f"{k} {v}" for k, v in row.items()))
     best = max(r["dev selection"] for r in tried)
     chosen = min((r for r in tried if r["dev selection"] >= best - args.effort_tolerance), key=lambda r: r["efSearch"])
     if progress:
-        note(f"served efSearch {chosen['efSearch']}: the smallest within {args.effort_tolerance} of the best dev "
-             f"{' + '.join(args.stage_select)} ({best})")
-    return {"chosen": chosen["efSearch"], "tried": tried, "tolerance": args.effort_tolerance,
-            "rule": f"smallest efSearch whose dev {' + '.join(args.stage_select)} is within the tolerance of the best"}
+        note(
+            f"served efSearch {chosen['efSearch']}: the smallest within {args.effort_tolerance} of the best dev "
+            f"{' + '.join(args.stage_select)} ({best})"
+        )
+    return {
+        "chosen": chosen["efSearch"],
+        "tried": tried,
+        "tolerance": args.effort_tolerance,
+        "rule": f"smallest efSearch whose dev {' + '.join(args.stage_select)} is within the tolerance of the best",
+    }
 
 
-def fit_stage_ranker(model: LambdaMARTRanker, search: StageSearch, train: EvalSet, dev: EvalSet, *,
-                     args: RankerArgs, progress: bool = True) -> dict[str, Any]:
+def fit_stage_ranker(
+    model: LambdaMARTRanker,
+    search: StageSearch,
+    train: EvalSet,
+    dev: EvalSet,
+    *,
+    args: RankerArgs,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Train the stage-2 ranker of a two-stage search (BERT paper §3.3, §4.5) on what stage 1
     really returns: each training query's merged lexical ∪ semantic hits over the whole
     collection, labelled by its judgments (unjudged = not relevant). For each stage-1 depth pair in
@@ -194,11 +249,15 @@ def fit_stage_ranker(model: LambdaMARTRanker, search: StageSearch, train: EvalSe
         hits = _stage_hits(search, texts, n_lex, n_sem, what, progress)
         t = time.perf_counter()
         g = model.hit_groups(texts, hits, es.qrels, qids)
-        ranks = np.array([[h.lexical_rank or 0, h.semantic_rank or 0] for hs in hits for h in hs], np.int64).reshape(-1, 2)
+        ranks = np.array([[h.lexical_rank or 0, h.semantic_rank or 0] for hs in hits for h in hs], np.int64).reshape(
+            -1, 2
+        )
         data[what] = (g, ranks)
         if progress:
-            note(f"ranker features for {len(g.qids):,} {what} queries: {len(g.y):,} candidates in "
-                  f"{time.perf_counter() - t:.0f} s")
+            note(
+                f"ranker features for {len(g.qids):,} {what} queries: {len(g.y):,} candidates in "
+                f"{time.perf_counter() - t:.0f} s"
+            )
     cols = [model.feature_names.index(c) if c in model.feature_names else -1 for c in ("lexical_rank", "semantic_rank")]
     tried, best = [], None
     for nl, ns in depths:
@@ -207,10 +266,15 @@ def fit_stage_ranker(model: LambdaMARTRanker, search: StageSearch, train: EvalSe
         t = time.perf_counter()
         log = train_booster(booster, gtr, gdv)
         m = _dev_selection(gdv.to_run(booster.predict(gdv)), dev, args)
-        row = {"n_lexical": nl, "n_semantic": ns, **{f"dev {k}": round(float(v), 4) for k, v in m.items()},
-               "dev selection": round(float(sum(m.values())), 4), "trees": log["trees"],
-               "candidates per query": round(len(gtr.y) / max(len(gtr.qids), 1), 1),
-               "seconds": round(time.perf_counter() - t, 1)}
+        row = {
+            "n_lexical": nl,
+            "n_semantic": ns,
+            **{f"dev {k}": round(float(v), 4) for k, v in m.items()},
+            "dev selection": round(float(sum(m.values())), 4),
+            "trees": log["trees"],
+            "candidates per query": round(len(gtr.y) / max(len(gtr.qids), 1), 1),
+            "seconds": round(time.perf_counter() - t, 1),
+        }
         tried.append(row)
         if progress:
             note("stage-2 ranker at depths " + "  ".join(f"{k} {v}" for k, v in row.items()))
@@ -221,10 +285,18 @@ def fit_stage_ranker(model: LambdaMARTRanker, search: StageSearch, train: EvalSe
     model.ranker = booster
     model.set_depths(row["n_lexical"], row["n_semantic"])
     if progress:
-        note(f"stage-2 ranker: depths lexical {row['n_lexical']}, semantic {row['n_semantic']} chosen on dev "
-             f"by {' + '.join(args.stage_select)} = {row['dev selection']}")
-    out = {**log, "chosen": row, "tried": tried, "selected_by": f"dev {' + '.join(args.stage_select)}",
-           "recall_threshold": args.rel_threshold, "labels": "judged grade; unjudged candidates = 0"}
+        note(
+            f"stage-2 ranker: depths lexical {row['n_lexical']}, semantic {row['n_semantic']} chosen on dev "
+            f"by {' + '.join(args.stage_select)} = {row['dev selection']}"
+        )
+    out = {
+        **log,
+        "chosen": row,
+        "tried": tried,
+        "selected_by": f"dev {' + '.join(args.stage_select)}",
+        "recall_threshold": args.rel_threshold,
+        "labels": "judged grade; unjudged candidates = 0",
+    }
     if args.search_efforts:
         out["search_effort"] = choose_search_effort(model, search, dev, args=args, progress=progress)
     return out

@@ -78,7 +78,12 @@ class EarlyStopping:
         return bool(self.epochs) and "dev" in self.epochs[-1] and self.since_best >= self.patience
 
     def to_dict(self) -> dict[str, Any]:
-        return {"epochs": self.epochs, "best_epoch": self.best_epoch, "best_dev": self.best_dev, "stopped": self.stopped}
+        return {
+            "epochs": self.epochs,
+            "best_epoch": self.best_epoch,
+            "best_dev": self.best_dev,
+            "stopped": self.stopped,
+        }
 
 
 @dataclass
@@ -120,8 +125,9 @@ def epoch_loop(
     par = distributed.init(args.device) and distributed.active()
     if par:
         if not sharded:
-            raise ValueError(f"{title}: this trainer does not split its batches across processes; "
-                             "train it without torchrun")
+            raise ValueError(
+                f"{title}: this trainer does not split its batches across processes; train it without torchrun"
+            )
         distributed.check_batch(args.batch_size)
     main = distributed.is_main()
     net.to(resolve_device(args.device))  # the one place training moves weights; inputs follow them
@@ -145,8 +151,12 @@ def epoch_loop(
     t_start = time.perf_counter()
     for epoch in range(start, args.epochs):
         net.train()
-        rep = Reporter(f"{title} epoch {epoch + 1}/{args.epochs}", n_batches() if n_batches else None,
-                       unit="pairs", show=progress and main)
+        rep = Reporter(
+            f"{title} epoch {epoch + 1}/{args.epochs}",
+            n_batches() if n_batches else None,
+            unit="pairs",
+            show=progress and main,
+        )
         t0, totals = time.perf_counter(), {}
         seen, steps = 0, 0
         for batch in batches():
@@ -175,7 +185,12 @@ def epoch_loop(
         if par and rng is not None:  # the same global batches and negatives on every rank, still
             distributed.check_in_step("sampler states", json.dumps(rng.bit_generator.state, sort_keys=True))
         secs = time.perf_counter() - t0
-        entry: dict[str, Any] = {"epoch": epoch + 1, "seconds": secs, "steps": steps, "pairs_per_s": seen / max(secs, 1e-9)}
+        entry: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "seconds": secs,
+            "steps": steps,
+            "pairs_per_s": seen / max(secs, 1e-9),
+        }
         entry.update({f"loss_{t}" if t else "loss": s[0] / max(s[1], 1) for t, s in totals.items()})
         if dev is not None:
             net.eval()
@@ -223,9 +238,19 @@ def _dev(dev: Callable[[], dict[str, float]], main: bool) -> dict[str, float]:
     return distributed.broadcast_object(dev() if main else {})
 
 
-def em_loop(step: Callable[[int], dict[str, float]], iterations: int, *, tol: float = 0.0, min_iterations: int = 0,
-            title: str = "EM", progress: bool = True, key: str = "loglik", unit: str = "iterations",
-            items: int | None = None, shown: tuple[str, ...] = ()) -> dict[str, Any]:
+def em_loop(
+    step: Callable[[int], dict[str, float]],
+    iterations: int,
+    *,
+    tol: float = 0.0,
+    min_iterations: int = 0,
+    title: str = "EM",
+    progress: bool = True,
+    key: str = "loglik",
+    unit: str = "iterations",
+    items: int | None = None,
+    shown: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """The one EM loop: ``step(i)`` runs iteration ``i`` (E and M) and returns its figures; stops
     after ``iterations`` or, from iteration ``min_iterations`` on, when ``key`` changes by less than
     ``tol`` relative to its size. The progress shows ``key`` and the ``shown`` figures, and a rate
@@ -273,13 +298,20 @@ def _write_checkpoint(d, ck: Checkpoint, net, opt, epoch, stop, rng, best_state)
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(d / "weights.safetensors"))
     save_file({k: v.contiguous() for k, v in best_state.items()}, str(d / "best.safetensors"))
     sd = opt.state_dict()
-    tensors = {f"{pid}.{k}": v.contiguous() for pid, st in sd["state"].items() for k, v in st.items() if torch.is_tensor(v)}
+    tensors = {
+        f"{pid}.{k}": v.contiguous() for pid, st in sd["state"].items() for k, v in st.items() if torch.is_tensor(v)
+    }
     tensors["torch_rng"] = torch.get_rng_state()
     save_file(tensors, str(d / "optimizer.safetensors"))
     if ck.vocab is not None:
         ck.vocab.save(d / "vocabulary.json")
-    meta = {"epoch": epoch, "log": stop.to_dict(), "since_best": stop.since_best,
-            "rng": rng.bit_generator.state if rng is not None else None, "param_groups": sd["param_groups"]}
+    meta = {
+        "epoch": epoch,
+        "log": stop.to_dict(),
+        "since_best": stop.since_best,
+        "rng": rng.bit_generator.state if rng is not None else None,
+        "param_groups": sd["param_groups"],
+    }
     (d / "trainer.json").write_text(json.dumps(meta))
 
 
@@ -312,4 +344,4 @@ def _load_checkpoint(ck: Checkpoint, net, opt, rng, stop):  # type: ignore[no-un
 
 def _vocab_key(vocab: Any) -> Any:
     """What identifies a training vocabulary: trigrams (trigram encoders) or terms (word models)."""
-    return getattr(vocab, "trigrams", None) or getattr(vocab, "terms")
+    return getattr(vocab, "trigrams", None) or vocab.terms

@@ -26,8 +26,9 @@ def softmax_cosine_loss(pos: torch.Tensor, neg: torch.Tensor, gamma: float, scal
     return _cross_entropy(logits, torch.zeros(len(pos), dtype=torch.long, device=pos.device), scale)
 
 
-def in_batch_loss(sims: torch.Tensor, same: torch.Tensor, gamma: float, *, first: int = 0,
-                  scale: float | None = None) -> torch.Tensor:
+def in_batch_loss(
+    sims: torch.Tensor, same: torch.Tensor, gamma: float, *, first: int = 0, scale: float | None = None
+) -> torch.Tensor:
     """Each query's positive against the other queries' positives in the batch (B × B cosines, or
     a rank's B' × B: its queries' positives are columns ``first``..``first + B'``); ``same`` marks
     the other entries that are positives of that query too (masked out)."""
@@ -35,7 +36,9 @@ def in_batch_loss(sims: torch.Tensor, same: torch.Tensor, gamma: float, *, first
     return _cross_entropy(logits, torch.arange(first, first + len(sims), device=sims.device), scale)
 
 
-def pairwise_hinge_loss(pos: torch.Tensor, neg: torch.Tensor, margin: float, scale: float | None = None) -> torch.Tensor:
+def pairwise_hinge_loss(
+    pos: torch.Tensor, neg: torch.Tensor, margin: float, scale: float | None = None
+) -> torch.Tensor:
     """max(0, margin − s⁺ + s⁻) averaged over valid (finite) negatives (``scale``: summed times it
     instead, a rank's share of a distributed batch's mean)."""
     valid = torch.isfinite(neg)
@@ -45,8 +48,9 @@ def pairwise_hinge_loss(pos: torch.Tensor, neg: torch.Tensor, margin: float, sca
     return (loss * valid).sum() / valid.sum().clamp(min=1)
 
 
-def graded_hinge_loss(scores: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, margin: float,
-                      scale: float | None = None) -> torch.Tensor:
+def graded_hinge_loss(
+    scores: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, margin: float, scale: float | None = None
+) -> torch.Tensor:
     """Pairwise max-margin hinge over graded labels (bert-semantic-retrieval-2020 Eq. 3): per
     query, the mean over pairs i, j with y_i > y_j of max(0, τ − (y_i − y_j)(s_i − s_j)); then the
     mean over queries that have such a pair (``scale``: their sum times it instead, a rank's share).
@@ -64,8 +68,9 @@ def graded_hinge_loss(scores: torch.Tensor, labels: torch.Tensor, valid: torch.T
     return per_query.mean() if scale is None else per_query.sum() * scale
 
 
-def listnet_loss(scores: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor,
-                 scale: float | None = None) -> torch.Tensor:
+def listnet_loss(
+    scores: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
     """ListNet's listwise loss (Cao et al. 2007, top-one probabilities) over each query's list:
     the cross-entropy −Σᵢ P_y(i) log P_s(i), P_s the softmax of the scores and P_y the softmax of
     the grades over the query's valid slots; then the mean over queries with two different grades
@@ -80,8 +85,9 @@ def listnet_loss(scores: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor
     return _over_graded(per_query, y, valid, scores, scale)
 
 
-def margin_mse_loss(scores: torch.Tensor, teacher: torch.Tensor, valid: torch.Tensor,
-                    scale: float | None = None) -> torch.Tensor:
+def margin_mse_loss(
+    scores: torch.Tensor, teacher: torch.Tensor, valid: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
     """Margin-MSE (Hofstätter et al. 2020, "Improving efficient neural ranking models with
     cross-architecture knowledge distillation"), over every pair of a query's list instead of one
     positive–negative pair: the mean over pairs i < j of ((s_i − s_j) − (t_i − t_j))², ``teacher``
@@ -113,8 +119,9 @@ def grade_targets(labels: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def grade_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, levels: torch.Tensor,
-                        scale: float | None = None) -> torch.Tensor:
+def grade_cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, levels: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
     """A graded head's pointwise loss: per pair, the cross-entropy between its grade as a
     distribution over ``levels`` (``grade_targets``) and the softmax of its (K) grade logits; per
     query, the mean over its valid pairs; then the mean over the queries the list losses count
@@ -126,8 +133,9 @@ def grade_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, valid: torch
     return _over_graded(per_query, labels.to(logits.dtype), valid, logits, scale)
 
 
-def _over_graded(per_query: torch.Tensor, y: torch.Tensor, valid: torch.Tensor, scores: torch.Tensor,
-                 scale: float | None) -> torch.Tensor:
+def _over_graded(
+    per_query: torch.Tensor, y: torch.Tensor, valid: torch.Tensor, scores: torch.Tensor, scale: float | None
+) -> torch.Tensor:
     """The mean of ``per_query`` over the queries whose valid slots hold two different values of
     ``y`` (grades, or a teacher's scores; ``has_graded_pair`` is the same test in numpy, for the
     distributed scale); ``scale``: their sum times it instead. No such query: a zero that is still
@@ -145,8 +153,14 @@ LIST_LOSSES: tuple[str, ...] = get_args(ListLoss)
 ListNet, Margin-MSE against a teacher's scores."""
 
 
-def graded_list_loss(loss: str, scores: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, margin: float,
-                     scale: float | None = None) -> torch.Tensor:
+def graded_list_loss(
+    loss: str,
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    valid: torch.Tensor,
+    margin: float,
+    scale: float | None = None,
+) -> torch.Tensor:
     """The named loss over graded lists (``LIST_LOSSES``); ``margin`` is the hinge's τ (the others
     have none). For "margin_mse" ``labels`` are the teacher's scores, not grades."""
     if loss == "hinge":

@@ -109,8 +109,10 @@ def train_mtdnn(
     if domains:
         cf = model.features(tasks.texts)  # type: ignore[union-attr]
         y_all = tasks.labels.astype(np.float32)  # type: ignore[union-attr]
-    cursors = {name: (rng.permutation(n), 0) for name, n in
-               ((nm, len(pairs.q_rows) if nm == "rank" else len(tasks)) for nm in names)}  # type: ignore[union-attr,arg-type]
+    cursors = {
+        name: (rng.permutation(n), 0)
+        for name, n in ((nm, len(pairs.q_rows) if nm == "rank" else len(tasks)) for nm in names)
+    }  # type: ignore[union-attr,arg-type]
 
     def next_rows(name: str) -> np.ndarray:
         perm, at = cursors[name]
@@ -131,8 +133,11 @@ def train_mtdnn(
             mine, scale = distributed.shard(len(rows)), distributed.loss_scale(len(rows))
             y = torch.as_tensor(y_all[rows[mine], di], device=model_device(net))
             logits = net.logits(cf.batch(rows[mine]), di)  # type: ignore[union-attr]
-            value = (F.binary_cross_entropy_with_logits(logits, y) if scale is None
-                     else F.binary_cross_entropy_with_logits(logits, y, reduction="sum") * scale)
+            value = (
+                F.binary_cross_entropy_with_logits(logits, y)
+                if scale is None
+                else F.binary_cross_entropy_with_logits(logits, y, reduction="sum") * scale
+            )
         for group in opt.param_groups:
             group["lr"] = args.lr if name == "rank" else cls_lr
         return value, name
@@ -153,13 +158,33 @@ def train_mtdnn(
             entry["dev"] = float(np.mean(scores))
         return entry
 
-    log = epoch_loop(net, opt, args, batches=batches, loss=loss, size=lambda batch: len(batch[1]), dev=evaluate,
-                     title=model.name, rng=rng, progress=progress, n_batches=lambda: steps, sharded=True)
+    log = epoch_loop(
+        net,
+        opt,
+        args,
+        batches=batches,
+        loss=loss,
+        size=lambda batch: len(batch[1]),
+        dev=evaluate,
+        title=model.name,
+        rng=rng,
+        progress=progress,
+        n_batches=lambda: steps,
+        sharded=True,
+    )
     return {**log, "tasks": names, "steps_per_epoch": steps}
 
 
-def train_mtdnn_kind(model: MTDNN, data: TrainingData, dev: EvalSet | None = None, *, args: MTDNNArgs,
-                     progress: bool = True, checkpoint_dir: Any = None, resume: bool = False) -> dict[str, Any]:
+def train_mtdnn_kind(
+    model: MTDNN,
+    data: TrainingData,
+    dev: EvalSet | None = None,
+    *,
+    args: MTDNNArgs,
+    progress: bool = True,
+    checkpoint_dir: Any = None,
+    resume: bool = False,
+) -> dict[str, Any]:
     """``fit``'s entry for the mt-dnn kind: its ranking task only when the model ranks."""
     if checkpoint_dir:
         raise ValueError("mt-dnn training does not write checkpoints; train without --checkpoint")

@@ -34,7 +34,7 @@ class PositiveKeys:
         self.keys = np.unique((q << 32) | d)
 
     @classmethod
-    def of_sets(cls, positives: Sequence[set[int]]) -> "PositiveKeys":
+    def of_sets(cls, positives: Sequence[set[int]]) -> PositiveKeys:
         """Query row ``i``'s positives are ``positives[i]``."""
         q = np.fromiter((i for i, ps in enumerate(positives) for _ in ps), dtype=np.int64)
         d = np.fromiter((d for ps in positives for d in ps), dtype=np.int64, count=len(q))
@@ -108,9 +108,7 @@ def drawn_documents(pool: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.n
     return pool[mark], out
 
 
-def hard_negatives(
-    rng: np.random.Generator, candidates: Sequence[Sequence[int]], h: int
-) -> np.ndarray:
+def hard_negatives(rng: np.random.Generator, candidates: Sequence[Sequence[int]], h: int) -> np.ndarray:
     """(queries × h) document rows drawn from each query's judged-but-not-positive documents
     (-1 where a query has fewer than h)."""
     out = np.full((len(candidates), h), -1, dtype=np.int64)

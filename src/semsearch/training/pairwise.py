@@ -72,5 +72,18 @@ def train_interaction(
             negs = negs.index_put((torch.as_tensor(valid, device=negs.device),), s[b:])
         return pairwise_hinge_loss(s[:b], negs, args.margin, scale)
 
-    return run_epochs(model, net, opt, vocab, step, len(pairs.q_rows), rng, data, dev, args,
-                      progress=progress, checkpoint_dir=checkpoint_dir, resume=resume)
+    return run_epochs(
+        model,
+        net,
+        opt,
+        vocab,
+        step,
+        len(pairs.q_rows),
+        rng,
+        data,
+        dev,
+        args,
+        progress=progress,
+        checkpoint_dir=checkpoint_dir,
+        resume=resume,
+    )

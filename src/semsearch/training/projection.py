@@ -26,9 +26,16 @@ from .args import OPCAArgs, PCAArgs, S2NetArgs
 from .loop import Checkpoint, epoch_loop
 
 
-def train_projection(model: ProjectionModel, data: TrainingData, dev: EvalSet | None = None, *,
-                     args: PCAArgs | S2NetArgs, progress: bool = True, checkpoint_dir: str | Path | None = None,
-                     resume: bool = False) -> dict[str, Any]:
+def train_projection(
+    model: ProjectionModel,
+    data: TrainingData,
+    dev: EvalSet | None = None,
+    *,
+    args: PCAArgs | S2NetArgs,
+    progress: bool = True,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = False,
+) -> dict[str, Any]:
     """Learn ``model``'s vocabulary, idf and A from ``data``'s positive (query, title) pairs;
     ``dev`` early-stops S2Net (only S2Net checkpoints). Returns the training log."""
     if checkpoint_dir and not isinstance(args, S2NetArgs):
@@ -53,8 +60,11 @@ def train_projection(model: ProjectionModel, data: TrainingData, dev: EvalSet | 
     elif isinstance(args, OPCAArgs):
         A, more = _opca(Xq, Xd, model.p.dim, args)
     else:  # LSA: queries and titles as separate documents; CL-LSA: each query concatenated with its title
-        X = (tfidf_matrix([q + d for q, d in zip(q_ids, d_ids)], model.idf) if model.name == "cl-lsa"
-             else sp.vstack([Xq, Xd]).tocsr())
+        X = (
+            tfidf_matrix([q + d for q, d in zip(q_ids, d_ids)], model.idf)
+            if model.name == "cl-lsa"
+            else sp.vstack([Xq, Xd]).tocsr()
+        )
         A, var = pca(X, model.p.dim, seed=args.seed)
         more = {"pca_seconds": time.perf_counter() - t0, "explained_variance": float(var.sum()), "texts": X.shape[0]}
     model.A = np.ascontiguousarray(A, dtype=np.float32)
@@ -63,8 +73,9 @@ def train_projection(model: ProjectionModel, data: TrainingData, dev: EvalSet | 
     return log
 
 
-def pca(X: sp.spmatrix | np.ndarray, k: int, *, seed: int = 0, method: str = "auto",
-        n_iter: int = 10, oversample: int = 50) -> tuple[np.ndarray, np.ndarray]:
+def pca(
+    X: sp.spmatrix | np.ndarray, k: int, *, seed: int = 0, method: str = "auto", n_iter: int = 10, oversample: int = 50
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` principal directions of the rows of ``X`` (columns of a V x k orthonormal
     matrix) and the variances along them, largest first. The centring is implicit, so a sparse X
     stays sparse. ``method``: "arpack" (``scipy.sparse.linalg.svds``, exact to its tolerance),
@@ -103,8 +114,12 @@ def pca(X: sp.spmatrix | np.ndarray, k: int, *, seed: int = 0, method: str = "au
             order = np.argsort(-evals)[:k]
             comps, s = Q @ evecs[:, order], np.sqrt(np.maximum(evals[order], 0.0))
         else:
-            op = spla.LinearOperator((n, V), dtype=np.float64, matvec=lambda v: mul(np.reshape(v, (-1, 1))).ravel(),
-                                     rmatvec=lambda u: rmul(np.reshape(u, (-1, 1))).ravel())
+            op = spla.LinearOperator(
+                (n, V),
+                dtype=np.float64,
+                matvec=lambda v: mul(np.reshape(v, (-1, 1))).ravel(),
+                rmatvec=lambda u: rmul(np.reshape(u, (-1, 1))).ravel(),
+            )
             _, s, vt = spla.svds(op, k=k, v0=rng.standard_normal(min(n, V)), which="LM", solver="arpack")
             order = np.argsort(-s)
             comps, s = vt[order].T, s[order]
@@ -137,8 +152,12 @@ def _opca(Xq: sp.csr_matrix, Xd: sp.csr_matrix, dim: int, args: OPCAArgs) -> tup
     vals, W = vals[order], W[:, order]
     signs = np.sign(W[np.argmax(np.abs(W), axis=0), np.arange(k)])
     W = W * np.where(signs == 0, 1.0, signs)
-    return U @ W, {"reduce": m, "epsilon": eps, "eigenvalues": vals[:10].tolist(),
-                   "seconds_eigh": time.perf_counter() - t0}
+    return U @ W, {
+        "reduce": m,
+        "epsilon": eps,
+        "eigenvalues": vals[:10].tolist(),
+        "seconds_eigh": time.perf_counter() - t0,
+    }
 
 
 class _Projection(torch.nn.Module):
@@ -149,8 +168,16 @@ class _Projection(torch.nn.Module):
         self.A = torch.nn.Parameter(torch.from_numpy(A))
 
 
-def _s2net(model: ProjectionModel, Xq: sp.csr_matrix, Xd: sp.csr_matrix, data: TrainingData, dev: EvalSet | None,
-           args: S2NetArgs, progress: bool, ck: Checkpoint | None) -> tuple[np.ndarray, dict[str, Any]]:
+def _s2net(
+    model: ProjectionModel,
+    Xq: sp.csr_matrix,
+    Xd: sp.csr_matrix,
+    data: TrainingData,
+    dev: EvalSet | None,
+    args: S2NetArgs,
+    progress: bool,
+    ck: Checkpoint | None,
+) -> tuple[np.ndarray, dict[str, Any]]:
     """A from the LSA solution, then S2Net epochs (negatives re-drawn every epoch) on ``epoch_loop``;
     the LSA start is scored on dev first and kept if no epoch beats it by more than ``min_delta``."""
     t0 = time.perf_counter()
@@ -194,17 +221,34 @@ def _s2net(model: ProjectionModel, Xq: sp.csr_matrix, Xd: sp.csr_matrix, data: T
         s = scorer(net.A.detach().cpu().numpy())
         return {"dev": s, f"dev_{metric}": s}
 
-    out = epoch_loop(net, opt, args, batches=batches, loss=loss, size=lambda b: len(b[0]),
-                     dev=dev_score if scorer is not None else None, title="S2Net", rng=rng, checkpoint=ck,
-                     progress=progress, dev_before=True, n_batches=lambda: -(-n // bs), sharded=True)
+    out = epoch_loop(
+        net,
+        opt,
+        args,
+        batches=batches,
+        loss=loss,
+        size=lambda b: len(b[0]),
+        dev=dev_score if scorer is not None else None,
+        title="S2Net",
+        rng=rng,
+        checkpoint=ck,
+        progress=progress,
+        dev_before=True,
+        n_batches=lambda: -(-n // bs),
+        sharded=True,
+    )
     epochs = out["epochs"]
     if epochs and epochs[0]["epoch"] == 0:  # the LSA start's dev score
         log[f"dev_{metric}_init"] = epochs.pop(0)["dev"]
     stopped = out["stopped"]
     if not stopped.startswith("reached") and epochs:
         stopped = f"early stop after epoch {epochs[-1]['epoch']}: {stopped}"
-    log.update(epochs=epochs, best_epoch=out["best_epoch"], stopped=stopped,
-               seconds_per_epoch=float(np.mean([e["seconds"] for e in epochs])) if epochs else 0.0)
+    log.update(
+        epochs=epochs,
+        best_epoch=out["best_epoch"],
+        stopped=stopped,
+        seconds_per_epoch=float(np.mean([e["seconds"] for e in epochs])) if epochs else 0.0,
+    )
     log[f"best_dev_{metric.replace('@', '')}"] = out["best_dev"] if scorer is not None else None
     return net.A.detach().cpu().numpy(), log
 
@@ -223,12 +267,14 @@ def _rows(m: tuple[np.ndarray, np.ndarray, np.ndarray, int], idx: np.ndarray, de
     rows = np.repeat(np.arange(len(idx)), lengths)
     src = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + np.arange(lengths.sum())
     ix = torch.from_numpy(np.vstack([rows, indices[src]]))
-    return torch.sparse_coo_tensor(ix, torch.from_numpy(data[src]), (len(idx), V), check_invariants=False,
-                                   device=device).coalesce()
+    return torch.sparse_coo_tensor(
+        ix, torch.from_numpy(data[src]), (len(idx), V), check_invariants=False, device=device
+    ).coalesce()
 
 
-def _sample_negatives(rng: np.random.Generator, n: int, J: int, pool: int, pos_keys: np.ndarray,
-                      pair_query: np.ndarray) -> np.ndarray:
+def _sample_negatives(
+    rng: np.random.Generator, n: int, J: int, pool: int, pos_keys: np.ndarray, pair_query: np.ndarray
+) -> np.ndarray:
     """J random pool documents for each of n pairs, re-drawn (up to 10 times) where one is a
     positive of the pair's query; ``pos_keys`` = query index · pool + document index of every
     positive."""

@@ -35,12 +35,19 @@ from ..text import Vocabulary, count_matrix
 from .args import BLTMArgs, EMArgs, LDAArgs
 from .loop import em_loop
 
-
 _ARGS: dict[str, type[Params]] = {"plsa": EMArgs, "lda": LDAArgs, "bltm": BLTMArgs}
 
 
-def train_topic(model: TopicModel, data: TrainingData, dev: EvalSet | None = None, *, args: Params,
-                progress: bool = True, checkpoint_dir: str | Path | None = None, resume: bool = False) -> dict[str, Any]:
+def train_topic(
+    model: TopicModel,
+    data: TrainingData,
+    dev: EvalSet | None = None,
+    *,
+    args: Params,
+    progress: bool = True,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = False,
+) -> dict[str, Any]:
     """Train on ``data``: PLSA and LDA on the distinct titles of its positive pairs, BLTM on the
     pairs. ``dev`` is not used: EM stops on its own objective."""
     if checkpoint_dir:
@@ -50,8 +57,9 @@ def train_topic(model: TopicModel, data: TrainingData, dev: EvalSet | None = Non
     return fit_texts(model, distinct_titles(data), args=args, progress=progress)
 
 
-def fit_texts(model: TopicModel, texts: Sequence[str], *, args: Params | None = None,
-              progress: bool = False) -> dict[str, Any]:
+def fit_texts(
+    model: TopicModel, texts: Sequence[str], *, args: Params | None = None, progress: bool = False
+) -> dict[str, Any]:
     """Train PLSA or LDA on documents ``texts`` (default arguments: the kind's)."""
     if model.name not in ("plsa", "lda"):
         raise ValueError(f"{model.name} trains on query-title pairs (fit_pairs)")
@@ -60,16 +68,21 @@ def fit_texts(model: TopicModel, texts: Sequence[str], *, args: Params | None = 
     return _memoized(model, args, texts, lambda: train(model, texts, args, progress))  # type: ignore[arg-type]
 
 
-def fit_pairs(model: TopicModel, queries: Sequence[str], titles: Sequence[str], *, args: Params | None = None,
-              progress: bool = False) -> dict[str, Any]:
+def fit_pairs(
+    model: TopicModel,
+    queries: Sequence[str],
+    titles: Sequence[str],
+    *,
+    args: Params | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
     """Train BLTM on aligned query and title texts (default arguments: the kind's)."""
     if model.name != "bltm":
         raise ValueError(f"{model.name} trains on documents (fit_texts)")
     if len(queries) != len(titles):
         raise ValueError(f"{len(queries)} queries but {len(titles)} titles")
     args = args if args is not None else BLTMArgs()
-    return _memoized(model, args, [*queries, "\x01", *titles],
-                     lambda: _bltm(model, queries, titles, args, progress))  # type: ignore[arg-type]
+    return _memoized(model, args, [*queries, "\x01", *titles], lambda: _bltm(model, queries, titles, args, progress))  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------ trainers
@@ -89,9 +102,18 @@ def _plsa(model: TopicModel, texts: Sequence[str], args: EMArgs, progress: bool)
 
     loop = _em(model, step, args.iterations, args.tol, n_tokens, progress, args.min_iterations)
     model.set_trained(vocab, vocab, state["phiT"].T, {})
-    return {"model": model.name, "topics": T, "documents": counts.shape[0], "dropped_empty": len(texts) - counts.shape[0],
-            "vocabulary": len(vocab), "tokens": n_tokens, "trained_on": "distinct titles of the training pairs",
-            "threads": model.threads, **loop, "seconds": round(time.perf_counter() - start, 2)}
+    return {
+        "model": model.name,
+        "topics": T,
+        "documents": counts.shape[0],
+        "dropped_empty": len(texts) - counts.shape[0],
+        "vocabulary": len(vocab),
+        "tokens": n_tokens,
+        "trained_on": "distinct titles of the training pairs",
+        "threads": model.threads,
+        **loop,
+        "seconds": round(time.perf_counter() - start, 2),
+    }
 
 
 def _lda(model: TopicModel, texts: Sequence[str], args: LDAArgs, progress: bool) -> dict[str, Any]:
@@ -111,9 +133,18 @@ def _lda(model: TopicModel, texts: Sequence[str], args: LDAArgs, progress: bool)
 
     def step() -> tuple[float, float, dict[str, Any]]:
         if "lda" not in holder:
-            holder["lda"] = LdaModel(corpus, num_topics=T, id2word=dict(enumerate(vocab.terms)), alpha=np.full(T, alpha),
-                                     eta=args.eta, passes=1, iterations=args.iterations, chunksize=args.chunksize,
-                                     random_state=args.seed, eval_every=None)
+            holder["lda"] = LdaModel(
+                corpus,
+                num_topics=T,
+                id2word=dict(enumerate(vocab.terms)),
+                alpha=np.full(T, alpha),
+                eta=args.eta,
+                passes=1,
+                iterations=args.iterations,
+                chunksize=args.chunksize,
+                random_state=args.seed,
+                eval_every=None,
+            )
         else:
             holder["lda"].update(corpus, passes=1)
         bound = float(holder["lda"].bound(sample))
@@ -122,17 +153,33 @@ def _lda(model: TopicModel, texts: Sequence[str], args: LDAArgs, progress: bool)
     loop = _em(model, step, args.passes, 0.0, n_tokens, progress)
     lda = holder["lda"]
     lam = lda.state.get_lambda()
-    model.set_trained(vocab, vocab, lam / lam.sum(axis=1, keepdims=True),
-                      {"lambda": lam, "alpha": np.asarray(lda.alpha, dtype=np.float64)})
-    return {"model": model.name, "topics": T, "documents": counts.shape[0], "vocabulary": len(vocab),
-            "tokens": n_tokens, "alpha": alpha, "eta": args.eta, "trainer": "gensim LdaModel (online VB)",
-            "note": ("one 'iteration' is one pass of online VB; its loglik/objective is gensim's variational "
-                     "bound on the first 2,000 titles (with the topic-side terms, so not monotone in passes)"),
-            **loop, "seconds": round(time.perf_counter() - start, 2)}
+    model.set_trained(
+        vocab,
+        vocab,
+        lam / lam.sum(axis=1, keepdims=True),
+        {"lambda": lam, "alpha": np.asarray(lda.alpha, dtype=np.float64)},
+    )
+    return {
+        "model": model.name,
+        "topics": T,
+        "documents": counts.shape[0],
+        "vocabulary": len(vocab),
+        "tokens": n_tokens,
+        "alpha": alpha,
+        "eta": args.eta,
+        "trainer": "gensim LdaModel (online VB)",
+        "note": (
+            "one 'iteration' is one pass of online VB; its loglik/objective is gensim's variational "
+            "bound on the first 2,000 titles (with the topic-side terms, so not monotone in passes)"
+        ),
+        **loop,
+        "seconds": round(time.perf_counter() - start, 2),
+    }
 
 
-def _bltm(model: TopicModel, queries: Sequence[str], titles: Sequence[str], args: BLTMArgs,
-          progress: bool) -> dict[str, Any]:
+def _bltm(
+    model: TopicModel, queries: Sequence[str], titles: Sequence[str], args: BLTMArgs, progress: bool
+) -> dict[str, Any]:
     start = time.perf_counter()
     one, pr = model.p.one_vocab, args.pr  # type: ignore[attr-defined]
     tq = [model.analyzer(t) for t in queries]
@@ -158,28 +205,62 @@ def _bltm(model: TopicModel, queries: Sequence[str], titles: Sequence[str], args
 
     def step() -> tuple[float, float, dict[str, Any]]:
         state["q"], state["d"], ll, obj, st = bltm_step(
-            qc, dc, theta, state["q"], state["d"], alpha, beta, model.threads, one_vocab=one, lam=lam,
-            pr_steps=args.pr_steps, pr_tol=args.pr_tol, pr_method=args.pr_method)
+            qc,
+            dc,
+            theta,
+            state["q"],
+            state["d"],
+            alpha,
+            beta,
+            model.threads,
+            one_vocab=one,
+            lam=lam,
+            pr_steps=args.pr_steps,
+            pr_tol=args.pr_tol,
+            pr_method=args.pr_method,
+        )
         extra = {}
         if pr:
-            extra = {"pr_residual_max": st.max_residual, "pr_residual_mean": st.mean_residual,
-                     "pr_mean_steps": st.mean_steps}
+            extra = {
+                "pr_residual_max": st.max_residual,
+                "pr_residual_mean": st.mean_residual,
+                "pr_mean_steps": st.mean_steps,
+            }
         return ll, obj, extra
 
     loop = _em(model, step, args.iterations, args.tol, n_tokens, progress, args.min_iterations)
     model.set_trained(vq, vd, state["q"].T, {} if one else {"phi_doc": state["d"].T})
     variant = "BLTM" + ("-PR" if pr else "") + ("-1V" if one else "")
-    log = {"model": model.name, "variant": variant, "topics": T, "pairs": int(keep.sum()),
-           "dropped_empty": int((~keep).sum()), "query_vocabulary": len(vq), "title_vocabulary": len(vd),
-           "tokens": n_tokens, "threads": model.threads, **loop, "seconds": round(time.perf_counter() - start, 2)}
+    log = {
+        "model": model.name,
+        "variant": variant,
+        "topics": T,
+        "pairs": int(keep.sum()),
+        "dropped_empty": int((~keep).sum()),
+        "query_vocabulary": len(vq),
+        "title_vocabulary": len(vd),
+        "tokens": n_tokens,
+        "threads": model.threads,
+        **loop,
+        "seconds": round(time.perf_counter() - start, 2),
+    }
     if pr:
-        log["note"] = ("with PR the EM maximises the posterior-regularised objective; the logged objective "
-                       "is the plain MAP objective, which need not increase monotonically")
+        log["note"] = (
+            "with PR the EM maximises the posterior-regularised objective; the logged objective "
+            "is the plain MAP objective, which need not increase monotonically"
+        )
     return log
 
 
-def _em(model: TopicModel, step: Callable[[], tuple[float, float, dict[str, Any]]], iterations: int, tol: float,
-        tokens: int, progress: bool, min_iterations: int = 0) -> dict[str, Any]:
+def _em(
+    model: TopicModel,
+    step: Callable[[], tuple[float, float, dict[str, Any]]],
+    iterations: int,
+    tol: float,
+    tokens: int,
+    progress: bool,
+    min_iterations: int = 0,
+) -> dict[str, Any]:
     """Run ``step`` (one EM iteration: log-likelihood, objective, extras) up to ``iterations`` times
     on ``loop.em_loop``: from iteration ``min_iterations`` on, stop by its rule on the
     log-likelihood (not the MAP objective: with many topics the prior terms dwarf it)."""
@@ -192,15 +273,26 @@ def _em(model: TopicModel, step: Callable[[], tuple[float, float, dict[str, Any]
             raise FloatingPointError(f"{model.name}: EM objective became {obj} at iteration {_ + 1}")
         return {"loglik": ll, "objective": obj, "seconds": round(dt, 4), "tokens_per_s": round(tokens / dt, 1), **extra}
 
-    res = em_loop(timed, iterations, tol=tol, min_iterations=min_iterations, progress=progress, unit="tokens",
-                  title=f"{model.name} EM ({model.p.topics} topics)", items=tokens, shown=("objective",))
+    res = em_loop(
+        timed,
+        iterations,
+        tol=tol,
+        min_iterations=min_iterations,
+        progress=progress,
+        unit="tokens",
+        title=f"{model.name} EM ({model.p.topics} topics)",
+        items=tokens,
+        shown=("objective",),
+    )
     history = res["iterations"]
     if res["stopped"].startswith("reached"):
         stopped = f"reached the iteration limit ({iterations}) without the relative change falling below tol {tol:g}"
     else:
         ll, prev = history[-1]["loglik"], history[-2]["loglik"]
-        stopped = (f"converged at iteration {len(history)}: relative change of the log-likelihood "
-                   f"{(ll - prev) / abs(prev):.3g} below tol {tol:g}")
+        stopped = (
+            f"converged at iteration {len(history)}: relative change of the log-likelihood "
+            f"{(ll - prev) / abs(prev):.3g} below tol {tol:g}"
+        )
     return {"iterations": history, "stopped": stopped}
 
 
@@ -233,7 +325,8 @@ def _check_topics(model: TopicModel, n_docs: int, n_words: int, what: str) -> No
     if model.p.topics > limit:
         raise ValueError(
             f"{model.name}: {model.p.topics} topics but the training data has only {n_docs} non-empty "
-            f"{what} and {n_words} distinct words; use at most {limit} topics or more data")
+            f"{what} and {n_words} distinct words; use at most {limit} topics or more data"
+        )
 
 
 def _random_rows(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
@@ -261,12 +354,15 @@ def clear_fit_memo() -> None:
     _FIT_MEMO.clear()
 
 
-def _memoized(model: TopicModel, args: Params, texts: Sequence[str], train: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _memoized(
+    model: TopicModel, args: Params, texts: Sequence[str], train: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
     """``train()``'s log, or the trained state and log of an identical earlier run (kind, parameters
     but the mixture and threads, arguments, analyzer, texts)."""
     what = {k: v for k, v in model.p.as_dict().items() if k not in ("mu", "lam", "threads", "analyzer")}
-    h = hashlib.sha1(json.dumps([model.name, what, args.as_dict(), model.analyzer.config()],
-                                sort_keys=True, default=str).encode())
+    h = hashlib.sha1(
+        json.dumps([model.name, what, args.as_dict(), model.analyzer.config()], sort_keys=True, default=str).encode()
+    )
     for t in texts:
         h.update(t.encode("utf-8", "replace"))
         h.update(b"\x00")
@@ -362,9 +458,20 @@ def _pr_setup(cq: Chunk, cd: Chunk) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def bltm_step(
-    q_chunks: Sequence[Chunk], d_chunks: Sequence[Chunk], theta: np.ndarray, phiQT: np.ndarray,
-    phiDT: np.ndarray, alpha: float, beta: float, threads: int, *, one_vocab: bool = False,
-    lam: np.ndarray | None = None, pr_steps: int = 20, pr_tol: float = 1e-3, pr_method: str = "diag",
+    q_chunks: Sequence[Chunk],
+    d_chunks: Sequence[Chunk],
+    theta: np.ndarray,
+    phiQT: np.ndarray,
+    phiDT: np.ndarray,
+    alpha: float,
+    beta: float,
+    threads: int,
+    *,
+    one_vocab: bool = False,
+    lam: np.ndarray | None = None,
+    pr_steps: int = 20,
+    pr_tol: float = 1e-3,
+    pr_method: str = "diag",
 ) -> tuple[np.ndarray, np.ndarray, float, float, PRStats]:
     """One MAP-EM iteration of the bilingual topic model (Gao 2011 §3.1): pair i's query tokens and
     title tokens share θ_i; query words come from φᵠ, title words from φᴰ, given transposed
@@ -437,8 +544,10 @@ def bltm_step(
     ll = sum(p[2] for p in parts)
     n_pr = sum(p[7] for p in parts)
     stats = PRStats(
-        max((p[4] for p in parts), default=0.0), sum(p[5] for p in parts) / max(n_pr, 1),
-        sum(p[6] for p in parts) / max(n_pr, 1), n_pr,
+        max((p[4] for p in parts), default=0.0),
+        sum(p[5] for p in parts) / max(n_pr, 1),
+        sum(p[6] for p in parts) / max(n_pr, 1),
+        n_pr,
     )
     objective = ll + sum(p[3] for p in parts) + _log_prior(phiQT, beta)
     new_q = _m_step([p[0] for p in parts], phiQT, beta)
@@ -455,8 +564,12 @@ def _tilt(theta: np.ndarray, exponent: np.ndarray) -> np.ndarray:
 
 
 def pr_fractions(
-    q_chunks: Sequence[Chunk], d_chunks: Sequence[Chunk], theta: np.ndarray, phiQT: np.ndarray,
-    phiDT: np.ndarray, lam: np.ndarray | None,
+    q_chunks: Sequence[Chunk],
+    d_chunks: Sequence[Chunk],
+    theta: np.ndarray,
+    phiQT: np.ndarray,
+    phiDT: np.ndarray,
+    lam: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Expected fraction of each pair's query tokens and of its title tokens on each topic under
     the (projected, when ``lam`` is given) posteriors: what the PR constraint equates."""

@@ -25,8 +25,8 @@ from ..models.base import Model, rank
 from ..models.neural import NeuralEncoder
 from . import distributed
 from .args import EncoderArgs, TrainArgs
-from .losses import in_batch_loss, softmax_cosine_loss
 from .loop import Checkpoint, epoch_loop
+from .losses import in_batch_loss, softmax_cosine_loss
 from .negatives import PositiveKeys, drawn_documents, hard_negatives, random_negatives, sample_pool
 
 
@@ -48,7 +48,7 @@ class Pairs:
         return self.pos_keys, q_rows
 
     @classmethod
-    def build(cls, data: TrainingData) -> "Pairs":
+    def build(cls, data: TrainingData) -> Pairs:
         qids = list(dict.fromkeys(q for q, _ in data.positives))
         qrow = {q: i for i, q in enumerate(qids)}
         di = data.doc_index
@@ -93,8 +93,13 @@ def train_encoder(
 
 
 def _train(
-    model: NeuralEncoder, data: TrainingData, dev: EvalSet | None, args: EncoderArgs, progress: bool,
-    checkpoint_dir: str | Path | None, resume: bool,
+    model: NeuralEncoder,
+    data: TrainingData,
+    dev: EvalSet | None,
+    args: EncoderArgs,
+    progress: bool,
+    checkpoint_dir: str | Path | None,
+    resume: bool,
 ) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -109,17 +114,40 @@ def _train(
     def step(rows: np.ndarray) -> torch.Tensor:
         return batch_loss(net, qf, df, pairs, rows, rng, args)
 
-    out = run_epochs(model, net, opt, hasher, step, len(pairs.q_rows), rng, data, dev, args,
-                     progress=progress, checkpoint_dir=checkpoint_dir, resume=resume)
+    out = run_epochs(
+        model,
+        net,
+        opt,
+        hasher,
+        step,
+        len(pairs.q_rows),
+        rng,
+        data,
+        dev,
+        args,
+        progress=progress,
+        checkpoint_dir=checkpoint_dir,
+        resume=resume,
+    )
     out["gamma"] = args.gamma
     return out
 
 
 def run_epochs(
-    model: Model, net: torch.nn.Module, opt: torch.optim.Optimizer, vocab: Any,
-    step: Callable[[np.ndarray], torch.Tensor], n_items: int, rng: np.random.Generator,
-    data: TrainingData, dev: EvalSet | None, args: TrainArgs, *, progress: bool = True,
-    checkpoint_dir: str | Path | None = None, resume: bool = False,
+    model: Model,
+    net: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    vocab: Any,
+    step: Callable[[np.ndarray], torch.Tensor],
+    n_items: int,
+    rng: np.random.Generator,
+    data: TrainingData,
+    dev: EvalSet | None,
+    args: TrainArgs,
+    *,
+    progress: bool = True,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """``loop.epoch_loop`` over ``n_items`` training items shuffled each epoch into minibatches of
     row indices; ``step(rows)`` gives a minibatch's loss (under torchrun: this rank's share of it,
@@ -132,12 +160,32 @@ def run_epochs(
 
     evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None
     ck = Checkpoint(Path(checkpoint_dir), vocab, resume) if checkpoint_dir else None
-    return epoch_loop(net, opt, args, batches=batches, loss=step, size=len, dev=evaluate, title=model.name,
-                      rng=rng, checkpoint=ck, progress=progress, n_batches=lambda: -(-n_items // b), sharded=True)
+    return epoch_loop(
+        net,
+        opt,
+        args,
+        batches=batches,
+        loss=step,
+        size=len,
+        dev=evaluate,
+        title=model.name,
+        rng=rng,
+        checkpoint=ck,
+        progress=progress,
+        n_batches=lambda: -(-n_items // b),
+        sharded=True,
+    )
 
 
-def batch_loss(net, qf, df, pairs: Pairs, rows: np.ndarray, rng: np.random.Generator,  # type: ignore[no-untyped-def]
-               args: EncoderArgs) -> torch.Tensor:
+def batch_loss(
+    net,
+    qf,
+    df,
+    pairs: Pairs,
+    rows: np.ndarray,
+    rng: np.random.Generator,  # type: ignore[no-untyped-def]
+    args: EncoderArgs,
+) -> torch.Tensor:
     """A minibatch's −log softmax over γ·cosine (``args.gamma`` one number): each query's positive
     against its J pool negatives and h judged ones, or (``in-batch``) the batch's other positives.
     Under torchrun (``distributed``) ``rows`` is the global batch: the negatives are drawn for all
@@ -166,7 +214,9 @@ def batch_loss(net, qf, df, pairs: Pairs, rows: np.ndarray, rng: np.random.Gener
     hard_rows = hard[hard >= 0]
     if distributed.active() and len(used):  # the shared negatives: each encoded by one rank, gathered
         own = F.normalize(net.doc(df.batch(np.concatenate([d_rows, hard_rows]))), dim=1)
-        shared = distributed.gather(F.normalize(net.doc(df.batch(used[distributed.shard(len(used))])), dim=1), len(used))
+        shared = distributed.gather(
+            F.normalize(net.doc(df.batch(used[distributed.shard(len(used))])), dim=1), len(used)
+        )
         dv = torch.cat([own[: len(d_rows)], shared, own[len(d_rows) :]])
     else:
         dv = F.normalize(net.doc(df.batch(np.concatenate([d_rows, used, hard_rows]))), dim=1)
@@ -207,8 +257,13 @@ class _GatheredDots(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):  # type: ignore[no-untyped-def, override]
         q, g, order, offsets = ctx.saved_tensors
         gq = torch.bmm(grad[:, None, :], g)[:, 0, :]
-        gd = F.embedding_bag(torch.div(order, ctx.picks, rounding_mode="floor"), q, offsets, mode="sum",
-                             per_sample_weights=grad.reshape(-1)[order].contiguous())
+        gd = F.embedding_bag(
+            torch.div(order, ctx.picks, rounding_mode="floor"),
+            q,
+            offsets,
+            mode="sum",
+            per_sample_weights=grad.reshape(-1)[order].contiguous(),
+        )
         return gq, gd, None
 
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from itertools import pairwise
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +41,10 @@ import torch
 from ..data import EvalSet, TrainingData
 from ..models.transformer import BiEncoder, CrossEncoder, TransformerModel
 from ..progress import note
-from .args import TransformerArgs
 from . import distributed
-from .losses import grade_cross_entropy, graded_list_loss, has_graded_pair
+from .args import TransformerArgs
 from .loop import epoch_loop
+from .losses import grade_cross_entropy, graded_list_loss, has_graded_pair
 from .negatives import uniform_negatives
 from .trainer import dev_score
 
@@ -60,13 +60,18 @@ class Example:
     judged: set[int]
     teacher: np.ndarray | None = None  # a teacher's (rescaled) score of each document, for Margin-MSE
 
-    def with_negatives(self, rows: np.ndarray) -> "Example":
-        return Example(self.query, np.concatenate([self.docs, rows]),
-                       np.concatenate([self.grades, np.zeros(len(rows))]), self.judged)
+    def with_negatives(self, rows: np.ndarray) -> Example:
+        return Example(
+            self.query,
+            np.concatenate([self.docs, rows]),
+            np.concatenate([self.grades, np.zeros(len(rows))]),
+            self.judged,
+        )
 
 
-def judged_examples(data: TrainingData, rng: np.random.Generator, max_queries: int | None,
-                    max_judged: int) -> list[Example]:
+def judged_examples(
+    data: TrainingData, rng: np.random.Generator, max_queries: int | None, max_judged: int
+) -> list[Example]:
     """The training queries (a random ``max_queries`` of them) with their judged documents (at most
     ``max_judged``, random); queries whose documents all share one grade are left out."""
     idx = data.doc_index
@@ -95,12 +100,23 @@ class Clusters:
     query_cluster: np.ndarray  # per example
 
     @classmethod
-    def build(cls, encoder: BiEncoder, doc_texts: list[str], queries: list[str], n_clusters: int,
-              max_docs: int, rng: np.random.Generator, seed: int) -> "Clusters":
+    def build(
+        cls,
+        encoder: BiEncoder,
+        doc_texts: list[str],
+        queries: list[str],
+        n_clusters: int,
+        max_docs: int,
+        rng: np.random.Generator,
+        seed: int,
+    ) -> Clusters:
         import faiss
 
-        rows = np.arange(len(doc_texts)) if len(doc_texts) <= max_docs else np.sort(
-            rng.choice(len(doc_texts), size=max_docs, replace=False))
+        rows = (
+            np.arange(len(doc_texts))
+            if len(doc_texts) <= max_docs
+            else np.sort(rng.choice(len(doc_texts), size=max_docs, replace=False))
+        )
         x = np.ascontiguousarray(encoder.encode_documents([doc_texts[i] for i in rows]))
         k = max(1, min(n_clusters, len(rows)))
         km = faiss.Kmeans(x.shape[1], k, niter=20, seed=seed, verbose=False)
@@ -111,8 +127,14 @@ class Clusters:
         return cls(members, q_c[:, 0].astype(np.int64))
 
 
-def add_negatives(examples: list[Example], rng: np.random.Generator, n_docs: int, neg_global: int,
-                  neg_cluster: int, clusters: Clusters | None) -> list[Example]:
+def add_negatives(
+    examples: list[Example],
+    rng: np.random.Generator,
+    n_docs: int,
+    neg_global: int,
+    neg_cluster: int,
+    clusters: Clusters | None,
+) -> list[Example]:
     """Append NEG_global and NEG_cluster documents to every example (distinct, none judged)."""
     everything = np.arange(n_docs, dtype=np.int64)
     out = []
@@ -120,13 +142,16 @@ def add_negatives(examples: list[Example], rng: np.random.Generator, n_docs: int
         g = uniform_negatives(rng, everything, ex.judged, neg_global)
         c = np.zeros(0, dtype=np.int64)
         if neg_cluster > 0 and clusters is not None:
-            c = uniform_negatives(rng, clusters.members[clusters.query_cluster[i]], ex.judged | set(g.tolist()), neg_cluster)
+            c = uniform_negatives(
+                rng, clusters.members[clusters.query_cluster[i]], ex.judged | set(g.tolist()), neg_cluster
+            )
         out.append(ex.with_negatives(np.concatenate([g, c])))
     return out
 
 
-def add_hard_negatives(examples: list[Example], data: TrainingData, rng: np.random.Generator, n: int,
-                       source: str, depth: int) -> list[Example]:
+def add_hard_negatives(
+    examples: list[Example], data: TrainingData, rng: np.random.Generator, n: int, source: str, depth: int
+) -> list[Example]:
     """Append ``n`` hard negatives to every example: documents drawn uniformly from the top
     ``depth`` that a first model retrieves for its query from the whole collection, none judged for
     it nor already in its list. ``source``: "bm25" (default parameters), or the directory of a saved
@@ -141,8 +166,11 @@ def add_hard_negatives(examples: list[Example], data: TrainingData, rng: np.rand
     for ex, hits in zip(examples, top):
         taken = set(ex.docs.tolist()) | ex.judged
         pool = np.array([idx[d] for d, _ in hits if idx[d] not in taken], dtype=np.int64)
-        out.append(ex.with_negatives(rng.choice(pool, size=min(n, len(pool)), replace=False) if len(pool)
-                                     else np.zeros(0, dtype=np.int64)))
+        out.append(
+            ex.with_negatives(
+                rng.choice(pool, size=min(n, len(pool)), replace=False) if len(pool) else np.zeros(0, dtype=np.int64)
+            )
+        )
     return out
 
 
@@ -153,8 +181,9 @@ def pooled_spread(lists: Iterable[np.ndarray]) -> float:
     return float(np.sqrt(sum(float(((t - t.mean()) ** 2).sum()) for t in lists) / max(dof, 1)))
 
 
-def with_teacher(examples: list[Example], teachers: CrossEncoder | list[CrossEncoder], doc_texts: list[str],
-                 spread: float) -> tuple[list[Example], list[float]]:
+def with_teacher(
+    examples: list[Example], teachers: CrossEncoder | list[CrossEncoder], doc_texts: list[str], spread: float
+) -> tuple[list[Example], list[float]]:
     """Every example with its documents' teacher scores, rescaled so that their pooled within-list
     standard deviation is ``spread`` (Margin-MSE sees only differences within a list, so no offset
     is needed). Several teachers (an ensemble teacher; Hofstätter et al.'s released "T2" students
@@ -178,8 +207,10 @@ def with_teacher(examples: list[Example], teachers: CrossEncoder | list[CrossEnc
     sd = spread_of(mixed)
     factors = [w * (spread / sd if sd > 0 else 1.0) for w in weights]
     flat = sum(f * t for f, t in zip(factors, raw))
-    return [Example(e.query, e.docs, e.grades, e.judged, flat[a:b].astype(np.float32))
-            for e, (a, b) in zip(examples, bounds)], factors
+    return [
+        Example(e.query, e.docs, e.grades, e.judged, flat[a:b].astype(np.float32))
+        for e, (a, b) in zip(examples, bounds)
+    ], factors
 
 
 SPREAD_LISTS = 64  # the student's spread is measured on this many training lists (a few seconds)
@@ -217,16 +248,25 @@ def _check_spread(model: TransformerModel, examples: list[Example], doc_texts: l
     sd = list_spread(model, examples[:SPREAD_LISTS], doc_texts)
     if sd > 0 and not 0.25 <= spread / sd <= 4.0:
         kind = ("cosine" if model.p.normalize else "dot products") if isinstance(model, BiEncoder) else "scores"
-        note(f"{model.name}: teacher_spread = {spread:g} rescales the teacher's scores to a within-list sd of "
-             f"{spread:g}, but the student's own scores ({kind}) spread {sd:.3g} within a list before training; "
-             f"Margin-MSE will first {'shrink' if sd > spread else 'stretch'} every margin rather than order the "
-             f"lists. A teacher_spread near {sd:.2g} matches the student.")
+        note(
+            f"{model.name}: teacher_spread = {spread:g} rescales the teacher's scores to a within-list sd of "
+            f"{spread:g}, but the student's own scores ({kind}) spread {sd:.3g} within a list before training; "
+            f"Margin-MSE will first {'shrink' if sd > spread else 'stretch'} every margin rather than order the "
+            f"lists. A teacher_spread near {sd:.2g} matches the student."
+        )
     return sd
 
 
-def train_transformer(model: TransformerModel, data: TrainingData, dev: EvalSet | None = None, *,
-                      args: TransformerArgs, progress: bool = True, checkpoint_dir: str | Path | None = None,
-                      resume: bool = False) -> dict[str, Any]:
+def train_transformer(
+    model: TransformerModel,
+    data: TrainingData,
+    dev: EvalSet | None = None,
+    *,
+    args: TransformerArgs,
+    progress: bool = True,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = False,
+) -> dict[str, Any]:
     """Fine-tune ``model`` in place (Algorithm 1); returns a JSON-serialisable log."""
     if checkpoint_dir is not None or resume:
         raise ValueError(f"{model.name}: training does not write checkpoints; train without --checkpoint")
@@ -241,14 +281,18 @@ def train_transformer(model: TransformerModel, data: TrainingData, dev: EvalSet 
         t0 = time.perf_counter()
         if args.cluster_model == "first":
             encoder: BiEncoder = type(model)(**model.params())  # type: ignore[assignment]
-            log["first_model"] = _tune(encoder, data, examples, dev, _first_model_args(args),
-                                       progress, "first model")
+            log["first_model"] = _tune(encoder, data, examples, dev, _first_model_args(args), progress, "first model")
         else:
             p = model.p
-            encoder = BiEncoder(base=p.base, max_query_length=p.max_query_length, max_doc_length=p.max_doc_length,
-                                batch_encode=p.batch_encode)
-        clusters = Clusters.build(encoder, data.doc_texts, [e.query for e in examples], args.n_clusters,
-                                  args.cluster_docs, rng, args.seed)
+            encoder = BiEncoder(
+                base=p.base,
+                max_query_length=p.max_query_length,
+                max_doc_length=p.max_doc_length,
+                batch_encode=p.batch_encode,
+            )
+        clusters = Clusters.build(
+            encoder, data.doc_texts, [e.query for e in examples], args.n_clusters, args.cluster_docs, rng, args.seed
+        )
         log["clustering_seconds"] = time.perf_counter() - t0
         del encoder
     examples = add_negatives(examples, rng, len(data.doc_texts), args.neg_global, args.neg_cluster, clusters)
@@ -286,8 +330,10 @@ def _check_grades(model: TransformerModel, args: TransformerArgs, examples: list
     lo = min(float(e.grades.min()) for e in examples)
     hi = max(float(e.grades.max()) for e in examples)
     if lo < levels[0] or hi > levels[-1]:
-        raise ValueError(f"{model.name}: the training grades span {lo:g}..{hi:g} (a sampled negative is grade 0), "
-                         f"beyond the model parameter grades = {levels}; its levels must cover them")
+        raise ValueError(
+            f"{model.name}: the training grades span {lo:g}..{hi:g} (a sampled negative is grade 0), "
+            f"beyond the model parameter grades = {levels}; its levels must cover them"
+        )
 
 
 def _first_model_args(args: TransformerArgs) -> TransformerArgs:
@@ -305,8 +351,15 @@ def _dev_sample(dev: EvalSet, n: int, seed: int) -> EvalSet:
     return dev.subset([qids[i] for i in sorted(pick)])
 
 
-def _tune(model: TransformerModel, data: TrainingData, examples: list[Example], dev: EvalSet | None,
-          args: TransformerArgs, progress: bool, title: str) -> dict[str, Any]:
+def _tune(
+    model: TransformerModel,
+    data: TrainingData,
+    examples: list[Example],
+    dev: EvalSet | None,
+    args: TransformerArgs,
+    progress: bool,
+    title: str,
+) -> dict[str, Any]:
     """Train one model per margin (a fresh copy of the pre-trained weights each); keep the best."""
     if len(args.margins) == 1:
         return _train(model, data, examples, dev, args.replace(margin=args.margins[0]), progress, title)
@@ -321,8 +374,15 @@ def _tune(model: TransformerModel, data: TrainingData, examples: list[Example], 
     return {**trials[str(best[0])], "trials": trials}
 
 
-def _train(model: TransformerModel, data: TrainingData, examples: list[Example], dev: EvalSet | None,
-           args: TransformerArgs, progress: bool, title: str) -> dict[str, Any]:
+def _train(
+    model: TransformerModel,
+    data: TrainingData,
+    examples: list[Example],
+    dev: EvalSet | None,
+    args: TransformerArgs,
+    progress: bool,
+    title: str,
+) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed + 1)
     if isinstance(model, CrossEncoder):
@@ -338,11 +398,22 @@ def _train(model: TransformerModel, data: TrainingData, examples: list[Example],
         return ([examples[i] for i in perm[s : s + b]] for s in range(0, len(perm), b))
 
     evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None  # type: ignore[arg-type]
-    log = epoch_loop(net, opt, args, batches=batches, size=lambda batch: sum(len(e.docs) for e in batch),
-                     loss=lambda batch: _batch_loss(model, batch, data.doc_texts, margin, share=share, loss=args.loss,
-                                                    grade_weight=grade_weight),
-                     dev=evaluate, title=title, rng=rng, progress=progress, n_batches=lambda: -(-len(examples) // b),
-                     sharded=True)
+    log = epoch_loop(
+        net,
+        opt,
+        args,
+        batches=batches,
+        size=lambda batch: sum(len(e.docs) for e in batch),
+        loss=lambda batch: _batch_loss(
+            model, batch, data.doc_texts, margin, share=share, loss=args.loss, grade_weight=grade_weight
+        ),
+        dev=evaluate,
+        title=title,
+        rng=rng,
+        progress=progress,
+        n_batches=lambda: -(-len(examples) // b),
+        sharded=True,
+    )
     return {**log, "margin": margin}
 
 
@@ -369,8 +440,10 @@ def _param_groups(net: torch.nn.Module, head_lr: float | None) -> list[dict[str,
     if head is None or head_lr is None:
         return [{"params": list(net.parameters())}]
     ids = {id(p) for p in head.parameters()}
-    return [{"params": [p for p in net.parameters() if id(p) not in ids]},
-            {"params": list(head.parameters()), "lr": head_lr}]
+    return [
+        {"params": [p for p in net.parameters() if id(p) not in ids]},
+        {"params": list(head.parameters()), "lr": head_lr},
+    ]
 
 
 def _list_mask(batch: list[Example]) -> np.ndarray:
@@ -379,8 +452,16 @@ def _list_mask(batch: list[Example]) -> np.ndarray:
     return np.arange(lengths.max()) < lengths[:, None]
 
 
-def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[str], margin: float, *,
-                share: bool = False, loss: str = "hinge", grade_weight: float = 0.0) -> torch.Tensor:
+def _batch_loss(
+    model: TransformerModel,
+    batch: list[Example],
+    doc_texts: list[str],
+    margin: float,
+    *,
+    share: bool = False,
+    loss: str = "hinge",
+    grade_weight: float = 0.0,
+) -> torch.Tensor:
     """Eq. 3 (``loss`` "hinge"; "listnet": ListNet) over a batch of queries: scores of each query's documents, padded to (B, M);
     a graded cross-encoder adds ``grade_weight`` times its grade cross-entropy (``grade_cross_entropy``);
     ``share``: a bi-encoder's queries also meet the batch's other documents (``share_negatives``).
@@ -392,11 +473,19 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
         shared, ok = _shared_labels(batch, rows, inv)
         mine, scale = distributed.shard(len(batch)), distributed.loss_scale(int(has_graded_pair(shared, ok).sum()))
         qv = _encode(model, [e.query for e in batch[mine]], model.p.max_query_length)
-        dv = distributed.gather(_encode(model, [doc_texts[r] for r in rows[distributed.shard(len(rows))]],
-                                        model.p.max_doc_length), len(rows))
+        dv = distributed.gather(
+            _encode(model, [doc_texts[r] for r in rows[distributed.shard(len(rows))]], model.p.max_doc_length),
+            len(rows),
+        )
         dev = qv.device
-        return graded_list_loss(loss, qv @ dv.T, torch.as_tensor(shared[mine], device=dev),
-                                torch.as_tensor(ok[mine], device=dev), margin, scale)
+        return graded_list_loss(
+            loss,
+            qv @ dv.T,
+            torch.as_tensor(shared[mine], device=dev),
+            torch.as_tensor(ok[mine], device=dev),
+            margin,
+            scale,
+        )
     valid = _list_mask(batch)
     labels = np.zeros(valid.shape, dtype=np.float32)
     grades = np.zeros_like(labels) if loss == "margin_mse" else labels  # labels are the teacher's scores there
@@ -415,15 +504,22 @@ def _batch_loss(model: TransformerModel, batch: list[Example], doc_texts: list[s
         assert head is not None
         ok = torch.as_tensor(valid, device=dev)
         k = head.shape[1]
-        logits = torch.zeros((*valid.shape, k), dtype=head.dtype, device=dev).masked_scatter(ok[..., None].expand(-1, -1, k), head)
+        logits = torch.zeros((*valid.shape, k), dtype=head.dtype, device=dev).masked_scatter(
+            ok[..., None].expand(-1, -1, k), head
+        )
         levels = torch.tensor(model.p.grades, dtype=head.dtype, device=dev)  # type: ignore[attr-defined]
         extra = grade_weight * grade_cross_entropy(logits, torch.as_tensor(grades, device=dev), ok, levels, scale)
-    return graded_list_loss(loss, scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev),
-                            margin, scale) + extra
+    return (
+        graded_list_loss(
+            loss, scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev), margin, scale
+        )
+        + extra
+    )
 
 
-def _list_scores(model: TransformerModel, batch: list[Example], doc_texts: list[str],
-                 valid: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _list_scores(
+    model: TransformerModel, batch: list[Example], doc_texts: list[str], valid: np.ndarray
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Each query's scores of its own documents, padded to (B, M) with zeros where not ``valid``,
     with gradients; for a cross-encoder also its head's outputs of the valid pairs, in order."""
     m = valid.shape[1]
@@ -447,8 +543,13 @@ def _list_scores(model: TransformerModel, batch: list[Example], doc_texts: list[
     raise TypeError(f"cannot train {type(model).__name__}")
 
 
-def _encode(model: TransformerModel, a: list[str], max_length: int, b: list[str] | None = None,
-            call: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None) -> torch.Tensor:
+def _encode(
+    model: TransformerModel,
+    a: list[str],
+    max_length: int,
+    b: list[str] | None = None,
+    call: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None,
+) -> torch.Tensor:
     """``forward_texts`` (of ``call``, default ``forward``) with gradients; no texts (a rank's empty
     slice of an epoch's last, short batch) give no rows, still attached to the weights so the rank's
     backward runs with the others."""

@@ -26,9 +26,16 @@ from .args import IBM1Args
 from .loop import em_loop
 
 
-def train_translation(model: WordTranslationModel | PhraseTranslationModel, data: TrainingData,
-                      dev: EvalSet | None = None, *, args: IBM1Args, progress: bool = True,
-                      checkpoint_dir: str | Path | None = None, resume: bool = False) -> dict[str, Any]:
+def train_translation(
+    model: WordTranslationModel | PhraseTranslationModel,
+    data: TrainingData,
+    dev: EvalSet | None = None,
+    *,
+    args: IBM1Args,
+    progress: bool = True,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = False,
+) -> dict[str, Any]:
     """Train on ``data.pair_texts()`` (``dev`` is unused: EM has no early stopping)."""
     if checkpoint_dir:
         raise ValueError(f"{model.name} training does not write checkpoints; train without --checkpoint")
@@ -50,8 +57,14 @@ def train_translation(model: WordTranslationModel | PhraseTranslationModel, data
     return log
 
 
-def _train_phrases(model: PhraseTranslationModel, q_tok: list[list[str]], d_tok: list[list[str]], null: np.ndarray,
-                   args: IBM1Args, progress: bool) -> dict[str, Any]:
+def _train_phrases(
+    model: PhraseTranslationModel,
+    q_tok: list[list[str]],
+    d_tok: list[list[str]],
+    null: np.ndarray,
+    args: IBM1Args,
+    progress: bool,
+) -> dict[str, Any]:
     """IBM-1 the other way, symmetrised Viterbi alignments, and the bi-phrase table P(q̃|w̃);
     ``null``: P(q|NULL) of the word model."""
     assert model.vocab is not None and model.word_table is not None
@@ -70,7 +83,7 @@ def _train_phrases(model: PhraseTranslationModel, q_tok: list[list[str]], d_tok:
     dq = _viterbi(d_ids, q_ids, rev.table, rev.null)
     counts: dict[tuple[int, int], int] = {}
     pairs_iter = range(len(q_ids))
-    for p in (track(pairs_iter, "extracting bi-phrases", total=len(q_ids)) if progress else pairs_iter):
+    for p in track(pairs_iter, "extracting bi-phrases", total=len(q_ids)) if progress else pairs_iter:
         A = _grow_diag_final(len(q_ids[p]), len(d_ids[p]), qd[p], {(i, j) for j, i in dq[p]})
         for kq in extract_phrases(q_ids[p], d_ids[p], A, model.p.max_len):
             counts[kq] = counts.get(kq, 0) + 1
@@ -84,9 +97,14 @@ def _train_phrases(model: PhraseTranslationModel, q_tok: list[list[str]], d_tok:
     table = sp.csr_matrix((vals, (src, tgt)), shape=(len(model.src_keys), len(model.tgt_keys)))
     sums = np.asarray(table.sum(axis=1)).ravel()
     model.phrase_table = (sp.diags(1.0 / np.maximum(sums, TINY)) @ table).tocsr()
-    log["phrases"] = {"bi_phrase_types": int(len(vals)), "bi_phrase_tokens": float(vals.sum()),
-                      "title_phrases": int(len(model.src_keys)), "query_phrases": int(len(model.tgt_keys)),
-                      "max_len": model.p.max_len, "extract_seconds": time.perf_counter() - t0}
+    log["phrases"] = {
+        "bi_phrase_types": int(len(vals)),
+        "bi_phrase_tokens": float(vals.sum()),
+        "title_phrases": int(len(model.src_keys)),
+        "query_phrases": int(len(model.tgt_keys)),
+        "max_len": model.p.max_len,
+        "extract_seconds": time.perf_counter() - t0,
+    }
     return log
 
 
@@ -103,8 +121,14 @@ class IBM1Result:
 
 
 def ibm1(
-    source: sp.csr_matrix, target: sp.csr_matrix, *, iterations: int = 10, tol: float = 1e-4, null: bool = True,
-    progress: bool = False, name: str = "IBM-1",
+    source: sp.csr_matrix,
+    target: sp.csr_matrix,
+    *,
+    iterations: int = 10,
+    tol: float = 1e-4,
+    null: bool = True,
+    progress: bool = False,
+    name: str = "IBM-1",
 ) -> IBM1Result:
     """IBM Model 1 by EM (Brown et al. 1993, §4) on aligned rows of count matrices: row p of
     ``source`` (pairs x V) generates row p of ``target`` (pairs x V), each target token choosing
@@ -159,12 +183,19 @@ def ibm1(
         total = np.bincount(p_w, weights=counts, minlength=V + 1)
         state["t"] = counts / np.maximum(total[p_w], TINY)
         secs = time.perf_counter() - start
-        return {"log_likelihood": ll, "ll_per_token": ll / max(tokens, 1.0), "seconds": secs,
-                "tokens_per_s": tokens / max(secs, 1e-9)}
+        return {
+            "log_likelihood": ll,
+            "ll_per_token": ll / max(tokens, 1.0),
+            "seconds": secs,
+            "tokens_per_s": tokens / max(secs, 1e-9),
+        }
 
     res = em_loop(step, iterations, tol=tol, title=f"{name} EM", progress=progress, key="log_likelihood")
-    stopped = res["stopped"] if res["stopped"].startswith("reached") else \
-        f"stopped after iteration {len(res['iterations'])}: {res['stopped']}"
+    stopped = (
+        res["stopped"]
+        if res["stopped"].startswith("reached")
+        else f"stopped after iteration {len(res['iterations'])}: {res['stopped']}"
+    )
     t = state["t"]
     # The last recorded LL is of the parameters before the final update; t is the updated table.
     is_src = p_w < V
@@ -172,8 +203,16 @@ def ibm1(
     table.eliminate_zeros()
     nullp = np.zeros(V)
     nullp[p_q[~is_src]] = t[~is_src]
-    log = {"iterations": res["iterations"], "stopped": stopped, "pairs": int(n_pairs), "links": int(len(keys)),
-           "parameters": int(len(ukeys)), "target_tokens": tokens, "skipped_target_tokens": skipped, "null": null}
+    log = {
+        "iterations": res["iterations"],
+        "stopped": stopped,
+        "pairs": int(n_pairs),
+        "links": int(len(keys)),
+        "parameters": int(len(ukeys)),
+        "target_tokens": tokens,
+        "skipped_target_tokens": skipped,
+        "null": null,
+    }
     return IBM1Result(table, nullp, log)
 
 
@@ -252,7 +291,9 @@ def extract_phrases(q: Sequence[int], d: Sequence[int], A: set[tuple[int, int]],
     return out
 
 
-def _viterbi(tgt: list[list[int]], src: list[list[int]], table: sp.csr_matrix, null: np.ndarray) -> list[set[tuple[int, int]]]:
+def _viterbi(
+    tgt: list[list[int]], src: list[list[int]], table: sp.csr_matrix, null: np.ndarray
+) -> list[set[tuple[int, int]]]:
     """Per pair, the IBM-1 Viterbi links {(target position, source position)}: every target
     token links to its most probable source token (first on ties), unless NULL is more probable.
     Vectorised over all (target position, source position) pairs of all pairs at once."""
