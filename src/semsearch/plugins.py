@@ -17,7 +17,8 @@ from .params import ParamError, Params
 
 
 class Kind(NamedTuple):
-    family: str  # lexical, termdep, topic, translation, projection, neural, interaction, transformer, mtdnn, distill, ranker
+    # lexical, termdep, topic, translation, projection, neural, interaction, transformer, mtdnn, distill, ranker
+    family: str
     target: str | type  # "module:Class" under semsearch, or (a plugin's) class
     params: str = ""  # "module:Class" of its Params where importing the class would load torch
 

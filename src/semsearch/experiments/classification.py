@@ -62,9 +62,8 @@ class ClassificationResult:
         if self.checks:
             lines += ["", "Expected ranges:", ""]
             for c in self.checks:
-                lines.append(
-                    f"- {c.label} {c.metric} = {c.value:.4f}, expected [{c.low}, {c.high}]: {'ok' if c.ok else 'OUT OF RANGE'}"
-                )
+                verdict = "ok" if c.ok else "OUT OF RANGE"
+                lines.append(f"- {c.label} {c.metric} = {c.value:.4f}, expected [{c.low}, {c.high}]: {verdict}")
         lines += ["", f"Run time: {self.seconds:.1f} s.", ""]
         return "\n".join(lines)
 
@@ -81,9 +80,10 @@ class ClassificationResult:
         if order:
             lines += ["", "The paper's ordering per domain (MT-DNN ≥ DNN > SVM-Word > SVM-Letter):", ""]
             for claim, held in order.items():
+                failing = ", ".join(d for d, ok in held.items() if not ok) or "all hold"
                 lines.append(
                     f"- {claim}: holds in {sum(held.values())} of {len(held)} domains "
-                    f"({', '.join(d for d, ok in held.items() if not ok) or 'all hold'}{' fail' if not all(held.values()) else ''})"
+                    f"({failing}{' fail' if not all(held.values()) else ''})"
                 )
         size = self.details.get("compactness")
         if size:
@@ -386,7 +386,9 @@ def _adaptation(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any],
     table = {name: _with_mean(row) for name, row in table.items()}
     wins = {
         "SemanticRepresentation > Word3gram": {
-            f"{fr * 100:g} %": f"{sum(fig4[d]['SemanticRepresentation'][i] > fig4[d]['Word3gram'][i] for d in fig4)}/{len(fig4)}"
+            f"{fr * 100:g} %": (
+                f"{sum(fig4[d]['SemanticRepresentation'][i] > fig4[d]['Word3gram'][i] for d in fig4)}/{len(fig4)}"
+            )
             for i, fr in enumerate(spec.fractions)
         },
         "DNN2 > DNN1": {

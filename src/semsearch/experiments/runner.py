@@ -423,8 +423,8 @@ def _ltr_run(
     5-fold CV over those queries. With ``train.cross_fit = K`` a component trained on that same
     split scores each of its K query folds with a copy trained without that fold (out-of-fold
     scores: a model scores its own training queries too well, and the ranker would over-trust it);
-    the test and dev queries are scored by the final models. Under ``cvK`` (no training split) it is cross-validated over the
-    test queries. The log, with the feature importance (Table 5), goes into ``training``."""
+    the test and dev queries are scored by the final models. Under ``cvK`` (no training split) it
+    is cross-validated over the test queries. The log, with the feature importance (Table 5), goes into ``training``."""
     from ..ranking import LambdaMART, groups, mean_importance, pair_columns, run_columns
     from ..training.lambdamart import cross_validated, train_booster
 

@@ -94,10 +94,8 @@ class SemanticRetriever(Model):
         h.update(self._probe_vectors().tobytes())
         for d, t in zip(doc_ids, texts):
             h.update(f"{d}\t{t}\n".encode())
-        f = (
-            self.cache
-            / f"embeddings-{encoder_id(getattr(self.encoder, 'document_encoder', self.encoder))}-{h.hexdigest()[:16]}.npy"
-        )
+        enc = encoder_id(getattr(self.encoder, "document_encoder", self.encoder))
+        f = self.cache / f"embeddings-{enc}-{h.hexdigest()[:16]}.npy"
         return cached_array(f, lambda: self.encode_documents(texts, progress), rows=len(texts))
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str], progress: str | None = "encoding documents") -> None:

@@ -214,8 +214,9 @@ _TABLES = ("params", "settings", "train", "vocabulary")
 
 def read_config(path: str | Path, expect: str | None = None) -> dict[str, Any]:
     """Read ``config.json`` of a model directory; ``expect`` (each kind's ``load`` gives it) checks
-    the registered model name and the sha256 of the files ``seal`` listed. The shape is checked here (``model`` a name, ``params`` and the like tables); each kind's
-    ``load`` checks the values, and ``plugins.load_model`` names the directory in any error."""
+    the registered model name and the sha256 of the files ``seal`` listed. The shape is checked
+    here (``model`` a name, ``params`` and the like tables); each kind's ``load`` checks the
+    values, and ``plugins.load_model`` names the directory in any error."""
     f = Path(path) / CONFIG
     try:
         config = json.loads(f.read_text(encoding="utf-8"))

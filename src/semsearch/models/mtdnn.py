@@ -59,7 +59,7 @@ class MTDNNNet(nn.Module):
     def all_logits(self, x: Bags) -> torch.Tensor:
         """(n, domains) logits, the shared layer computed once."""
         h = self.l2(x)
-        return torch.cat([o(torch.tanh(l(h))) for l, o in zip(self.cls_l3, self.cls_out)], dim=1)
+        return torch.cat([o(torch.tanh(layer(h))) for layer, o in zip(self.cls_l3, self.cls_out)], dim=1)
 
     def query(self, x: Bags) -> torch.Tensor:
         """Q^{Sq}: the ranking task's query representation."""

@@ -168,8 +168,9 @@ def export(model: Any, out: str | Path, *, precision: str = "fp32") -> dict[str,
     onnxruntime's BERT optimizer, and for ``int8`` dynamically quantised. It is checked against
     torch on the probe texts: fp32 below cosine 0.9999 is refused (``OnnxError``); int8's cosine is
     recorded, its quality is for the benchmark to judge. Saving the model beside it writes the
-    weights' digest into ``onnx.json``, so a stale export is
-    never used (``TransformerModel.save_onnx``). Files are written to a temporary folder and moved in last: nothing half-written remains."""
+    weights' digest into ``onnx.json``, so a stale export is never used
+    (``TransformerModel.save_onnx``). Files are written to a temporary folder and moved in last:
+    nothing half-written remains."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     import onnx

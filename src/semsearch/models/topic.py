@@ -230,7 +230,7 @@ class TopicModel(Model):
     @property
     def theta(self) -> np.ndarray:
         """θ_D (documents x topics) of the indexed collection."""
-        self.lexical_index
+        _ = self.lexical_index  # raises when no collection is indexed
         assert self._theta is not None
         return self._theta
 

@@ -59,7 +59,8 @@ class TrainArgs(Params):
     def _check_dev_metric(self) -> None:
         if not _METRIC.match(self.dev_metric):
             raise ParamError(
-                f"{self._label('dev_metric')} must be a metric like 'ndcg@10', 'recall@100', 'mrr', got {self.dev_metric!r}"
+                f"{self._label('dev_metric')} must be a metric like 'ndcg@10', 'recall@100', 'mrr', "
+                f"got {self.dev_metric!r}"
             )
 
 

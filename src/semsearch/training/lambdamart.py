@@ -233,7 +233,8 @@ def fit_stage_ranker(
     collection, labelled by its judgments (unjudged = not relevant). For each stage-1 depth pair in
     ``args.stage_depths`` a booster is trained (early-stopped on dev) and scored on dev by the sum
     of ``args.stage_select`` (default nDCG@10 + Recall@100) over every judged dev query (a
-    relevant product stage 1 misses counts against it); the best pair and its booster are kept. Features are computed once, at the deepest depths.
+    relevant product stage 1 misses counts against it); the best pair and its booster are kept.
+    Features are computed once, at the deepest depths.
     With ``args.search_efforts``, the log's ``search_effort`` names the served efSearch chosen on
     dev (``choose_search_effort``)."""
 

@@ -462,7 +462,8 @@ def _batch_loss(
     loss: str = "hinge",
     grade_weight: float = 0.0,
 ) -> torch.Tensor:
-    """Eq. 3 (``loss`` "hinge"; "listnet": ListNet) over a batch of queries: scores of each query's documents, padded to (B, M);
+    """Eq. 3 (``loss`` "hinge"; "listnet": ListNet) over a batch of queries: scores of each query's
+    documents, padded to (B, M);
     a graded cross-encoder adds ``grade_weight`` times its grade cross-entropy (``grade_cross_entropy``);
     ``share``: a bi-encoder's queries also meet the batch's other documents (``share_negatives``).
     Under torchrun (``distributed``) ``batch`` is the global batch: the rank scores its slice of

@@ -154,7 +154,6 @@ def ibm1(
     keep = L > 0
     e_pair, e_term, e_cnt, L = e_pair[keep], e_term[keep], e_cnt[keep], L[keep]
     skipped = float(target.data.sum() - e_cnt.sum())
-    E = len(e_pair)
     link_e, within = runs(L)
     is_null = within >= nd[e_pair[link_e]]
     src_pos = np.minimum(source.indptr[e_pair[link_e]] + within, max(len(source.indices) - 1, 0))
