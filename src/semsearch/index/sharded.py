@@ -254,7 +254,7 @@ def one_index_from_encoded(
 ) -> VectorIndex:
     """All encoded shards in one ``VectorIndex`` (``index from-shards --one-index``): for one
     machine, where a single index answers faster than N shards searched one after another (one
-    coarse search, one short list; at 10M titles 10 shards cost ~10x the coarse work). The same
+    coarse search, one short list, where N shards repeat the coarse work N times). The same
     answers as ``ShardedVectorIndex.from_encoded`` over the same files (tested). Memory peaks at
     the full vectors (IVF-PQ with re-scoring) plus one shard."""
     shards = complete_encoding(paths)

@@ -6,8 +6,8 @@ retrieves each query's top-k by k-NN search; this module is that index. Kinds:
 * ``"flat"``: ``IndexFlatIP``, exact search, ties broken by doc id (the project's convention).
 * ``"hnsw"``: ``IndexHNSWFlat`` (params ``M``, ``efConstruction``, ``efSearch``), approximate.
 * ``"hnswsq"``: ``IndexHNSWSQ``, HNSW over 8-bit scalar-quantised vectors (same params as
-  ``hnsw``): the graph walk reads a quarter of the bytes (54,667 MiniLM titles, 2 cores: 0.25
-  against 0.41 ms a query at k = 100, recall@100 0.973 against 0.976); the ``efSearch`` best it
+  ``hnsw``): the graph walk reads a quarter of the bytes (``benchmarks/vector_speed.py`` measures
+  its speed and recall against ``hnsw``); the ``efSearch`` best it
   finds (at least k) are re-scored with the full vectors (kept and read like ``ivfpq``'s below),
   so the hits' scores and order are exact.
 * ``"ivfpq"``: ``IndexIVFPQ`` (params ``nlist``, ``m`` sub-quantisers, ``nbits``, ``nprobe``),
@@ -110,8 +110,8 @@ class VectorIndex:
         self.threads = threads
         if threads is not None:
             set_threads(threads)
-        # ids held compactly (one UTF-8 buffer; id -> position by binary search): at 10M documents a
-        # list of str and a dict cost ~170 B a document, several times the IVF-PQ codes
+        # ids held compactly (one UTF-8 buffer; id -> position by binary search): at millions of
+        # documents a list of str and a dict would cost several times the IVF-PQ codes
         self._ids = DocIds()
         self._ranks = np.zeros(0, dtype=np.int64)
         self._matrix: np.ndarray | None = None  # stored_vectors(), read on first use
@@ -324,8 +324,8 @@ class VectorIndex:
 
     def _best(self, pos: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per row of faiss's (queries, n) positions (-1: none) and scores, the best ``k`` found,
-        best first, equal scores by doc id: one sort for all rows (a single row sorts on its own:
-        fewer array calls, 6 against 16 us)."""
+        best first, equal scores by doc id: one sort for all rows (a single row sorts on its own,
+        with fewer array calls)."""
         if len(pos) == 1:
             p, s = pos[0], scores[0]
             if (p < 0).any():

@@ -424,7 +424,7 @@ class LexicalModel(IndexedModel):
         out = []
         for query, pos in zip(queries, candidates):
             # only the candidates' rows of the document-major weights meet the query's terms, not
-            # every posting of those terms (the served ranker scores ~150 candidates per search)
+            # every posting of those terms (the served ranker scores a few hundred candidates a search)
             terms, w, scale = self._query_terms(query)
             row = rows_dot(weights.indptr, weights.indices, weights.data, pos, terms, w)
             if addend is not None:
@@ -440,10 +440,10 @@ class LexicalModel(IndexedModel):
         hit = cache.get(query)
         if hit is None:
             ix = self.lexical_index
-            if type(self)._query_weights is LexicalModel._query_weights:  # the counts: no scipy matrix (~0.1 ms)
+            if type(self)._query_weights is LexicalModel._query_weights:  # the counts: no scipy matrix
                 ids = ix.vocab.encode(ix.analyzer(query))
                 counts: dict[int, int] = {}
-                for t in ids:  # (a few terms: a dict counts them in 2 us, np.unique in 9)
+                for t in ids:  # (a few terms: a dict counts them with less overhead than np.unique)
                     counts[t] = counts.get(t, 0) + 1
                 terms = sorted(counts)
                 hit = (
@@ -531,8 +531,8 @@ class LexicalModel(IndexedModel):
     def _query_arrays(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The queries as the kernel takes them: CSR rows (row pointers, ascending term ids,
         float32 ``_query_weights``) and each query's addend scale (its count of known terms).
-        Models whose query weights are the counts get them without building a scipy matrix
-        (that cost ~80 us of a single query's ~150 us on 54k titles); the same arrays."""
+        Models whose query weights are the counts get them without building a scipy matrix (most
+        of a single query's cost otherwise); the same arrays."""
         ix = self.lexical_index
         if type(self)._query_weights is not LexicalModel._query_weights:
             qc = ix.query_counts(queries)

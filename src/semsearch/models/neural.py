@@ -42,13 +42,12 @@ from .hparams import CLSMParams, DSSMParams, EncoderParams
 WEIGHTS = "weights.safetensors"
 ENCODE_CHUNK = 16_384
 """Texts a DSSM encodes at a time: the more texts, the more of their words are shared (each
-distinct word's first layer is computed once per chunk); 16k titles' layers take about 20 MB."""
+distinct word's first layer is computed once per chunk), while a chunk's layers stay small."""
 ENCODE_ROWS = 4096
 """Texts a DSSM tower takes through its layers at a time, within a chunk: their hidden layers
-(4096 x 300 floats, 5 MB) are reused from one batch to the next and the last layer is written
-straight into the result. Fresh 20 MB layers per chunk, then a concatenation and a normalised
-copy, cost page faults (the kernel zeroing new pages) that made one encoding of the Home Depot
-titles take 190-380 ms; in batches it takes 180-250 ms, the same values."""
+(4096 x 300 floats) are reused from one batch to the next and the last layer is written straight
+into the result, so an encoding does not pay page faults (the kernel zeroing new pages) for fresh
+layers per chunk, a concatenation and a normalised copy. The values are the same either way."""
 
 
 def _glorot(t: torch.Tensor, fan_in: int, fan_out: int, gen: torch.Generator) -> None:
@@ -93,8 +92,8 @@ def tanh_(x: torch.Tensor) -> torch.Tensor:
 
 
 def tanh(x: torch.Tensor) -> torch.Tensor:
-    """``torch.tanh``, on CPU float32 computed by numpy: this torch build's CPU tanh runs ~10x
-    slower than numpy's vectorised one (same values within an ulp); other devices use torch's."""
+    """``torch.tanh``, on CPU float32 computed by numpy: this torch build's CPU tanh runs far
+    behind numpy's vectorised one (same values within an ulp); other devices use torch's."""
     if x.device.type != "cpu" or x.dtype != torch.float32 or not x.is_contiguous():
         return torch.tanh(x)
     if torch.is_grad_enabled() and x.requires_grad:
@@ -110,7 +109,7 @@ class _BagProduct(torch.autograd.Function):
     holding it), instead of EmbeddingBag's backward, which sorts every entry to build it. With
     ``touched`` (the vocabulary rows the batch holds, ascending) it is a sparse gradient of those
     rows only: a batch holds a few thousand of the vocabulary's rows, and a dense (V, dim) gradient
-    (CLSM: 9.5k x 900 floats, 34 MB) costs more to write, add and step over than to compute."""
+    costs more to write, add and step over than to compute."""
 
     @staticmethod
     def forward(

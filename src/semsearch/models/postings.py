@@ -3,10 +3,10 @@
 A query's score for a document is the sum, over the query's terms in term-id order, of the query
 weight times the document's stored term weight (``LexicalModel._postings``, terms x documents,
 CSR, float32, doc ids ascending in each term's postings), plus an optional per-document addend
-times a per-query scale (the unigram LM's length term). The results are exactly those of the
-formula this replaced — scipy's ``Q @ W`` then ``best_k``: the same documents, the same order
-(ties by doc id rank), the same float32 sums to the bit; the tests hold it to that. Two kernels
-give them, chosen per query (``PostingsTopK.prune``):
+times a per-query scale (the unigram LM's length term). The results are exactly those of scipy's
+``Q @ W`` then ``best_k``: the same documents, the same order (ties by doc id rank), the same
+float32 sums to the bit; the tests hold it to that. Two kernels give them, chosen per query
+(``PostingsTopK.prune``):
 
 Exhaustive, term at a time: the query's postings are walked term by term into a float32
 accumulator (a document's first touch is noted in a list: weights are positive, so a zero means
@@ -14,14 +14,7 @@ untouched; with at least as many postings as documents, no list: the whole accum
 scanned), then the touched scores go (resetting the accumulator) through a heap of the best k by
 (score desc, doc id rank). The dense scan goes by runs of 32 documents: each run's largest
 accumulator first, then the runs in bands of decreasing maxima, so the heap's threshold is high
-early and a run whose maximum cannot reach it is only reset. On SciFact (abstracts, claims as
-queries: ~15k postings over 5,183 documents) this and unsigned doc ids in the walk (no
-negative-index check per posting) took the kernel from ~85 to ~53 ms per 3,000 queries at k=10
-and ~160 to ~133 ms at k=100 (one thread, CPU time); copying the touched scores out, a heap over
-them for the k-th score and a second pass for the documents at or above it had cost more than
-the walk. Tried and left out: a buffer of 2k + 64 hits compacted by quickselect (slower at k=10,
-no faster at k=100); the heap's insertion as a numba-inlined helper shared by both scans (~5-10 %
-slower).
+early and a run whose maximum cannot reach it is only reset.
 
 Pruned, document at a time: block-max MaxScore (Turtle & Flood 1995's MaxScore over postings cut
 into blocks of 64 with each block's largest weight, as in Ding & Suel 2011's block-max WAND and
@@ -45,34 +38,18 @@ the k-th score (Ding & Suel's block-max skip). Identity with the exhaustive kern
     exhaustive kernel's);
   * the addend (unigram LM) is bounded by its largest value times the query's scale (the
     Dirichlet length term varies little across titles, so the bound stays tight).
-Pruning pays on large collections and queries with many postings: on 10M synthetic titles
-(``benchmarks/lexical_scale.py``; Home Depot test queries one at a time) it scores 7-10 % of the
-postings at k=10 and p99 falls from ~70-100 ms to ~9-11 ms; on 1M, p99 4.3 -> 1.4 ms. Most of the
-skipping is MaxScore's: title weights vary little within a term, so block maxima sit near the
-term's and skip only 0.5-4 % of windows; they do tighten the lazy probes. Per scored posting the
-pruned kernel costs 2-5x the exhaustive one, so "auto" (the default) prunes a query only when its
-postings are many for its k and the collection's size (``PostingsTopK.PRUNE_FROM``: chosen by
-measurement at 1M, 2M and 10M); "off" and "on" force one kernel (benchmarks compare the two on
-one index).
+Pruning pays on large collections and queries with many postings; per scored posting it costs
+more than the exhaustive walk, so "auto" (the default) prunes a query only when its postings are
+many for its k and the collection's size (``PostingsTopK.PRUNE_FROM``); "off" and "on" force one
+kernel. ``benchmarks/lexical_scale.py`` measures both kernels and the pruned share of postings;
+``benchmarks/bm25_speed.py`` the kernel against its peers.
 
 Batches run in parallel over queries (numba's threads, ``NUMBA_NUM_THREADS``), each thread with
 its own accumulator; the GIL is released, so a server's threads also search concurrently.
 
-Tried and left out: MaxScore in its term-at-a-time form (terms by decreasing upper bound, the rest
-probed once they cannot lift an unseen document into the top k). On Home Depot titles it skipped
-only 24-40 % of the postings at k=10 (3-10 % on SciFact), and its checks and the term-id-order
-re-summing needed for identical scores cost more than that saved. On those 54k titles the
-document-at-a-time kernel pays only at small k for queries with many postings (k=10, 10k-100k
-postings: 0.4-0.7x the exhaustive time) and costs up to 1.5x at k=100-1000, so "auto" leaves
-nearly all of them to the exhaustive kernel. Reordering documents by length (short titles
-first, so the threshold rises early and long titles' blocks have low maxima) changed the
-postings scored by ~1 % on 1M synthetic titles: title weights vary too little within a term.
-Starting from the final k-th score (an oracle) would save only ~20-25 % of the pruned time.
-
 Why numba and not scipy + numpy: the sparse product materialises every matched (query, document)
-score and ``best_k`` then partitions it in Python per query — the overhead, not the arithmetic,
-was most of the time; bm25s's numba backend (the fastest peer) was ~2x faster single-threaded
-for that reason. A C extension would do as well but needs a compiler at install time; numba
+score and ``best_k`` then partitions it in Python per query, and that overhead, not the
+arithmetic, dominates. A C extension would do as well but needs a compiler at install time; numba
 ships wheels."""
 
 from __future__ import annotations
@@ -131,7 +108,7 @@ def _one_query(
     walked[0] += n_post
     # long queries over small collections touch most documents: then a plain scan of the
     # accumulator beats noting first touches (a branch per posting) and gathering them
-    dense = n_post >= n_docs  # (measured: 2x or 4x fewer postings already ran Home Depot titles slower)
+    dense = n_post >= n_docs
     nt = 0
     for i in range(len(terms)):
         t, w = terms[i], weights[i]
@@ -153,12 +130,10 @@ def _one_query(
     # The dense scan (most documents touched) goes by runs of _SCAN documents: each run's
     # largest accumulator first (one pass), then the runs in bands of decreasing maxima (from
     # half the largest, halving), so the heap's threshold is high almost from the start (in
-    # document order it rose slowly: k·ln(n/k) insertions, ~5 mispredicted sifts each); once
-    # the heap is full, a run whose maximum cannot reach its root's score is only reset (``t32``
-    # is a float32 at or below every accumulator that can). (The heap's insertion is written out
-    # in both scans: numba calls, not inlines, a helper that takes arrays, and inlined by numba it
-    # ran 5-10 % slower; one loop for both scans, the touched list as one run, ran Home Depot's
-    # titles ~8 % slower.)
+    # document order it rises slowly: k·ln(n/k) insertions); once the heap is full, a run whose
+    # maximum cannot reach its root's score is only reset (``t32`` is a float32 at or below every
+    # accumulator that can). The heap's insertion is written out in both scans: numba calls, not
+    # inlines, a helper that takes arrays.
     has_addend = len(addend) > 0
     a_max = max(scale * a_hi, scale * a_lo) if has_addend else 0.0  # >= every scale * addend[d]
     hs = np.empty(k, dtype=np.float64)
@@ -782,7 +757,7 @@ def rows_dot(
 ) -> np.ndarray:
     """Each of ``rows`` of a CSR matrix with sorted column ids dotted with one sparse query vector
     (``qterms`` ascending): the lexical models' scoring of a query's candidates (the served
-    ranker's features), without scipy's row selection and product (~0.1 ms a model a query)."""
+    ranker's features), without scipy's row selection and product."""
     out = np.empty(len(rows), dtype=np.float64)
     if len(rows) and len(qterms):
         _rows_dot(indptr, indices, data, np.ascontiguousarray(rows, dtype=np.int64), qterms, qweights, out)
@@ -799,8 +774,8 @@ class PostingsTopK:
 
     ``prune`` chooses the kernel per query: "off" walks every posting (term at a time), "on"
     runs block-max MaxScore (document at a time), "auto" prunes the queries with many postings
-    for their k and the collection's size (``PRUNE_FROM``). The answers are the same either way (the tests
-    hold them to it); pruning needs each term's doc ids ascending (a canonical CSR), else "auto"
+    for their k and the collection's size (``PRUNE_FROM``). The answers are the same either way
+    (the tests hold them to it); pruning needs each term's doc ids ascending (a canonical CSR), else "auto"
     never prunes and "on" is refused."""
 
     #: batches below this many queries run on the calling thread (no thread-pool start-up)
@@ -808,10 +783,10 @@ class PostingsTopK:
     #: postings per block of the block-max index
     BLOCK = _BLOCK
     #: "auto" prunes a query with at least ``(PRUNE_FROM + k * PRUNE_PER_K) * min(1, PRUNE_DOCS /
-    #: n_docs)`` postings. Measured per query on synthetic titles: at 1M-2M pruning paid from
-    #: ~50k postings at k=10, ~150-250k at k=100, ~1M at k=1000 (the k-th score rises slowly, so
-    #: fewer documents are skipped); at 10M from a few thousand at k=10, ~30k at k=100, ~300k at
-    #: k=1000 (the exhaustive kernel's accumulator no longer fits the caches), hence the shrink
+    #: n_docs)`` postings: pruning pays later at larger k (the k-th score rises slowly, so fewer
+    #: documents are skipped) and earlier on larger collections (the exhaustive kernel's
+    #: accumulator no longer fits the caches), hence the shrink; benchmarks/lexical_scale.py
+    #: measures where it pays
     PRUNE_FROM = 40_000
     PRUNE_PER_K = 2_000
     PRUNE_DOCS = 2_000_000

@@ -81,8 +81,8 @@ def _length_order(texts: Sequence[str]) -> np.ndarray:
 
 
 CALL_TOKENS = 9.0
-"""One more inference call costs about as much as this many more (padded) tokens: MiniLM fp32
-through ONNX Runtime on one thread takes ~2.2 ms a call plus ~0.24 ms a token."""
+"""One more inference call costs about as much as this many more (padded) tokens: the ratio of
+MiniLM fp32's fixed cost per call to its cost per token through ONNX Runtime on one thread."""
 
 
 def _padded_batches(lengths: np.ndarray, size: int, call: float = CALL_TOKENS) -> list[np.ndarray]:
@@ -166,8 +166,8 @@ class TransformerModel(TrainedModel):
     def _weights_version(self) -> int:
         """Sum of the weights' in-place modification counters: an optimizer step changes it, so an
         ONNX export of earlier weights is never used after training (``_active_runner``). The
-        parameters are listed once per network (walking its modules took about 1 ms, a third of
-        a query's encoding; every encoding checks this)."""
+        parameters are listed once per network: every encoding checks this, and walking the
+        modules each time would cost a sizeable share of a query's encoding."""
         net = self.net
         listed = self.__dict__.get("_listed")
         if listed is None or listed[0] is not net:

@@ -310,7 +310,7 @@ def _doc_stems(text: str) -> frozenset[str]:
 @lru_cache(maxsize=1 << 18)
 def _doc_words(text: str) -> tuple[int, frozenset[str]]:
     """A document text's word count and distinct words, cached: the same candidates recur across
-    queries (training) and searches (serving), and tokenising them was a third of a search's
-    feature time."""
+    queries (training) and searches (serving), and tokenising them anew would be a large share
+    of a search's feature time."""
     words = tokenize(text)
     return len(words), frozenset(words)

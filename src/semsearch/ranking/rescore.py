@@ -4,13 +4,12 @@ The 2020 semantic-retrieval paper's online system ends with its most expensive m
 fewest documents (§3.3): here a trained BERT(rel) (``models.transformer.CrossEncoder``) reads each
 (query, title) pair of the first ``depth`` hits the stage-2 ranker returned and re-orders them by
 its score; the hits below ``depth`` keep the ranker's order and score. A cross-encoder costs one
-transformer pass per pair (on this project's 2-core CPU about 1-2 ms a pair through ONNX Runtime),
-so the service runs it only when asked (``semsearch serve --rescore``).
+transformer pass per pair, so the service runs it only when asked (``semsearch serve --rescore``).
 
 By default the re-scored hits are ordered by a blend of both views, z(ranker) + w·z(cross-encoder),
-each standardised over the query's re-scored hits: on Home Depot dev through the service a
-cross-encoder's order alone was worse than the ranker's at every depth, and the blend better
-(README, "Stage 3"); ``weight`` = inf keeps the cross-encoder's order alone."""
+each standardised over the query's re-scored hits: the cross-encoder's order alone does not beat
+the ranker's on Home Depot dev, the blend does (README, "Stage 3"); ``weight`` = inf keeps the
+cross-encoder's order alone."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ def tokenize(text: str) -> list[str]:
     return WORD.findall(text.lower())
 
 
-STEM_CACHE_WORDS = 200_000  # stems an analyzer keeps (a collection's vocabulary fits; ~25 MB at most)
+STEM_CACHE_WORDS = 200_000  # stems an analyzer keeps (a collection's vocabulary fits, the memory stays bounded)
 
 
 @dataclass(frozen=True)

@@ -159,7 +159,7 @@ def train_static_query(
     teacher = model.teacher
     if getattr(teacher, "runner", False) is None:  # a transformer in torch: encode through ONNX Runtime fp32
         from ..models import (
-            onnxrt,  # (torch's vectors, ~2x faster on a CPU; what index build does)
+            onnxrt,  # (torch's vectors, faster on a CPU; what index build does)
         )
 
         if onnxrt.available():

@@ -81,8 +81,8 @@ def pca(
     stays sparse. ``method``: "arpack" (``scipy.sparse.linalg.svds``, exact to its tolerance),
     "randomized" (Halko, Martinsson & Tropp 2011: subspace iteration on a random block of
     k + ``oversample`` columns, ``n_iter`` rounds, orthonormalised on the V side only), or "auto":
-    ARPACK up to k = 128 (on homedepot's 71k x 16k TF-IDF: ~3 s at k = 100), randomized above
-    (~9 s at k = 200, where ARPACK takes longer). Small problems always take a dense SVD. Each
+    ARPACK up to k = 128, randomized above, where ARPACK takes longer
+    (``benchmarks/projection_speed.py`` measures both). Small problems always take a dense SVD. Each
     direction's sign makes its largest-magnitude entry positive (deterministic output)."""
     n, V = X.shape
     if n == 0 or V == 0:

@@ -490,8 +490,8 @@ def bltm_step(
     with the safe step 1/L, L = (1/|Q| + 1/|D|)/2 bounding the dual's curvature; ``"diag"`` (the
     default) scales each coordinate by the diagonal of the curvature, fraction_Q(z)/|Q| +
     fraction_D(z)/|D| (an upper bound of the Hessian at the current λ), with the step clipped to
-    twice the safe step: it meets the constraint to ~1e-3 in ~10 steps where plain gradient ascent
-    needs hundreds. At most ``pr_steps`` steps per chunk, fewer once every pair's largest
+    twice the safe step: it meets the constraint in far fewer steps than plain gradient ascent.
+    At most ``pr_steps`` steps per chunk, fewer once every pair's largest
     violation is below ``pr_tol``. Pairs with an empty query or title are not constrained."""
 
     def work(group: list[int]):  # type: ignore[no-untyped-def]
