@@ -116,7 +116,7 @@ def _hints(cls: type) -> dict[str, Any]:
     cache = cls.__dict__.get("_hints_cache")
     if cache is None:
         cache = typing.get_type_hints(cls)
-        cls._hints_cache = cache
+        cls._hints_cache = cache  # type: ignore[attr-defined]  # a per-class memo
     return cache
 
 

@@ -138,7 +138,7 @@ def load_model(path: str | Path) -> Model:
             for sub in children.values():
                 if not isinstance(sub, str) or Path(sub).is_absolute() or ".." in Path(sub).parts:
                     raise ModelDirError(f"{p / CONFIG}: 'feature_dirs' names {sub!r}, not a directory inside the model")
-            return cls.load(p, models={n: load_model(p / d) for n, d in children.items()})  # type: ignore[attr-defined]
+            return cls.load(p, models={n: load_model(p / d) for n, d in children.items()})  # type: ignore[call-arg]  # a ranker's load
         return cls.load(p)
     except ParamError as e:
         raise ModelDirError(f"{p / CONFIG}: {e}") from None

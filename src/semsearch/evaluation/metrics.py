@@ -174,7 +174,7 @@ def evaluate(
     empty: dict[str, float] = {}
     rows = [_ranked_labels(run.get(q, empty), qrels[q]) for q in qids]
     cuts = [k for _, k in parsed.values()]
-    cap = None if None in cuts else max(cuts)  # only cut metrics: nothing below the deepest cut
+    cap = None if None in cuts else max(k for k in cuts if k is not None)  # only cut metrics: the deepest cut
     labels = _stack(rows, cap)
     depth = labels.shape[1]
     rank = np.arange(1, depth + 1, dtype=np.float64)
@@ -200,6 +200,7 @@ def evaluate(
         elif name == "recall":
             values[key] = _safe_div(_at(rel_cum, k).astype(np.float64), big_r)
         elif name == "p":
+            assert k is not None  # P needs a cut (parse_metric)
             values[key] = _at(rel_cum, k) / float(k)
         elif name == "success":
             values[key] = (_at(rel_cum, k) > 0).astype(np.float64)

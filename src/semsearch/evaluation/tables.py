@@ -84,7 +84,7 @@ class ResultTable:
         return "".join(
             marks[b]
             for b, pb in p.items()
-            if pb is not None and pb < self.alpha and mean > self.rows[b].result.mean[metric]
+            if pb is not None and pb < self.alpha and mean > self.rows[b].result.mean[metric]  # type: ignore[operator]  # has the metric when p does
         )
 
     def _footnote(self, marks: Mapping[str, str], columns: Sequence[str]) -> str:

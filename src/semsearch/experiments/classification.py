@@ -219,7 +219,7 @@ class _Run:
             data, dev = self.ranking() if ranking else (None, None)
             tr = self.tasks(domains, "train") if domains else None
             dv = self.tasks(domains, "dev") if domains else None
-            return model, train_mtdnn(model, data, dev, args=args, tasks=tr, dev_tasks=dv, progress=self.progress)  # type: ignore[arg-type]
+            return model, train_mtdnn(model, data, dev, args=args, tasks=tr, dev_tasks=dv, progress=self.progress)
 
         model, _ = cached_training(self.model_dir, "mt-dnn", recipe, train, self.retrain)
         return model  # type: ignore[return-value]
@@ -307,9 +307,11 @@ def _compactness(model: MTDNN, test: DomainTasks, word_features: int) -> dict[st
             times.append((time.perf_counter() - t0) * 1000)
     finally:
         torch.set_num_threads(threads)
+    net = model.net
+    assert net is not None  # saved above
     return {
         "mtdnn_bytes": size,
-        "mtdnn_params": sum(p.numel() for p in model.net.parameters()),  # type: ignore[union-attr]
+        "mtdnn_params": sum(p.numel() for p in net.parameters()),
         "trigrams": len(model.hasher or []),
         "svm_word_features": word_features,
         "svm_word_bytes": word_features * 8 * len(model.domains),
@@ -369,8 +371,8 @@ def _adaptation(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any],
                     hasher=mt.hasher,
                     init_l2=mt if frozen else None,
                     progress=False,
-                )  # type: ignore[arg-type]
-                per.setdefault((name, f), []).append(classification_auc(model, te)[target])  # type: ignore[arg-type]
+                )
+                per.setdefault((name, f), []).append(classification_auc(model, te)[target])
         for f in spec.fractions:
             for name in feats:
                 s4[name].append(float(np.mean(per[(name, f)])))

@@ -131,7 +131,7 @@ class _Context:
         rows = {r.label: r for m in self.spec.models for r in seed_rows(m)}  # a seed row may teach
         if not any(isinstance(n, str) and n in rows for n in names):
             return None
-        got = [self._teacher_row(rows[n], fold) if n in rows else (n, n) for n in names]
+        got: list[tuple[Any, Any]] = [self._teacher_row(rows[n], fold) if n in rows else (n, n) for n in names]
         return ([g[0] for g in got], [g[1] for g in got]) if isinstance(name, list) else got[0]
 
     def _teacher_row(self, tms: ModelSpec, fold: _Fold | None) -> tuple[str, dict[str, Any]]:
@@ -150,7 +150,7 @@ class _Context:
                 if self._scratch is None:
                     self._scratch = tempfile.TemporaryDirectory(prefix="semsearch-teachers-")
                 where = Path(self._scratch.name) / f"{tms.model}-{cache_key(tms.model, trecipe)}"
-                model.save(where)  # type: ignore[attr-defined]
+                model.save(where)
             self._teachers[key] = (str(where), keyed_recipe(tms.model, trecipe))
         return self._teachers[key]
 
@@ -494,7 +494,7 @@ def _ltr_run(
             if p.spec.label not in refit:
                 ctx.out_of_fold[key] = p.rank(ctx, qrels)  # never saw them
             else:
-                run: Run = {}
+                run = {}
                 for i, held in enumerate(folds):
                     model = ctx.build(p.spec, _Fold(QueryFold(i + 1, int(k)), held)).with_params(**p.setting)
                     run.update(ctx.rank(model, p.spec, {q: qrels[q] for q in held}))

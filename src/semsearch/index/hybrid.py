@@ -117,7 +117,7 @@ class Candidates:
             return []
         doc_ids = ids.take(self.positions[rows]).tolist()
         cols = [
-            np.where(np.isnan(a[rows]), None, a[rows]).tolist()
+            np.where(np.isnan(a[rows]), None, a[rows]).tolist()  # type: ignore[arg-type, attr-defined]  # numpy stub
             for a in (self.lexical, self.semantic, self.lexical_rank, self.semantic_rank)
         ]
         score = (1.0 / (rows + 1.0) if scores is None else np.asarray(scores, dtype=np.float64)[rows]).tolist()
@@ -355,7 +355,7 @@ class HybridRetriever:
     def _fills(self, queries: list[str], lexical: list[Hits], semantic: list[Hits], vecs: Any) -> list[Fill]:
         """Per query, each stage's score of the hits only the other stage returned (see the class
         docstring), so that the merge builds every hit once, complete."""
-        out = []
+        out: list[Fill] = []
         for i, (q, lh, sh) in enumerate(zip(queries, lexical, semantic)):
             lex_ids, sem_ids = {d for d, _ in lh}, {d for d, _ in sh}
             no_lex = [d for d, _ in sh if d not in lex_ids]  # (in the order the union lists them)

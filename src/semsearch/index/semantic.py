@@ -251,7 +251,7 @@ class SemanticRetriever(Model):
             raise IndexMismatchError(
                 f"{d / RETRIEVER}: 'encoder' says {cfg['encoder']!r}, the encoder is {encoder_id(enc)!r}"
             )
-        r = cls(enc, kind, metric, batch_size=batch_size, threads=threads, **index_params)
+        r = cls(enc, kind, metric, batch_size=batch_size, threads=threads, **index_params)  # type: ignore[arg-type]  # a saved encoder
         now = r._probe_vectors()
         r.vectors = ix = VectorIndex.load(
             d / "index", expect_model=encoder_id(enc), expect_dim=now.shape[1], threads=threads

@@ -154,7 +154,7 @@ class ShardedVectorIndex:
             cand = []  # (code score, shard, position)
             for j, (scores, pos) in enumerate(found):
                 if scores is not None:
-                    cand += [(float(sc), j, int(p)) for sc, p in zip(scores[i], pos[i]) if p >= 0]
+                    cand += [(float(sc), j, int(p)) for sc, p in zip(scores[i], pos[i]) if p >= 0]  # type: ignore[index]  # with scores
             cand = heapq.nlargest(short, cand, key=lambda c: c[0])
             lists = []
             for j, s in enumerate(self.shards):
@@ -342,10 +342,10 @@ class EncodedShard:
                 str(meta["model"]),
                 str(meta["texts"]),
                 str(meta["side"]),
-                tuple(meta["shard"]),  # type: ignore[arg-type]
+                tuple(meta["shard"]),
                 tuple(meta["rows"]),
                 [str(i) for i in meta["ids"]],
-            )  # type: ignore[arg-type]
+            )
             shape = np.load(p, mmap_mode="r", allow_pickle=False).shape
         except FileNotFoundError as err:
             raise ValueError(f"{p}: not a complete encoded shard (missing {Path(err.filename).name})") from None

@@ -141,16 +141,16 @@ class VectorIndex:
             ix = (
                 faiss.IndexHNSWFlat(self.dim, p["M"], ip)
                 if self.kind == "hnsw"
-                else faiss.IndexHNSWSQ(self.dim, faiss.ScalarQuantizer.QT_8bit, p["M"], ip)
+                else faiss.IndexHNSWSQ(self.dim, faiss.ScalarQuantizer.QT_8bit, p["M"], ip)  # type: ignore[arg-type]  # faiss stub
             )
             ix.hnsw.efConstruction = p["efConstruction"]
             ix.hnsw.efSearch = p["efSearch"]
             return ix
         if p["rerank"] < 0:
             raise ValueError(f"ivfpq: rerank must be >= 0 (0: no exact re-scoring), got {p['rerank']}")
-        ix = faiss.IndexIVFPQ(flat(self.dim), self.dim, p["nlist"], p["m"], p["nbits"], ip)
-        ix.nprobe = p["nprobe"]
-        return ix
+        ivf = faiss.IndexIVFPQ(flat(self.dim), self.dim, p["nlist"], p["m"], p["nbits"], ip)
+        ivf.nprobe = p["nprobe"]
+        return ivf
 
     def _train(self, vectors: np.ndarray) -> None:
         """IVF-PQ: k-means for the coarse lists and the product quantiser, on ``vectors``; HNSW-SQ:
@@ -350,7 +350,7 @@ class VectorIndex:
         found = pos >= 0
         if len(pos) * pos.shape[1] * self.dim > 1 << 24:  # a large pass: query by query, rows read in order
             return [self.rescore_positions(qv, p, k) for qv, p in zip(q, pos)]
-        rows = self._exact[np.where(found, pos, 0)]  # type: ignore[index]  # (queries, short, dim) in one gather
+        rows = self._exact[np.where(found, pos, 0)]  # (queries, short, dim) in one gather
         if self.metric == "l2":
             scores = -np.square(rows - q[:, None, :]).sum(-1)
         else:

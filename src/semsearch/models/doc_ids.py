@@ -209,6 +209,10 @@ class DocIds(Sequence[str]):
     #: decoding every hit and look ids up in a dict; beyond it only the compact buffer is held
     STR_CACHE_MAX = 200_000
 
+    _buf: np.ndarray  # the ids' UTF-8 bytes, one after another
+    _off: np.ndarray  # int64 offsets: id i is _buf[_off[i]:_off[i + 1]]
+    _order: np.ndarray  # positions in sorted-id order
+
     def __init__(self, ids: Iterable[str] | DocIds = ()):
         if isinstance(ids, DocIds):
             self._buf, self._off, self._order = ids._buf, ids._off, ids._order
@@ -345,7 +349,7 @@ class DocIds(Sequence[str]):
             # one NUL-separated buffer, decoded and split in C, not a Python slice per id
             out[:] = _gather(self._buf, self._off, pos).tobytes().decode(_ENC, _ERRORS).split("\x00")
         else:
-            mv = memoryview(self._buf)
+            mv = memoryview(self._buf)  # type: ignore[arg-type]  # numpy stub: an ndarray is a buffer
             for j, (a, b) in enumerate(zip(self._off[pos].tolist(), self._off[pos + 1].tolist())):
                 out[j] = str(mv[a:b], _ENC, _ERRORS)
         return out.reshape(np.shape(positions))

@@ -297,6 +297,7 @@ class LexicalModel(IndexedModel):
 
     index_class = LexicalIndex
     Params: ClassVar[type[LexicalParams]] = LexicalParams
+    p: LexicalParams
 
     def __init__(self, analyzer: str | dict | Analyzer = "paper", **params: Any):
         super().__init__(analyzer, **params)
@@ -488,8 +489,9 @@ class LexicalModel(IndexedModel):
             out["kernel"] = self._top_k.nbytes() - int(shared)  # (the ranks, the block maxima)
         if "_doc_major" in self.__dict__:
             out["doc_major"] = csr(self._doc_major)
-        if self.__dict__.get("_addend") is not None:
-            out["addend"] = int(self._addend.nbytes)
+        addend = self.__dict__.get("_addend")
+        if addend is not None:
+            out["addend"] = int(addend.nbytes)
         return out
 
     def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
@@ -564,7 +566,7 @@ class BM25(LexicalModel):
 
     p: Params
 
-    def _doc_weights(self, ix, st, tf, docs, terms):  # type: ignore[no-untyped-def]
+    def _doc_weights(self, ix, st, tf, docs, terms):
         k1, b = self.p.k1, self.p.b
         idf = np.log1p((st.n_docs - st.df + 0.5) / (st.df + 0.5))
         norm = k1 * (1.0 - b + b * ix.doc_len[docs] / max(st.avgdl, 1e-9))
@@ -603,7 +605,7 @@ class UnigramLM(LexicalModel):
             params["lam"] = 0.0
         return super().with_params(**params)  # type: ignore[return-value]
 
-    def _doc_weights(self, ix, st, tf, docs, terms):  # type: ignore[no-untyped-def]
+    def _doc_weights(self, ix, st, tf, docs, terms):
         # A term the background never saw gets half a count, so log(0) cannot occur.
         p_c = np.maximum(st.cf, 0.5) / max(st.cf.sum(), 1.0)
         mu, lam = self.p.mu, self.p.lam
@@ -628,7 +630,7 @@ class TfIdf(LexicalModel):
     def _idf(self, st: CollectionStats) -> np.ndarray:
         return np.log(max(st.n_docs, 1) / np.maximum(st.df, 0.5))
 
-    def _doc_weights(self, ix, st, tf, docs, terms):  # type: ignore[no-untyped-def]
+    def _doc_weights(self, ix, st, tf, docs, terms):
         w = (1.0 + np.log(tf)) * self._idf(st)[terms]
         norms = np.sqrt(np.bincount(docs, weights=w * w, minlength=len(ix)))
         return w / np.maximum(norms[docs], 1e-12)

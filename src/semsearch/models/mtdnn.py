@@ -92,7 +92,7 @@ class MTDNN(DSSM):
     # ``DSSMTower``s, so it encodes through the trigram bags of each text
     _encode = NeuralEncoder._encode
 
-    def build(self, hasher, seed: int = 0) -> None:  # type: ignore[no-untyped-def]
+    def build(self, hasher, seed: int = 0) -> None:
         p = self.p
         self.hasher = hasher
         self.net = MTDNNNet(
@@ -119,5 +119,5 @@ class MTDNN(DSSM):
         return np.zeros((0, self.p.l2), np.float32) if out is None else out.cpu().numpy()
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
-        self._require()._need_ranking()  # type: ignore[attr-defined]
+        self._require()._need_ranking()
         super().index(doc_ids, texts)

@@ -14,10 +14,10 @@ weights are saved as safetensors plus a JSON config holding the trigram vocabula
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -66,14 +66,14 @@ class _NumpyTanh(torch.autograd.Function):
     """tanh by numpy's SIMD kernel; the backward is torch's own ``tanh_backward`` (g·(1 − y²))."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
         y = torch.empty_like(x)
         np.tanh(x.detach().numpy(), out=y.numpy())
         ctx.save_for_backward(y)
         return y
 
     @staticmethod
-    def backward(ctx, g: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def backward(ctx, g: torch.Tensor) -> torch.Tensor:
         (y,) = ctx.saved_tensors
         return torch.ops.aten.tanh_backward(g, y)
 
@@ -117,7 +117,7 @@ class _BagProduct(torch.autograd.Function):
         weight: torch.Tensor,
         ids: torch.Tensor,
         offsets: torch.Tensor,
-        counts: torch.Tensor,  # type: ignore[override]
+        counts: torch.Tensor,
         t_rows: torch.Tensor,
         t_offsets: torch.Tensor,
         t_counts: torch.Tensor,
@@ -128,7 +128,7 @@ class _BagProduct(torch.autograd.Function):
         return F.embedding_bag(ids, weight, offsets, mode="sum", per_sample_weights=counts)
 
     @staticmethod
-    def backward(ctx, g: torch.Tensor):  # type: ignore[no-untyped-def, override]
+    def backward(ctx, g: torch.Tensor):
         t_rows, t_offsets, t_counts, touched = ctx.saved_tensors
         gw = F.embedding_bag(t_rows, g.contiguous(), t_offsets, mode="sum", per_sample_weights=t_counts)
         if ctx.sparse:
@@ -171,7 +171,7 @@ class _WindowMax(torch.autograd.Function):
         slots: torch.Tensor,
         pad: torch.Tensor,
         bias: torch.Tensor,
-        rows: torch.Tensor,  # type: ignore[override]
+        rows: torch.Tensor,
         starts: np.ndarray,
     ) -> torch.Tensor:
         n, k_dim = len(starts) - 1, slots.shape[1]
@@ -179,7 +179,7 @@ class _WindowMax(torch.autograd.Function):
             from . import _clsm_kernels as kern
 
             longest = int(np.diff(starts).max(initial=1))
-            local = np.arange(longest, dtype=kern.winner_dtype(longest))  # winners within their texts
+            local: np.ndarray = np.arange(longest, dtype=kern.winner_dtype(longest))  # winners within their texts
             best = torch.empty((n, k_dim), dtype=slots.dtype)
             winner = np.empty((n, k_dim), dtype=local.dtype)
             run_split(
@@ -195,13 +195,13 @@ class _WindowMax(torch.autograd.Function):
             )
             ctx.winner, ctx.local = winner, local
         else:
-            best, winner = _window_max_torch(torch.cat([slots, pad]).detach(), rows, starts)
-            ctx.winner = winner
+            best, winner_t = _window_max_torch(torch.cat([slots, pad]).detach(), rows, starts)
+            ctx.winner = winner_t
         ctx.rows, ctx.shapes, ctx.starts = rows, (slots.shape[0], pad.shape[0]), starts
         return best + bias
 
     @staticmethod
-    def backward(ctx, g: torch.Tensor):  # type: ignore[no-untyped-def, override]
+    def backward(ctx, g: torch.Tensor):
         rows, winner = ctx.rows, ctx.winner
         n_slots, n_pad = ctx.shapes
         g = g.contiguous()
@@ -383,7 +383,7 @@ class DSSMTower(nn.Module):
         self.bias = nn.Parameter(torch.zeros(sizes[0]))
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
         _glorot(self.embed.weight, vocab, sizes[0], gen)
-        for layer in self.layers:
+        for layer in cast("Iterable[nn.Linear]", self.layers):
             _glorot(layer.weight, layer.in_features, layer.out_features, gen)
             nn.init.zeros_(layer.bias)
 
@@ -422,11 +422,15 @@ class DSSMTower(nn.Module):
         n = len(indptr) - 1
         if out is None:
             out = torch.empty(
-                n, self.bias.shape[0] if not len(self.layers) else self.layers[-1].out_features, device=dev
+                n,
+                self.bias.shape[0] if not len(self.layers) else cast(nn.Linear, self.layers[-1]).out_features,
+                device=dev,
             )
         pos = torch.as_tensor(positions, device=dev)
         rows = min(n, ENCODE_ROWS)  # the hidden layers' buffers, reused by every row batch
-        scratch = [per_word.new_empty(rows, layer.out_features) for layer in self.layers[:-1]]
+        scratch = [
+            per_word.new_empty(rows, layer.out_features) for layer in cast("Iterable[nn.Linear]", self.layers[:-1])
+        ]
         for s in range(0, n, ENCODE_ROWS):
             e = min(s + ENCODE_ROWS, n)
             a, b = int(indptr[s]), int(indptr[e])
@@ -445,7 +449,7 @@ class DSSMTower(nn.Module):
         if not len(self.layers):
             return h if out is None else out.copy_(h)
         last = len(self.layers) - 1
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("Iterable[nn.Linear]", self.layers)):
             dst = out if i == last else scratch[i][: len(h)] if scratch is not None else None
             h = tanh_(
                 torch.addmm(layer.bias, h, layer.weight.t())
@@ -506,7 +510,7 @@ class CLSMTower(nn.Module):
 class TwoTowers(nn.Module):
     """A query tower and a document tower (one shared tower when ``shared``)."""
 
-    def __init__(self, make, shared: bool):  # type: ignore[no-untyped-def]
+    def __init__(self, make, shared: bool):
         super().__init__()
         self.q = make()
         self.d = self.q if shared else make()
@@ -558,7 +562,7 @@ class NeuralEncoder(TrainedModel):
 
     # -- encoding -------------------------------------------------------------------------------
     def _batched(
-        self, texts: Sequence[str], fn: Callable[[nn.Module, Any], torch.Tensor], batch_size: int = 4096
+        self, texts: Sequence[str], fn: Callable[[Any, Any], torch.Tensor], batch_size: int = 4096
     ) -> torch.Tensor | None:
         """``fn(net, batch input)`` over ``texts`` in batches, in eval mode without gradients,
         concatenated (None for no texts)."""
@@ -621,6 +625,7 @@ class NeuralEncoder(TrainedModel):
     # -- persistence --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
         net = self._require()
+        assert self.hasher is not None  # set with the net
         d = Path(path)
         write_config(
             d,
@@ -629,7 +634,7 @@ class NeuralEncoder(TrainedModel):
                 "params": self.params(),
                 "vocabulary": {"max_words": self.hasher.max_words, "trigrams": self.hasher.trigrams},
             },
-        )  # type: ignore[union-attr]
+        )
         save_weights(net, d)
         seal(d)
 

@@ -26,13 +26,16 @@ import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from ..data._io import write_json
 from .base import ModelDirError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 ONNX_FILE = "model.onnx"
 ONNX_META = "onnx.json"
@@ -243,7 +246,7 @@ def export(model: Any, out: str | Path, *, precision: str = "fp32") -> dict[str,
 
 
 @contextlib.contextmanager
-def _eager_attention(bert: torch.nn.Module) -> Iterator[None]:
+def _eager_attention(bert: PreTrainedModel) -> Iterator[None]:
     """``bert`` with transformers' eager attention while it is exported, its own afterwards. The
     export of its default (SDPA) attention is a pattern onnxruntime's BERT optimizer does not fuse
     (its MatMuls, Transposes and Softmaxes stay apart); the eager one fuses into ``Attention``,

@@ -96,7 +96,7 @@ def _one_query(
     out_docs,
     out_scores,
     walked,
-) -> int:  # type: ignore[no-untyped-def]
+) -> int:
     """Top ``k`` of one query (``terms`` ascending, positive or zero ``weights``) into
     ``out_docs`` / ``out_scores``, best first; returns how many. ``acc`` (zeros) and ``touched``
     are scratch of one entry per document, left as found; ``walked[0]`` counts the postings."""
@@ -148,7 +148,7 @@ def _one_query(
         top = np.float32(0)
         for r in range(n_runs):
             m = np.float32(0)
-            for d in range(r * _SCAN, min(r * _SCAN + _SCAN, n_docs)):
+            for d in range(r * _SCAN, min(r * _SCAN + _SCAN, n_docs)):  # type: ignore[assignment]  # numba: d also a uint32
                 v = acc[d]
                 m = v if v > m else m
             rmax[r] = m
@@ -162,7 +162,7 @@ def _one_query(
                     continue
                 lo, hi = r * _SCAN, min(r * _SCAN + _SCAN, n_docs)
                 if rmax[r] >= t32:
-                    for d in range(lo, hi):
+                    for d in range(lo, hi):  # type: ignore[assignment]  # numba: d also a uint32
                         a = acc[d]
                         acc[d] = 0
                         sc = np.float64(a) + (scale * addend[d] if has_addend else 0.0)
@@ -185,13 +185,13 @@ def _one_query(
                             theta = hs[0]
                             t32 = _below(theta, a_max)
                 else:
-                    for d in range(lo, hi):
+                    for d in range(lo, hi):  # type: ignore[assignment]  # numba: d also a uint32
                         acc[d] = 0
                 rmax[r] = -1
             if b < _BANDS and nh == k and t32 > band:  # no run left can reach the heap
                 for r in range(n_runs):
                     if rmax[r] >= 0:
-                        for d in range(r * _SCAN, min(r * _SCAN + _SCAN, n_docs)):
+                        for d in range(r * _SCAN, min(r * _SCAN + _SCAN, n_docs)):  # type: ignore[assignment]  # numba: d also a uint32
                             acc[d] = 0
                 break
             band *= np.float32(0.5)
@@ -260,7 +260,7 @@ def _sift_worst_up(hs: np.ndarray, hd: np.ndarray, hr: np.ndarray, i: int) -> No
 
 
 @numba.njit(cache=True, nogil=True)
-def _blocks(indptr, indices, data, block):  # type: ignore[no-untyped-def]
+def _blocks(indptr, indices, data, block):
     """Block-max metadata of doc-id-ordered postings: per term its first block (``bptr``, one
     block per ``block`` postings), per block its last doc id and its largest weight, per term its
     largest weight; and whether every term's doc ids strictly increase (pruning needs that)."""
@@ -335,7 +335,7 @@ def _first_geq(indices: np.ndarray, lo: int, hi: int, target: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _seek(indices, blast, j, cur, cd, lo, end, bf, be, target) -> int:  # type: ignore[no-untyped-def]
+def _seek(indices, blast, j, cur, cd, lo, end, bf, be, target) -> int:
     """Moves term ``j``'s cursor to its first posting with doc id >= ``target`` (skipping whole
     blocks by their last doc id); returns the block it lands in (``be[j]`` once exhausted)."""
     b = _next_block(blast, bf[j] + (cur[j] - lo[j]) // _BLOCK, be[j], target)
@@ -372,7 +372,7 @@ def _pruned_query(
     out_docs,
     out_scores,
     walked,
-) -> int:  # type: ignore[no-untyped-def]
+) -> int:
     """``_one_query``'s answer, document at a time with block-max MaxScore (see the module
     docstring): the same hits, order and scores to the bit; ``walked[0]`` counts the postings
     scored."""
@@ -603,7 +603,7 @@ def _run(
     tmax,
     a_lo,
     a_hi,
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """Queries ``lo`` to ``hi`` one after another with one scratch; ``prune`` 1: every query
     pruned, 0: none, -1: those with at least ``prune_from[0] + k * prune_from[1]`` postings."""
     for q in range(lo, hi):
@@ -684,7 +684,7 @@ def _batch(
     tmax,
     a_lo,
     a_hi,
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """Every query's top ``k`` (rows of the outputs); ``n_chunks`` contiguous runs of queries in
     parallel, each with its own scratch."""
     nq = len(qptr) - 1
@@ -724,7 +724,7 @@ _PRUNE_CODE = {"auto": -1, "off": 0, "on": 1}
 
 
 @numba.njit(cache=True, nogil=True)
-def _rows_dot(indptr, indices, data, rows, qterms, qweights, out):  # type: ignore[no-untyped-def]
+def _rows_dot(indptr, indices, data, rows, qterms, qweights, out):
     """``out[i]`` = row ``rows[i]`` of a CSR matrix (column ids ascending in each row) dotted with a
     sparse query (``qterms`` ascending, ``qweights`` float64): a merge of the two sorted lists,
     summed in float64 in the row's column order (what scipy's ``W[rows] @ q`` sums, to the bit)."""
@@ -838,8 +838,9 @@ class PostingsTopK:
 
     def nbytes(self) -> int:
         """Bytes of the arrays held (not the per-thread scratch: 8 bytes per document each)."""
-        arrays = [self.indptr, self.indices, self.data, self.ranks, self.addend]
-        arrays += [a for a in self.__dict__.get("_blocks", ())[:4]]
+        blocks: tuple[np.ndarray, ...] = self.__dict__.get("_blocks", ())
+        arrays: list[np.ndarray] = [self.indptr, self.indices, self.data, self.ranks, self.addend]
+        arrays += [a for a in blocks[:4]]
         return int(sum(a.nbytes for a in arrays))
 
     def _scratch(self) -> tuple[np.ndarray, np.ndarray]:

@@ -189,7 +189,7 @@ class ProjectionModel(Model):
         assert self.vocab is not None and self.idf is not None and self.A is not None
         d = Path(path)
         write_config(d, {"model": self.name, "params": self.p.as_dict()})
-        arrays = {"A": self.A, "idf": self.idf}
+        arrays: dict[str, Any] = {"A": self.A, "idf": self.idf}
         if self._docs is not None:
             arrays["docs"] = self._docs
         np.savez_compressed(d / _NPZ, **arrays)

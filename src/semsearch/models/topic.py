@@ -311,7 +311,7 @@ class TopicModel(Model):
             seal(d)
             return
         assert self.query_vocab is not None and self.doc_vocab is not None and self.phi_query is not None
-        np.savez_compressed(d / _NPZ, phi_query=self.phi_query, **self.arrays)
+        np.savez_compressed(d / _NPZ, phi_query=self.phi_query, **self.arrays)  # type: ignore[arg-type]  # numpy stub
         same = self.query_vocab.terms == self.doc_vocab.terms
         meta = {"query_terms": self.query_vocab.terms, "doc_terms": None if same else self.doc_vocab.terms}
         (d / _JSON).write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")

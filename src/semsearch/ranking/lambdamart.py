@@ -96,7 +96,9 @@ class LambdaMART:
             )
         self.booster: Any = None
         self.best_iteration = 0
-        self._trees: CompiledTrees | None | bool = False  # the booster compiled on the first predict (False: not yet)
+        self._trees: CompiledTrees | None | Literal[False] = (
+            False  # the booster compiled on the first predict (False: not yet)
+        )
 
     @property
     def params(self) -> dict[str, Any]:

@@ -32,7 +32,14 @@ class CompiledTrees:
     tree) and each leaf's value."""
 
     def __init__(self, dump: dict[str, Any]):
-        feature, threshold, default_left, missing, left, right, values, roots = [], [], [], [], [], [], [], []
+        feature: list[int] = []
+        threshold: list[float] = []
+        default_left: list[bool] = []
+        missing: list[int] = []
+        left: list[int] = []
+        right: list[int] = []
+        values: list[float] = []
+        roots: list[int] = []
 
         def walk(node: dict[str, Any]) -> int:
             if "leaf_value" in node or "split_index" not in node:
@@ -108,7 +115,7 @@ def compile_booster(booster: Any, num_iteration: int | None = None) -> CompiledT
 
 
 @numba.njit(cache=True, nogil=True)
-def _predict(X, feature, threshold, default_left, missing, left, right, values, roots, out):  # type: ignore[no-untyped-def]
+def _predict(X, feature, threshold, default_left, missing, left, right, values, roots, out):
     """LightGBM's ``Tree::NumericalDecision`` walk of every tree for every row, summed in tree order."""
     for i in range(X.shape[0]):
         acc = 0.0
@@ -130,7 +137,7 @@ def _predict(X, feature, threshold, default_left, missing, left, right, values, 
 
 
 @numba.njit(cache=True, nogil=True)
-def _predict_plain(X, feature, threshold, child, values, roots, out):  # type: ignore[no-untyped-def]
+def _predict_plain(X, feature, threshold, child, values, roots, out):
     """``_predict`` for trees without missing-value splits, NaN already 0: the child is picked by
     index arithmetic instead of a branch the CPU mispredicts, and four rows walk each tree
     together, four independent chains of loads the CPU overlaps. Each row's sum is in tree order,

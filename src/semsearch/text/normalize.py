@@ -72,7 +72,7 @@ class Analyzer:
         return {"stem": self.stem, "stopwords": self.stopwords}
 
     @cached_property
-    def _stemmer(self):  # type: ignore[no-untyped-def]
+    def _stemmer(self):
         import Stemmer  # PyStemmer: Snowball stemmers in C
 
         return Stemmer.Stemmer(self.stem, 0)

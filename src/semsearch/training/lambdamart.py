@@ -41,7 +41,7 @@ def train_booster(
     key = f"ndcg@{p.metric_at}"
     if dev is None and cv_folds >= 2:
         cv = lgb.cv(params, dtrain, num_boost_round=rounds, nfold=cv_folds, callbacks=[stop])
-        curve = cv[f"valid {key}-mean"]
+        curve: list[float] = cv[f"valid {key}-mean"]  # type: ignore[assignment]  # a metric's means
         rounds, metric, how = int(np.argmax(curve)) + 1, float(np.max(curve)), f"{cv_folds}-fold CV"
     evals: dict[str, Any] = {}
     callbacks: list[Any] = [lgb.record_evaluation(evals)]

@@ -157,7 +157,8 @@ def epoch_loop(
             unit="pairs",
             show=progress and main,
         )
-        t0, totals = time.perf_counter(), {}
+        t0 = time.perf_counter()
+        totals: dict[Any, list[float]] = {}
         seen, steps = 0, 0
         for batch in batches():
             if per_epoch is not None:  # the step's rate, from the step's place in the whole training
@@ -274,7 +275,7 @@ def em_loop(
 
 
 # ------------------------------------------------------------------------------------ checkpoints
-def _save_checkpoint(ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:  # type: ignore[no-untyped-def]
+def _save_checkpoint(ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:
     # the whole checkpoint is written beside ck.path and swapped in at once: a run killed at any
     # point resumes from the previous epoch's complete checkpoint, never a mix of two epochs
     from ..data._io import fsync_tree, replace_dir, tmp_dir
@@ -291,7 +292,7 @@ def _save_checkpoint(ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> 
         raise
 
 
-def _write_checkpoint(d, ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:  # type: ignore[no-untyped-def]
+def _write_checkpoint(d, ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:
     import torch
     from safetensors.torch import save_file
 
@@ -315,7 +316,7 @@ def _write_checkpoint(d, ck: Checkpoint, net, opt, epoch, stop, rng, best_state)
     (d / "trainer.json").write_text(json.dumps(meta))
 
 
-def _load_checkpoint(ck: Checkpoint, net, opt, rng, stop):  # type: ignore[no-untyped-def]
+def _load_checkpoint(ck: Checkpoint, net, opt, rng, stop):
     import torch
     from safetensors.torch import load_file
 

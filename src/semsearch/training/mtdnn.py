@@ -93,26 +93,29 @@ def train_mtdnn(
     b = args.batch_size
     names = (["rank"] if pairs is not None else []) + domains
     n_rank = -(-len(pairs.q_rows) // b) if pairs is not None else 0
-    n_cls = -(-len(tasks) // b) if domains else 0  # type: ignore[arg-type]
+    n_cls = -(-len(tasks) // b) if domains else 0  # type: ignore[arg-type]  # tasks with domains
     steps = n_rank * len(names) if pairs is not None else n_cls * len(domains)
     if args.task_sampling == "uniform":
         weights = np.full(len(names), 1.0 / len(names))
     else:
-        sizes = np.array(([len(pairs.q_rows)] if pairs is not None else []) + [len(tasks)] * len(domains), float)  # type: ignore[arg-type]
+        sizes = np.array(
+            ([len(pairs.q_rows)] if pairs is not None else []) + [len(tasks)] * len(domains),  # type: ignore[arg-type]  # tasks with domains
+            np.float64,
+        )
         weights = sizes / sizes.sum()
 
     opt = make_optimizer(args, [p for p in net.parameters() if p.requires_grad])
     cls_lr = args.cls_lr if args.cls_lr is not None else args.lr
     qf = df = cf = None
     if pairs is not None:
-        qf, df = model.features(pairs.q_texts), model.features(data.doc_texts)  # type: ignore[union-attr]
+        qf, df = model.features(pairs.q_texts), model.features(data.doc_texts)  # type: ignore[union-attr]  # data with pairs
     if domains:
-        cf = model.features(tasks.texts)  # type: ignore[union-attr]
-        y_all = tasks.labels.astype(np.float32)  # type: ignore[union-attr]
+        cf = model.features(tasks.texts)  # type: ignore[union-attr]  # tasks with domains
+        y_all = tasks.labels.astype(np.float32)  # type: ignore[union-attr]  # tasks with domains
     cursors = {
         name: (rng.permutation(n), 0)
-        for name, n in ((nm, len(pairs.q_rows) if nm == "rank" else len(tasks)) for nm in names)
-    }  # type: ignore[union-attr,arg-type]
+        for name, n in ((nm, len(pairs.q_rows) if nm == "rank" else len(tasks)) for nm in names)  # type: ignore[union-attr, arg-type]  # per task name
+    }
 
     def next_rows(name: str) -> np.ndarray:
         perm, at = cursors[name]

@@ -94,7 +94,7 @@ def pca(
     mean = np.asarray(X.mean(axis=0)).ravel()
     k = min(k, n, V)
     if min(n, V) <= max(2 * k + 10, 200):
-        Xc = (X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)) - mean
+        Xc = (X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)) - mean  # type: ignore[union-attr]  # sparse
         _, s, vt = np.linalg.svd(Xc, full_matrices=False)
         comps, s = vt[:k].T, s[:k]
     else:
@@ -195,7 +195,7 @@ def _s2net(
     tq, tpool = _csr(Xq), _csr(pool)
     n, J, bs = Xq.shape[0], args.negatives, args.batch_size
 
-    def batches():  # type: ignore[no-untyped-def]
+    def batches():
         neg = _sample_negatives(rng, n, J, len(data.doc_ids), pos_keys, pair_query)
         perm = torch.randperm(n).numpy()
         return ((perm[b : b + bs], neg) for b in range(0, n, bs))

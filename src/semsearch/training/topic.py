@@ -494,7 +494,7 @@ def bltm_step(
     At most ``pr_steps`` steps per chunk, fewer once every pair's largest
     violation is below ``pr_tol``. Pairs with an empty query or title are not constrained."""
 
-    def work(group: list[int]):  # type: ignore[no-untyped-def]
+    def work(group: list[int]):
         acc_q = np.zeros_like(phiQT)
         acc_d = acc_q if one_vocab else np.zeros_like(phiDT)
         ll, prior, res_max, res_sum, steps_sum, n_pr = 0.0, 0.0, 0.0, 0.0, 0.0, 0

@@ -183,7 +183,7 @@ def batch_loss(
     df,
     pairs: Pairs,
     rows: np.ndarray,
-    rng: np.random.Generator,  # type: ignore[no-untyped-def]
+    rng: np.random.Generator,
     args: EncoderArgs,
 ) -> torch.Tensor:
     """A minibatch's −log softmax over γ·cosine (``args.gamma`` one number): each query's positive
@@ -243,7 +243,7 @@ class _GatheredDots(torch.autograd.Function):
     which cost more at large J (``benchmarks/train_speed.py`` measures training steps)."""
 
     @staticmethod
-    def forward(ctx, q: torch.Tensor, d: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, q: torch.Tensor, d: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         flat = idx.reshape(-1)
         g = d.index_select(0, flat).view(*idx.shape, d.shape[1])
         order = torch.argsort(flat, stable=True)  # the picks grouped by the row of d they picked
@@ -254,7 +254,7 @@ class _GatheredDots(torch.autograd.Function):
         return torch.bmm(g, q[:, :, None])[:, :, 0]
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[no-untyped-def, override]
+    def backward(ctx, grad: torch.Tensor):
         q, g, order, offsets = ctx.saved_tensors
         gq = torch.bmm(grad[:, None, :], g)[:, 0, :]
         gd = F.embedding_bag(

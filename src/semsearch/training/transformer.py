@@ -203,10 +203,10 @@ def with_teacher(
     weights = [1.0]  # one teacher: its own scale; several: each divided by its own sd, then averaged
     if len(raw) > 1:
         weights = [1.0 / (len(raw) * sd) if sd > 0 else 1.0 / len(raw) for sd in map(spread_of, raw)]
-    mixed = sum(w * flat for w, flat in zip(weights, raw))
+    mixed: np.ndarray = sum(w * flat for w, flat in zip(weights, raw))  # type: ignore[assignment]  # arrays
     sd = spread_of(mixed)
     factors = [w * (spread / sd if sd > 0 else 1.0) for w in weights]
-    flat = sum(f * t for f, t in zip(factors, raw))
+    flat: np.ndarray = sum(f * t for f, t in zip(factors, raw))  # type: ignore[assignment]  # arrays
     return [
         Example(e.query, e.docs, e.grades, e.judged, flat[a:b].astype(np.float32))
         for e, (a, b) in zip(examples, bounds)
@@ -303,7 +303,7 @@ def train_transformer(
         t0 = time.perf_counter()
         teachers = [CrossEncoder.load(d) for d in args.teachers]
         assert all(isinstance(t, CrossEncoder) for t in teachers)
-        examples, log["teacher_factors"] = with_teacher(examples, teachers, data.doc_texts, args.teacher_spread)
+        examples, log["teacher_factors"] = with_teacher(examples, teachers, data.doc_texts, args.teacher_spread)  # type: ignore[arg-type]  # asserted
         log["teacher_seconds"] = time.perf_counter() - t0
         del teachers
         log["student_spread"] = _check_spread(model, examples, data.doc_texts, args.teacher_spread)
@@ -323,7 +323,7 @@ def _check_grades(model: TransformerModel, args: TransformerArgs, examples: list
     args.check_with(model.p)  # as recipe() does at the edge: arguments built in Python meet the model here
     if not (isinstance(model, CrossEncoder) and model.graded):
         return
-    levels = model.p.grades  # type: ignore[attr-defined]
+    levels = model.p.grades
     lo = min(float(e.grades.min()) for e in examples)
     hi = max(float(e.grades.max()) for e in examples)
     if lo < levels[0] or hi > levels[-1]:
@@ -394,7 +394,7 @@ def _train(
         perm = rng.permutation(len(examples))
         return ([examples[i] for i in perm[s : s + b]] for s in range(0, len(perm), b))
 
-    evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None  # type: ignore[arg-type]
+    evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None
     log = epoch_loop(
         net,
         opt,
@@ -500,13 +500,13 @@ def _batch_loss(
     dev = scores.device
     if grade_weight > 0:
         assert head is not None
-        ok = torch.as_tensor(valid, device=dev)
+        ok_t = torch.as_tensor(valid, device=dev)
         k = head.shape[1]
         logits = torch.zeros((*valid.shape, k), dtype=head.dtype, device=dev).masked_scatter(
-            ok[..., None].expand(-1, -1, k), head
+            ok_t[..., None].expand(-1, -1, k), head
         )
         levels = torch.tensor(model.p.grades, dtype=head.dtype, device=dev)  # type: ignore[attr-defined]
-        extra = grade_weight * grade_cross_entropy(logits, torch.as_tensor(grades, device=dev), ok, levels, scale)
+        extra = grade_weight * grade_cross_entropy(logits, torch.as_tensor(grades, device=dev), ok_t, levels, scale)
     return (
         graded_list_loss(
             loss, scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev), margin, scale
