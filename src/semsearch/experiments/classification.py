@@ -222,13 +222,13 @@ class _Run:
             return model, train_mtdnn(model, data, dev, args=args, tasks=tr, dev_tasks=dv, progress=self.progress)
 
         model, _ = cached_training(self.model_dir, "mt-dnn", recipe, train, self.retrain)
-        return model  # type: ignore[return-value]
+        return model  # type: ignore[return-value]  # an MT-DNN
 
 
 def _mtdnn(params: dict[str, Any]) -> tuple[MTDNN, MTDNNArgs]:
     """An untrained MT-DNN and its training arguments from one parameter mapping (``recipe``)."""
     model_kw, args = recipe("mt-dnn", params, where="mt-dnn")
-    return create_model("mt-dnn", **model_kw), args  # type: ignore[return-value]
+    return create_model("mt-dnn", **model_kw), args  # type: ignore[return-value]  # an MT-DNN
 
 
 def run_classification(
@@ -348,7 +348,7 @@ def _adaptation(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any],
         feats = {
             "SemanticRepresentation": (mt.semantic(tr.texts), mt.semantic(te.texts)),
             "Word3gram": tuple(word_ngram_features(tr.texts, te.texts)),
-            "Letter3gram": tuple(letter_trigram_features(mt.hasher, tr.texts, te.texts)),  # type: ignore[arg-type]
+            "Letter3gram": tuple(letter_trigram_features(mt.hasher, tr.texts, te.texts)),  # type: ignore[arg-type]  # trained model
         }
         s4: dict[str, list[float]] = {k: [] for k in feats}
         s5: dict[str, list[float]] = {"DNN1": [], "DNN2": [], "SVM": []}

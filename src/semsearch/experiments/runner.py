@@ -74,13 +74,13 @@ class _Context:
         if self.mode == "judged":
             return {q: list(docs) for q, docs in qrels.items()}
         if self.mode == "run":
-            run = self.dataset_run(self.run_name)  # type: ignore[arg-type]
+            run = self.dataset_run(self.run_name)  # type: ignore[arg-type]  # run mode
             return {q: [d for d, _ in ranked(run.get(q, {}))[: self.k]] for q in qrels}
         return None
 
     def texts(self, fields: str) -> list[str]:
         if fields not in self._texts:
-            self._texts[fields] = self.corpus.joined(fields)  # type: ignore[arg-type]
+            self._texts[fields] = self.corpus.joined(fields)  # type: ignore[arg-type]  # a corpus
         return self._texts[fields]
 
     def lexical_index(self, analyzer: Analyzer, fields: str) -> LexicalIndex:
@@ -107,7 +107,7 @@ class _Context:
             if not hasattr(model, "encode_documents"):
                 raise ValueError(f"{ms.label}: index = {{...}} needs an encoder model, {ms.model!r} is not one")
             cache = self.model_dir / "embeddings" if self.model_dir else None
-            model = SemanticRetriever(model, cache=cache, **ms.index)  # type: ignore[arg-type]
+            model = SemanticRetriever(model, cache=cache, **ms.index)  # type: ignore[arg-type]  # an encoder
             model.index(
                 self.corpus.ids, self.texts(fields), progress=f"{ms.label}: encoding" if self.progress else None
             )

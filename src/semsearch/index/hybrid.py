@@ -292,7 +292,7 @@ class HybridRetriever:
     @property
     def doc_ids(self) -> Any:
         """The collection both stages index (a positional retriever's: ``DocIds``)."""
-        return (self.lexical or self.semantic).doc_ids  # type: ignore[union-attr]
+        return (self.lexical or self.semantic).doc_ids  # type: ignore[union-attr]  # one stage set
 
     def candidates(
         self, queries: Sequence[str], *, n_lexical: int | None = None, n_semantic: int | None = None
@@ -311,7 +311,7 @@ class HybridRetriever:
         lex: list[tuple[np.ndarray, np.ndarray]] = [empty] * len(qs)
         if self.lexical is not None and n_lex > 0 and qs:
             with self.locks[id(self.lexical)]:
-                docs, scores, counts = self.lexical.retrieve_positions(qs, n_lex)  # type: ignore[attr-defined]
+                docs, scores, counts = self.lexical.retrieve_positions(qs, n_lex)  # type: ignore[attr-defined]  # positional model
             lex = [(d[:c], s[:c]) for d, s, c in zip(docs, scores, counts.tolist())]
         timing["lexical_ms"] = 1000 * (time.perf_counter() - t)
         t = time.perf_counter()
@@ -319,7 +319,7 @@ class HybridRetriever:
         vecs = None
         if self.semantic is not None and n_sem > 0 and qs:
             with self.locks[id(self.semantic)]:
-                sem, vecs = self.semantic.search_positions(qs, n_sem)  # type: ignore[attr-defined]
+                sem, vecs = self.semantic.search_positions(qs, n_sem)  # type: ignore[attr-defined]  # positional index
         timing["semantic_ms"] = 1000 * (time.perf_counter() - t)
         t = time.perf_counter()
         out = [union_positions(lp, ls, sp, ss) for (lp, ls), (sp, ss) in zip(lex, sem)]
@@ -331,10 +331,10 @@ class HybridRetriever:
                 no_sem = np.flatnonzero(np.isnan(c.semantic_rank))
                 if len(no_lex) and self.lexical is not None:
                     with self.locks[id(self.lexical)]:
-                        c.lexical[no_lex] = self.lexical.score_positions([q], [c.positions[no_lex]])[0]  # type: ignore[attr-defined]
+                        c.lexical[no_lex] = self.lexical.score_positions([q], [c.positions[no_lex]])[0]  # type: ignore[attr-defined]  # positional model
                 if len(no_sem) and vecs is not None:
                     with self.locks[id(self.semantic)]:
-                        c.semantic[no_sem] = self.semantic.similarity_positions(vecs[i], c.positions[no_sem])  # type: ignore[union-attr]
+                        c.semantic[no_sem] = self.semantic.similarity_positions(vecs[i], c.positions[no_sem])  # type: ignore[union-attr]  # positional index
             timing["complete_ms"] = 1000 * (time.perf_counter() - t)
         return out, timing
 
@@ -347,7 +347,7 @@ class HybridRetriever:
         vecs = None
         with self.locks[id(model)]:
             if hasattr(model, "similarity"):
-                hits, vecs = model.search(queries, n)  # type: ignore[attr-defined]
+                hits, vecs = model.search(queries, n)  # type: ignore[attr-defined]  # semantic stage
             else:
                 hits = model.retrieve(queries, n)
         return hits, 1000 * (time.perf_counter() - t), vecs
@@ -367,7 +367,7 @@ class HybridRetriever:
                     lex = dict(zip(no_lex, map(float, self.lexical.score([q], [no_lex])[0])))
             if no_sem and self.semantic is not None and vecs is not None:
                 with self.locks[id(self.semantic)]:
-                    sem = dict(zip(no_sem, map(float, self.semantic.similarity(vecs[i], no_sem))))  # type: ignore[attr-defined]
+                    sem = dict(zip(no_sem, map(float, self.semantic.similarity(vecs[i], no_sem))))  # type: ignore[attr-defined]  # semantic stage
             out.append((lex, sem))
         return out
 
@@ -406,7 +406,7 @@ class HybridRetriever:
         fills: list[Fill | None] = [None] * len(qs)
         if self.complete:
             t = time.perf_counter()
-            fills = self._fills(qs, lex, sem, vecs)  # type: ignore[assignment]
+            fills = self._fills(qs, lex, sem, vecs)  # type: ignore[assignment]  # hits path
             timing["complete_ms"] = 1000 * (time.perf_counter() - t)
         t = time.perf_counter()
         out = [

@@ -161,7 +161,7 @@ class ShardedVectorIndex:
                 p = np.array([c[2] for c in cand if c[1] == j], dtype=np.int64)
                 if len(p):
                     top, scores = s.rescore_positions(qv, p, k)
-                    lists.append(list(zip(s.doc_ids.take(top).tolist(), scores.tolist())))  # type: ignore[attr-defined]
+                    lists.append(list(zip(s.doc_ids.take(top).tolist(), scores.tolist())))  # type: ignore[attr-defined]  # positional index
                 else:
                     lists.append([])
             out.append(merge(lists, k))
@@ -410,7 +410,7 @@ def encode_file(
     if shard is not None and info.done():
         return Encoded(out_path, hi - lo, int(np.load(out_path, mmap_mode="r").shape[1]), 0.0, True)
     start = time.perf_counter()
-    vecs = m.encode_queries(items[lo:hi]) if side == "query" else m.encode_documents(items[lo:hi])  # type: ignore[attr-defined]
+    vecs = m.encode_queries(items[lo:hi]) if side == "query" else m.encode_documents(items[lo:hi])  # type: ignore[attr-defined]  # an encoder
     if shard is not None:
         info.write(vecs)
     else:

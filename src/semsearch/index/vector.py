@@ -374,7 +374,7 @@ class VectorIndex:
         ``k`` positions and scores, best first, equal scores by doc id. Public for the sharded
         index, which searches each shard's quantised vectors and re-scores the merged short list."""
         p = np.sort(p[p >= 0])  # sorted rows: the memory-mapped file is read in order
-        s = self._score(self._exact[p], qv)  # type: ignore[index]
+        s = self._score(self._exact[p], qv)  # type: ignore[index]  # kept vectors
         order = np.lexsort((self._ranks[p], -s))[:k]
         return p[order].astype(np.int64), np.asarray(s[order], dtype=np.float64)
 

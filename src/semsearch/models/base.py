@@ -260,7 +260,7 @@ def rank(
         chunk = qids[start : start + batch_size]
         texts = [queries[q] for q in chunk]
         if candidates is None:
-            for q, hits in zip(chunk, model.retrieve(texts, k)):  # type: ignore[arg-type]
+            for q, hits in zip(chunk, model.retrieve(texts, k)):  # type: ignore[arg-type]  # a retriever
                 run[q] = dict(hits)
         else:
             cands = [list(candidates.get(q, ())) for q in chunk]

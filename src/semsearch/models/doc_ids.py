@@ -305,7 +305,7 @@ class DocIds(Sequence[str]):
             return len(other) == len(self) and all(a == b for a, b in zip(self, other))
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable
 
     def __repr__(self) -> str:
         head = ", ".join(repr(x) for x in self[:3])
@@ -331,7 +331,7 @@ class DocIds(Sequence[str]):
         d = self.__dict__.get("_dict_")
         if d is None:
             strs = self._strs()
-            d = self.__dict__["_dict_"] = {x: i for i, x in enumerate(strs.tolist())}  # type: ignore[union-attr]
+            d = self.__dict__["_dict_"] = {x: i for i, x in enumerate(strs.tolist())}  # type: ignore[union-attr]  # small collection
         return d
 
     def take(self, positions: np.ndarray) -> np.ndarray:

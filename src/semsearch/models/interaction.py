@@ -203,7 +203,7 @@ class InteractionModel(TrainedModel):
         """Word ids of each text (first ``max_words`` words): vocabulary rows, or a negative id per
         distinct unknown word (consistent within this model object, so exact matches survive)."""
         self._require()
-        ids, oov, cap = self.vocab.ids, self._oov, self.p.max_words  # type: ignore[union-attr]
+        ids, oov, cap = self.vocab.ids, self._oov, self.p.max_words  # type: ignore[union-attr]  # trained model
         out = []
         for t in texts:
             row = []
@@ -256,7 +256,7 @@ class InteractionModel(TrainedModel):
     def save(self, path: str | Path) -> None:
         net = self._require()
         d = Path(path)
-        write_config(d, {"model": self.name, "params": self.params(), "vocabulary": {"terms": self.vocab.terms}})  # type: ignore[union-attr]
+        write_config(d, {"model": self.name, "params": self.params(), "vocabulary": {"terms": self.vocab.terms}})  # type: ignore[union-attr]  # trained model
         save_weights(net, d)
         seal(d)
 

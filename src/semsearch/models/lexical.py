@@ -306,9 +306,9 @@ class LexicalModel(IndexedModel):
 
     def with_params(self, **params: Any) -> LexicalModel:
         clone = super().with_params(**params)
-        clone._stats, clone._pools = self._stats, self._pools  # type: ignore[attr-defined]
-        clone.pruning = self.pruning  # type: ignore[attr-defined]
-        return clone  # type: ignore[return-value]
+        clone._stats, clone._pools = self._stats, self._pools  # type: ignore[attr-defined]  # same class
+        clone.pruning = self.pruning  # type: ignore[attr-defined]  # same class
+        return clone  # type: ignore[return-value]  # same class
 
     def with_stats(self, stats: CollectionStats | None) -> LexicalModel:
         """A copy that weights terms with other background statistics (None: the index's own)."""
@@ -603,7 +603,7 @@ class UnigramLM(LexicalModel):
             params["mu"] = 0.0  # switching to Jelinek-Mercer
         if "mu" in params and params["mu"] > 0 and "lam" not in params:
             params["lam"] = 0.0
-        return super().with_params(**params)  # type: ignore[return-value]
+        return super().with_params(**params)  # type: ignore[return-value]  # same class
 
     def _doc_weights(self, ix, st, tf, docs, terms):
         # A term the background never saw gets half a count, so log(0) cannot occur.

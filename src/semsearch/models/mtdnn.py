@@ -85,8 +85,8 @@ class MTDNN(DSSM):
     Its input (letter-trigram bags) and output size are DSSM's; ``build`` makes the multi-task net."""
 
     name = "mt-dnn"
-    Params = MTDNNParams  # type: ignore[assignment]
-    p: MTDNNParams  # type: ignore[assignment]
+    Params = MTDNNParams  # type: ignore[assignment]  # its own params
+    p: MTDNNParams  # type: ignore[assignment]  # its own params
 
     # its towers share a first layer and sit behind per-task heads (MTDNNNet), not DSSM's two
     # ``DSSMTower``s, so it encodes through the trigram bags of each text
@@ -97,7 +97,7 @@ class MTDNN(DSSM):
         self.hasher = hasher
         self.net = MTDNNNet(
             len(hasher), p.l2, p.out, len(p.domains), p.ranking, p.share, torch.Generator().manual_seed(seed)
-        )  # type: ignore[assignment]
+        )  # type: ignore[assignment]  # its own net
 
     @property
     def domains(self) -> list[str]:

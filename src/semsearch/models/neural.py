@@ -58,7 +58,7 @@ def _glorot(t: torch.Tensor, fan_in: int, fan_out: int, gen: torch.Generator) ->
 
 
 def _bag_tensors(b: Bags, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return tuple(torch.as_tensor(a, device=device) for a in (b.ids, b.offsets[:-1], b.weights))  # type: ignore[return-value]
+    return tuple(torch.as_tensor(a, device=device) for a in (b.ids, b.offsets[:-1], b.weights))  # type: ignore[return-value]  # three tensors
 
 
 # ------------------------------------------------------------------------------------ kernels
@@ -696,14 +696,14 @@ class DSSM(NeuralEncoder):
 
     def features(self, texts: Sequence[str]) -> WordBagFeatures:
         self._require()
-        return WordBagFeatures(self.hasher.table, texts)  # type: ignore[union-attr]
+        return WordBagFeatures(self.hasher.table, texts)  # type: ignore[union-attr]  # trained model
 
     def _encode(self, texts: Sequence[str], side: str) -> np.ndarray:
         """Unit vectors of ``texts`` by one tower, ``ENCODE_CHUNK`` texts at a time, each chunk's
         first layer once per distinct word (``DSSMTower.encode_words``)."""
         net = self._require()
         tower = net.q if side == "query" else net.d
-        table = self.hasher.table  # type: ignore[union-attr]
+        table = self.hasher.table  # type: ignore[union-attr]  # trained model
         was_training = net.training
         net.eval()
         with torch.inference_mode():
@@ -733,11 +733,11 @@ class CLSM(NeuralEncoder):
 
     def copy_from(self, other: NeuralEncoder) -> None:
         super().copy_from(other)
-        self._table = other._table  # type: ignore[attr-defined]
+        self._table = other._table  # type: ignore[attr-defined]  # a CLSM
 
     def _make_tower(self, vocab: int, gen: torch.Generator) -> nn.Module:
         return CLSMTower(vocab, self.p.window, self.p.conv, self.p.out, gen)
 
     def features(self, texts: Sequence[str]) -> WindowFeatures:
         self._require()
-        return WindowFeatures(self._table, texts, self.p.window)  # type: ignore[arg-type]
+        return WindowFeatures(self._table, texts, self.p.window)  # type: ignore[arg-type]  # trained model

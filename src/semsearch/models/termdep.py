@@ -205,8 +205,8 @@ class _PositionalModel(IndexedModel):
 
     def with_params(self, **params: Any) -> _PositionalModel:
         clone = super().with_params(**params)
-        clone._cache = self._cache  # type: ignore[attr-defined]
-        return clone  # type: ignore[return-value]
+        clone._cache = self._cache  # type: ignore[attr-defined]  # same class
+        return clone  # type: ignore[return-value]  # same class
 
     def use_index(self, index: PositionalIndex) -> None:
         super().use_index(index)

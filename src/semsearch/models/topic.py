@@ -105,7 +105,7 @@ class LDAParams(TopicParams):
 
     kind = "lda"
 
-    alpha: float | None = param(None, gt=0)  # type: ignore[assignment]
+    alpha: float | None = param(None, gt=0)  # type: ignore[assignment]  # None: 50/T
     fold_iterations: int = param(50, ge=1)
 
     def check(self) -> None:

@@ -138,7 +138,7 @@ class Pooler(nn.Module):
             w = torch.softmax(self.attention(stack).squeeze(-1), dim=2)  # (B, T, L)
             h = (w.unsqueeze(-1) * stack).sum(2)
         else:
-            h = layers[self.layer]  # type: ignore[index]
+            h = layers[self.layer]  # type: ignore[index]  # all layers here
         m = mask.unsqueeze(-1).to(h.dtype)
         return (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
 

@@ -56,7 +56,7 @@ def stage_columns(
     ``semantic``, ``lexical_rank``, ``semantic_rank``, like ``index.HybridHit``); a missing score is 0."""
     # one pass of attribute reads for all four; None becomes NaN
     raw = np.array(
-        [(h.lexical, h.semantic, h.lexical_rank, h.semantic_rank) for hs in hits for h in hs],  # type: ignore[attr-defined]
+        [(h.lexical, h.semantic, h.lexical_rank, h.semantic_rank) for hs in hits for h in hs],  # type: ignore[attr-defined]  # hybrid hits
         dtype=np.float64,
     ).reshape(-1, len(STAGE_FEATURES))
     return stage_matrix(names, raw, n_lexical, n_semantic)

@@ -501,7 +501,7 @@ class LambdaMARTRanker(Model):
         the collection) of each query."""
         X = np.zeros((sum(map(len, pos)), len(self.models)))
         for j, m in enumerate(self.models):
-            X[:, j] = np.concatenate(m.score_positions(queries, pos)) if pos else np.zeros(0)  # type: ignore[attr-defined]
+            X[:, j] = np.concatenate(m.score_positions(queries, pos)) if pos else np.zeros(0)  # type: ignore[attr-defined]  # positional models
         return X
 
     def groups(

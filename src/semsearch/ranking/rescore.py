@@ -75,9 +75,9 @@ def rescore_top(
         s = scores[at : at + len(top)]
         at += len(top)
         if not math.isinf(weight):
-            s = _z(np.array([h.score for h in top], dtype=np.float64)) + weight * _z(s)  # type: ignore[attr-defined]
+            s = _z(np.array([h.score for h in top], dtype=np.float64)) + weight * _z(s)  # type: ignore[attr-defined]  # hits with a score
         order = sorted(range(len(top)), key=lambda i: (-s[i], i))
-        out.append([replace(top[i], score=float(s[i])) for i in order] + list(hits[depth:]))  # type: ignore[type-var]
+        out.append([replace(top[i], score=float(s[i])) for i in order] + list(hits[depth:]))  # type: ignore[type-var]  # dataclass hits
     return out
 
 

@@ -72,18 +72,18 @@ def train_mtdnn(
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
 
-    pairs = Pairs.build(data) if ranking else None  # type: ignore[arg-type]
+    pairs = Pairs.build(data) if ranking else None  # type: ignore[arg-type]  # data with ranking
     if hasher is None:
-        texts: list[str] = list(tasks.texts) if domains else []  # type: ignore[union-attr]
+        texts: list[str] = list(tasks.texts) if domains else []  # type: ignore[union-attr]  # tasks with domains
         if pairs is not None:
-            texts += pairs.train_texts(data)  # type: ignore[arg-type]
+            texts += pairs.train_texts(data)  # type: ignore[arg-type]  # data with pairs
         hasher = model.vocabulary(texts)
     model.build(hasher, args.seed)
     net: Any = model.net
     if init_l2 is not None:
         if init_l2.hasher is None or init_l2.hasher.trigrams != hasher.trigrams:
             raise ValueError("init_l2 must come from a model over the same trigram vocabulary")
-        net.shared.load_state_dict(init_l2.net.shared.state_dict())  # type: ignore[union-attr]
+        net.shared.load_state_dict(init_l2.net.shared.state_dict())  # type: ignore[union-attr]  # trained net
     if args.freeze_l2:
         if init_l2 is None:
             raise ValueError("freeze_l2 needs init_l2 (a trained shared layer to keep fixed)")
@@ -130,12 +130,12 @@ def train_mtdnn(
     def loss(batch: tuple[str, np.ndarray]) -> tuple[torch.Tensor, str]:
         name, rows = batch
         if name == "rank":
-            value = batch_loss(net, qf, df, pairs, rows, rng, args)  # type: ignore[arg-type]
+            value = batch_loss(net, qf, df, pairs, rows, rng, args)  # type: ignore[arg-type]  # set with pairs
         else:  # under torchrun: this rank's slice of the global batch, its share of the mean
             di = domains.index(name)
             mine, scale = distributed.shard(len(rows)), distributed.loss_scale(len(rows))
             y = torch.as_tensor(y_all[rows[mine], di], device=model_device(net))
-            logits = net.logits(cf.batch(rows[mine]), di)  # type: ignore[union-attr]
+            logits = net.logits(cf.batch(rows[mine]), di)  # type: ignore[union-attr]  # set with domains
             value = (
                 F.binary_cross_entropy_with_logits(logits, y)
                 if scale is None
@@ -149,7 +149,7 @@ def train_mtdnn(
         entry: dict[str, float] = {}
         scores, select = [], args.select
         if dev is not None and pairs is not None:
-            entry["dev_rank"] = dev_score(model, data, dev, args.dev_metric)  # type: ignore[arg-type]
+            entry["dev_rank"] = dev_score(model, data, dev, args.dev_metric)  # type: ignore[arg-type]  # data with pairs
             if select != "classification":
                 scores.append(entry["dev_rank"])
         if dev_tasks is not None:

@@ -65,7 +65,7 @@ def fit_texts(
         raise ValueError(f"{model.name} trains on query-title pairs (fit_pairs)")
     args = args if args is not None else _ARGS[model.name]()
     train = _lda if model.name == "lda" else _plsa
-    return _memoized(model, args, texts, lambda: train(model, texts, args, progress))  # type: ignore[arg-type]
+    return _memoized(model, args, texts, lambda: train(model, texts, args, progress))  # type: ignore[arg-type]  # the kind's args
 
 
 def fit_pairs(
@@ -82,7 +82,7 @@ def fit_pairs(
     if len(queries) != len(titles):
         raise ValueError(f"{len(queries)} queries but {len(titles)} titles")
     args = args if args is not None else BLTMArgs()
-    return _memoized(model, args, [*queries, "\x01", *titles], lambda: _bltm(model, queries, titles, args, progress))  # type: ignore[arg-type]
+    return _memoized(model, args, [*queries, "\x01", *titles], lambda: _bltm(model, queries, titles, args, progress))  # type: ignore[arg-type]  # the kind's args
 
 
 # ------------------------------------------------------------------------------------ trainers
@@ -181,7 +181,7 @@ def _bltm(
     model: TopicModel, queries: Sequence[str], titles: Sequence[str], args: BLTMArgs, progress: bool
 ) -> dict[str, Any]:
     start = time.perf_counter()
-    one, pr = model.p.one_vocab, args.pr  # type: ignore[attr-defined]
+    one, pr = model.p.one_vocab, args.pr  # type: ignore[attr-defined]  # BLTM's params
     tq = [model.analyzer(t) for t in queries]
     td = [model.analyzer(t) for t in titles]
     mc = args.min_count

@@ -289,5 +289,5 @@ def make_optimizer(args: TrainArgs, params: Iterable[torch.nn.Parameter]) -> tor
     params = list(params)
     sparse = args.optimizer == "sgd" and not distributed.active()
     for p in params:
-        p.sparse_grad = sparse  # type: ignore[attr-defined]
+        p.sparse_grad = sparse  # type: ignore[attr-defined]  # torch's own flag
     return (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(params, lr=args.lr)

@@ -277,7 +277,7 @@ def train_transformer(
     if args.neg_cluster > 0:
         t0 = time.perf_counter()
         if args.cluster_model == "first":
-            encoder: BiEncoder = type(model)(**model.params())  # type: ignore[assignment]
+            encoder: BiEncoder = type(model)(**model.params())  # type: ignore[assignment]  # a bi-encoder
             log["first_model"] = _tune(encoder, data, examples, dev, _first_model_args(args), progress, "first model")
         else:
             p = model.p
@@ -505,7 +505,7 @@ def _batch_loss(
         logits = torch.zeros((*valid.shape, k), dtype=head.dtype, device=dev).masked_scatter(
             ok_t[..., None].expand(-1, -1, k), head
         )
-        levels = torch.tensor(model.p.grades, dtype=head.dtype, device=dev)  # type: ignore[attr-defined]
+        levels = torch.tensor(model.p.grades, dtype=head.dtype, device=dev)  # type: ignore[attr-defined]  # a cross-encoder
         extra = grade_weight * grade_cross_entropy(logits, torch.as_tensor(grades, device=dev), ok_t, levels, scale)
     return (
         graded_list_loss(
