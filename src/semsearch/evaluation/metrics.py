@@ -144,7 +144,18 @@ def evaluate(
     rel_threshold: int = 1,
     queries: str = "judged",
 ) -> EvalResult:
-    """Evaluate ``run`` against ``qrels`` with the given metrics (see the module docstring)."""
+    """Evaluate ``run`` against ``qrels`` with the given metrics (see the module docstring).
+
+    Args:
+        run: query id -> {doc id: score}.
+        qrels: query id -> {doc id: grade}.
+        metrics: metric names, e.g. "ndcg@10", "recall@100", "map".
+        gain: nDCG gain, "exp" (2^grade - 1) or "linear" (the grade).
+        rel_threshold: the lowest grade binary metrics count as relevant.
+        queries: which queries are averaged: "judged" or those present in the run.
+
+    Returns:
+        Per-query values and their means per metric."""
     if isinstance(metrics, str):
         metrics = [metrics]
     parsed = {canonical_metric(m): parse_metric(m) for m in metrics}

@@ -172,7 +172,20 @@ def merge(
     ``"union"`` (``union``), ``"rrf"`` (Σ 1/(rrf_k + rank)) or ``"interpolate"`` (weight·semantic
     + (1 − weight)·lexical, scores normalised per query by ``norm``; weight 0 keeps the lexical
     order with semantic-only hits after). RRF and interpolation break ties by doc id. ``fill``:
-    the stage scores of hits that stage did not return (``union``'s)."""
+    the stage scores of hits that stage did not return (``union``'s).
+
+    Args:
+        lexical: the lexical stage's (doc id, score) hits, best first.
+        semantic: the semantic stage's hits, best first.
+        scorer: "union", "rrf" or "interpolate".
+        weight: the semantic weight of "interpolate".
+        rrf_k: the rank offset of "rrf".
+        norm: per-query score normalisation of "interpolate".
+        k: the most hits returned (None: all).
+        fill: each stage's scores of the hits it did not return.
+
+    Returns:
+        The merged hits, best first."""
     _check(scorer, weight)
     if scorer == "union":
         return union(lexical, semantic, k, fill=fill)
@@ -212,7 +225,20 @@ def merge_runs(
     norm: str = "minmax",
 ) -> Run:
     """``merge`` for every query of two runs, each cut first to its top ``n_lexical`` /
-    ``n_semantic`` documents: the hybrid run of the paper's Table 3."""
+    ``n_semantic`` documents: the hybrid run of the paper's Table 3.
+
+    Args:
+        lexical: the lexical run.
+        semantic: the semantic run.
+        n_lexical: lexical documents kept per query.
+        n_semantic: semantic documents kept per query.
+        scorer: as ``merge``.
+        weight: as ``merge``.
+        rrf_k: as ``merge``.
+        norm: as ``merge``.
+
+    Returns:
+        The hybrid run."""
     _check(scorer, weight)
     if n_lexical < 0 or n_semantic < 0:
         raise ValueError("n_lexical and n_semantic must be >= 0")
@@ -259,6 +285,20 @@ class HybridRetriever:
         locks: dict[int, threading.Lock] | None = None,
         complete: bool = False,
     ):
+        """The two stages and how they merge (the class docstring).
+
+        Args:
+            lexical: the lexical stage (None: it finds nothing).
+            semantic: the semantic stage (None: it finds nothing).
+            n_lexical: lexical hits per query.
+            n_semantic: semantic hits per query.
+            scorer: how the stages merge (``merge``).
+            weight: the semantic weight of "interpolate".
+            rrf_k: the rank offset of "rrf".
+            norm: per-query score normalisation of "interpolate".
+            concurrent: run the semantic stage in a pool thread.
+            locks: model id -> lock held around that model's calls.
+            complete: score every merged hit by both stages."""
         _check(scorer, weight)
         if n_lexical < 0 or n_semantic < 0 or n_lexical + n_semantic == 0:
             raise ValueError("n_lexical and n_semantic must be >= 0, and not both 0")
@@ -381,7 +421,17 @@ class HybridRetriever:
         n_semantic: int | None = None,
     ) -> tuple[list[list[HybridHit]], dict[str, float]]:
         """``search`` (``scorer`` and the stage depths default to the retriever's) and the time
-        each stage took in ms: ``lexical_ms``, ``semantic_ms``, ``merge_ms``."""
+        each stage took in ms: ``lexical_ms``, ``semantic_ms``, ``merge_ms``.
+
+        Args:
+            queries: the query texts.
+            k: hits per query (None: all merged hits).
+            scorer: overrides the retriever's scorer.
+            n_lexical: overrides the lexical depth.
+            n_semantic: overrides the semantic depth.
+
+        Returns:
+            The hits per query and the stage times in ms."""
         qs, scorer = [str(q) for q in queries], scorer or self.scorer
         n_lex = self.n_lexical if n_lexical is None else n_lexical
         n_sem = self.n_semantic if n_semantic is None else n_semantic

@@ -58,6 +58,16 @@ class SemanticRetriever(Model):
         cache: str | Path | None = None,
         **index_params: int,
     ):
+        """A retriever over ``encoder``; ``index`` or ``load`` fills it.
+
+        Args:
+            encoder: encodes queries and documents.
+            kind: the vector index kind (``VectorIndex``).
+            metric: "cosine", "ip" or "l2".
+            batch_size: texts encoded at a time.
+            threads: faiss threads (None: faiss's default).
+            cache: a folder for document embeddings (None: none kept).
+            **index_params: the index kind's parameters."""
         self.encoder = encoder
         self.kind, self.metric, self.batch_size, self.threads = kind, metric, batch_size, threads
         self.cache = Path(cache) if cache is not None else None

@@ -69,7 +69,18 @@ class ShardedVectorIndex:
         """One shard per encoded file (``semsearch encode --shard I/N``: the .npy and its .json),
         in shard order; the files must be the N shards of one encoding, each complete. IVF-PQ:
         the quantizers are trained once on the first ``train_sample`` vectors, read from the first
-        shards, and shared."""
+        shards, and shared.
+
+        Args:
+            paths: the shards' .npy files, in shard order.
+            kind: the vector index kind.
+            metric: "cosine", "ip" or "l2".
+            train_sample: vectors the IVF-PQ quantizers are trained on.
+            threads: faiss threads.
+            **params: the index kind's parameters.
+
+        Returns:
+            The sharded index."""
         shards = complete_encoding(paths)
         template = _trained_template(shards, kind, metric, train_sample, threads, params)
         out = []
@@ -95,7 +106,21 @@ class ShardedVectorIndex:
     ) -> ShardedVectorIndex:
         """Split ``doc_ids``/``vectors`` into ``shards`` contiguous parts (as ``encode --shard i/N``
         writes them). IVF-PQ: the quantizers are trained once, on the first ``train_sample``
-        vectors (default: all), and every shard starts from a copy of that trained, empty index."""
+        vectors (default: all), and every shard starts from a copy of that trained, empty index.
+
+        Args:
+            doc_ids: one id per vector.
+            vectors: (n, dim) document vectors.
+            shards: the number of shards.
+            kind: the vector index kind.
+            metric: "cosine", "ip" or "l2".
+            train_sample: vectors the IVF-PQ quantizers are trained on (None: all).
+            model: the encoder's id.
+            threads: faiss threads.
+            **params: the index kind's parameters.
+
+        Returns:
+            The sharded index."""
         v = np.asarray(vectors, dtype=np.float32)
         if v.ndim != 2:
             raise ValueError(f"vectors must be a 2-d matrix, got shape {v.shape}")
@@ -256,7 +281,18 @@ def one_index_from_encoded(
     machine, where a single index answers faster than N shards searched one after another (one
     coarse search, one short list, where N shards repeat the coarse work N times). The same
     answers as ``ShardedVectorIndex.from_encoded`` over the same files (tested). Memory peaks at
-    the full vectors (IVF-PQ with re-scoring) plus one shard."""
+    the full vectors (IVF-PQ with re-scoring) plus one shard.
+
+    Args:
+        paths: the shards' .npy files, in shard order.
+        kind: the vector index kind.
+        metric: "cosine", "ip" or "l2".
+        train_sample: vectors the IVF-PQ quantizers are trained on.
+        threads: faiss threads.
+        **params: the index kind's parameters.
+
+    Returns:
+        One index over every shard's vectors."""
     shards = complete_encoding(paths)
     ix = _trained_template(shards, kind, metric, train_sample, threads, params)
     ix.add_parts(
@@ -387,7 +423,17 @@ def encode_file(
 ) -> Encoded:
     """``semsearch encode``: the texts (or ``shard``, part I of N of them, contiguous) encoded
     by the saved encoder into ``out_path`` (.npy, written atomically); a shard also gets its
-    sidecar (``EncodedShard``) and is skipped when already complete. Ray workers call this too."""
+    sidecar (``EncodedShard``) and is skipped when already complete. Ray workers call this too.
+
+    Args:
+        model_dir: the saved encoder.
+        texts: the file of texts, one per line.
+        out_path: the .npy written.
+        side: "document" or "query".
+        shard: the part of the texts to encode (None: all).
+
+    Returns:
+        The .npy written (or found complete), its rows and dimension."""
     from ..plugins import load_model
 
     if out_path.suffix != ".npy":  # where np.save(out_path) would write
@@ -431,7 +477,18 @@ def encode_with_ray(
     on the cluster at ``address`` (None: a local Ray started here, or the one already running).
     Each task runs ``encode_file`` into ``out_dir`` — a folder every worker reaches (shared
     storage) — so a rerun skips the shards already complete. Ray is an optional dependency
-    (``pip install 'semsearch[ray]'``)."""
+    (``pip install 'semsearch[ray]'``).
+
+    Args:
+        model_dir: the saved encoder, reachable by every worker.
+        texts: the file of texts, one per line.
+        out_dir: the shards' folder, reachable by every worker.
+        shards: the number of shards.
+        side: "document" or "query".
+        address: the Ray cluster (None: local).
+
+    Returns:
+        Each shard's ``Encoded``, in shard order."""
     try:
         import ray
     except ImportError:

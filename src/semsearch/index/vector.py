@@ -98,6 +98,15 @@ class VectorIndex:
         threads: int | None = None,
         **params: int,
     ):
+        """An empty index (``add`` fills it; IVF-PQ trains on the first vectors added).
+
+        Args:
+            dim: the vector dimension.
+            kind: "flat", "hnsw", "hnswsq" or "ivfpq".
+            metric: "cosine", "ip" or "l2".
+            model: the encoder's id, checked on load.
+            threads: faiss threads (None: faiss's default).
+            **params: the kind's parameters (module docstring)."""
         self.check_params(kind, params)
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
@@ -251,7 +260,19 @@ class VectorIndex:
         threads: int | None = None,
         **params: int,
     ) -> VectorIndex:
-        """A new index of ``kind`` holding ``vectors``."""
+        """A new index of ``kind`` holding ``vectors``.
+
+        Args:
+            doc_ids: one id per vector.
+            vectors: (n, dim) document vectors.
+            kind: "flat", "hnsw", "hnswsq" or "ivfpq".
+            metric: "cosine", "ip" or "l2".
+            model: the encoder's id.
+            threads: faiss threads.
+            **params: the kind's parameters.
+
+        Returns:
+            The built index."""
         v = np.asarray(vectors, dtype=np.float32)
         if v.ndim != 2:
             raise ValueError(f"vectors must be a 2-d matrix, got shape {v.shape}")

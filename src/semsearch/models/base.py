@@ -250,7 +250,18 @@ def rank(
     progress: str | None = None,
 ) -> Run:
     """Rank ``queries`` (id -> text) into a run: re-rank ``candidates`` (query id -> doc ids) when
-    given — queries without candidates get an empty ranking — else retrieve the collection's top-k."""
+    given — queries without candidates get an empty ranking — else retrieve the collection's top-k.
+
+    Args:
+        model: the model that scores or retrieves.
+        queries: query id -> text.
+        candidates: query id -> doc ids to re-rank (None: retrieve).
+        k: documents per query (None: every candidate; retrieval needs it).
+        batch_size: queries per call.
+        progress: a progress bar's title (None: no bar).
+
+    Returns:
+        The run."""
     if candidates is None and k is None:
         raise ValueError("full-collection retrieval needs k")
     qids = list(queries)
@@ -297,7 +308,17 @@ def dense_top_k(
     q: np.ndarray, docs: np.ndarray, ids: Sequence[str], ranks: np.ndarray, k: int
 ) -> list[list[tuple[str, float]]]:
     """Exact top-``k`` (doc id, score) per query vector (rows of ``q``) by dot product with the
-    document vectors (rows of ``docs``), ties by ``ranks`` (``id_ranks``); 256 queries at a time."""
+    document vectors (rows of ``docs``), ties by ``ranks`` (``id_ranks``); 256 queries at a time.
+
+    Args:
+        q: (queries, dim) query vectors.
+        docs: (documents, dim) document vectors.
+        ids: the documents' ids.
+        ranks: each document's id rank, for ties.
+        k: hits per query.
+
+    Returns:
+        Per query its (doc id, score) hits, best first."""
     out = []
     for start in range(0, len(q), 256):
         for row in q[start : start + 256] @ docs.T:

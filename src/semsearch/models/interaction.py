@@ -138,6 +138,16 @@ class MatchPyramidNet(nn.Module):
         hidden: int,
         gen: torch.Generator,
     ):
+        """The layers, initialised from ``gen`` (Glorot-uniform, zero bias).
+
+        Args:
+            n_rows: rows of the word embedding table.
+            dim: the embedding dimension.
+            channels: convolution channels.
+            kernel: the convolution's (height, width).
+            pool: the dynamic max-pooling grid (rows, columns).
+            hidden: the MLP's hidden units.
+            gen: the initialisation's random generator."""
         super().__init__()
         self.match = MatchMatrix(n_rows, dim, gen)
         self.conv = nn.Conv2d(1, channels, tuple(kernel), padding="same")  # type: ignore[arg-type]  # two ints

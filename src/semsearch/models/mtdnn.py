@@ -29,6 +29,16 @@ class MTDNNNet(nn.Module):
     """Shared l2 layer, one l3 + logistic head per domain, and the ranking task's Sq/Sd layers."""
 
     def __init__(self, vocab: int, l2: int, out: int, n_domains: int, ranking: bool, share: str, gen: torch.Generator):
+        """The shared layer and each task's layers, initialised from ``gen``.
+
+        Args:
+            vocab: trigram vocabulary size.
+            l2: units of the shared semantic layer.
+            out: units of each task's output layer.
+            n_domains: classification tasks.
+            ranking: whether the net has the ranking task.
+            share: "all" (Figure 1) or "query" (Figure 3: titles get their own tower).
+            gen: the initialisation's random generator."""
         super().__init__()
         self.shared = DSSMTower(vocab, [], l2, gen)  # l2 = tanh(W1 · l1), Eq. 1
         self.cls_l3 = nn.ModuleList(nn.Linear(l2, out) for _ in range(n_domains))  # W2ᵗ, Eq. 2

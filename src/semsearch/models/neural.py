@@ -463,6 +463,14 @@ class CLSMTower(nn.Module):
     """Word-n-gram windows → convolution (K) → max-pool → semantic layer (L), tanh (CLSM §3)."""
 
     def __init__(self, vocab: int, window: int, conv: int, out: int, gen: torch.Generator):
+        """The layers, initialised from ``gen``.
+
+        Args:
+            vocab: trigram vocabulary size.
+            window: words per convolution window.
+            conv: convolution units (K).
+            out: output units.
+            gen: the initialisation's random generator."""
         super().__init__()
         self.window, self.conv = window, conv
         self.embed = nn.EmbeddingBag(vocab, window * conv, mode="sum")  # W_c split per window slot

@@ -757,7 +757,18 @@ def rows_dot(
 ) -> np.ndarray:
     """Each of ``rows`` of a CSR matrix with sorted column ids dotted with one sparse query vector
     (``qterms`` ascending): the lexical models' scoring of a query's candidates (the served
-    ranker's features), without scipy's row selection and product."""
+    ranker's features), without scipy's row selection and product.
+
+    Args:
+        indptr: the CSR matrix's row pointers.
+        indices: its column ids, ascending in each row.
+        data: its values.
+        rows: the rows scored.
+        qterms: the query's term ids, ascending.
+        qweights: their weights.
+
+    Returns:
+        One float64 dot product per row."""
     out = np.empty(len(rows), dtype=np.float64)
     if len(rows) and len(qterms):
         _rows_dot(indptr, indices, data, np.ascontiguousarray(rows, dtype=np.int64), qterms, qweights, out)
@@ -801,6 +812,16 @@ class PostingsTopK:
         addend: np.ndarray | None = None,
         prune: Prune = "auto",
     ):
+        """Compile-ready arrays of one collection's postings (the class docstring).
+
+        Args:
+            indptr: row pointers of the terms x documents matrix.
+            indices: doc ids, ascending in each term's postings.
+            data: the positive float32 weights.
+            n_docs: documents in the collection.
+            ranks: each document's id rank, for ties.
+            addend: a per-document addend (None: none).
+            prune: "auto", "on" or "off"."""
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         self.indices = np.ascontiguousarray(indices, dtype=np.int32)
         self.data = np.ascontiguousarray(data, dtype=_F32)
@@ -862,7 +883,19 @@ class PostingsTopK:
         """(doc positions, scores, counts): row ``i`` of the first two holds query ``i``'s best
         ``counts[i]`` hits, best first. Queries are CSR rows (``qptr``, ascending term ids,
         non-negative float32 weights). ``walked`` (int64, one per query, optional) receives the
-        number of postings each query scored; ``prune`` overrides ``self.prune`` for this call."""
+        number of postings each query scored; ``prune`` overrides ``self.prune`` for this call.
+
+        Args:
+            qptr: the queries' row pointers.
+            qterms: their term ids, ascending in each row.
+            qweights: their float32 weights.
+            qscale: each query's addend scale.
+            k: hits per query.
+            walked: receives postings scored per query (optional).
+            prune: overrides ``self.prune``.
+
+        Returns:
+            (doc positions, scores, counts)."""
         nq = len(qptr) - 1
         k = max(0, min(k, self.n_docs))
         docs = np.full((nq, k), -1, dtype=np.int64)

@@ -284,7 +284,17 @@ class TransformerModel(TrainedModel):
         call: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``forward`` (or ``call``) over texts (or text pairs) in length-sorted chunks, so little is
-        padding; rows in input order, with gradients when training."""
+        padding; rows in input order, with gradients when training.
+
+        Args:
+            a: the texts (or the first of each pair).
+            b: the second texts of the pairs (None: single texts).
+            max_length: tokens kept per text or pair.
+            chunk: texts per forward call.
+            call: what runs on a tokenised chunk (None: ``forward``).
+
+        Returns:
+            The outputs, one row per input, in input order."""
         order = _length_order([x + y for x, y in zip(a, b)] if b is not None else a)
         fn = call or self.forward
         parts = [

@@ -61,7 +61,18 @@ def rescore_top(
     """Each query's first ``depth`` hits re-ordered by ``scorer`` (one call for every pair of
     every query: the service's micro-batch); the rest of each list unchanged. ``weight``: their
     new score is z(their score) + weight · z(the scorer's), both standardised over those hits;
-    inf: the scorer's score alone. Ties keep the ranker's order. ``text``: a hit's document text."""
+    inf: the scorer's score alone. Ties keep the ranker's order. ``text``: a hit's document text.
+
+    Args:
+        scorer: scores (query, text) pairs.
+        queries: the query texts.
+        ranked: each query's ranked hits.
+        depth: hits re-scored per query.
+        text: a hit's document text.
+        weight: the scorer's weight in the blend (inf: the scorer alone).
+
+    Returns:
+        Each query's hits, the first ``depth`` re-ordered."""
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
     weight = check_weight(weight)

@@ -118,7 +118,26 @@ def epoch_loop(
     ``rng`` (restored in place on resume, so ``batches`` and ``loss`` may close over it);
     ``dev_before``: score the untrained weights first, as epoch 0, so training can keep them;
     ``sharded``: under torchrun, ``loss`` computes this rank's share of each global batch
-    (``training.distributed``) and ``size`` counts the global batch."""
+    (``training.distributed``) and ``size`` counts the global batch.
+
+    Args:
+        net: the network trained.
+        opt: its optimizer.
+        args: epochs, patience, dev metric and the like.
+        batches: an epoch's batches.
+        loss: a batch's loss (or loss and task name).
+        size: items in a batch.
+        dev: the dev figures of the current weights.
+        title: the progress bar's title.
+        rng: the random state checkpoints save and restore.
+        checkpoint: where and how often to checkpoint.
+        progress: show progress.
+        dev_before: score the untrained weights as epoch 0.
+        n_batches: batches in an epoch, for the progress bar.
+        sharded: ``loss`` computes this rank's share (torchrun).
+
+    Returns:
+        The training log."""
     from ..device import keep_freed_memory, resolve_device
 
     keep_freed_memory()  # each step frees and allocates the same large arrays: no page faults anew
@@ -255,7 +274,22 @@ def em_loop(
     """The one EM loop: ``step(i)`` runs iteration ``i`` (E and M) and returns its figures; stops
     after ``iterations`` or, from iteration ``min_iterations`` on, when ``key`` changes by less than
     ``tol`` relative to its size. The progress shows ``key`` and the ``shown`` figures, and a rate
-    of ``items`` (per iteration) ``unit``."""
+    of ``items`` (per iteration) ``unit``.
+
+    Args:
+        step: runs iteration i and returns its figures.
+        iterations: the most iterations.
+        tol: the relative change of ``key`` that stops it.
+        min_iterations: iterations before ``tol`` applies.
+        title: the progress bar's title.
+        progress: show progress.
+        key: the figure that decides convergence.
+        unit: what ``items`` counts.
+        items: items per iteration, for the rate shown.
+        shown: further figures shown.
+
+    Returns:
+        The log."""
     rep = Reporter(title, iterations, unit=unit, show=progress)
     log: list[dict[str, float]] = []
     stopped = f"reached {iterations} iterations"

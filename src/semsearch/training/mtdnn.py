@@ -58,7 +58,21 @@ def train_mtdnn(
     the classification tasks (default: the train/dev splits of the model's ``domain_set``).
     ``hasher``: a trigram vocabulary to reuse (default: fitted on every training text).
     ``init_l2``: copy the shared layer from another MT-DNN (with ``freeze_l2`` it stays fixed:
-    the DNN2 of the domain-adaptation study)."""
+    the DNN2 of the domain-adaptation study).
+
+    Args:
+        model: the MT-DNN trained in place.
+        data: the ranking task's training data.
+        dev: the ranking task's dev queries.
+        args: the training settings.
+        tasks: the classification tasks' training examples.
+        dev_tasks: their dev examples.
+        hasher: a trigram vocabulary to reuse.
+        init_l2: an MT-DNN whose shared layer is copied.
+        progress: show progress.
+
+    Returns:
+        The training log."""
     domains, ranking = model.domains, model.p.ranking
     if ranking and data is None:
         raise ValueError("this MT-DNN has a ranking task: give ranking training data")
@@ -188,7 +202,19 @@ def train_mtdnn_kind(
     checkpoint_dir: Any = None,
     resume: bool = False,
 ) -> dict[str, Any]:
-    """``fit``'s entry for the mt-dnn kind: its ranking task only when the model ranks."""
+    """``fit``'s entry for the mt-dnn kind: its ranking task only when the model ranks.
+
+    Args:
+        model: the MT-DNN trained in place.
+        data: the ranking task's training data.
+        dev: the ranking task's dev queries.
+        args: the training settings.
+        progress: show progress.
+        checkpoint_dir: must be None: no checkpoints are written.
+        resume: unused.
+
+    Returns:
+        The training log."""
     if checkpoint_dir:
         raise ValueError("mt-dnn training does not write checkpoints; train without --checkpoint")
     return train_mtdnn(model, data if model.p.ranking else None, dev, args=args, progress=progress)

@@ -75,7 +75,17 @@ def random_negatives(
     """(queries × J) indices into ``pool``: J random pool documents per query, avoiding that
     query's positive rows (resampled; a slot that keeps colliding is -1, which the loss masks).
     ``positives``: per query its positive rows, or (``PositiveKeys`` of all query rows, the
-    batch's query rows) — the same draws either way."""
+    batch's query rows) — the same draws either way.
+
+    Args:
+        rng: the random generator.
+        pool: the batch's document pool.
+        positives: per query its positive rows, or (``PositiveKeys``, the batch's query rows).
+        j: negatives per query.
+        tries: resampling rounds for colliding slots.
+
+    Returns:
+        (queries, J) indices into ``pool``, -1 where none was found."""
     if isinstance(positives, tuple):
         keys, owners = positives
     else:
@@ -122,7 +132,17 @@ def uniform_negatives(
 ) -> np.ndarray:
     """Up to ``n`` distinct document rows drawn uniformly from ``population`` (rows), none in
     ``exclude`` (a query's judged documents): NEG_global over the corpus, NEG_cluster over the
-    query's cluster (bert-semantic-retrieval-2020 §3.2.1). Fewer when the population runs out."""
+    query's cluster (bert-semantic-retrieval-2020 §3.2.1). Fewer when the population runs out.
+
+    Args:
+        rng: the random generator.
+        population: the rows drawn from.
+        exclude: rows never drawn.
+        n: rows wanted.
+        tries: drawing rounds.
+
+    Returns:
+        The drawn rows."""
     if n <= 0 or len(population) == 0:
         return np.zeros(0, dtype=np.int64)
     if len(population) <= 4 * (n + len(exclude)):  # small population: filter, then draw

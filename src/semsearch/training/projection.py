@@ -37,7 +37,19 @@ def train_projection(
     resume: bool = False,
 ) -> dict[str, Any]:
     """Learn ``model``'s vocabulary, idf and A from ``data``'s positive (query, title) pairs;
-    ``dev`` early-stops S2Net (only S2Net checkpoints). Returns the training log."""
+    ``dev`` early-stops S2Net (only S2Net checkpoints). Returns the training log.
+
+    Args:
+        model: the projection model trained in place.
+        data: the training split and collection.
+        dev: the dev queries (S2Net's early stopping).
+        args: PCA-family or S2Net settings.
+        progress: show progress.
+        checkpoint_dir: where S2Net checkpoints (None: nowhere).
+        resume: resume from the checkpoint.
+
+    Returns:
+        The training log."""
     if checkpoint_dir and not isinstance(args, S2NetArgs):
         raise ValueError(f"{model.name} learns in closed form and writes no checkpoints; train without --checkpoint")
     start = time.perf_counter()
@@ -83,7 +95,18 @@ def pca(
     k + ``oversample`` columns, ``n_iter`` rounds, orthonormalised on the V side only), or "auto":
     ARPACK up to k = 128, randomized above, where ARPACK takes longer
     (``benchmarks/projection_speed.py`` measures both). Small problems always take a dense SVD. Each
-    direction's sign makes its largest-magnitude entry positive (deterministic output)."""
+    direction's sign makes its largest-magnitude entry positive (deterministic output).
+
+    Args:
+        X: (n, V) rows, sparse or dense.
+        k: directions wanted.
+        seed: the randomized method's seed.
+        method: "auto", "arpack" or "randomized".
+        n_iter: the randomized method's rounds.
+        oversample: its extra columns.
+
+    Returns:
+        (V, k) directions and their k variances."""
     n, V = X.shape
     if n == 0 or V == 0:
         raise ValueError("PCA of an empty matrix")

@@ -49,7 +49,19 @@ def train_topic(
     resume: bool = False,
 ) -> dict[str, Any]:
     """Train on ``data``: PLSA and LDA on the distinct titles of its positive pairs, BLTM on the
-    pairs. ``dev`` is not used: EM stops on its own objective."""
+    pairs. ``dev`` is not used: EM stops on its own objective.
+
+    Args:
+        model: the topic model trained in place.
+        data: the training split and collection.
+        dev: unused.
+        args: the kind's EM settings.
+        progress: show progress.
+        checkpoint_dir: must be None: no checkpoints are written.
+        resume: unused.
+
+    Returns:
+        The training log."""
     if checkpoint_dir:
         raise ValueError(f"{model.name} training does not write checkpoints; train without --checkpoint")
     if model.name == "bltm":
@@ -76,7 +88,17 @@ def fit_pairs(
     args: Params | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Train BLTM on aligned query and title texts (default arguments: the kind's)."""
+    """Train BLTM on aligned query and title texts (default arguments: the kind's).
+
+    Args:
+        model: the BLTM trained in place.
+        queries: the query texts.
+        titles: their titles, aligned.
+        args: the EM settings (None: the kind's defaults).
+        progress: show progress.
+
+    Returns:
+        The training log."""
     if model.name != "bltm":
         raise ValueError(f"{model.name} trains on documents (fit_texts)")
     if len(queries) != len(titles):
@@ -408,7 +430,18 @@ def plsa_step(
     gathering a word's topic vector reads contiguous memory). Returns the new φᵀ (a new array),
     and the log-likelihood Σ n·log s and MAP objective (log-likelihood + (α−1)Σlog θ +
     (β−1)Σlog φ) of the parameters given. Memory: θ and φᵀ, one words x topics accumulator per
-    thread, and the chunks' gathered arrays."""
+    thread, and the chunks' gathered arrays.
+
+    Args:
+        chunks: the documents' word counts in chunks.
+        theta: (docs, topics) θ, updated in place.
+        phiT: (words, topics) φᵀ.
+        alpha: the Dirichlet prior on θ.
+        beta: the Dirichlet prior on φ.
+        threads: worker threads.
+
+    Returns:
+        The new φᵀ, the log-likelihood and the MAP objective."""
 
     def work(group: list[int]) -> tuple[np.ndarray, float, float]:
         word_acc = np.zeros_like(phiT)
@@ -492,7 +525,25 @@ def bltm_step(
     fraction_D(z)/|D| (an upper bound of the Hessian at the current λ), with the step clipped to
     twice the safe step: it meets the constraint in far fewer steps than plain gradient ascent.
     At most ``pr_steps`` steps per chunk, fewer once every pair's largest
-    violation is below ``pr_tol``. Pairs with an empty query or title are not constrained."""
+    violation is below ``pr_tol``. Pairs with an empty query or title are not constrained.
+
+    Args:
+        q_chunks: the pairs' query word counts in chunks.
+        d_chunks: their title word counts, chunked alike.
+        theta: (pairs, topics) θ, updated in place.
+        phiQT: (query words, topics) φᵠᵀ.
+        phiDT: (title words, topics) φᴰᵀ.
+        alpha: the Dirichlet prior on θ.
+        beta: the Dirichlet prior on φ.
+        threads: worker threads.
+        one_vocab: queries and titles share one vocabulary (and φ).
+        lam: (pairs, topics) PR dual variables, updated in place (None: no PR).
+        pr_steps: the most dual steps per chunk.
+        pr_tol: the constraint violation that stops them.
+        pr_method: "diag" or "gradient".
+
+    Returns:
+        The new φᵠᵀ and φᴰᵀ, the log-likelihood, the MAP objective and PR statistics."""
 
     def work(group: list[int]):
         acc_q = np.zeros_like(phiQT)
@@ -572,7 +623,18 @@ def pr_fractions(
     lam: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Expected fraction of each pair's query tokens and of its title tokens on each topic under
-    the (projected, when ``lam`` is given) posteriors: what the PR constraint equates."""
+    the (projected, when ``lam`` is given) posteriors: what the PR constraint equates.
+
+    Args:
+        q_chunks: the pairs' query word counts in chunks.
+        d_chunks: their title word counts, chunked alike.
+        theta: (pairs, topics) θ.
+        phiQT: (query words, topics) φᵠᵀ.
+        phiDT: (title words, topics) φᴰᵀ.
+        lam: PR dual variables (None: unprojected).
+
+    Returns:
+        (pairs, topics) fractions of the query tokens and of the title tokens."""
     fq, fd = np.zeros_like(theta), np.zeros_like(theta)
     for cq, cd in zip(q_chunks, d_chunks):
         th = theta[cq.r0 : cq.r1]

@@ -74,7 +74,19 @@ def train_encoder(
     resume: bool = False,
 ) -> dict[str, Any]:
     """Train ``model`` in place; returns a JSON-serialisable log. A list-valued ``gamma`` trains
-    one model per value and keeps the best on the dev set (γ "set on a held-out set", CLSM §4)."""
+    one model per value and keeps the best on the dev set (γ "set on a held-out set", CLSM §4).
+
+    Args:
+        model: the DSSM or CLSM trained in place.
+        data: the training split and collection.
+        dev: the dev queries (early stopping).
+        args: the training settings.
+        progress: show progress.
+        checkpoint_dir: where to checkpoint (None: nowhere).
+        resume: resume from the checkpoint.
+
+    Returns:
+        The training log."""
     if len(args.gammas) == 1:
         return _train(model, data, dev, args.replace(gamma=args.gammas[0]), progress, checkpoint_dir, resume)
     if dev is None:
@@ -151,7 +163,25 @@ def run_epochs(
 ) -> dict[str, Any]:
     """``loop.epoch_loop`` over ``n_items`` training items shuffled each epoch into minibatches of
     row indices; ``step(rows)`` gives a minibatch's loss (under torchrun: this rank's share of it,
-    ``distributed``); dev ``dev_metric`` after each epoch."""
+    ``distributed``); dev ``dev_metric`` after each epoch.
+
+    Args:
+        model: the model whose net is trained (dev scoring).
+        net: the network trained.
+        opt: its optimizer.
+        vocab: the vocabulary a checkpoint is tied to.
+        step: a minibatch's loss from its rows.
+        n_items: training items.
+        rng: the random generator (checkpointed).
+        data: the training split and collection.
+        dev: the dev queries.
+        args: the training settings.
+        progress: show progress.
+        checkpoint_dir: where to checkpoint (None: nowhere).
+        resume: resume from the checkpoint.
+
+    Returns:
+        The training log."""
     b = args.batch_size
 
     def batches() -> Iterable[np.ndarray]:
@@ -191,7 +221,19 @@ def batch_loss(
     Under torchrun (``distributed``) ``rows`` is the global batch: the negatives are drawn for all
     of it (the same on every rank), the rank's slice of queries is scored against them (the
     shared pool's documents, like in-batch positives, each encoded by one rank and gathered) and
-    its loss is its share of the global batch's mean."""
+    its loss is its share of the global batch's mean.
+
+    Args:
+        net: the two towers.
+        qf: the training queries' features.
+        df: the collection's features.
+        pairs: the training pairs.
+        rows: the minibatch's pair rows.
+        rng: the random generator.
+        args: the training settings.
+
+    Returns:
+        The loss."""
     mine, scale = distributed.shard(len(rows)), distributed.loss_scale(len(rows))
     q_rows, d_rows = pairs.q_rows[rows], pairs.d_rows[rows]
     gamma, j, h, n_docs = args.gammas[0], args.negatives, args.hard_negatives, len(df)

@@ -110,6 +110,19 @@ class Clusters:
         rng: np.random.Generator,
         seed: int,
     ) -> Clusters:
+        """k-means clusters of the documents (a sample) and each query's nearest cluster.
+
+        Args:
+            encoder: embeds the documents and queries.
+            doc_texts: the collection's texts.
+            queries: the training queries.
+            n_clusters: k-means clusters.
+            max_docs: documents clustered (a random sample).
+            rng: the random generator.
+            seed: k-means' seed.
+
+        Returns:
+            The clusters."""
         import faiss
 
         rows = (
@@ -135,7 +148,18 @@ def add_negatives(
     neg_cluster: int,
     clusters: Clusters | None,
 ) -> list[Example]:
-    """Append NEG_global and NEG_cluster documents to every example (distinct, none judged)."""
+    """Append NEG_global and NEG_cluster documents to every example (distinct, none judged).
+
+    Args:
+        examples: the training lists.
+        rng: the random generator.
+        n_docs: documents in the collection.
+        neg_global: NEG_global documents per list.
+        neg_cluster: NEG_cluster documents per list.
+        clusters: the query clusters (None: no NEG_cluster).
+
+    Returns:
+        The lists with their negatives."""
     everything = np.arange(n_docs, dtype=np.int64)
     out = []
     for i, ex in enumerate(examples):
@@ -155,7 +179,18 @@ def add_hard_negatives(
     """Append ``n`` hard negatives to every example: documents drawn uniformly from the top
     ``depth`` that a first model retrieves for its query from the whole collection, none judged for
     it nor already in its list. ``source``: "bm25" (default parameters), or the directory of a saved
-    bi-encoder (say, a first BERT(rep) fine-tuned on the same data, as Algorithm 1's first model)."""
+    bi-encoder (say, a first BERT(rep) fine-tuned on the same data, as Algorithm 1's first model).
+
+    Args:
+        examples: the training lists.
+        data: the training split and collection.
+        rng: the random generator.
+        n: hard negatives per list.
+        source: "bm25" or a saved bi-encoder's directory.
+        depth: the top hits drawn from.
+
+    Returns:
+        The lists with their hard negatives."""
     from ..models.lexical import BM25
 
     first: Any = BM25() if source == "bm25" else BiEncoder.load(source)
@@ -264,7 +299,19 @@ def train_transformer(
     checkpoint_dir: str | Path | None = None,
     resume: bool = False,
 ) -> dict[str, Any]:
-    """Fine-tune ``model`` in place (Algorithm 1); returns a JSON-serialisable log."""
+    """Fine-tune ``model`` in place (Algorithm 1); returns a JSON-serialisable log.
+
+    Args:
+        model: the bi- or cross-encoder trained in place.
+        data: the training split and collection.
+        dev: the dev queries (early stopping).
+        args: the training settings.
+        progress: show progress.
+        checkpoint_dir: where to checkpoint (None: nowhere).
+        resume: resume from the checkpoint.
+
+    Returns:
+        The training log."""
     if checkpoint_dir is not None or resume:
         raise ValueError(f"{model.name}: training does not write checkpoints; train without --checkpoint")
     if len(args.margins) > 1 and dev is None:
