@@ -288,9 +288,8 @@ class WordBags:
     words as positions into them (text i: ``positions[indptr[i]:indptr[i + 1]]``). A text's
     trigram bag is its words' bags laid end to end, and the first layer is linear in it, so the
     layer runs once per distinct word and each text sums its words' rows (``DSSMTower``): the
-    same sums in another order, with several times fewer rows to gather and to scatter back
-    (9.2k titles of a J=50 batch: 513k trigrams, but 117k word positions over 9.0k distinct
-    words with 55k trigrams)."""
+    same sums in another order, with several times fewer rows to gather and to scatter back (a
+    batch's titles share most of their words)."""
 
     words: Bags
     positions: np.ndarray  # int64, into words
