@@ -40,12 +40,11 @@ _KEPT = False
 def keep_freed_memory() -> bool:
     """Have glibc's malloc serve large arrays from its heap and keep what is freed for reuse, instead
     of mapping fresh pages for every array over its mmap threshold and returning them on free.
-    A training step allocates and frees the same large arrays every step (CLSM's window slots,
-    21 MB a batch here), and every fresh page costs a page fault: 4-5 thousand a CLSM step; kept,
-    DSSM and CLSM trained about 6 % faster on 2 threads (benchmarks/train_speed.py, three
-    interleaved pairs). The process keeps its peak heap
-    afterwards. Once per process, on glibc only; a user's ``MALLOC_MMAP_THRESHOLD_`` or
-    ``MALLOC_TRIM_THRESHOLD_`` wins. Returns whether it applied the setting."""
+    A training step allocates and frees the same large arrays every step (CLSM's window slots),
+    and every fresh page costs a page fault; kept, the pages are reused and training runs faster
+    (measured by benchmarks/train_speed.py). The process keeps its peak heap afterwards. Once per
+    process, on glibc only; a user's ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` wins.
+    Returns whether it applied the setting."""
     global _KEPT
     if _KEPT or "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
         return False

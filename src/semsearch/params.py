@@ -23,7 +23,17 @@ class ParamError(ValueError):
 def param(
     default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None, lt: float | None = None
 ) -> Any:
-    """A dataclass field with a default (lists and dicts copied per instance) and optional bounds."""
+    """A dataclass field with a default (lists and dicts copied per instance) and optional bounds.
+
+    Args:
+        default: the field's default (a list or dict is copied per instance).
+        ge: lower bound, inclusive.
+        gt: lower bound, exclusive.
+        le: upper bound, inclusive.
+        lt: upper bound, exclusive.
+
+    Returns:
+        The dataclass field."""
     bounds = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if v is not None}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=bounds)
@@ -116,7 +126,7 @@ def _hints(cls: type) -> dict[str, Any]:
     cache = cls.__dict__.get("_hints_cache")
     if cache is None:
         cache = typing.get_type_hints(cls)
-        cls._hints_cache = cache
+        cls._hints_cache = cache  # type: ignore[attr-defined]  # a per-class memo
     return cache
 
 

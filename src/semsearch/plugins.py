@@ -17,7 +17,8 @@ from .params import ParamError, Params
 
 
 class Kind(NamedTuple):
-    family: str  # lexical, termdep, topic, translation, projection, neural, interaction, transformer, mtdnn, distill, ranker
+    # lexical, termdep, topic, translation, projection, neural, interaction, transformer, mtdnn, distill, ranker
+    family: str
     target: str | type  # "module:Class" under semsearch, or (a plugin's) class
     params: str = ""  # "module:Class" of its Params where importing the class would load torch
 
@@ -103,7 +104,7 @@ def create_model(kind: str, **params: Any) -> Model:
             else {"name": f.get("name", f["model"]), "model": f["model"], "params": dict(f.get("params", {}))}
             for f in params.pop("features", ())
         ]
-        return cls.from_models({s["name"]: _feature_model(s) for s in specs}, **params)  # type: ignore[attr-defined]
+        return cls.from_models({s["name"]: _feature_model(s) for s in specs}, **params)  # type: ignore[attr-defined]  # a ranker class
     return cls(**params)
 
 
@@ -133,11 +134,11 @@ def load_model(path: str | Path) -> Model:
     cls = model_class(kind)
     try:
         if KINDS[kind].family == "ranker":
-            children = cls.child_dirs(config)  # type: ignore[attr-defined]
+            children = cls.child_dirs(config)  # type: ignore[attr-defined]  # a ranker class
             for sub in children.values():
                 if not isinstance(sub, str) or Path(sub).is_absolute() or ".." in Path(sub).parts:
                     raise ModelDirError(f"{p / CONFIG}: 'feature_dirs' names {sub!r}, not a directory inside the model")
-            return cls.load(p, models={n: load_model(p / d) for n, d in children.items()})  # type: ignore[attr-defined]
+            return cls.load(p, models={n: load_model(p / d) for n, d in children.items()})  # type: ignore[call-arg]  # a ranker's load
         return cls.load(p)
     except ParamError as e:
         raise ModelDirError(f"{p / CONFIG}: {e}") from None

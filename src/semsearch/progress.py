@@ -124,7 +124,7 @@ class Reporter:
 def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
     """Iterate ``items`` while reporting progress (a bar, or lines in a log for long loops)."""
     if total is None and hasattr(items, "__len__"):
-        total = len(items)  # type: ignore[arg-type]
+        total = len(items)  # type: ignore[arg-type]  # has __len__
     rep = Reporter(description, total)
     try:
         for item in items:

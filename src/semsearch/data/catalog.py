@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from ._io import PathLike, data_root, first_line
 from .beir import BeirDataset
@@ -66,12 +67,12 @@ def dataset_info(name_or_path: PathLike) -> dict:
         files = {}
         for tsv in sorted(folder.glob("*.tsv")):
             records = load_query_domains(tsv)
-            splits = Counter(r.split for r in records)
-            files[tsv.stem] = {"records": len(records), "splits": dict(splits), "labels": len(domain_names(records))}
+            per_split = Counter(r.split for r in records)
+            files[tsv.stem] = {"records": len(records), "splits": dict(per_split), "labels": len(domain_names(records))}
         return info | {"kind": "query-domains", "files": files}
     ds = BeirDataset(folder)
     corpus = ds.corpus()
-    splits = {}
+    splits: dict[str, dict[str, Any]] = {}
     for split in ds.splits:
         qrels = ds.qrels(split)
         grades = Counter(grade for docs in qrels.values() for grade in docs.values())

@@ -23,8 +23,8 @@ def query_pools(
         for q, docs in run.items():
             pools.setdefault(q, set()).update(docs)
     for split in dataset.splits:
-        for q, docs in dataset.qrels(split).items():
-            pools.setdefault(q, set()).update(docs)
+        for q, judged in dataset.qrels(split).items():
+            pools.setdefault(q, set()).update(judged)
     if queries is None:
         return pools
     by_text: dict[str, set[str]] = {}

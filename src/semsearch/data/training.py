@@ -20,7 +20,7 @@ from .positives import positive_pairs
 
 class PairList(Sequence[tuple[str, str]]):
     """(query id, doc id) pairs held as two int32 arrays of positions in name lists: 8 bytes a
-    pair where a list of tuples takes ~100, so the positives of a click log with tens of millions
+    pair where a list of tuples takes around a hundred, so the positives of a click log with tens of millions
     of clicks fit in memory. Reads like the list of tuples it stands for."""
 
     def __init__(self, query_ids: Sequence[str], doc_ids: Sequence[str], q: np.ndarray, d: np.ndarray):

@@ -109,7 +109,17 @@ def cross_validate(
     with the best mean ``metric`` on the other folds (ties -> first key) is chosen, and its run,
     restricted to the fold's test queries, goes into the combined run, which thereby covers every
     judged query the chosen runs retrieved for (per-query dicts are shallow-copied).
-    """
+
+    Args:
+        runs_by_params: setting label -> its run over all queries.
+        qrels: the judgments; only queries with a relevant document are folded.
+        metric: the metric a fold's setting is chosen by.
+        k: the number of folds.
+        seed: seed of the query split (``kfold_queries``).
+        gain: nDCG gain, "exp" or "linear".
+
+    Returns:
+        The combined run, each fold's chosen setting and the folds."""
     per_query = _per_query(runs_by_params, qrels, metric, gain)
     folds = kfold_queries(next(iter(per_query.values())), k=k, seed=seed)
     run: Run = {}

@@ -144,7 +144,18 @@ def evaluate(
     rel_threshold: int = 1,
     queries: str = "judged",
 ) -> EvalResult:
-    """Evaluate ``run`` against ``qrels`` with the given metrics (see the module docstring)."""
+    """Evaluate ``run`` against ``qrels`` with the given metrics (see the module docstring).
+
+    Args:
+        run: query id -> {doc id: score}.
+        qrels: query id -> {doc id: grade}.
+        metrics: metric names, e.g. "ndcg@10", "recall@100", "map".
+        gain: nDCG gain, "exp" (2^grade - 1) or "linear" (the grade).
+        rel_threshold: the lowest grade binary metrics count as relevant.
+        queries: which queries are averaged: "judged" or those present in the run.
+
+    Returns:
+        Per-query values and their means per metric."""
     if isinstance(metrics, str):
         metrics = [metrics]
     parsed = {canonical_metric(m): parse_metric(m) for m in metrics}
@@ -174,7 +185,7 @@ def evaluate(
     empty: dict[str, float] = {}
     rows = [_ranked_labels(run.get(q, empty), qrels[q]) for q in qids]
     cuts = [k for _, k in parsed.values()]
-    cap = None if None in cuts else max(cuts)  # only cut metrics: nothing below the deepest cut
+    cap = None if None in cuts else max(k for k in cuts if k is not None)  # only cut metrics: the deepest cut
     labels = _stack(rows, cap)
     depth = labels.shape[1]
     rank = np.arange(1, depth + 1, dtype=np.float64)
@@ -200,6 +211,7 @@ def evaluate(
         elif name == "recall":
             values[key] = _safe_div(_at(rel_cum, k).astype(np.float64), big_r)
         elif name == "p":
+            assert k is not None  # P needs a cut (parse_metric)
             values[key] = _at(rel_cum, k) / float(k)
         elif name == "success":
             values[key] = (_at(rel_cum, k) > 0).astype(np.float64)

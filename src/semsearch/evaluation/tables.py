@@ -84,7 +84,7 @@ class ResultTable:
         return "".join(
             marks[b]
             for b, pb in p.items()
-            if pb is not None and pb < self.alpha and mean > self.rows[b].result.mean[metric]
+            if pb is not None and pb < self.alpha and mean > self.rows[b].result.mean[metric]  # type: ignore[operator]  # has the metric when p does
         )
 
     def _footnote(self, marks: Mapping[str, str], columns: Sequence[str]) -> str:
@@ -148,8 +148,9 @@ class ResultTable:
         legend = ", ".join(f"{m} = {b}" for b, m in marks.items())
         note = (
             (
-                f'Mean ± sample sd of the seeds\' means (min–max); "k/n {MARKERS[0]}": k of the n seeds significantly better '
-                f"than that baseline (paired t-test over queries, p < {self.alpha:g}; {legend})."
+                f'Mean ± sample sd of the seeds\' means (min–max); "k/n {MARKERS[0]}": '
+                "k of the n seeds significantly better than that baseline "
+                f"(paired t-test over queries, p < {self.alpha:g}; {legend})."
             )
             if marks
             else "Mean ± sample sd of the seeds' means (min–max)."

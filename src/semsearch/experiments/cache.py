@@ -45,7 +45,17 @@ def cached_training(
     retrain: bool = False,
 ) -> tuple[Model, dict[str, Any]]:
     """``train()`` → (model, training log), or the model saved earlier under ``model_dir`` as
-    ``KIND-KEY`` with the same keyed recipe (see ``cache_key``) unless ``retrain``."""
+    ``KIND-KEY`` with the same keyed recipe (see ``cache_key``) unless ``retrain``.
+
+    Args:
+        model_dir: the folder of saved models (None: always train, save nothing).
+        kind: the registered model name.
+        recipe: everything that decides the trained model, keyed into its folder name.
+        train: trains a fresh model and returns it with its log.
+        retrain: train even when a saved model matches.
+
+    Returns:
+        The model and its training log."""
     keyed = keyed_recipe(kind, recipe)
     saved = saved_dir(model_dir, kind, recipe) if model_dir else None
     if saved is not None and not retrain and (saved / RECIPE).is_file():

@@ -62,9 +62,8 @@ class ClassificationResult:
         if self.checks:
             lines += ["", "Expected ranges:", ""]
             for c in self.checks:
-                lines.append(
-                    f"- {c.label} {c.metric} = {c.value:.4f}, expected [{c.low}, {c.high}]: {'ok' if c.ok else 'OUT OF RANGE'}"
-                )
+                verdict = "ok" if c.ok else "OUT OF RANGE"
+                lines.append(f"- {c.label} {c.metric} = {c.value:.4f}, expected [{c.low}, {c.high}]: {verdict}")
         lines += ["", f"Run time: {self.seconds:.1f} s.", ""]
         return "\n".join(lines)
 
@@ -81,9 +80,10 @@ class ClassificationResult:
         if order:
             lines += ["", "The paper's ordering per domain (MT-DNN ≥ DNN > SVM-Word > SVM-Letter):", ""]
             for claim, held in order.items():
+                failing = ", ".join(d for d, ok in held.items() if not ok) or "all hold"
                 lines.append(
                     f"- {claim}: holds in {sum(held.values())} of {len(held)} domains "
-                    f"({', '.join(d for d, ok in held.items() if not ok) or 'all hold'}{' fail' if not all(held.values()) else ''})"
+                    f"({failing}{' fail' if not all(held.values()) else ''})"
                 )
         size = self.details.get("compactness")
         if size:
@@ -219,16 +219,16 @@ class _Run:
             data, dev = self.ranking() if ranking else (None, None)
             tr = self.tasks(domains, "train") if domains else None
             dv = self.tasks(domains, "dev") if domains else None
-            return model, train_mtdnn(model, data, dev, args=args, tasks=tr, dev_tasks=dv, progress=self.progress)  # type: ignore[arg-type]
+            return model, train_mtdnn(model, data, dev, args=args, tasks=tr, dev_tasks=dv, progress=self.progress)
 
         model, _ = cached_training(self.model_dir, "mt-dnn", recipe, train, self.retrain)
-        return model  # type: ignore[return-value]
+        return model  # type: ignore[return-value]  # an MT-DNN
 
 
 def _mtdnn(params: dict[str, Any]) -> tuple[MTDNN, MTDNNArgs]:
     """An untrained MT-DNN and its training arguments from one parameter mapping (``recipe``)."""
     model_kw, args = recipe("mt-dnn", params, where="mt-dnn")
-    return create_model("mt-dnn", **model_kw), args  # type: ignore[return-value]
+    return create_model("mt-dnn", **model_kw), args  # type: ignore[return-value]  # an MT-DNN
 
 
 def run_classification(
@@ -307,9 +307,11 @@ def _compactness(model: MTDNN, test: DomainTasks, word_features: int) -> dict[st
             times.append((time.perf_counter() - t0) * 1000)
     finally:
         torch.set_num_threads(threads)
+    net = model.net
+    assert net is not None  # saved above
     return {
         "mtdnn_bytes": size,
-        "mtdnn_params": sum(p.numel() for p in model.net.parameters()),  # type: ignore[union-attr]
+        "mtdnn_params": sum(p.numel() for p in net.parameters()),
         "trigrams": len(model.hasher or []),
         "svm_word_features": word_features,
         "svm_word_bytes": word_features * 8 * len(model.domains),
@@ -346,7 +348,7 @@ def _adaptation(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any],
         feats = {
             "SemanticRepresentation": (mt.semantic(tr.texts), mt.semantic(te.texts)),
             "Word3gram": tuple(word_ngram_features(tr.texts, te.texts)),
-            "Letter3gram": tuple(letter_trigram_features(mt.hasher, tr.texts, te.texts)),  # type: ignore[arg-type]
+            "Letter3gram": tuple(letter_trigram_features(mt.hasher, tr.texts, te.texts)),  # type: ignore[arg-type]  # trained model
         }
         s4: dict[str, list[float]] = {k: [] for k in feats}
         s5: dict[str, list[float]] = {"DNN1": [], "DNN2": [], "SVM": []}
@@ -369,8 +371,8 @@ def _adaptation(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any],
                     hasher=mt.hasher,
                     init_l2=mt if frozen else None,
                     progress=False,
-                )  # type: ignore[arg-type]
-                per.setdefault((name, f), []).append(classification_auc(model, te)[target])  # type: ignore[arg-type]
+                )
+                per.setdefault((name, f), []).append(classification_auc(model, te)[target])
         for f in spec.fractions:
             for name in feats:
                 s4[name].append(float(np.mean(per[(name, f)])))
@@ -386,7 +388,9 @@ def _adaptation(run: _Run) -> tuple[dict[str, dict[str, float]], dict[str, Any],
     table = {name: _with_mean(row) for name, row in table.items()}
     wins = {
         "SemanticRepresentation > Word3gram": {
-            f"{fr * 100:g} %": f"{sum(fig4[d]['SemanticRepresentation'][i] > fig4[d]['Word3gram'][i] for d in fig4)}/{len(fig4)}"
+            f"{fr * 100:g} %": (
+                f"{sum(fig4[d]['SemanticRepresentation'][i] > fig4[d]['Word3gram'][i] for d in fig4)}/{len(fig4)}"
+            )
             for i, fr in enumerate(spec.fractions)
         },
         "DNN2 > DNN1": {

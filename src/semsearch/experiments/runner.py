@@ -74,13 +74,13 @@ class _Context:
         if self.mode == "judged":
             return {q: list(docs) for q, docs in qrels.items()}
         if self.mode == "run":
-            run = self.dataset_run(self.run_name)  # type: ignore[arg-type]
+            run = self.dataset_run(self.run_name)  # type: ignore[arg-type]  # run mode
             return {q: [d for d, _ in ranked(run.get(q, {}))[: self.k]] for q in qrels}
         return None
 
     def texts(self, fields: str) -> list[str]:
         if fields not in self._texts:
-            self._texts[fields] = self.corpus.joined(fields)  # type: ignore[arg-type]
+            self._texts[fields] = self.corpus.joined(fields)  # type: ignore[arg-type]  # a corpus
         return self._texts[fields]
 
     def lexical_index(self, analyzer: Analyzer, fields: str) -> LexicalIndex:
@@ -107,7 +107,7 @@ class _Context:
             if not hasattr(model, "encode_documents"):
                 raise ValueError(f"{ms.label}: index = {{...}} needs an encoder model, {ms.model!r} is not one")
             cache = self.model_dir / "embeddings" if self.model_dir else None
-            model = SemanticRetriever(model, cache=cache, **ms.index)  # type: ignore[arg-type]
+            model = SemanticRetriever(model, cache=cache, **ms.index)  # type: ignore[arg-type]  # an encoder
             model.index(
                 self.corpus.ids, self.texts(fields), progress=f"{ms.label}: encoding" if self.progress else None
             )
@@ -131,7 +131,7 @@ class _Context:
         rows = {r.label: r for m in self.spec.models for r in seed_rows(m)}  # a seed row may teach
         if not any(isinstance(n, str) and n in rows for n in names):
             return None
-        got = [self._teacher_row(rows[n], fold) if n in rows else (n, n) for n in names]
+        got: list[tuple[Any, Any]] = [self._teacher_row(rows[n], fold) if n in rows else (n, n) for n in names]
         return ([g[0] for g in got], [g[1] for g in got]) if isinstance(name, list) else got[0]
 
     def _teacher_row(self, tms: ModelSpec, fold: _Fold | None) -> tuple[str, dict[str, Any]]:
@@ -150,7 +150,7 @@ class _Context:
                 if self._scratch is None:
                     self._scratch = tempfile.TemporaryDirectory(prefix="semsearch-teachers-")
                 where = Path(self._scratch.name) / f"{tms.model}-{cache_key(tms.model, trecipe)}"
-                model.save(where)  # type: ignore[attr-defined]
+                model.save(where)
             self._teachers[key] = (str(where), keyed_recipe(tms.model, trecipe))
         return self._teachers[key]
 
@@ -423,8 +423,8 @@ def _ltr_run(
     5-fold CV over those queries. With ``train.cross_fit = K`` a component trained on that same
     split scores each of its K query folds with a copy trained without that fold (out-of-fold
     scores: a model scores its own training queries too well, and the ranker would over-trust it);
-    the test and dev queries are scored by the final models. Under ``cvK`` (no training split) it is cross-validated over the
-    test queries. The log, with the feature importance (Table 5), goes into ``training``."""
+    the test and dev queries are scored by the final models. Under ``cvK`` (no training split) it
+    is cross-validated over the test queries. The log, with the feature importance (Table 5), goes into ``training``."""
     from ..ranking import LambdaMART, groups, mean_importance, pair_columns, run_columns
     from ..training.lambdamart import cross_validated, train_booster
 
@@ -494,7 +494,7 @@ def _ltr_run(
             if p.spec.label not in refit:
                 ctx.out_of_fold[key] = p.rank(ctx, qrels)  # never saw them
             else:
-                run: Run = {}
+                run = {}
                 for i, held in enumerate(folds):
                     model = ctx.build(p.spec, _Fold(QueryFold(i + 1, int(k)), held)).with_params(**p.setting)
                     run.update(ctx.rank(model, p.spec, {q: qrels[q] for q in held}))

@@ -266,10 +266,9 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
             earlier = labels[:i]
             if len(m.combine) != 2 or any(c not in earlier for c in m.combine):
                 raise SpecError(f"{p}: {m.label!r} must combine a lexical and a semantic row listed before it")
-            if set(m.hybrid) - {"scorer", "weight", "rrf_k", "norm"}:
-                raise SpecError(
-                    f"{p}: {m.label!r} hybrid has unknown keys {sorted(set(m.hybrid) - {'scorer', 'weight', 'rrf_k', 'norm'})}"
-                )
+            unknown = set(m.hybrid) - {"scorer", "weight", "rrf_k", "norm"}
+            if unknown:
+                raise SpecError(f"{p}: {m.label!r} hybrid has unknown keys {sorted(unknown)}")
         if (m.depth is not None or m.is_hybrid) and not spec.candidates.startswith("full:"):
             raise SpecError(f"{p}: {m.label!r}: depth and hybrid rows need candidates = 'full:K'")
         if m.depth is not None and m.depth < 1:

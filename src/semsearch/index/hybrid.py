@@ -41,8 +41,8 @@ class Source(enum.Flag):
 @dataclass(slots=True)
 class HybridHit:
     """One merged hit (treat it as immutable: ``dataclasses.replace`` makes changed copies). Not
-    frozen: a search builds ~160 of them, and a frozen dataclass's ``__init__`` (``object.__setattr__``
-    per field) cost 1.8 us a hit against 0.2 us."""
+    frozen: a search builds hundreds of them, and a frozen dataclass's ``__init__`` calls
+    ``object.__setattr__`` per field."""
 
     doc_id: str
     score: float  # the merged score the list is ordered by
@@ -53,7 +53,7 @@ class HybridHit:
     semantic_rank: int | None = None
 
 
-_LEXICAL, _SEMANTIC, _BOTH = Source.LEXICAL, Source.SEMANTIC, Source.BOTH  # (an enum member read costs ~90 ns in 3.11)
+_LEXICAL, _SEMANTIC, _BOTH = Source.LEXICAL, Source.SEMANTIC, Source.BOTH  # (module globals: no enum member lookup)
 
 
 def _check(scorer: str, weight: float) -> None:
@@ -117,7 +117,7 @@ class Candidates:
             return []
         doc_ids = ids.take(self.positions[rows]).tolist()
         cols = [
-            np.where(np.isnan(a[rows]), None, a[rows]).tolist()
+            np.where(np.isnan(a[rows]), None, a[rows]).tolist()  # type: ignore[arg-type, attr-defined]  # numpy stub
             for a in (self.lexical, self.semantic, self.lexical_rank, self.semantic_rank)
         ]
         score = (1.0 / (rows + 1.0) if scores is None else np.asarray(scores, dtype=np.float64)[rows]).tolist()
@@ -172,7 +172,20 @@ def merge(
     ``"union"`` (``union``), ``"rrf"`` (Σ 1/(rrf_k + rank)) or ``"interpolate"`` (weight·semantic
     + (1 − weight)·lexical, scores normalised per query by ``norm``; weight 0 keeps the lexical
     order with semantic-only hits after). RRF and interpolation break ties by doc id. ``fill``:
-    the stage scores of hits that stage did not return (``union``'s)."""
+    the stage scores of hits that stage did not return (``union``'s).
+
+    Args:
+        lexical: the lexical stage's (doc id, score) hits, best first.
+        semantic: the semantic stage's hits, best first.
+        scorer: "union", "rrf" or "interpolate".
+        weight: the semantic weight of "interpolate".
+        rrf_k: the rank offset of "rrf".
+        norm: per-query score normalisation of "interpolate".
+        k: the most hits returned (None: all).
+        fill: each stage's scores of the hits it did not return.
+
+    Returns:
+        The merged hits, best first."""
     _check(scorer, weight)
     if scorer == "union":
         return union(lexical, semantic, k, fill=fill)
@@ -212,7 +225,20 @@ def merge_runs(
     norm: str = "minmax",
 ) -> Run:
     """``merge`` for every query of two runs, each cut first to its top ``n_lexical`` /
-    ``n_semantic`` documents: the hybrid run of the paper's Table 3."""
+    ``n_semantic`` documents: the hybrid run of the paper's Table 3.
+
+    Args:
+        lexical: the lexical run.
+        semantic: the semantic run.
+        n_lexical: lexical documents kept per query.
+        n_semantic: semantic documents kept per query.
+        scorer: as ``merge``.
+        weight: as ``merge``.
+        rrf_k: as ``merge``.
+        norm: as ``merge``.
+
+    Returns:
+        The hybrid run."""
     _check(scorer, weight)
     if n_lexical < 0 or n_semantic < 0:
         raise ValueError("n_lexical and n_semantic must be >= 0")
@@ -236,7 +262,7 @@ class HybridRetriever:
     nothing). With ``concurrent`` the semantic stage runs in a pool thread while the lexical one
     runs in the caller's (numpy, torch and faiss release the GIL for their heavy parts) — on the
     hit-object path only: a ``positional`` retriever merging by ``union`` runs its stages in turn
-    on arrays (``candidates``; the lexical kernel takes ~0.06 ms a query there). Each
+    on arrays (``candidates``; the lexical kernel is too quick there to pay for a thread). Each
     model's calls hold its lock in ``locks`` (model id -> lock, may be shared with the caller):
     encoders and analyzers keep in-memory caches that are not thread-safe. With ``complete`` every
     merged hit carries both stages' scores: the lexical model scores the semantic-only hits and
@@ -259,6 +285,20 @@ class HybridRetriever:
         locks: dict[int, threading.Lock] | None = None,
         complete: bool = False,
     ):
+        """The two stages and how they merge (the class docstring).
+
+        Args:
+            lexical: the lexical stage (None: it finds nothing).
+            semantic: the semantic stage (None: it finds nothing).
+            n_lexical: lexical hits per query.
+            n_semantic: semantic hits per query.
+            scorer: how the stages merge (``merge``).
+            weight: the semantic weight of "interpolate".
+            rrf_k: the rank offset of "rrf".
+            norm: per-query score normalisation of "interpolate".
+            concurrent: run the semantic stage in a pool thread.
+            locks: model id -> lock held around that model's calls.
+            complete: score every merged hit by both stages."""
         _check(scorer, weight)
         if n_lexical < 0 or n_semantic < 0 or n_lexical + n_semantic == 0:
             raise ValueError("n_lexical and n_semantic must be >= 0, and not both 0")
@@ -292,7 +332,7 @@ class HybridRetriever:
     @property
     def doc_ids(self) -> Any:
         """The collection both stages index (a positional retriever's: ``DocIds``)."""
-        return (self.lexical or self.semantic).doc_ids  # type: ignore[union-attr]
+        return (self.lexical or self.semantic).doc_ids  # type: ignore[union-attr]  # one stage set
 
     def candidates(
         self, queries: Sequence[str], *, n_lexical: int | None = None, n_semantic: int | None = None
@@ -311,7 +351,7 @@ class HybridRetriever:
         lex: list[tuple[np.ndarray, np.ndarray]] = [empty] * len(qs)
         if self.lexical is not None and n_lex > 0 and qs:
             with self.locks[id(self.lexical)]:
-                docs, scores, counts = self.lexical.retrieve_positions(qs, n_lex)  # type: ignore[attr-defined]
+                docs, scores, counts = self.lexical.retrieve_positions(qs, n_lex)  # type: ignore[attr-defined]  # positional model
             lex = [(d[:c], s[:c]) for d, s, c in zip(docs, scores, counts.tolist())]
         timing["lexical_ms"] = 1000 * (time.perf_counter() - t)
         t = time.perf_counter()
@@ -319,7 +359,7 @@ class HybridRetriever:
         vecs = None
         if self.semantic is not None and n_sem > 0 and qs:
             with self.locks[id(self.semantic)]:
-                sem, vecs = self.semantic.search_positions(qs, n_sem)  # type: ignore[attr-defined]
+                sem, vecs = self.semantic.search_positions(qs, n_sem)  # type: ignore[attr-defined]  # positional index
         timing["semantic_ms"] = 1000 * (time.perf_counter() - t)
         t = time.perf_counter()
         out = [union_positions(lp, ls, sp, ss) for (lp, ls), (sp, ss) in zip(lex, sem)]
@@ -331,10 +371,10 @@ class HybridRetriever:
                 no_sem = np.flatnonzero(np.isnan(c.semantic_rank))
                 if len(no_lex) and self.lexical is not None:
                     with self.locks[id(self.lexical)]:
-                        c.lexical[no_lex] = self.lexical.score_positions([q], [c.positions[no_lex]])[0]  # type: ignore[attr-defined]
+                        c.lexical[no_lex] = self.lexical.score_positions([q], [c.positions[no_lex]])[0]  # type: ignore[attr-defined]  # positional model
                 if len(no_sem) and vecs is not None:
                     with self.locks[id(self.semantic)]:
-                        c.semantic[no_sem] = self.semantic.similarity_positions(vecs[i], c.positions[no_sem])  # type: ignore[union-attr]
+                        c.semantic[no_sem] = self.semantic.similarity_positions(vecs[i], c.positions[no_sem])  # type: ignore[union-attr]  # positional index
             timing["complete_ms"] = 1000 * (time.perf_counter() - t)
         return out, timing
 
@@ -347,7 +387,7 @@ class HybridRetriever:
         vecs = None
         with self.locks[id(model)]:
             if hasattr(model, "similarity"):
-                hits, vecs = model.search(queries, n)  # type: ignore[attr-defined]
+                hits, vecs = model.search(queries, n)  # type: ignore[attr-defined]  # semantic stage
             else:
                 hits = model.retrieve(queries, n)
         return hits, 1000 * (time.perf_counter() - t), vecs
@@ -355,7 +395,7 @@ class HybridRetriever:
     def _fills(self, queries: list[str], lexical: list[Hits], semantic: list[Hits], vecs: Any) -> list[Fill]:
         """Per query, each stage's score of the hits only the other stage returned (see the class
         docstring), so that the merge builds every hit once, complete."""
-        out = []
+        out: list[Fill] = []
         for i, (q, lh, sh) in enumerate(zip(queries, lexical, semantic)):
             lex_ids, sem_ids = {d for d, _ in lh}, {d for d, _ in sh}
             no_lex = [d for d, _ in sh if d not in lex_ids]  # (in the order the union lists them)
@@ -367,7 +407,7 @@ class HybridRetriever:
                     lex = dict(zip(no_lex, map(float, self.lexical.score([q], [no_lex])[0])))
             if no_sem and self.semantic is not None and vecs is not None:
                 with self.locks[id(self.semantic)]:
-                    sem = dict(zip(no_sem, map(float, self.semantic.similarity(vecs[i], no_sem))))  # type: ignore[attr-defined]
+                    sem = dict(zip(no_sem, map(float, self.semantic.similarity(vecs[i], no_sem))))  # type: ignore[attr-defined]  # semantic stage
             out.append((lex, sem))
         return out
 
@@ -381,7 +421,17 @@ class HybridRetriever:
         n_semantic: int | None = None,
     ) -> tuple[list[list[HybridHit]], dict[str, float]]:
         """``search`` (``scorer`` and the stage depths default to the retriever's) and the time
-        each stage took in ms: ``lexical_ms``, ``semantic_ms``, ``merge_ms``."""
+        each stage took in ms: ``lexical_ms``, ``semantic_ms``, ``merge_ms``.
+
+        Args:
+            queries: the query texts.
+            k: hits per query (None: all merged hits).
+            scorer: overrides the retriever's scorer.
+            n_lexical: overrides the lexical depth.
+            n_semantic: overrides the semantic depth.
+
+        Returns:
+            The hits per query and the stage times in ms."""
         qs, scorer = [str(q) for q in queries], scorer or self.scorer
         n_lex = self.n_lexical if n_lexical is None else n_lexical
         n_sem = self.n_semantic if n_semantic is None else n_semantic
@@ -406,7 +456,7 @@ class HybridRetriever:
         fills: list[Fill | None] = [None] * len(qs)
         if self.complete:
             t = time.perf_counter()
-            fills = self._fills(qs, lex, sem, vecs)  # type: ignore[assignment]
+            fills = self._fills(qs, lex, sem, vecs)  # type: ignore[assignment]  # hits path
             timing["complete_ms"] = 1000 * (time.perf_counter() - t)
         t = time.perf_counter()
         out = [

@@ -166,7 +166,23 @@ class PgVectorStore:
         log: Callable[[str], None] | None = None,
     ) -> PgVectorStore:
         """Store ``vectors`` (rows match ``doc_ids`` and ``texts``) as collection ``name``,
-        replacing any collection of that name atomically."""
+        replacing any collection of that name atomically.
+
+        Args:
+            dsn: the PostgreSQL connection string.
+            name: the collection's name.
+            doc_ids: one id per vector.
+            vectors: (n, dim) document vectors.
+            texts: one text per vector, stored alongside (optional).
+            metric: "cosine" or "ip".
+            model: the encoder's id, checked on open.
+            m: HNSW's graph degree.
+            ef_construction: HNSW's build-time candidate list size.
+            ef_search: HNSW's search-time candidate list size.
+            log: receives progress lines.
+
+        Returns:
+            The store over the new collection."""
         conn = connect(dsn)
         try:
             with conn.transaction():
@@ -199,7 +215,17 @@ class PgVectorStore:
         ef_search: int | None = None,
     ) -> PgVectorStore:
         """The stored collection ``name``; ``expect_model`` / ``expect_dim`` refuse one built for
-        another encoder (``IndexMismatchError``); a missing one raises ``KeyError``."""
+        another encoder (``IndexMismatchError``); a missing one raises ``KeyError``.
+
+        Args:
+            dsn: the PostgreSQL connection string.
+            name: the collection's name.
+            expect_model: the encoder id the collection must have been built for.
+            expect_dim: the vector dimension it must have.
+            ef_search: HNSW's search-time candidate list size (None: the stored one).
+
+        Returns:
+            The store over that collection."""
         check_name(name)
         conn = connect(dsn)
         try:
@@ -410,7 +436,23 @@ def load_collection(
 ) -> dict[str, Any]:
     """Build collection ``name`` inside the caller's open transaction on ``conn`` (COPY into a
     fresh table, HNSW index, then drop the old table and rename the new one); nothing is
-    visible to other connections until the caller commits. Returns the metadata."""
+    visible to other connections until the caller commits. Returns the metadata.
+
+    Args:
+        conn: an open connection inside the caller's transaction.
+        name: the collection's name.
+        doc_ids: one id per vector.
+        vectors: (n, dim) document vectors.
+        texts: one text per vector (optional).
+        metric: "cosine" or "ip".
+        model: the encoder's id.
+        m: HNSW's graph degree.
+        ef_construction: HNSW's build-time candidate list size.
+        ef_search: HNSW's search-time candidate list size.
+        log: receives progress lines.
+
+    Returns:
+        The collection's metadata."""
     from psycopg import sql
 
     check_name(name)

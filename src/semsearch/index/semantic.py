@@ -58,6 +58,16 @@ class SemanticRetriever(Model):
         cache: str | Path | None = None,
         **index_params: int,
     ):
+        """A retriever over ``encoder``; ``index`` or ``load`` fills it.
+
+        Args:
+            encoder: encodes queries and documents.
+            kind: the vector index kind (``VectorIndex``).
+            metric: "cosine", "ip" or "l2".
+            batch_size: texts encoded at a time.
+            threads: faiss threads (None: faiss's default).
+            cache: a folder for document embeddings (None: none kept).
+            **index_params: the index kind's parameters."""
         self.encoder = encoder
         self.kind, self.metric, self.batch_size, self.threads = kind, metric, batch_size, threads
         self.cache = Path(cache) if cache is not None else None
@@ -94,10 +104,8 @@ class SemanticRetriever(Model):
         h.update(self._probe_vectors().tobytes())
         for d, t in zip(doc_ids, texts):
             h.update(f"{d}\t{t}\n".encode())
-        f = (
-            self.cache
-            / f"embeddings-{encoder_id(getattr(self.encoder, 'document_encoder', self.encoder))}-{h.hexdigest()[:16]}.npy"
-        )
+        enc = encoder_id(getattr(self.encoder, "document_encoder", self.encoder))
+        f = self.cache / f"embeddings-{enc}-{h.hexdigest()[:16]}.npy"
         return cached_array(f, lambda: self.encode_documents(texts, progress), rows=len(texts))
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str], progress: str | None = "encoding documents") -> None:
@@ -253,7 +261,7 @@ class SemanticRetriever(Model):
             raise IndexMismatchError(
                 f"{d / RETRIEVER}: 'encoder' says {cfg['encoder']!r}, the encoder is {encoder_id(enc)!r}"
             )
-        r = cls(enc, kind, metric, batch_size=batch_size, threads=threads, **index_params)
+        r = cls(enc, kind, metric, batch_size=batch_size, threads=threads, **index_params)  # type: ignore[arg-type]  # a saved encoder
         now = r._probe_vectors()
         r.vectors = ix = VectorIndex.load(
             d / "index", expect_model=encoder_id(enc), expect_dim=now.shape[1], threads=threads

@@ -69,7 +69,18 @@ class ShardedVectorIndex:
         """One shard per encoded file (``semsearch encode --shard I/N``: the .npy and its .json),
         in shard order; the files must be the N shards of one encoding, each complete. IVF-PQ:
         the quantizers are trained once on the first ``train_sample`` vectors, read from the first
-        shards, and shared."""
+        shards, and shared.
+
+        Args:
+            paths: the shards' .npy files, in shard order.
+            kind: the vector index kind.
+            metric: "cosine", "ip" or "l2".
+            train_sample: vectors the IVF-PQ quantizers are trained on.
+            threads: faiss threads.
+            **params: the index kind's parameters.
+
+        Returns:
+            The sharded index."""
         shards = complete_encoding(paths)
         template = _trained_template(shards, kind, metric, train_sample, threads, params)
         out = []
@@ -95,7 +106,21 @@ class ShardedVectorIndex:
     ) -> ShardedVectorIndex:
         """Split ``doc_ids``/``vectors`` into ``shards`` contiguous parts (as ``encode --shard i/N``
         writes them). IVF-PQ: the quantizers are trained once, on the first ``train_sample``
-        vectors (default: all), and every shard starts from a copy of that trained, empty index."""
+        vectors (default: all), and every shard starts from a copy of that trained, empty index.
+
+        Args:
+            doc_ids: one id per vector.
+            vectors: (n, dim) document vectors.
+            shards: the number of shards.
+            kind: the vector index kind.
+            metric: "cosine", "ip" or "l2".
+            train_sample: vectors the IVF-PQ quantizers are trained on (None: all).
+            model: the encoder's id.
+            threads: faiss threads.
+            **params: the index kind's parameters.
+
+        Returns:
+            The sharded index."""
         v = np.asarray(vectors, dtype=np.float32)
         if v.ndim != 2:
             raise ValueError(f"vectors must be a 2-d matrix, got shape {v.shape}")
@@ -154,14 +179,14 @@ class ShardedVectorIndex:
             cand = []  # (code score, shard, position)
             for j, (scores, pos) in enumerate(found):
                 if scores is not None:
-                    cand += [(float(sc), j, int(p)) for sc, p in zip(scores[i], pos[i]) if p >= 0]
+                    cand += [(float(sc), j, int(p)) for sc, p in zip(scores[i], pos[i]) if p >= 0]  # type: ignore[index]  # with scores
             cand = heapq.nlargest(short, cand, key=lambda c: c[0])
             lists = []
             for j, s in enumerate(self.shards):
                 p = np.array([c[2] for c in cand if c[1] == j], dtype=np.int64)
                 if len(p):
                     top, scores = s.rescore_positions(qv, p, k)
-                    lists.append(list(zip(s.doc_ids.take(top).tolist(), scores.tolist())))  # type: ignore[attr-defined]
+                    lists.append(list(zip(s.doc_ids.take(top).tolist(), scores.tolist())))  # type: ignore[attr-defined]  # positional index
                 else:
                     lists.append([])
             out.append(merge(lists, k))
@@ -254,9 +279,20 @@ def one_index_from_encoded(
 ) -> VectorIndex:
     """All encoded shards in one ``VectorIndex`` (``index from-shards --one-index``): for one
     machine, where a single index answers faster than N shards searched one after another (one
-    coarse search, one short list; at 10M titles 10 shards cost ~10x the coarse work). The same
+    coarse search, one short list, where N shards repeat the coarse work N times). The same
     answers as ``ShardedVectorIndex.from_encoded`` over the same files (tested). Memory peaks at
-    the full vectors (IVF-PQ with re-scoring) plus one shard."""
+    the full vectors (IVF-PQ with re-scoring) plus one shard.
+
+    Args:
+        paths: the shards' .npy files, in shard order.
+        kind: the vector index kind.
+        metric: "cosine", "ip" or "l2".
+        train_sample: vectors the IVF-PQ quantizers are trained on.
+        threads: faiss threads.
+        **params: the index kind's parameters.
+
+    Returns:
+        One index over every shard's vectors."""
     shards = complete_encoding(paths)
     ix = _trained_template(shards, kind, metric, train_sample, threads, params)
     ix.add_parts(
@@ -342,10 +378,10 @@ class EncodedShard:
                 str(meta["model"]),
                 str(meta["texts"]),
                 str(meta["side"]),
-                tuple(meta["shard"]),  # type: ignore[arg-type]
+                tuple(meta["shard"]),
                 tuple(meta["rows"]),
                 [str(i) for i in meta["ids"]],
-            )  # type: ignore[arg-type]
+            )
             shape = np.load(p, mmap_mode="r", allow_pickle=False).shape
         except FileNotFoundError as err:
             raise ValueError(f"{p}: not a complete encoded shard (missing {Path(err.filename).name})") from None
@@ -387,7 +423,17 @@ def encode_file(
 ) -> Encoded:
     """``semsearch encode``: the texts (or ``shard``, part I of N of them, contiguous) encoded
     by the saved encoder into ``out_path`` (.npy, written atomically); a shard also gets its
-    sidecar (``EncodedShard``) and is skipped when already complete. Ray workers call this too."""
+    sidecar (``EncodedShard``) and is skipped when already complete. Ray workers call this too.
+
+    Args:
+        model_dir: the saved encoder.
+        texts: the file of texts, one per line.
+        out_path: the .npy written.
+        side: "document" or "query".
+        shard: the part of the texts to encode (None: all).
+
+    Returns:
+        The .npy written (or found complete), its rows and dimension."""
     from ..plugins import load_model
 
     if out_path.suffix != ".npy":  # where np.save(out_path) would write
@@ -410,7 +456,7 @@ def encode_file(
     if shard is not None and info.done():
         return Encoded(out_path, hi - lo, int(np.load(out_path, mmap_mode="r").shape[1]), 0.0, True)
     start = time.perf_counter()
-    vecs = m.encode_queries(items[lo:hi]) if side == "query" else m.encode_documents(items[lo:hi])  # type: ignore[attr-defined]
+    vecs = m.encode_queries(items[lo:hi]) if side == "query" else m.encode_documents(items[lo:hi])  # type: ignore[attr-defined]  # an encoder
     if shard is not None:
         info.write(vecs)
     else:
@@ -431,7 +477,18 @@ def encode_with_ray(
     on the cluster at ``address`` (None: a local Ray started here, or the one already running).
     Each task runs ``encode_file`` into ``out_dir`` — a folder every worker reaches (shared
     storage) — so a rerun skips the shards already complete. Ray is an optional dependency
-    (``pip install 'semsearch[ray]'``)."""
+    (``pip install 'semsearch[ray]'``).
+
+    Args:
+        model_dir: the saved encoder, reachable by every worker.
+        texts: the file of texts, one per line.
+        out_dir: the shards' folder, reachable by every worker.
+        shards: the number of shards.
+        side: "document" or "query".
+        address: the Ray cluster (None: local).
+
+    Returns:
+        Each shard's ``Encoded``, in shard order."""
     try:
         import ray
     except ImportError:

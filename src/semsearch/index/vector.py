@@ -6,8 +6,8 @@ retrieves each query's top-k by k-NN search; this module is that index. Kinds:
 * ``"flat"``: ``IndexFlatIP``, exact search, ties broken by doc id (the project's convention).
 * ``"hnsw"``: ``IndexHNSWFlat`` (params ``M``, ``efConstruction``, ``efSearch``), approximate.
 * ``"hnswsq"``: ``IndexHNSWSQ``, HNSW over 8-bit scalar-quantised vectors (same params as
-  ``hnsw``): the graph walk reads a quarter of the bytes (54,667 MiniLM titles, 2 cores: 0.25
-  against 0.41 ms a query at k = 100, recall@100 0.973 against 0.976); the ``efSearch`` best it
+  ``hnsw``): the graph walk reads a quarter of the bytes (``benchmarks/vector_speed.py`` measures
+  its speed and recall against ``hnsw``); the ``efSearch`` best it
   finds (at least k) are re-scored with the full vectors (kept and read like ``ivfpq``'s below),
   so the hits' scores and order are exact.
 * ``"ivfpq"``: ``IndexIVFPQ`` (params ``nlist``, ``m`` sub-quantisers, ``nbits``, ``nprobe``),
@@ -98,6 +98,15 @@ class VectorIndex:
         threads: int | None = None,
         **params: int,
     ):
+        """An empty index (``add`` fills it; IVF-PQ trains on the first vectors added).
+
+        Args:
+            dim: the vector dimension.
+            kind: "flat", "hnsw", "hnswsq" or "ivfpq".
+            metric: "cosine", "ip" or "l2".
+            model: the encoder's id, checked on load.
+            threads: faiss threads (None: faiss's default).
+            **params: the kind's parameters (module docstring)."""
         self.check_params(kind, params)
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
@@ -110,8 +119,8 @@ class VectorIndex:
         self.threads = threads
         if threads is not None:
             set_threads(threads)
-        # ids held compactly (one UTF-8 buffer; id -> position by binary search): at 10M documents a
-        # list of str and a dict cost ~170 B a document, several times the IVF-PQ codes
+        # ids held compactly (one UTF-8 buffer; id -> position by binary search): at millions of
+        # documents a list of str and a dict would cost several times the IVF-PQ codes
         self._ids = DocIds()
         self._ranks = np.zeros(0, dtype=np.int64)
         self._matrix: np.ndarray | None = None  # stored_vectors(), read on first use
@@ -141,16 +150,16 @@ class VectorIndex:
             ix = (
                 faiss.IndexHNSWFlat(self.dim, p["M"], ip)
                 if self.kind == "hnsw"
-                else faiss.IndexHNSWSQ(self.dim, faiss.ScalarQuantizer.QT_8bit, p["M"], ip)
+                else faiss.IndexHNSWSQ(self.dim, faiss.ScalarQuantizer.QT_8bit, p["M"], ip)  # type: ignore[arg-type]  # faiss stub
             )
             ix.hnsw.efConstruction = p["efConstruction"]
             ix.hnsw.efSearch = p["efSearch"]
             return ix
         if p["rerank"] < 0:
             raise ValueError(f"ivfpq: rerank must be >= 0 (0: no exact re-scoring), got {p['rerank']}")
-        ix = faiss.IndexIVFPQ(flat(self.dim), self.dim, p["nlist"], p["m"], p["nbits"], ip)
-        ix.nprobe = p["nprobe"]
-        return ix
+        ivf = faiss.IndexIVFPQ(flat(self.dim), self.dim, p["nlist"], p["m"], p["nbits"], ip)
+        ivf.nprobe = p["nprobe"]
+        return ivf
 
     def _train(self, vectors: np.ndarray) -> None:
         """IVF-PQ: k-means for the coarse lists and the product quantiser, on ``vectors``; HNSW-SQ:
@@ -251,7 +260,19 @@ class VectorIndex:
         threads: int | None = None,
         **params: int,
     ) -> VectorIndex:
-        """A new index of ``kind`` holding ``vectors``."""
+        """A new index of ``kind`` holding ``vectors``.
+
+        Args:
+            doc_ids: one id per vector.
+            vectors: (n, dim) document vectors.
+            kind: "flat", "hnsw", "hnswsq" or "ivfpq".
+            metric: "cosine", "ip" or "l2".
+            model: the encoder's id.
+            threads: faiss threads.
+            **params: the kind's parameters.
+
+        Returns:
+            The built index."""
         v = np.asarray(vectors, dtype=np.float32)
         if v.ndim != 2:
             raise ValueError(f"vectors must be a 2-d matrix, got shape {v.shape}")
@@ -324,8 +345,8 @@ class VectorIndex:
 
     def _best(self, pos: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per row of faiss's (queries, n) positions (-1: none) and scores, the best ``k`` found,
-        best first, equal scores by doc id: one sort for all rows (a single row sorts on its own:
-        fewer array calls, 6 against 16 us)."""
+        best first, equal scores by doc id: one sort for all rows (a single row sorts on its own,
+        with fewer array calls)."""
         if len(pos) == 1:
             p, s = pos[0], scores[0]
             if (p < 0).any():
@@ -350,7 +371,7 @@ class VectorIndex:
         found = pos >= 0
         if len(pos) * pos.shape[1] * self.dim > 1 << 24:  # a large pass: query by query, rows read in order
             return [self.rescore_positions(qv, p, k) for qv, p in zip(q, pos)]
-        rows = self._exact[np.where(found, pos, 0)]  # type: ignore[index]  # (queries, short, dim) in one gather
+        rows = self._exact[np.where(found, pos, 0)]  # (queries, short, dim) in one gather
         if self.metric == "l2":
             scores = -np.square(rows - q[:, None, :]).sum(-1)
         else:
@@ -374,7 +395,7 @@ class VectorIndex:
         ``k`` positions and scores, best first, equal scores by doc id. Public for the sharded
         index, which searches each shard's quantised vectors and re-scores the merged short list."""
         p = np.sort(p[p >= 0])  # sorted rows: the memory-mapped file is read in order
-        s = self._score(self._exact[p], qv)  # type: ignore[index]
+        s = self._score(self._exact[p], qv)  # type: ignore[index]  # kept vectors
         order = np.lexsort((self._ranks[p], -s))[:k]
         return p[order].astype(np.int64), np.asarray(s[order], dtype=np.float64)
 

@@ -2,11 +2,10 @@
 the CPU, fused: for every text and filter the max over its word positions of Σⱼ slots[rows[p, j]]
 and the position holding it, without writing the (positions x K) convolution out and reading it
 back; and the backward, which gives each window slot row the gradient of the texts whose winning
-positions read it, gathered row by row (a scatter over the texts into the rows ran 2x slower, and
-slower on two threads than on one: each row's cache lines went back and forth between the
-threads). Both release the GIL and take a slice of the work (texts, or slot rows, so no two calls
-write the same element), so ``device.run_split`` spreads them over the torch threads. Imported lazily
-(numba's import and cache load cost a fraction of a second)."""
+positions read it, gathered row by row (a scatter over the texts into the rows would send each
+row's cache lines back and forth between the threads). Both release the GIL and take a slice of
+the work (texts, or slot rows, so no two calls write the same element), so ``device.run_split``
+spreads them over the torch threads. Imported lazily (numba's import and cache load are not free)."""
 
 from __future__ import annotations
 
@@ -42,8 +41,8 @@ def window_max(
         bi, wi = best[i], winner[i]
         for p in range(s, e):
             pi = local[p - s]
-            if w_dim == 3:  # the papers' window: its three slots summed and compared in one pass (1.6x
-                # faster than the general passes below, which write and re-read ``acc``)
+            if w_dim == 3:  # the papers' window: its three slots summed and compared in one pass
+                # (the general passes below write and re-read ``acc``)
                 r0, r1, r2 = rows[p, 0], rows[p, 1], rows[p, 2]
                 a = slots[r0] if r0 < n_slots else pad[r0 - n_slots]
                 b = slots[r1] if r1 < n_slots else pad[r1 - n_slots]
@@ -88,7 +87,7 @@ def word_windows(
     ``words[ptr[i]:ptr[i + 1]]`` (indices into the batch's distinct words); returns ``windows``
     (window, positions) of word indices, ``pad`` outside the text and at the one position of an
     empty text, ``segment`` (each position's text) and ``starts`` (text i's positions begin at
-    ``starts[i]``). One pass, instead of a masked gather per window slot (1 ms for 3,600 titles)."""
+    ``starts[i]``). One pass, instead of a masked gather per window slot."""
     n = len(ptr) - 1
     starts = np.zeros(n + 1, dtype=np.int64)
     for i in range(n):

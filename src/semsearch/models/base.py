@@ -214,8 +214,9 @@ _TABLES = ("params", "settings", "train", "vocabulary")
 
 def read_config(path: str | Path, expect: str | None = None) -> dict[str, Any]:
     """Read ``config.json`` of a model directory; ``expect`` (each kind's ``load`` gives it) checks
-    the registered model name and the sha256 of the files ``seal`` listed. The shape is checked here (``model`` a name, ``params`` and the like tables); each kind's
-    ``load`` checks the values, and ``plugins.load_model`` names the directory in any error."""
+    the registered model name and the sha256 of the files ``seal`` listed. The shape is checked
+    here (``model`` a name, ``params`` and the like tables); each kind's ``load`` checks the
+    values, and ``plugins.load_model`` names the directory in any error."""
     f = Path(path) / CONFIG
     try:
         config = json.loads(f.read_text(encoding="utf-8"))
@@ -249,7 +250,18 @@ def rank(
     progress: str | None = None,
 ) -> Run:
     """Rank ``queries`` (id -> text) into a run: re-rank ``candidates`` (query id -> doc ids) when
-    given — queries without candidates get an empty ranking — else retrieve the collection's top-k."""
+    given — queries without candidates get an empty ranking — else retrieve the collection's top-k.
+
+    Args:
+        model: the model that scores or retrieves.
+        queries: query id -> text.
+        candidates: query id -> doc ids to re-rank (None: retrieve).
+        k: documents per query (None: every candidate; retrieval needs it).
+        batch_size: queries per call.
+        progress: a progress bar's title (None: no bar).
+
+    Returns:
+        The run."""
     if candidates is None and k is None:
         raise ValueError("full-collection retrieval needs k")
     qids = list(queries)
@@ -259,7 +271,7 @@ def rank(
         chunk = qids[start : start + batch_size]
         texts = [queries[q] for q in chunk]
         if candidates is None:
-            for q, hits in zip(chunk, model.retrieve(texts, k)):  # type: ignore[arg-type]
+            for q, hits in zip(chunk, model.retrieve(texts, k)):  # type: ignore[arg-type]  # a retriever
                 run[q] = dict(hits)
         else:
             cands = [list(candidates.get(q, ())) for q in chunk]
@@ -296,7 +308,17 @@ def dense_top_k(
     q: np.ndarray, docs: np.ndarray, ids: Sequence[str], ranks: np.ndarray, k: int
 ) -> list[list[tuple[str, float]]]:
     """Exact top-``k`` (doc id, score) per query vector (rows of ``q``) by dot product with the
-    document vectors (rows of ``docs``), ties by ``ranks`` (``id_ranks``); 256 queries at a time."""
+    document vectors (rows of ``docs``), ties by ``ranks`` (``id_ranks``); 256 queries at a time.
+
+    Args:
+        q: (queries, dim) query vectors.
+        docs: (documents, dim) document vectors.
+        ids: the documents' ids.
+        ranks: each document's id rank, for ties.
+        k: hits per query.
+
+    Returns:
+        Per query its (doc id, score) hits, best first."""
     out = []
     for start in range(0, len(q), 256):
         for row in q[start : start + 256] @ docs.T:

@@ -48,7 +48,18 @@ def svm_scores(
     """Fit a linear SVM (liblinear, L2-regularised hinge²) with C picked by ``folds``-fold CV AUC
     on the training data, and return its decision values on ``x_test``. With fewer examples of a
     class than folds, the folds shrink to that count (at least 2); with a single example of a class
-    C = 1 is used without CV."""
+    C = 1 is used without CV.
+
+    Args:
+        x_train: training features.
+        y_train: 0/1 labels.
+        x_test: test features.
+        grid: the C values tried.
+        folds: CV folds.
+        seed: seed of the folds.
+
+    Returns:
+        The test decision values, the chosen C and the CV AUC per C."""
     from sklearn.model_selection import GridSearchCV, StratifiedKFold
     from sklearn.svm import LinearSVC
 

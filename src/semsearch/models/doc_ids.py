@@ -1,9 +1,9 @@
 """Compact document ids: one UTF-8 buffer and offsets behind a ``Sequence[str]``.
 
-A Python list of 10M short ids costs ~70 bytes per id (the str objects and the list's pointers),
-and the ``{id: position}`` dict that candidate re-ranking needs ~100 more; at 10M titles that was
-more than the whole inverted index. ``DocIds`` keeps the ids' UTF-8 bytes in one buffer with
-int64 offsets (~8 bytes + the id's length per document) and the positions in sorted-id order
+A Python list of short ids costs tens of bytes per id (the str objects and the list's pointers),
+and the ``{id: position}`` dict that candidate re-ranking needs more again; at millions of
+documents that outweighs the inverted index. ``DocIds`` keeps the ids' UTF-8 bytes in one buffer
+with int64 offsets (8 bytes + the id's length per document) and the positions in sorted-id order
 (int32): the id ranks that break score ties come from that order, and id -> position is a binary
 search in it (``positions``, ``position``), so no dict is needed. Ids are encoded with
 ``surrogatepass``, under which byte order is code point order: the sorted order is Python's
@@ -205,10 +205,13 @@ class DocIds(Sequence[str]):
     rank in sorted order) and ``position`` (an id -> position mapping)."""
 
     #: up to this many ids, ``take`` and ``positions`` also keep them as str objects and a dict
-    #: once asked (a few MB): bulk runs over small collections then index an object array
-    #: instead of decoding every hit (decoding made 1M hits ~0.1 s slower) and look ids up in a
-    #: dict; beyond it only the compact buffer is held
+    #: once asked: bulk runs over small collections then index an object array instead of
+    #: decoding every hit and look ids up in a dict; beyond it only the compact buffer is held
     STR_CACHE_MAX = 200_000
+
+    _buf: np.ndarray  # the ids' UTF-8 bytes, one after another
+    _off: np.ndarray  # int64 offsets: id i is _buf[_off[i]:_off[i + 1]]
+    _order: np.ndarray  # positions in sorted-id order
 
     def __init__(self, ids: Iterable[str] | DocIds = ()):
         if isinstance(ids, DocIds):
@@ -302,7 +305,7 @@ class DocIds(Sequence[str]):
             return len(other) == len(self) and all(a == b for a, b in zip(self, other))
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable
 
     def __repr__(self) -> str:
         head = ", ".join(repr(x) for x in self[:3])
@@ -328,7 +331,7 @@ class DocIds(Sequence[str]):
         d = self.__dict__.get("_dict_")
         if d is None:
             strs = self._strs()
-            d = self.__dict__["_dict_"] = {x: i for i, x in enumerate(strs.tolist())}  # type: ignore[union-attr]
+            d = self.__dict__["_dict_"] = {x: i for i, x in enumerate(strs.tolist())}  # type: ignore[union-attr]  # small collection
         return d
 
     def take(self, positions: np.ndarray) -> np.ndarray:
@@ -343,10 +346,10 @@ class DocIds(Sequence[str]):
         pos = np.where(pos < 0, pos + len(self), pos).reshape(-1)
         out = np.empty(len(pos), dtype=object)
         if self._nul_free and len(pos):
-            # one NUL-separated buffer, decoded and split in C: ~10x faster than a slice per id
+            # one NUL-separated buffer, decoded and split in C, not a Python slice per id
             out[:] = _gather(self._buf, self._off, pos).tobytes().decode(_ENC, _ERRORS).split("\x00")
         else:
-            mv = memoryview(self._buf)
+            mv = memoryview(self._buf)  # type: ignore[arg-type]  # numpy stub: an ndarray is a buffer
             for j, (a, b) in enumerate(zip(self._off[pos].tolist(), self._off[pos + 1].tolist())):
                 out[j] = str(mv[a:b], _ENC, _ERRORS)
         return out.reshape(np.shape(positions))
@@ -358,7 +361,7 @@ class DocIds(Sequence[str]):
         known = self._dict()
         if known is not None:
             get = known.get
-            try:  # in C, no per-id Python frame (the served ranker looks up ~160 candidates 4 times a search)
+            try:  # in C, no per-id Python frame (the served ranker looks its candidates up per search)
                 return np.fromiter(map(get, doc_ids, repeat(-1, len(doc_ids))), dtype=np.int64, count=len(doc_ids))
             except TypeError:  # an unhashable "id"
                 return np.fromiter(

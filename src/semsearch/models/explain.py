@@ -22,7 +22,7 @@ from .neural import CLSM, NeuralEncoder, segment_max
 def explain(model: NeuralEncoder, query: str, document: str, *, top: int = 5) -> dict[str, Any]:
     """Cosine, per-word contributions on both sides, and for CLSM the winning words of the most
     active max-pool neurons and the neurons active on both sides."""
-    q_words, d_words = model.hasher.words(query), model.hasher.words(document)  # type: ignore[union-attr]
+    q_words, d_words = model.hasher.words(query), model.hasher.words(document)  # type: ignore[union-attr]  # trained model
     out: dict[str, Any] = {
         "model": model.name,
         "cosine": _cosine(model, query, document),
@@ -72,8 +72,8 @@ def neuron_winners(model: CLSM, text: str, side: str) -> list[dict[str, Any]]:
     """For every max-pool neuron of one side: its activation tanh(max conv) and the word
     position (centre of the winning window) that produced it."""
     batch = model.features([text]).batch(np.array([0]))  # (an untrained model fails here)
-    tower = model.net.q if side == "query" else model.net.d  # type: ignore[union-attr]
-    words = model.hasher.words(text)  # type: ignore[union-attr]
+    tower = model.net.q if side == "query" else model.net.d  # type: ignore[union-attr]  # trained model
+    words = model.hasher.words(text)  # type: ignore[union-attr]  # trained model
     half = (model.p.window - 1) // 2
     with torch.inference_mode():
         conv = tower.convolve(batch)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -93,6 +93,9 @@ class MatchMatrix(nn.Module):
 class KNRMNet(nn.Module):
     """Kernel pooling over M, log-sum over query words, linear → tanh (Xiong et al. 2017 §3)."""
 
+    mu: torch.Tensor  # buffers (register_buffer)
+    sigma: torch.Tensor
+
     def __init__(self, n_rows: int, dim: int, kernels: int, gen: torch.Generator):
         super().__init__()
         self.match = MatchMatrix(n_rows, dim, gen)
@@ -135,17 +138,28 @@ class MatchPyramidNet(nn.Module):
         hidden: int,
         gen: torch.Generator,
     ):
+        """The layers, initialised from ``gen`` (Glorot-uniform, zero bias).
+
+        Args:
+            n_rows: rows of the word embedding table.
+            dim: the embedding dimension.
+            channels: convolution channels.
+            kernel: the convolution's (height, width).
+            pool: the dynamic max-pooling grid (rows, columns).
+            hidden: the MLP's hidden units.
+            gen: the initialisation's random generator."""
         super().__init__()
         self.match = MatchMatrix(n_rows, dim, gen)
-        self.conv = nn.Conv2d(1, channels, tuple(kernel), padding="same")
+        self.conv = nn.Conv2d(1, channels, tuple(kernel), padding="same")  # type: ignore[arg-type]  # two ints
         self.pool = (pool[0], pool[1])
         self.mlp = nn.Sequential(
             nn.Linear(channels * self.pool[0] * self.pool[1], hidden), nn.ReLU(), nn.Linear(hidden, 1)
         )
-        for layer in (self.conv, self.mlp[0], self.mlp[2]):
+        for layer in (self.conv, cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])):
             r = float(np.sqrt(6.0 / (layer.weight[0].numel() + layer.weight.shape[0])))
             with torch.no_grad():
                 layer.weight.uniform_(-r, r, generator=gen)
+                assert layer.bias is not None  # built with a bias
                 layer.bias.zero_()
 
     def forward(self, q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
@@ -193,13 +207,13 @@ class InteractionModel(TrainedModel):
         self.net = self._make_net(len(vocab) + FIRST, torch.Generator().manual_seed(seed))
         if self.p.init == "minilm" and pretrained:
             with torch.no_grad():
-                self.net.match.embed.weight[FIRST:] = torch.from_numpy(minilm_word_vectors(vocab.terms))
+                self.net.match.embed.weight[FIRST:] = torch.from_numpy(minilm_word_vectors(vocab.terms))  # type: ignore[union-attr, operator]  # torch Module attrs
 
     def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Word ids of each text (first ``max_words`` words): vocabulary rows, or a negative id per
         distinct unknown word (consistent within this model object, so exact matches survive)."""
         self._require()
-        ids, oov, cap = self.vocab.ids, self._oov, self.p.max_words  # type: ignore[union-attr]
+        ids, oov, cap = self.vocab.ids, self._oov, self.p.max_words  # type: ignore[union-attr]  # trained model
         out = []
         for t in texts:
             row = []
@@ -252,7 +266,7 @@ class InteractionModel(TrainedModel):
     def save(self, path: str | Path) -> None:
         net = self._require()
         d = Path(path)
-        write_config(d, {"model": self.name, "params": self.params(), "vocabulary": {"terms": self.vocab.terms}})  # type: ignore[union-attr]
+        write_config(d, {"model": self.name, "params": self.params(), "vocabulary": {"terms": self.vocab.terms}})  # type: ignore[union-attr]  # trained model
         save_weights(net, d)
         seal(d)
 

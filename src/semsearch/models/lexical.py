@@ -297,6 +297,7 @@ class LexicalModel(IndexedModel):
 
     index_class = LexicalIndex
     Params: ClassVar[type[LexicalParams]] = LexicalParams
+    p: LexicalParams
 
     def __init__(self, analyzer: str | dict | Analyzer = "paper", **params: Any):
         super().__init__(analyzer, **params)
@@ -305,9 +306,9 @@ class LexicalModel(IndexedModel):
 
     def with_params(self, **params: Any) -> LexicalModel:
         clone = super().with_params(**params)
-        clone._stats, clone._pools = self._stats, self._pools  # type: ignore[attr-defined]
-        clone.pruning = self.pruning  # type: ignore[attr-defined]
-        return clone  # type: ignore[return-value]
+        clone._stats, clone._pools = self._stats, self._pools  # type: ignore[attr-defined]  # same class
+        clone.pruning = self.pruning  # type: ignore[attr-defined]  # same class
+        return clone  # type: ignore[return-value]  # same class
 
     def with_stats(self, stats: CollectionStats | None) -> LexicalModel:
         """A copy that weights terms with other background statistics (None: the index's own)."""
@@ -424,7 +425,7 @@ class LexicalModel(IndexedModel):
         out = []
         for query, pos in zip(queries, candidates):
             # only the candidates' rows of the document-major weights meet the query's terms, not
-            # every posting of those terms (the served ranker scores ~150 candidates per search)
+            # every posting of those terms (the served ranker scores a few hundred candidates a search)
             terms, w, scale = self._query_terms(query)
             row = rows_dot(weights.indptr, weights.indices, weights.data, pos, terms, w)
             if addend is not None:
@@ -440,10 +441,10 @@ class LexicalModel(IndexedModel):
         hit = cache.get(query)
         if hit is None:
             ix = self.lexical_index
-            if type(self)._query_weights is LexicalModel._query_weights:  # the counts: no scipy matrix (~0.1 ms)
+            if type(self)._query_weights is LexicalModel._query_weights:  # the counts: no scipy matrix
                 ids = ix.vocab.encode(ix.analyzer(query))
                 counts: dict[int, int] = {}
-                for t in ids:  # (a few terms: a dict counts them in 2 us, np.unique in 9)
+                for t in ids:  # (a few terms: a dict counts them with less overhead than np.unique)
                     counts[t] = counts.get(t, 0) + 1
                 terms = sorted(counts)
                 hit = (
@@ -488,8 +489,9 @@ class LexicalModel(IndexedModel):
             out["kernel"] = self._top_k.nbytes() - int(shared)  # (the ranks, the block maxima)
         if "_doc_major" in self.__dict__:
             out["doc_major"] = csr(self._doc_major)
-        if self.__dict__.get("_addend") is not None:
-            out["addend"] = int(self._addend.nbytes)
+        addend = self.__dict__.get("_addend")
+        if addend is not None:
+            out["addend"] = int(addend.nbytes)
         return out
 
     def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
@@ -531,8 +533,8 @@ class LexicalModel(IndexedModel):
     def _query_arrays(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The queries as the kernel takes them: CSR rows (row pointers, ascending term ids,
         float32 ``_query_weights``) and each query's addend scale (its count of known terms).
-        Models whose query weights are the counts get them without building a scipy matrix
-        (that cost ~80 us of a single query's ~150 us on 54k titles); the same arrays."""
+        Models whose query weights are the counts get them without building a scipy matrix (most
+        of a single query's cost otherwise); the same arrays."""
         ix = self.lexical_index
         if type(self)._query_weights is not LexicalModel._query_weights:
             qc = ix.query_counts(queries)
@@ -564,7 +566,7 @@ class BM25(LexicalModel):
 
     p: Params
 
-    def _doc_weights(self, ix, st, tf, docs, terms):  # type: ignore[no-untyped-def]
+    def _doc_weights(self, ix, st, tf, docs, terms):
         k1, b = self.p.k1, self.p.b
         idf = np.log1p((st.n_docs - st.df + 0.5) / (st.df + 0.5))
         norm = k1 * (1.0 - b + b * ix.doc_len[docs] / max(st.avgdl, 1e-9))
@@ -601,9 +603,9 @@ class UnigramLM(LexicalModel):
             params["mu"] = 0.0  # switching to Jelinek-Mercer
         if "mu" in params and params["mu"] > 0 and "lam" not in params:
             params["lam"] = 0.0
-        return super().with_params(**params)  # type: ignore[return-value]
+        return super().with_params(**params)  # type: ignore[return-value]  # same class
 
-    def _doc_weights(self, ix, st, tf, docs, terms):  # type: ignore[no-untyped-def]
+    def _doc_weights(self, ix, st, tf, docs, terms):
         # A term the background never saw gets half a count, so log(0) cannot occur.
         p_c = np.maximum(st.cf, 0.5) / max(st.cf.sum(), 1.0)
         mu, lam = self.p.mu, self.p.lam
@@ -628,7 +630,7 @@ class TfIdf(LexicalModel):
     def _idf(self, st: CollectionStats) -> np.ndarray:
         return np.log(max(st.n_docs, 1) / np.maximum(st.df, 0.5))
 
-    def _doc_weights(self, ix, st, tf, docs, terms):  # type: ignore[no-untyped-def]
+    def _doc_weights(self, ix, st, tf, docs, terms):
         w = (1.0 + np.log(tf)) * self._idf(st)[terms]
         norms = np.sqrt(np.bincount(docs, weights=w * w, minlength=len(ix)))
         return w / np.maximum(norms[docs], 1e-12)

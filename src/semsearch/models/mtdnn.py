@@ -29,6 +29,16 @@ class MTDNNNet(nn.Module):
     """Shared l2 layer, one l3 + logistic head per domain, and the ranking task's Sq/Sd layers."""
 
     def __init__(self, vocab: int, l2: int, out: int, n_domains: int, ranking: bool, share: str, gen: torch.Generator):
+        """The shared layer and each task's layers, initialised from ``gen``.
+
+        Args:
+            vocab: trigram vocabulary size.
+            l2: units of the shared semantic layer.
+            out: units of each task's output layer.
+            n_domains: classification tasks.
+            ranking: whether the net has the ranking task.
+            share: "all" (Figure 1) or "query" (Figure 3: titles get their own tower).
+            gen: the initialisation's random generator."""
         super().__init__()
         self.shared = DSSMTower(vocab, [], l2, gen)  # l2 = tanh(W1 · l1), Eq. 1
         self.cls_l3 = nn.ModuleList(nn.Linear(l2, out) for _ in range(n_domains))  # W2ᵗ, Eq. 2
@@ -59,7 +69,7 @@ class MTDNNNet(nn.Module):
     def all_logits(self, x: Bags) -> torch.Tensor:
         """(n, domains) logits, the shared layer computed once."""
         h = self.l2(x)
-        return torch.cat([o(torch.tanh(l(h))) for l, o in zip(self.cls_l3, self.cls_out)], dim=1)
+        return torch.cat([o(torch.tanh(layer(h))) for layer, o in zip(self.cls_l3, self.cls_out)], dim=1)
 
     def query(self, x: Bags) -> torch.Tensor:
         """Q^{Sq}: the ranking task's query representation."""
@@ -85,19 +95,19 @@ class MTDNN(DSSM):
     Its input (letter-trigram bags) and output size are DSSM's; ``build`` makes the multi-task net."""
 
     name = "mt-dnn"
-    Params = MTDNNParams  # type: ignore[assignment]
-    p: MTDNNParams  # type: ignore[assignment]
+    Params = MTDNNParams  # type: ignore[assignment]  # its own params
+    p: MTDNNParams  # type: ignore[assignment]  # its own params
 
     # its towers share a first layer and sit behind per-task heads (MTDNNNet), not DSSM's two
     # ``DSSMTower``s, so it encodes through the trigram bags of each text
     _encode = NeuralEncoder._encode
 
-    def build(self, hasher, seed: int = 0) -> None:  # type: ignore[no-untyped-def]
+    def build(self, hasher, seed: int = 0) -> None:
         p = self.p
         self.hasher = hasher
         self.net = MTDNNNet(
             len(hasher), p.l2, p.out, len(p.domains), p.ranking, p.share, torch.Generator().manual_seed(seed)
-        )  # type: ignore[assignment]
+        )  # type: ignore[assignment]  # its own net
 
     @property
     def domains(self) -> list[str]:
@@ -119,5 +129,5 @@ class MTDNN(DSSM):
         return np.zeros((0, self.p.l2), np.float32) if out is None else out.cpu().numpy()
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
-        self._require()._need_ranking()  # type: ignore[attr-defined]
+        self._require()._need_ranking()
         super().index(doc_ids, texts)

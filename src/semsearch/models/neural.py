@@ -14,10 +14,10 @@ weights are saved as safetensors plus a JSON config holding the trigram vocabula
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -42,13 +42,12 @@ from .hparams import CLSMParams, DSSMParams, EncoderParams
 WEIGHTS = "weights.safetensors"
 ENCODE_CHUNK = 16_384
 """Texts a DSSM encodes at a time: the more texts, the more of their words are shared (each
-distinct word's first layer is computed once per chunk); 16k titles' layers take about 20 MB."""
+distinct word's first layer is computed once per chunk), while a chunk's layers stay small."""
 ENCODE_ROWS = 4096
 """Texts a DSSM tower takes through its layers at a time, within a chunk: their hidden layers
-(4096 x 300 floats, 5 MB) are reused from one batch to the next and the last layer is written
-straight into the result. Fresh 20 MB layers per chunk, then a concatenation and a normalised
-copy, cost page faults (the kernel zeroing new pages) that made one encoding of the Home Depot
-titles take 190-380 ms; in batches it takes 180-250 ms, the same values."""
+(4096 x 300 floats) are reused from one batch to the next and the last layer is written straight
+into the result, so an encoding does not pay page faults (the kernel zeroing new pages) for fresh
+layers per chunk, a concatenation and a normalised copy. The values are the same either way."""
 
 
 def _glorot(t: torch.Tensor, fan_in: int, fan_out: int, gen: torch.Generator) -> None:
@@ -59,7 +58,7 @@ def _glorot(t: torch.Tensor, fan_in: int, fan_out: int, gen: torch.Generator) ->
 
 
 def _bag_tensors(b: Bags, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return tuple(torch.as_tensor(a, device=device) for a in (b.ids, b.offsets[:-1], b.weights))  # type: ignore[return-value]
+    return tuple(torch.as_tensor(a, device=device) for a in (b.ids, b.offsets[:-1], b.weights))  # type: ignore[return-value]  # three tensors
 
 
 # ------------------------------------------------------------------------------------ kernels
@@ -67,14 +66,14 @@ class _NumpyTanh(torch.autograd.Function):
     """tanh by numpy's SIMD kernel; the backward is torch's own ``tanh_backward`` (g·(1 − y²))."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
         y = torch.empty_like(x)
         np.tanh(x.detach().numpy(), out=y.numpy())
         ctx.save_for_backward(y)
         return y
 
     @staticmethod
-    def backward(ctx, g: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def backward(ctx, g: torch.Tensor) -> torch.Tensor:
         (y,) = ctx.saved_tensors
         return torch.ops.aten.tanh_backward(g, y)
 
@@ -93,8 +92,8 @@ def tanh_(x: torch.Tensor) -> torch.Tensor:
 
 
 def tanh(x: torch.Tensor) -> torch.Tensor:
-    """``torch.tanh``, on CPU float32 computed by numpy: this torch build's CPU tanh runs ~10x
-    slower than numpy's vectorised one (same values within an ulp); other devices use torch's."""
+    """``torch.tanh``, on CPU float32 computed by numpy: this torch build's CPU tanh runs far
+    behind numpy's vectorised one (same values within an ulp); other devices use torch's."""
     if x.device.type != "cpu" or x.dtype != torch.float32 or not x.is_contiguous():
         return torch.tanh(x)
     if torch.is_grad_enabled() and x.requires_grad:
@@ -110,7 +109,7 @@ class _BagProduct(torch.autograd.Function):
     holding it), instead of EmbeddingBag's backward, which sorts every entry to build it. With
     ``touched`` (the vocabulary rows the batch holds, ascending) it is a sparse gradient of those
     rows only: a batch holds a few thousand of the vocabulary's rows, and a dense (V, dim) gradient
-    (CLSM: 9.5k x 900 floats, 34 MB) costs more to write, add and step over than to compute."""
+    costs more to write, add and step over than to compute."""
 
     @staticmethod
     def forward(
@@ -118,7 +117,7 @@ class _BagProduct(torch.autograd.Function):
         weight: torch.Tensor,
         ids: torch.Tensor,
         offsets: torch.Tensor,
-        counts: torch.Tensor,  # type: ignore[override]
+        counts: torch.Tensor,
         t_rows: torch.Tensor,
         t_offsets: torch.Tensor,
         t_counts: torch.Tensor,
@@ -129,7 +128,7 @@ class _BagProduct(torch.autograd.Function):
         return F.embedding_bag(ids, weight, offsets, mode="sum", per_sample_weights=counts)
 
     @staticmethod
-    def backward(ctx, g: torch.Tensor):  # type: ignore[no-untyped-def, override]
+    def backward(ctx, g: torch.Tensor):
         t_rows, t_offsets, t_counts, touched = ctx.saved_tensors
         gw = F.embedding_bag(t_rows, g.contiguous(), t_offsets, mode="sum", per_sample_weights=t_counts)
         if ctx.sparse:
@@ -172,7 +171,7 @@ class _WindowMax(torch.autograd.Function):
         slots: torch.Tensor,
         pad: torch.Tensor,
         bias: torch.Tensor,
-        rows: torch.Tensor,  # type: ignore[override]
+        rows: torch.Tensor,
         starts: np.ndarray,
     ) -> torch.Tensor:
         n, k_dim = len(starts) - 1, slots.shape[1]
@@ -180,7 +179,7 @@ class _WindowMax(torch.autograd.Function):
             from . import _clsm_kernels as kern
 
             longest = int(np.diff(starts).max(initial=1))
-            local = np.arange(longest, dtype=kern.winner_dtype(longest))  # winners within their texts
+            local: np.ndarray = np.arange(longest, dtype=kern.winner_dtype(longest))  # winners within their texts
             best = torch.empty((n, k_dim), dtype=slots.dtype)
             winner = np.empty((n, k_dim), dtype=local.dtype)
             run_split(
@@ -196,13 +195,13 @@ class _WindowMax(torch.autograd.Function):
             )
             ctx.winner, ctx.local = winner, local
         else:
-            best, winner = _window_max_torch(torch.cat([slots, pad]).detach(), rows, starts)
-            ctx.winner = winner
+            best, winner_t = _window_max_torch(torch.cat([slots, pad]).detach(), rows, starts)
+            ctx.winner = winner_t
         ctx.rows, ctx.shapes, ctx.starts = rows, (slots.shape[0], pad.shape[0]), starts
         return best + bias
 
     @staticmethod
-    def backward(ctx, g: torch.Tensor):  # type: ignore[no-untyped-def, override]
+    def backward(ctx, g: torch.Tensor):
         rows, winner = ctx.rows, ctx.winner
         n_slots, n_pad = ctx.shapes
         g = g.contiguous()
@@ -289,9 +288,8 @@ class WordBags:
     words as positions into them (text i: ``positions[indptr[i]:indptr[i + 1]]``). A text's
     trigram bag is its words' bags laid end to end, and the first layer is linear in it, so the
     layer runs once per distinct word and each text sums its words' rows (``DSSMTower``): the
-    same sums in another order, with several times fewer rows to gather and to scatter back
-    (9.2k titles of a J=50 batch: 513k trigrams, but 117k word positions over 9.0k distinct
-    words with 55k trigrams)."""
+    same sums in another order, with several times fewer rows to gather and to scatter back (a
+    batch's titles share most of their words)."""
 
     words: Bags
     positions: np.ndarray  # int64, into words
@@ -384,7 +382,7 @@ class DSSMTower(nn.Module):
         self.bias = nn.Parameter(torch.zeros(sizes[0]))
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
         _glorot(self.embed.weight, vocab, sizes[0], gen)
-        for layer in self.layers:
+        for layer in cast("Iterable[nn.Linear]", self.layers):
             _glorot(layer.weight, layer.in_features, layer.out_features, gen)
             nn.init.zeros_(layer.bias)
 
@@ -423,11 +421,15 @@ class DSSMTower(nn.Module):
         n = len(indptr) - 1
         if out is None:
             out = torch.empty(
-                n, self.bias.shape[0] if not len(self.layers) else self.layers[-1].out_features, device=dev
+                n,
+                self.bias.shape[0] if not len(self.layers) else cast(nn.Linear, self.layers[-1]).out_features,
+                device=dev,
             )
         pos = torch.as_tensor(positions, device=dev)
         rows = min(n, ENCODE_ROWS)  # the hidden layers' buffers, reused by every row batch
-        scratch = [per_word.new_empty(rows, layer.out_features) for layer in self.layers[:-1]]
+        scratch = [
+            per_word.new_empty(rows, layer.out_features) for layer in cast("Iterable[nn.Linear]", self.layers[:-1])
+        ]
         for s in range(0, n, ENCODE_ROWS):
             e = min(s + ENCODE_ROWS, n)
             a, b = int(indptr[s]), int(indptr[e])
@@ -446,7 +448,7 @@ class DSSMTower(nn.Module):
         if not len(self.layers):
             return h if out is None else out.copy_(h)
         last = len(self.layers) - 1
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("Iterable[nn.Linear]", self.layers)):
             dst = out if i == last else scratch[i][: len(h)] if scratch is not None else None
             h = tanh_(
                 torch.addmm(layer.bias, h, layer.weight.t())
@@ -460,6 +462,14 @@ class CLSMTower(nn.Module):
     """Word-n-gram windows → convolution (K) → max-pool → semantic layer (L), tanh (CLSM §3)."""
 
     def __init__(self, vocab: int, window: int, conv: int, out: int, gen: torch.Generator):
+        """The layers, initialised from ``gen``.
+
+        Args:
+            vocab: trigram vocabulary size.
+            window: words per convolution window.
+            conv: convolution units (K).
+            out: output units.
+            gen: the initialisation's random generator."""
         super().__init__()
         self.window, self.conv = window, conv
         self.embed = nn.EmbeddingBag(vocab, window * conv, mode="sum")  # W_c split per window slot
@@ -507,7 +517,7 @@ class CLSMTower(nn.Module):
 class TwoTowers(nn.Module):
     """A query tower and a document tower (one shared tower when ``shared``)."""
 
-    def __init__(self, make, shared: bool):  # type: ignore[no-untyped-def]
+    def __init__(self, make, shared: bool):
         super().__init__()
         self.q = make()
         self.d = self.q if shared else make()
@@ -559,7 +569,7 @@ class NeuralEncoder(TrainedModel):
 
     # -- encoding -------------------------------------------------------------------------------
     def _batched(
-        self, texts: Sequence[str], fn: Callable[[nn.Module, Any], torch.Tensor], batch_size: int = 4096
+        self, texts: Sequence[str], fn: Callable[[Any, Any], torch.Tensor], batch_size: int = 4096
     ) -> torch.Tensor | None:
         """``fn(net, batch input)`` over ``texts`` in batches, in eval mode without gradients,
         concatenated (None for no texts)."""
@@ -622,6 +632,7 @@ class NeuralEncoder(TrainedModel):
     # -- persistence --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
         net = self._require()
+        assert self.hasher is not None  # set with the net
         d = Path(path)
         write_config(
             d,
@@ -630,7 +641,7 @@ class NeuralEncoder(TrainedModel):
                 "params": self.params(),
                 "vocabulary": {"max_words": self.hasher.max_words, "trigrams": self.hasher.trigrams},
             },
-        )  # type: ignore[union-attr]
+        )
         save_weights(net, d)
         seal(d)
 
@@ -692,14 +703,14 @@ class DSSM(NeuralEncoder):
 
     def features(self, texts: Sequence[str]) -> WordBagFeatures:
         self._require()
-        return WordBagFeatures(self.hasher.table, texts)  # type: ignore[union-attr]
+        return WordBagFeatures(self.hasher.table, texts)  # type: ignore[union-attr]  # trained model
 
     def _encode(self, texts: Sequence[str], side: str) -> np.ndarray:
         """Unit vectors of ``texts`` by one tower, ``ENCODE_CHUNK`` texts at a time, each chunk's
         first layer once per distinct word (``DSSMTower.encode_words``)."""
         net = self._require()
         tower = net.q if side == "query" else net.d
-        table = self.hasher.table  # type: ignore[union-attr]
+        table = self.hasher.table  # type: ignore[union-attr]  # trained model
         was_training = net.training
         net.eval()
         with torch.inference_mode():
@@ -729,11 +740,11 @@ class CLSM(NeuralEncoder):
 
     def copy_from(self, other: NeuralEncoder) -> None:
         super().copy_from(other)
-        self._table = other._table  # type: ignore[attr-defined]
+        self._table = other._table  # type: ignore[attr-defined]  # a CLSM
 
     def _make_tower(self, vocab: int, gen: torch.Generator) -> nn.Module:
         return CLSMTower(vocab, self.p.window, self.p.conv, self.p.out, gen)
 
     def features(self, texts: Sequence[str]) -> WindowFeatures:
         self._require()
-        return WindowFeatures(self._table, texts, self.p.window)  # type: ignore[arg-type]
+        return WindowFeatures(self._table, texts, self.p.window)  # type: ignore[arg-type]  # trained model

@@ -1,10 +1,10 @@
 """ONNX Runtime inference for the transformer models (BERT(rep) and BERT(rel)).
 
 Why: on a CPU, ONNX Runtime with its BERT graph fusions (attention, LayerNorm, GELU fused into
-single kernels) encodes MiniLM 2-3x faster than eager torch, with the same vectors (cosine
->= 0.9999, checked at export). Optional int8 dynamic quantisation (weights int8, activations
-quantised per batch) is about 4x faster again, at a quality cost that must be measured
-(``benchmarks/onnx_speed.py`` reports the Home Depot dev nDCG@10 drop).
+single kernels) encodes faster than eager torch, with the same vectors (cosine >= 0.9999,
+checked at export). Optional int8 dynamic quantisation (weights int8, activations quantised per
+batch) is faster again, at a quality cost that must be measured (``benchmarks/encode_speed.py``
+measures the speeds and reports the Home Depot dev nDCG@10 drop).
 
 A model folder may hold ``model.onnx`` beside its safetensors weights, with ``onnx.json`` saying
 which weights it was exported from (their SHA-256), its precision and the cosine to torch measured
@@ -26,13 +26,16 @@ import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from ..data._io import write_json
 from .base import ModelDirError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 ONNX_FILE = "model.onnx"
 ONNX_META = "onnx.json"
@@ -168,8 +171,9 @@ def export(model: Any, out: str | Path, *, precision: str = "fp32") -> dict[str,
     onnxruntime's BERT optimizer, and for ``int8`` dynamically quantised. It is checked against
     torch on the probe texts: fp32 below cosine 0.9999 is refused (``OnnxError``); int8's cosine is
     recorded, its quality is for the benchmark to judge. Saving the model beside it writes the
-    weights' digest into ``onnx.json``, so a stale export is
-    never used (``TransformerModel.save_onnx``). Files are written to a temporary folder and moved in last: nothing half-written remains."""
+    weights' digest into ``onnx.json``, so a stale export is never used
+    (``TransformerModel.save_onnx``). Files are written to a temporary folder and moved in last:
+    nothing half-written remains."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     import onnx
@@ -242,12 +246,12 @@ def export(model: Any, out: str | Path, *, precision: str = "fp32") -> dict[str,
 
 
 @contextlib.contextmanager
-def _eager_attention(bert: torch.nn.Module) -> Iterator[None]:
+def _eager_attention(bert: PreTrainedModel) -> Iterator[None]:
     """``bert`` with transformers' eager attention while it is exported, its own afterwards. The
     export of its default (SDPA) attention is a pattern onnxruntime's BERT optimizer does not fuse
-    (MiniLM stayed 48 MatMuls, 24 Transposes and 6 Softmaxes); the eager one fuses into 6
-    ``Attention``, 6 ``BiasGelu`` and one ``EmbedLayerNormalization``: 641 -> 712 Home Depot
-    titles/s on 2 threads, the same vectors (the export is checked against torch either way)."""
+    (its MatMuls, Transposes and Softmaxes stay apart); the eager one fuses into ``Attention``,
+    ``BiasGelu`` and ``EmbedLayerNormalization`` nodes, with the same vectors (the export is
+    checked against torch either way)."""
     before = bert.config._attn_implementation
     bert.set_attn_implementation("eager")
     try:

@@ -3,10 +3,10 @@
 A query's score for a document is the sum, over the query's terms in term-id order, of the query
 weight times the document's stored term weight (``LexicalModel._postings``, terms x documents,
 CSR, float32, doc ids ascending in each term's postings), plus an optional per-document addend
-times a per-query scale (the unigram LM's length term). The results are exactly those of the
-formula this replaced — scipy's ``Q @ W`` then ``best_k``: the same documents, the same order
-(ties by doc id rank), the same float32 sums to the bit; the tests hold it to that. Two kernels
-give them, chosen per query (``PostingsTopK.prune``):
+times a per-query scale (the unigram LM's length term). The results are exactly those of scipy's
+``Q @ W`` then ``best_k``: the same documents, the same order (ties by doc id rank), the same
+float32 sums to the bit; the tests hold it to that. Two kernels give them, chosen per query
+(``PostingsTopK.prune``):
 
 Exhaustive, term at a time: the query's postings are walked term by term into a float32
 accumulator (a document's first touch is noted in a list: weights are positive, so a zero means
@@ -14,14 +14,7 @@ untouched; with at least as many postings as documents, no list: the whole accum
 scanned), then the touched scores go (resetting the accumulator) through a heap of the best k by
 (score desc, doc id rank). The dense scan goes by runs of 32 documents: each run's largest
 accumulator first, then the runs in bands of decreasing maxima, so the heap's threshold is high
-early and a run whose maximum cannot reach it is only reset. On SciFact (abstracts, claims as
-queries: ~15k postings over 5,183 documents) this and unsigned doc ids in the walk (no
-negative-index check per posting) took the kernel from ~85 to ~53 ms per 3,000 queries at k=10
-and ~160 to ~133 ms at k=100 (one thread, CPU time); copying the touched scores out, a heap over
-them for the k-th score and a second pass for the documents at or above it had cost more than
-the walk. Tried and left out: a buffer of 2k + 64 hits compacted by quickselect (slower at k=10,
-no faster at k=100); the heap's insertion as a numba-inlined helper shared by both scans (~5-10 %
-slower).
+early and a run whose maximum cannot reach it is only reset.
 
 Pruned, document at a time: block-max MaxScore (Turtle & Flood 1995's MaxScore over postings cut
 into blocks of 64 with each block's largest weight, as in Ding & Suel 2011's block-max WAND and
@@ -45,34 +38,18 @@ the k-th score (Ding & Suel's block-max skip). Identity with the exhaustive kern
     exhaustive kernel's);
   * the addend (unigram LM) is bounded by its largest value times the query's scale (the
     Dirichlet length term varies little across titles, so the bound stays tight).
-Pruning pays on large collections and queries with many postings: on 10M synthetic titles
-(``benchmarks/lexical_scale.py``; Home Depot test queries one at a time) it scores 7-10 % of the
-postings at k=10 and p99 falls from ~70-100 ms to ~9-11 ms; on 1M, p99 4.3 -> 1.4 ms. Most of the
-skipping is MaxScore's: title weights vary little within a term, so block maxima sit near the
-term's and skip only 0.5-4 % of windows; they do tighten the lazy probes. Per scored posting the
-pruned kernel costs 2-5x the exhaustive one, so "auto" (the default) prunes a query only when its
-postings are many for its k and the collection's size (``PostingsTopK.PRUNE_FROM``: chosen by
-measurement at 1M, 2M and 10M); "off" and "on" force one kernel (benchmarks compare the two on
-one index).
+Pruning pays on large collections and queries with many postings; per scored posting it costs
+more than the exhaustive walk, so "auto" (the default) prunes a query only when its postings are
+many for its k and the collection's size (``PostingsTopK.PRUNE_FROM``); "off" and "on" force one
+kernel. ``benchmarks/lexical_scale.py`` measures both kernels and the pruned share of postings;
+``benchmarks/bm25_speed.py`` the kernel against its peers.
 
 Batches run in parallel over queries (numba's threads, ``NUMBA_NUM_THREADS``), each thread with
 its own accumulator; the GIL is released, so a server's threads also search concurrently.
 
-Tried and left out: MaxScore in its term-at-a-time form (terms by decreasing upper bound, the rest
-probed once they cannot lift an unseen document into the top k). On Home Depot titles it skipped
-only 24-40 % of the postings at k=10 (3-10 % on SciFact), and its checks and the term-id-order
-re-summing needed for identical scores cost more than that saved. On those 54k titles the
-document-at-a-time kernel pays only at small k for queries with many postings (k=10, 10k-100k
-postings: 0.4-0.7x the exhaustive time) and costs up to 1.5x at k=100-1000, so "auto" leaves
-nearly all of them to the exhaustive kernel. Reordering documents by length (short titles
-first, so the threshold rises early and long titles' blocks have low maxima) changed the
-postings scored by ~1 % on 1M synthetic titles: title weights vary too little within a term.
-Starting from the final k-th score (an oracle) would save only ~20-25 % of the pruned time.
-
 Why numba and not scipy + numpy: the sparse product materialises every matched (query, document)
-score and ``best_k`` then partitions it in Python per query — the overhead, not the arithmetic,
-was most of the time; bm25s's numba backend (the fastest peer) was ~2x faster single-threaded
-for that reason. A C extension would do as well but needs a compiler at install time; numba
+score and ``best_k`` then partitions it in Python per query, and that overhead, not the
+arithmetic, dominates. A C extension would do as well but needs a compiler at install time; numba
 ships wheels."""
 
 from __future__ import annotations
@@ -119,7 +96,7 @@ def _one_query(
     out_docs,
     out_scores,
     walked,
-) -> int:  # type: ignore[no-untyped-def]
+) -> int:
     """Top ``k`` of one query (``terms`` ascending, positive or zero ``weights``) into
     ``out_docs`` / ``out_scores``, best first; returns how many. ``acc`` (zeros) and ``touched``
     are scratch of one entry per document, left as found; ``walked[0]`` counts the postings."""
@@ -131,7 +108,7 @@ def _one_query(
     walked[0] += n_post
     # long queries over small collections touch most documents: then a plain scan of the
     # accumulator beats noting first touches (a branch per posting) and gathering them
-    dense = n_post >= n_docs  # (measured: 2x or 4x fewer postings already ran Home Depot titles slower)
+    dense = n_post >= n_docs
     nt = 0
     for i in range(len(terms)):
         t, w = terms[i], weights[i]
@@ -153,12 +130,10 @@ def _one_query(
     # The dense scan (most documents touched) goes by runs of _SCAN documents: each run's
     # largest accumulator first (one pass), then the runs in bands of decreasing maxima (from
     # half the largest, halving), so the heap's threshold is high almost from the start (in
-    # document order it rose slowly: k·ln(n/k) insertions, ~5 mispredicted sifts each); once
-    # the heap is full, a run whose maximum cannot reach its root's score is only reset (``t32``
-    # is a float32 at or below every accumulator that can). (The heap's insertion is written out
-    # in both scans: numba calls, not inlines, a helper that takes arrays, and inlined by numba it
-    # ran 5-10 % slower; one loop for both scans, the touched list as one run, ran Home Depot's
-    # titles ~8 % slower.)
+    # document order it rises slowly: k·ln(n/k) insertions); once the heap is full, a run whose
+    # maximum cannot reach its root's score is only reset (``t32`` is a float32 at or below every
+    # accumulator that can). The heap's insertion is written out in both scans: numba calls, not
+    # inlines, a helper that takes arrays.
     has_addend = len(addend) > 0
     a_max = max(scale * a_hi, scale * a_lo) if has_addend else 0.0  # >= every scale * addend[d]
     hs = np.empty(k, dtype=np.float64)
@@ -173,7 +148,7 @@ def _one_query(
         top = np.float32(0)
         for r in range(n_runs):
             m = np.float32(0)
-            for d in range(r * _SCAN, min(r * _SCAN + _SCAN, n_docs)):
+            for d in range(r * _SCAN, min(r * _SCAN + _SCAN, n_docs)):  # type: ignore[assignment]  # numba: d also a uint32
                 v = acc[d]
                 m = v if v > m else m
             rmax[r] = m
@@ -187,7 +162,7 @@ def _one_query(
                     continue
                 lo, hi = r * _SCAN, min(r * _SCAN + _SCAN, n_docs)
                 if rmax[r] >= t32:
-                    for d in range(lo, hi):
+                    for d in range(lo, hi):  # type: ignore[assignment]  # numba: d also a uint32
                         a = acc[d]
                         acc[d] = 0
                         sc = np.float64(a) + (scale * addend[d] if has_addend else 0.0)
@@ -210,13 +185,13 @@ def _one_query(
                             theta = hs[0]
                             t32 = _below(theta, a_max)
                 else:
-                    for d in range(lo, hi):
+                    for d in range(lo, hi):  # type: ignore[assignment]  # numba: d also a uint32
                         acc[d] = 0
                 rmax[r] = -1
             if b < _BANDS and nh == k and t32 > band:  # no run left can reach the heap
                 for r in range(n_runs):
                     if rmax[r] >= 0:
-                        for d in range(r * _SCAN, min(r * _SCAN + _SCAN, n_docs)):
+                        for d in range(r * _SCAN, min(r * _SCAN + _SCAN, n_docs)):  # type: ignore[assignment]  # numba: d also a uint32
                             acc[d] = 0
                 break
             band *= np.float32(0.5)
@@ -285,7 +260,7 @@ def _sift_worst_up(hs: np.ndarray, hd: np.ndarray, hr: np.ndarray, i: int) -> No
 
 
 @numba.njit(cache=True, nogil=True)
-def _blocks(indptr, indices, data, block):  # type: ignore[no-untyped-def]
+def _blocks(indptr, indices, data, block):
     """Block-max metadata of doc-id-ordered postings: per term its first block (``bptr``, one
     block per ``block`` postings), per block its last doc id and its largest weight, per term its
     largest weight; and whether every term's doc ids strictly increase (pruning needs that)."""
@@ -360,7 +335,7 @@ def _first_geq(indices: np.ndarray, lo: int, hi: int, target: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _seek(indices, blast, j, cur, cd, lo, end, bf, be, target) -> int:  # type: ignore[no-untyped-def]
+def _seek(indices, blast, j, cur, cd, lo, end, bf, be, target) -> int:
     """Moves term ``j``'s cursor to its first posting with doc id >= ``target`` (skipping whole
     blocks by their last doc id); returns the block it lands in (``be[j]`` once exhausted)."""
     b = _next_block(blast, bf[j] + (cur[j] - lo[j]) // _BLOCK, be[j], target)
@@ -397,7 +372,7 @@ def _pruned_query(
     out_docs,
     out_scores,
     walked,
-) -> int:  # type: ignore[no-untyped-def]
+) -> int:
     """``_one_query``'s answer, document at a time with block-max MaxScore (see the module
     docstring): the same hits, order and scores to the bit; ``walked[0]`` counts the postings
     scored."""
@@ -628,7 +603,7 @@ def _run(
     tmax,
     a_lo,
     a_hi,
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """Queries ``lo`` to ``hi`` one after another with one scratch; ``prune`` 1: every query
     pruned, 0: none, -1: those with at least ``prune_from[0] + k * prune_from[1]`` postings."""
     for q in range(lo, hi):
@@ -709,7 +684,7 @@ def _batch(
     tmax,
     a_lo,
     a_hi,
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """Every query's top ``k`` (rows of the outputs); ``n_chunks`` contiguous runs of queries in
     parallel, each with its own scratch."""
     nq = len(qptr) - 1
@@ -749,7 +724,7 @@ _PRUNE_CODE = {"auto": -1, "off": 0, "on": 1}
 
 
 @numba.njit(cache=True, nogil=True)
-def _rows_dot(indptr, indices, data, rows, qterms, qweights, out):  # type: ignore[no-untyped-def]
+def _rows_dot(indptr, indices, data, rows, qterms, qweights, out):
     """``out[i]`` = row ``rows[i]`` of a CSR matrix (column ids ascending in each row) dotted with a
     sparse query (``qterms`` ascending, ``qweights`` float64): a merge of the two sorted lists,
     summed in float64 in the row's column order (what scipy's ``W[rows] @ q`` sums, to the bit)."""
@@ -782,7 +757,18 @@ def rows_dot(
 ) -> np.ndarray:
     """Each of ``rows`` of a CSR matrix with sorted column ids dotted with one sparse query vector
     (``qterms`` ascending): the lexical models' scoring of a query's candidates (the served
-    ranker's features), without scipy's row selection and product (~0.1 ms a model a query)."""
+    ranker's features), without scipy's row selection and product.
+
+    Args:
+        indptr: the CSR matrix's row pointers.
+        indices: its column ids, ascending in each row.
+        data: its values.
+        rows: the rows scored.
+        qterms: the query's term ids, ascending.
+        qweights: their weights.
+
+    Returns:
+        One float64 dot product per row."""
     out = np.empty(len(rows), dtype=np.float64)
     if len(rows) and len(qterms):
         _rows_dot(indptr, indices, data, np.ascontiguousarray(rows, dtype=np.int64), qterms, qweights, out)
@@ -799,8 +785,8 @@ class PostingsTopK:
 
     ``prune`` chooses the kernel per query: "off" walks every posting (term at a time), "on"
     runs block-max MaxScore (document at a time), "auto" prunes the queries with many postings
-    for their k and the collection's size (``PRUNE_FROM``). The answers are the same either way (the tests
-    hold them to it); pruning needs each term's doc ids ascending (a canonical CSR), else "auto"
+    for their k and the collection's size (``PRUNE_FROM``). The answers are the same either way
+    (the tests hold them to it); pruning needs each term's doc ids ascending (a canonical CSR), else "auto"
     never prunes and "on" is refused."""
 
     #: batches below this many queries run on the calling thread (no thread-pool start-up)
@@ -808,10 +794,10 @@ class PostingsTopK:
     #: postings per block of the block-max index
     BLOCK = _BLOCK
     #: "auto" prunes a query with at least ``(PRUNE_FROM + k * PRUNE_PER_K) * min(1, PRUNE_DOCS /
-    #: n_docs)`` postings. Measured per query on synthetic titles: at 1M-2M pruning paid from
-    #: ~50k postings at k=10, ~150-250k at k=100, ~1M at k=1000 (the k-th score rises slowly, so
-    #: fewer documents are skipped); at 10M from a few thousand at k=10, ~30k at k=100, ~300k at
-    #: k=1000 (the exhaustive kernel's accumulator no longer fits the caches), hence the shrink
+    #: n_docs)`` postings: pruning pays later at larger k (the k-th score rises slowly, so fewer
+    #: documents are skipped) and earlier on larger collections (the exhaustive kernel's
+    #: accumulator no longer fits the caches), hence the shrink; benchmarks/lexical_scale.py
+    #: measures where it pays
     PRUNE_FROM = 40_000
     PRUNE_PER_K = 2_000
     PRUNE_DOCS = 2_000_000
@@ -826,6 +812,16 @@ class PostingsTopK:
         addend: np.ndarray | None = None,
         prune: Prune = "auto",
     ):
+        """Compile-ready arrays of one collection's postings (the class docstring).
+
+        Args:
+            indptr: row pointers of the terms x documents matrix.
+            indices: doc ids, ascending in each term's postings.
+            data: the positive float32 weights.
+            n_docs: documents in the collection.
+            ranks: each document's id rank, for ties.
+            addend: a per-document addend (None: none).
+            prune: "auto", "on" or "off"."""
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         self.indices = np.ascontiguousarray(indices, dtype=np.int32)
         self.data = np.ascontiguousarray(data, dtype=_F32)
@@ -863,8 +859,9 @@ class PostingsTopK:
 
     def nbytes(self) -> int:
         """Bytes of the arrays held (not the per-thread scratch: 8 bytes per document each)."""
-        arrays = [self.indptr, self.indices, self.data, self.ranks, self.addend]
-        arrays += [a for a in self.__dict__.get("_blocks", ())[:4]]
+        blocks: tuple[np.ndarray, ...] = self.__dict__.get("_blocks", ())
+        arrays: list[np.ndarray] = [self.indptr, self.indices, self.data, self.ranks, self.addend]
+        arrays += [a for a in blocks[:4]]
         return int(sum(a.nbytes for a in arrays))
 
     def _scratch(self) -> tuple[np.ndarray, np.ndarray]:
@@ -886,7 +883,19 @@ class PostingsTopK:
         """(doc positions, scores, counts): row ``i`` of the first two holds query ``i``'s best
         ``counts[i]`` hits, best first. Queries are CSR rows (``qptr``, ascending term ids,
         non-negative float32 weights). ``walked`` (int64, one per query, optional) receives the
-        number of postings each query scored; ``prune`` overrides ``self.prune`` for this call."""
+        number of postings each query scored; ``prune`` overrides ``self.prune`` for this call.
+
+        Args:
+            qptr: the queries' row pointers.
+            qterms: their term ids, ascending in each row.
+            qweights: their float32 weights.
+            qscale: each query's addend scale.
+            k: hits per query.
+            walked: receives postings scored per query (optional).
+            prune: overrides ``self.prune``.
+
+        Returns:
+            (doc positions, scores, counts)."""
         nq = len(qptr) - 1
         k = max(0, min(k, self.n_docs))
         docs = np.full((nq, k), -1, dtype=np.int64)

@@ -14,12 +14,11 @@ pairs of ``TrainingData``:
   directions: C and N are projected there (C is diagonal there), ε = ``reg``·tr(N)/m, and
   ``scipy.linalg.eigh(C, N + εI)`` gives the k directions. This restriction is our
   approximation; the eigenvectors keep eigh's scaling aᵀ(N + εI)a = 1 (noise-whitened). The
-  defaults (reduce = 200, reg = 0.3) were picked on homedepot's dev split among reduce ∈
-  {100, 150, 200, 300} x reg ∈ {0.01 … 10}; all lay within ±0.003 dev NDCG@10 of each other.
+  defaults (reduce = 200, reg = 0.3) are chosen on homedepot's dev split.
 - ``s2net``: the discriminative projection model (DPM) trained with S2Net (Yih et al. 2011): A
   starts from the LSA solution and minimises log(1 + exp(−γΔ)), Δ = cos(AᵀQ, AᵀD⁺) − cos(AᵀQ, AᵀD⁻),
   γ = 10, over each positive pair with 4 random titles of the pool as D⁻ (re-drawn every epoch),
-  minibatch Adam (lr 0.01, picked on dev among 3e-4 … 3e-2) in torch with sparse inputs, early
+  minibatch Adam (lr 0.01, chosen on dev) in torch with sparse inputs, early
   stopping on the dev set's NDCG@10 (the paper stops on a held-out 0.5 % of its click pairs; the
   optimiser is our choice). Random negatives are easy: the training loss falls fast and dev
   NDCG peaks after a few epochs.
@@ -190,7 +189,7 @@ class ProjectionModel(Model):
         assert self.vocab is not None and self.idf is not None and self.A is not None
         d = Path(path)
         write_config(d, {"model": self.name, "params": self.p.as_dict()})
-        arrays = {"A": self.A, "idf": self.idf}
+        arrays: dict[str, Any] = {"A": self.A, "idf": self.idf}
         if self._docs is not None:
             arrays["docs"] = self._docs
         np.savez_compressed(d / _NPZ, **arrays)

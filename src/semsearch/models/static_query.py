@@ -1,12 +1,12 @@
 """A static query encoder distilled from a bi-encoder (issue 17, item 4: served latency).
 
 Documents keep the teacher's vectors (``encode_documents`` is the teacher's, so a bundle's vector
-index is the teacher's index); queries are encoded by a student that costs tens of microseconds
-instead of a transformer pass: the sum of learnt 384-d rows for the query's words, word bigrams
-and the words' letter trigrams (``text.trigram.TrigramHasher``; trigrams give unseen words a
-vector), plus a bias row, L2-normalised. The rows are trained (``training.distill``) so that the
-student's vector of a text points where the teacher's does (cosine loss), on the training split's
-queries, the collection's titles as pseudo-queries, and short word spans of the titles (queries are
+index is the teacher's index); queries are encoded by a student that needs no transformer pass:
+the sum of learnt 384-d rows for the query's words, word bigrams and the words' letter trigrams
+(``text.trigram.TrigramHasher``; trigrams give unseen words a vector), plus a bias row,
+L2-normalised. The rows are trained (``training.distill``) so that the student's vector of a text
+points where the teacher's does (cosine loss), on the training split's queries, the collection's
+titles as pseudo-queries, and short word spans of the titles (queries are
 short). Words and bigrams outside the training texts contribute nothing (trigrams still do)."""
 
 from __future__ import annotations

@@ -43,6 +43,14 @@ class PositionalIndex:
     def __init__(
         self, analyzer: Analyzer, vocab: Vocabulary, doc_ids: Sequence[str], tokens: np.ndarray, lengths: np.ndarray
     ):
+        """A collection's token ids, concatenated, and its documents' lengths.
+
+        Args:
+            analyzer: the analyzer the tokens came from.
+            vocab: the vocabulary the token ids index.
+            doc_ids: the documents' ids.
+            tokens: every document's term ids, one document after another.
+            lengths: tokens per document."""
         lengths = np.asarray(lengths, dtype=np.int64)
         if len(lengths) != len(doc_ids) or int(lengths.sum()) != len(tokens):
             raise ValueError("token array does not match the document lengths")
@@ -205,8 +213,8 @@ class _PositionalModel(IndexedModel):
 
     def with_params(self, **params: Any) -> _PositionalModel:
         clone = super().with_params(**params)
-        clone._cache = self._cache  # type: ignore[attr-defined]
-        return clone  # type: ignore[return-value]
+        clone._cache = self._cache  # type: ignore[attr-defined]  # same class
+        return clone  # type: ignore[return-value]  # same class
 
     def use_index(self, index: PositionalIndex) -> None:
         super().use_index(index)

@@ -105,7 +105,7 @@ class LDAParams(TopicParams):
 
     kind = "lda"
 
-    alpha: float | None = param(None, gt=0)  # type: ignore[assignment]
+    alpha: float | None = param(None, gt=0)  # type: ignore[assignment]  # None: 50/T
     fold_iterations: int = param(50, ge=1)
 
     def check(self) -> None:
@@ -230,7 +230,7 @@ class TopicModel(Model):
     @property
     def theta(self) -> np.ndarray:
         """θ_D (documents x topics) of the indexed collection."""
-        self.lexical_index
+        _ = self.lexical_index  # raises when no collection is indexed
         assert self._theta is not None
         return self._theta
 
@@ -311,7 +311,7 @@ class TopicModel(Model):
             seal(d)
             return
         assert self.query_vocab is not None and self.doc_vocab is not None and self.phi_query is not None
-        np.savez_compressed(d / _NPZ, phi_query=self.phi_query, **self.arrays)
+        np.savez_compressed(d / _NPZ, phi_query=self.phi_query, **self.arrays)  # type: ignore[arg-type]  # numpy stub
         same = self.query_vocab.terms == self.doc_vocab.terms
         meta = {"query_terms": self.query_vocab.terms, "doc_terms": None if same else self.doc_vocab.terms}
         (d / _JSON).write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")

@@ -137,7 +137,18 @@ def fold_in(
     """θ of unseen documents under fixed φ (Gao 2011 §5.2: "folding-in with 20 EM iterations"):
     MAP-EM on θ alone, θ_dz ∝ θ_dz·Σ_w (n_dw/s_dw)·φ_zw + α − 1, from uniform θ. Chunks of
     documents are independent, so each chunk runs all its iterations at once. Empty documents
-    get the prior's mode (uniform). Returns float32 (documents x topics)."""
+    get the prior's mode (uniform). Returns float32 (documents x topics).
+
+    Args:
+        counts: (documents, words) term counts.
+        phi: (topics, words) φ.
+        alpha: the Dirichlet prior on θ.
+        iterations: EM iterations.
+        threads: worker threads.
+        budget_mb: scratch memory per chunk, in MB.
+
+    Returns:
+        (documents, topics) θ, float32."""
     topics = phi.shape[0]
     phiT = np.ascontiguousarray(phi.T, dtype=np.float64)
     chunks = make_chunks(counts, chunk_bounds(counts.indptr, max_nnz(topics, budget_mb, 2)))
@@ -171,7 +182,19 @@ def fold_in_vb(
     """LDA's variational E-step for unseen documents (Blei et al. 2003 §5.2; gensim's
     ``LdaModel.inference``): γ_dz = α_z + exp(E[log θ_dz])·Σ_w n_dw·exp(E[log β_zw]) / s_dw, with
     s_dw = Σ_z exp(E[log θ_dz])·exp(E[log β_zw]), iterated from γ = α + |d|/T until the mean
-    change of γ is below ``tol``. Returns the posterior mean θ = γ/Σγ, float32."""
+    change of γ is below ``tol``. Returns the posterior mean θ = γ/Σγ, float32.
+
+    Args:
+        counts: (documents, words) term counts.
+        exp_elog_beta: (topics, words) exp(E[log β]).
+        alpha: (topics,) the Dirichlet prior.
+        iterations: the most E-step iterations.
+        tol: stop once γ's mean change is below it.
+        threads: worker threads.
+        budget_mb: scratch memory per chunk, in MB.
+
+    Returns:
+        (documents, topics) θ, float32."""
     topics = exp_elog_beta.shape[0]
     ebT = np.ascontiguousarray(exp_elog_beta.T, dtype=np.float64)
     alpha = np.asarray(alpha, dtype=np.float64)

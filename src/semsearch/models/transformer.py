@@ -29,7 +29,7 @@ import json
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -42,6 +42,9 @@ from . import onnxrt
 from .base import CONFIG, ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length, seal
 from .hparams import BiEncoderParams, CrossEncoderParams, TransformerParams
 from .onnxrt import OnnxRunner
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 WEIGHTS = "model.safetensors"
 HEAD = "head.safetensors"
@@ -63,7 +66,7 @@ def check_queries(queries: Sequence[str]) -> None:
             raise ValueError(f"query {i} is empty")
 
 
-def _load_bert(path: str) -> tuple[Any, nn.Module]:
+def _load_bert(path: str) -> tuple[Any, PreTrainedModel]:
     """Tokenizer and BertModel of a Hugging Face folder, offline (no pooler: unused here)."""
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -81,8 +84,8 @@ def _length_order(texts: Sequence[str]) -> np.ndarray:
 
 
 CALL_TOKENS = 9.0
-"""One more inference call costs about as much as this many more (padded) tokens: MiniLM fp32
-through ONNX Runtime on one thread takes ~2.2 ms a call plus ~0.24 ms a token."""
+"""One more inference call costs about as much as this many more (padded) tokens: the ratio of
+MiniLM fp32's fixed cost per call to its cost per token through ONNX Runtime on one thread."""
 
 
 def _padded_batches(lengths: np.ndarray, size: int, call: float = CALL_TOKENS) -> list[np.ndarray]:
@@ -135,7 +138,7 @@ class Pooler(nn.Module):
             w = torch.softmax(self.attention(stack).squeeze(-1), dim=2)  # (B, T, L)
             h = (w.unsqueeze(-1) * stack).sum(2)
         else:
-            h = layers[self.layer]  # type: ignore[index]
+            h = layers[self.layer]  # type: ignore[index]  # all layers here
         m = mask.unsqueeze(-1).to(h.dtype)
         return (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
 
@@ -148,7 +151,8 @@ class TransformerModel(TrainedModel):
     def __init__(self, **params: Any):
         super().__init__(**params)
         self.tokenizer: Any = None
-        self.net: nn.Module | None = None
+        # an nn.Module whose parts (bert, pooler, head, gains) are set as attributes: Any to the checker
+        self.net: Any = None
         self._ids: list[str] = []
         self._position: dict[str, int] = {}
         self._id_order = np.zeros(0, dtype=np.int64)
@@ -166,12 +170,12 @@ class TransformerModel(TrainedModel):
     def _weights_version(self) -> int:
         """Sum of the weights' in-place modification counters: an optimizer step changes it, so an
         ONNX export of earlier weights is never used after training (``_active_runner``). The
-        parameters are listed once per network (walking its modules took about 1 ms, a third of
-        a query's encoding; every encoding checks this)."""
+        parameters are listed once per network: every encoding checks this, and walking the
+        modules each time would cost a sizeable share of a query's encoding."""
         net = self.net
         listed = self.__dict__.get("_listed")
         if listed is None or listed[0] is not net:
-            listed = self._listed = (net, list(net.parameters()))  # type: ignore[union-attr]
+            listed = self._listed = (net, list(net.parameters()))
         return sum(p._version for p in listed[1])
 
     def attach_runner(self, runner: OnnxRunner) -> None:
@@ -194,14 +198,14 @@ class TransformerModel(TrainedModel):
 
     def _active_runner(self) -> OnnxRunner | None:
         r = self.runner
-        if r is None or model_device(self.net).type != "cpu":  # type: ignore[arg-type]
+        if r is None or model_device(self.net).type != "cpu":
             return None
         if self._weights_version() != self._runner_version:  # trained since the export
             self.runner = None
             return None
         return r
 
-    def _make_net(self, bert: nn.Module) -> nn.Module:
+    def _make_net(self, bert: PreTrainedModel) -> nn.Module:
         raise NotImplementedError
 
     def _inference(
@@ -222,12 +226,12 @@ class TransformerModel(TrainedModel):
                 out[rows] = runner.run(tokens(rows)).reshape(out[rows].shape)
             return out
         net = self.net
-        was = net.training  # type: ignore[union-attr]
-        net.eval()  # type: ignore[union-attr]
+        was = net.training
+        net.eval()
         with torch.inference_mode():
             for rows in todo:
                 out[rows] = self.forward(tokens(rows)).float().cpu().numpy()
-        net.train(was)  # type: ignore[union-attr]
+        net.train(was)
         return out
 
     def copy_from(self, other: TransformerModel) -> None:
@@ -280,7 +284,17 @@ class TransformerModel(TrainedModel):
         call: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``forward`` (or ``call``) over texts (or text pairs) in length-sorted chunks, so little is
-        padding; rows in input order, with gradients when training."""
+        padding; rows in input order, with gradients when training.
+
+        Args:
+            a: the texts (or the first of each pair).
+            b: the second texts of the pairs (None: single texts).
+            max_length: tokens kept per text or pair.
+            chunk: texts per forward call.
+            call: what runs on a tokenised chunk (None: ``forward``).
+
+        Returns:
+            The outputs, one row per input, in input order."""
         order = _length_order([x + y for x, y in zip(a, b)] if b is not None else a)
         fn = call or self.forward
         parts = [
@@ -295,7 +309,7 @@ class TransformerModel(TrainedModel):
         """The BERT and tokenizer in Hugging Face layout, ``config.json`` extended with our keys."""
         d = Path(path)
         d.mkdir(parents=True, exist_ok=True)
-        bert = self.net.bert  # type: ignore[union-attr]
+        bert = self.net.bert
         bert.save_pretrained(str(d), safe_serialization=True)
         self.tokenizer.save_pretrained(str(d))
         cfg = json.loads((d / CONFIG).read_text(encoding="utf-8"))
@@ -351,7 +365,7 @@ class BiEncoder(TransformerModel):
     Params = BiEncoderParams
     p: BiEncoderParams
 
-    def _make_net(self, bert: nn.Module) -> nn.Module:
+    def _make_net(self, bert: PreTrainedModel) -> nn.Module:
         cfg = bert.config
         net = nn.Module()
         net.bert = bert
@@ -360,14 +374,14 @@ class BiEncoder(TransformerModel):
 
     @property
     def dim(self) -> int:
-        return self.net.bert.config.hidden_size  # type: ignore[union-attr]
+        return self.net.bert.config.hidden_size
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Pooled vectors of a tokenised batch (with gradients when training)."""
         net = self.net
-        all_layers = net.pooler.needs_all_layers  # type: ignore[union-attr]
-        out = net.bert(**batch, output_hidden_states=all_layers)  # type: ignore[union-attr]
-        v = net.pooler(out.last_hidden_state, out.hidden_states if all_layers else None, batch["attention_mask"])  # type: ignore[union-attr]
+        all_layers = net.pooler.needs_all_layers
+        out = net.bert(**batch, output_hidden_states=all_layers)
+        v = net.pooler(out.last_hidden_state, out.hidden_states if all_layers else None, batch["attention_mask"])
         return torch.nn.functional.normalize(v, dim=1) if self.p.normalize else v
 
     def _encode(self, texts: Sequence[str], max_length: int, label: str, batches: list[np.ndarray]) -> np.ndarray:
@@ -442,7 +456,7 @@ class BiEncoder(TransformerModel):
         if pooling == "attention":
             save_file(
                 {"attention.weight": self.net.pooler.attention.weight.detach().contiguous()}, str(d / POOLING_WEIGHTS)
-            )  # type: ignore[union-attr]
+            )
         self.save_onnx(d)
         if pooling not in ("mean", "cls"):
             seal(d)
@@ -478,7 +492,7 @@ class BiEncoder(TransformerModel):
             from safetensors.torch import load_file
 
             state = load_file(str(d / POOLING_WEIGHTS))
-            self.net.pooler.attention.load_state_dict({"weight": state["attention.weight"]})  # type: ignore[union-attr]
+            self.net.pooler.attention.load_state_dict({"weight": state["attention.weight"]})
 
 
 class CrossEncoder(TransformerModel):
@@ -497,7 +511,7 @@ class CrossEncoder(TransformerModel):
     Params = CrossEncoderParams
     p: CrossEncoderParams
 
-    def _make_net(self, bert: nn.Module) -> nn.Module:
+    def _make_net(self, bert: PreTrainedModel) -> nn.Module:
         net = nn.Module()
         net.bert = bert
         net.head = nn.Linear(bert.config.hidden_size, len(self.p.grades) or 1)
@@ -515,21 +529,21 @@ class CrossEncoder(TransformerModel):
 
     def init_head(self, seed: int) -> None:
         """A random head, N(0, 0.02) weights and zero bias, from ``seed``."""
-        head = self.net.head  # type: ignore[union-attr]
+        head = self.net.head
         with torch.no_grad():
             head.weight.normal_(0.0, 0.02, generator=torch.Generator().manual_seed(seed))
             head.bias.zero_()
 
     def head_output(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The head over a tokenised batch of pairs: (B, 1) logits, or (B, K) grade logits."""
-        out = self.net.bert(**batch)  # type: ignore[union-attr]
-        return self.net.head(out.last_hidden_state[:, 0])  # type: ignore[union-attr]
+        out = self.net.bert(**batch)
+        return self.net.head(out.last_hidden_state[:, 0])
 
     def score_from_head(self, head: torch.Tensor) -> torch.Tensor:
         """(B,) scores from ``head_output``: the logit, or the expected gain under the grade logits."""
         if not self.graded:
             return head.squeeze(-1)
-        return torch.softmax(head, dim=-1) @ self.net.gains.to(head.dtype)  # type: ignore[union-attr]
+        return torch.softmax(head, dim=-1) @ self.net.gains.to(head.dtype)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Scores of a tokenised batch of pairs (with gradients when training)."""
@@ -564,7 +578,7 @@ class CrossEncoder(TransformerModel):
         from safetensors.torch import save_file
 
         d = self._save_bert(path)
-        head = self.net.head  # type: ignore[union-attr]
+        head = self.net.head
         save_file({"weight": head.weight.detach().contiguous(), "bias": head.bias.detach().contiguous()}, str(d / HEAD))
         self.save_onnx(d)
         seal(d)
@@ -572,4 +586,4 @@ class CrossEncoder(TransformerModel):
     def _load_extra(self, d: Path) -> None:
         from safetensors.torch import load_file
 
-        self.net.head.load_state_dict(load_file(str(d / HEAD)))  # type: ignore[union-attr]
+        self.net.head.load_state_dict(load_file(str(d / HEAD)))

@@ -92,7 +92,7 @@ def ngram_keys(tokens: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndar
     return row_of[starts], key
 
 
-def phrase_key(ids: Sequence[int]) -> int:
+def phrase_key(ids: Sequence[int] | np.ndarray) -> int:
     key = 0
     for t in ids:
         key = key * KEY_BASE + int(t) + 1
@@ -322,7 +322,7 @@ class _TranslationModel(Model):
         assert self.vocab is not None
         d = Path(path)
         write_config(d, {"model": self.name, "params": self.p.as_dict()})
-        np.savez_compressed(d / _NPZ, **self._arrays())
+        np.savez_compressed(d / _NPZ, **self._arrays())  # type: ignore[arg-type]  # numpy stub
         meta: dict[str, Any] = {"terms": self.vocab.terms}
         if self._state:
             meta["doc_ids"] = self._state["doc_ids"]
@@ -383,7 +383,8 @@ class PhraseTranslationModel(_TranslationModel):
     apply via ``with_params``."""
 
     name = "ptm"
-    Params = PTMParams
+    Params: ClassVar[type[PTMParams]] = PTMParams
+    p: PTMParams
     mixture = ("alpha", "mu", "beta")
     src_keys: np.ndarray | None = None  # sorted title-phrase keys (table rows)
     tgt_keys: np.ndarray | None = None  # sorted query-phrase keys (table columns)
@@ -397,7 +398,7 @@ class PhraseTranslationModel(_TranslationModel):
     def _index_more(self) -> None:
         """Document n-grams (n ≤ max_len) as a docs x n-gram count matrix, and the phrase table
         re-indexed so that its rows are those n-gram columns."""
-        assert self.src_keys is not None and self.phrase_table is not None
+        assert self.src_keys is not None and self.tgt_keys is not None and self.phrase_table is not None
         st = self._state
         tokens, offsets = st["tokens"], st["offsets"]
         rows, keys = [], []

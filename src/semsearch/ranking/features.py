@@ -56,7 +56,7 @@ def stage_columns(
     ``semantic``, ``lexical_rank``, ``semantic_rank``, like ``index.HybridHit``); a missing score is 0."""
     # one pass of attribute reads for all four; None becomes NaN
     raw = np.array(
-        [(h.lexical, h.semantic, h.lexical_rank, h.semantic_rank) for hs in hits for h in hs],  # type: ignore[attr-defined]
+        [(h.lexical, h.semantic, h.lexical_rank, h.semantic_rank) for hs in hits for h in hs],  # type: ignore[attr-defined]  # hybrid hits
         dtype=np.float64,
     ).reshape(-1, len(STAGE_FEATURES))
     return stage_matrix(names, raw, n_lexical, n_semantic)
@@ -310,7 +310,7 @@ def _doc_stems(text: str) -> frozenset[str]:
 @lru_cache(maxsize=1 << 18)
 def _doc_words(text: str) -> tuple[int, frozenset[str]]:
     """A document text's word count and distinct words, cached: the same candidates recur across
-    queries (training) and searches (serving), and tokenising them was a third of a search's
-    feature time."""
+    queries (training) and searches (serving), and tokenising them anew would be a large share
+    of a search's feature time."""
     words = tokenize(text)
     return len(words), frozenset(words)

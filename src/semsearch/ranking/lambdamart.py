@@ -96,7 +96,9 @@ class LambdaMART:
             )
         self.booster: Any = None
         self.best_iteration = 0
-        self._trees: CompiledTrees | None | bool = False  # the booster compiled on the first predict (False: not yet)
+        self._trees: CompiledTrees | None | Literal[False] = (
+            False  # the booster compiled on the first predict (False: not yet)
+        )
 
     @property
     def params(self) -> dict[str, Any]:
@@ -420,7 +422,18 @@ class LambdaMARTRanker(Model):
         **params: Any,
     ) -> LambdaMARTRanker:
         """A ranker over already built (trained, indexed) models, keyed by feature name;
-        ``stage_features`` make it a stage-2 ranker of a two-stage search (``score_hits``)."""
+        ``stage_features`` make it a stage-2 ranker of a two-stage search (``score_hits``).
+
+        Args:
+            models: feature name -> a built model.
+            pair_features: query-title features added (``PAIR_FEATURES``).
+            stage_features: stage-1 scores and ranks added (a stage-2 ranker).
+            n_lexical: the lexical stage-1 depth it re-ranks.
+            n_semantic: the semantic stage-1 depth it re-ranks.
+            **params: ``LambdaMARTParams``.
+
+        Returns:
+            The untrained ranker."""
         self = cls.__new__(cls)
         self._init(list(models), list(models.values()), pair_features, params, stage_features, n_lexical, n_semantic)
         return self
@@ -499,7 +512,7 @@ class LambdaMARTRanker(Model):
         the collection) of each query."""
         X = np.zeros((sum(map(len, pos)), len(self.models)))
         for j, m in enumerate(self.models):
-            X[:, j] = np.concatenate(m.score_positions(queries, pos)) if pos else np.zeros(0)  # type: ignore[attr-defined]
+            X[:, j] = np.concatenate(m.score_positions(queries, pos)) if pos else np.zeros(0)  # type: ignore[attr-defined]  # positional models
         return X
 
     def groups(

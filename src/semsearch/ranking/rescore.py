@@ -4,13 +4,12 @@ The 2020 semantic-retrieval paper's online system ends with its most expensive m
 fewest documents (§3.3): here a trained BERT(rel) (``models.transformer.CrossEncoder``) reads each
 (query, title) pair of the first ``depth`` hits the stage-2 ranker returned and re-orders them by
 its score; the hits below ``depth`` keep the ranker's order and score. A cross-encoder costs one
-transformer pass per pair (on this project's 2-core CPU about 1-2 ms a pair through ONNX Runtime),
-so the service runs it only when asked (``semsearch serve --rescore``).
+transformer pass per pair, so the service runs it only when asked (``semsearch serve --rescore``).
 
 By default the re-scored hits are ordered by a blend of both views, z(ranker) + w·z(cross-encoder),
-each standardised over the query's re-scored hits: on Home Depot dev through the service a
-cross-encoder's order alone was worse than the ranker's at every depth, and the blend better
-(README, "Stage 3"); ``weight`` = inf keeps the cross-encoder's order alone."""
+each standardised over the query's re-scored hits: the cross-encoder's order alone does not beat
+the ranker's on Home Depot dev, the blend does (README, "Stage 3"); ``weight`` = inf keeps the
+cross-encoder's order alone."""
 
 from __future__ import annotations
 
@@ -62,7 +61,18 @@ def rescore_top(
     """Each query's first ``depth`` hits re-ordered by ``scorer`` (one call for every pair of
     every query: the service's micro-batch); the rest of each list unchanged. ``weight``: their
     new score is z(their score) + weight · z(the scorer's), both standardised over those hits;
-    inf: the scorer's score alone. Ties keep the ranker's order. ``text``: a hit's document text."""
+    inf: the scorer's score alone. Ties keep the ranker's order. ``text``: a hit's document text.
+
+    Args:
+        scorer: scores (query, text) pairs.
+        queries: the query texts.
+        ranked: each query's ranked hits.
+        depth: hits re-scored per query.
+        text: a hit's document text.
+        weight: the scorer's weight in the blend (inf: the scorer alone).
+
+    Returns:
+        Each query's hits, the first ``depth`` re-ordered."""
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
     weight = check_weight(weight)
@@ -76,9 +86,9 @@ def rescore_top(
         s = scores[at : at + len(top)]
         at += len(top)
         if not math.isinf(weight):
-            s = _z(np.array([h.score for h in top], dtype=np.float64)) + weight * _z(s)  # type: ignore[attr-defined]
+            s = _z(np.array([h.score for h in top], dtype=np.float64)) + weight * _z(s)  # type: ignore[attr-defined]  # hits with a score
         order = sorted(range(len(top)), key=lambda i: (-s[i], i))
-        out.append([replace(top[i], score=float(s[i])) for i in order] + list(hits[depth:]))  # type: ignore[type-var]
+        out.append([replace(top[i], score=float(s[i])) for i in order] + list(hits[depth:]))  # type: ignore[type-var]  # dataclass hits
     return out
 
 

@@ -1,9 +1,9 @@
 """A LightGBM model's trees compiled to flat arrays and walked by a numba kernel: the served
 ranker's prediction without LightGBM's per-call overhead.
 
-A served search scores ~200 candidates with ~170 trees of 15 leaves; LightGBM's ``predict`` took
-~13 ns a tree and row there (its row-wise C API, the parsing of its parameters and the thread
-start-up each call), the largest share of a search once the rest went to arrays. The same walk
+A served search scores a few hundred candidates with a few hundred small trees, where
+LightGBM's ``predict`` pays per call for its row-wise C API, the parsing of its parameters and
+its thread start-up (``benchmarks/load_test.py`` measures a served search). The same walk
 over the same thresholds in numba sums the same leaf values in the same order (float64), so the
 scores are LightGBM's to the last bit — ``tests/unit/test_trees.py`` checks that on random
 models and inputs with zeros and NaN.
@@ -32,7 +32,14 @@ class CompiledTrees:
     tree) and each leaf's value."""
 
     def __init__(self, dump: dict[str, Any]):
-        feature, threshold, default_left, missing, left, right, values, roots = [], [], [], [], [], [], [], []
+        feature: list[int] = []
+        threshold: list[float] = []
+        default_left: list[bool] = []
+        missing: list[int] = []
+        left: list[int] = []
+        right: list[int] = []
+        values: list[float] = []
+        roots: list[int] = []
 
         def walk(node: dict[str, Any]) -> int:
             if "leaf_value" in node or "split_index" not in node:
@@ -108,7 +115,7 @@ def compile_booster(booster: Any, num_iteration: int | None = None) -> CompiledT
 
 
 @numba.njit(cache=True, nogil=True)
-def _predict(X, feature, threshold, default_left, missing, left, right, values, roots, out):  # type: ignore[no-untyped-def]
+def _predict(X, feature, threshold, default_left, missing, left, right, values, roots, out):
     """LightGBM's ``Tree::NumericalDecision`` walk of every tree for every row, summed in tree order."""
     for i in range(X.shape[0]):
         acc = 0.0
@@ -130,11 +137,11 @@ def _predict(X, feature, threshold, default_left, missing, left, right, values, 
 
 
 @numba.njit(cache=True, nogil=True)
-def _predict_plain(X, feature, threshold, child, values, roots, out):  # type: ignore[no-untyped-def]
+def _predict_plain(X, feature, threshold, child, values, roots, out):
     """``_predict`` for trees without missing-value splits, NaN already 0: the child is picked by
-    index arithmetic instead of a branch the CPU mispredicts (1.9x faster on the served ranker),
-    and four rows walk each tree together, four independent chains of loads the CPU overlaps
-    (1,120 -> 950-1,010 ns a row there). Each row's sum is in tree order, as before."""
+    index arithmetic instead of a branch the CPU mispredicts, and four rows walk each tree
+    together, four independent chains of loads the CPU overlaps. Each row's sum is in tree order,
+    as ``_predict``'s."""
     n = X.shape[0]
     i = 0
     while i + 4 <= n:

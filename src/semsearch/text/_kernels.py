@@ -38,7 +38,7 @@ def _fnv(buf: np.ndarray, start: int, end: int) -> np.uint64:
 
 
 @njit(cache=True, inline="always")
-def _find(buf, start, end, h, slots, keys, key_ptr, hashes):  # type: ignore[no-untyped-def]
+def _find(buf, start, end, h, slots, keys, key_ptr, hashes):
     """The slot of the word ``buf[start:end]`` (hash ``h``) in ``slots``: its id there, or -1 for
     the empty slot it would take."""
     mask = len(slots) - 1
@@ -61,7 +61,7 @@ def _find(buf, start, end, h, slots, keys, key_ptr, hashes):  # type: ignore[no-
 
 
 @njit(cache=True, nogil=True)
-def lookup_tokens(buf, text_ptr, max_words, n_words, grow, token_byte, lower, slots, keys, key_ptr, hashes):  # type: ignore[no-untyped-def]
+def lookup_tokens(buf, text_ptr, max_words, n_words, grow, token_byte, lower, slots, keys, key_ptr, hashes):
     """Tokens of each text ``buf[text_ptr[i]:text_ptr[i+1] - 1]`` (lower-cased in place), its
     first ``max_words``; each text is followed by a byte that is not a token's (a space; the
     last text's may be missing), so a token's start is enough to find it again. With ``grow``,
@@ -125,7 +125,7 @@ def lookup_tokens(buf, text_ptr, max_words, n_words, grow, token_byte, lower, sl
 
 
 @njit(cache=True)
-def add_words(buf, ids, n_words, token_byte, slots, keys, key_ptr, hashes):  # type: ignore[no-untyped-def]
+def add_words(buf, ids, n_words, token_byte, slots, keys, key_ptr, hashes):
     """Give every unknown token (``ids`` ``-1 - start``, as ``lookup_tokens`` leaves them) its
     word id, adding the words met for the first time in order of appearance. The arrays must
     have room for them (and ``slots`` stay at most half full). Returns the new word count."""
@@ -153,7 +153,7 @@ def add_words(buf, ids, n_words, token_byte, slots, keys, key_ptr, hashes):  # t
 
 
 @njit(cache=True)
-def rehash(slots, hashes, n_words):  # type: ignore[no-untyped-def]
+def rehash(slots, hashes, n_words):
     """Place words ``0..n_words-1`` into empty ``slots`` (a larger table)."""
     mask = len(slots) - 1
     for w in range(n_words):
@@ -164,7 +164,7 @@ def rehash(slots, hashes, n_words):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, inline="always")
-def _pack(word, start, end):  # type: ignore[no-untyped-def]
+def _pack(word, start, end):
     """Bytes ``start..end`` (≤ 12) of ``#word#`` as two integers (the length in the second)."""
     n = len(word)
     lo = np.uint64(0)
@@ -180,7 +180,7 @@ def _pack(word, start, end):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, inline="always")
-def _tri_slot(lo, hi, tri_slots, tri_lo, tri_hi):  # type: ignore[no-untyped-def]
+def _tri_slot(lo, hi, tri_slots, tri_lo, tri_hi):
     mask = len(tri_slots) - 1
     i = np.int64(((lo * _FNV_PRIME) ^ (hi * np.uint64(0x9E3779B97F4A7C15))) >> np.uint64(17)) & mask
     while True:
@@ -191,7 +191,7 @@ def _tri_slot(lo, hi, tri_slots, tri_lo, tri_hi):  # type: ignore[no-untyped-def
 
 
 @njit(cache=True)
-def trigram_table(data, ptr, tri_slots):  # type: ignore[no-untyped-def]
+def trigram_table(data, ptr, tri_slots):
     """Trigram ``t`` = ``data[ptr[t]:ptr[t+1]]`` (UTF-8, ≤ 12 bytes) into the empty table
     ``tri_slots``; returns the packed keys (lo, hi). Trigrams longer than 12 bytes (lone
     surrogates of a loaded vocabulary) are left out: no token's trigram can equal them."""
@@ -214,7 +214,7 @@ def trigram_table(data, ptr, tri_slots):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def word_trigram_ids(keys, key_ptr, first, last, tri_slots, tri_lo, tri_hi):  # type: ignore[no-untyped-def]
+def word_trigram_ids(keys, key_ptr, first, last, tri_slots, tri_lo, tri_hi):
     """``TrigramHasher.word_ids`` of words ``first..last-1``: the trigrams of ``#word#`` (three
     characters, i.e. UTF-8 sequences) in the vocabulary, in order. Returns (per word its count,
     the ids)."""
@@ -249,7 +249,7 @@ def word_trigram_ids(keys, key_ptr, first, last, tri_slots, tri_lo, tri_hi):  # 
 
 
 @njit(cache=True)
-def text_bags(counts, ids, tri_ptr, tri):  # type: ignore[no-untyped-def]
+def text_bags(counts, ids, tri_ptr, tri):
     """Texts' trigram bags from their word ids (``counts`` words each): (indptr, trigram ids),
     each word's trigrams laid end to end, repeats kept."""
     n = len(counts)
@@ -273,7 +273,7 @@ def text_bags(counts, ids, tri_ptr, tri):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def bag_columns(ids, offsets, weights, n_cols, touched_only):  # type: ignore[no-untyped-def]
+def bag_columns(ids, offsets, weights, n_cols, touched_only):
     """The transpose of ragged bags (``trigram.Bags.columns``), by a counting sort: for every
     column (vocabulary row) the bags holding it, ascending, each repeat a separate entry with its
     weight — scipy's ``csr_matrix(...).tocsc()`` without its checks and Python calls. Returns

@@ -30,7 +30,7 @@ def tokenize(text: str) -> list[str]:
     return WORD.findall(text.lower())
 
 
-STEM_CACHE_WORDS = 200_000  # stems an analyzer keeps (a collection's vocabulary fits; ~25 MB at most)
+STEM_CACHE_WORDS = 200_000  # stems an analyzer keeps (a collection's vocabulary fits, the memory stays bounded)
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Analyzer:
         return {"stem": self.stem, "stopwords": self.stopwords}
 
     @cached_property
-    def _stemmer(self):  # type: ignore[no-untyped-def]
+    def _stemmer(self):
         import Stemmer  # PyStemmer: Snowball stemmers in C
 
         return Stemmer.Stemmer(self.stem, 0)

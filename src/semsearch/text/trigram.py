@@ -39,7 +39,7 @@ DEFAULT_MAX_WORDS = 64
 """Texts are truncated to their first 64 words before hashing (titles average ~8 words)."""
 
 
-def _kernels():  # type: ignore[no-untyped-def]
+def _kernels():
     """The compiled kernels, imported on first use (numba's import takes a fraction of a second)."""
     from . import _kernels as k
 
@@ -77,7 +77,7 @@ class Bags:
         over these bags is a bag-sum over its columns (``models.neural.bag_product``)."""
         from . import _kernels as k
 
-        return k.bag_columns(self.ids, self.offsets, self.weights, n_cols, touched_only)  # type: ignore[no-any-return]
+        return k.bag_columns(self.ids, self.offsets, self.weights, n_cols, touched_only)
 
 
 class TrigramHasher:
@@ -246,7 +246,7 @@ class WordTable:
         rows = np.fromiter(map(self._texts.get, texts, repeat(-1)), dtype=np.int64, count=n)
         miss = np.flatnonzero(rows < 0)
         if len(miss):
-            new = list(texts) if len(miss) == n else [texts[i] for i in miss]
+            new = list(texts) if len(miss) == n else [texts[i] for i in miss]  # type: ignore[call-overload]  # numpy ints
             chars = sum(map(len, new))
             if self._chars + chars > TEXT_CACHE_CHARS:  # start afresh: every text is new again
                 self.forget_texts()

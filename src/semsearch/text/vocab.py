@@ -28,7 +28,7 @@ class Vocabulary:
 
     @classmethod
     def build(
-        cls, token_lists: Iterable[Sequence[str]], *, min_count: int = 1, max_size: int | None = None
+        cls, token_lists: Iterable[Iterable[str]], *, min_count: int = 1, max_size: int | None = None
     ) -> Vocabulary:
         """Most frequent terms first (ties alphabetical), so ``max_size`` keeps the most frequent."""
         counts: Counter[str] = Counter()

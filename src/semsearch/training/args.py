@@ -59,7 +59,8 @@ class TrainArgs(Params):
     def _check_dev_metric(self) -> None:
         if not _METRIC.match(self.dev_metric):
             raise ParamError(
-                f"{self._label('dev_metric')} must be a metric like 'ndcg@10', 'recall@100', 'mrr', got {self.dev_metric!r}"
+                f"{self._label('dev_metric')} must be a metric like 'ndcg@10', 'recall@100', 'mrr', "
+                f"got {self.dev_metric!r}"
             )
 
 
@@ -402,7 +403,7 @@ class DistillArgs(TrainArgs):
     epochs: int = param(8, ge=1)
     batch_size: int = param(256, ge=1)
     lr: float = param(0.01, gt=0)
-    optimizer: Literal["sparse-adam"] = "sparse-adam"  # only the rows a batch touches are updated
+    optimizer: Literal["sparse-adam"] = "sparse-adam"  # type: ignore[assignment]  # its own: only the rows a batch touches are updated
     patience: int = param(2, ge=1)
     dev_metric: str = "cosine"  # mean cosine to the teacher over the dev queries
     spans: int = param(2, ge=0)  # random 1-4 word spans taken from each title as extra pseudo-queries

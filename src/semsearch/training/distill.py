@@ -80,7 +80,19 @@ def fit_student(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Build the vocabulary from ``texts`` and fit the rows to the unit ``targets`` (one per text);
-    early stopping on the mean cosine of ``dev_texts`` to ``dev_targets``. Returns the log."""
+    early stopping on the mean cosine of ``dev_texts`` to ``dev_targets``. Returns the log.
+
+    Args:
+        model: the static query encoder trained in place.
+        texts: the training texts.
+        targets: (texts, dim) unit teacher vectors.
+        args: the training settings.
+        dev_texts: texts early stopping is judged on.
+        dev_targets: their teacher vectors.
+        progress: show progress.
+
+    Returns:
+        The training log."""
     if len(texts) != len(targets):
         raise ValueError(f"{len(texts)} texts but {len(targets)} target vectors")
     torch.manual_seed(args.seed)
@@ -147,7 +159,18 @@ def train_static_query(
     **options: Any,
 ) -> dict[str, Any]:
     """The ``static-query`` kind's trainer: the training split's queries, the collection's texts and
-    their spans, encoded by the teacher, then ``fit_student``."""
+    their spans, encoded by the teacher, then ``fit_student``.
+
+    Args:
+        model: the static query encoder trained in place.
+        data: the training split and collection.
+        dev: the dev queries (early stopping).
+        args: the training settings.
+        progress: show progress.
+        **options: the trainer interface's other options (unused).
+
+    Returns:
+        The training log."""
     if options.get("checkpoint_dir"):
         raise ValueError("static-query training does not write checkpoints; train without --checkpoint")
     from ..index.semantic import SemanticRetriever
@@ -159,7 +182,7 @@ def train_static_query(
     teacher = model.teacher
     if getattr(teacher, "runner", False) is None:  # a transformer in torch: encode through ONNX Runtime fp32
         from ..models import (
-            onnxrt,  # (torch's vectors, ~2x faster on a CPU; what index build does)
+            onnxrt,  # (torch's vectors, faster on a CPU; what index build does)
         )
 
         if onnxrt.available():

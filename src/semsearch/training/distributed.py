@@ -179,7 +179,7 @@ def gather(x: torch.Tensor, n: int) -> torch.Tensor:
     m, w = int(sizes.max()), len(sizes)
     if len(x) < m:
         x = torch.cat([x, x.new_zeros((m - len(x), *x.shape[1:]))])
-    out = funcol.wait_tensor(funcol.all_gather_single_autograd(x.contiguous(), 0, dist.group.WORLD))
+    out = funcol.wait_tensor(funcol.all_gather_single_autograd(x.contiguous(), 0, dist.group.WORLD))  # type: ignore[arg-type]  # initialised
     if int(sizes.min()) == m:
         return out
     parts = out.view(w, m, *x.shape[1:])
@@ -217,7 +217,7 @@ def sync_gradients(params: Sequence[torch.nn.Parameter], *figures: float | torch
         groups.setdefault((p.dtype, p.device), []).append(i)
     flats = {}
     for key, idx in groups.items():
-        flat = torch.cat([(grads[i] if grads[i] is not None else torch.zeros_like(params[i])).reshape(-1) for i in idx])
+        flat = torch.cat([(grads[i] if grads[i] is not None else torch.zeros_like(params[i])).reshape(-1) for i in idx])  # type: ignore[union-attr]  # not None
         dist.all_reduce(flat)
         flats[key] = flat.div_(w)
     device = params[0].device if params else torch.device("cpu")

@@ -41,7 +41,7 @@ def train_booster(
     key = f"ndcg@{p.metric_at}"
     if dev is None and cv_folds >= 2:
         cv = lgb.cv(params, dtrain, num_boost_round=rounds, nfold=cv_folds, callbacks=[stop])
-        curve = cv[f"valid {key}-mean"]
+        curve: list[float] = cv[f"valid {key}-mean"]  # type: ignore[assignment]  # a metric's means
         rounds, metric, how = int(np.argmax(curve)) + 1, float(np.max(curve)), f"{cv_folds}-fold CV"
     evals: dict[str, Any] = {}
     callbacks: list[Any] = [lgb.record_evaluation(evals)]
@@ -74,7 +74,18 @@ def cross_validated(
     queries, or comparing rankers on a selection split): each fold's queries are ranked by a
     LambdaMART (booster settings ``params``) trained on the other folds, with ``num_boost_round``
     trees, or, with ``inner_folds`` ≥ 2, as many as an inner k-fold CV over those folds' queries
-    picks (nested CV: the scored fold never chooses anything). Returns the run and each fold's log."""
+    picks (nested CV: the scored fold never chooses anything). Returns the run and each fold's log.
+
+    Args:
+        g: the query groups (features and labels).
+        feature_names: the features' names.
+        k: outer folds.
+        seed: seed of the split.
+        inner_folds: inner CV folds choosing the trees (0: ``num_boost_round``).
+        **params: booster settings.
+
+    Returns:
+        The run and each fold's log."""
     run: Run = {}
     logs = []
     for train_q, test_q in kfold_queries(g.qids, k=k, seed=seed):
@@ -105,7 +116,18 @@ def train_ranker(
     **options: Any,
 ) -> dict[str, Any]:
     """The ``lambdamart`` kind's trainer: its feature models index the training collection, then
-    the booster learns from each training query's judged candidates, labelled by the qrels."""
+    the booster learns from each training query's judged candidates, labelled by the qrels.
+
+    Args:
+        model: the ranker trained in place.
+        data: the training split and collection.
+        dev: the dev queries (early stopping).
+        args: the training settings.
+        progress: show progress.
+        **options: the trainer interface's other options (unused).
+
+    Returns:
+        The training log."""
     if options.get("checkpoint_dir"):
         raise ValueError("lambdamart training does not write checkpoints; train without --checkpoint")
     model.index(data.doc_ids, data.doc_texts)
@@ -184,7 +206,17 @@ def choose_search_effort(
     and scored by ``args.stage_select``; the smallest efSearch within ``args.effort_tolerance`` of
     the best is kept (the graph search is most of a served search's stage-1 time, and its last
     few percent of recall@k move the two-stage results by less than rebuilds do). Returns the
-    choice and every value's dev figures; the caller sets the index (it owns it)."""
+    choice and every value's dev figures; the caller sets the index (it owns it).
+
+    Args:
+        model: the trained stage-2 ranker.
+        search: the two-stage search it serves in.
+        dev: the dev queries.
+        args: the efforts, the selection metric and the tolerance.
+        progress: show progress.
+
+    Returns:
+        The chosen efSearch and each value's dev figures."""
     qids = [q for q in dev.queries if q in dev.qrels and dev.queries[q].strip()]
     texts = [dev.queries[q] for q in qids]
     tried = []
@@ -233,9 +265,21 @@ def fit_stage_ranker(
     collection, labelled by its judgments (unjudged = not relevant). For each stage-1 depth pair in
     ``args.stage_depths`` a booster is trained (early-stopped on dev) and scored on dev by the sum
     of ``args.stage_select`` (default nDCG@10 + Recall@100) over every judged dev query (a
-    relevant product stage 1 misses counts against it); the best pair and its booster are kept. Features are computed once, at the deepest depths.
+    relevant product stage 1 misses counts against it); the best pair and its booster are kept.
+    Features are computed once, at the deepest depths.
     With ``args.search_efforts``, the log's ``search_effort`` names the served efSearch chosen on
-    dev (``choose_search_effort``)."""
+    dev (``choose_search_effort``).
+
+    Args:
+        model: the ranker trained in place.
+        search: the stage-1 search whose hits it learns from.
+        train: the training queries.
+        dev: the dev queries (early stopping and selection).
+        args: the training settings.
+        progress: show progress.
+
+    Returns:
+        The training log."""
 
     if not model.stage_features:
         raise ValueError("fit_stage_ranker: the ranker has no stage_features (a two-stage ranker needs them)")

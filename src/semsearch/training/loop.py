@@ -118,7 +118,26 @@ def epoch_loop(
     ``rng`` (restored in place on resume, so ``batches`` and ``loss`` may close over it);
     ``dev_before``: score the untrained weights first, as epoch 0, so training can keep them;
     ``sharded``: under torchrun, ``loss`` computes this rank's share of each global batch
-    (``training.distributed``) and ``size`` counts the global batch."""
+    (``training.distributed``) and ``size`` counts the global batch.
+
+    Args:
+        net: the network trained.
+        opt: its optimizer.
+        args: epochs, patience, dev metric and the like.
+        batches: an epoch's batches.
+        loss: a batch's loss (or loss and task name).
+        size: items in a batch.
+        dev: the dev figures of the current weights.
+        title: the progress bar's title.
+        rng: the random state checkpoints save and restore.
+        checkpoint: where and how often to checkpoint.
+        progress: show progress.
+        dev_before: score the untrained weights as epoch 0.
+        n_batches: batches in an epoch, for the progress bar.
+        sharded: ``loss`` computes this rank's share (torchrun).
+
+    Returns:
+        The training log."""
     from ..device import keep_freed_memory, resolve_device
 
     keep_freed_memory()  # each step frees and allocates the same large arrays: no page faults anew
@@ -157,7 +176,8 @@ def epoch_loop(
             unit="pairs",
             show=progress and main,
         )
-        t0, totals = time.perf_counter(), {}
+        t0 = time.perf_counter()
+        totals: dict[Any, list[float]] = {}
         seen, steps = 0, 0
         for batch in batches():
             if per_epoch is not None:  # the step's rate, from the step's place in the whole training
@@ -254,7 +274,22 @@ def em_loop(
     """The one EM loop: ``step(i)`` runs iteration ``i`` (E and M) and returns its figures; stops
     after ``iterations`` or, from iteration ``min_iterations`` on, when ``key`` changes by less than
     ``tol`` relative to its size. The progress shows ``key`` and the ``shown`` figures, and a rate
-    of ``items`` (per iteration) ``unit``."""
+    of ``items`` (per iteration) ``unit``.
+
+    Args:
+        step: runs iteration i and returns its figures.
+        iterations: the most iterations.
+        tol: the relative change of ``key`` that stops it.
+        min_iterations: iterations before ``tol`` applies.
+        title: the progress bar's title.
+        progress: show progress.
+        key: the figure that decides convergence.
+        unit: what ``items`` counts.
+        items: items per iteration, for the rate shown.
+        shown: further figures shown.
+
+    Returns:
+        The log."""
     rep = Reporter(title, iterations, unit=unit, show=progress)
     log: list[dict[str, float]] = []
     stopped = f"reached {iterations} iterations"
@@ -274,7 +309,7 @@ def em_loop(
 
 
 # ------------------------------------------------------------------------------------ checkpoints
-def _save_checkpoint(ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:  # type: ignore[no-untyped-def]
+def _save_checkpoint(ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:
     # the whole checkpoint is written beside ck.path and swapped in at once: a run killed at any
     # point resumes from the previous epoch's complete checkpoint, never a mix of two epochs
     from ..data._io import fsync_tree, replace_dir, tmp_dir
@@ -291,7 +326,7 @@ def _save_checkpoint(ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> 
         raise
 
 
-def _write_checkpoint(d, ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:  # type: ignore[no-untyped-def]
+def _write_checkpoint(d, ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:
     import torch
     from safetensors.torch import save_file
 
@@ -315,7 +350,7 @@ def _write_checkpoint(d, ck: Checkpoint, net, opt, epoch, stop, rng, best_state)
     (d / "trainer.json").write_text(json.dumps(meta))
 
 
-def _load_checkpoint(ck: Checkpoint, net, opt, rng, stop):  # type: ignore[no-untyped-def]
+def _load_checkpoint(ck: Checkpoint, net, opt, rng, stop):
     import torch
     from safetensors.torch import load_file
 

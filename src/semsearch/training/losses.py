@@ -31,7 +31,17 @@ def in_batch_loss(
 ) -> torch.Tensor:
     """Each query's positive against the other queries' positives in the batch (B × B cosines, or
     a rank's B' × B: its queries' positives are columns ``first``..``first + B'``); ``same`` marks
-    the other entries that are positives of that query too (masked out)."""
+    the other entries that are positives of that query too (masked out).
+
+    Args:
+        sims: (B, B) or (B', B) cosines of queries to the batch's positives.
+        same: marks other entries that are positives of the query too.
+        gamma: the softmax's γ.
+        first: the column of this rank's first query's positive.
+        scale: a rank's share: the sum times ``scale`` instead of the mean.
+
+    Returns:
+        The loss."""
     logits = (gamma * sims).masked_fill(same, float("-inf"))
     return _cross_entropy(logits, torch.arange(first, first + len(sims), device=sims.device), scale)
 
@@ -55,7 +65,17 @@ def graded_hinge_loss(
     query, the mean over pairs i, j with y_i > y_j of max(0, τ − (y_i − y_j)(s_i − s_j)); then the
     mean over queries that have such a pair (``scale``: their sum times it instead, a rank's share).
     ``scores``/``labels``: (queries, slots); ``valid`` masks the padded slots. (Pairs of equal
-    grade only add the constant τ, so they are left out.)"""
+    grade only add the constant τ, so they are left out.)
+
+    Args:
+        scores: (queries, slots) scores.
+        labels: (queries, slots) grades.
+        valid: masks the padded slots.
+        margin: τ.
+        scale: a rank's share: the sum times ``scale`` instead of the mean.
+
+    Returns:
+        The loss."""
     ds = scores[:, :, None] - scores[:, None, :]
     dy = (labels[:, :, None] - labels[:, None, :]).to(scores.dtype)
     pair = (dy > 0) & valid[:, :, None] & valid[:, None, :]
@@ -126,7 +146,17 @@ def grade_cross_entropy(
     distribution over ``levels`` (``grade_targets``) and the softmax of its (K) grade logits; per
     query, the mean over its valid pairs; then the mean over the queries the list losses count
     (two different grades; ``scale``: their sum times it instead). ``logits``: (queries, slots, K);
-    ``labels``/``valid`` as ``graded_hinge_loss``."""
+    ``labels``/``valid`` as ``graded_hinge_loss``.
+
+    Args:
+        logits: (queries, slots, K) grade logits.
+        labels: (queries, slots) grades.
+        valid: masks the padded slots.
+        levels: the K grade levels.
+        scale: a rank's share: the sum times ``scale`` instead of the mean.
+
+    Returns:
+        The loss."""
     target = grade_targets(labels, levels.to(logits.dtype))
     ce = -(target * torch.log_softmax(logits, dim=-1)).sum(-1).masked_fill(~valid, 0.0)
     per_query = ce.sum(1) / valid.sum(1).clamp(min=1)
@@ -162,7 +192,18 @@ def graded_list_loss(
     scale: float | None = None,
 ) -> torch.Tensor:
     """The named loss over graded lists (``LIST_LOSSES``); ``margin`` is the hinge's τ (the others
-    have none). For "margin_mse" ``labels`` are the teacher's scores, not grades."""
+    have none). For "margin_mse" ``labels`` are the teacher's scores, not grades.
+
+    Args:
+        loss: a name in ``LIST_LOSSES``.
+        scores: (queries, slots) scores.
+        labels: (queries, slots) grades (teacher scores for "margin_mse").
+        valid: masks the padded slots.
+        margin: the hinge's τ.
+        scale: a rank's share: the sum times ``scale`` instead of the mean.
+
+    Returns:
+        The loss."""
     if loss == "hinge":
         return graded_hinge_loss(scores, labels, valid, margin, scale)
     if loss == "listnet":

@@ -58,7 +58,21 @@ def train_mtdnn(
     the classification tasks (default: the train/dev splits of the model's ``domain_set``).
     ``hasher``: a trigram vocabulary to reuse (default: fitted on every training text).
     ``init_l2``: copy the shared layer from another MT-DNN (with ``freeze_l2`` it stays fixed:
-    the DNN2 of the domain-adaptation study)."""
+    the DNN2 of the domain-adaptation study).
+
+    Args:
+        model: the MT-DNN trained in place.
+        data: the ranking task's training data.
+        dev: the ranking task's dev queries.
+        args: the training settings.
+        tasks: the classification tasks' training examples.
+        dev_tasks: their dev examples.
+        hasher: a trigram vocabulary to reuse.
+        init_l2: an MT-DNN whose shared layer is copied.
+        progress: show progress.
+
+    Returns:
+        The training log."""
     domains, ranking = model.domains, model.p.ranking
     if ranking and data is None:
         raise ValueError("this MT-DNN has a ranking task: give ranking training data")
@@ -72,18 +86,18 @@ def train_mtdnn(
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
 
-    pairs = Pairs.build(data) if ranking else None  # type: ignore[arg-type]
+    pairs = Pairs.build(data) if ranking else None  # type: ignore[arg-type]  # data with ranking
     if hasher is None:
-        texts: list[str] = list(tasks.texts) if domains else []  # type: ignore[union-attr]
+        texts: list[str] = list(tasks.texts) if domains else []  # type: ignore[union-attr]  # tasks with domains
         if pairs is not None:
-            texts += pairs.train_texts(data)  # type: ignore[arg-type]
+            texts += pairs.train_texts(data)  # type: ignore[arg-type]  # data with pairs
         hasher = model.vocabulary(texts)
     model.build(hasher, args.seed)
     net: Any = model.net
     if init_l2 is not None:
         if init_l2.hasher is None or init_l2.hasher.trigrams != hasher.trigrams:
             raise ValueError("init_l2 must come from a model over the same trigram vocabulary")
-        net.shared.load_state_dict(init_l2.net.shared.state_dict())  # type: ignore[union-attr]
+        net.shared.load_state_dict(init_l2.net.shared.state_dict())  # type: ignore[union-attr]  # trained net
     if args.freeze_l2:
         if init_l2 is None:
             raise ValueError("freeze_l2 needs init_l2 (a trained shared layer to keep fixed)")
@@ -93,26 +107,29 @@ def train_mtdnn(
     b = args.batch_size
     names = (["rank"] if pairs is not None else []) + domains
     n_rank = -(-len(pairs.q_rows) // b) if pairs is not None else 0
-    n_cls = -(-len(tasks) // b) if domains else 0  # type: ignore[arg-type]
+    n_cls = -(-len(tasks) // b) if domains else 0  # type: ignore[arg-type]  # tasks with domains
     steps = n_rank * len(names) if pairs is not None else n_cls * len(domains)
     if args.task_sampling == "uniform":
         weights = np.full(len(names), 1.0 / len(names))
     else:
-        sizes = np.array(([len(pairs.q_rows)] if pairs is not None else []) + [len(tasks)] * len(domains), float)  # type: ignore[arg-type]
+        sizes = np.array(
+            ([len(pairs.q_rows)] if pairs is not None else []) + [len(tasks)] * len(domains),  # type: ignore[arg-type]  # tasks with domains
+            np.float64,
+        )
         weights = sizes / sizes.sum()
 
     opt = make_optimizer(args, [p for p in net.parameters() if p.requires_grad])
     cls_lr = args.cls_lr if args.cls_lr is not None else args.lr
     qf = df = cf = None
     if pairs is not None:
-        qf, df = model.features(pairs.q_texts), model.features(data.doc_texts)  # type: ignore[union-attr]
+        qf, df = model.features(pairs.q_texts), model.features(data.doc_texts)  # type: ignore[union-attr]  # data with pairs
     if domains:
-        cf = model.features(tasks.texts)  # type: ignore[union-attr]
-        y_all = tasks.labels.astype(np.float32)  # type: ignore[union-attr]
+        cf = model.features(tasks.texts)  # type: ignore[union-attr]  # tasks with domains
+        y_all = tasks.labels.astype(np.float32)  # type: ignore[union-attr]  # tasks with domains
     cursors = {
         name: (rng.permutation(n), 0)
-        for name, n in ((nm, len(pairs.q_rows) if nm == "rank" else len(tasks)) for nm in names)
-    }  # type: ignore[union-attr,arg-type]
+        for name, n in ((nm, len(pairs.q_rows) if nm == "rank" else len(tasks)) for nm in names)  # type: ignore[union-attr, arg-type]  # per task name
+    }
 
     def next_rows(name: str) -> np.ndarray:
         perm, at = cursors[name]
@@ -127,12 +144,12 @@ def train_mtdnn(
     def loss(batch: tuple[str, np.ndarray]) -> tuple[torch.Tensor, str]:
         name, rows = batch
         if name == "rank":
-            value = batch_loss(net, qf, df, pairs, rows, rng, args)  # type: ignore[arg-type]
+            value = batch_loss(net, qf, df, pairs, rows, rng, args)  # type: ignore[arg-type]  # set with pairs
         else:  # under torchrun: this rank's slice of the global batch, its share of the mean
             di = domains.index(name)
             mine, scale = distributed.shard(len(rows)), distributed.loss_scale(len(rows))
             y = torch.as_tensor(y_all[rows[mine], di], device=model_device(net))
-            logits = net.logits(cf.batch(rows[mine]), di)  # type: ignore[union-attr]
+            logits = net.logits(cf.batch(rows[mine]), di)  # type: ignore[union-attr]  # set with domains
             value = (
                 F.binary_cross_entropy_with_logits(logits, y)
                 if scale is None
@@ -146,7 +163,7 @@ def train_mtdnn(
         entry: dict[str, float] = {}
         scores, select = [], args.select
         if dev is not None and pairs is not None:
-            entry["dev_rank"] = dev_score(model, data, dev, args.dev_metric)  # type: ignore[arg-type]
+            entry["dev_rank"] = dev_score(model, data, dev, args.dev_metric)  # type: ignore[arg-type]  # data with pairs
             if select != "classification":
                 scores.append(entry["dev_rank"])
         if dev_tasks is not None:
@@ -185,7 +202,19 @@ def train_mtdnn_kind(
     checkpoint_dir: Any = None,
     resume: bool = False,
 ) -> dict[str, Any]:
-    """``fit``'s entry for the mt-dnn kind: its ranking task only when the model ranks."""
+    """``fit``'s entry for the mt-dnn kind: its ranking task only when the model ranks.
+
+    Args:
+        model: the MT-DNN trained in place.
+        data: the ranking task's training data.
+        dev: the ranking task's dev queries.
+        args: the training settings.
+        progress: show progress.
+        checkpoint_dir: must be None: no checkpoints are written.
+        resume: unused.
+
+    Returns:
+        The training log."""
     if checkpoint_dir:
         raise ValueError("mt-dnn training does not write checkpoints; train without --checkpoint")
     return train_mtdnn(model, data if model.p.ranking else None, dev, args=args, progress=progress)

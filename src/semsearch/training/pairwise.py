@@ -35,7 +35,19 @@ def train_interaction(
     checkpoint_dir: str | Path | None = None,
     resume: bool = False,
 ) -> dict[str, Any]:
-    """Train ``model`` in place on ``data``'s positive pairs; returns a JSON-serialisable log."""
+    """Train ``model`` in place on ``data``'s positive pairs; returns a JSON-serialisable log.
+
+    Args:
+        model: the interaction model trained in place.
+        data: the training split and collection.
+        dev: the dev queries (early stopping).
+        args: the training settings.
+        progress: show progress.
+        checkpoint_dir: where to checkpoint (None: nowhere).
+        resume: resume from the checkpoint.
+
+    Returns:
+        The training log."""
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     pairs = Pairs.build(data)

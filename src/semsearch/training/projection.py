@@ -37,7 +37,19 @@ def train_projection(
     resume: bool = False,
 ) -> dict[str, Any]:
     """Learn ``model``'s vocabulary, idf and A from ``data``'s positive (query, title) pairs;
-    ``dev`` early-stops S2Net (only S2Net checkpoints). Returns the training log."""
+    ``dev`` early-stops S2Net (only S2Net checkpoints). Returns the training log.
+
+    Args:
+        model: the projection model trained in place.
+        data: the training split and collection.
+        dev: the dev queries (S2Net's early stopping).
+        args: PCA-family or S2Net settings.
+        progress: show progress.
+        checkpoint_dir: where S2Net checkpoints (None: nowhere).
+        resume: resume from the checkpoint.
+
+    Returns:
+        The training log."""
     if checkpoint_dir and not isinstance(args, S2NetArgs):
         raise ValueError(f"{model.name} learns in closed form and writes no checkpoints; train without --checkpoint")
     start = time.perf_counter()
@@ -81,9 +93,20 @@ def pca(
     stays sparse. ``method``: "arpack" (``scipy.sparse.linalg.svds``, exact to its tolerance),
     "randomized" (Halko, Martinsson & Tropp 2011: subspace iteration on a random block of
     k + ``oversample`` columns, ``n_iter`` rounds, orthonormalised on the V side only), or "auto":
-    ARPACK up to k = 128 (on homedepot's 71k x 16k TF-IDF: ~3 s at k = 100), randomized above
-    (~9 s at k = 200, where ARPACK takes longer). Small problems always take a dense SVD. Each
-    direction's sign makes its largest-magnitude entry positive (deterministic output)."""
+    ARPACK up to k = 128, randomized above, where ARPACK takes longer
+    (``benchmarks/projection_speed.py`` measures both). Small problems always take a dense SVD. Each
+    direction's sign makes its largest-magnitude entry positive (deterministic output).
+
+    Args:
+        X: (n, V) rows, sparse or dense.
+        k: directions wanted.
+        seed: the randomized method's seed.
+        method: "auto", "arpack" or "randomized".
+        n_iter: the randomized method's rounds.
+        oversample: its extra columns.
+
+    Returns:
+        (V, k) directions and their k variances."""
     n, V = X.shape
     if n == 0 or V == 0:
         raise ValueError("PCA of an empty matrix")
@@ -94,7 +117,7 @@ def pca(
     mean = np.asarray(X.mean(axis=0)).ravel()
     k = min(k, n, V)
     if min(n, V) <= max(2 * k + 10, 200):
-        Xc = (X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)) - mean
+        Xc = (X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)) - mean  # type: ignore[union-attr]  # sparse
         _, s, vt = np.linalg.svd(Xc, full_matrices=False)
         comps, s = vt[:k].T, s[:k]
     else:
@@ -195,7 +218,7 @@ def _s2net(
     tq, tpool = _csr(Xq), _csr(pool)
     n, J, bs = Xq.shape[0], args.negatives, args.batch_size
 
-    def batches():  # type: ignore[no-untyped-def]
+    def batches():
         neg = _sample_negatives(rng, n, J, len(data.doc_ids), pos_keys, pair_query)
         perm = torch.randperm(n).numpy()
         return ((perm[b : b + bs], neg) for b in range(0, n, bs))

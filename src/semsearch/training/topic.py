@@ -49,7 +49,19 @@ def train_topic(
     resume: bool = False,
 ) -> dict[str, Any]:
     """Train on ``data``: PLSA and LDA on the distinct titles of its positive pairs, BLTM on the
-    pairs. ``dev`` is not used: EM stops on its own objective."""
+    pairs. ``dev`` is not used: EM stops on its own objective.
+
+    Args:
+        model: the topic model trained in place.
+        data: the training split and collection.
+        dev: unused.
+        args: the kind's EM settings.
+        progress: show progress.
+        checkpoint_dir: must be None: no checkpoints are written.
+        resume: unused.
+
+    Returns:
+        The training log."""
     if checkpoint_dir:
         raise ValueError(f"{model.name} training does not write checkpoints; train without --checkpoint")
     if model.name == "bltm":
@@ -65,7 +77,7 @@ def fit_texts(
         raise ValueError(f"{model.name} trains on query-title pairs (fit_pairs)")
     args = args if args is not None else _ARGS[model.name]()
     train = _lda if model.name == "lda" else _plsa
-    return _memoized(model, args, texts, lambda: train(model, texts, args, progress))  # type: ignore[arg-type]
+    return _memoized(model, args, texts, lambda: train(model, texts, args, progress))  # type: ignore[arg-type]  # the kind's args
 
 
 def fit_pairs(
@@ -76,13 +88,23 @@ def fit_pairs(
     args: Params | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Train BLTM on aligned query and title texts (default arguments: the kind's)."""
+    """Train BLTM on aligned query and title texts (default arguments: the kind's).
+
+    Args:
+        model: the BLTM trained in place.
+        queries: the query texts.
+        titles: their titles, aligned.
+        args: the EM settings (None: the kind's defaults).
+        progress: show progress.
+
+    Returns:
+        The training log."""
     if model.name != "bltm":
         raise ValueError(f"{model.name} trains on documents (fit_texts)")
     if len(queries) != len(titles):
         raise ValueError(f"{len(queries)} queries but {len(titles)} titles")
     args = args if args is not None else BLTMArgs()
-    return _memoized(model, args, [*queries, "\x01", *titles], lambda: _bltm(model, queries, titles, args, progress))  # type: ignore[arg-type]
+    return _memoized(model, args, [*queries, "\x01", *titles], lambda: _bltm(model, queries, titles, args, progress))  # type: ignore[arg-type]  # the kind's args
 
 
 # ------------------------------------------------------------------------------------ trainers
@@ -181,7 +203,7 @@ def _bltm(
     model: TopicModel, queries: Sequence[str], titles: Sequence[str], args: BLTMArgs, progress: bool
 ) -> dict[str, Any]:
     start = time.perf_counter()
-    one, pr = model.p.one_vocab, args.pr  # type: ignore[attr-defined]
+    one, pr = model.p.one_vocab, args.pr  # type: ignore[attr-defined]  # BLTM's params
     tq = [model.analyzer(t) for t in queries]
     td = [model.analyzer(t) for t in titles]
     mc = args.min_count
@@ -408,7 +430,18 @@ def plsa_step(
     gathering a word's topic vector reads contiguous memory). Returns the new φᵀ (a new array),
     and the log-likelihood Σ n·log s and MAP objective (log-likelihood + (α−1)Σlog θ +
     (β−1)Σlog φ) of the parameters given. Memory: θ and φᵀ, one words x topics accumulator per
-    thread, and the chunks' gathered arrays."""
+    thread, and the chunks' gathered arrays.
+
+    Args:
+        chunks: the documents' word counts in chunks.
+        theta: (docs, topics) θ, updated in place.
+        phiT: (words, topics) φᵀ.
+        alpha: the Dirichlet prior on θ.
+        beta: the Dirichlet prior on φ.
+        threads: worker threads.
+
+    Returns:
+        The new φᵀ, the log-likelihood and the MAP objective."""
 
     def work(group: list[int]) -> tuple[np.ndarray, float, float]:
         word_acc = np.zeros_like(phiT)
@@ -490,11 +523,29 @@ def bltm_step(
     with the safe step 1/L, L = (1/|Q| + 1/|D|)/2 bounding the dual's curvature; ``"diag"`` (the
     default) scales each coordinate by the diagonal of the curvature, fraction_Q(z)/|Q| +
     fraction_D(z)/|D| (an upper bound of the Hessian at the current λ), with the step clipped to
-    twice the safe step: it meets the constraint to ~1e-3 in ~10 steps where plain gradient ascent
-    needs hundreds. At most ``pr_steps`` steps per chunk, fewer once every pair's largest
-    violation is below ``pr_tol``. Pairs with an empty query or title are not constrained."""
+    twice the safe step: it meets the constraint in far fewer steps than plain gradient ascent.
+    At most ``pr_steps`` steps per chunk, fewer once every pair's largest
+    violation is below ``pr_tol``. Pairs with an empty query or title are not constrained.
 
-    def work(group: list[int]):  # type: ignore[no-untyped-def]
+    Args:
+        q_chunks: the pairs' query word counts in chunks.
+        d_chunks: their title word counts, chunked alike.
+        theta: (pairs, topics) θ, updated in place.
+        phiQT: (query words, topics) φᵠᵀ.
+        phiDT: (title words, topics) φᴰᵀ.
+        alpha: the Dirichlet prior on θ.
+        beta: the Dirichlet prior on φ.
+        threads: worker threads.
+        one_vocab: queries and titles share one vocabulary (and φ).
+        lam: (pairs, topics) PR dual variables, updated in place (None: no PR).
+        pr_steps: the most dual steps per chunk.
+        pr_tol: the constraint violation that stops them.
+        pr_method: "diag" or "gradient".
+
+    Returns:
+        The new φᵠᵀ and φᴰᵀ, the log-likelihood, the MAP objective and PR statistics."""
+
+    def work(group: list[int]):
         acc_q = np.zeros_like(phiQT)
         acc_d = acc_q if one_vocab else np.zeros_like(phiDT)
         ll, prior, res_max, res_sum, steps_sum, n_pr = 0.0, 0.0, 0.0, 0.0, 0.0, 0
@@ -572,7 +623,18 @@ def pr_fractions(
     lam: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Expected fraction of each pair's query tokens and of its title tokens on each topic under
-    the (projected, when ``lam`` is given) posteriors: what the PR constraint equates."""
+    the (projected, when ``lam`` is given) posteriors: what the PR constraint equates.
+
+    Args:
+        q_chunks: the pairs' query word counts in chunks.
+        d_chunks: their title word counts, chunked alike.
+        theta: (pairs, topics) θ.
+        phiQT: (query words, topics) φᵠᵀ.
+        phiDT: (title words, topics) φᴰᵀ.
+        lam: PR dual variables (None: unprojected).
+
+    Returns:
+        (pairs, topics) fractions of the query tokens and of the title tokens."""
     fq, fd = np.zeros_like(theta), np.zeros_like(theta)
     for cq, cd in zip(q_chunks, d_chunks):
         th = theta[cq.r0 : cq.r1]

@@ -74,7 +74,19 @@ def train_encoder(
     resume: bool = False,
 ) -> dict[str, Any]:
     """Train ``model`` in place; returns a JSON-serialisable log. A list-valued ``gamma`` trains
-    one model per value and keeps the best on the dev set (γ "set on a held-out set", CLSM §4)."""
+    one model per value and keeps the best on the dev set (γ "set on a held-out set", CLSM §4).
+
+    Args:
+        model: the DSSM or CLSM trained in place.
+        data: the training split and collection.
+        dev: the dev queries (early stopping).
+        args: the training settings.
+        progress: show progress.
+        checkpoint_dir: where to checkpoint (None: nowhere).
+        resume: resume from the checkpoint.
+
+    Returns:
+        The training log."""
     if len(args.gammas) == 1:
         return _train(model, data, dev, args.replace(gamma=args.gammas[0]), progress, checkpoint_dir, resume)
     if dev is None:
@@ -151,7 +163,25 @@ def run_epochs(
 ) -> dict[str, Any]:
     """``loop.epoch_loop`` over ``n_items`` training items shuffled each epoch into minibatches of
     row indices; ``step(rows)`` gives a minibatch's loss (under torchrun: this rank's share of it,
-    ``distributed``); dev ``dev_metric`` after each epoch."""
+    ``distributed``); dev ``dev_metric`` after each epoch.
+
+    Args:
+        model: the model whose net is trained (dev scoring).
+        net: the network trained.
+        opt: its optimizer.
+        vocab: the vocabulary a checkpoint is tied to.
+        step: a minibatch's loss from its rows.
+        n_items: training items.
+        rng: the random generator (checkpointed).
+        data: the training split and collection.
+        dev: the dev queries.
+        args: the training settings.
+        progress: show progress.
+        checkpoint_dir: where to checkpoint (None: nowhere).
+        resume: resume from the checkpoint.
+
+    Returns:
+        The training log."""
     b = args.batch_size
 
     def batches() -> Iterable[np.ndarray]:
@@ -183,7 +213,7 @@ def batch_loss(
     df,
     pairs: Pairs,
     rows: np.ndarray,
-    rng: np.random.Generator,  # type: ignore[no-untyped-def]
+    rng: np.random.Generator,
     args: EncoderArgs,
 ) -> torch.Tensor:
     """A minibatch's −log softmax over γ·cosine (``args.gamma`` one number): each query's positive
@@ -191,7 +221,19 @@ def batch_loss(
     Under torchrun (``distributed``) ``rows`` is the global batch: the negatives are drawn for all
     of it (the same on every rank), the rank's slice of queries is scored against them (the
     shared pool's documents, like in-batch positives, each encoded by one rank and gathered) and
-    its loss is its share of the global batch's mean."""
+    its loss is its share of the global batch's mean.
+
+    Args:
+        net: the two towers.
+        qf: the training queries' features.
+        df: the collection's features.
+        pairs: the training pairs.
+        rows: the minibatch's pair rows.
+        rng: the random generator.
+        args: the training settings.
+
+    Returns:
+        The loss."""
     mine, scale = distributed.shard(len(rows)), distributed.loss_scale(len(rows))
     q_rows, d_rows = pairs.q_rows[rows], pairs.d_rows[rows]
     gamma, j, h, n_docs = args.gammas[0], args.negatives, args.hard_negatives, len(df)
@@ -239,11 +281,11 @@ class _GatheredDots(torch.autograd.Function):
     """out[i, j] = q[i] · d[idx[i, j]], as batched matrix-vector products over the gathered rows.
     Its backward gives each row of ``d`` the q-rows that picked it, weighted by their gradients,
     as one bag-sum over the picks grouped by row (``F.embedding_bag`` with per-pick weights; the
-    picks sorted once, in the forward): no (B, J, dim) product and accumulating ``index_add_``.
-    At J = 50 (1024 x 50 picks of 128-d rows) forward and backward take 6 ms instead of 14."""
+    picks sorted once, in the forward): no (B, J, dim) product and accumulating ``index_add_``,
+    which cost more at large J (``benchmarks/train_speed.py`` measures training steps)."""
 
     @staticmethod
-    def forward(ctx, q: torch.Tensor, d: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, q: torch.Tensor, d: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         flat = idx.reshape(-1)
         g = d.index_select(0, flat).view(*idx.shape, d.shape[1])
         order = torch.argsort(flat, stable=True)  # the picks grouped by the row of d they picked
@@ -254,7 +296,7 @@ class _GatheredDots(torch.autograd.Function):
         return torch.bmm(g, q[:, :, None])[:, :, 0]
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[no-untyped-def, override]
+    def backward(ctx, grad: torch.Tensor):
         q, g, order, offsets = ctx.saved_tensors
         gq = torch.bmm(grad[:, None, :], g)[:, 0, :]
         gd = F.embedding_bag(
@@ -289,5 +331,5 @@ def make_optimizer(args: TrainArgs, params: Iterable[torch.nn.Parameter]) -> tor
     params = list(params)
     sparse = args.optimizer == "sgd" and not distributed.active()
     for p in params:
-        p.sparse_grad = sparse  # type: ignore[attr-defined]
+        p.sparse_grad = sparse  # type: ignore[attr-defined]  # torch's own flag
     return (torch.optim.SGD if args.optimizer == "sgd" else torch.optim.Adam)(params, lr=args.lr)

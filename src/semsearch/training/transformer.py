@@ -110,6 +110,19 @@ class Clusters:
         rng: np.random.Generator,
         seed: int,
     ) -> Clusters:
+        """k-means clusters of the documents (a sample) and each query's nearest cluster.
+
+        Args:
+            encoder: embeds the documents and queries.
+            doc_texts: the collection's texts.
+            queries: the training queries.
+            n_clusters: k-means clusters.
+            max_docs: documents clustered (a random sample).
+            rng: the random generator.
+            seed: k-means' seed.
+
+        Returns:
+            The clusters."""
         import faiss
 
         rows = (
@@ -135,7 +148,18 @@ def add_negatives(
     neg_cluster: int,
     clusters: Clusters | None,
 ) -> list[Example]:
-    """Append NEG_global and NEG_cluster documents to every example (distinct, none judged)."""
+    """Append NEG_global and NEG_cluster documents to every example (distinct, none judged).
+
+    Args:
+        examples: the training lists.
+        rng: the random generator.
+        n_docs: documents in the collection.
+        neg_global: NEG_global documents per list.
+        neg_cluster: NEG_cluster documents per list.
+        clusters: the query clusters (None: no NEG_cluster).
+
+    Returns:
+        The lists with their negatives."""
     everything = np.arange(n_docs, dtype=np.int64)
     out = []
     for i, ex in enumerate(examples):
@@ -155,7 +179,18 @@ def add_hard_negatives(
     """Append ``n`` hard negatives to every example: documents drawn uniformly from the top
     ``depth`` that a first model retrieves for its query from the whole collection, none judged for
     it nor already in its list. ``source``: "bm25" (default parameters), or the directory of a saved
-    bi-encoder (say, a first BERT(rep) fine-tuned on the same data, as Algorithm 1's first model)."""
+    bi-encoder (say, a first BERT(rep) fine-tuned on the same data, as Algorithm 1's first model).
+
+    Args:
+        examples: the training lists.
+        data: the training split and collection.
+        rng: the random generator.
+        n: hard negatives per list.
+        source: "bm25" or a saved bi-encoder's directory.
+        depth: the top hits drawn from.
+
+    Returns:
+        The lists with their hard negatives."""
     from ..models.lexical import BM25
 
     first: Any = BM25() if source == "bm25" else BiEncoder.load(source)
@@ -203,10 +238,10 @@ def with_teacher(
     weights = [1.0]  # one teacher: its own scale; several: each divided by its own sd, then averaged
     if len(raw) > 1:
         weights = [1.0 / (len(raw) * sd) if sd > 0 else 1.0 / len(raw) for sd in map(spread_of, raw)]
-    mixed = sum(w * flat for w, flat in zip(weights, raw))
+    mixed: np.ndarray = sum(w * flat for w, flat in zip(weights, raw))  # type: ignore[assignment]  # arrays
     sd = spread_of(mixed)
     factors = [w * (spread / sd if sd > 0 else 1.0) for w in weights]
-    flat = sum(f * t for f, t in zip(factors, raw))
+    flat: np.ndarray = sum(f * t for f, t in zip(factors, raw))  # type: ignore[assignment]  # arrays
     return [
         Example(e.query, e.docs, e.grades, e.judged, flat[a:b].astype(np.float32))
         for e, (a, b) in zip(examples, bounds)
@@ -238,12 +273,9 @@ def _check_spread(model: TransformerModel, examples: list[Example], doc_texts: l
     """Margin-MSE matches the student's score margins to the teacher's, rescaled to a within-list sd
     of ``spread``. When the student's own scores spread far wider or narrower (a dot-product
     bi-encoder against the default 0.1, meant for cosine), its first steps go to shrinking or
-    stretching every margin rather than to ordering the lists. On 20 real Home Depot training lists
-    (judged titles only, 4 epochs, a cross-encoder teacher fitted to them), a dot-product MiniLM
-    student, whose own spread there is 4.7, went from NDCG@1 0.47 to 0.40 at 0.1, 0.63 at 1.0, 0.75
-    at 3.0 and 0.79 at 7.3; a cosine one from 0.57 to 0.80 at 0.1. (Over lists with 3 random
-    negatives MiniLM spreads 7.3 as a dot product and 0.20 as a cosine.) Measures the student's spread on
-    ``SPREAD_LISTS`` lists, notes a mismatch of more than 4x and returns the spread (the log's
+    stretching every margin rather than to ordering the lists, and the student learns less (a
+    dot-product MiniLM spreads its scores far wider than a cosine one). Measures the student's
+    spread on ``SPREAD_LISTS`` lists, notes a mismatch of more than 4x and returns the spread (the log's
     ``student_spread``)."""
     sd = list_spread(model, examples[:SPREAD_LISTS], doc_texts)
     if sd > 0 and not 0.25 <= spread / sd <= 4.0:
@@ -267,7 +299,19 @@ def train_transformer(
     checkpoint_dir: str | Path | None = None,
     resume: bool = False,
 ) -> dict[str, Any]:
-    """Fine-tune ``model`` in place (Algorithm 1); returns a JSON-serialisable log."""
+    """Fine-tune ``model`` in place (Algorithm 1); returns a JSON-serialisable log.
+
+    Args:
+        model: the bi- or cross-encoder trained in place.
+        data: the training split and collection.
+        dev: the dev queries (early stopping).
+        args: the training settings.
+        progress: show progress.
+        checkpoint_dir: where to checkpoint (None: nowhere).
+        resume: resume from the checkpoint.
+
+    Returns:
+        The training log."""
     if checkpoint_dir is not None or resume:
         raise ValueError(f"{model.name}: training does not write checkpoints; train without --checkpoint")
     if len(args.margins) > 1 and dev is None:
@@ -280,7 +324,7 @@ def train_transformer(
     if args.neg_cluster > 0:
         t0 = time.perf_counter()
         if args.cluster_model == "first":
-            encoder: BiEncoder = type(model)(**model.params())  # type: ignore[assignment]
+            encoder: BiEncoder = type(model)(**model.params())  # type: ignore[assignment]  # a bi-encoder
             log["first_model"] = _tune(encoder, data, examples, dev, _first_model_args(args), progress, "first model")
         else:
             p = model.p
@@ -306,7 +350,7 @@ def train_transformer(
         t0 = time.perf_counter()
         teachers = [CrossEncoder.load(d) for d in args.teachers]
         assert all(isinstance(t, CrossEncoder) for t in teachers)
-        examples, log["teacher_factors"] = with_teacher(examples, teachers, data.doc_texts, args.teacher_spread)
+        examples, log["teacher_factors"] = with_teacher(examples, teachers, data.doc_texts, args.teacher_spread)  # type: ignore[arg-type]  # asserted
         log["teacher_seconds"] = time.perf_counter() - t0
         del teachers
         log["student_spread"] = _check_spread(model, examples, data.doc_texts, args.teacher_spread)
@@ -326,7 +370,7 @@ def _check_grades(model: TransformerModel, args: TransformerArgs, examples: list
     args.check_with(model.p)  # as recipe() does at the edge: arguments built in Python meet the model here
     if not (isinstance(model, CrossEncoder) and model.graded):
         return
-    levels = model.p.grades  # type: ignore[attr-defined]
+    levels = model.p.grades
     lo = min(float(e.grades.min()) for e in examples)
     hi = max(float(e.grades.max()) for e in examples)
     if lo < levels[0] or hi > levels[-1]:
@@ -397,7 +441,7 @@ def _train(
         perm = rng.permutation(len(examples))
         return ([examples[i] for i in perm[s : s + b]] for s in range(0, len(perm), b))
 
-    evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None  # type: ignore[arg-type]
+    evaluate = (lambda: {"dev": dev_score(model, data, dev, args.dev_metric)}) if dev is not None else None
     log = epoch_loop(
         net,
         opt,
@@ -462,7 +506,8 @@ def _batch_loss(
     loss: str = "hinge",
     grade_weight: float = 0.0,
 ) -> torch.Tensor:
-    """Eq. 3 (``loss`` "hinge"; "listnet": ListNet) over a batch of queries: scores of each query's documents, padded to (B, M);
+    """Eq. 3 (``loss`` "hinge"; "listnet": ListNet) over a batch of queries: scores of each query's
+    documents, padded to (B, M);
     a graded cross-encoder adds ``grade_weight`` times its grade cross-entropy (``grade_cross_entropy``);
     ``share``: a bi-encoder's queries also meet the batch's other documents (``share_negatives``).
     Under torchrun (``distributed``) ``batch`` is the global batch: the rank scores its slice of
@@ -502,13 +547,13 @@ def _batch_loss(
     dev = scores.device
     if grade_weight > 0:
         assert head is not None
-        ok = torch.as_tensor(valid, device=dev)
+        ok_t = torch.as_tensor(valid, device=dev)
         k = head.shape[1]
         logits = torch.zeros((*valid.shape, k), dtype=head.dtype, device=dev).masked_scatter(
-            ok[..., None].expand(-1, -1, k), head
+            ok_t[..., None].expand(-1, -1, k), head
         )
-        levels = torch.tensor(model.p.grades, dtype=head.dtype, device=dev)  # type: ignore[attr-defined]
-        extra = grade_weight * grade_cross_entropy(logits, torch.as_tensor(grades, device=dev), ok, levels, scale)
+        levels = torch.tensor(model.p.grades, dtype=head.dtype, device=dev)  # type: ignore[attr-defined]  # a cross-encoder
+        extra = grade_weight * grade_cross_entropy(logits, torch.as_tensor(grades, device=dev), ok_t, levels, scale)
     return (
         graded_list_loss(
             loss, scores, torch.as_tensor(labels, device=dev), torch.as_tensor(valid, device=dev), margin, scale

@@ -36,7 +36,19 @@ def train_translation(
     checkpoint_dir: str | Path | None = None,
     resume: bool = False,
 ) -> dict[str, Any]:
-    """Train on ``data.pair_texts()`` (``dev`` is unused: EM has no early stopping)."""
+    """Train on ``data.pair_texts()`` (``dev`` is unused: EM has no early stopping).
+
+    Args:
+        model: the WTM or PTM trained in place.
+        data: the training split and collection.
+        dev: unused.
+        args: the EM settings.
+        progress: show progress.
+        checkpoint_dir: must be None: no checkpoints are written.
+        resume: unused.
+
+    Returns:
+        The training log."""
     if checkpoint_dir:
         raise ValueError(f"{model.name} training does not write checkpoints; train without --checkpoint")
     start = time.perf_counter()
@@ -139,7 +151,19 @@ def ibm1(
     source word. The log-likelihood Σ c_q·log(Σ_w c_w·t(q|w) / (|D| + 1)) of the parameters
     before each update is recorded; EM cannot decrease it. EM runs on ``loop.em_loop``: it stops
     after ``iterations``, or once the relative change is at most ``tol`` (said in ``log["stopped"]``).
-    Target tokens of a pair with an empty source and no NULL cannot be generated and are skipped."""
+    Target tokens of a pair with an empty source and no NULL cannot be generated and are skipped.
+
+    Args:
+        source: (pairs, V) source counts.
+        target: (pairs, V) target counts.
+        iterations: the most EM iterations.
+        tol: the relative log-likelihood change that stops EM.
+        null: source sentences have a NULL word.
+        progress: show progress.
+        name: the progress bar's title.
+
+    Returns:
+        t(target|source), t(target|NULL) and the log."""
     if source.shape != target.shape:
         raise ValueError(f"source {source.shape} and target {target.shape} count matrices differ")
     n_pairs, V = source.shape
@@ -154,7 +178,6 @@ def ibm1(
     keep = L > 0
     e_pair, e_term, e_cnt, L = e_pair[keep], e_term[keep], e_cnt[keep], L[keep]
     skipped = float(target.data.sum() - e_cnt.sum())
-    E = len(e_pair)
     link_e, within = runs(L)
     is_null = within >= nd[e_pair[link_e]]
     src_pos = np.minimum(source.indptr[e_pair[link_e]] + within, max(len(source.indices) - 1, 0))
