@@ -83,13 +83,16 @@ def main() -> None:
     run = rank(trained, {q: queries[q] for q in qrels}, {q: list(docs) for q, docs in qrels.items()})
     result = evaluate(run, qrels, METRICS)
 
+    best_dev = log.get("best_dev")
+    if not (isinstance(best_dev, float) and math.isfinite(best_dev)):
+        best_dev = None  # no dev split (or a family that logs none)
     summary = {
         "model": args.model,
         "out": str(args.out),
         "positive_pairs": len(data.positives),
         # what the gradient trainers log (other families log their own keys: see training.json)
         "best_epoch": log.get("best_epoch"),
-        "best_dev": log.get("best_dev"),
+        "best_dev": best_dev,
         "stopped": log.get("stopped"),
         "test_queries": result.n_queries,
         "test": result.mean,
@@ -102,8 +105,7 @@ def main() -> None:
     )
     if log.get("stopped"):
         kept = f"; kept epoch {log['best_epoch']}" if "best_epoch" in log else ""
-        best_dev = log.get("best_dev")
-        kept += f" (dev {best_dev:.4f})" if isinstance(best_dev, float) and math.isfinite(best_dev) else ""
+        kept += f" (dev {best_dev:.4f})" if best_dev is not None else ""
         print(log["stopped"] + kept)
     print(f"{ds.name}/{args.test}, {result.n_queries} queries, judged documents re-ranked:")
     for metric, value in result.mean.items():
