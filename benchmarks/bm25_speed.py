@@ -222,9 +222,14 @@ def bench_dataset(name: str, fields: str, split: str, args: argparse.Namespace) 
     for kk, key in ((k, "qps"), (100, "qps_top100")):
         for threads in (1, NPROC):
             suffix = "" if threads == 1 else f"_{NPROC}_threads"
-            t, raw_nb = median_time(lambda: nb.search(tput, kk, n_threads=threads, ids=True), reps)
+            # median_time calls the closure within this iteration; the defaults bind kk and threads all the same
+            t, raw_nb = median_time(
+                lambda kk=kk, threads=threads: nb.search(tput, kk, n_threads=threads, ids=True), reps
+            )
             res["bm25s_numba"][key + suffix] = len(tput) / t
-            t, _ = median_time(lambda: ours.search(tput, kk, n_threads=threads, arrays=True), reps)
+            t, _ = median_time(
+                lambda kk=kk, threads=threads: ours.search(tput, kk, n_threads=threads, arrays=True), reps
+            )
             res["ours"]["arrays_" + key + suffix] = len(tput) / t
     res["numba_top100_same_ids"], res["numba_top100_same_scores"] = agreement(
         ours.search(tput, 100), nb.hits(raw_nb), 100
@@ -279,9 +284,12 @@ def print_table(name: str, r: dict) -> None:
     )
     head = f"{'':40} {'ours':>10} {'bm25s':>10} {'rank_bm25':>10} {'ours/bm25s':>11} {'ours/rank_bm25':>15}"
     print(head + "\n" + "-" * len(head))
+
+    def ratio(a, other):
+        return f"{a / other:.2f}x" if other else "-"
+
     for label, a, b, c in rows:
-        ratio = lambda other: f"{a / other:.2f}x" if other else "-"  # noqa: E731
-        print(f"{label:40} {fmt(a):>10} {fmt(b):>10} {fmt(c):>10} {ratio(b):>11} {ratio(c):>15}")
+        print(f"{label:40} {fmt(a):>10} {fmt(b):>10} {fmt(c):>10} {ratio(a, b):>11} {ratio(a, c):>15}")
     print(
         f"top-10 identical to bm25s: {r['top10_same_ids']:.1%} of queries (doc ids in order), "
         f"{r['top10_same_scores']:.1%} (scores, i.e. up to tie order)"

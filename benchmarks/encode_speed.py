@@ -204,11 +204,13 @@ def main() -> None:
     st = rows["sentence-transformers"]
     print(hardware_line(hardware(("numpy", "torch", "onnxruntime", "sentence_transformers"))))
     print(
-        f"{'runtime':24s} {'docs/s':>8s} {'vs torch':>8s} {'vs ST':>6s} {'query ms':>9s} {'vs torch':>8s} {'min cos':>9s}"
+        f"{'runtime':24s} {'docs/s':>8s} {'vs torch':>8s} {'vs ST':>6s} "
+        f"{'query ms':>9s} {'vs torch':>8s} {'min cos':>9s}"
     )
     for name, r in rows.items():
         print(
-            f"{name:24s} {r['docs_per_s']:8.0f} {r['docs_per_s'] / base['docs_per_s']:7.2f}x {r['docs_per_s'] / st['docs_per_s']:5.2f}x "
+            f"{name:24s} {r['docs_per_s']:8.0f} {r['docs_per_s'] / base['docs_per_s']:7.2f}x "
+            f"{r['docs_per_s'] / st['docs_per_s']:5.2f}x "
             f"{r['query_ms']:9.2f} {base['query_ms'] / r['query_ms']:7.2f}x {r['cosine_to_torch']:9.6f}"
         )
     ok32 = (
@@ -216,11 +218,13 @@ def main() -> None:
         and rows["onnx fp32"]["cosine_to_torch"] >= TARGET_COSINE
     )
     print(
-        f"target: onnx fp32 >= {TARGET_SPEEDUP}x torch (documents) with cosine >= {TARGET_COSINE}: {'met' if ok32 else 'NOT met'}"
+        f"target: onnx fp32 >= {TARGET_SPEEDUP}x torch (documents) with cosine >= {TARGET_COSINE}: "
+        f"{'met' if ok32 else 'NOT met'}"
     )
     top = ceiling["titles_per_s"]
     print(
-        f"ceiling (the encoder's matrix products alone at our batches' padded shapes, {ceiling['padded_tokens']:,} tokens, "
+        "ceiling (the encoder's matrix products alone at our batches' padded shapes, "
+        f"{ceiling['padded_tokens']:,} tokens, "
         f"{cores} threads): {top:.0f} titles/s at {ceiling['gflops']:.0f} GFLOP/s; "
         + ", ".join(f"{name} {r['docs_per_s'] / top:.0%}" for name, r in rows.items())
         + f" of it; {TARGET_SPEEDUP}x torch would be {TARGET_SPEEDUP * base['docs_per_s'] / top:.0%} of it"
@@ -228,14 +232,15 @@ def main() -> None:
     drop = quality["torch"] - quality["int8"]
     drop_q = quality["torch"] - quality["int8 queries, fp32 documents"]
     print(
-        f"dev nDCG@10 ({len(qids)} queries, judged titles re-ranked): torch {quality['torch']:.4f}, int8 {quality['int8']:.4f} "
-        f"(drop {drop:+.4f}), int8 queries on fp32 documents {quality['int8 queries, fp32 documents']:.4f} (drop {drop_q:+.4f}); "
+        f"dev nDCG@10 ({len(qids)} queries, judged titles re-ranked): torch {quality['torch']:.4f}, "
+        f"int8 {quality['int8']:.4f} (drop {drop:+.4f}), "
+        f"int8 queries on fp32 documents {quality['int8 queries, fp32 documents']:.4f} (drop {drop_q:+.4f}); "
         f"int8 {'within' if max(drop, drop_q) <= MAX_INT8_DROP else 'OUTSIDE'} the {MAX_INT8_DROP} allowance"
     )
     r32, r8 = rows["onnx fp32"], rows["onnx int8"]
     summary = [
         summary_row(
-            "MiniLM document encoding, ONNX fp32 (cosine to torch %.6f)" % r32["cosine_to_torch"],
+            f"MiniLM document encoding, ONNX fp32 (cosine to torch {r32['cosine_to_torch']:.6f})",
             "titles/s",
             r32["docs_per_s"],
             "our torch",

@@ -17,7 +17,8 @@ Needs ``wrk`` (Debian: ``apt-get install wrk``).
 
 Run:
     .venv/bin/python benchmarks/load_test.py --bundle bundles/homedepot --data homedepot --workers 2
-    .venv/bin/python benchmarks/load_test.py --bundle bundles/homedepot --data homedepot --workers 2 --result-cache 0 --queries 20000
+    .venv/bin/python benchmarks/load_test.py --bundle bundles/homedepot --data homedepot --workers 2 \\
+        --result-cache 0 --queries 20000
     .venv/bin/python benchmarks/load_test.py --bundle B --seconds 2 --clients 4   # smoke
 Benchmarks print; they never fail on speed.
 """
@@ -55,7 +56,8 @@ request = function()
 end
 done = function(summary, latency, requests)
   local e = summary.errors
-  io.write(string.format('SEMSEARCH_RESULT {"requests": %d, "duration_us": %d, "connect": %d, "read": %d, "write": %d, "status": %d, "timeout": %d, "p50": %d, "p95": %d, "p99": %d, "max": %d}\\n',
+  io.write(string.format('SEMSEARCH_RESULT {"requests": %d, "duration_us": %d, "connect": %d, "read": %d, '
+    .. '"write": %d, "status": %d, "timeout": %d, "p50": %d, "p95": %d, "p99": %d, "max": %d}\\n',
     summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
     latency:percentile(50), latency:percentile(95), latency:percentile(99), latency.max))
 end
@@ -168,7 +170,8 @@ def main() -> None:
     if args.clients == 200:  # the issue's target here is no error; the tail is reported alongside
         summary = [
             summary_row(
-                f"served search errors, 200 clients, {args.workers} workers, {mode} ({res['throughput_rps']:,.0f} req/s, "
+                f"served search errors, 200 clients, {args.workers} workers, {mode} "
+                f"({res['throughput_rps']:,.0f} req/s, "
                 f"p99 {res['p99_ms']:,.0f} ms)",
                 "errors",
                 float(res["errors"]),
@@ -182,7 +185,8 @@ def main() -> None:
     else:
         summary = [
             summary_row(
-                f"served search p99, {args.clients} clients, {args.workers} workers, {mode} ({res['throughput_rps']:,.0f} req/s)",
+                f"served search p99, {args.clients} clients, {args.workers} workers, {mode} "
+                f"({res['throughput_rps']:,.0f} req/s)",
                 "ms",
                 res["p99_ms"],
                 "the issue's target",

@@ -136,7 +136,8 @@ def table(results: list[dict[str, Any]], hw: dict[str, Any], total_s: float) -> 
             ratio = row.get("ratio")
             lines.append(
                 f"| {r['name']} | {row['measure']} | {row['unit']} | {_fmt(row['ours'])} | {row['peer']} | "
-                f"{_fmt(row.get('peer_value'))} | {'' if ratio is None else f'{ratio:.2f}×'} | {row.get('target', '')} | {met} |"
+                f"{_fmt(row.get('peer_value'))} | {'' if ratio is None else f'{ratio:.2f}×'} | "
+                f"{row.get('target', '')} | {met} |"
             )
     lines += ["", "| script | status | wall time |", "|---|---|---:|"]
     lines += [f"| {r['name']} | {r['status']} | {r['seconds']:.0f} s |" for r in results]

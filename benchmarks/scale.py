@@ -18,7 +18,8 @@ Measured per size, in one child process (so peak memory is that size's alone):
 * **ivfpq**: the titles encoded by a trained DSSM (128-d, letter trigrams) into 1M-title shards
   exactly as ``semsearch encode --shard I/N`` writes them, then one index of all shards as
   ``semsearch index from-shards --one-index`` builds it (IVF-PQ quantizers trained once on a sample;
-  exact re-scoring of a short list from the memory-mapped vectors): encode and build time, resident memory after saving and loading it back,
+  exact re-scoring of a short list from the memory-mapped vectors): encode and build time, resident memory
+  after saving and loading it back,
   p50 / p99 single-query latency, recall@10 against exact search (brute force over all vectors).
   In the same process as the lexical index, so "everything resident" is the two together
   (anonymous memory, and apart the pages of the memory-mapped vectors that re-scoring touched).
@@ -147,7 +148,8 @@ def lexical_queries(m, queries: list[str]) -> dict:  # type: ignore[no-untyped-d
         for mode in modes:
             if hasattr(m, "pruning"):
                 m.pruning = mode
-            out[f"top{k}_{mode}"] = latencies(lambda q: m.retrieve_arrays([q], k), queries)
+            # latencies calls the closure within this iteration; the default binds k all the same
+            out[f"top{k}_{mode}"] = latencies(lambda q, k=k: m.retrieve_arrays([q], k), queries)
             ids, scores, _ = m.retrieve_arrays(queries, k)
             got[mode] = (ids, scores)
         if hasattr(m, "pruning"):
@@ -301,7 +303,9 @@ def vectors(
     out["rss_everything_anon_mb"] = rss_anon_mb() - out["rss_anon0_mb"]  # without mapped file pages
     out["rss_file_mb"] = rss_file_mb()  # pages of memory-mapped files touched (the re-scored vectors)
     print(f"  ivfpq: {json.dumps(iv)}", file=sys.stderr, flush=True)
-    del ix
+    # released by rebinding, not del: pyflakes reads a function-level del of a name that the search
+    # closures above use as the name being undefined in them (F821); the index is freed the same
+    ix = None
     trim()
     if n <= args.hnsw_max:
         v = np.vstack([np.load(p) for p in paths])

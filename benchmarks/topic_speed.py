@@ -141,7 +141,8 @@ def main() -> None:
         print(f"{label:42} {r['tokens']:>10,} {r[key]:>9.3f} {r['tokens_per_s']:>12,.0f} {ratio:>10}")
     if args.threads != 1:
         print(
-            f"\nthread speed-up of our E-step: {res['plsa']['tokens_per_s'] / res['plsa_1_thread']['tokens_per_s']:.2f}x "
+            "\nthread speed-up of our E-step: "
+            f"{res['plsa']['tokens_per_s'] / res['plsa_1_thread']['tokens_per_s']:.2f}x "
             f"with {args.threads} threads"
         )
     path = write_json(

@@ -68,6 +68,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -433,12 +434,18 @@ def encode_ours(ours: Ours, texts: list[str], hasher: TrigramHasher, reps: int, 
     net = model.net
     if ours.name == "dssm":  # encode_documents' path: chunks of ENCODE_CHUNK texts as distinct words' bags
         table, rows = model.hasher.table, chunks(n, ENCODE_CHUNK)
-        featurise = lambda: [table.word_bags(texts[x[0] : x[-1] + 1]) for x in rows]
+
+        def featurise() -> list:
+            return [table.word_bags(texts[x[0] : x[-1] + 1]) for x in rows]
+
         t, batches = median_time(lambda: (new_texts(), featurise())[1], reps)
         r["featurise_titles_per_s"] = n / t
         t, batches = median_time(featurise, reps)
         r["featurise_cached_titles_per_s"] = n / t
-        tower = lambda b: net.d.encode_words(b[2], b[1], b[0])
+
+        def tower(b):
+            return net.d.encode_words(b[2], b[1], b[0])
+
     else:
         t, feats = median_time(lambda: (new_texts(), model.features(texts))[1], reps)
         r["featurise_titles_per_s"] = n / t
@@ -470,10 +477,16 @@ def encode_shapes(ours: Ours, n: int, batch: int = 4096) -> tuple[dict[str, Any]
     if ours.name == "dssm":
         texts, table = ours.model_texts, ours.model.hasher.table
         rows = chunks(n, ENCODE_CHUNK)
-        first_layer = lambda r: table.word_bags(texts[r[0] : r[-1] + 1])[2]
+
+        def first_layer(r):
+            return table.word_bags(texts[r[0] : r[-1] + 1])[2]
+
     else:
         rows = chunks(n, batch)
-        first_layer = lambda r: ours.df.batch(r).bags
+
+        def first_layer(r):
+            return ours.df.batch(r).bags
+
     mats = [first_layer(r).csr(v) for r in rows[: max(1, min(len(rows) - 1, 4))]]  # the last batch is partial
     return (
         {
@@ -530,7 +543,8 @@ def profile_step(ours: Ours, rows: int) -> dict[str, Any]:
 
 def print_profile(p: dict[str, Any]) -> None:
     print(
-        f"\n--- torch.autograd.profiler, one {p['model'].upper()} step, {p['threads']} thread(s), load {p['load_avg_1min']}: "
+        f"\n--- torch.autograd.profiler, one {p['model'].upper()} step, {p['threads']} thread(s), "
+        f"load {p['load_avg_1min']}: "
         f"wall {p['wall_ms']:.0f} ms (profiled), torch ops' self CPU {p['ops_self_cpu_ms']:.0f} ms "
         f"(the rest: Python/numpy batch assembly, profiler overhead)"
     )
@@ -656,9 +670,10 @@ def main() -> None:
             r["ours"] = ours.measure(args.warmup, args.steps, max(args.reps, 3))
             r["ceiling"] = ceiling.measure(args.warmup, args.steps, ours.b)
             r["ceiling_words"] = by_word.measure(args.warmup, args.steps, ours.b)
-            r["ours_1thread"] = with_threads(1, lambda: ours.measure(args.warmup, args.steps, max(args.reps, 3)))
-            r["ceiling_1thread"] = with_threads(1, lambda: ceiling.measure(args.warmup, args.steps, ours.b))
-            r["ceiling_words_1thread"] = with_threads(1, lambda: by_word.measure(args.warmup, args.steps, ours.b))
+            # with_threads calls its function at once: partial binds this iteration's objects (B023)
+            r["ours_1thread"] = with_threads(1, partial(ours.measure, args.warmup, args.steps, max(args.reps, 3)))
+            r["ceiling_1thread"] = with_threads(1, partial(ceiling.measure, args.warmup, args.steps, ours.b))
+            r["ceiling_words_1thread"] = with_threads(1, partial(by_word.measure, args.warmup, args.steps, ours.b))
             training[key] = r
             print(
                 f"[{key}] ours {r['ours']['pairs_per_s']:,.0f} pairs/s, ceiling {r['ceiling']['pairs_per_s']:,.0f} "
@@ -673,11 +688,11 @@ def main() -> None:
                 enc = {
                     "shapes": es,
                     "ours": encode_ours(ours, texts, hasher, args.reps, cold=True),
-                    "ours_1thread": with_threads(1, lambda: encode_ours(ours, texts, hasher, args.reps, cold=False)),
+                    "ours_1thread": with_threads(1, partial(encode_ours, ours, texts, hasher, args.reps, cold=False)),
                 }
                 for tag, thr in (("ours", THREADS), ("ours_1thread", 1)):
                     c = with_threads(
-                        thr, lambda: tower_ceiling.measure(1, max(args.reps, 3), n_titles // es["batches"])
+                        thr, partial(tower_ceiling.measure, 1, max(args.reps, 3), n_titles // es["batches"])
                     )
                     enc[tag]["tower_ceiling_titles_per_s"] = c["pairs_per_s"]
                 encoding[name] = enc
@@ -689,15 +704,15 @@ def main() -> None:
                 )
             if name == "clsm" and j == 4:
                 profiles["clsm J=4"] = profile_step(ours, 15)
-                profiles["clsm J=4, 1 thread"] = with_threads(1, lambda: profile_step(ours, 15))
+                profiles["clsm J=4, 1 thread"] = with_threads(1, partial(profile_step, ours, 15))
             if name == "dssm" and j == js[-1]:
-                profiles[f"dssm J={j}, 1 thread"] = with_threads(1, lambda: profile_step(ours, 10))
+                profiles[f"dssm J={j}, 1 thread"] = with_threads(1, partial(profile_step, ours, 10))
 
     checks: dict[str, Any] = {}
     if args.crosscheck_batches > 0 and 4 in js:
         for name in ("dssm", "clsm"):
             checks[f"{name} J=4"] = with_threads(
-                1, lambda: crosscheck(name, data, args.crosscheck_batches * args.batch, args.batch)
+                1, partial(crosscheck, name, data, args.crosscheck_batches * args.batch, args.batch)
             )
 
     # ---- report
@@ -752,7 +767,10 @@ def main() -> None:
         "\nWhere a step's time goes, ours, ms (median over the timed steps; assembly = the numpy part of "
         "batch_loss timed alone, forward+loss = the rest of batch_loss)"
     )
-    head = f"{'':22} {'assembly':>9} {'fwd+loss':>9} {'backward':>9} {'optimizer':>10} {'step':>8} {'ceiling':>8} {'load':>6}"
+    head = (
+        f"{'':22} {'assembly':>9} {'fwd+loss':>9} {'backward':>9} {'optimizer':>10} "
+        f"{'step':>8} {'ceiling':>8} {'load':>6}"
+    )
     print(head + "\n" + "-" * len(head))
     for key, r in training.items():
         for tag, ctag, lab in (("ours", "ceiling", f"{THREADS} thr"), ("ours_1thread", "ceiling_1thread", "1 thr")):
@@ -795,7 +813,8 @@ def main() -> None:
         for key, c in checks.items():
             print(
                 f"  {key}: {c['pairs']:,} pairs, V={c['vocab']:,}: {c['pairs_per_s']:,.0f} pairs/s "
-                f"(timed loop above, 1 thread: {training[key]['ours_1thread']['pairs_per_s']:,.0f}); load {c['load_avg_1min']}"
+                f"(timed loop above, 1 thread: {training[key]['ours_1thread']['pairs_per_s']:,.0f}); "
+                f"load {c['load_avg_1min']}"
             )
 
     hw_end = load1()
@@ -823,7 +842,8 @@ def main() -> None:
                 f"{name.upper()} training J={j} (batch {args.batch}, best of {THREADS} and 1 threads)",
                 "pairs/s",
                 best,
-                f"compute ceiling of the model's shapes ({MODEL_SHAPES[name]}; matrix products alone, same sizes and threads): "
+                f"compute ceiling of the model's shapes ({MODEL_SHAPES[name]}; "
+                "matrix products alone, same sizes and threads): "
                 f"ours at {best / ceil:.0%}; with the first layer once per distinct word, as ours computes it, "
                 f"{by_word:,.0f}: ours at {best / by_word:.0%}",
                 ceil,

@@ -34,6 +34,10 @@ import time
 import numpy as np
 
 from _common import REPO, hardware, hardware_line, median_time, rss_mb, summary_row, write_json
+from semsearch.data import open_dataset
+from semsearch.index import SemanticRetriever, VectorIndex, recall_at_k, set_threads
+from semsearch.plugins import create_model
+from semsearch.text import TrigramHasher
 
 TARGET_RECALL = 0.95  # IVF-PQ with exact re-scoring, recall@10 against Flat (the speed issue)
 TARGET_MEMORY = 5.0  # ... at >= 5x less resident memory than Flat
@@ -47,10 +51,6 @@ SERVED = next(
     ),
     REPO / "bundles" / "homedepot" / "models" / "static-query" / "index",
 )
-from semsearch.data import open_dataset
-from semsearch.index import SemanticRetriever, VectorIndex, recall_at_k, set_threads
-from semsearch.plugins import create_model
-from semsearch.text import TrigramHasher
 
 
 def bert_rep_encoder():  # type: ignore[no-untyped-def]

@@ -145,7 +145,8 @@ model = "tfidf"
 label = "LambdaMART boosted from BM25"
 model = "lambdamart"
 combine = ["BM25", "TF-IDF"]
-params = { query_norm = "zscore", prior_features = ["BM25"], pair_features = ["query_words", "doc_words", "query_coverage"] }
+params = { query_norm = "zscore", prior_features = ["BM25"], pair_features = [
+    "query_words", "doc_words", "query_coverage"] }
 train = { cv_folds = 5 }
 """
 

@@ -68,7 +68,9 @@ def test_homedepot_bundle_served(shared_data: Path, tmp_path: Path) -> None:
     ty = evaluate(typed, sub, ["ndcg@10", "recall@100"]).mean
     print(
         f"300 dev queries, full corpus: RRF ndcg@10 {h['ndcg@10']:.4f} recall@100 {h['recall@100']:.4f}; "
-        f"union ndcg@10 {un['ndcg@10']:.4f} recall@100 {un['recall@100']:.4f} (queries as typed: {ty['ndcg@10']:.4f}, {ty['recall@100']:.4f}); bm25 ndcg@10 {lx['ndcg@10']:.4f} recall@100 {lx['recall@100']:.4f}; top-10 sources {sources}; "
+        f"union ndcg@10 {un['ndcg@10']:.4f} recall@100 {un['recall@100']:.4f} "
+        f"(queries as typed: {ty['ndcg@10']:.4f}, {ty['recall@100']:.4f}); "
+        f"bm25 ndcg@10 {lx['ndcg@10']:.4f} recall@100 {lx['recall@100']:.4f}; top-10 sources {sources}; "
         f"median server ms {sorted(total_ms)[len(total_ms) // 2]:.1f}"
     )
     assert sources["SEMANTIC"] > 0 and sources["BOTH"] > 0 and sources["LEXICAL"] > 0
@@ -76,6 +78,7 @@ def test_homedepot_bundle_served(shared_data: Path, tmp_path: Path) -> None:
     assert h["recall@100"] >= lx["recall@100"] - 0.02  # adding semantic hits must not lose lexical recall
     # the default merge (union) keeps BM25's order on top: its NDCG@10 up to tie-breaking
     assert abs(un["ndcg@10"] - lx["ndcg@10"]) < 0.01 and un["recall@100"] >= lx["recall@100"] - 0.01
-    # spelling correction finds what misspelt queries miss (measured here: ndcg@10 0.372 -> 0.394, recall@100 0.672 -> 0.689)
+    # spelling correction finds what misspelt queries miss
+    # (measured here: ndcg@10 0.372 -> 0.394, recall@100 0.672 -> 0.689)
     assert un["recall@100"] > ty["recall@100"] and un["ndcg@10"] > ty["ndcg@10"] - 0.005
     bundle.close()

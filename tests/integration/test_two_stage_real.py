@@ -115,7 +115,8 @@ def test_two_stage_beats_bm25_served(shared_data: Path, tmp_path: Path) -> None:
     }
     mean = {n: {m: sum(v.values()) / len(v) for m, v in r.items()} for n, r in res.items()}
     print("two-stage", mean["two"], "bm25", mean["bm25"])
-    # measured at writing: two-stage 0.584 / 0.903 vs BM25 0.513 / 0.824 (nDCG@10 / Recall@100; an easier sub-collection)
+    # measured at writing: two-stage 0.584 / 0.903 vs BM25 0.513 / 0.824
+    # (nDCG@10 / Recall@100; an easier sub-collection)
     assert mean["two"]["ndcg@10"] > mean["bm25"]["ndcg@10"] + 0.03
     assert mean["two"]["recall@100"] > mean["bm25"]["recall@100"] + 0.03
     for m in ("ndcg@10", "recall@100"):

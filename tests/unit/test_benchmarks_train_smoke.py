@@ -132,7 +132,7 @@ def test_ceiling_multiplies_the_sampled_batches_own_matrices(tmp_path: Path, mon
         ceiling.step()  # the second batch's matrices
         xs = ceiling.sides[0][0]
         assert [int(x.values().numel()) for x, _ in xs] == [m.nnz for m in mats["q"]]
-        for (x, xt), m in zip(xs, mats["q"]):  # Xᵀ keeps the vocabulary rows the batch holds, no others
+        for (_x, xt), m in zip(xs, mats["q"]):  # Xᵀ keeps the vocabulary rows the batch holds, no others
             assert xt.shape[0] == len(np.unique(m.indices)) and int(xt.values().numel()) == m.nnz
     m = sp.csr_matrix(np.array([[0, 2, 0], [0, 0, 0], [1, 0, 3]], dtype=np.float32))
     assert np.array_equal(ts._touched(m).toarray(), [[0, 2, 0], [1, 0, 3]])

@@ -36,7 +36,10 @@ def test_key_reads_no_file(monkeypatch):
 
 
 def test_key_is_the_same_in_another_process():
-    code = "import json, sys; from semsearch.experiments.cache import cache_key; print(cache_key('dssm', json.loads(sys.argv[1])))"
+    code = (
+        "import json, sys; from semsearch.experiments.cache import cache_key; "
+        "print(cache_key('dssm', json.loads(sys.argv[1])))"
+    )
     out = subprocess.run([sys.executable, "-c", code, json.dumps(RECIPE)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == DIGEST
 

@@ -159,7 +159,7 @@ def _gradient_gaps(name: str, steps: int = 6) -> list[float]:
     opt, params = make_optimizer(args, net.parameters()), list(net.parameters())
     rng = np.random.default_rng(0)
     gaps, active = [], distributed.active
-    for i in range(steps):
+    for _ in range(steps):
         rows = rng.permutation(len(pairs.q_rows))[: args.batch_size]
         state = rng.bit_generator.state  # both computations draw the same negatives
         distributed.active = lambda: False

@@ -61,7 +61,7 @@ def dev(data) -> EvalSet:
     """Dev queries with the pool's titles as candidates: a title on the query's topic is relevant."""
     rnd = random.Random(1)
     queries, cands, qrels = {}, {}, {}
-    for i, (topic, words) in enumerate(TOPICS.items()):
+    for i, (_topic, words) in enumerate(TOPICS.items()):
         q = f"dq{i}"
         queries[q] = " ".join(rnd.sample(words, 2))
         docs = rnd.sample(range(len(data.doc_ids)), 12)

@@ -262,7 +262,8 @@ model = "tfidf"
 label = "LambdaMART"
 model = "lambdamart"
 combine = ["BM25", "TF-IDF"]
-params = {{ num_boost_round = 20, min_data_in_leaf = 2, num_leaves = 4, early_stopping = 5, pair_features = ["query_coverage"] }}
+params = {{ num_boost_round = 20, min_data_in_leaf = 2, num_leaves = 4, early_stopping = 5, pair_features = [
+    "query_coverage"] }}
 train = {{ split = "{train}" }}
 """
 

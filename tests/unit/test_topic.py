@@ -190,7 +190,7 @@ def _toy() -> PLSA:
 
 def test_score_equals_the_formula_by_hand():
     m = _toy()
-    ix, theta, phi = m.lexical_index, m.theta.astype(np.float64), m.phi_query.astype(np.float64)
+    theta, phi = m.theta.astype(np.float64), m.phi_query.astype(np.float64)
     tokens = {"a": "t0w1 t0w2 t0w1".split(), "b": "t1w3 t2w0".split(), "c": ["zzz", "t0w1"], "e": []}
     total = sum(len(v) for v in tokens.values())
     query = "t0w1 t1w3 t0w1 zzz unseen"
