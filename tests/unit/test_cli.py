@@ -134,7 +134,7 @@ def test_index_build_with_vector_params(tiny_data, tmp_path, trained_clsm):
 def test_vector_params_are_checked_without_the_vectors():
     """Names and integer values are checked before anything is encoded, for every kind, and only
     those: ivfpq's sub-quantisers must divide the vectors' dimension, unknown until they exist."""
-    from semsearch.cli import _vector_params
+    from semsearch.cli.common import _vector_params
 
     assert _vector_params("ivfpq", []) == {} and _vector_params("ivfpq", ["nprobe=64", "m=48"]) == {
         "nprobe": 64,
