@@ -140,7 +140,7 @@ def index_build(
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
     from ..data import load_corpus, open_dataset
     from ..index import build_bundle
-    from ..index.bundle import RESCORE_WEIGHT
+    from ..index.bundle import RESCORE_WEIGHT, BuildOptions
     from ..plugins import load_model
     from ..ranking.rescore import check_weight
     from ..training.stage_ranker import stage_ranker_trainer
@@ -165,7 +165,21 @@ def index_build(
     if rescorer_onnx is not None:
         _check_onnx(rescorer_onnx, "--rescorer-onnx")
     weight = check_weight(RESCORE_WEIGHT if rescore_weight is None else rescore_weight, "--rescore-weight")
-    index_params = _vector_params(vector_index, vector_param)
+    options = BuildOptions.from_mapping(
+        {
+            "dataset": data,
+            "fields": fields,
+            "vector_index": vector_index,
+            "index_params": _vector_params(vector_index, vector_param),
+            "store": store,
+            "pg_data": None if pg_data is None else str(pg_data),
+            "vector_cache": None if vector_cache is None else str(vector_cache),
+            "rescore_depth": rescore_depth,
+            "rescore_weight": weight,
+            "spelling": correct_queries,
+        },
+        where="index build",
+    )
     corpus = (
         load_corpus(data, skip_bad_lines=skip_bad_lines)
         if Path(data).is_file()
@@ -184,24 +198,7 @@ def index_build(
     if rescorer is not None:
         rs = load_model(rescorer)
         _onnx_models([rs], onnx if rescorer_onnx is None else rescorer_onnx)
-    path = build_bundle(
-        corpus,
-        built,
-        out_dir,
-        ranker=rk,
-        train_ranker=trainer,
-        dataset=data,
-        fields=fields,
-        kind=vector_index,
-        store=store,
-        pg_data=pg_data,
-        vector_cache=vector_cache,
-        rescorer=rs,
-        rescore_depth=rescore_depth,
-        rescore_weight=weight,
-        index_params=index_params,
-        spelling=correct_queries,
-    )
+    path = build_bundle(corpus, built, out_dir, options, ranker=rk, train_ranker=trainer, rescorer=rs)
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
 
 

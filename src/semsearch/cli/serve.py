@@ -92,12 +92,12 @@ def serve_cmd(
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
     import os
-    import shutil
-    import tempfile
 
-    from ..index.bundle import CORRECT_ENV, RESCORE_ENV, RESCORE_WEIGHT_ENV, RESULT_CACHE_ENV
+    from ..index.bundle import LoadOptions
     from ..ranking.rescore import check_weight
-    from ..serving.exposure import API_KEY_ENV, RATE_ENV, Exposure, check_key, check_rate, is_loopback, read_key_file
+    from ..serving.exposure import API_KEY_ENV, Exposure, check_key, check_rate, is_loopback, read_key_file
+    from ..serving.options import LOOPS, ServeOptions
+    from ..serving.server import serve
 
     key = read_key_file(str(api_key_file)) if api_key_file is not None else None
     if key is None and os.environ.get(API_KEY_ENV):
@@ -111,15 +111,8 @@ def serve_cmd(
         if key is None:
             raise ValueError(f"--expose needs an API key: set ${API_KEY_ENV} or give --api-key-file")
     rate = check_rate(rate_limit if rate_limit is not None else 20.0 if expose else 0.0)
-    exposure = Exposure(key, rate)
-    if key is not None:
-        os.environ[API_KEY_ENV] = key  # for the worker processes (Exposure.from_env)
-    os.environ[RATE_ENV] = str(rate)
-    if result_cache is not None:
-        if result_cache < 0:
-            raise ValueError(f"--result-cache must be >= 0, got {result_cache}")
-        os.environ[RESULT_CACHE_ENV] = str(result_cache)  # read by each worker's Bundle.load
-
+    if result_cache is not None and result_cache < 0:
+        raise ValueError(f"--result-cache must be >= 0, got {result_cache}")
     _needs(
         "--rescore",
         rescore,
@@ -127,46 +120,31 @@ def serve_cmd(
     )
     if rescore_depth is not None and rescore_depth < 1:
         raise ValueError(f"--rescore-depth must be >= 1, got {rescore_depth}")
-    weight = "" if rescore_weight is None else str(check_weight(rescore_weight, "--rescore-weight"))
-    os.environ[RESCORE_ENV] = (
-        (str(rescore_depth) if rescore_depth else "on") if rescore else "off"
-    )  # each worker's Bundle.load
-    os.environ[RESCORE_WEIGHT_ENV] = weight
-    os.environ[CORRECT_ENV] = "on" if correct_queries else "off"
-
-    from ..serving import create_app
-    from ..serving.app import BUNDLE_ENV, MULTIPROC_ENV, STORE_ENV
-    from ..serving.server import listen, reserve, run
-
+    weight = None if rescore_weight is None else check_weight(rescore_weight, "--rescore-weight")
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
-    if loop not in ("asyncio", "uvloop"):
-        raise ValueError(f"--loop must be asyncio or uvloop, got {loop!r}")
-    app_ = create_app(bundle, store=store, exposure=exposure)  # loads and verifies the bundle before listening
-    sock = (listen if workers == 1 else reserve)(host, port)  # before announcing: a busy port fails here, naming it
+    if loop not in LOOPS:
+        raise ValueError(f"--loop must be {' or '.join(LOOPS)}, got {loop!r}")
+    load = LoadOptions.from_mapping(
+        {
+            "store": store,
+            "rescore": rescore,
+            "rescore_depth": rescore_depth,
+            "rescore_weight": weight,
+            "correct_queries": correct_queries,
+            **({} if result_cache is None else {"result_cache": result_cache}),
+        },
+        where="serve",
+    )
+    options = ServeOptions(
+        str(bundle.resolve()), load, Exposure(key, rate), host=host, port=port, workers=workers, loop=loop
+    )
     guards = ", ".join(
         [f"API key required ({'file' if api_key_file else '$' + API_KEY_ENV})"] * (key is not None)
         + [f"at most {rate:g} requests/s per client and worker"] * (rate > 0)
     )
-    err.print(
+    announce = (
         f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)}"
-        f"{'; ' + guards if guards else ''})",
-        highlight=False,
+        f"{'; ' + guards if guards else ''})"
     )
-    if workers == 1:
-        run(app_, sock, loop=loop)
-        return
-    del app_
-    os.environ[BUNDLE_ENV], os.environ[STORE_ENV] = str(bundle.resolve()), store or ""
-    # /metrics of any worker adds up all workers: prometheus_client's multiprocess mode, in a
-    # fresh directory (old numbers never leak in) removed at exit
-    os.environ[MULTIPROC_ENV] = metrics_dir = tempfile.mkdtemp(prefix="semsearch-metrics-")
-    # each worker's threads (torch, ONNX Runtime, faiss, LightGBM through OpenMP; the lexical
-    # kernel's numba threads) share the cores with the other workers, not each take them all
-    per_worker = str(max(1, (os.cpu_count() or 1) // workers))
-    os.environ.setdefault("OMP_NUM_THREADS", per_worker)
-    os.environ.setdefault("NUMBA_NUM_THREADS", per_worker)
-    try:
-        run("semsearch.serving.app:app_from_env", sock, workers=workers, loop=loop, factory=True)
-    finally:
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+    serve(options, announce=lambda: err.print(announce, highlight=False))

@@ -12,7 +12,6 @@ query terms that matched in each hit (``text.highlight``) and says what its scor
 from __future__ import annotations
 
 import gc
-import os
 import sys
 import threading
 from contextlib import asynccontextmanager
@@ -22,10 +21,11 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from .. import __version__
-from ..index.bundle import Bundle
+from ..index.bundle import Bundle, LoadOptions
 from .batching import SearchBatcher
 from .exposure import Exposure, Guard
 from .metrics import MULTIPROC_ENV, Metrics, _Measure
+from .options import ServeOptions
 from .routes import MAX_K, MAX_QUERY_CHARS, Highlighter, add_routes
 
 GC_YOUNG = 20_000
@@ -37,15 +37,15 @@ DOCS_STATIC = "/docs-static"
 def create_app(
     bundle: str | Path | Bundle,
     *,
-    store: str | None = None,
+    load: LoadOptions | None = None,
     max_query_chars: int = MAX_QUERY_CHARS,
     max_k: int = MAX_K,
     exposure: Exposure | None = None,
 ) -> FastAPI:
-    """The service for one bundle (a path, loaded and verified now, or a loaded ``Bundle``), with
-    the guards of ``exposure`` (API key, rate limit; None: none, for loopback)."""
+    """The service for one bundle (a path, loaded and verified now as ``load`` says, or a loaded
+    ``Bundle``), with the guards of ``exposure`` (API key, rate limit; None: none, for loopback)."""
     exposure = exposure or Exposure()
-    b = bundle if isinstance(bundle, Bundle) else Bundle.load(bundle, store=store)
+    b = bundle if isinstance(bundle, Bundle) else Bundle.load(bundle, load)
     metrics = Metrics()
     highlighter = Highlighter(b.lexical)
     batcher = SearchBatcher(b, observe=metrics.batch.observe)
@@ -98,14 +98,10 @@ def create_app(
     return app
 
 
-BUNDLE_ENV, STORE_ENV = "SEMSEARCH_BUNDLE", "SEMSEARCH_STORE"
-
-
-def app_from_env() -> FastAPI:
-    """App factory for uvicorn worker processes (``semsearch serve --workers N``): the bundle path
-    and store come from $SEMSEARCH_BUNDLE / $SEMSEARCH_STORE, the guards from $SEMSEARCH_API_KEY /
-    $SEMSEARCH_RATE_LIMIT, since workers import the app by name."""
-    return create_app(os.environ[BUNDLE_ENV], store=os.environ.get(STORE_ENV) or None, exposure=Exposure.from_env())
+def app_from_options(options: ServeOptions) -> FastAPI:
+    """The app of one worker process of ``semsearch serve --workers N`` (uvicorn's factory, called
+    in each worker with the ``ServeOptions`` the parent validated)."""
+    return create_app(options.bundle, load=options.load, exposure=options.exposure)
 
 
 __all__ = [
@@ -115,6 +111,6 @@ __all__ = [
     "MULTIPROC_ENV",
     "Highlighter",
     "SearchBatcher",
-    "app_from_env",
+    "app_from_options",
     "create_app",
 ]

@@ -21,12 +21,22 @@ with a ``SO_REUSEPORT`` socket that never listens (so it gets no connections), u
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
 import socket
-from typing import Any
+import tempfile
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
+
+from .metrics import MULTIPROC_ENV
+
+if TYPE_CHECKING:
+    from .options import ServeOptions
 
 GRACEFUL_SHUTDOWN_S = 5
 
@@ -82,8 +92,8 @@ def _worker_socket(host: str, port: int) -> socket.socket:
 
 
 def run(app: Any, sock: socket.socket, *, workers: int = 1, loop: str = "asyncio", factory: bool = False) -> None:
-    """Serve ``app`` (an ASGI app, or with ``workers`` > 1 an import string, with ``factory`` a
-    function returning the app) on ``sock`` until interrupted: in this process (``sock`` from
+    """Serve ``app`` (an ASGI app, or with ``workers`` > 1 an import string or a picklable
+    callable, with ``factory`` a function returning the app) on ``sock`` until interrupted: in this process (``sock`` from
     ``listen``), or in ``workers`` processes with a socket each on ``sock``'s port (``sock`` from
     ``reserve``; uvicorn's supervisor restarts a worker that dies)."""
     config = uvicorn.Config(
@@ -107,3 +117,35 @@ def run(app: Any, sock: socket.socket, *, workers: int = 1, loop: str = "asyncio
         pass
     finally:
         sock.close()
+
+
+def serve(options: ServeOptions, announce: Callable[[], None] | None = None) -> None:
+    """Serve ``options.bundle`` until interrupted: the bundle is loaded and verified first, then the
+    port is bound (a busy port fails here, naming it), then ``announce`` is called. With several
+    workers each process loads its own copy from the same ``ServeOptions``, which uvicorn's
+    supervisor hands it when it spawns it (pickled through the process's start-up pipe: no
+    environment variable, file or command line carries the options or the API key)."""
+    from .app import app_from_options, create_app
+
+    app = create_app(options.bundle, load=options.load, exposure=options.exposure)
+    sock = (listen if options.workers == 1 else reserve)(options.host, options.port)
+    if announce is not None:
+        announce()
+    if options.workers == 1:
+        run(app, sock, loop=options.loop)
+        return
+    del app
+    # /metrics of any worker adds up all workers: prometheus_client's multiprocess mode, in a
+    # fresh directory (old numbers never leak in) removed at exit
+    os.environ[MULTIPROC_ENV] = metrics_dir = tempfile.mkdtemp(prefix="semsearch-metrics-")
+    # each worker's threads (torch, ONNX Runtime, faiss, LightGBM through OpenMP; the lexical
+    # kernel's numba threads) share the cores with the other workers, not each take them all
+    per_worker = str(max(1, (os.cpu_count() or 1) // options.workers))
+    os.environ.setdefault("OMP_NUM_THREADS", per_worker)
+    os.environ.setdefault("NUMBA_NUM_THREADS", per_worker)
+    try:
+        run(
+            functools.partial(app_from_options, options), sock, workers=options.workers, loop=options.loop, factory=True
+        )
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)

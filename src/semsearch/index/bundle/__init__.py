@@ -11,38 +11,27 @@ folders of builds whose process is gone; ``load`` never takes such a folder for 
 built by the encoder stored beside it (``SemanticRetriever``'s probe check)."""
 
 from ..hybrid import Source
-from .build import RESCORE_WEIGHT, SLEEP_ENV, StageSearch, build_bundle, is_encoder
+from .build import StageSearch, build_bundle, is_encoder
 from .manifest import FORMAT, MANIFEST, SPELLING, STORES, read_manifest
-from .search import (
-    CORRECT_ENV,
-    N_LEXICAL,
-    N_SEMANTIC,
-    RESCORE_ENV,
-    RESCORE_WEIGHT_ENV,
-    RESULT_CACHE_ENV,
-    Bundle,
-    Hit,
-    Result,
-    _top,
-)
+from .options import QUERY_CACHE, RESCORE_WEIGHT, RESULT_CACHE, BuildOptions, LoadOptions
+from .search import N_LEXICAL, N_SEMANTIC, Bundle, Hit, Result, _top
 from .store import _SERVERS, PG_DSN_ENV, pg_dsn
 
 __all__ = [
-    "CORRECT_ENV",
     "FORMAT",
     "MANIFEST",
     "N_LEXICAL",
     "N_SEMANTIC",
     "PG_DSN_ENV",
-    "RESCORE_ENV",
+    "QUERY_CACHE",
     "RESCORE_WEIGHT",
-    "RESCORE_WEIGHT_ENV",
-    "RESULT_CACHE_ENV",
-    "SLEEP_ENV",
+    "RESULT_CACHE",
     "SPELLING",
     "STORES",
+    "BuildOptions",
     "Bundle",
     "Hit",
+    "LoadOptions",
     "Result",
     "Source",
     "StageSearch",

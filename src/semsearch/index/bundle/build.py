@@ -8,8 +8,7 @@ import math
 import os
 import secrets
 import shutil
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,16 +18,13 @@ from ...data import Corpus, write_corpus
 from ...data._io import TMP_SUFFIX, fsync_tree, replace_dir, tmp_dir, write_json
 from ...models import Model
 from ...models.base import sha256_file as _sha256
-from ...ranking.rescore import check_weight, is_pair_scorer
+from ...ranking.rescore import is_pair_scorer
 from ...text import SpellCorrector
 from ..hybrid import HybridHit, HybridRetriever
 from ..semantic import SemanticRetriever, encoder_id
-from .manifest import FORMAT, MANIFEST, SPELLING, STORES
+from .manifest import FORMAT, MANIFEST, SPELLING
+from .options import BuildOptions
 from .store import PG_DSN_ENV, _collection_prefix, _drop_collections, _drop_orphans, pg_dsn
-
-RESCORE_WEIGHT = 1.0  # a new bundle's stage-3 blend weight (index build --rescore-weight)
-SLEEP_ENV = "SEMSEARCH_BUILD_SLEEP"
-"""Seconds to pause after writing the files and before the swap (tests kill a build there)."""
 
 
 def is_encoder(model: Any) -> bool:
@@ -47,24 +43,17 @@ def build_bundle(
     corpus: Corpus,
     models: Sequence[Model],
     out: str | Path,
+    options: BuildOptions | None = None,
     *,
     ranker: Model | None = None,
     train_ranker: Callable[[StageSearch], tuple[Model, dict[str, Any]]] | None = None,
-    dataset: str = "",
-    fields: str = "title+text",
-    kind: str = "flat",
-    store: str = "faiss",
-    pg_data: str | Path | None = None,
-    postgres_dsn: str | None = None,
-    vector_cache: str | Path | None = None,
     rescorer: Model | None = None,
-    rescore_depth: int = 10,
-    rescore_weight: float = RESCORE_WEIGHT,
-    index_params: Mapping[str, int] | None = None,
-    spelling: bool = True,
+    **changes: Any,
 ) -> Path:
     """Index ``corpus`` with each model (at most one lexical model; each encoder gets a vector
-    index of ``kind``) and save everything as a bundle at ``out``, replacing it atomically.
+    index of ``vector_index``) and save everything as a bundle at ``out``, replacing it atomically.
+    ``options`` (``BuildOptions``, with ``changes`` to its fields, e.g. ``dataset="tiny"``) say
+    how; the models are the arguments.
     ``train_ranker``: called with the new bundle's stage 1 (lexical ∪ first encoder) once it is
     indexed, returns the stage-2 ranker to include (a two-stage search, trained in the build) and
     its training log (saved beside it as ``ranker/training.json``).
@@ -80,8 +69,12 @@ def build_bundle(
     scored z(ranker) + ``rescore_weight`` · z(cross-encoder) (inf: the cross-encoder's score alone).
     ``spelling``: keep a spelling corrector of the documents' words (``text.SpellCorrector``),
     which corrects every query before its search unless the bundle is loaded without it."""
-    if store not in STORES:
-        raise ValueError(f"store must be one of {', '.join(STORES)}, got {store!r}")
+    o = (options or BuildOptions()).replace(
+        where="build_bundle", **{k: str(v) if isinstance(v, Path) else v for k, v in changes.items()}
+    )
+    dataset, fields, kind, store, spelling = o.dataset, o.fields, o.vector_index, o.store, o.spelling
+    pg_data, postgres_dsn, vector_cache = o.pg_data, o.postgres_dsn, o.vector_cache
+    rescore_depth, rescore_weight, index_params = o.rescore_depth, o.rescore_weight, o.index_params
     lexical = [m for m in models if not is_encoder(m)]
     encoders = [m for m in models if is_encoder(m)]
     if len(lexical) > 1:
@@ -92,9 +85,6 @@ def build_bundle(
         raise ValueError("give a trained ranker or train_ranker, not both")
     if rescorer is not None and not is_pair_scorer(rescorer):
         raise ValueError(f"the stage-3 re-scorer must be a cross-encoder (bert-rel), not {rescorer.name}")
-    if not isinstance(rescore_depth, int) or isinstance(rescore_depth, bool) or rescore_depth < 1:
-        raise ValueError(f"rescore depth must be an integer >= 1, got {rescore_depth!r}")
-    rescore_weight = check_weight(rescore_weight)
     names = [encoder_id(e) for e in encoders]
     if len(set(names)) != len(names):
         raise ValueError(f"two encoders with the same name in one bundle: {names}")
@@ -210,9 +200,6 @@ def build_bundle(
                 "depth": rescore_depth,
                 "weight": None if math.isinf(rescore_weight) else rescore_weight,
             }  # null: alone
-        pause = float(os.environ.get(SLEEP_ENV, "0") or 0)
-        if pause > 0:
-            time.sleep(pause)
         manifest["files"] = {p.relative_to(tmp).as_posix(): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
         write_json(tmp / MANIFEST, manifest)
         fsync_tree(tmp)

@@ -4,7 +4,6 @@ ranker and the optional stage-3 cross-encoder."""
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -26,18 +25,11 @@ from ..hybrid import SCORERS, HybridHit, HybridRetriever
 from ..semantic import SemanticRetriever
 from ..vector import VectorIndex
 from .manifest import MANIFEST, _same_name, _verify_files, read_manifest
+from .options import QUERY_CACHE, RESULT_CACHE, LoadOptions
 from .store import _open_store
 
 N_LEXICAL, N_SEMANTIC = 300, 20
 """Stage-1 depths of a search without a two-stage ranker (the BERT paper's Sec. 4.4)."""
-RESULT_CACHE_ENV = "SEMSEARCH_RESULT_CACHE"
-RESCORE_ENV = "SEMSEARCH_RESCORE"
-"""``semsearch serve --rescore`` sets it for each worker's bundle: "on" (its stage-3 cross-encoder
-re-scores the depth the bundle was built with), a number (that depth), or "off"/"0"/unset."""
-RESCORE_WEIGHT_ENV = "SEMSEARCH_RESCORE_WEIGHT"  # serve --rescore-weight, for each worker's Bundle.load
-CORRECT_ENV = "SEMSEARCH_CORRECT_QUERIES"
-"""0 / off / false / no: a loaded bundle searches queries as typed (``semsearch serve
---no-correct-queries`` sets it off for each worker); else it corrects them if it has a corrector."""
 
 
 @dataclass(frozen=True)
@@ -72,12 +64,8 @@ def _top(hits: Sequence[HybridHit], scores: np.ndarray, k: int) -> list[int]:
 class Bundle:
     """A loaded bundle: documents, the lexical model, the semantic retrievers, the ranker."""
 
-    QUERY_CACHE = 4096
-    """Recent distinct query embeddings each semantic retriever keeps (``SemanticRetriever.query_cache``)."""
-    RESULT_CACHE = 2048
-    """Recent distinct searches whose results are kept (a loaded bundle never changes, so a
-    repeated search gets the same answer without running either stage or the ranker again);
-    $SEMSEARCH_RESULT_CACHE overrides it (``semsearch serve --result-cache``), 0 turns it off."""
+    QUERY_CACHE = QUERY_CACHE
+    RESULT_CACHE = RESULT_CACHE
 
     def __init__(
         self,
@@ -89,7 +77,7 @@ class Bundle:
         ranker: Model | None,
         *,
         query_cache: int = QUERY_CACHE,
-        result_cache: int | None = None,
+        result_cache: int = RESULT_CACHE,
         rescorer: Any = None,
         rescore_depth: int = 10,
         rescore: bool = False,
@@ -102,9 +90,8 @@ class Bundle:
         self.correct_queries = bool(correct_queries and corrector is not None)
         """Whether searches correct their queries' spelling by default (``search_many``'s ``correct``)."""
         self.store = "faiss"  # where the vectors are searched: faiss, or postgres (set by load)
-        self.result_cache = (
-            int(os.environ.get(RESULT_CACHE_ENV) or self.RESULT_CACHE) if result_cache is None else result_cache
-        )
+        self.result_cache = result_cache
+        """Recent distinct searches whose results are kept (``LoadOptions.result_cache``; 0: none)."""
         self._results: OrderedDict[tuple[Any, ...], Result] = OrderedDict()
         self._results_lock = threading.Lock()
         for r in semantic.values():
@@ -155,10 +142,11 @@ class Bundle:
     def load(
         cls,
         path: str | Path,
+        options: LoadOptions | None = None,
         *,
         store: str | None = None,
-        verify: bool = True,
-        query_cache: int = QUERY_CACHE,
+        verify: bool | None = None,
+        query_cache: int | None = None,
         result_cache: int | None = None,
         rescore: bool | None = None,
         rescore_depth: int | None = None,
@@ -166,15 +154,24 @@ class Bundle:
         correct_queries: bool | None = None,
     ) -> Bundle:
         """Read a bundle (or its ``.old`` backup left by a build killed mid-swap), check every
-        file against the manifest's sha256 and each vector index against its encoder;
-        ``query_cache``: recent query embeddings kept per neural model, ``result_cache``: recent
-        searches' results (None: ``RESULT_CACHE`` or $SEMSEARCH_RESULT_CACHE; 0: none); ``rescore``:
-        run the bundle's stage-3 cross-encoder (None: as $SEMSEARCH_RESCORE says), on the first
-        ``rescore_depth`` hits (None: the depth it was built with), blended with the ranker's scores
-        at ``rescore_weight`` (None: $SEMSEARCH_RESCORE_WEIGHT, else as built; a bundle built before
-        the blend, or with weight null, orders them by the cross-encoder alone); ``correct_queries``: correct
-        each query's spelling before its search, if the bundle has a corrector (None: unless
-        $SEMSEARCH_CORRECT_QUERIES is 0 or off)."""
+        file against the manifest's sha256 and each vector index against its encoder, and open it
+        as ``options`` say (``LoadOptions``; the keyword arguments given, not None, change them).
+        A bundle built before the stage-3 blend, or with weight null, orders its re-scored hits by
+        the cross-encoder alone unless the options name a weight."""
+        given = {
+            "store": store,
+            "verify": verify,
+            "query_cache": query_cache,
+            "result_cache": result_cache,
+            "rescore": rescore,
+            "rescore_depth": rescore_depth,
+            "rescore_weight": rescore_weight,
+            "correct_queries": correct_queries,
+        }
+        opts = options or LoadOptions()
+        changes = {k: v for k, v in given.items() if v is not None}
+        if changes:
+            opts = opts.replace(where="Bundle.load", **changes)
         p = Path(path)
         if TMP_SUFFIX.search(p.name):
             raise ModelDirError(
@@ -187,7 +184,7 @@ class Bundle:
         if not (p / MANIFEST).is_file():
             raise ModelDirError(f"{p}: not a semsearch bundle (no {MANIFEST}); build one with 'semsearch index build'")
         manifest = read_manifest(p)
-        if verify:
+        if opts.verify:
             _verify_files(p, manifest["files"])
         try:
             corpus = load_corpus(p / "documents.jsonl")
@@ -201,7 +198,7 @@ class Bundle:
         lexical = load_model(p / lex["path"]) if lex else None
         if lex:
             _same_name(p, "lexical.name", lex["name"], lexical)
-        store = store or manifest.get("store", "faiss")
+        store = opts.store or manifest.get("store", "faiss")
         semantic = {}
         for i, m in enumerate(manifest.get("models", [])):
             r = SemanticRetriever.load(p / m["path"])
@@ -223,36 +220,23 @@ class Bundle:
             _same_name(p, "rescorer.name", rs["name"], rescorer)
             if not is_pair_scorer(rescorer):
                 raise ModelDirError(f"{p / MANIFEST}: 'rescorer' is a {rs['name']} model, not a cross-encoder")
-        if rescore is None:
-            env = os.environ.get(RESCORE_ENV, "").strip().lower()
-            rescore = env not in ("", "0", "off")
-            if rescore and env.isdigit() and rescore_depth is None:
-                rescore_depth = int(env)
+        rescore_depth = opts.rescore_depth
         if rescore_depth is None:
             rescore_depth = int(rs["depth"]) if rs else 10
-        if rescore_weight is None:
-            env = os.environ.get(RESCORE_WEIGHT_ENV, "").strip()
-            built = rs.get("weight") if rs else None
-            if env:
-                try:
-                    value: Any = float(env)
-                except ValueError:
-                    value = env  # not a number: check_weight says so, naming the variable
-                rescore_weight = check_weight(value, f"${RESCORE_WEIGHT_ENV}")
-            elif built is None:
-                rescore_weight = math.inf
-            else:
-                try:
-                    rescore_weight = check_weight(built, f"{p / MANIFEST}: rescorer.weight")
-                except ValueError as e:
-                    raise ModelDirError(str(e)) from None
+        if opts.rescore_weight is not None:
+            weight = opts.rescore_weight
+        elif not rs or rs.get("weight") is None:
+            weight = math.inf
+        else:
+            try:
+                weight = check_weight(rs["weight"], f"{p / MANIFEST}: rescorer.weight")
+            except ValueError as e:
+                raise ModelDirError(str(e)) from None
         sp = manifest.get("spelling")
         try:
             corrector = SpellCorrector.load(p / sp["path"]) if sp else None
         except ValueError as e:
             raise ModelDirError(str(e)) from None
-        if correct_queries is None:
-            correct_queries = os.environ.get(CORRECT_ENV, "").strip().lower() not in ("0", "off", "false", "no")
         bundle = cls(
             p,
             manifest,
@@ -260,14 +244,14 @@ class Bundle:
             lexical,
             semantic,
             ranker,
-            query_cache=query_cache,
-            result_cache=result_cache,
+            query_cache=opts.query_cache,
+            result_cache=opts.result_cache,
             rescorer=rescorer,
             rescore_depth=rescore_depth,
-            rescore=rescore,
-            rescore_weight=rescore_weight,
+            rescore=opts.rescore,
+            rescore_weight=weight,
             corrector=corrector,
-            correct_queries=correct_queries,
+            correct_queries=opts.correct_queries,
         )
         bundle.store = store
         return bundle
