@@ -10,11 +10,16 @@ from typing import Any
 import typer
 from rich.console import Console
 
+PLAIN_HELP: dict[str, Any] = {"rich_markup_mode": None, "context_settings": {"max_content_width": 200}}
+"""Every command group's help settings: click's plain help, which wraps each text to the terminal
+(up to 200 columns) and never cuts it, where rich's boxes cut long texts and defaults with "…"."""
+
 app = typer.Typer(
     help="Learn, measure and serve semantic search models against lexical baselines.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    **PLAIN_HELP,
 )
 
 out = Console(soft_wrap=True)

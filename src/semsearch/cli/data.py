@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from .common import (
+    PLAIN_HELP,
     _fail,
     _guard,
     app,
@@ -15,7 +16,7 @@ from .common import (
 )
 
 data_app = typer.Typer(
-    help="Inspect the data sets under $SEMSEARCH_DATA (default ../shared/data).", no_args_is_help=True
+    help="Inspect the data sets under $SEMSEARCH_DATA (default ../shared/data).", no_args_is_help=True, **PLAIN_HELP
 )
 app.add_typer(data_app, name="data")
 

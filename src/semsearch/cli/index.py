@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from .common import (
+    PLAIN_HELP,
     _bundle_models,
     _check_onnx,
     _guard,
@@ -23,7 +24,7 @@ from .common import (
     out,
 )
 
-index_app = typer.Typer(help="Build saved search indexes.", no_args_is_help=True)
+index_app = typer.Typer(help="Build saved search indexes.", no_args_is_help=True, **PLAIN_HELP)
 app.add_typer(index_app, name="index")
 
 
@@ -33,7 +34,7 @@ def index_build(
     data: Annotated[
         str,
         typer.Option(
-            help="Documents: a BEIR-layout data set (a name under the data root or a folder), or a TSV file of id<TAB>title[<TAB>text] lines."
+            help="Documents: a BEIR-layout data set (name or folder) or a TSV file of id<TAB>title[<TAB>text] lines."
         ),
     ],
     out_dir: Annotated[Path, typer.Option("--out", help="Bundle directory to create (replaced atomically).")],
@@ -42,7 +43,7 @@ def index_build(
         typer.Option(
             "--models",
             "--model",
-            help="Comma-separated model names or saved model directories: at most one lexical model (bm25, ...) and any neural encoders (saved DSSM/CLSM/bi-encoder directories).",
+            help="Comma-separated models: at most one lexical (bm25, ...) and any saved neural encoders.",
         ),
     ] = "bm25",
     param: Annotated[list[str], typer.Option("--param", help="Lexical model parameter NAME=VALUE (repeatable).")] = [],
@@ -53,7 +54,7 @@ def index_build(
         bool,
         typer.Option(
             "--train-ranker",
-            help="Two-stage search: train a LambdaMART ranker on what this bundle's stage 1 (lexical ∪ first neural model) returns for the data set's train queries, stage depths and trees chosen on its dev queries.",
+            help="Train a stage-2 LambdaMART ranker on stage 1's hits for the train queries (see docs/serving.md).",
         ),
     ] = False,
     ranker_param: Annotated[
@@ -74,7 +75,7 @@ def index_build(
         list[str],
         typer.Option(
             "--vector-param",
-            help="Vector index parameter NAME=VALUE (repeatable), an integer, e.g. efSearch=64 (hnsw, hnswsq: M, efConstruction, efSearch; ivfpq: nlist, m, nbits, nprobe, rerank).",
+            help="Vector index parameter NAME=VALUE (repeatable, integers), e.g. efSearch=64 (see docs/serving.md).",
         ),
     ] = [],
     store: Annotated[
@@ -86,7 +87,7 @@ def index_build(
     pg_data: Annotated[
         Path | None,
         typer.Option(
-            help="postgres store: data directory of the embedded server (default BUNDLE/../.semsearch-pg); $SEMSEARCH_PG_DSN names an existing server instead."
+            help="postgres store: the embedded server's data (default BUNDLE/../.semsearch-pg; or $SEMSEARCH_PG_DSN)."
         ),
     ] = None,
     skip_bad_lines: Annotated[
@@ -96,21 +97,21 @@ def index_build(
         Path | None,
         typer.Option(
             "--vector-cache",
-            help="Directory keeping each neural model's document vectors of this collection between builds (keyed by the document encoder, its weights and the texts): a rebuild, or a static-query model over the same teacher, does not encode the collection again.",
+            help="Directory keeping document vectors between builds, so a rebuild does not encode again.",
         ),
     ] = None,
     onnx: Annotated[
         str,
         typer.Option(
             "--onnx",
-            help="Transformer encoders: inference through ONNX Runtime, 'fp32' (torch's vectors, about 2x faster on a CPU), 'int8' (faster; its quality cost is measured by benchmarks/encode_speed.py), or 'off' (torch). The bundle keeps the export, so the service encodes queries with it.",
+            help="Transformer encoders' inference: fp32 or int8 through ONNX Runtime, or off (torch).",
         ),
     ] = "fp32",
     rescorer: Annotated[
         Path | None,
         typer.Option(
             "--rescorer",
-            help="Stage 3 (optional): a trained cross-encoder directory (semsearch train bert-rel) kept in the bundle to re-score the first --rescore-depth hits; it runs only under `serve --rescore`.",
+            help="Stage 3: a trained cross-encoder directory kept to re-score the first hits under serve --rescore.",
         ),
     ] = None,
     rescore_depth: Annotated[
@@ -120,21 +121,19 @@ def index_build(
         float | None,
         typer.Option(
             "--rescore-weight",
-            help="--rescorer: each re-scored hit's new score is z(ranker's score) + W * z(cross-encoder's score), both standardised over the query's re-scored hits (default 1); inf: the cross-encoder's order alone.",
+            help="--rescorer: weight W in z(ranker) + W * z(cross-encoder) (default 1; inf: its order alone).",
         ),
     ] = None,
     rescorer_onnx: Annotated[
         str | None,
         typer.Option(
             "--rescorer-onnx",
-            help="--rescorer: its inference, fp32, int8 or off as --onnx (default: --onnx's). int8 made stage 3 2.3x as fast on Home Depot at a dev nDCG@10 cost of 0.0035 (README: 'Stage 3').",
+            help="--rescorer: its inference, fp32, int8 or off as --onnx (default: --onnx's; see docs/serving.md).",
         ),
     ] = None,
     correct_queries: Annotated[
         bool,
-        typer.Option(
-            help="Keep a spelling corrector of the documents' words in the bundle; the service corrects each query with it unless served with --no-correct-queries."
-        ),
+        typer.Option(help="Keep a spelling corrector of the documents' words; the service corrects queries with it."),
     ] = True,
 ) -> None:
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
@@ -227,7 +226,7 @@ def index_from_shards_cmd(
         bool,
         typer.Option(
             "--one-index",
-            help="Build one index of all the shards (for one machine: faster to search than N sub-indexes) instead of one sub-index per shard.",
+            help="Build one index of all the shards (one machine) instead of one sub-index per shard.",
         ),
     ] = False,
 ) -> None:

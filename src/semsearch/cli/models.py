@@ -57,21 +57,21 @@ def encode_cmd(
         Path,
         typer.Option(
             "--out",
-            help="Output .npy file (float32, one row per text; unit length for DSSM, CLSM and MT-DNN, raw dot-product vectors for bert-rep).",
+            help="Output .npy file: float32, one row per text (unit length except bert-rep's dot-product vectors).",
         ),
     ],
     side: Annotated[str, typer.Option(help="'query' or 'document' tower.")] = "document",
     shard: Annotated[
         str | None,
         typer.Option(
-            help="I/N: encode only part I of N equal contiguous parts of the texts (1/4 .. 4/4, counted from 1 as --hold-out's folds), for many machines; a shard already written is skipped (resumable). Writes the .npy and a .json beside it (ids, rows, model): `semsearch index from-shards` builds one index from them."
+            help="I/N: encode only part I of N of the texts (from 1), resumable; index from-shards joins them."
         ),
     ] = None,
     ray: Annotated[
         int,
         typer.Option(
             "--ray",
-            help="N > 0: encode all N shards as Ray Data tasks (needs `pip install 'semsearch[ray]'`); --out is then a folder every worker reaches, getting shard-IIIII-of-NNNNN.npy files.",
+            help="N > 0: encode N shards as Ray Data tasks (semsearch[ray]); --out is then a shared folder.",
         ),
     ] = 0,
     ray_address: Annotated[
@@ -118,7 +118,7 @@ def export_onnx_cmd(
     precision: Annotated[
         str,
         typer.Option(
-            help="'fp32' (torch's outputs, cosine >= 0.9999 checked) or 'int8' (dynamic quantisation; measure its quality first: benchmarks/encode_speed.py)."
+            help="fp32 (checked against torch's outputs) or int8 (dynamic quantisation; see docs/benchmarks.md)."
         ),
     ] = "fp32",
 ) -> None:
@@ -149,7 +149,8 @@ def explain_cmd(
     top: Annotated[int, typer.Option(help="Neurons / words to show.")] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Why the model matches a query and a document: winning words and shared neurons (CLSM), word contributions (any encoder)."""
+    """Why the model matches a query and a document: winning words and shared neurons (CLSM), word
+    contributions (any encoder)."""
     from ..models.explain import explain
     from ..models.neural import NeuralEncoder
     from ..plugins import load_model

@@ -30,15 +30,13 @@ def serve_cmd(
     workers: Annotated[int, typer.Option(help="Worker processes, each with its own copy of the bundle in memory.")] = 1,
     loop: Annotated[
         str,
-        typer.Option(
-            help="Event loop: asyncio (default) or uvloop. On make serve's bundle (2 workers, 50 clients, every query new) they are level: uvloop 1,816 req/s, p99 40.6 ms; asyncio 1,828-1,834 req/s, p99 39.5-40.7 ms."
-        ),
+        typer.Option(help="Event loop: asyncio or uvloop (the two serve alike; see docs/serving.md)."),
     ] = "asyncio",
     result_cache: Annotated[
         int | None,
         typer.Option(
             "--result-cache",
-            help="Recent distinct searches whose answers each worker keeps (default 2,048; 0: every search runs both stages and the ranker).",
+            help="Recent distinct searches whose answers each worker keeps (default 2048; 0: none).",
         ),
     ] = None,
     expose: Annotated[
@@ -52,21 +50,21 @@ def serve_cmd(
         Path | None,
         typer.Option(
             "--api-key-file",
-            help="File holding the API key that /search, /explain and /metrics require in the X-API-Key header (or set $SEMSEARCH_API_KEY; never on the command line).",
+            help="File holding the API key for the X-API-Key header (or $SEMSEARCH_API_KEY; never an argument).",
         ),
     ] = None,
     rate_limit: Annotated[
         float | None,
         typer.Option(
             "--rate-limit",
-            help="Requests a second each client address may send to each worker, with bursts of twice that (429 beyond; default: 20 with --expose, none on loopback; 0: none).",
+            help="Requests a second per client and worker, bursts of twice that (default 20 with --expose; 0: none).",
         ),
     ] = None,
     rescore: Annotated[
         bool,
         typer.Option(
             "--rescore",
-            help="Run the bundle's stage-3 cross-encoder (index build --rescorer) on the first hits of every search: off by default, it costs a transformer pass per re-scored hit (README: 'Stage 3').",
+            help="Run the bundle's stage-3 cross-encoder on the first hits of every search (see docs/serving.md).",
         ),
     ] = False,
     rescore_depth: Annotated[
@@ -80,14 +78,12 @@ def serve_cmd(
         float | None,
         typer.Option(
             "--rescore-weight",
-            help="--rescore: the cross-encoder's weight W in each re-scored hit's score, z(ranker) + W * z(cross-encoder) (default: the bundle's, set by index build --rescore-weight); inf: its order alone.",
+            help="--rescore: weight W in z(ranker) + W * z(cross-encoder) (default: the bundle's; inf: alone).",
         ),
     ] = None,
     correct_queries: Annotated[
         bool,
-        typer.Option(
-            help="Correct each query's spelling against the documents' words before searching (bundles built with a corrector; the answer's corrected_query says what was searched)."
-        ),
+        typer.Option(help="Correct each query's spelling before searching (the answer's corrected_query says so)."),
     ] = True,
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""

@@ -43,7 +43,7 @@ def train_cmd(
         str | None,
         typer.Option(
             "--hold-out",
-            help="Leave fold I/N of the split's queries out of training (counted from 1; e.g. 1/2: train on the other half), so that a stage-2 ranker can learn from queries this model never saw: index build --ranker-param train_fold=I/N.",
+            help="Leave fold I/N of the queries out (from 1), for a ranker: --ranker-param train_fold=I/N.",
         ),
     ] = None,
 ) -> None:
