@@ -1,13 +1,13 @@
 """HTTP search service over a bundle (BERT paper Sec. 2.2 / 4.4, Table 8: lexical ∪ semantic hits,
-each tagged with its source).
+each tagged with its source): ``create_app`` builds the FastAPI app for one loaded bundle.
 
 Everything is loaded at startup; the request path only reads (no writes). ``/search`` runs on the
 event loop and each search runs its lexical stage there while its semantic stage runs in one of
-the bundle's threads; the other handlers are plain functions in FastAPI's thread pool. Bad input
-gets a 4xx answer with a JSON body ``{"error": "..."}``. ``/search`` pages with ``offset``, marks the
-query terms that matched in each hit (``text.highlight``) and says what its scores are (``score_by``);
-``/explain`` gives the ranker's feature contributions to a hit's score when the bundle has a ranker. ``/metrics`` is the Prometheus text format
-(prometheus_client), added up over all worker processes when there are several."""
+the bundle's threads; the other handlers are plain functions in FastAPI's thread pool (the
+handlers: ``routes``; the micro-batching of searches: ``batching``; the metrics: ``metrics``; the
+guards: ``exposure``). Bad input gets a 4xx answer with a JSON body ``{"error": "..."}``.
+``/metrics`` is the Prometheus text format, added up over all worker processes when there are
+several."""
 
 from __future__ import annotations
 
@@ -55,12 +55,12 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
         # the loaded bundle (indexes, documents, models: millions of objects) lives as long as the
-        # process: keep it out of the garbage collector's scans, whose full passes over it paused
-        # searches for hundreds of ms under load
+        # process: keep it out of the garbage collector's scans, whose full passes over it would
+        # pause searches under load
         gc.collect()
         gc.freeze()
-        # a request's objects die by reference counting; young-generation passes 700 allocations
-        # apart (the default) ran ~90 times a second per busy worker for nothing
+        # a request's objects die by reference counting; young-generation passes at the default
+        # threshold would run many times a second in a busy worker for nothing
         thresholds = gc.get_threshold()
         gc.set_threshold(GC_YOUNG, *thresholds[1:])
         ready.set()

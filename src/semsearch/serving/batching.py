@@ -12,9 +12,8 @@ from ..index.bundle import Bundle, Result
 BATCH_CAP = 64
 """Most searches one pass of a worker runs together (``SearchBatcher``)."""
 GATHER_TURNS = 4
-"""Turns of the event loop a search pass waits for more searches (``SearchBatcher``): on make
-serve's bundle at 50 clients, passes of 8 became passes of ~24 and 1,380 req/s 1,830 (p99 46 ->
-40 ms); one client waits ~80 us more (p50 1.71 -> 1.79 ms)."""
+"""Turns of the event loop a search pass waits for more searches (``SearchBatcher``): enough for
+the requests read meanwhile to join the pass, few enough that a lone client hardly waits."""
 
 
 class SearchBatcher:
@@ -24,8 +23,8 @@ class SearchBatcher:
     ranker prediction). A pass starts ``turns`` turns of the event loop after its first search
     arrived (default ``GATHER_TURNS``), so that the requests read in the meantime join it: a
     request read in one turn reaches the batcher in a later one (uvicorn runs each request as a
-    task), and a pass started at once took only those already waiting, so 25 clients per worker
-    settled into three passes of 8 where one of 25 costs a fifth less a search. Passes run on the
+    task), and a pass started at once would take only those already waiting: several small passes
+    where one larger pass costs less a search. Passes run on the
     event loop, one at a time, and the loop reads, parses and answers requests between them."""
 
     def __init__(

@@ -1,5 +1,8 @@
 """The service's handlers: /search, /explain, /health, /ready, /metrics, the search page and its
-assets, with the error handlers that turn each failure into a JSON ``{"error": ...}`` answer."""
+assets, with the error handlers that turn each failure into a JSON ``{"error": ...}`` answer.
+``/search`` pages with ``offset``, marks the query terms that matched in each hit
+(``text.highlight``) and says what its scores are (``score_by``); ``/explain`` gives the ranker's
+feature contributions to a hit's score when the bundle has a ranker."""
 
 from __future__ import annotations
 
@@ -59,8 +62,7 @@ class _JSON(JSONResponse):
 class _Direct(APIRoute):
     """A route whose endpoint takes the ``Request`` and returns a built ``Response``: FastAPI
     documents it like any route (parameters, response model) but calls the endpoint as is, without
-    solving dependencies or reading a body (/search; an endpoint that does nothing: 63 against 90
-    us a request here)."""
+    solving dependencies or reading a body (/search: the hot path)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         return self.endpoint  # type: ignore[return-value]
@@ -87,11 +89,11 @@ class Highlighter:
         a = getattr(lexical, "analyzer", None)
         self.analyzer: Any = Analyzer.from_config(a.config()) if isinstance(a, Analyzer) else a if callable(a) else None
         analyze = self.analyzer or Analyzer()
-        # tuples, not the analyzer's lists: a tuple of strings is untracked by the cyclic GC, and
-        # 65k cached lists made each full collection of a busy worker cost ~20 ms (the p99 tail)
+        # tuples, not the analyzer's lists: a tuple of strings is untracked by the cyclic GC, so
+        # the cache adds nothing to the full collections of a busy worker
         self._word = lru_cache(maxsize=self.WORDS)(lambda word: tuple(analyze(word)))
         # each title's words with their terms, kept per text: the same titles recur in pages, and
-        # analysing their words one by one was ~0.2 ms of a search
+        # analysing their words one by one would be a large part of a cached search
         self._words_of = lru_cache(maxsize=self.WORDS)(lambda text: word_terms(text, self._word))
         self._lock = threading.Lock()
 

@@ -4,20 +4,17 @@ worker processes.
 Why not ``uvicorn.run(..., workers=N)``: its supervisor binds the socket with ``proto`` 0, the
 accepted connections inherit that, and asyncio turns Nagle's algorithm off (``TCP_NODELAY``) only
 on sockets that report ``IPPROTO_TCP`` (uvicorn issue #3149). With Nagle on, a response written
-in two parts (headers, body) waits for the client's delayed ACK: about 40 ms per keep-alive
-request on Linux. Measured here (wrk, 50 connections, an endpoint that does nothing, 2 workers,
-asyncio): 1,136 requests/s at a 44 ms mean through ``uvicorn.run``, 23 requests/s for one client.
+in two parts (headers, body) waits for the client's delayed ACK on every keep-alive request.
 Binding the socket here with ``IPPROTO_TCP`` (and ``TCP_NODELAY`` on the listener, which Linux
 copies to accepted sockets) gives every worker's connections ``TCP_NODELAY``, whichever loop.
 
 Why each worker has its own socket (``SO_REUSEPORT``): with one socket shared by the workers,
 whichever worker wakes first accepts a burst of connections, and keep-alive clients stay where
-they landed. A load test's 50 connections split 31 / 19 between two workers: the first worker
-was saturated while the second idled, 1,123 req/s with p50 46 / p99 88 ms against a 45 ms mean
-(Little's law). With a listening socket per worker bound with ``SO_REUSEPORT`` the kernel spreads
-new connections over them by a hash of their addresses (as nginx's ``reuseport`` and gunicorn's
-``--reuse-port``). The parent first checks the port is free with a plain bind, then holds it
-with a ``SO_REUSEPORT`` socket that never listens (so it gets no connections), until exit."""
+they landed, so one worker can be saturated while another idles. With a listening socket per
+worker bound with ``SO_REUSEPORT`` the kernel spreads new connections over them by a hash of
+their addresses (as nginx's ``reuseport`` and gunicorn's ``--reuse-port``). The parent first
+checks the port is free with a plain bind, then holds it with a ``SO_REUSEPORT`` socket that
+never listens (so it gets no connections), until exit."""
 
 from __future__ import annotations
 

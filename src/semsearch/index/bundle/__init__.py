@@ -7,8 +7,13 @@ A bundle is built in ``BUNDLE.tmp-<pid>`` beside the target, fsynced, then swapp
 (old → ``.BUNDLE.old``, new → ``BUNDLE``, old removed). A build killed at any point leaves a
 loadable bundle: before the swap the old one is untouched; between the two renames ``load``
 falls back to ``.BUNDLE.old``. The next build of the same target removes the ``.tmp-<pid>``
-folders of builds whose process is gone; ``load`` never takes such a folder for a bundle. Loading verifies every checksum and that each vector index was
-built by the encoder stored beside it (``SemanticRetriever``'s probe check)."""
+folders of builds whose process is gone; ``load`` never takes such a folder for a bundle.
+Loading verifies every checksum and that each vector index was built by the encoder stored
+beside it (``SemanticRetriever``'s probe check).
+
+Modules: ``build`` (the atomic build), ``manifest`` (format, checksums, shape checks), ``store``
+(the PostgreSQL server and clean-up), ``search`` (``Bundle``: loading and stages 1-3),
+``options`` (``BuildOptions``, ``LoadOptions``)."""
 
 from ..hybrid import Source
 from .build import StageSearch, build_bundle, is_encoder

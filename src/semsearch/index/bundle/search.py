@@ -52,7 +52,7 @@ class Result:
 
 def _top(hits: Sequence[HybridHit], scores: np.ndarray, k: int) -> list[int]:
     """Positions of the ``k`` best hits by (score desc, doc id): only the hits scoring at least the
-    k-th best score (ties at the cut included) are sorted by that key, not all ~160 candidates."""
+    k-th best score (ties at the cut included) are sorted by that key, not all the candidates."""
     s = np.asarray(scores, dtype=np.float64)
     idx = range(len(s))
     if len(s) > k:
@@ -128,8 +128,7 @@ class Bundle:
                     )
                 r.vectors.stored_vectors()  # read them now, not during the first search
         # a two-stage search runs its stages one after the other: with one core per worker, handing
-        # the semantic stage to a thread cost more than it overlapped (load test, one worker, 25
-        # clients, new queries: 111.7 req/s sequential, 99.0 concurrent)
+        # the semantic stage to a thread costs more than it overlaps
         self._hybrid = {
             name: HybridRetriever(
                 lexical, sem, scorer="union", concurrent=not self.two_stage, locks=self._locks, complete=self.two_stage
@@ -308,7 +307,7 @@ class Bundle:
     ) -> Result:
         """Lexical top ``n_lexical`` and semantic top ``n_semantic`` (run concurrently by the
         ``HybridRetriever`` of ``model``), merged by ``merge_by``: union (lexical order, semantic-only
-        hits after; the default: on homedepot dev RRF with a 2-epoch DSSM lowered BM25's NDCG@10),
+        hits after; the default: it keeps the lexical ranking a weak encoder could spoil),
         rrf or interpolate (weight 0.5, min-max); re-ranked by the ranker if the bundle has one; the
         top ``k`` with their sources and a timing breakdown. A two-stage bundle (its ranker has
         stage features) retrieves at the depths its ranker was trained for, and every hit's score
