@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from ..models import Model
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 PLAIN_HELP: dict[str, Any] = {"rich_markup_mode": None, "context_settings": {"max_content_width": 200}}
 """Every command group's help settings: click's plain help, which wraps each text to the terminal
@@ -34,12 +40,12 @@ def _fail(message: str) -> None:
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
-def _guard(fn):  # type: ignore[no-untyped-def]
+def _guard(fn: F) -> F:
     """Turn the layers' input errors into one clear line and exit code 2 (no traceback)."""
     import functools
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         from ..experiments import SpecError
         from ..index.pgstore import PgStoreError
         from ..models import ModelDirError
@@ -58,7 +64,7 @@ def _guard(fn):  # type: ignore[no-untyped-def]
             msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             _fail(str(msg))
 
-    return wrapper
+    return cast(F, wrapper)
 
 
 def _parse_params(pairs: list[str]) -> dict[str, Any]:
@@ -98,7 +104,7 @@ def _vector_params(kind: str, pairs: list[str]) -> dict[str, int]:
     return params
 
 
-def _model(name_or_dir: str, param: list[str], analyzer: str | None):  # type: ignore[no-untyped-def]
+def _model(name_or_dir: str, param: list[str], analyzer: str | None) -> Model:
     """The model named on the command line, with its --param and --analyzer options."""
     from ..params import ParamError
     from ..plugins import resolve_model
@@ -112,7 +118,7 @@ def _model(name_or_dir: str, param: list[str], analyzer: str | None):  # type: i
         raise ParamError(f"--param: {e}") from None
 
 
-def _bundle_models(names: list[str], param: list[str], analyzer: str | None) -> list:  # type: ignore[type-arg]
+def _bundle_models(names: list[str], param: list[str], analyzer: str | None) -> list[Model]:
     """``index build``'s models; ``--param`` and ``--analyzer`` go to the lexical one (the neural
     models are saved directories or off-the-shelf kinds)."""
     from ..plugins import KINDS
@@ -148,7 +154,7 @@ def _check_onnx(precision: str, option: str = "--onnx") -> None:
         )
 
 
-def _onnx_models(models: list, precision: str) -> None:  # type: ignore[type-arg]
+def _onnx_models(models: list[Model], precision: str) -> None:
     """Transformer models run inference (encoding the collection, and later the service's queries)
     through ONNX Runtime at ``precision``, or in torch with 'off'. A saved model whose folder holds
     an export of that precision keeps it; otherwise its current weights are exported now."""

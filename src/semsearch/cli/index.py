@@ -269,11 +269,11 @@ def search_cmd(
     bundle.close()
     rows = bundle.hits(result)
     if as_json:
-        for h, hh in zip(rows, result.hits):
+        for h, hh in zip(rows, result.hits, strict=True):
             print(json.dumps({**h.__dict__, "source": hh.sources.name}, ensure_ascii=False))
         return
     table = Table("rank", "doc id", "score", "source", "title / text", title=f"{query!r}: {len(rows)} hits")
-    for h, hh in zip(rows, result.hits):
+    for h, hh in zip(rows, result.hits, strict=True):
         shown = h.title or h.text
         table.add_row(
             str(h.rank),

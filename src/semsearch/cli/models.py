@@ -38,12 +38,15 @@ def classify_cmd(
     if as_json:
         out.print_json(
             json.dumps(
-                [{"query": q, **{d: float(p) for d, p in zip(m.domains, row)}} for q, row in zip(queries, probs)]
+                [
+                    {"query": q, **{d: float(p) for d, p in zip(m.domains, row, strict=True)}}
+                    for q, row in zip(queries, probs, strict=True)
+                ]
             )
         )
         return
     table = Table("query", *m.domains)
-    for q, row in zip(queries, probs):
+    for q, row in zip(queries, probs, strict=True):
         table.add_row(q, *(f"{p:.3f}" for p in row))
     out.print(table)
 

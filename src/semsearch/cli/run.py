@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
+
+if TYPE_CHECKING:
+    from ..data import Fields
 
 from .common import (
     _guard,
@@ -63,7 +66,7 @@ def run_cmd(
         qs = {q: all_q[q] for q in ds.qrels(split)} if split in ds.splits else all_q
     m = _model(model, param, analyzer)
     corpus = ds.corpus()
-    texts = corpus.joined(fields)
+    texts = corpus.joined(cast("Fields", fields))  # join_fields refuses other values
     if correct_queries:
         from ..text import SpellCorrector
 
@@ -74,8 +77,8 @@ def run_cmd(
         qs = fixed
     start = time.perf_counter()
     if not (isinstance(m, LexicalModel) and m.indexed and list(m.doc_ids) == corpus.ids):
-        m.index(corpus.ids, texts)  # type: ignore[arg-type]
-    if isinstance(m, LexicalModel) and m.p.stats == "exclude-query-pool":
+        m.index(corpus.ids, texts)
+    if isinstance(m, LexicalModel) and getattr(m.p, "stats", None) == "exclude-query-pool":
         m.use_pools(query_pools(ds, qs))
     if candidates == "full":
         run = rank(m, qs, k=k, progress="retrieving")
@@ -127,7 +130,7 @@ def evaluate_cmd(
         raise ValueError("run files must have distinct names")
     table = ResultTable(baselines=baseline or labels[:1])
     ms = [m.strip() for m in metrics.split(",") if m.strip()]
-    for label, path in zip(labels, runs):
+    for label, path in zip(labels, runs, strict=True):
         table.add(label, evaluate(read_run(path), qr, ms, gain=gain, queries=query_set, rel_threshold=rel_threshold))
     out.print(table.to_markdown(columns=ms), highlight=False)
     if json_out:

@@ -108,7 +108,7 @@ def _train(
     m = create_model(model, **model_kw)
     ds = open_dataset(data)
     dev_split = dev if dev is not None else ("dev" if "dev" in ds.splits else None)
-    train_data = TrainingData.from_dataset(ds, split, threshold=threshold, fields=fields)  # type: ignore[arg-type]
+    train_data = TrainingData.from_dataset(ds, split, threshold=threshold, fields=fields)  # type: ignore[arg-type]  # checked
     held: list[str] = []
     if hold_out is not None:
         held = hold_out.queries(ds.qrels(split))
@@ -122,7 +122,7 @@ def _train(
             + (f", {distributed.world()} processes" if distributed.active() else ""),
             highlight=False,
         )
-    options = {"checkpoint_dir": checkpoint, "resume": resume} if checkpoint else {}
+    options: dict[str, Any] = {"checkpoint_dir": checkpoint, "resume": resume} if checkpoint else {}
     log = fit(m, train_data, dev_set, args=args, **options)
     if hold_out is not None:
         log["held_out"] = {"split": split, "fold": str(hold_out), "queries": len(held)}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import sys
 import threading
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def create_app(
     ready = threading.Event()  # set while the loaded bundle is being served: startup done, no shutdown yet
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # the loaded bundle (indexes, documents, models: millions of objects) lives as long as the
         # process: keep it out of the garbage collector's scans, whose full passes over it would
         # pause searches under load
@@ -82,8 +83,8 @@ def create_app(
     app.state.bundle, app.state.metrics = b, metrics
 
     # the guard runs inside the measuring middleware, so refusals (401, 413, 414, 429) are counted too
-    app.add_middleware(Guard, exposure=exposure)  # type: ignore[arg-type]
-    app.add_middleware(_Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]
+    app.add_middleware(Guard, exposure=exposure)
+    app.add_middleware(_Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]  # BaseRoute.path
     add_routes(
         app,
         b,

@@ -78,7 +78,7 @@ class SearchBatcher:
             return
         if self.observe is not None:
             self.observe(len(batch))
-        for (_, _, arrived, future), r in zip(batch, results):
+        for (_, _, arrived, future), r in zip(batch, results, strict=True):
             r.timing["queue_ms"] = 1000 * (start - arrived)
             if not future.done():  # (cancelled: the client went away)
                 future.set_result(r)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Coroutine
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 from urllib.parse import parse_qsl
 
 import orjson
@@ -65,7 +65,7 @@ class _Direct(APIRoute):
     solving dependencies or reading a body (/search: the hot path)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        return self.endpoint  # type: ignore[return-value]
+        return self.endpoint
 
 
 class BadRequest(Exception):
@@ -94,7 +94,10 @@ class Highlighter:
         self._word = lru_cache(maxsize=self.WORDS)(lambda word: tuple(analyze(word)))
         # each title's words with their terms, kept per text: the same titles recur in pages, and
         # analysing their words one by one would be a large part of a cached search
-        self._words_of = lru_cache(maxsize=self.WORDS)(lambda text: word_terms(text, self._word))
+        # (word_terms takes any callable giving a word's terms; this one gives tuples)
+        self._words_of = lru_cache(maxsize=self.WORDS)(
+            lambda text: word_terms(text, self._word)  # type: ignore[arg-type]  # tuples
+        )
         self._lock = threading.Lock()
 
     def terms(self, query: str) -> frozenset[str]:
@@ -291,7 +294,7 @@ def add_routes(
         page_hits = result.hits[start:]
         terms = highlighter.terms(result.query)  # the words searched (spell-corrected or as typed)
         hits = []
-        for row, h in zip(b.hits(Result(page_hits, result.timing)), page_hits):
+        for row, h in zip(b.hits(Result(page_hits, result.timing)), page_hits, strict=True):
             field = "title" if row.title else "text"
             shown = row.title or row.text
             hits.append(
@@ -341,7 +344,7 @@ def add_routes(
         "/explain",
         summary="Why the ranker scores a document so, or why the neural model matches it",
         response_class=_JSON,
-        response_model=Union[schemas.RankerExplanation, schemas.NeuralExplanation],
+        response_model=schemas.RankerExplanation | schemas.NeuralExplanation,
         responses=schemas.errors(400, 404, 413, 414, 422, *guarded, *store_errors),
     )
     def explain_pair(
@@ -365,7 +368,7 @@ def add_routes(
         text = _text(params, "q", max_query_chars)
         try:
             if b.ranker is not None and model is None:
-                return _JSON({**b.explain_rank(text, doc_id, top=top), "explained_by": "ranker"})  # type: ignore[attr-defined]
+                return _JSON({**b.explain_rank(text, doc_id, top=top), "explained_by": "ranker"})
             return _JSON(b.explain(text, doc_id, model=model, top=top))
         except KeyError as e:
             raise BadRequest(str(e.args[0]) if e.args else f"no document {doc_id!r}", 404) from None
@@ -424,7 +427,7 @@ def add_routes(
         return Response(assets[name], media_type=ASSETS[name], headers=PAGE_HEADERS)
 
     required = {("/search", "q"), ("/explain", "q"), ("/explain", "doc_id")}
-    app.openapi = lambda: contract(FastAPI.openapi(app), required)  # type: ignore[method-assign]
+    app.openapi = lambda: contract(FastAPI.openapi(app), required)  # type: ignore[method-assign]  # override
 
 
 def contract(schema: dict[str, Any], required: set[tuple[str, str]]) -> dict[str, Any]:

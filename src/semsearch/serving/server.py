@@ -90,9 +90,9 @@ def _worker_socket(host: str, port: int) -> socket.socket:
 
 def run(app: Any, sock: socket.socket, *, workers: int = 1, loop: str = "asyncio", factory: bool = False) -> None:
     """Serve ``app`` (an ASGI app, or with ``workers`` > 1 an import string or a picklable
-    callable, with ``factory`` a function returning the app) on ``sock`` until interrupted: in this process (``sock`` from
-    ``listen``), or in ``workers`` processes with a socket each on ``sock``'s port (``sock`` from
-    ``reserve``; uvicorn's supervisor restarts a worker that dies)."""
+    callable, with ``factory`` a function returning the app) on ``sock`` until interrupted: in
+    this process (``sock`` from ``listen``), or in ``workers`` processes with a socket each on
+    ``sock``'s port (``sock`` from ``reserve``; uvicorn's supervisor restarts a worker that dies)."""
     config = uvicorn.Config(
         app,
         workers=workers,
@@ -104,7 +104,7 @@ def run(app: Any, sock: socket.socket, *, workers: int = 1, loop: str = "asyncio
     try:
         if workers > 1:
             host, port = sock.getsockname()[:2]
-            Multiprocess(config, sockets=[WorkerSocket(host, port)]).run()  # type: ignore[list-item]
+            Multiprocess(config, sockets=[WorkerSocket(host, port)]).run()  # type: ignore[list-item]  # pickled
         else:
             server = uvicorn.Server(config)
             server.run(sockets=[sock])

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..data import EvalSet, open_dataset
 from ..params import ParamError
 from ..plugins import create_model
 from ..progress import note
-from ..ranking.lambdamart import TWO_STAGE
+from ..ranking.lambdamart import TWO_STAGE, LambdaMARTRanker
 from . import held_out, recipe
 from .lambdamart import fit_stage_ranker
 
@@ -77,7 +77,7 @@ def stage_ranker_trainer(
 
     def train_ranker(search: Any) -> tuple[Any, dict[str, Any]]:
         note(f"stage-2 ranker: learning from {learn_from}")
-        ranker = create_model("lambdamart", **kwargs)
+        ranker = cast(LambdaMARTRanker, create_model("lambdamart", **kwargs))
         ranker.index(corpus.ids, corpus.joined(fields))
         log = fit_stage_ranker(ranker, search, train, dev, args=args)
         return ranker, {**log, "learnt_from": learn_from}

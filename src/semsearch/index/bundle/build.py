@@ -116,7 +116,7 @@ def build_bundle(
             corrector.save(tmp / SPELLING)
             manifest["spelling"] = {"path": SPELLING, "words": len(corrector.counts)}
         if lexical:
-            lexical[0].index(corpus.ids, texts)  # type: ignore[arg-type]
+            lexical[0].index(corpus.ids, texts)
             lexical[0].save(tmp / "lexical")
             manifest["lexical"] = {"name": lexical[0].name, "path": "lexical"}
         dsn = None
@@ -131,12 +131,12 @@ def build_bundle(
         if dsn is not None:
             _drop_orphans(dsn, out, prefix)
         retrievers = []
-        for i, (enc, name) in enumerate(zip(encoders, names)):
-            r = SemanticRetriever(enc, kind, cache=vector_cache, **dict(index_params or {}))  # type: ignore[arg-type]
+        for i, (enc, name) in enumerate(zip(encoders, names, strict=True)):
+            r = SemanticRetriever(enc, kind, cache=vector_cache, **dict(index_params or {}))  # type: ignore[arg-type]  # validated
             retrievers.append(r)
-            vecs = r.embed(corpus.ids, texts, progress=f"encoding documents ({name})")  # type: ignore[arg-type]
+            vecs = r.embed(corpus.ids, texts, progress=f"encoding documents ({name})")
             r.index_vectors(corpus.ids, vecs)
-            entry = {"name": name, "kind": kind, "dim": r.dim, "path": f"models/{name}"}
+            entry: dict[str, Any] = {"name": name, "kind": kind, "dim": r.dim, "path": f"models/{name}"}
             if dsn is not None:
                 from ..pgstore import PgVectorStore
 
@@ -167,11 +167,11 @@ def build_bundle(
                         f"search_efforts: efSearch is an HNSW setting; this bundle's vector index is {kind!r} "
                         "(use --vector-index hnsw or hnswsq)"
                     )
-                semantic.vectors.set_search_params(efSearch=ef_search)  # type: ignore[union-attr]
+                semantic.vectors.set_search_params(efSearch=ef_search)  # type: ignore[union-attr]  # checked
                 try:
                     return stage1.timed_search(qs, None, n_lexical=nl, n_semantic=ns)[0]
                 finally:
-                    semantic.vectors.set_search_params(efSearch=own)  # type: ignore[union-attr]
+                    semantic.vectors.set_search_params(efSearch=own)  # type: ignore[union-attr]  # checked
 
             try:
                 ranker, log = train_ranker(stage1_search)
@@ -180,7 +180,7 @@ def build_bundle(
             effort = (log or {}).get("search_effort")
             if effort and semantic is not None:  # the efSearch chosen on dev is what the bundle serves with
                 semantic.set_search_params(efSearch=int(effort["chosen"]))
-        for r, name in zip(retrievers, names):  # (saved once the served settings are known)
+        for r, name in zip(retrievers, names, strict=True):  # (saved once the served settings are known)
             r.save(tmp / "models" / name)
         if ranker is not None:
             if list(ranker.doc_ids) != corpus.ids:

@@ -54,7 +54,7 @@ def _top(hits: Sequence[HybridHit], scores: np.ndarray, k: int) -> list[int]:
     """Positions of the ``k`` best hits by (score desc, doc id): only the hits scoring at least the
     k-th best score (ties at the cut included) are sorted by that key, not all the candidates."""
     s = np.asarray(scores, dtype=np.float64)
-    idx = range(len(s))
+    idx: Sequence[int] = range(len(s))
     if len(s) > k:
         kth = np.partition(-s, k - 1)[k - 1]
         idx = np.flatnonzero(-s <= kth).tolist()
@@ -291,7 +291,7 @@ class Bundle:
         """The text a search for ``query`` runs with: spell-corrected when ``correct`` says so (None:
         as the bundle was loaded, ``correct_queries``), else ``query`` itself."""
         if self.correct_queries if correct is None else correct:
-            return self.corrector.correct(query)  # type: ignore[union-attr]
+            return self.corrector.correct(query)  # type: ignore[union-attr]  # guarded
         return query
 
     def search(
@@ -355,9 +355,11 @@ class Bundle:
                         self._results.move_to_end((q, *settings))
                         ms = 1000 * (time.perf_counter() - t0)
                         out[i] = Result(list(hit.hits), {"cached_ms": ms, "total_ms": ms}, q)
-        todo = list(dict.fromkeys(q for q, r in zip(queries, out) if r is None))  # each distinct query once
+        todo = list(
+            dict.fromkeys(q for q, r in zip(queries, out, strict=True) if r is None)
+        )  # each distinct query once
         if todo:
-            found = dict(zip(todo, self._search(todo, k, model, merge_by, n_lexical, n_semantic, t0)))
+            found = dict(zip(todo, self._search(todo, k, model, merge_by, n_lexical, n_semantic, t0), strict=True))
             if self.result_cache > 0:
                 with self._results_lock:
                     for q, r in found.items():
@@ -366,9 +368,9 @@ class Bundle:
                         self._results.popitem(last=False)
             out = [
                 r if r is not None else Result(list(found[q].hits), dict(found[q].timing), q)
-                for q, r in zip(queries, out)
+                for q, r in zip(queries, out, strict=True)
             ]
-        return out  # type: ignore[return-value]
+        return out  # type: ignore[return-value]  # filled
 
     def _stage1(
         self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int
@@ -380,7 +382,7 @@ class Bundle:
         if hybrid is None:
             raise ValueError(f"no model {model!r} in this bundle (has {', '.join(self.semantic) or 'none'})")
         if self.two_stage:
-            n_lexical, n_semantic = self.ranker.n_lexical, self.ranker.n_semantic  # type: ignore[union-attr]
+            n_lexical, n_semantic = self.ranker.n_lexical, self.ranker.n_semantic  # type: ignore[union-attr]  # two-stage
         else:
             n_lexical, n_semantic = max(n_lexical, k), max(n_semantic, 1)
         return hybrid.timed_search(
@@ -410,7 +412,7 @@ class Bundle:
         if self._id_ranks is None:  # every model of a bundle indexes the corpus's ids in its order
             self._id_ranks = id_ranks(self.corpus.ids)
         ranks = self._id_ranks
-        found = [c.hits(ids, best_k(s, ranks[c.positions], k), s) for c, s in zip(cands, scores)]
+        found = [c.hits(ids, best_k(s, ranks[c.positions], k), s) for c, s in zip(cands, scores, strict=True)]
         timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
         return found, timing
 
@@ -428,12 +430,12 @@ class Bundle:
             t2 = time.perf_counter()
             with self._locks[id(self.ranker)]:
                 scores = (
-                    self.ranker.score_hits(queries, found)
-                    if self.two_stage  # type: ignore[attr-defined]
+                    self.ranker.score_hits(queries, found)  # type: ignore[attr-defined]  # two-stage ranker
+                    if self.two_stage
                     else self.ranker.score(queries, [[h.doc_id for h in hits] for hits in found])
                 )
             ranked = []
-            for hits, s in zip(found, scores):
+            for hits, s in zip(found, scores, strict=True):
                 ranked.append([replace(hits[i], score=float(s[i])) for i in _top(hits, s, self._kept(k))])
             found = ranked
             timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
@@ -451,7 +453,7 @@ class Bundle:
             timing["rescore_ms"] = 1000 * (time.perf_counter() - t3)
         timing["total_ms"] = 1000 * (time.perf_counter() - t0)
         timing["batch"] = float(len(queries))
-        return [Result(hits[:k], dict(timing), q) for q, hits in zip(queries, found)]
+        return [Result(hits[:k], dict(timing), q) for q, hits in zip(queries, found, strict=True)]
 
     def explain_rank(self, query: str, doc_id: str, *, top: int = 10, model: str | None = None) -> dict[str, Any]:
         """Why a bundle with a LambdaMART ranker ranks ``doc_id`` where it does for ``query``: which stage found

@@ -55,7 +55,7 @@ def _drop_orphans(dsn: str, out: Path, prefix: str) -> list[str]:
     nor its ``.old`` backup. Returns their names."""
     from ..pgstore import connect, drop_collection, list_collections
 
-    keep: set[str] = set()
+    keep: set[str | None] = set()
     for d in (out, out.with_name(f".{out.name}.old")):
         try:
             m = json.loads((d / MANIFEST).read_text(encoding="utf-8"))
@@ -110,6 +110,6 @@ def _open_store(
     try:
         retriever.vectors = PgVectorStore.open(
             dsn, entry["collection"], expect_model=encoder_id(retriever.encoder), expect_dim=int(entry["dim"])
-        )  # type: ignore[assignment]
+        )  # type: ignore[assignment]  # duck-typed
     except KeyError:
         raise ModelDirError(f"{path}: postgres collection {entry['collection']!r} is missing from the server") from None
