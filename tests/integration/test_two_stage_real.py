@@ -85,7 +85,7 @@ def test_two_stage_beats_bm25_served(shared_data: Path, tmp_path: Path) -> None:
         tmp_path / "two",
         train_ranker=train,
         fields="title",
-        kind="hnswsq",
+        vector_index="hnswsq",
         vector_cache=tmp_path / "vectors",
     )
     bm25 = build_bundle(corpus, [create_model("bm25")], tmp_path / "bm25", fields="title")

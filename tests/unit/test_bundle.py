@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from semsearch.cli import app
 from semsearch.data import open_dataset
 from semsearch.index import Bundle, build_bundle
+from semsearch.index.bundle import LoadOptions
 from semsearch.models import ModelDirError
 from semsearch.plugins import create_model
 
@@ -92,15 +93,26 @@ def test_postgres_store_matches_faiss(trained_clsm, tmp_path, pg_dsn, monkeypatc
     assert Bundle.load(pg_b).search("red cat", 3).hits
 
 
+SLOW_SWAP = """
+import time
+from semsearch.index.bundle import build
+swap = build.replace_dir
+build.replace_dir = lambda tmp, out: (time.sleep(60), swap(tmp, out))  # the build is killed in this pause
+from semsearch.cli import app
+app()
+"""
+"""``semsearch index build`` whose build pauses once its files are written, before the swap."""
+
+
 def test_killed_build_leaves_old_bundle_loadable(make_bundle, tmp_path):
     old = make_bundle(tmp_path / "b")
     before = (old / "manifest.json").read_text()
-    env = {**os.environ, "SEMSEARCH_BUILD_SLEEP": "60", "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "semsearch.cli",
+            "-c",
+            SLOW_SWAP,
             "index",
             "build",
             "--data",
@@ -243,9 +255,9 @@ def test_cli_build_skips_and_counts_bad_tsv_lines(tmp_path):
     b.close()
 
 
-def test_result_and_query_caches(make_bundle, tmp_path, monkeypatch):
+def test_result_and_query_caches(make_bundle, tmp_path):
     """A repeated search is answered from the result cache (same hits, a ``cached_ms`` timing);
-    the cache is bounded, off with 0, and $SEMSEARCH_RESULT_CACHE sets it; query embeddings are
+    the cache is bounded, off with 0, and ``LoadOptions.result_cache`` sets it; query embeddings are
     cached and evicted oldest first."""
     path = make_bundle(tmp_path / "b")
     b = Bundle.load(path, result_cache=2)
@@ -262,8 +274,8 @@ def test_result_and_query_caches(make_bundle, tmp_path, monkeypatch):
     off.search("red cat", 5)
     assert "cached_ms" not in off.search("red cat", 5).timing
     off.close()
-    monkeypatch.setenv("SEMSEARCH_RESULT_CACHE", "0")
-    assert Bundle.load(path).result_cache == 0
+    assert Bundle.load(path, LoadOptions(result_cache=0)).result_cache == 0
+    assert Bundle.load(path).result_cache == LoadOptions().result_cache
     r = next(iter(Bundle.load(path, query_cache=2).semantic.values()))
     calls = []
     enc = r.encoder.encode_queries

@@ -134,7 +134,7 @@ def test_index_build_with_vector_params(tiny_data, tmp_path, trained_clsm):
 def test_vector_params_are_checked_without_the_vectors():
     """Names and integer values are checked before anything is encoded, for every kind, and only
     those: ivfpq's sub-quantisers must divide the vectors' dimension, unknown until they exist."""
-    from semsearch.cli import _vector_params
+    from semsearch.cli.common import _vector_params
 
     assert _vector_params("ivfpq", []) == {} and _vector_params("ivfpq", ["nprobe=64", "m=48"]) == {
         "nprobe": 64,
@@ -309,3 +309,37 @@ def test_serve_options_are_checked_before_loading(tmp_path):
     assert r.exit_code == 2 and "--loop must be asyncio or uvloop" in " ".join(r.output.split())
     r = runner.invoke(app, ["serve", str(tmp_path / "none"), "--result-cache", "-1"])
     assert r.exit_code == 2 and "--result-cache must be >= 0" in " ".join(r.output.split())
+
+
+def _help(columns: str, *command: str) -> str:
+    """``semsearch COMMAND --help`` as a terminal of ``columns`` columns prints it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "COLUMNS": columns, "PYTHONPATH": src}
+    r = subprocess.run(
+        [sys.executable, "-m", "semsearch.cli", *command, "--help"], env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("columns", ["60", "200"])
+def test_help_prints_every_option_in_full_at_any_width(columns):
+    """``--help`` is click's plain help: each text wrapped to the terminal, never cut with "…" (as
+    rich's boxes did at 80 columns, e.g. ``stage_depths=[[10…``)."""
+    text = _help(columns, "index", "build")
+    assert "…" not in text
+    whole = "".join(text.split())  # wrapping may break a line anywhere, but loses nothing
+    for part in (
+        "--train-ranker: ranker parameter NAME=VALUE (repeatable), e.g. stage_depths=[[100,100]].",
+        "Vector index kind: flat, hnsw, hnswsq (HNSW over 8-bit codes, hits re-scored exactly) or ivfpq.",
+        "[default: title+text]",
+    ):
+        assert "".join(part.split()) in whole, part
+    assert max(map(len, text.splitlines())) <= int(columns)
+    served = _help(columns, "serve")
+    assert "…" not in served and "docs/serving.md" in "".join(served.split())

@@ -99,15 +99,6 @@ def test_buckets_are_bounded_and_per_client() -> None:
         check_key("x" * 20 + " y", "$SEMSEARCH_API_KEY")
 
 
-def test_env_configures_workers(monkeypatch) -> None:
-    monkeypatch.setenv("SEMSEARCH_API_KEY", KEY)
-    monkeypatch.setenv("SEMSEARCH_RATE_LIMIT", "5")
-    assert Exposure.from_env() == Exposure(KEY, 5.0)
-    monkeypatch.setenv("SEMSEARCH_RATE_LIMIT", "fast")
-    with pytest.raises(ExposureError, match="SEMSEARCH_RATE_LIMIT must be a number"):
-        Exposure.from_env()
-
-
 def test_page_asks_for_the_key_once(bundle, tmp_path) -> None:
     """Headless Chromium on a keyed service: the first search answers 401, the page asks for the
     key, keeps it for the tab and sends it in the header (never in the URL)."""

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from semsearch.cli import app
 from semsearch.data import open_dataset
 from semsearch.index import Bundle, build_bundle
+from semsearch.index.bundle import LoadOptions
 from semsearch.models import ModelDirError
 from semsearch.plugins import create_model
 from semsearch.ranking.rescore import check_weight, rescore_top
@@ -87,11 +88,9 @@ def ce_bundle(tiny_data, tiny_bert, tmp_path):  # type: ignore[no-untyped-def]
     return out
 
 
-def test_bundle_rescores_when_asked_and_only_then(ce_bundle, monkeypatch):
+def test_bundle_rescores_when_asked_and_only_then(ce_bundle):
     man = json.loads((ce_bundle / "manifest.json").read_text())
     assert man["rescorer"] == {"name": "bert-rel", "path": "rescorer", "depth": 4, "weight": None}  # its order alone
-    monkeypatch.delenv("SEMSEARCH_RESCORE", raising=False)
-    monkeypatch.delenv("SEMSEARCH_RESCORE_WEIGHT", raising=False)
     off = Bundle.load(ce_bundle, result_cache=0)
     assert off.rescorer is not None and not off.rescore  # off by default
     on = Bundle.load(ce_bundle, result_cache=0, rescore=True)
@@ -107,19 +106,17 @@ def test_bundle_rescores_when_asked_and_only_then(ce_bundle, monkeypatch):
         assert np.allclose([h.score for h in r.hits], sorted(want, reverse=True)[:2], atol=1e-5)
         full = on.search(q, k=8)
         assert [h.doc_id for h in full.hits[4:]] == [h.doc_id for h in again.hits[4:]]  # below the depth: as before
-    for env, on, depth in [
-        ("on", True, 4),
-        ("7", True, 7),
-        ("off", False, 4),
-        ("0", False, 4),
-    ]:  # `serve --rescore [--rescore-depth 7]`
-        monkeypatch.setenv("SEMSEARCH_RESCORE", env)
-        b = Bundle.load(ce_bundle, result_cache=0)
-        assert (b.rescore, b.rescore_depth) == (on, depth), env
+    for opts, on, depth in [
+        (LoadOptions(rescore=True), True, 4),
+        (LoadOptions(rescore=True, rescore_depth=7), True, 7),
+        (LoadOptions(rescore=False), False, 4),
+    ]:  # `serve --rescore [--rescore-depth 7]`: each worker's LoadOptions
+        b = Bundle.load(ce_bundle, opts.replace(result_cache=0))
+        assert (b.rescore, b.rescore_depth) == (on, depth), opts
     assert Bundle.load(ce_bundle, result_cache=0, rescore=True, rescore_depth=2).rescore_depth == 2
 
 
-def test_bundle_blends_at_the_weight_it_was_built_with_unless_told(tiny_data, tiny_bert, tmp_path, monkeypatch):
+def test_bundle_blends_at_the_weight_it_was_built_with_unless_told(tiny_data, tiny_bert, tmp_path):
     ds = open_dataset("tiny")
     out = tmp_path / "blend"
     build_bundle(
@@ -133,7 +130,6 @@ def test_bundle_blends_at_the_weight_it_was_built_with_unless_told(tiny_data, ti
     man_path = out / "manifest.json"
     man = json.loads(man_path.read_text())
     assert man["rescorer"]["weight"] == 1.0  # a new bundle blends by default
-    monkeypatch.delenv("SEMSEARCH_RESCORE_WEIGHT", raising=False)
     b = Bundle.load(out, result_cache=0, rescore=True)
     assert b.rescore_weight == 1.0
     plain, r = Bundle.load(out, result_cache=0), b.search("red brick", k=6)
@@ -142,13 +138,11 @@ def test_bundle_blends_at_the_weight_it_was_built_with_unless_told(tiny_data, ti
     assert [h.doc_id for h in r.hits] == [h.doc_id for h in want]
     assert np.allclose([h.score for h in r.hits], [h.score for h in want], atol=1e-5)
     assert Bundle.load(out, rescore=True, rescore_weight=3.0).rescore_weight == 3.0
-    monkeypatch.setenv("SEMSEARCH_RESCORE_WEIGHT", "0.5")  # serve --rescore-weight 0.5, in each worker
-    assert Bundle.load(out, rescore=True).rescore_weight == 0.5
-    for bad in ("-2", "heavy"):
-        monkeypatch.setenv("SEMSEARCH_RESCORE_WEIGHT", bad)
-        with pytest.raises(ValueError, match=r"\$SEMSEARCH_RESCORE_WEIGHT must be a number > 0"):
-            Bundle.load(out, rescore=True)
-    monkeypatch.delenv("SEMSEARCH_RESCORE_WEIGHT")
+    # serve --rescore-weight 0.5: each worker's LoadOptions
+    assert Bundle.load(out, LoadOptions(rescore=True, rescore_weight=0.5)).rescore_weight == 0.5
+    for bad in (-2, "heavy"):
+        with pytest.raises(ValueError, match=r"rescore.weight"):
+            LoadOptions(rescore=True, rescore_weight=bad)  # type: ignore[arg-type]
     for weight, want_w in ((None, math.inf), ("absent", math.inf), (0.0, "bad"), ("1", "bad")):
         m = json.loads(man_path.read_text())
         if weight == "absent":  # a bundle built before the blend: the cross-encoder's order alone, as then
@@ -232,14 +226,13 @@ def test_cli_build_exports_the_rescorer_at_its_own_precision(tiny_data, tiny_ber
         assert bundle.search("red brick", k=3)  # stage 3 runs through what was kept
 
 
-def test_serve_rescore_runs_stage_3_in_the_workers(ce_bundle, serve_bundle, monkeypatch):
+def test_serve_rescore_runs_stage_3_in_the_workers(ce_bundle, serve_bundle):
     """``semsearch serve --rescore --rescore-depth 3`` (two workers): every search's timing has
-    the cross-encoder's stage. (Without the flag ``serve`` sets the variable the workers read to
-    "off", which ``test_bundle_rescores_when_asked_and_only_then`` covers in-process; a second
-    two-worker launch to show it again cost ~20 s of CI.)"""
+    the cross-encoder's stage. (Without the flag the workers' ``LoadOptions`` say rescore=False,
+    which ``test_bundle_rescores_when_asked_and_only_then`` covers in-process, as a second
+    two-worker launch would do again more slowly.)"""
     import httpx
 
-    monkeypatch.delenv("SEMSEARCH_RESCORE", raising=False)
     with serve_bundle(ce_bundle, "--workers", "2", "--result-cache", "0", "--rescore", "--rescore-depth", "3") as (
         base,
         _,

@@ -171,9 +171,8 @@ combine = ["BM25", "BM25, corrected queries"]
         load_spec(spec)
 
 
-def test_bundle_corrects_queries_and_says_so(make_bundle, tmp_path, monkeypatch):
+def test_bundle_corrects_queries_and_says_so(make_bundle, tmp_path):
     from semsearch.index import Bundle
-    from semsearch.index.bundle import CORRECT_ENV
 
     p = make_bundle(tmp_path / "b")
     man = json.loads((p / "manifest.json").read_text())
@@ -186,8 +185,7 @@ def test_bundle_corrects_queries_and_says_so(make_bundle, tmp_path, monkeypatch)
     assert [h.doc_id for h in r.hits] == [h.doc_id for h in b.search("red cat", 5).hits]
     assert b.search("red cat", 5).query == "red cat"
     b.close()
-    monkeypatch.setenv(CORRECT_ENV, "off")
-    off = Bundle.load(p)
+    off = Bundle.load(p, correct_queries=False)  # serve --no-correct-queries: each worker's LoadOptions
     assert not off.correct_queries and off.search("rred cat", 5).query == "rred cat"
     assert off.search("rred cat", 5, correct=True).query == "red cat"
     off.close()

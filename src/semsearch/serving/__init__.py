@@ -2,5 +2,6 @@
 ``semsearch serve BUNDLE``."""
 
 from .app import create_app
+from .options import ServeOptions
 
-__all__ = ["create_app"]
+__all__ = ["ServeOptions", "create_app"]

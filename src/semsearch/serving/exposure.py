@@ -19,16 +19,15 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import math
-import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 API_KEY_ENV = "SEMSEARCH_API_KEY"
-RATE_ENV = "SEMSEARCH_RATE_LIMIT"
+"""Where ``semsearch serve`` reads the API key (its command line never carries one)."""
 KEY_HEADER = "X-API-Key"
 PROTECTED = frozenset({"/search", "/explain", "/metrics"})
 UNLIMITED = frozenset({"/health", "/ready"})  # probes are neither keyed nor rate limited
@@ -46,22 +45,12 @@ class ExposureError(ValueError):
 class Exposure:
     """The guards of one service: ``api_key`` (None: no key), ``rate`` per client (0: none)."""
 
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # a secret: kept out of logs and reprs
     rate: float = 0.0
 
     @property
     def burst(self) -> float:
         return max(1.0, 2.0 * self.rate)
-
-    @classmethod
-    def from_env(cls) -> Exposure:
-        """The guards ``serve`` hands its worker processes through the environment."""
-        key = os.environ.get(API_KEY_ENV) or None
-        try:
-            rate = float(os.environ.get(RATE_ENV) or 0.0)
-        except ValueError:
-            raise ExposureError(f"${RATE_ENV} must be a number, got {os.environ.get(RATE_ENV)!r}") from None
-        return cls(check_key(key, f"${API_KEY_ENV}") if key else None, check_rate(rate))
 
 
 def check_key(key: str, where: str) -> str:
@@ -91,7 +80,7 @@ def is_loopback(host: str) -> bool:
         infos = socket.getaddrinfo(host, None)
     except OSError:
         return False
-    return bool(infos) and all(ipaddress.ip_address(i[4][0].split("%")[0]).is_loopback for i in infos)
+    return bool(infos) and all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
 
 
 def read_key_file(path: str) -> str:

@@ -148,6 +148,8 @@ def errors(*statuses: int) -> dict[int | str, dict[str, object]]:
         414: "URL longer than 8,192 bytes.",
         422: "Parameter out of range or of the wrong type.",
         429: "Over the per-client rate limit (with a Retry-After header).",
-        503: "The vector store's PostgreSQL server is unreachable (with Retry-After; the service reconnects by itself).",
+        503: (
+            "The vector store's PostgreSQL server is unreachable (with Retry-After; the service reconnects by itself)."
+        ),
     }
     return {s: {"model": ErrorBody, "description": what[s]} for s in statuses}

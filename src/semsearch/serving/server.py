@@ -4,29 +4,36 @@ worker processes.
 Why not ``uvicorn.run(..., workers=N)``: its supervisor binds the socket with ``proto`` 0, the
 accepted connections inherit that, and asyncio turns Nagle's algorithm off (``TCP_NODELAY``) only
 on sockets that report ``IPPROTO_TCP`` (uvicorn issue #3149). With Nagle on, a response written
-in two parts (headers, body) waits for the client's delayed ACK: about 40 ms per keep-alive
-request on Linux. Measured here (wrk, 50 connections, an endpoint that does nothing, 2 workers,
-asyncio): 1,136 requests/s at a 44 ms mean through ``uvicorn.run``, 23 requests/s for one client.
+in two parts (headers, body) waits for the client's delayed ACK on every keep-alive request.
 Binding the socket here with ``IPPROTO_TCP`` (and ``TCP_NODELAY`` on the listener, which Linux
 copies to accepted sockets) gives every worker's connections ``TCP_NODELAY``, whichever loop.
 
 Why each worker has its own socket (``SO_REUSEPORT``): with one socket shared by the workers,
 whichever worker wakes first accepts a burst of connections, and keep-alive clients stay where
-they landed. A load test's 50 connections split 31 / 19 between two workers: the first worker
-was saturated while the second idled, 1,123 req/s with p50 46 / p99 88 ms against a 45 ms mean
-(Little's law). With a listening socket per worker bound with ``SO_REUSEPORT`` the kernel spreads
-new connections over them by a hash of their addresses (as nginx's ``reuseport`` and gunicorn's
-``--reuse-port``). The parent first checks the port is free with a plain bind, then holds it
-with a ``SO_REUSEPORT`` socket that never listens (so it gets no connections), until exit."""
+they landed, so one worker can be saturated while another idles. With a listening socket per
+worker bound with ``SO_REUSEPORT`` the kernel spreads new connections over them by a hash of
+their addresses (as nginx's ``reuseport`` and gunicorn's ``--reuse-port``). The parent first
+checks the port is free with a plain bind, then holds it with a ``SO_REUSEPORT`` socket that
+never listens (so it gets no connections), until exit."""
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
 import socket
-from typing import Any
+import tempfile
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
+
+from .metrics import MULTIPROC_ENV
+
+if TYPE_CHECKING:
+    from .options import ServeOptions
 
 GRACEFUL_SHUTDOWN_S = 5
 
@@ -82,10 +89,10 @@ def _worker_socket(host: str, port: int) -> socket.socket:
 
 
 def run(app: Any, sock: socket.socket, *, workers: int = 1, loop: str = "asyncio", factory: bool = False) -> None:
-    """Serve ``app`` (an ASGI app, or with ``workers`` > 1 an import string, with ``factory`` a
-    function returning the app) on ``sock`` until interrupted: in this process (``sock`` from
-    ``listen``), or in ``workers`` processes with a socket each on ``sock``'s port (``sock`` from
-    ``reserve``; uvicorn's supervisor restarts a worker that dies)."""
+    """Serve ``app`` (an ASGI app, or with ``workers`` > 1 an import string or a picklable
+    callable, with ``factory`` a function returning the app) on ``sock`` until interrupted: in
+    this process (``sock`` from ``listen``), or in ``workers`` processes with a socket each on
+    ``sock``'s port (``sock`` from ``reserve``; uvicorn's supervisor restarts a worker that dies)."""
     config = uvicorn.Config(
         app,
         workers=workers,
@@ -97,7 +104,7 @@ def run(app: Any, sock: socket.socket, *, workers: int = 1, loop: str = "asyncio
     try:
         if workers > 1:
             host, port = sock.getsockname()[:2]
-            Multiprocess(config, sockets=[WorkerSocket(host, port)]).run()  # type: ignore[list-item]
+            Multiprocess(config, sockets=[WorkerSocket(host, port)]).run()  # type: ignore[list-item]  # pickled
         else:
             server = uvicorn.Server(config)
             server.run(sockets=[sock])
@@ -107,3 +114,35 @@ def run(app: Any, sock: socket.socket, *, workers: int = 1, loop: str = "asyncio
         pass
     finally:
         sock.close()
+
+
+def serve(options: ServeOptions, announce: Callable[[], None] | None = None) -> None:
+    """Serve ``options.bundle`` until interrupted: the bundle is loaded and verified first, then the
+    port is bound (a busy port fails here, naming it), then ``announce`` is called. With several
+    workers each process loads its own copy from the same ``ServeOptions``, which uvicorn's
+    supervisor hands it when it spawns it (pickled through the process's start-up pipe: no
+    environment variable, file or command line carries the options or the API key)."""
+    from .app import app_from_options, create_app
+
+    app = create_app(options.bundle, load=options.load, exposure=options.exposure)
+    sock = (listen if options.workers == 1 else reserve)(options.host, options.port)
+    if announce is not None:
+        announce()
+    if options.workers == 1:
+        run(app, sock, loop=options.loop)
+        return
+    del app
+    # /metrics of any worker adds up all workers: prometheus_client's multiprocess mode, in a
+    # fresh directory (old numbers never leak in) removed at exit
+    os.environ[MULTIPROC_ENV] = metrics_dir = tempfile.mkdtemp(prefix="semsearch-metrics-")
+    # each worker's threads (torch, ONNX Runtime, faiss, LightGBM through OpenMP; the lexical
+    # kernel's numba threads) share the cores with the other workers, not each take them all
+    per_worker = str(max(1, (os.cpu_count() or 1) // options.workers))
+    os.environ.setdefault("OMP_NUM_THREADS", per_worker)
+    os.environ.setdefault("NUMBA_NUM_THREADS", per_worker)
+    try:
+        run(
+            functools.partial(app_from_options, options), sock, workers=options.workers, loop=options.loop, factory=True
+        )
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)

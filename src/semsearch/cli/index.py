@@ -1,0 +1,286 @@
+"""``semsearch index build`` / ``index from-shards`` and ``semsearch search``: build and query bundles."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from .common import (
+    PLAIN_HELP,
+    _bundle_models,
+    _check_onnx,
+    _guard,
+    _needs,
+    _onnx_models,
+    _parse_params,
+    _vector_params,
+    app,
+    err,
+    out,
+)
+
+index_app = typer.Typer(help="Build saved search indexes.", no_args_is_help=True, **PLAIN_HELP)
+app.add_typer(index_app, name="index")
+
+
+@index_app.command("build")
+@_guard
+def index_build(
+    data: Annotated[
+        str,
+        typer.Option(
+            help="Documents: a BEIR-layout data set (name or folder) or a TSV file of id<TAB>title[<TAB>text] lines."
+        ),
+    ],
+    out_dir: Annotated[Path, typer.Option("--out", help="Bundle directory to create (replaced atomically).")],
+    models: Annotated[
+        str,
+        typer.Option(
+            "--models",
+            "--model",
+            help="Comma-separated models: at most one lexical (bm25, ...) and any saved neural encoders.",
+        ),
+    ] = "bm25",
+    param: Annotated[list[str], typer.Option("--param", help="Lexical model parameter NAME=VALUE (repeatable).")] = [],
+    analyzer: Annotated[str | None, typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
+    fields: Annotated[str, typer.Option(help="Document fields: title+text, title or text.")] = "title+text",
+    ranker: Annotated[Path | None, typer.Option(help="Saved ranker directory to include (optional).")] = None,
+    train_ranker: Annotated[
+        bool,
+        typer.Option(
+            "--train-ranker",
+            help="Train a stage-2 LambdaMART ranker on stage 1's hits for the train queries (see docs/serving.md).",
+        ),
+    ] = False,
+    ranker_param: Annotated[
+        list[str],
+        typer.Option(
+            "--ranker-param",
+            help="--train-ranker: ranker parameter NAME=VALUE (repeatable), e.g. stage_depths=[[100,100]].",
+        ),
+    ] = [],
+    vector_index: Annotated[
+        str,
+        typer.Option(
+            "--vector-index",
+            help="Vector index kind: flat, hnsw, hnswsq (HNSW over 8-bit codes, hits re-scored exactly) or ivfpq.",
+        ),
+    ] = "flat",
+    vector_param: Annotated[
+        list[str],
+        typer.Option(
+            "--vector-param",
+            help="Vector index parameter NAME=VALUE (repeatable, integers), e.g. efSearch=64 (see docs/serving.md).",
+        ),
+    ] = [],
+    store: Annotated[
+        str,
+        typer.Option(
+            help="Vector store: faiss or postgres (PostgreSQL + pgvector, HNSW; the faiss index is kept too)."
+        ),
+    ] = "faiss",
+    pg_data: Annotated[
+        Path | None,
+        typer.Option(
+            help="postgres store: the embedded server's data (default BUNDLE/../.semsearch-pg; or $SEMSEARCH_PG_DSN)."
+        ),
+    ] = None,
+    skip_bad_lines: Annotated[
+        bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")
+    ] = False,
+    vector_cache: Annotated[
+        Path | None,
+        typer.Option(
+            "--vector-cache",
+            help="Directory keeping document vectors between builds, so a rebuild does not encode again.",
+        ),
+    ] = None,
+    onnx: Annotated[
+        str,
+        typer.Option(
+            "--onnx",
+            help="Transformer encoders' inference: fp32 or int8 through ONNX Runtime, or off (torch).",
+        ),
+    ] = "fp32",
+    rescorer: Annotated[
+        Path | None,
+        typer.Option(
+            "--rescorer",
+            help="Stage 3: a trained cross-encoder directory kept to re-score the first hits under serve --rescore.",
+        ),
+    ] = None,
+    rescore_depth: Annotated[
+        int, typer.Option("--rescore-depth", help="--rescorer: how many of the ranked hits it re-scores.")
+    ] = 10,
+    rescore_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--rescore-weight",
+            help="--rescorer: weight W in z(ranker) + W * z(cross-encoder) (default 1; inf: its order alone).",
+        ),
+    ] = None,
+    rescorer_onnx: Annotated[
+        str | None,
+        typer.Option(
+            "--rescorer-onnx",
+            help="--rescorer: its inference, fp32, int8 or off as --onnx (default: --onnx's; see docs/serving.md).",
+        ),
+    ] = None,
+    correct_queries: Annotated[
+        bool,
+        typer.Option(help="Keep a spelling corrector of the documents' words; the service corrects queries with it."),
+    ] = True,
+) -> None:
+    """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
+    from ..data import load_corpus, open_dataset
+    from ..index import build_bundle
+    from ..index.bundle import RESCORE_WEIGHT, BuildOptions
+    from ..plugins import load_model
+    from ..ranking.rescore import check_weight
+    from ..training.stage_ranker import stage_ranker_trainer
+
+    start = time.perf_counter()
+    names = [m.strip() for m in models.split(",") if m.strip()]
+    if not names:
+        raise ValueError("--models is empty")
+    if ranker is not None and train_ranker:
+        raise ValueError("give --ranker (a saved ranker) or --train-ranker, not both")
+    _needs("--train-ranker", train_ranker, {"--ranker-param": bool(ranker_param)})
+    _check_onnx(onnx)
+    _needs(
+        "--rescorer",
+        rescorer is not None,
+        {
+            "--rescore-depth": rescore_depth != 10,
+            "--rescore-weight": rescore_weight is not None,
+            "--rescorer-onnx": rescorer_onnx is not None,
+        },
+    )
+    if rescorer_onnx is not None:
+        _check_onnx(rescorer_onnx, "--rescorer-onnx")
+    weight = check_weight(RESCORE_WEIGHT if rescore_weight is None else rescore_weight, "--rescore-weight")
+    options = BuildOptions.from_mapping(
+        {
+            "dataset": data,
+            "fields": fields,
+            "vector_index": vector_index,
+            "index_params": _vector_params(vector_index, vector_param),
+            "store": store,
+            "pg_data": None if pg_data is None else str(pg_data),
+            "vector_cache": None if vector_cache is None else str(vector_cache),
+            "rescore_depth": rescore_depth,
+            "rescore_weight": weight,
+            "spelling": correct_queries,
+        },
+        where="index build",
+    )
+    corpus = (
+        load_corpus(data, skip_bad_lines=skip_bad_lines)
+        if Path(data).is_file()
+        else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus()
+    )
+    # the ranker's parameters and the models' held-out folds are checked before any model is loaded
+    trainer = (
+        stage_ranker_trainer(data, corpus, fields, _parse_params(ranker_param), [n for n in names if Path(n).is_dir()])
+        if train_ranker
+        else None
+    )
+    built = _bundle_models(names, param, analyzer)
+    _onnx_models(built, onnx)
+    rk = load_model(ranker) if ranker is not None else None
+    rs = None
+    if rescorer is not None:
+        rs = load_model(rescorer)
+        _onnx_models([rs], onnx if rescorer_onnx is None else rescorer_onnx)
+    path = build_bundle(corpus, built, out_dir, options, ranker=rk, train_ranker=trainer, rescorer=rs)
+    err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
+
+
+@index_app.command("from-shards")
+@_guard
+def index_from_shards_cmd(
+    shards: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Encoded shards: the .npy files `semsearch encode --shard I/N` wrote (their .json beside them)."
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", help="Directory of the sharded vector index (one sub-index per shard).")
+    ],
+    kind: Annotated[str, typer.Option(help="flat, hnsw, hnswsq or ivfpq.")] = "ivfpq",
+    metric: Annotated[str, typer.Option(help="ip, cosine or l2.")] = "cosine",
+    train_sample: Annotated[
+        int, typer.Option(help="IVF-PQ: vectors (from the first shards) the shared quantizers are trained on.")
+    ] = 100_000,
+    param: Annotated[
+        list[str],
+        typer.Option("--param", help="Index parameter NAME=VALUE (repeatable), e.g. nlist=1024, m=48, nprobe=64."),
+    ] = [],
+    one_index: Annotated[
+        bool,
+        typer.Option(
+            "--one-index",
+            help="Build one index of all the shards (one machine) instead of one sub-index per shard.",
+        ),
+    ] = False,
+) -> None:
+    """Build one sharded vector index from encoded shards: IVF-PQ's quantizers trained once and
+    shared, one sub-index per shard, searched together with the unsharded index's answers
+    (``--one-index``: all shards in one index)."""
+    from ..index.sharded import ShardedVectorIndex, one_index_from_encoded
+
+    params = _parse_params(param)
+    if one_index:
+        one = one_index_from_encoded(shards, kind=kind, metric=metric, train_sample=train_sample, **params)
+        one.save(out)
+        err.print(f"wrote {out}: {len(one):,} vectors in one index ({kind}, {metric})", highlight=False)
+        return
+    ix = ShardedVectorIndex.from_encoded(shards, kind=kind, metric=metric, train_sample=train_sample, **params)
+    ix.save(out)
+    err.print(f"wrote {out}: {len(ix):,} vectors in {len(ix.shards)} shards ({kind}, {metric})", highlight=False)
+
+
+@app.command("search")
+@_guard
+def search_cmd(
+    query: Annotated[str, typer.Argument(help="The query text.")],
+    index: Annotated[Path, typer.Option(help="Bundle directory from `semsearch index build`.")],
+    k: Annotated[int, typer.Option("-k", "--k", help="Number of results.")] = 10,
+    merge_by: Annotated[
+        str, typer.Option("--merge", help="union (lexical order, semantic-only after), rrf or interpolate.")
+    ] = "union",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
+) -> None:
+    """Search a bundle; prints the top-k documents with their source (LEXICAL, SEMANTIC, BOTH)."""
+    from ..index import Bundle
+
+    if not query.strip():
+        raise ValueError("empty query")
+    start = time.perf_counter()
+    bundle = Bundle.load(index)
+    loaded = time.perf_counter()
+    result = bundle.search(query, k, merge_by=merge_by)
+    bundle.close()
+    rows = bundle.hits(result)
+    if as_json:
+        for h, hh in zip(rows, result.hits, strict=True):
+            print(json.dumps({**h.__dict__, "source": hh.sources.name}, ensure_ascii=False))
+        return
+    table = Table("rank", "doc id", "score", "source", "title / text", title=f"{query!r}: {len(rows)} hits")
+    for h, hh in zip(rows, result.hits, strict=True):
+        shown = h.title or h.text
+        table.add_row(
+            str(h.rank),
+            h.doc_id,
+            f"{h.score:.4f}",
+            str(hh.sources.name),
+            shown[:100] + ("…" if len(shown) > 100 else ""),
+        )
+    out.print(table)
+    err.print(f"load {loaded - start:.2f} s, search {result.timing['total_ms']:.1f} ms", highlight=False)

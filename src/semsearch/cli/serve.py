@@ -1,0 +1,146 @@
+"""``semsearch serve``: the HTTP search service over a bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import (
+    _guard,
+    _needs,
+    app,
+    err,
+)
+
+
+@app.command("serve")
+@_guard
+def serve_cmd(
+    bundle: Annotated[Path, typer.Argument(help="Bundle directory from `semsearch index build`.")],
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to listen on (loopback by default; any other address needs --expose and an API key)."
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    store: Annotated[str | None, typer.Option(help="Vector store: faiss or postgres (default: the bundle's).")] = None,
+    workers: Annotated[int, typer.Option(help="Worker processes, each with its own copy of the bundle in memory.")] = 1,
+    loop: Annotated[
+        str,
+        typer.Option(help="Event loop: asyncio or uvloop (the two serve alike; see docs/serving.md)."),
+    ] = "asyncio",
+    result_cache: Annotated[
+        int | None,
+        typer.Option(
+            "--result-cache",
+            help="Recent distinct searches whose answers each worker keeps (default 2048; 0: none).",
+        ),
+    ] = None,
+    expose: Annotated[
+        bool,
+        typer.Option(
+            "--expose",
+            help="Allow a --host other than loopback (needs an API key: $SEMSEARCH_API_KEY or --api-key-file).",
+        ),
+    ] = False,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--api-key-file",
+            help="File holding the API key for the X-API-Key header (or $SEMSEARCH_API_KEY; never an argument).",
+        ),
+    ] = None,
+    rate_limit: Annotated[
+        float | None,
+        typer.Option(
+            "--rate-limit",
+            help="Requests a second per client and worker, bursts of twice that (default 20 with --expose; 0: none).",
+        ),
+    ] = None,
+    rescore: Annotated[
+        bool,
+        typer.Option(
+            "--rescore",
+            help="Run the bundle's stage-3 cross-encoder on the first hits of every search (see docs/serving.md).",
+        ),
+    ] = False,
+    rescore_depth: Annotated[
+        int | None,
+        typer.Option(
+            "--rescore-depth",
+            help="--rescore: how many hits it re-scores (default: the depth the bundle was built with).",
+        ),
+    ] = None,
+    rescore_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--rescore-weight",
+            help="--rescore: weight W in z(ranker) + W * z(cross-encoder) (default: the bundle's; inf: alone).",
+        ),
+    ] = None,
+    correct_queries: Annotated[
+        bool,
+        typer.Option(help="Correct each query's spelling before searching (the answer's corrected_query says so)."),
+    ] = True,
+) -> None:
+    """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
+    import os
+
+    from ..index.bundle import LoadOptions
+    from ..ranking.rescore import check_weight
+    from ..serving.exposure import API_KEY_ENV, Exposure, check_key, check_rate, is_loopback, read_key_file
+    from ..serving.options import LOOPS, ServeOptions
+    from ..serving.server import serve
+
+    key = read_key_file(str(api_key_file)) if api_key_file is not None else None
+    if key is None and os.environ.get(API_KEY_ENV):
+        key = check_key(os.environ[API_KEY_ENV], f"${API_KEY_ENV}")
+    if not is_loopback(host):
+        if not expose:
+            raise ValueError(
+                f"--host {host} is not a loopback address: serving beyond this machine needs --expose "
+                f"and an API key (${API_KEY_ENV} or --api-key-file)"
+            )
+        if key is None:
+            raise ValueError(f"--expose needs an API key: set ${API_KEY_ENV} or give --api-key-file")
+    rate = check_rate(rate_limit if rate_limit is not None else 20.0 if expose else 0.0)
+    if result_cache is not None and result_cache < 0:
+        raise ValueError(f"--result-cache must be >= 0, got {result_cache}")
+    _needs(
+        "--rescore",
+        rescore,
+        {"--rescore-depth": rescore_depth is not None, "--rescore-weight": rescore_weight is not None},
+    )
+    if rescore_depth is not None and rescore_depth < 1:
+        raise ValueError(f"--rescore-depth must be >= 1, got {rescore_depth}")
+    weight = None if rescore_weight is None else check_weight(rescore_weight, "--rescore-weight")
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    if loop not in LOOPS:
+        raise ValueError(f"--loop must be {' or '.join(LOOPS)}, got {loop!r}")
+    load = LoadOptions.from_mapping(
+        {
+            "store": store,
+            "rescore": rescore,
+            "rescore_depth": rescore_depth,
+            "rescore_weight": weight,
+            "correct_queries": correct_queries,
+            **({} if result_cache is None else {"result_cache": result_cache}),
+        },
+        where="serve",
+    )
+    options = ServeOptions(
+        str(bundle.resolve()), load, Exposure(key, rate), host=host, port=port, workers=workers, loop=loop
+    )
+    guards = ", ".join(
+        [f"API key required ({'file' if api_key_file else '$' + API_KEY_ENV})"] * (key is not None)
+        + [f"at most {rate:g} requests/s per client and worker"] * (rate > 0)
+    )
+    announce = (
+        f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)}"
+        f"{'; ' + guards if guards else ''})"
+    )
+    serve(options, announce=lambda: err.print(announce, highlight=False))

@@ -1,0 +1,443 @@
+"""The service's handlers: /search, /explain, /health, /ready, /metrics, the search page and its
+assets, with the error handlers that turn each failure into a JSON ``{"error": ...}`` answer.
+``/search`` pages with ``offset``, marks the query terms that matched in each hit
+(``text.highlight``) and says what its scores are (``score_by``); ``/explain`` gives the ranker's
+feature contributions to a hit's score when the bundle has a ranker."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..index.bundle import Bundle, Result
+from ..index.hybrid import SCORERS
+from ..index.pgstore import PgStoreError
+from ..text.highlight import Span, query_terms, utf16_spans, word_terms
+from ..text.normalize import Analyzer
+from . import schemas
+from .batching import SearchBatcher
+from .exposure import Exposure
+from .metrics import Metrics
+
+MAX_QUERY_CHARS = 1000
+MAX_K = 1000
+NON_BLANK = r"[^\s\x1c-\x1f\x85]"
+"""A character ``str.strip`` keeps (JSON Schema's ECMA ``\\s`` lacks \\x1c-\\x1f and \\x85): a query must have one."""
+STATIC = Path(__file__).with_name("static")
+PAGE = STATIC / "index.html"
+ASSETS = {"search.js": "text/javascript; charset=utf-8", "search.css": "text/css; charset=utf-8"}
+# The search page and its assets: scripts only from this origin (no inline script, no eval), no
+# plugins, no framing. /docs and /redoc (fastapi-offline's inline script) do not get it.
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+PAGE_HEADERS = {"Content-Security-Policy": CSP, "Referrer-Policy": "no-referrer"}
+
+
+class _JSON(JSONResponse):
+    """JSON by orjson, without FastAPI's response validation and encoding pass (the hot path). A
+    ``JSONResponse`` so that FastAPI documents the route's ``response_model`` under it; handlers
+    return it built, which FastAPI passes through without validating."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+class _Direct(APIRoute):
+    """A route whose endpoint takes the ``Request`` and returns a built ``Response``: FastAPI
+    documents it like any route (parameters, response model) but calls the endpoint as is, without
+    solving dependencies or reading a body (/search: the hot path)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        return self.endpoint
+
+
+class BadRequest(Exception):
+    """A client error answered with ``status`` and ``{"error": message}``."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message, self.status = message, status
+
+
+class Highlighter:
+    """/search's highlight spans with the bundle's lexical analyzer (``text.highlight``). It uses a
+    copy of the analyzer, under its own lock: analyzers keep a stemming cache that is not
+    thread-safe, and the search stages hold the original's. Without a lexical model: lower-case
+    alphanumeric equality. The analysis of each title word is kept (``WORDS`` of them): a page of
+    ten hits analyses a hundred words one by one, and that was most of a cached search's time."""
+
+    WORDS = 1 << 16
+
+    def __init__(self, lexical: Any) -> None:
+        a = getattr(lexical, "analyzer", None)
+        self.analyzer: Any = Analyzer.from_config(a.config()) if isinstance(a, Analyzer) else a if callable(a) else None
+        analyze = self.analyzer or Analyzer()
+        # tuples, not the analyzer's lists: a tuple of strings is untracked by the cyclic GC, so
+        # the cache adds nothing to the full collections of a busy worker
+        self._word = lru_cache(maxsize=self.WORDS)(lambda word: tuple(analyze(word)))
+        # each title's words with their terms, kept per text: the same titles recur in pages, and
+        # analysing their words one by one would be a large part of a cached search
+        # (word_terms takes any callable giving a word's terms; this one gives tuples)
+        self._words_of = lru_cache(maxsize=self.WORDS)(
+            lambda text: word_terms(text, self._word)  # type: ignore[arg-type]  # tuples
+        )
+        self._lock = threading.Lock()
+
+    def terms(self, query: str) -> frozenset[str]:
+        with self._lock:
+            return query_terms(query, self.analyzer)
+
+    def spans(self, terms: frozenset[str], text: str) -> list[Span]:
+        """Matching words of ``text`` as ``[start, end)`` in UTF-16 code units (JavaScript indices)."""
+        if not terms or not text:
+            return []
+        with self._lock:
+            words = self._words_of(text)
+        return utf16_spans(text, [(a, b) for a, b, ts in words if not terms.isdisjoint(ts)])
+
+
+def _strict_query(request: Request) -> dict[str, str]:
+    """Query parameters decoded as strict UTF-8 (Starlette would silently replace bad bytes)."""
+    try:
+        pairs = parse_qsl(
+            request.scope.get("query_string", b"").decode("latin-1"),
+            keep_blank_values=True,
+            encoding="utf-8",
+            errors="strict",
+        )
+    except UnicodeDecodeError:
+        raise BadRequest("query string is not valid UTF-8") from None
+    return dict(pairs)
+
+
+def _integer(params: dict[str, str], name: str, default: int) -> int:
+    """Parameter ``name`` as an integer (ASCII digits: ``int`` alone would take other scripts' digits)."""
+    value = params.get(name)
+    if value is None:
+        return default
+    try:
+        if value.isascii():
+            return int(value)
+    except ValueError:
+        pass
+    raise BadRequest(f"parameter {name!r} must be an integer", 422)
+
+
+def _query_param(name: str, description: str, schema: dict[str, Any], *, required: bool = False) -> dict[str, Any]:
+    """One query parameter of the OpenAPI document, written as FastAPI writes the ones it validates
+    (for a handler that reads and checks its parameters itself)."""
+    return {
+        "name": name,
+        "in": "query",
+        "required": required,
+        "description": description,
+        "schema": {**schema, "description": description, "title": name.title()},
+    }
+
+
+def _text(params: dict[str, str], name: str, limit: int) -> str:
+    q = params.get(name, "")
+    if not q.strip():
+        raise BadRequest(f"parameter {name!r} is missing or empty")
+    if len(q) > limit:
+        raise BadRequest(f"parameter {name!r} is {len(q)} characters long; the limit is {limit}", 413)
+    return q
+
+
+def add_routes(
+    app: FastAPI,
+    b: Bundle,
+    *,
+    batcher: SearchBatcher,
+    highlighter: Highlighter,
+    metrics: Metrics,
+    ready: threading.Event,
+    exposure: Exposure,
+    max_query_chars: int = MAX_QUERY_CHARS,
+    max_k: int = MAX_K,
+) -> None:
+    """The error handlers and routes of the service for the loaded bundle ``b``; ``ready`` is set
+    while it is served (``/ready``), ``exposure`` names the refusals its guards add (401, 429)."""
+    page = PAGE.read_text(encoding="utf-8")
+    assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
+    started = time.time()
+
+    def score_by(merge: str) -> str:
+        """What a hit's ``score`` is: the ranker's when the bundle has one, else the merge's."""
+        return "ranker" if b.ranker is not None else merge
+
+    guarded = (401,) * (exposure.api_key is not None) + (429,) * (exposure.rate > 0)
+    store_errors = (503,) * (b.store == "postgres")  # the PostgreSQL server may be down
+
+    @app.exception_handler(BadRequest)
+    async def bad_request(_: Request, e: BadRequest) -> JSONResponse:
+        return JSONResponse({"error": e.message}, status_code=e.status)
+
+    @app.exception_handler(PgStoreError)
+    async def store_down(_: Request, e: PgStoreError) -> JSONResponse:
+        # the vector store's server is unreachable: the store reconnects on a later request
+        return JSONResponse({"error": f"vector store unavailable: {e}"}, status_code=503, headers={"Retry-After": "1"})
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0] if e.errors() else {}
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "query")
+        return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}"}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        # keep the exception's headers: the router's 405 carries ``Allow`` (RFC 9110 requires it)
+        return JSONResponse({"error": str(e.detail)}, status_code=e.status_code, headers=e.headers)
+
+    def _k(params: dict[str, str]) -> int:
+        k = _integer(params, "k", 10)
+        if not 1 <= k <= max_k:
+            raise BadRequest(f"parameter 'k' must be in [1, {max_k}], got {k}", 422)
+        return k
+
+    def _offset(params: dict[str, str], k: int) -> int:
+        offset = _integer(params, "offset", 0)
+        if not 0 <= offset <= max_k - k:
+            raise BadRequest(
+                f"parameter 'offset' must be in [0, {max_k - k}] (offset + k at most {max_k}), got {offset}", 422
+            )
+        return offset
+
+    models = list(b.semantic)
+    # Bounds the handlers check themselves (to answer with their own statuses and messages) are only
+    # documented here (``json_schema_extra``: no FastAPI validation); ``required`` is set in ``contract``.
+    q_doc = {"minLength": 1, "maxLength": max_query_chars, "pattern": NON_BLANK}
+
+    def model_doc(schema: dict[str, Any]) -> None:
+        """``model``: one of the bundle's model names (a string, not ``anyOf`` string or null)."""
+        if models:
+            schema.pop("anyOf", None)
+            schema.update(type="string", enum=models)
+
+    model_schema: dict[str, Any] = (
+        {"type": "string", "enum": models} if models else {"anyOf": [{"type": "string"}, {"type": "null"}]}
+    )
+    search_params = [
+        _query_param(
+            "q",
+            f"Query text, not blank, at most {max_query_chars} characters (blank or missing: 400; longer: 413).",
+            {"type": "string", **q_doc},
+            required=True,
+        ),
+        _query_param(
+            "k", f"Number of hits, 1 to {max_k}.", {"type": "integer", "minimum": 1, "maximum": max_k, "default": 10}
+        ),
+        _query_param(
+            "offset",
+            f"0-based rank of the first hit (paging); offset + k at most {max_k} (else 422).",
+            {"type": "integer", "minimum": 0, "maximum": max_k - 1, "default": 0},
+        ),
+        _query_param(
+            "merge",
+            "union (lexical order, semantic-only hits after), rrf or interpolate.",
+            {"type": "string", "enum": list(SCORERS), "default": "union"},
+        ),
+        _query_param("model", "Neural model of the bundle (default: the first).", model_schema),
+    ]
+
+    # The handler reads and checks its parameters itself (``search_params`` documents them; FastAPI
+    # validating them first cost more than the handler's own checks), and returns a ``_JSON``
+    # response; its route is a ``_Direct`` one (no dependency solving or encoding pass on the hot
+    # path); response_model documents the answer.
+    async def search(request: Request) -> Response:
+        """Hits ``[offset, offset + k)`` of the ranking, with source (LEXICAL, SEMANTIC, BOTH),
+        score (the ranker's if the bundle has one, else the merged one: ``score_by`` says which),
+        stage scores and ranks, highlight spans and timings (ms).
+
+        ``rank`` is the absolute 1-based rank. ``highlights``: ``[start, end)`` spans, in UTF-16
+        code units (JavaScript string indices), of the words of ``highlight_field`` (``title``, or
+        ``text`` when the title is empty) whose normalised form is a query term under the bundle's
+        lexical analyzer. ``next_offset``: the next page's offset, null when this page is the
+        last (fewer than k hits, or past the depth limit).
+
+        Pages are cut from ``Bundle.search(q, offset + k)`` (ties broken by doc id), so they
+        continue each other exactly while offset + k stays within the lexical stage's depth (300
+        candidates); deeper, Bundle.search deepens that stage to offset + k, which keeps the union's
+        order but may reorder rrf, interpolate or a ranker's list past rank 300.
+
+        Runs on the event loop itself (``async``), not in FastAPI's thread pool (its hand-offs and
+        GIL switches cost more than they overlap); the searches that arrive together run as one
+        pass (``SearchBatcher``), whose stage times ``timing_ms`` gives, with ``batch`` (how many
+        distinct searches the pass ran) and ``queue_ms`` (how long this one waited for it)."""
+        params = _strict_query(request)
+        text, kk = _text(params, "q", max_query_chars), _k(params)
+        start = _offset(params, kk)
+        merge, model = params.get("merge", "union"), params.get("model")
+        if merge not in SCORERS:
+            raise BadRequest(f"parameter 'merge' must be one of {', '.join(SCORERS)}", 422)
+        if model is not None and model not in b.semantic:
+            raise BadRequest(f"no model {model!r} in this bundle", 422)
+        # one deterministic ranking, cut: the top offset + k, then the page (Bundle.search breaks ties by id)
+        result = await batcher.search(text, start + kk, model, merge)
+        page_hits = result.hits[start:]
+        terms = highlighter.terms(result.query)  # the words searched (spell-corrected or as typed)
+        hits = []
+        for row, h in zip(b.hits(Result(page_hits, result.timing)), page_hits, strict=True):
+            field = "title" if row.title else "text"
+            shown = row.title or row.text
+            hits.append(
+                {
+                    "rank": start + row.rank,
+                    "doc_id": h.doc_id,
+                    "title": row.title,
+                    "text": row.text,
+                    "source": h.sources.name,
+                    "score": h.score,
+                    "lexical_score": h.lexical,
+                    "semantic_score": h.semantic,
+                    "lexical_rank": h.lexical_rank,
+                    "semantic_rank": h.semantic_rank,
+                    "highlight_field": field,
+                    "highlights": highlighter.spans(terms, shown),
+                }
+            )
+        more = len(page_hits) == kk and start + 2 * kk <= max_k
+        return _JSON(
+            {
+                "query": text,
+                "corrected_query": result.query if result.query != text else None,
+                "k": kk,
+                "offset": start,
+                "merge": merge,
+                "score_by": score_by(merge),
+                "next_offset": start + kk if more else None,
+                "hits": hits,
+                "timing_ms": result.timing,
+            }
+        )
+
+    app.router.add_api_route(
+        "/search",
+        search,
+        methods=["GET"],
+        summary="Lexical ∪ semantic search",
+        response_class=_JSON,
+        response_model=schemas.SearchResponse,
+        responses=schemas.errors(400, 413, 414, 422, *guarded, *store_errors),
+        openapi_extra={"parameters": search_params},
+        route_class_override=_Direct,
+    )
+
+    @app.get(
+        "/explain",
+        summary="Why the ranker scores a document so, or why the neural model matches it",
+        response_class=_JSON,
+        response_model=schemas.RankerExplanation | schemas.NeuralExplanation,
+        responses=schemas.errors(400, 404, 413, 414, 422, *guarded, *store_errors),
+    )
+    def explain_pair(
+        request: Request,
+        q: str = Query(
+            "", description=f"Query text, not blank, at most {max_query_chars} characters.", json_schema_extra=q_doc
+        ),
+        doc_id: str = Query("", description="Document id from /search (unknown: 404)."),
+        top: int = Query(5, ge=1, le=50, description="Number of contributions or neurons."),
+        model: str | None = Query(
+            None,
+            description="Explain this neural model of the bundle (DSSM/CLSM) rather than the ranker.",
+            json_schema_extra=model_doc,
+        ),
+    ) -> Response:
+        """With a ranker (and no ``model``): the ranker's score, bias and its ``top`` feature
+        contributions by absolute size, with the hit's source and stage scores and ranks
+        (``explained_by: "ranker"``). Otherwise CLSM: most active max-pool neurons, their winning
+        words, neurons shared by both sides; any encoder: per-word contributions to the cosine."""
+        params = _strict_query(request)
+        text = _text(params, "q", max_query_chars)
+        try:
+            if b.ranker is not None and model is None:
+                return _JSON({**b.explain_rank(text, doc_id, top=top), "explained_by": "ranker"})
+            return _JSON(b.explain(text, doc_id, model=model, top=top))
+        except KeyError as e:
+            raise BadRequest(str(e.args[0]) if e.args else f"no document {doc_id!r}", 404) from None
+        except ValueError as e:
+            raise BadRequest(str(e), 422) from None
+
+    @app.get("/health", summary="Liveness and what is loaded", response_model=schemas.Health)
+    def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "documents": len(b.corpus),
+            "lexical": b.manifest.get("lexical"),
+            "models": [m["name"] for m in b.manifest.get("models", [])],
+            "dataset": b.manifest.get("dataset"),
+            "uptime_s": round(time.time() - started, 1),
+            "pid": os.getpid(),
+        }
+
+    @app.get(
+        "/ready",
+        summary="Readiness: 200 once the bundle is loaded and served, 503 otherwise",
+        response_model=schemas.Ready,
+        responses={
+            503: {"model": schemas.NotReady, "description": "Not serving yet (starting) or any more (shutting down)."}
+        },
+    )
+    def readiness() -> JSONResponse:
+        """For load balancers and orchestrators: send traffic only while this answers 200. The bundle
+        is loaded and verified before the server listens; 503 before startup ends and from shutdown on."""
+        if ready.is_set():
+            return JSONResponse({"status": "ready", "documents": len(b.corpus)})
+        return JSONResponse({"status": "not ready"}, status_code=503)
+
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        summary="Prometheus metrics (text format)",
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **schemas.errors(414, *guarded)},
+    )
+    def prometheus() -> PlainTextResponse:
+        return PlainTextResponse(metrics.text(), media_type="text/plain; version=0.0.4")
+
+    @app.get(
+        "/",
+        response_class=HTMLResponse,
+        summary="The search page (HTML)",
+        responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
+    )
+    def home() -> HTMLResponse:
+        return HTMLResponse(page, headers=PAGE_HEADERS)
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def asset(name: str) -> Response:
+        if name not in assets:
+            raise BadRequest(f"no such file: {name}", 404)
+        return Response(assets[name], media_type=ASSETS[name], headers=PAGE_HEADERS)
+
+    required = {("/search", "q"), ("/explain", "q"), ("/explain", "doc_id")}
+    app.openapi = lambda: contract(FastAPI.openapi(app), required)  # type: ignore[method-assign]  # override
+
+
+def contract(schema: dict[str, Any], required: set[tuple[str, str]]) -> dict[str, Any]:
+    """The generated OpenAPI schema with the (path, query parameter) pairs in ``required`` marked
+    required and without a default: the handlers check them themselves, to answer 400 rather than
+    FastAPI's 422, so FastAPI sees them as optional."""
+    for path, name in required:
+        for op in schema["paths"].get(path, {}).values():
+            for p in op.get("parameters", ()):
+                if p["name"] == name and p["in"] == "query":
+                    p["required"] = True
+                    p["schema"].pop("default", None)
+    return schema

@@ -1,0 +1,85 @@
+"""The stage-2 ranker a bundle build trains (``index build --train-ranker``): LambdaMART learning
+from what the bundle's stage 1 returns for a data set's train queries, its stage depths and trees
+chosen on the dev queries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from ..data import EvalSet, open_dataset
+from ..params import ParamError
+from ..plugins import create_model
+from ..progress import note
+from ..ranking.lambdamart import TWO_STAGE, LambdaMARTRanker
+from . import held_out, recipe
+from .lambdamart import fit_stage_ranker
+
+StageTrainer = Callable[[Any], tuple[Any, dict[str, Any]]]
+"""Called with the bundle's stage-1 search (``index.bundle.StageSearch``); returns the trained
+ranker and its training log."""
+
+
+def stage_ranker_trainer(
+    data: str,
+    corpus: Any,
+    fields: str,
+    params: Mapping[str, Any],
+    model_dirs: Sequence[str] = (),
+    *,
+    where: str = "--ranker-param",
+) -> StageTrainer:
+    """The function that trains a two-stage ranker (``TWO_STAGE`` with the ``params`` changes) on
+    the bundle's stage 1, over data set ``data``'s train split, choosing depths and trees on its
+    dev split. Parameters are checked here, before any indexing, and against ``model_dirs``'
+    held-out folds (``training.held_out``): a ranker meant to learn from a fold a model never saw
+    (``train_fold``) must name that fold. ``where`` names the parameters' origin in errors."""
+    if Path(data).is_file():
+        raise ValueError(
+            "--train-ranker needs a data set with train and dev judgments (a BEIR-layout folder), not a TSV file"
+        )
+    try:
+        kwargs, args_ = recipe("lambdamart", {**TWO_STAGE, **params}, where=where)
+    except ParamError as e:
+        raise ParamError(f"{where}: {e}") from None
+    args: Any = args_  # lambdamart's RankerArgs
+    ds = open_dataset(data)
+    missing = [s for s in ("train", "dev") if s not in ds.splits]
+    if missing:
+        raise ValueError(
+            f"--train-ranker: data set {data} has no {' or '.join(missing)} judgments "
+            f"(splits: {', '.join(ds.splits) or 'none'})"
+        )
+    queries = ds.queries()
+    train, dev = (EvalSet(queries, {}, ds.qrels(s)) for s in ("train", "dev"))
+    fold = args.fold  # (checked by the recipe)
+    for d in model_dirs:
+        h = held_out(d)
+        if h is None or h.get("split") != "train":
+            continue
+        if fold is None:
+            note(
+                f"{d} was trained without fold {h['fold']} of the train queries; the ranker learns from all of "
+                f"them, the ones it saw too ({where} train_fold={h['fold']}: only the fold it never saw)"
+            )
+        elif str(fold) != h["fold"]:
+            raise ValueError(
+                f"{where} train_fold={fold}: {d} was trained without fold {h['fold']} "
+                f"of the train queries, not {fold}, so the ranker would learn from queries "
+                f"it saw; use train_fold={h['fold']}"
+            )
+    learn_from = f"all {len(train.qrels):,} train queries"
+    if fold is not None:  # only the queries the stage-1 models were trained without
+        keep = fold.queries(train.qrels)
+        learn_from = f"fold {fold} of the train queries ({len(keep):,} of {len(train.qrels):,})"
+        train = EvalSet(queries, {}, {q: train.qrels[q] for q in keep})
+
+    def train_ranker(search: Any) -> tuple[Any, dict[str, Any]]:
+        note(f"stage-2 ranker: learning from {learn_from}")
+        ranker = cast(LambdaMARTRanker, create_model("lambdamart", **kwargs))
+        ranker.index(corpus.ids, corpus.joined(fields))
+        log = fit_stage_ranker(ranker, search, train, dev, args=args)
+        return ranker, {**log, "learnt_from": learn_from}
+
+    return train_ranker
