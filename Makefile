@@ -61,7 +61,7 @@ test: $(STAMP) test-tools
 ## Property-based fuzzing of every reader under the nightly profile (2,000 examples each; `make test`
 ## runs the same tests at 200, derandomized).
 fuzz: $(STAMP)
-	SEMSEARCH_FUZZ_PROFILE=nightly $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_fuzz_readers.py
+	SEMSEARCH_FUZZ_PROFILE=nightly $(BIN)/python -m pytest -q -p no:cacheprovider tests/data/test_fuzz_readers.py
 
 bench: $(STAMP)  # every benchmark against its peer in one run (< 15 min); writes docs/benchmarks.md
 	$(BIN)/python benchmarks/run_all.py

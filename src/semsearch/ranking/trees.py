@@ -5,7 +5,7 @@ A served search scores a few hundred candidates with a few hundred small trees, 
 LightGBM's ``predict`` pays per call for its row-wise C API, the parsing of its parameters and
 its thread start-up (``benchmarks/load_test.py`` measures a served search). The same walk
 over the same thresholds in numba sums the same leaf values in the same order (float64), so the
-scores are LightGBM's to the last bit — ``tests/unit/test_trees.py`` checks that on random
+scores are LightGBM's to the last bit — ``tests/index/test_positional_search.py`` checks that on random
 models and inputs with zeros and NaN.
 
 Why not a library: lleaves (LLVM-compiled LightGBM) 1.3 needs llvmlite's legacy pass manager,

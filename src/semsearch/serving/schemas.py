@@ -1,7 +1,7 @@
 """The service's answers as pydantic models: the OpenAPI contract a client generates code from.
 
 They document what ``app.py`` returns; /search and /explain build their JSON directly (orjson, no
-validation pass on the hot path), so the contract tests (schemathesis, tests/unit/test_contract.py)
+validation pass on the hot path), so the contract tests (schemathesis, tests/serving/test_contract.py)
 check that the answers match these models. ``extra="forbid"``: an undocumented field is a contract
 break, not a silent addition."""
 

@@ -364,7 +364,7 @@ def test_without_a_ranker_explain_is_the_neural_models(client):
     assert "explained_by" not in e and e["model"] == "clsm"
 
 
-# -- the OpenAPI contract (tests/unit/test_contract.py runs schemathesis against it) ---------------
+# -- the OpenAPI contract (tests/serving/test_contract.py runs schemathesis against it) ---------------
 
 
 def test_answers_validate_against_the_documented_models(make_bundle, tmp_path):
