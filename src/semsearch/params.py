@@ -131,6 +131,8 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _plain(v: Any) -> Any:
+    if isinstance(v, Params):
+        return v.as_dict()
     return list(v) if isinstance(v, tuple) else v
 
 
@@ -154,6 +156,8 @@ def _describe(tp: Any) -> str:
         return f"a list of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "a list"
     if origin is dict or tp is dict:
         return "a table of name = value"
+    if isinstance(tp, type) and issubclass(tp, Params):
+        return f"a table of {tp.kind or tp.__name__} parameters"
     return getattr(tp, "__name__", str(tp))
 
 
@@ -162,6 +166,8 @@ def _coerce(value: Any, tp: Any, label: str) -> Any:
     or ``ParamError`` naming what ``tp`` allows."""
     try:
         return _as(value, tp)
+    except ParamError as e:  # from a nested set: its own message says what it allows
+        raise ParamError(f"{label}: {e}") from None
     except (TypeError, ValueError):
         raise ParamError(f"{label} must be {_describe(tp)}, got {value!r}") from None
 
@@ -213,4 +219,10 @@ def _as(v: Any, tp: Any) -> Any:
         if not isinstance(v, Mapping):
             raise TypeError
         return dict(v)
+    if isinstance(tp, type) and issubclass(tp, Params):  # a nested set: given whole, or as its mapping
+        if isinstance(v, tp):
+            return v
+        if isinstance(v, Mapping):
+            return tp.from_mapping(v)
+        raise TypeError
     raise TypeError(f"unsupported parameter type {tp}")

@@ -176,10 +176,10 @@ def test_cli_rescore_options_are_checked(tiny_data, tmp_path):
     for args, message in [
         ([*build, "--rescore-depth", "5"], "--rescore-depth needs --rescorer"),
         ([*serve, "--rescore-depth", "5"], "--rescore-depth needs --rescore"),
-        ([*serve, "--rescore", "--rescore-depth", "0"], "--rescore-depth must be >= 1, got 0"),
+        ([*serve, "--rescore", "--rescore-depth", "0"], "bundle load parameter 'rescore_depth' must be >= 1, got 0"),
         ([*build, "--rescore-weight", "2"], "--rescore-weight needs --rescorer"),
         ([*serve, "--rescore-weight", "2"], "--rescore-weight needs --rescore"),
-        ([*serve, "--rescore", "--rescore-weight", "0"], "--rescore-weight must be a number > 0, or inf"),
+        ([*serve, "--rescore", "--rescore-weight", "0"], "'rescore_weight' must be a number > 0, or inf"),
         ([*build, "--rescorer-onnx", "int8"], "--rescorer-onnx needs --rescorer"),
         (
             [*build, "--rescorer", str(tmp_path), "--rescorer-onnx", "int4"],

@@ -6,6 +6,7 @@ Retry-After; the OpenAPI contract documents what is enabled; the page asks for t
 from __future__ import annotations
 
 import os
+import re
 
 import httpx
 import pytest
@@ -168,3 +169,33 @@ def test_served_with_workers_requires_key(bundle) -> None:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert "API key required ($SEMSEARCH_API_KEY)" in err
+
+
+def test_serve_options_validate_once_and_keep_the_key_out_of_reprs(tmp_path):
+    """ServeOptions (a Params) takes its load options as a table, names each field by its flag in
+    messages, keeps the key out of its repr and derives the exposure the workers keep."""
+    from semsearch.index.bundle import LoadOptions
+    from semsearch.params import ParamError
+    from semsearch.serving.options import EXPOSED_RATE, ServeOptions
+
+    key = "k" * 24
+    o = ServeOptions.from_mapping(
+        {"bundle": str(tmp_path), "load": {"result_cache": 0}, "host": "0.0.0.0", "expose": True, "api_key": key}
+    )
+    assert o.load == LoadOptions(result_cache=0) and key not in repr(o)
+    assert (o.exposure.api_key, o.exposure.rate) == (key, EXPOSED_RATE)
+    assert ServeOptions.from_mapping(o.as_dict()) == o  # one serialisable object, read back the same
+    assert ServeOptions(str(tmp_path)).exposure.rate == 0.0
+    for raw, message in [
+        ({"workers": 0}, "--workers must be >= 1, got 0"),
+        ({"port": 70000}, "--port must be <= 65535, got 70000"),
+        ({"rate_limit": float("inf")}, "--rate-limit must be a number of requests per second >= 0"),
+        ({"load": {"result_cache": -1}}, "serve: bundle load parameter 'result_cache' must be >= 0, got -1"),
+        ({"load": {"cache": 1}}, "serve: bundle load has no parameter 'cache'"),
+        ({"host": "0.0.0.0"}, "--host 0.0.0.0 is not a loopback address"),
+        ({"host": "0.0.0.0", "expose": True}, "--expose needs an API key"),
+        ({"api_key": "short"}, "an API key must be at least"),
+        ({"verbose": True}, "serve has no parameter 'verbose'"),
+    ]:
+        with pytest.raises(ParamError, match=re.escape(message)):
+            ServeOptions.from_mapping({"bundle": str(tmp_path), **raw})

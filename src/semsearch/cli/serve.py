@@ -89,52 +89,40 @@ def serve_cmd(
     """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
     import os
 
-    from ..index.bundle import LoadOptions
-    from ..ranking.rescore import check_weight
-    from ..serving.exposure import API_KEY_ENV, Exposure, check_key, check_rate, is_loopback, read_key_file
-    from ..serving.options import LOOPS, ServeOptions
+    from ..serving.exposure import API_KEY_ENV, check_key, read_key_file
+    from ..serving.options import ServeOptions
     from ..serving.server import serve
 
-    key = read_key_file(str(api_key_file)) if api_key_file is not None else None
-    if key is None and os.environ.get(API_KEY_ENV):
-        key = check_key(os.environ[API_KEY_ENV], f"${API_KEY_ENV}")
-    if not is_loopback(host):
-        if not expose:
-            raise ValueError(
-                f"--host {host} is not a loopback address: serving beyond this machine needs --expose "
-                f"and an API key (${API_KEY_ENV} or --api-key-file)"
-            )
-        if key is None:
-            raise ValueError(f"--expose needs an API key: set ${API_KEY_ENV} or give --api-key-file")
-    rate = check_rate(rate_limit if rate_limit is not None else 20.0 if expose else 0.0)
-    if result_cache is not None and result_cache < 0:
-        raise ValueError(f"--result-cache must be >= 0, got {result_cache}")
     _needs(
         "--rescore",
         rescore,
         {"--rescore-depth": rescore_depth is not None, "--rescore-weight": rescore_weight is not None},
     )
-    if rescore_depth is not None and rescore_depth < 1:
-        raise ValueError(f"--rescore-depth must be >= 1, got {rescore_depth}")
-    weight = None if rescore_weight is None else check_weight(rescore_weight, "--rescore-weight")
-    if workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {workers}")
-    if loop not in LOOPS:
-        raise ValueError(f"--loop must be {' or '.join(LOOPS)}, got {loop!r}")
-    load = LoadOptions.from_mapping(
+    key = read_key_file(str(api_key_file)) if api_key_file is not None else None
+    if key is None and os.environ.get(API_KEY_ENV):
+        key = check_key(os.environ[API_KEY_ENV], f"${API_KEY_ENV}")
+    load = {
+        "store": store,
+        "rescore": rescore,
+        "rescore_depth": rescore_depth,
+        "rescore_weight": rescore_weight,
+        "correct_queries": correct_queries,
+        **({} if result_cache is None else {"result_cache": result_cache}),
+    }
+    options = ServeOptions.from_mapping(
         {
-            "store": store,
-            "rescore": rescore,
-            "rescore_depth": rescore_depth,
-            "rescore_weight": weight,
-            "correct_queries": correct_queries,
-            **({} if result_cache is None else {"result_cache": result_cache}),
-        },
-        where="serve",
+            "bundle": str(bundle.resolve()),
+            "load": load,
+            "host": host,
+            "port": port,
+            "workers": workers,
+            "loop": loop,
+            "expose": expose,
+            "api_key": key,
+            "rate_limit": rate_limit,
+        }
     )
-    options = ServeOptions(
-        str(bundle.resolve()), load, Exposure(key, rate), host=host, port=port, workers=workers, loop=loop
-    )
+    rate = options.exposure.rate
     guards = ", ".join(
         [f"API key required ({'file' if api_key_file else '$' + API_KEY_ENV})"] * (key is not None)
         + [f"at most {rate:g} requests/s per client and worker"] * (rate > 0)

@@ -64,12 +64,6 @@ def check_key(key: str, where: str) -> str:
     return key
 
 
-def check_rate(rate: float) -> float:
-    if not math.isfinite(rate) or rate < 0:
-        raise ExposureError(f"--rate-limit must be a number of requests per second >= 0, got {rate}")
-    return rate
-
-
 def is_loopback(host: str) -> bool:
     """Whether every address ``host`` names is a loopback address (``localhost``, 127.0.0.0/8, ::1)."""
     try:

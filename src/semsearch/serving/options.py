@@ -1,43 +1,73 @@
 """Typed options of the search service (``semsearch serve``): what bundle, how it is loaded, the
 guards it keeps, where it listens and how many worker processes serve it. Validated once when
-made (at the command line); the service and each of its worker processes receive this object
-as it is, never settings re-read from the environment."""
+made (the command line builds one from its flags); the service and each of its worker processes
+receive this object as it is, never settings re-read from the environment."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+import math
+from typing import ClassVar, Literal
 
 from ..index.bundle.options import LoadOptions
-from .exposure import Exposure
+from ..params import ParamError, Params, param
+from .exposure import API_KEY_ENV, Exposure, ExposureError, check_key, is_loopback
 
-LOOPS = ("asyncio", "uvloop")
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
+EXPOSED_RATE = 20.0
+"""Requests a second per client and worker when the service is exposed and no rate is given."""
 
 
-@dataclass(frozen=True)
-class ServeOptions:
-    """``bundle``: the bundle directory; ``load``: how each worker opens it (``LoadOptions``);
-    ``exposure``: the API key and rate limit (``Exposure``); ``host`` / ``port``: where to
-    listen; ``workers``: processes, each with its own copy of the bundle; ``loop``: the event
-    loop (one of ``LOOPS``)."""
+@dataclasses.dataclass(frozen=True)
+class ServeOptions(Params):
+    """How ``semsearch serve`` runs; messages name each field by its command-line flag.
 
-    bundle: str
-    load: LoadOptions = field(default_factory=LoadOptions)
-    exposure: Exposure = field(default_factory=Exposure)
+    ``bundle``: the bundle directory; ``load``: how each worker opens it (``LoadOptions``);
+    ``host`` / ``port``: where to listen (any host but loopback needs ``expose`` and an API
+    key); ``workers``: processes, each with its own copy of the bundle; ``loop``: the event loop;
+    ``api_key``: the key ``/search``, ``/explain`` and ``/metrics`` require (a secret: kept out of
+    the repr); ``rate_limit``: requests a second per client and worker (None: ``EXPOSED_RATE``
+    when exposed, else none)."""
+
+    kind: ClassVar[str] = "serve"
+
+    bundle: str = ""
+    load: LoadOptions = dataclasses.field(default_factory=LoadOptions)
     host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    workers: int = 1
-    loop: str = "asyncio"
+    port: int = param(DEFAULT_PORT, ge=0, le=65535)
+    workers: int = param(1, ge=1)
+    loop: Literal["asyncio", "uvloop"] = "asyncio"
+    expose: bool = False
+    api_key: str | None = dataclasses.field(default=None, repr=False)
+    rate_limit: float | None = param(None, ge=0)
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.load, LoadOptions) or not isinstance(self.exposure, Exposure):
-            raise TypeError("ServeOptions: load must be LoadOptions and exposure Exposure")
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
-            raise ValueError(f"--workers must be >= 1, got {self.workers}")
-        if self.loop not in LOOPS:
-            raise ValueError(f"--loop must be {' or '.join(LOOPS)}, got {self.loop!r}")
-        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
-            raise ValueError(f"--port must be in [0, 65535], got {self.port}")
+    def _label(self, name: str) -> str:
+        return "serve" if name == "load" else "--" + name.replace("_", "-")
+
+    def check(self) -> None:
+        if not self.bundle:
+            raise ParamError("serve needs a bundle directory")
+        if self.rate_limit is not None and not math.isfinite(self.rate_limit):
+            raise ParamError(f"--rate-limit must be a number of requests per second >= 0, got {self.rate_limit}")
+        if self.api_key is not None:
+            try:
+                object.__setattr__(self, "api_key", check_key(self.api_key, "the API key"))
+            except ExposureError as e:
+                raise ParamError(str(e)) from None
+        if not is_loopback(self.host):
+            if not self.expose:
+                raise ParamError(
+                    f"--host {self.host} is not a loopback address: serving beyond this machine needs --expose "
+                    f"and an API key (${API_KEY_ENV} or --api-key-file)"
+                )
+            if self.api_key is None:
+                raise ParamError(f"--expose needs an API key: set ${API_KEY_ENV} or give --api-key-file")
+
+    @property
+    def exposure(self) -> Exposure:
+        """The guards every worker keeps: the API key and the per-client rate."""
+        rate = self.rate_limit if self.rate_limit is not None else EXPOSED_RATE if self.expose else 0.0
+        return Exposure(self.api_key, rate)
 
 
-__all__ = ["LOOPS", "ServeOptions"]
+__all__ = ["EXPOSED_RATE", "ServeOptions"]

@@ -84,15 +84,13 @@ class LoadOptions(Params):
     query_cache: int = param(QUERY_CACHE, ge=0)
     result_cache: int = param(RESULT_CACHE, ge=0)
     rescore: bool = False
-    rescore_depth: int | None = None
+    rescore_depth: int | None = param(None, ge=1)
     rescore_weight: float | None = None
     correct_queries: bool = True
 
     def check(self) -> None:
-        if self.rescore_depth is not None and self.rescore_depth < 1:
-            raise ParamError(f"rescore depth must be >= 1, got {self.rescore_depth}")
         if self.rescore_weight is not None:
-            object.__setattr__(self, "rescore_weight", _weight(self.rescore_weight, "rescore weight"))
+            object.__setattr__(self, "rescore_weight", _weight(self.rescore_weight, self._label("rescore_weight")))
 
 
 __all__ = ["QUERY_CACHE", "RESCORE_WEIGHT", "RESULT_CACHE", "BuildOptions", "LoadOptions"]
