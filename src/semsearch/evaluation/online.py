@@ -1,0 +1,426 @@
+"""Comparing rankers online: team-draft interleaving, A/B buckets, counterfactual estimates, power.
+
+Pure functions on arrays; the service (``serve A --compare B``) and the simulation command wire
+them to the event log. Four parts:
+
+* **Team-draft interleaving** (Radlinski, Kurup & Joachims 2008, "How does clickthrough data
+  reflect retrieval quality?", CIKM): `team_draft` / `team_draft_batch` merge two rankings,
+  `credit` gives each click to the team that contributed the clicked document, and
+  `interleaving_summary` aggregates impressions into per-query wins, the preference
+  Δ_AB of Chapelle, Joachims, Radlinski & Yue 2012 ("Large-scale validation and analysis of
+  interleaved search evaluation", TOIS) and a two-sided binomial sign test.
+* **Power**: `prefix_sign_test_p`, `prefix_two_proportion_p` and `impressions_to_significance`
+  find after how many impressions a simulated run reaches p < alpha; `detection_summary`
+  reports the median over runs; `ab_sample_size` and `interleaving_sample_size` are the normal
+  approximations.
+
+Team codes are ``TEAM_A = 0`` and ``TEAM_B = 1``; ``NO_TEAM = -1`` marks empty positions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from scipy.stats import binom, binomtest, norm
+
+__all__ = [
+    "NO_TEAM",
+    "TEAM_A",
+    "TEAM_B",
+    "DetectionSummary",
+    "InterleavingSummary",
+    "ab_sample_size",
+    "credit",
+    "detection_summary",
+    "impressions_to_significance",
+    "interleaving_sample_size",
+    "interleaving_summary",
+    "outcomes",
+    "prefix_sign_test_p",
+    "prefix_two_proportion_p",
+    "sign_test_p",
+    "team_draft",
+    "team_draft_batch",
+]
+
+TEAM_A = 0
+TEAM_B = 1
+NO_TEAM = -1
+
+
+# ---------------------------------------------------------------- team-draft interleaving
+
+
+def _rounds(k: int) -> int:
+    return (k + 1) // 2
+
+
+def team_draft(a: Sequence[str], b: Sequence[str], k: int, rng: np.random.Generator) -> tuple[list[str], list[int]]:
+    """Team-draft interleaving of rankings ``a`` and ``b`` cut to ``k`` (Radlinski et al. 2008, Alg. 2).
+
+    The list is built in rounds. At the start of each round both teams have contributed equally
+    many documents; a fair coin decides which team picks first, then the other picks. A team
+    picks its highest-ranked document not already in the list (duplicates are skipped, so a
+    document both rankers want goes to whichever picks it first). As in the paper's Algorithm 2,
+    the merge stops, before any pick, as soon as either ranking has no document left that is not
+    in the list (so the longer ranking never fills the page alone), or at ``k`` documents.
+
+    Randomness: exactly ``ceil(k / 2)`` coins are drawn, up front, as
+    ``rng.integers(0, 2, size=ceil(k / 2))``; coin 1 means A picks first in that round. So the
+    result depends only on the inputs and the generator's state, and `team_draft_batch` on one
+    row with the same generator gives the same list.
+
+    Why it is fair: within a round each team contributes one document and the order is a coin
+    toss, so when A and B rank identically a click is equally likely to credit either team
+    (the test of this is in tests/unit/test_online.py).
+
+    Returns the interleaved document ids and, per position, the team that contributed it
+    (`TEAM_A` or `TEAM_B`).
+    """
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    coins = rng.integers(0, 2, size=_rounds(k))
+    shown: list[str] = []
+    teams: list[int] = []
+    seen: set[str] = set()
+    ia = ib = 0
+    for t in range(k):
+        while ia < len(a) and a[ia] in seen:
+            ia += 1
+        while ib < len(b) and b[ib] in seen:
+            ib += 1
+        if ia == len(a) or ib == len(b):
+            break
+        first = TEAM_A if coins[t // 2] == 1 else TEAM_B
+        team = first if t % 2 == 0 else 1 - first
+        doc = a[ia] if team == TEAM_A else b[ib]
+        shown.append(doc)
+        teams.append(team)
+        seen.add(doc)
+    return shown, teams
+
+
+def _advance(lists: np.ndarray, ptr: np.ndarray, shown: np.ndarray) -> np.ndarray:
+    """Move each row's pointer past documents already in ``shown`` (rows x positions so far)."""
+    rows = np.arange(lists.shape[0])
+    width = lists.shape[1]
+    while True:
+        cur = lists[rows, np.minimum(ptr, width - 1)]
+        dup = (ptr < width) & (cur >= 0) & (shown == cur[:, None]).any(axis=1)
+        if not dup.any():
+            return ptr
+        ptr = ptr + dup
+
+
+def team_draft_batch(a: np.ndarray, b: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """`team_draft` for many impressions at once, on integer document codes.
+
+    ``a`` and ``b``: (n, La) and (n, Lb) non-negative document codes, each row one impression's
+    ranking, padded on the right with -1. Draws ``rng.integers(0, 2, size=(n, ceil(k / 2)))``
+    (row i's coins are row i's rounds, as in `team_draft`). Returns ``ids`` (n, k) int64 and
+    ``teams`` (n, k) int8, both -1 where a row's list ended early. The loop runs over the k
+    positions; each position is numpy work over all rows.
+    """
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[0]:
+        raise ValueError(f"a and b must be (n, L) arrays with the same n, got {a.shape} and {b.shape}")
+    n = a.shape[0]
+    coins = rng.integers(0, 2, size=(n, _rounds(k)))
+    ids = np.full((n, k), -1, dtype=np.int64)
+    teams = np.full((n, k), NO_TEAM, dtype=np.int8)
+    if a.shape[1] == 0 or b.shape[1] == 0:
+        return ids, teams
+    rows = np.arange(n)
+    pa = np.zeros(n, dtype=np.int64)
+    pb = np.zeros(n, dtype=np.int64)
+    active = np.ones(n, dtype=bool)
+    for t in range(k):
+        pa = _advance(a, pa, ids[:, :t])
+        pb = _advance(b, pb, ids[:, :t])
+        ca = a[rows, np.minimum(pa, a.shape[1] - 1)]
+        cb = b[rows, np.minimum(pb, b.shape[1] - 1)]
+        active &= (pa < a.shape[1]) & (ca >= 0) & (pb < b.shape[1]) & (cb >= 0)
+        if not active.any():
+            break
+        first = np.where(coins[:, t // 2] == 1, TEAM_A, TEAM_B)
+        team = first if t % 2 == 0 else 1 - first
+        ids[active, t] = np.where(team == TEAM_A, ca, cb)[active]
+        teams[active, t] = team[active]
+    return ids, teams
+
+
+def credit(teams: np.ndarray, clicks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Clicks credited to A and to B per impression: a click on a document credits the team that
+    contributed it (Radlinski et al. 2008).
+
+    ``teams``: (n, k) or (k,) team codes per position (-1 = empty); ``clicks``: same shape, bool
+    or click counts (a document clicked twice counts twice). Clicks on empty positions count for
+    nobody. Returns two int64 arrays of length n (a scalar impression gives arrays of length 1).
+    """
+    t = np.atleast_2d(np.asarray(teams))
+    c = np.atleast_2d(np.asarray(clicks)).astype(np.int64)
+    if t.shape != c.shape:
+        raise ValueError(f"teams and clicks must have the same shape, got {t.shape} and {c.shape}")
+    return (c * (t == TEAM_A)).sum(axis=1), (c * (t == TEAM_B)).sum(axis=1)
+
+
+def outcomes(clicks_a: np.ndarray, clicks_b: np.ndarray) -> np.ndarray:
+    """Per impression +1 (A wins: more clicks credited to A), -1 (B wins) or 0 (tie, including
+    impressions without clicks), int8."""
+    return np.sign(np.asarray(clicks_a, dtype=np.int64) - np.asarray(clicks_b, dtype=np.int64)).astype(np.int8)
+
+
+def sign_test_p(wins_a: int, wins_b: int) -> float:
+    """Two-sided binomial sign test of wins_a vs wins_b under H0 P(A wins | not tied) = 1/2
+    (scipy.stats.binomtest); 1.0 when there is nothing to test."""
+    n = int(wins_a) + int(wins_b)
+    return 1.0 if n == 0 else float(binomtest(int(wins_a), n, 0.5).pvalue)
+
+
+@dataclass(frozen=True)
+class InterleavingSummary:
+    """Interleaving outcome over impressions (see `interleaving_summary` for the definitions)."""
+
+    n_impressions: int
+    n_clicked: int
+    wins_a: int
+    wins_b: int
+    ties: int
+    delta: float
+    p_value: float
+    per_query: dict[str, tuple[int, int, int]]
+    query_wins_a: int
+    query_wins_b: int
+    query_ties: int
+    query_p_value: float
+    bootstrap_ci: tuple[float, float] | None = None
+    bootstrap_p: float | None = None
+
+    @property
+    def winner(self) -> Literal["A", "B", "tie"]:
+        """The ranker preferred by Δ_AB (without regard to significance)."""
+        return "A" if self.delta > 0 else "B" if self.delta < 0 else "tie"
+
+    def to_json(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "per_query"}
+        d["per_query"] = {q: {"wins_a": w[0], "wins_b": w[1], "ties": w[2]} for q, w in self.per_query.items()}
+        return d
+
+
+def _delta(wins_a: np.ndarray | float, ties: np.ndarray | float, clicked: np.ndarray | float) -> Any:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d = (np.asarray(wins_a, dtype=np.float64) + 0.5 * np.asarray(ties)) / np.asarray(clicked) - 0.5
+    return np.where(np.asarray(clicked) > 0, d, 0.0)
+
+
+def interleaving_summary(
+    clicks_a: np.ndarray,
+    clicks_b: np.ndarray,
+    queries: Sequence[str] | np.ndarray | None = None,
+    *,
+    bootstrap: int = 0,
+    rng: np.random.Generator | None = None,
+    confidence: float = 0.95,
+) -> InterleavingSummary:
+    """Aggregate interleaved impressions (credited clicks per impression, from `credit`).
+
+    * An impression with clicks is a win for A when A's credited clicks exceed B's, a win for B
+      in the reverse case, a tie otherwise. Impressions without clicks express no preference and
+      are left out of everything but ``n_impressions``, as in Chapelle et al. 2012.
+    * ``delta`` = Δ_AB = (wins_A + ties / 2) / (wins_A + wins_B + ties) − 0.5 (Chapelle et al.
+      2012, Eq. 3): in [−0.5, 0.5], > 0 when A is preferred.
+    * ``p_value``: two-sided binomial sign test of wins_A against wins_B over the non-tied
+      impressions (scipy.stats.binomtest, H0: each non-tied impression is won by A with
+      probability 1/2, which holds when A and B are equally good because team-draft is fair).
+      Impressions are treated as independent; when a few queries dominate the traffic, the
+      per-query aggregates below are the more conservative view.
+    * ``per_query``: query -> (wins_A, wins_B, ties) over its impressions with clicks. A query is
+      won by the ranker with more impression wins (Radlinski et al. 2008 aggregate per query the
+      same way); ``query_p_value`` is the sign test over the non-tied queries.
+    * ``bootstrap`` > 0 resamples queries with replacement that many times (their impressions
+      travel together, so correlation within a query is kept) and reports the percentile
+      interval of Δ_AB at ``confidence`` and a two-sided bootstrap p: twice the smaller share
+      of resampled Δ_AB at or below / at or above 0, capped at 1.
+
+    Everything is counted with numpy over the arrays; ``queries`` may be omitted (all
+    impressions then belong to one query "").
+    """
+    ca = np.asarray(clicks_a, dtype=np.int64)
+    cb = np.asarray(clicks_b, dtype=np.int64)
+    if ca.shape != cb.shape or ca.ndim != 1:
+        raise ValueError(f"clicks_a and clicks_b must be 1-D of the same length, got {ca.shape} and {cb.shape}")
+    n = ca.shape[0]
+    qs = np.zeros(n, dtype=np.int64) if queries is None else np.asarray(queries)
+    if qs.shape != (n,):
+        raise ValueError(f"queries must have one entry per impression ({n}), got shape {qs.shape}")
+    names, inverse = np.unique(qs, return_inverse=True)
+    if queries is None:
+        names = np.array([""])
+    o = outcomes(ca, cb)
+    clicked = (ca + cb) > 0
+    nq = len(names)
+    qa = np.bincount(inverse, weights=o == 1, minlength=nq).astype(np.int64)
+    qb = np.bincount(inverse, weights=o == -1, minlength=nq).astype(np.int64)
+    qt = np.bincount(inverse, weights=clicked & (o == 0), minlength=nq).astype(np.int64)
+    wins_a, wins_b, ties = int(qa.sum()), int(qb.sum()), int(qt.sum())
+    n_clicked = wins_a + wins_b + ties
+    query_a, query_b = int((qa > qb).sum()), int((qb > qa).sum())
+    query_t = int(((qa == qb) & (qa + qb + qt > 0)).sum())
+    boot_ci: tuple[float, float] | None = None
+    boot_p: float | None = None
+    if bootstrap > 0:
+        gen = rng if rng is not None else np.random.default_rng(0)
+        qc = qa + qb + qt
+        deltas = np.empty(bootstrap)
+        chunk = max(1, 2_000_000 // max(nq, 1))
+        for s in range(0, bootstrap, chunk):
+            m = min(chunk, bootstrap - s)
+            w = gen.multinomial(nq, np.full(nq, 1.0 / nq), size=m)
+            deltas[s : s + m] = _delta(w @ qa, w @ qt, w @ qc)
+        tail = (1.0 - confidence) / 2.0
+        lo, hi = np.quantile(deltas, [tail, 1.0 - tail])
+        boot_ci = (float(lo), float(hi))
+        boot_p = float(min(1.0, 2.0 * min((deltas <= 0).mean(), (deltas >= 0).mean())))
+    return InterleavingSummary(
+        n_impressions=n,
+        n_clicked=n_clicked,
+        wins_a=wins_a,
+        wins_b=wins_b,
+        ties=ties,
+        delta=float(_delta(wins_a, ties, n_clicked)),
+        p_value=sign_test_p(wins_a, wins_b),
+        per_query={str(q): (int(x), int(y), int(z)) for q, x, y, z in zip(names, qa, qb, qt) if x + y + z > 0},
+        query_wins_a=query_a,
+        query_wins_b=query_b,
+        query_ties=query_t,
+        query_p_value=sign_test_p(query_a, query_b),
+        bootstrap_ci=boot_ci,
+        bootstrap_p=boot_p,
+    )
+
+
+# ---------------------------------------------------------------- power
+
+
+def prefix_sign_test_p(outcome: np.ndarray) -> np.ndarray:
+    """The two-sided sign test's p after each impression of ``outcome`` (+1 / -1 / 0 per
+    impression, in arrival order), vectorised: entry i is `sign_test_p` of the first i + 1
+    impressions. Under H0 the win count is Binomial(m, 1/2), symmetric, so the two-sided p is
+    min(1, 2 P(X <= min(w, m - w))), which is what scipy.stats.binomtest returns for p = 1/2."""
+    o = np.asarray(outcome)
+    wa = np.cumsum(o == 1)
+    m = wa + np.cumsum(o == -1)
+    low = np.minimum(wa, m - wa)
+    return np.where(m > 0, np.minimum(1.0, 2.0 * binom.cdf(low, np.maximum(m, 1), 0.5)), 1.0)
+
+
+def prefix_two_proportion_p(control: np.ndarray, experiment: np.ndarray) -> np.ndarray:
+    """The two-proportion z-test's p (pooled, two-sided) after each pair of searches: entry i
+    compares the first i + 1 searches of ``control`` with the first i + 1 of ``experiment``
+    (bool: the search got at least one click), i.e. after 2 (i + 1) impressions in all. The
+    arrays are cut to the shorter length. p = 1 where the pooled rate is 0 or 1."""
+    c = np.asarray(control, dtype=bool)
+    e = np.asarray(experiment, dtype=bool)
+    m = min(len(c), len(e))
+    xc = np.cumsum(c[:m])
+    xe = np.cumsum(e[:m])
+    n = np.arange(1, m + 1, dtype=np.float64)
+    pooled = (xc + xe) / (2 * n)
+    se = np.sqrt(pooled * (1 - pooled) * 2 / n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = (xe - xc) / n / se
+    return np.where(se > 0, 2 * norm.sf(np.abs(z)), 1.0)
+
+
+def impressions_to_significance(
+    p_values: np.ndarray,
+    alpha: float = 0.05,
+    *,
+    rule: Literal["first", "sustained"] = "sustained",
+    impressions_per_step: int = 1,
+    min_impressions: int = 1,
+) -> int | None:
+    """After how many impressions a run is significant: ``p_values`` are a test's p after each
+    step of the run (`prefix_sign_test_p`: one impression a step; `prefix_two_proportion_p`:
+    two, so pass ``impressions_per_step=2``).
+
+    ``rule="first"``: the first step with p < alpha. Checking after every impression and stopping
+    at the first crossing inflates the false-positive rate far beyond alpha (optional stopping),
+    so the default ``rule="sustained"`` returns the step after which p stays < alpha to the end
+    of the run (the run's horizon is part of the definition: report it). Steps before
+    ``min_impressions`` are not considered. None when the run never (or not lastingly) reaches
+    alpha.
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    steps = np.arange(1, len(p) + 1) * impressions_per_step
+    ok = (p < alpha) & (steps >= min_impressions)
+    if not ok.any():
+        return None
+    if rule == "first":
+        return int(steps[int(np.argmax(ok))])
+    if rule != "sustained":
+        raise ValueError(f"rule must be 'first' or 'sustained', got {rule!r}")
+    if not ok[-1]:
+        return None
+    bad = np.flatnonzero(~ok)
+    return int(steps[0 if len(bad) == 0 else bad[-1] + 1])
+
+
+@dataclass(frozen=True)
+class DetectionSummary:
+    """Impressions to significance over simulated runs: the median (inf when more than half the
+    runs never got there within the horizon), the share of runs detected, the per-run values."""
+
+    runs: int
+    detected: int
+    median: float
+    per_run: tuple[int | None, ...]
+
+    @property
+    def share_detected(self) -> float:
+        return self.detected / self.runs if self.runs else 0.0
+
+
+def detection_summary(per_run: Sequence[int | None]) -> DetectionSummary:
+    """Median over runs of `impressions_to_significance`, an undetected run counting as
+    infinitely many impressions (so the median is what half the runs reach: it is the number of
+    impressions at which the test has 50 % power in the simulation)."""
+    values = np.array([math.inf if v is None else float(v) for v in per_run])
+    med = float(np.median(values)) if len(values) else math.inf
+    return DetectionSummary(len(values), int(np.isfinite(values).sum()), med, tuple(per_run))
+
+
+def ab_sample_size(p_control: float, p_experiment: float, alpha: float = 0.05, power: float = 0.8) -> int:
+    """Total impressions (both arms, split equally) for a two-sided two-proportion z-test at
+    level ``alpha`` to detect clicked-search rates ``p_control`` vs ``p_experiment`` with
+    probability ``power`` (the normal approximation, e.g. Fleiss, Levin & Paik, Statistical
+    Methods for Rates and Proportions, §4.2, without continuity correction):
+    n per arm = (z_{1−α/2} √(2 p̄ q̄) + z_{power} √(p1 q1 + p2 q2))² / (p1 − p2)²."""
+    if p_control == p_experiment:
+        raise ValueError("the rates must differ")
+    za, zb = norm.isf(alpha / 2), norm.ppf(power)
+    pbar = (p_control + p_experiment) / 2
+    num = za * math.sqrt(2 * pbar * (1 - pbar)) + zb * math.sqrt(
+        p_control * (1 - p_control) + p_experiment * (1 - p_experiment)
+    )
+    return 2 * math.ceil(num**2 / (p_control - p_experiment) ** 2)
+
+
+def interleaving_sample_size(p_win_a: float, p_win_b: float, alpha: float = 0.05, power: float = 0.8) -> int:
+    """Impressions for the two-sided sign test at level ``alpha`` to detect, with probability
+    ``power``, rankers whose interleaved impressions are won by A with probability ``p_win_a``
+    and by B with ``p_win_b`` (the rest tie or get no click). Normal approximation: with
+    q = p_a / (p_a + p_b), the non-tied impressions needed are
+    m = (z_{1−α/2} · 0.5 + z_{power} √(q (1 − q)))² / (q − 0.5)², and n = m / (p_a + p_b)."""
+    s = p_win_a + p_win_b
+    if s <= 0 or p_win_a == p_win_b:
+        raise ValueError("need p_win_a != p_win_b and p_win_a + p_win_b > 0")
+    q = p_win_a / s
+    za, zb = norm.isf(alpha / 2), norm.ppf(power)
+    m = (za * 0.5 + zb * math.sqrt(q * (1 - q))) ** 2 / (q - 0.5) ** 2
+    return math.ceil(m / s)

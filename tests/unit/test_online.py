@@ -1,0 +1,287 @@
+"""Online comparison of rankers (semsearch.evaluation.online): team-draft interleaving and its
+credit, the sign test and power helpers, A/B buckets, counterfactual (IPS) estimates.
+
+Clicks come from a tiny position-based simulator defined here (examination ρ by rank, P(click |
+grade g) = 0.1 + 0.9 (2^g − 1) / (2^gmax − 1)); it is deliberately independent of the project's
+own simulator so that the two can check each other.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest
+
+from semsearch.evaluation.online import (
+    NO_TEAM,
+    TEAM_A,
+    TEAM_B,
+    ab_sample_size,
+    credit,
+    detection_summary,
+    impressions_to_significance,
+    interleaving_sample_size,
+    interleaving_summary,
+    outcomes,
+    prefix_sign_test_p,
+    prefix_two_proportion_p,
+    sign_test_p,
+    team_draft,
+    team_draft_batch,
+)
+
+A, B = TEAM_A, TEAM_B
+
+# ---------------------------------------------------------------- a tiny position-based click simulator
+
+RHO = np.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08, 0.06])
+GMAX = 3
+
+
+def p_click(grades: np.ndarray) -> np.ndarray:
+    """P(click | examined, grade g) = 0.1 + 0.9 (2^g − 1) / (2^gmax − 1)."""
+    return 0.1 + 0.9 * (2.0 ** np.asarray(grades) - 1) / (2.0**GMAX - 1)
+
+
+def simulate_clicks(grades: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """(n, k) grades of the shown documents (-1 = nothing shown) -> (n, k) bool clicks under the
+    position-based model: examined with ρ[rank], then clicked with p_click(grade)."""
+    n, k = grades.shape
+    examined = rng.random((n, k)) < RHO[:k]
+    attracted = rng.random((n, k)) < p_click(np.maximum(grades, 0))
+    return examined & attracted & (grades >= 0)
+
+
+def collection(n_queries: int = 30, n_docs: int = 20, seed: int = 0) -> np.ndarray:
+    """Grades (queries x docs), a few relevant documents per query."""
+    rng = np.random.default_rng(seed)
+    return rng.choice(4, size=(n_queries, n_docs), p=[0.55, 0.25, 0.12, 0.08])
+
+
+def ideal(grades: np.ndarray) -> np.ndarray:
+    """Per query, documents by grade descending (ties by id)."""
+    return np.argsort(-grades, axis=1, kind="stable")
+
+
+def shuffled(grades: np.ndarray, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.array([rng.permutation(grades.shape[1]) for _ in range(grades.shape[0])])
+
+
+class Coins:
+    """A stand-in generator whose coins are given (1 = A picks first in that round)."""
+
+    def __init__(self, coins: list[int]) -> None:
+        self.coins = coins
+
+    def integers(self, low: int, high: int, size: int) -> np.ndarray:
+        assert (low, high) == (0, 2) and size <= len(self.coins)
+        return np.array(self.coins[:size])
+
+
+# ---------------------------------------------------------------- team-draft
+
+
+def test_team_draft_hand_cases() -> None:
+    a, b = ["d1", "d2", "d3", "d4"], ["d2", "d5", "d1", "d6"]
+    # round 1: A first (d1), B takes its top d2; round 2: B first (d2 shown -> d5), A (d1, d2 shown -> d3)
+    assert team_draft(a, b, 4, Coins([1, 0])) == (["d1", "d2", "d5", "d3"], [A, B, B, A])
+    # round 1: B first (d2), A (d1); round 2: A first (d1, d2 shown -> d3), B (d2 shown -> d5)
+    assert team_draft(a, b, 4, Coins([0, 1])) == (["d2", "d1", "d3", "d5"], [B, A, A, B])
+    # odd k: the last round has only its first pick
+    assert team_draft(a, b, 3, Coins([1, 0])) == (["d1", "d2", "d5"], [A, B, B])
+    # both want x and y: whoever picks first gets x, the other skips it; once A's ranking is used
+    # up the merge stops (Alg. 2's loop condition), even mid-round
+    assert team_draft(["x", "y", "z"], ["x", "y", "w"], 4, Coins([1, 1])) == (["x", "y", "z"], [A, B, A])
+    assert team_draft(["x", "y", "z", "v"], ["x", "y", "w"], 4, Coins([1, 1])) == (["x", "y", "z", "w"], [A, B, A, B])
+    # the merge stops when either ranking is used up (no extra slots for the longer one)
+    assert team_draft(["x"], ["x", "y", "z"], 3, Coins([0, 1])) == (["x"], [B])
+    assert team_draft(["x"], ["x", "y", "z"], 3, Coins([1, 0])) == (["x"], [A])
+    assert team_draft([], ["x"], 3, Coins([1, 1])) == ([], [])
+    assert team_draft(a, b, 0, Coins([])) == ([], [])
+
+
+def test_team_draft_batch_matches_scalar_with_the_same_generator() -> None:
+    rng = np.random.default_rng(3)
+    n, docs = 200, 12
+    a = np.array([rng.permutation(docs)[:8] for _ in range(n)])
+    b = np.array([rng.permutation(docs)[:6] for _ in range(n)])
+    b[::7, 3:] = -1  # some short rankings
+    ids, teams = team_draft_batch(a, b, 7, np.random.default_rng(11))
+    scalar = np.random.default_rng(11)  # row i's coins are the generator's i-th ceil(k/2) draws
+    for i in range(n):
+        sa = [str(d) for d in a[i] if d >= 0]
+        sb = [str(d) for d in b[i] if d >= 0]
+        got_ids, got_teams = team_draft(sa, sb, 7, scalar)
+        assert [str(d) for d in ids[i] if d >= 0] == got_ids
+        assert [int(t) for t in teams[i] if t != NO_TEAM] == got_teams
+        assert (ids[i, len(got_ids) :] == -1).all()
+    # every shown document comes from the team's own ranking and appears once
+    for i in range(n):
+        shown = ids[i][ids[i] >= 0]
+        assert len(set(shown)) == len(shown)
+        for d, t in zip(ids[i], teams[i]):
+            if t == A:
+                assert d in a[i]
+            elif t == B:
+                assert d in b[i]
+
+
+def test_team_draft_rounds_are_balanced_and_deterministic() -> None:
+    a = [f"a{i}" for i in range(10)]
+    b = [f"b{i}" for i in range(10)]
+    first = team_draft(a, b, 10, np.random.default_rng(5))
+    assert first == team_draft(a, b, 10, np.random.default_rng(5))
+    ids, teams = first
+    assert len(ids) == 10
+    for r in range(5):  # one document per team in every round
+        assert sorted(teams[2 * r : 2 * r + 2]) == [A, B]
+    # disjoint rankings: each team's documents keep their order
+    assert [d for d, t in zip(ids, teams) if t == A] == a[:5]
+    assert [d for d, t in zip(ids, teams) if t == B] == b[:5]
+
+
+# ---------------------------------------------------------------- credit and aggregation
+
+
+def test_credit_on_known_clicks() -> None:
+    teams = np.array([[A, B, A, B], [B, A, B, A], [A, B, NO_TEAM, NO_TEAM], [A, B, A, B]])
+    clicks = np.array([[1, 0, 0, 1], [1, 0, 1, 1], [0, 0, 1, 0], [0, 0, 0, 0]], dtype=bool)
+    ca, cb = credit(teams, clicks)
+    assert ca.tolist() == [1, 1, 0, 0]  # row 2: a click on an empty position counts for nobody
+    assert cb.tolist() == [1, 2, 0, 0]
+    assert outcomes(ca, cb).tolist() == [0, -1, 0, 0]
+    # click counts (a document opened twice) and a single impression as 1-D arrays
+    assert [x.tolist() for x in credit(np.array([A, B, A]), np.array([2, 1, 0]))] == [[2], [1]]
+    with pytest.raises(ValueError, match="same shape"):
+        credit(teams, clicks[:, :3])
+
+
+def test_interleaving_summary_hand_case() -> None:
+    queries = ["q1", "q1", "q1", "q2", "q2", "q3"]
+    ca = np.array([2, 0, 1, 0, 1, 0])
+    cb = np.array([0, 1, 1, 0, 0, 0])
+    s = interleaving_summary(ca, cb, queries)
+    # outcomes: A, B, tie (clicked), no click, A, no click
+    assert (s.n_impressions, s.n_clicked, s.wins_a, s.wins_b, s.ties) == (6, 4, 2, 1, 1)
+    assert s.delta == pytest.approx((2 + 0.5) / 4 - 0.5)
+    assert s.p_value == pytest.approx(binomtest(2, 3, 0.5).pvalue)
+    assert s.per_query == {"q1": (1, 1, 1), "q2": (1, 0, 0)}  # q3 had no clicks
+    assert (s.query_wins_a, s.query_wins_b, s.query_ties) == (1, 0, 1)
+    assert s.winner == "A"
+    assert s.to_json()["per_query"]["q1"] == {"wins_a": 1, "wins_b": 1, "ties": 1}
+    none = interleaving_summary(np.zeros(3, int), np.zeros(3, int))
+    assert (none.delta, none.p_value, none.n_clicked) == (0.0, 1.0, 0)
+
+
+@pytest.mark.parametrize("wins", [(0, 0), (3, 0), (60, 40), (41, 59), (500, 455), (7, 7)])
+def test_sign_test_matches_scipy(wins: tuple[int, int]) -> None:
+    wa, wb = wins
+    expected = 1.0 if wa + wb == 0 else binomtest(wa, wa + wb, 0.5, alternative="two-sided").pvalue
+    assert sign_test_p(wa, wb) == pytest.approx(expected, rel=1e-9)
+
+
+def _interleave_and_click(
+    grades: np.ndarray, rank_a: np.ndarray, rank_b: np.ndarray, n: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    q = rng.integers(0, grades.shape[0], size=n)
+    ids, teams = team_draft_batch(rank_a[q, :10], rank_b[q, :10], 10, rng)
+    shown_grades = np.where(ids >= 0, grades[q[:, None], np.maximum(ids, 0)], -1)
+    ca, cb = credit(teams, simulate_clicks(shown_grades, rng))
+    return ca, cb, q
+
+
+def test_interleaving_prefers_the_better_ranker_and_is_fair_between_equals() -> None:
+    grades = collection()
+    good, bad = ideal(grades), shuffled(grades, 1)
+    ca, cb, q = _interleave_and_click(grades, good, bad, 3000, seed=2)
+    s = interleaving_summary(ca, cb, [f"q{i}" for i in q], bootstrap=200, rng=np.random.default_rng(0))
+    assert s.delta > 0.1 and s.p_value < 1e-6
+    assert s.bootstrap_ci is not None and 0 < s.bootstrap_ci[0] < s.delta < s.bootstrap_ci[1]
+    assert s.bootstrap_p is not None and s.bootstrap_p < 0.01
+    assert s.query_wins_a > s.query_wins_b and s.query_p_value < 0.05
+    # the same ranking on both sides: a click credits either team with probability 1/2
+    ca, cb, _ = _interleave_and_click(grades, good, good.copy(), 20000, seed=3)
+    same = interleaving_summary(ca, cb)
+    scores = np.concatenate([np.ones(same.wins_a), np.zeros(same.wins_b), np.full(same.ties, 0.5)])
+    assert abs(same.delta) < 3 * scores.std() / math.sqrt(len(scores))
+    assert same.p_value > 0.01
+
+
+def test_team_draft_batch_handles_a_million_impressions() -> None:
+    rng = np.random.default_rng(0)
+    n = 1_000_000
+    a = np.tile(np.arange(10), (n, 1))
+    b = np.tile(np.array([1, 0, 2, 3, 11, 12, 4, 5, 6, 7]), (n, 1))
+    ids, teams = team_draft_batch(a, b, 10, rng)
+    clicks = rng.random((n, 10)) < RHO * 0.5
+    ca, cb = credit(teams, clicks)
+    s = interleaving_summary(ca, cb, rng.integers(0, 1000, size=n))
+    assert s.n_impressions == n and s.n_clicked == int(clicks.any(axis=1).sum())
+    assert (ids >= 0).all() and set(np.unique(teams).tolist()) == {A, B}
+
+
+# ---------------------------------------------------------------- power
+
+
+def test_prefix_sign_test_matches_scipy_at_every_prefix() -> None:
+    o = np.random.default_rng(4).choice([1, -1, 0], p=[0.4, 0.3, 0.3], size=150)
+    p = prefix_sign_test_p(o)
+    for i in range(len(o)):
+        wa, wb = int((o[: i + 1] == 1).sum()), int((o[: i + 1] == -1).sum())
+        assert p[i] == pytest.approx(sign_test_p(wa, wb), rel=1e-9, abs=1e-15)
+
+
+def test_prefix_two_proportion_matches_a_hand_computation() -> None:
+    c = np.array([1, 0, 1, 1, 0, 0, 1, 0], dtype=bool)
+    e = np.array([1, 1, 1, 1, 0, 1, 1, 1, 1], dtype=bool)  # one longer: cut
+    p = prefix_two_proportion_p(c, e)
+    assert len(p) == 8 and p[0] == 1.0  # both 1/1: pooled rate 1, nothing to test
+    # after 8 each: control 4/8, experiment 7/8, pooled 11/16
+    pooled = 11 / 16
+    z = (7 / 8 - 4 / 8) / math.sqrt(pooled * (1 - pooled) * (2 / 8))
+    assert p[-1] == pytest.approx(math.erfc(z / math.sqrt(2)))
+
+
+def test_impressions_to_significance_rules() -> None:
+    p = np.array([0.5, 0.04, 0.06, 0.03, 0.01, 0.02])
+    assert impressions_to_significance(p, rule="first") == 2
+    assert impressions_to_significance(p) == 4  # sustained: p < 0.05 from impression 4 on
+    assert impressions_to_significance(p, impressions_per_step=2) == 8
+    assert impressions_to_significance(p, rule="first", min_impressions=3) == 4
+    assert impressions_to_significance(np.array([0.01, 0.2])) is None
+    assert impressions_to_significance(np.array([0.01, 0.2]), rule="first") == 1
+    assert impressions_to_significance(np.array([0.01, 0.01])) == 1
+    assert impressions_to_significance(np.array([0.3, 0.3])) is None
+    d = detection_summary([100, None, 300, 50, None])
+    assert (d.runs, d.detected, d.median, d.share_detected) == (5, 3, 300.0, 0.6)
+    assert detection_summary([None, None, 10]).median == math.inf
+
+
+def test_simulated_interleaving_detects_a_better_ranker() -> None:
+    grades = collection()
+    good, bad = ideal(grades), shuffled(grades, 1)
+    found = []
+    for run in range(5):
+        ca, cb, _ = _interleave_and_click(grades, good, bad, 1500, seed=10 + run)
+        found.append(impressions_to_significance(prefix_sign_test_p(outcomes(ca, cb))))
+    summary = detection_summary(found)
+    assert summary.detected == 5 and summary.median < 500
+
+
+def test_sample_sizes_against_hand_computation_and_simulation() -> None:
+    # 0.5 vs 0.6 at alpha 0.05, power 0.8: (1.95996 √0.495 + 0.84162 √0.49)² / 0.01 = 387.3 -> 388 an arm
+    assert ab_sample_size(0.5, 0.6) == 2 * 388
+    # q = 0.6: (1.95996 · 0.5 + 0.84162 √0.24)² / 0.01 = 193.8 non-tied, / 0.5 = 387.7 -> 388
+    n = interleaving_sample_size(0.3, 0.2)
+    assert n == 388
+    rng = np.random.default_rng(0)
+    o = rng.choice([1, -1, 0], p=[0.3, 0.2, 0.5], size=(400, n))
+    wa, wb = (o == 1).sum(axis=1), (o == -1).sum(axis=1)
+    power = np.mean([sign_test_p(x, y) < 0.05 for x, y in zip(wa, wb)])
+    assert 0.72 < power < 0.88
+    with pytest.raises(ValueError):
+        ab_sample_size(0.5, 0.5)
