@@ -8,19 +8,25 @@ own simulator so that the two can check each other.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 
 import numpy as np
 import pytest
-from scipy.stats import binomtest
+from scipy.stats import binomtest, chisquare
 
 from semsearch.evaluation.online import (
     NO_TEAM,
     TEAM_A,
     TEAM_B,
+    BucketLayout,
     ab_sample_size,
+    ab_table,
+    bucket_of,
     credit,
     detection_summary,
+    head_queries,
     impressions_to_significance,
     interleaving_sample_size,
     interleaving_summary,
@@ -30,6 +36,8 @@ from semsearch.evaluation.online import (
     sign_test_p,
     team_draft,
     team_draft_batch,
+    two_proportion_ztest,
+    wilson_interval,
 )
 
 A, B = TEAM_A, TEAM_B
@@ -285,3 +293,117 @@ def test_sample_sizes_against_hand_computation_and_simulation() -> None:
     assert 0.72 < power < 0.88
     with pytest.raises(ValueError):
         ab_sample_size(0.5, 0.5)
+
+
+# ---------------------------------------------------------------- A/B buckets
+
+
+def test_wilson_interval_against_hand_computation() -> None:
+    # 81 of 263, z = 1.959964: centre (0.307985 + 0.007303) / 1.014606 = 0.310749,
+    # half 1.931748 · √(0.000810394 + 0.0000138842) = 0.055461
+    assert wilson_interval(81, 263) == pytest.approx((0.310749 - 0.055461, 0.310749 + 0.055461), abs=2e-6)
+    # 0 of 10: centre = half = 0.192073 / 1.384146 = 0.138766, so (0, 0.277533); 5 of 10: 0.5 ± 0.263407
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.277533), abs=2e-6)
+    assert wilson_interval(5, 10) == pytest.approx((0.236593, 0.763407), abs=2e-6)
+    assert wilson_interval(10, 10)[1] == 1.0 and wilson_interval(0, 0) == (0.0, 1.0)
+    lo90, hi90 = wilson_interval(81, 263, confidence=0.90)
+    assert 0.2553 < lo90 < hi90 < 0.3662  # narrower at 90 %
+
+
+def test_two_proportion_ztest_against_hand_computation() -> None:
+    # 40/100 vs 55/100: pooled 0.475, se = √(0.475 · 0.525 · 0.02) = 0.0706222, z = 0.15 / se
+    z, p = two_proportion_ztest(40, 100, 55, 100)
+    assert z == pytest.approx(0.15 / 0.0706222, rel=1e-6)
+    assert p == pytest.approx(math.erfc(z / math.sqrt(2)))
+    assert two_proportion_ztest(55, 100, 40, 100)[0] == pytest.approx(-z)
+    assert two_proportion_ztest(0, 10, 0, 20) == (0.0, 1.0)
+    assert two_proportion_ztest(0, 0, 3, 5) == (0.0, 1.0)
+
+
+def test_bucket_assignment_is_stable_and_balanced() -> None:
+    keys = [f"user-{i}" for i in range(100_000)]
+    buckets = bucket_of(keys)
+    # an independent computation of the documented rule
+    for key in ("user-0", "user-42", "émile"):
+        digest = hashlib.blake2b(b"semsearch-ab\0" + key.encode(), digest_size=8).digest()
+        assert bucket_of([key])[0] == int.from_bytes(digest, "big") % 4
+    assert bucket_of(keys[41:44]).tolist() == buckets[41:44].tolist()  # a key's bucket ignores the others
+    assert (bucket_of(keys) == buckets).all()
+    counts = np.bincount(buckets, minlength=4)
+    assert chisquare(counts).pvalue > 0.001, counts
+    assert chisquare(np.bincount(bucket_of(keys, 7), minlength=7)).pvalue > 0.001
+    other = bucket_of(keys, salt="another experiment")
+    assert 0.7 < (other != buckets).mean() < 0.8  # a new salt reshuffles (3/4 move with 4 buckets)
+    layout = BucketLayout()
+    arm = layout.arm(keys)
+    assert ((arm == 0) == np.isin(buckets, [0, 1])).all() and ((arm == 1) == np.isin(buckets, [2, 3])).all()
+    assert [layout.name(b) for b in range(4)] == ["control 1", "control 2", "experiment 1", "experiment 2"]
+    assert (BucketLayout(5).arm(keys[:2000]) == -1).any()  # bucket 4 is in neither arm
+    with pytest.raises(ValueError):
+        BucketLayout(4, control=(0, 1), experiment=(1, 2))
+    with pytest.raises(ValueError):
+        BucketLayout(2, control=(0,), experiment=(2,))
+
+
+def test_head_queries_rule() -> None:
+    log = ["a"] * 5 + ["b"] * 3 + ["c", "d"]
+    assert head_queries(log, 0.5) == {"a"}  # a alone is 5 of 10 searches
+    assert head_queries(log, 0.6) == {"a", "b"}
+    assert head_queries(log, 0.85) == {"a", "b", "c"}  # ties in frequency: by query
+    assert head_queries(log, 1.0) == {"a", "b", "c", "d"}
+    assert head_queries(log, 0.0) == set() and head_queries([], 0.5) == set()
+    assert head_queries(["y", "x", "y", "x"], 0.5) == {"x"}
+
+
+def _ab_log(n: int, lift: float, seed: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """Searches by 5,000 users over Zipf-distributed queries; head queries get more clicks, and
+    the experiment buckets add ``lift`` to every search's click probability."""
+    rng = np.random.default_rng(seed)
+    users = [f"u{i}" for i in rng.integers(0, 5000, size=n)]
+    qid = np.minimum(rng.zipf(1.3, size=n), 2000) - 1
+    queries = np.array([f"q{i}" for i in qid])
+    base = np.where(qid < 5, 0.8, 0.55)
+    arm = BucketLayout().arm(users)
+    clicks = rng.random(n) < base + lift * (arm == 1)
+    return users, queries, clicks.astype(np.int64) * rng.integers(1, 3, size=n), arm
+
+
+def test_ab_table_on_a_simulated_log() -> None:
+    users, queries, clicks, arm = _ab_log(60_000, 0.03, seed=0)
+    t = ab_table(users, queries, clicks)
+    assert list(t.rows) == [
+        "control 1",
+        "control 2",
+        "experiment 1",
+        "experiment 2",
+        "control (all)",
+        "experiment (all)",
+    ]
+    assert sum(t.rows[f"control {i}"]["all"].searches for i in (1, 2)) == t.rows["control (all)"]["all"].searches
+    assert t.rows["control (all)"]["all"].searches == int((arm == 0).sum())
+    assert t.rows["experiment (all)"]["all"].clicked == int(((clicks > 0) & (arm == 1)).sum())
+    for cells in t.rows.values():
+        assert cells["head"].searches + cells["tail"].searches == cells["all"].searches
+        assert cells["head"].rate > cells["tail"].rate  # head queries click more in this log
+        for r in cells.values():
+            assert r.low < r.rate < r.high and (r.low, r.high) == wilson_interval(r.clicked, r.searches)
+    head = head_queries(queries)
+    assert t.n_head_queries == len(head) and t.rows["control 1"]["head"].searches == int(
+        np.isin(queries, list(head))[np.array(BucketLayout().arm(users)) == 0].sum()
+        - t.rows["control 2"]["head"].searches
+    )
+    by = {(c.label, c.segment): c for c in t.comparisons}
+    exp_all = by["experiment vs control", "all"]
+    assert exp_all.difference == pytest.approx(0.03, abs=0.01) and exp_all.p < 1e-6
+    assert exp_all.z == pytest.approx(
+        two_proportion_ztest(
+            exp_all.control.clicked, exp_all.control.searches, exp_all.experiment.clicked, exp_all.experiment.searches
+        )[0]
+    )
+    assert by["control 2 vs control 1 (A/A)", "all"].p > 0.001  # no difference between the controls
+    md = t.to_markdown()
+    assert md.splitlines()[0].startswith("| Bucket | Searches | Clicked-search rate | 95 % CI | Head queries")
+    assert "| control 1 |" in md and "| experiment vs control | tail |" in md and "Wilson" in md
+    assert json.loads(json.dumps(t.to_json()))["rows"]["experiment 2"]["all"]["searches"] > 0
+    # no lift: experiment vs control is not significant in this seeded log
+    assert ab_table(*_ab_log(20_000, 0.0, seed=1)[:3]).comparisons[0].p > 0.05
