@@ -25,6 +25,7 @@ from semsearch.evaluation.online import (
     ab_table,
     bucket_of,
     candidate_ranks,
+    clustered_rate_test,
     counterfactual_difference,
     counterfactual_estimate,
     credit,
@@ -324,6 +325,28 @@ def test_two_proportion_ztest_against_hand_computation() -> None:
     assert two_proportion_ztest(0, 0, 3, 5) == (0.0, 1.0)
 
 
+def test_clustered_rate_test_hand_case_and_clustering() -> None:
+    # one search per user: the delta method reduces to the unpooled test with n − 1,
+    # 0.15 / √(0.4 · 0.6 / 99 + 0.55 · 0.45 / 99) = 0.15 / 0.0701729
+    clicked = np.r_[np.ones(40), np.zeros(60), np.ones(55), np.zeros(45)].astype(bool)
+    arm = np.r_[np.zeros(100), np.ones(100)].astype(bool)
+    z, p = clustered_rate_test(clicked, np.arange(200), ~arm, arm)
+    assert z == pytest.approx(0.15 / 0.0701729, rel=1e-6) and p == pytest.approx(math.erfc(z / math.sqrt(2)))
+    assert clustered_rate_test(clicked, np.zeros(200, int), ~arm, arm) == (0.0, 1.0)  # one user an arm
+    # users who search 30 times each with their own click rate: no difference between the arms,
+    # the search-level z-test rejects far more often than 5 %, the user-level one does not
+    rng = np.random.default_rng(0)
+    false_search, false_user = 0, 0
+    for _ in range(40):
+        users = np.repeat(np.arange(400), 30)
+        clicked = rng.random(users.size) < rng.uniform(0.2, 0.9, size=400)[users]
+        arm = (users % 2).astype(bool)
+        x_c, x_e = int(clicked[~arm].sum()), int(clicked[arm].sum())
+        false_search += two_proportion_ztest(x_c, int((~arm).sum()), x_e, int(arm.sum()))[1] < 0.05
+        false_user += clustered_rate_test(clicked, users, ~arm, arm)[1] < 0.05
+    assert false_search >= 8 and false_user <= 5, (false_search, false_user)
+
+
 def test_bucket_assignment_is_stable_and_balanced() -> None:
     keys = [f"user-{i}" for i in range(100_000)]
     buckets = bucket_of(keys)
@@ -405,7 +428,9 @@ def test_ab_table_on_a_simulated_log() -> None:
         )[0]
     )
     assert by["control 2 vs control 1 (A/A)", "all"].p > 0.001  # no difference between the controls
+    assert exp_all.p_users < 1e-6 and exp_all.z_users == pytest.approx(exp_all.z, rel=0.1)  # ~12 searches a user
     md = t.to_markdown()
+    assert "| z (users) | p (users) |" in md
     assert md.splitlines()[0].startswith("| Bucket | Searches | Clicked-search rate | 95 % CI | Head queries")
     assert "| control 1 |" in md and "| experiment vs control | tail |" in md and "Wilson" in md
     assert json.loads(json.dumps(t.to_json()))["rows"]["experiment 2"]["all"]["searches"] > 0
