@@ -185,6 +185,9 @@ def test_interleaving_summary_hand_case() -> None:
     assert (s.query_wins_a, s.query_wins_b, s.query_ties) == (1, 0, 1)
     assert s.winner == "A"
     assert s.to_json()["per_query"]["q1"] == {"wins_a": 1, "wins_b": 1, "ties": 1}
+    md = s.to_markdown("bm25", "dssm").splitlines()
+    assert md[0].startswith("| Comparison | Impressions | With clicks | bm25 wins | dssm wins | Ties | Δ_AB | p |")
+    assert md[2] == "| bm25 vs dssm | 6 | 4 | 2 | 1 | 1 | +0.1250 | 1 | 1 / 0 / 1 | 1 |"
     none = interleaving_summary(np.zeros(3, int), np.zeros(3, int))
     assert (none.delta, none.p_value, none.n_clicked) == (0.0, 1.0, 0)
 
@@ -216,6 +219,7 @@ def test_interleaving_prefers_the_better_ranker_and_is_fair_between_equals() -> 
     assert s.bootstrap_ci is not None and 0 < s.bootstrap_ci[0] < s.delta < s.bootstrap_ci[1]
     assert s.bootstrap_p is not None and s.bootstrap_p < 0.01
     assert s.query_wins_a > s.query_wins_b and s.query_p_value < 0.05
+    assert "Δ_AB interval (query bootstrap)" in s.to_markdown()
     # the same ranking on both sides: a click credits either team with probability 1/2
     ca, cb, _ = _interleave_and_click(grades, good, good.copy(), 20000, seed=3)
     same = interleaving_summary(ca, cb)
@@ -272,6 +276,9 @@ def test_impressions_to_significance_rules() -> None:
     d = detection_summary([100, None, 300, 50, None])
     assert (d.runs, d.detected, d.median, d.share_detected) == (5, 3, 300.0, 0.6)
     assert detection_summary([None, None, 10]).median == math.inf
+    assert (d.power_at(100), d.power_at(299), d.power_at(300), d.power_at(10**9)) == (0.4, 0.4, 0.6, 0.6)
+    assert (d.impressions_for(0.2), d.impressions_for(0.4), d.impressions_for(0.5)) == (50.0, 100.0, 300.0)
+    assert d.impressions_for(0.6) == 300.0 and d.impressions_for(0.8) == math.inf
 
 
 def test_simulated_interleaving_detects_a_better_ranker() -> None:

@@ -235,6 +235,26 @@ class InterleavingSummary:
         """The ranker preferred by Δ_AB (without regard to significance)."""
         return "A" if self.delta > 0 else "B" if self.delta < 0 else "tie"
 
+    def to_markdown(self, a: str = "A", b: str = "B") -> str:
+        """One-row table (``a`` vs ``b``) with a footnote defining the columns."""
+        header = ["Comparison", "Impressions", "With clicks", f"{a} wins", f"{b} wins", "Ties", "Δ_AB", "p"]
+        header += [f"Queries won {a} / {b} / tied", "p (queries)"]
+        row = [f"{a} vs {b}", f"{self.n_impressions:,}", f"{self.n_clicked:,}", f"{self.wins_a:,}"]
+        row += [f"{self.wins_b:,}", f"{self.ties:,}", f"{self.delta:+.4f}", f"{self.p_value:.3g}"]
+        row += [f"{self.query_wins_a:,} / {self.query_wins_b:,} / {self.query_ties:,}", f"{self.query_p_value:.3g}"]
+        if self.bootstrap_ci is not None:
+            header += ["Δ_AB interval (query bootstrap)", "p (bootstrap)"]
+            row += [f"{self.bootstrap_ci[0]:+.4f} – {self.bootstrap_ci[1]:+.4f}", f"{self.bootstrap_p:.3g}"]
+        lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1), "| " + " | ".join(row) + " |"]
+        note = (
+            "Team-draft interleaving (Radlinski et al. 2008): a click credits the ranker that contributed "
+            "the document; an impression with clicks is won by the ranker with more credited clicks. "
+            "Δ_AB = (wins + ties / 2) / impressions with clicks − 0.5 (Chapelle et al. 2012), > 0 when "
+            f"{a} is preferred; p: two-sided binomial sign test over non-tied impressions; queries are won "
+            "by the ranker with more impression wins, p (queries): sign test over non-tied queries."
+        )
+        return "\n".join(lines) + "\n\n" + note + "\n"
+
     def to_json(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "per_query"}
         d["per_query"] = {q: {"wins_a": w[0], "wins_b": w[1], "ties": w[2]} for q, w in self.per_query.items()}
@@ -262,7 +282,7 @@ def interleaving_summary(
       in the reverse case, a tie otherwise. Impressions without clicks express no preference and
       are left out of everything but ``n_impressions``, as in Chapelle et al. 2012.
     * ``delta`` = Δ_AB = (wins_A + ties / 2) / (wins_A + wins_B + ties) − 0.5 (Chapelle et al.
-      2012, Eq. 3): in [−0.5, 0.5], > 0 when A is preferred.
+      2012): in [−0.5, 0.5], > 0 when A is preferred.
     * ``p_value``: two-sided binomial sign test of wins_A against wins_B over the non-tied
       impressions (scipy.stats.binomtest, H0: each non-tied impression is won by A with
       probability 1/2, which holds when A and B are equally good because team-draft is fair).
@@ -414,6 +434,20 @@ class DetectionSummary:
     def share_detected(self) -> float:
         return self.detected / self.runs if self.runs else 0.0
 
+    def power_at(self, impressions: float) -> float:
+        """Share of runs significant within ``impressions``: the simulated power at that size."""
+        hits = sum(1 for v in self.per_run if v is not None and v <= impressions)
+        return hits / self.runs if self.runs else 0.0
+
+    def impressions_for(self, power: float) -> float:
+        """The fewest impressions within which at least a share ``power`` of the runs were
+        significant (inf if that share never was). "A/B needs M impressions for the same power"
+        as interleaving at N is ``ab.impressions_for(interleaving.power_at(N))``."""
+        if not 0 < power <= 1:
+            raise ValueError(f"power must be in (0, 1], got {power}")
+        values = sorted(math.inf if v is None else float(v) for v in self.per_run)
+        return values[math.ceil(power * len(values) - 1e-9) - 1] if values else math.inf
+
 
 def detection_summary(per_run: Sequence[int | None]) -> DetectionSummary:
     """Median over runs of `impressions_to_significance`, an undetected run counting as
@@ -428,7 +462,7 @@ def ab_sample_size(p_control: float, p_experiment: float, alpha: float = 0.05, p
     """Total impressions (both arms, split equally) for a two-sided two-proportion z-test at
     level ``alpha`` to detect clicked-search rates ``p_control`` vs ``p_experiment`` with
     probability ``power`` (the normal approximation, e.g. Fleiss, Levin & Paik, Statistical
-    Methods for Rates and Proportions, §4.2, without continuity correction):
+    Methods for Rates and Proportions, without continuity correction):
     n per arm = (z_{1−α/2} √(2 p̄ q̄) + z_{power} √(p1 q1 + p2 q2))² / (p1 − p2)²."""
     if p_control == p_experiment:
         raise ValueError("the rates must differ")
@@ -962,17 +996,18 @@ def counterfactual_estimate(
         U = (1/n) Σ_i Σ_j λ(r_ij) γ_ij,
 
     the average over the logged impressions of an additive utility of the candidate's ranking
-    (Joachims et al. 2017, Eq. 1-2). ``"dcg"``: DCG@k with gain γ, λ(r) = 1/log2(1 + r);
-    ``"clicks"``: λ(r) = ρ_r, the expected number of clicks on the candidate's top k if it served
-    the same impressions to users with the same examination (requires 1-D propensities). Only
+    (Joachims et al. 2017's additive ranking metrics). ``"dcg"``: DCG@k with gain γ,
+    λ(r) = 1/log2(1 + r); ``"clicks"``: λ(r) = ρ_r, the expected number of clicks on the
+    candidate's top k (of the logged documents) if it served the same impressions to users with
+    the same examination (requires 1-D propensities). Only
     documents the logger showed enter: a document the candidate ranks but the log never showed
     has unknown γ and counts as 0, so compare candidates on documents the logger covers
     (``coverage``: the share of clicks on documents the candidate ranks within k).
 
     * ``ips``: Σ_i Σ_j c_ij λ(r_ij) / ρ_ij / n. Unbiased for U given the impressions, because
       E[c_ij / ρ_ij] = γ_ij whenever ρ_ij > 0 and is the true examination probability
-      (Joachims et al. 2017, Prop. 1); standard error = sd of the per-impression terms / √n.
-    * ``clipped``: 1/ρ replaced by min(1/ρ, clip) (Joachims et al. 2017 §4.4, after Strehl et al.
+      (Joachims et al. 2017); standard error = sd of the per-impression terms / √n.
+    * ``clipped``: 1/ρ replaced by min(1/ρ, clip) (Joachims et al. 2017, after Strehl et al.
       2010). Its expectation is (1/n) Σ λ γ min(1, clip ρ): never above U when λ ≥ 0, equal to U
       when clip ≥ 1/min ρ; it trades that bias for a lower variance.
     * ``snips``: self-normalised, Σ c λ / ρ divided by Σ c / ρ (Swaminathan & Joachims 2015;
