@@ -122,6 +122,7 @@ def test_team_draft_batch_matches_scalar_with_the_same_generator() -> None:
     a = np.array([rng.permutation(docs)[:8] for _ in range(n)])
     b = np.array([rng.permutation(docs)[:6] for _ in range(n)])
     b[::7, 3:] = -1  # some short rankings
+    a[::5, 1] = a[::5, 0]  # and a ranking that repeats a document
     ids, teams = team_draft_batch(a, b, 7, np.random.default_rng(11))
     scalar = np.random.default_rng(11)  # row i's coins are the generator's i-th ceil(k/2) draws
     for i in range(n):

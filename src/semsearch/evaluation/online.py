@@ -12,8 +12,8 @@ them to the event log. Four parts:
 * **A/B buckets** in the 2020 semantic-retrieval paper's Table 7 layout (two control and two
   experiment buckets of live traffic, clicked-search rate per bucket): `bucket_of` hashes a user
   key to a bucket, `ab_table` gives the rate per bucket on all, head and tail queries with Wilson
-  intervals and a two-proportion z-test of experiment against control, as an `ABTable` with a
-  Markdown rendering.
+  intervals and tests of experiment against control (two-proportion z-test over searches, and
+  `clustered_rate_test` over users), as an `ABTable` with a Markdown rendering.
 * **Counterfactual estimates** of a candidate ranker from logged clicks under a position-based
   examination model (Joachims, Swaminathan & Schnabel 2017; Wang et al. 2016):
   `counterfactual_estimate` gives IPS, self-normalised IPS and clipped IPS of an additive
@@ -135,14 +135,19 @@ def team_draft(a: Sequence[str], b: Sequence[str], k: int, rng: np.random.Genera
 
 def _advance(lists: np.ndarray, ptr: np.ndarray, shown: np.ndarray) -> np.ndarray:
     """Move each row's pointer past documents already in ``shown`` (rows x positions so far)."""
-    rows = np.arange(lists.shape[0])
+    if shown.shape[1] == 0:
+        return ptr
     width = lists.shape[1]
-    while True:
-        cur = lists[rows, np.minimum(ptr, width - 1)]
-        dup = (ptr < width) & (cur >= 0) & (shown == cur[:, None]).any(axis=1)
-        if not dup.any():
-            return ptr
-        ptr = ptr + dup
+    ptr = ptr.copy()
+    # a pointer sits on the first document not shown before the last pick, so at first only that
+    # pick can be a duplicate; after a step any earlier document can be, for the rows that moved
+    cur = lists[np.arange(len(ptr)), np.minimum(ptr, width - 1)]
+    idx = np.flatnonzero((ptr < width) & (cur >= 0) & (cur == shown[:, -1]))
+    while len(idx):
+        ptr[idx] += 1
+        cur = lists[idx, np.minimum(ptr[idx], width - 1)]
+        idx = idx[(ptr[idx] < width) & (cur >= 0) & (shown[idx] == cur[:, None]).any(axis=1)]
+    return ptr
 
 
 def team_draft_batch(a: np.ndarray, b: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
