@@ -21,6 +21,7 @@ from semsearch.evaluation.online import (
     TEAM_A,
     TEAM_B,
     BucketLayout,
+    Estimate,
     ab_sample_size,
     ab_table,
     bucket_of,
@@ -493,6 +494,8 @@ def test_ips_hand_case() -> None:
     assert clicks_est.ips.value == pytest.approx(0.25 / 0.5 + 0.5 / 0.2)  # λ(r) = ρ_r
     assert counterfactual_estimate(clicks, prop, np.array([[2, 0, 11]])).coverage == 0.5  # rank 11 > k
     assert rank_weights([3.0, 2.0, 1.0], 3).tolist() == [0.0, 3.0, 2.0, 1.0]
+    assert (est.ips.se, est.ips.z()) == (math.inf, 0.0)  # one impression: no standard error
+    assert (Estimate(1.0, 0.0).z(1.0), Estimate(1.0, 0.0).z(0.5), Estimate(1.0, 0.5).z(0.5)) == (0.0, math.inf, 1.0)
     with pytest.raises(ValueError, match="propensity"):
         counterfactual_estimate(clicks, np.array([0.5, 0.25, 0.0]), ranks)
     with pytest.raises(ValueError, match="clicks"):

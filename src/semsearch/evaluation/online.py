@@ -778,10 +778,10 @@ def ab_table(
     click; the 2020 paper's Table 7 metric) with Wilson intervals, on all searches, head queries
     and tail queries (`head_queries` over the whole log, so the split is the same in every
     bucket). Comparisons: experiment arm vs control arm on each segment, and control 1 vs
-    control 2 (an A/A check: with a sound assignment it is significant in about 5 % of logs)
-    when there are two or more control buckets; each by the search-level z-test (the usual
-    reading of Table 7) and by the user-level `clustered_rate_test`, the one to
-    trust when users search several times. Searches of unused buckets are left out.
+    control 2 (an A/A check: with a sound assignment and a valid test it is significant in
+    about 5 % of logs) when there are two or more control buckets; each by the search-level
+    `two_proportion_ztest` and by the user-level `clustered_rate_test`, the one to trust when
+    users search several times. Searches of unused buckets are left out.
     """
     lay = layout if layout is not None else BucketLayout()
     qs = np.asarray(queries, dtype=str)
@@ -888,7 +888,11 @@ class Estimate:
     se: float
 
     def z(self, reference: float = 0.0) -> float:
-        return (self.value - reference) / self.se if self.se > 0 else math.copysign(math.inf, self.value - reference)
+        """(value − reference) / se; ±inf (0 at the reference) when the standard error is 0."""
+        d = self.value - reference
+        if self.se > 0:
+            return d / self.se
+        return 0.0 if d == 0 else math.copysign(math.inf, d)
 
 
 @dataclass(frozen=True)
