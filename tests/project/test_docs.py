@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 HOOK = ROOT / "docs" / "hooks" / "reproductions.py"
@@ -20,7 +18,6 @@ SPECS = ROOT / "src" / "semsearch" / "experiments" / "specs"
 
 
 def _hook():
-    pytest.importorskip("yaml")
     spec = importlib.util.spec_from_file_location("docs_reproductions_hook", HOOK)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -28,8 +25,6 @@ def _hook():
 
 
 def test_mkdocs_build_strict(tmp_path):
-    pytest.importorskip("mkdocs")
-    pytest.importorskip("material")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
@@ -72,3 +67,17 @@ def test_every_spec_has_results_and_a_page():
     assert shown == set(names), f"specs without a table on a reproduction page: {sorted(set(names) - shown)}"
     for name in names:
         hook.spec_table(name)  # every recorded row names a row of its spec
+
+
+def test_readme_python_example_runs(make_bundle, tmp_path):
+    """The README's Python block runs as written against a bundle (the tiny one in place of
+    bundles/homedepot), so the front page's API cannot drift from the code."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert blocks, "the README shows no Python example"
+    bundle = make_bundle(tmp_path / "bundle")
+    code = blocks[0].replace('"bundles/homedepot"', repr(str(bundle)))
+    assert str(bundle) in code, "the README's example no longer loads bundles/homedepot"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 6 and all(line.split()[-1] in ("LEXICAL", "SEMANTIC", "BOTH") for line in lines[1:]), lines
