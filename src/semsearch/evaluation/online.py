@@ -296,13 +296,26 @@ def interleaving_summary(
     * ``per_query``: query -> (wins_A, wins_B, ties) over its impressions with clicks. A query is
       won by the ranker with more impression wins (Radlinski et al. 2008 aggregate per query the
       same way); ``query_p_value`` is the sign test over the non-tied queries.
-    * ``bootstrap`` > 0 resamples queries with replacement that many times (their impressions
-      travel together, so correlation within a query is kept) and reports the percentile
-      interval of Δ_AB at ``confidence`` and a two-sided bootstrap p: twice the smaller share
-      of resampled Δ_AB at or below / at or above 0, capped at 1.
+    * ``bootstrap_ci`` and ``bootstrap_p``: the query bootstrap resamples queries with
+      replacement (their impressions travel together, so correlation within a query is kept) and
+      reports the percentile interval of Δ_AB and a two-sided bootstrap p: twice the smaller
+      share of resampled Δ_AB at or below / at or above 0, capped at 1.
 
-    Everything is counted with numpy over the arrays; ``queries`` may be omitted (all
-    impressions then belong to one query "").
+    Everything is counted with numpy over the arrays.
+
+    Args:
+        clicks_a: clicks credited to A per impression, 1-D.
+        clicks_b: clicks credited to B per impression, 1-D, as long as ``clicks_a``.
+        queries: each impression's query (None: all impressions belong to one query "").
+        bootstrap: how many times the query bootstrap resamples (0: no bootstrap, its fields None).
+        rng: the bootstrap's random generator (None: ``np.random.default_rng(0)``).
+        confidence: the bootstrap interval's confidence level, in (0, 1).
+
+    Returns:
+        The ``InterleavingSummary`` with the fields above.
+
+    Raises:
+        ValueError: ``clicks_a``, ``clicks_b`` and ``queries`` are not 1-D with one entry per impression.
     """
     ca = np.asarray(clicks_a, dtype=np.int64)
     cb = np.asarray(clicks_b, dtype=np.int64)
@@ -399,16 +412,25 @@ def impressions_to_significance(
     impressions_per_step: int = 1,
     min_impressions: int = 1,
 ) -> int | None:
-    """After how many impressions a run is significant: ``p_values`` are a test's p after each
-    step of the run (`prefix_sign_test_p`: one impression a step; `prefix_two_proportion_p`:
-    two, so pass ``impressions_per_step=2``).
+    """After how many impressions a run is significant, from a test's p after each step of the run.
 
     ``rule="first"``: the first step with p < alpha. Checking after every impression and stopping
     at the first crossing inflates the false-positive rate far beyond alpha (optional stopping),
     so the default ``rule="sustained"`` returns the step after which p stays < alpha to the end
-    of the run (the run's horizon is part of the definition: report it). Steps before
-    ``min_impressions`` are not considered. None when the run never (or not lastingly) reaches
-    alpha.
+    of the run (the run's horizon is part of the definition: report it).
+
+    Args:
+        p_values: the test's p after each step, in order (`prefix_sign_test_p`, `prefix_two_proportion_p`).
+        alpha: the significance level.
+        rule: "first" or "sustained" (above).
+        impressions_per_step: impressions a step adds (`prefix_sign_test_p`: 1; `prefix_two_proportion_p`: 2).
+        min_impressions: the fewest impressions a step must have reached to be considered.
+
+    Returns:
+        The impressions up to the step found; None when the run never (or not lastingly) reaches alpha.
+
+    Raises:
+        ValueError: ``rule`` is neither "first" nor "sustained" (checked once a step has p < alpha).
     """
     p = np.asarray(p_values, dtype=np.float64)
     steps = np.arange(1, len(p) + 1) * impressions_per_step
@@ -771,8 +793,7 @@ def ab_table(
     head_share: float = 0.5,
     confidence: float = 0.95,
 ) -> ABTable:
-    """The A/B table of a search log: one entry per search, with the user's key (bucketed by
-    `bucket_of` with the layout's salt), the query and the number of clicks (or a bool).
+    """The A/B table of a search log: one entry per search, with the user's key, the query and its clicks.
 
     Per bucket, and pooled per arm, the clicked-search rate (share of searches with at least one
     click; the 2020 paper's Table 7 metric) with Wilson intervals, on all searches, head queries
@@ -782,6 +803,20 @@ def ab_table(
     about 5 % of logs) when there are two or more control buckets; each by the search-level
     `two_proportion_ztest` and by the user-level `clustered_rate_test`, the one to trust when
     users search several times. Searches of unused buckets are left out.
+
+    Args:
+        user_keys: each search's user key, bucketed by `bucket_of` with the layout's salt.
+        queries: each search's query.
+        clicks: each search's number of clicks (or a bool: clicked).
+        layout: the buckets and which are control and experiment (None: ``BucketLayout()``).
+        head_share: the share of all searches the head queries make up (`head_queries`), in [0, 1].
+        confidence: the Wilson intervals' confidence level, in (0, 1).
+
+    Returns:
+        The ``ABTable`` of rates and tests.
+
+    Raises:
+        ValueError: ``user_keys``, ``queries`` and ``clicks`` differ in length, or ``head_share`` is out of [0, 1].
     """
     lay = layout if layout is not None else BucketLayout()
     qs = np.asarray(queries, dtype=str)
@@ -990,12 +1025,6 @@ def counterfactual_estimate(
     biased feedback", WSDM; Wang, Bendersky, Metzler & Najork 2016, "Learning to rank with
     selection bias in personal search", SIGIR).
 
-    Inputs: ``clicks`` (n, K), bool or counts, for the documents the logger showed at positions
-    1..K of each impression; ``propensity``, the probability that a user examines position j,
-    (K,) per position or (n, K) per impression (from a click model fitted to the log);
-    ``ranks`` (n, K), the candidate's rank of each shown document (`candidate_ranks`, 0 = not
-    ranked).
-
     Model: P(c_ij = 1) = ρ_ij γ_ij, where ρ_ij is the examination probability of the logged
     position and γ_ij = P(click | examined) is the document's click-relevance for the query.
 
@@ -1024,6 +1053,21 @@ def counterfactual_estimate(
       click-relevance of the logged documents (with "dcg", the mean discount of a relevant
       document), consistent but not unbiased; delta-method standard error. Its normaliser does
       not depend on the candidate, so on one log it orders candidates exactly as ``ips``.
+
+    Args:
+        clicks: (n, K) clicks, bool or counts, on the documents the logger showed at positions 1..K.
+        propensity: ρ, each position's examination probability (from a click model): (K,), or (n, K) per impression.
+        ranks: (n, K) the candidate's rank of each shown document (`candidate_ranks`; 0 = not ranked).
+        metric: λ by candidate rank (`rank_weights`): "dcg", "clicks" or the weights λ(1..k) themselves.
+        k: the candidate's depth: ranks beyond ``k`` weigh 0.
+        clip: the cap on 1/ρ in the ``clipped`` estimate.
+
+    Returns:
+        The three estimates with their standard errors, the log's counts and ``coverage``.
+
+    Raises:
+        ValueError: arrays of mismatched shapes, a click at a position with propensity <= 0, or a ``metric``
+            it cannot use (unknown, "clicks" without 1-D propensities, or not one weight per rank 1..k).
     """
     c, inv, lam, name = _prepare(clicks, propensity, metric, k)
     x, y, xc = _terms(c, inv, np.asarray(ranks), lam, clip)
@@ -1055,7 +1099,23 @@ def counterfactual_difference(
 ) -> CounterfactualEstimate:
     """Candidate A minus candidate B on the same log (the estimands of `counterfactual_estimate`),
     paired by impression so the standard errors account for the shared clicks; ``p_value()``
-    tests for no difference. ``coverage`` is the smaller of the two candidates'."""
+    tests for no difference.
+
+    Args:
+        clicks: (n, K) clicks, bool or counts, as in `counterfactual_estimate`.
+        propensity: ρ per position, (K,) or (n, K), as in `counterfactual_estimate`.
+        ranks_a: (n, K) candidate A's rank of each shown document (`candidate_ranks`; 0 = not ranked).
+        ranks_b: (n, K) candidate B's rank of each shown document.
+        metric: λ by candidate rank (`rank_weights`): "dcg", "clicks" or the weights λ(1..k) themselves.
+        k: the candidates' depth: ranks beyond ``k`` weigh 0.
+        clip: the cap on 1/ρ in the ``clipped`` estimate.
+
+    Returns:
+        A's estimates minus B's; ``coverage`` is the smaller of the two candidates'.
+
+    Raises:
+        ValueError: as `counterfactual_estimate`.
+    """
     c, inv, lam, name = _prepare(clicks, propensity, metric, k)
     xa, y, xca = _terms(c, inv, np.asarray(ranks_a), lam, clip)
     xb, _, xcb = _terms(c, inv, np.asarray(ranks_b), lam, clip)

@@ -129,8 +129,20 @@ def fit(
     **options: Any,
 ) -> dict[str, Any]:
     """Train ``model`` on ``data`` (early stopping / tuning on ``dev``); returns its training log.
-    ``args``: the kind's typed training arguments (default: its defaults); ``options``: how to run
-    (``checkpoint_dir``, ``resume``)."""
+
+    Args:
+        model: the model of a trainable kind (``trainable``), trained in place.
+        data: the training split and collection.
+        dev: the dev queries, for early stopping / tuning (None: none).
+        progress: show progress.
+        args: the kind's typed training arguments (``args_type``; None: its defaults).
+        **options: how to run: ``checkpoint_dir`` (where to checkpoint) and ``resume`` (resume from it).
+
+    Returns:
+        The training log, with the training arguments used under "args" when the kind takes any.
+
+    Raises:
+        ValueError: ``args`` of another type than the kind's, or a model that does not learn."""
     targs = args_type(model.name)
     if args is not None and (targs is None or not isinstance(args, targs)):
         raise ValueError(

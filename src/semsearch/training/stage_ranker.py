@@ -34,7 +34,23 @@ def stage_ranker_trainer(
     the bundle's stage 1, over data set ``data``'s train split, choosing depths and trees on its
     dev split. Parameters are checked here, before any indexing, and against ``model_dirs``'
     held-out folds (``training.held_out``): a ranker meant to learn from a fold a model never saw
-    (``train_fold``) must name that fold. ``where`` names the parameters' origin in errors."""
+    (``train_fold``) must name that fold.
+
+    Args:
+        data: a data set folder (BEIR layout) with train and dev judgments.
+        corpus: the bundle's documents (``Corpus``), which the ranker indexes.
+        fields: the document fields indexed, as in the bundle ("title+text", "title" or "text").
+        params: lambdamart parameters and training arguments (one vocabulary) changed from ``TWO_STAGE``.
+        model_dirs: the saved stage-1 models whose held-out folds are checked (empty: none).
+        where: the parameters' origin, named in errors.
+
+    Returns:
+        The ``train_ranker`` of ``build_bundle``: given the stage-1 search, the trained ranker and its log.
+
+    Raises:
+        ParamError: an unknown or invalid parameter.
+        ValueError: ``data`` is a file or has no train or dev judgments, or ``train_fold`` is not the
+            fold a stage-1 model was trained without."""
     if Path(data).is_file():
         raise ValueError(
             "--train-ranker needs a data set with train and dev judgments (a BEIR-layout folder), not a TSV file"

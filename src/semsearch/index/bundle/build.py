@@ -50,25 +50,43 @@ def build_bundle(
     rescorer: Model | None = None,
     **changes: Any,
 ) -> Path:
-    """Index ``corpus`` with each model (at most one lexical model; each encoder gets a vector
-    index of ``vector_index``) and save everything as a bundle at ``out``, replacing it atomically.
-    ``options`` (``BuildOptions``, with ``changes`` to its fields, e.g. ``dataset="tiny"``) say
-    how; the models are the arguments.
-    ``train_ranker``: called with the new bundle's stage 1 (lexical ∪ first encoder) once it is
-    indexed, returns the stage-2 ranker to include (a two-stage search, trained in the build) and
-    its training log (saved beside it as ``ranker/training.json``).
-    ``store = "postgres"`` also loads each encoder's vectors into PostgreSQL/pgvector (HNSW), in a
-    collection named per build, so a killed build never touches the collections the current
-    bundle uses; the server is ``postgres_dsn`` / $SEMSEARCH_PG_DSN, else an embedded one on
-    ``pg_data`` (default: ``.semsearch-pg`` beside the bundle). The faiss index is kept too.
-    ``vector_cache``: a directory keeping each encoder's document vectors of this collection
-    (``SemanticRetriever.embed``), so a rebuild, or a build whose encoder shares another's
-    documents (a distilled query encoder), does not encode the collection again.
-    ``rescorer``: a trained cross-encoder kept as the optional stage 3, which re-scores the first
+    """Index ``corpus`` with each model and save everything as a bundle at ``out``, replacing it
+    atomically. ``options`` say how; the models are the arguments.
+
+    A ``train_ranker`` is called once the new bundle's stage 1 (lexical ∪ first encoder) is indexed
+    and returns the stage-2 ranker to include (a two-stage search, trained in the build) and its
+    training log, saved beside it as ``ranker/training.json``. A ``rescorer`` re-scores the first
     ``rescore_depth`` hits of each search when the bundle is loaded with ``rescore=True``, each
     scored z(ranker) + ``rescore_weight`` · z(cross-encoder) (inf: the cross-encoder's score alone).
+
+    Of the options: ``store = "postgres"`` also loads each encoder's vectors into
+    PostgreSQL/pgvector (HNSW), in a collection named per build, so a killed build never touches
+    the collections the current bundle uses; the server is ``postgres_dsn`` / $SEMSEARCH_PG_DSN,
+    else an embedded one on ``pg_data`` (default: ``.semsearch-pg`` beside the bundle). The faiss
+    index is kept too. ``vector_cache``: a directory keeping each encoder's document vectors of
+    this collection (``SemanticRetriever.embed``), so a rebuild, or a build whose encoder shares
+    another's documents (a distilled query encoder), does not encode the collection again.
     ``spelling``: keep a spelling corrector of the documents' words (``text.SpellCorrector``),
-    which corrects every query before its search unless the bundle is loaded without it."""
+    which corrects every query before its search unless the bundle is loaded without it.
+
+    Args:
+        corpus: the documents, indexed (their ``fields`` joined) and saved in the bundle.
+        models: the built models: at most one lexical model; each encoder gets a vector index of ``vector_index``.
+        out: the bundle's folder (its name may not end in ``.tmp-<number>``).
+        options: how to build (``BuildOptions``; None: its defaults).
+        ranker: a trained stage-2 ranker over these documents, to include (None: none).
+        train_ranker: called with the bundle's stage 1 (``StageSearch``), returns the ranker and its log (None: none).
+        rescorer: a trained cross-encoder (bert-rel) kept as the optional stage 3 (None: none).
+        **changes: ``BuildOptions`` fields changed from ``options``, e.g. ``dataset="tiny"`` (a ``Path``: its text).
+
+    Returns:
+        The bundle's folder, ``out``.
+
+    Raises:
+        ValueError: no models, two lexical models or two encoders of one name, both ``ranker`` and
+            ``train_ranker``, a ``rescorer`` that is not a cross-encoder, a ranker over other documents,
+            or a build's temporary name as ``out``.
+        ParamError: an unknown or invalid option in ``changes``."""
     o = (options or BuildOptions()).replace(
         where="build_bundle", **{k: str(v) if isinstance(v, Path) else v for k, v in changes.items()}
     )

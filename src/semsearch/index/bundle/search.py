@@ -154,9 +154,30 @@ class Bundle:
     ) -> Bundle:
         """Read a bundle (or its ``.old`` backup left by a build killed mid-swap), check every
         file against the manifest's sha256 and each vector index against its encoder, and open it
-        as ``options`` say (``LoadOptions``; the keyword arguments given, not None, change them).
-        A bundle built before the stage-3 blend, or with weight null, orders its re-scored hits by
-        the cross-encoder alone unless the options name a weight."""
+        as ``options`` say; each keyword argument given (not None) changes that option (the defaults
+        below are ``LoadOptions``'). A bundle built before the stage-3 blend, or with weight null,
+        orders its re-scored hits by the cross-encoder alone unless the options name a weight.
+
+        Args:
+            path: the bundle's folder.
+            options: how to open it (``LoadOptions``; None: its defaults).
+            store: where the vectors are searched, "faiss" or "postgres" (default: the store it was built with).
+            verify: check every file against the manifest's sha256 (default: True).
+            query_cache: recent query embeddings each semantic retriever keeps, >= 0 (0: none; default ``QUERY_CACHE``).
+            result_cache: recent distinct searches whose results are kept, >= 0 (0: none; default ``RESULT_CACHE``).
+            rescore: run the bundle's stage-3 cross-encoder on each search's ranked hits (default: False).
+            rescore_depth: the ranked hits stage 3 re-scores, >= 1 (default: the depth it was built with).
+            rescore_weight: stage 3's blend weight beside the ranker's (inf: its score alone; default: as built).
+            correct_queries: correct each query's spelling first, if the bundle has a corrector (default: True).
+
+        Returns:
+            The loaded bundle.
+
+        Raises:
+            ModelDirError: not a bundle (or a build's temporary folder), or a file missing, corrupt or unlike
+                the manifest.
+            ParamError: an unknown or invalid option.
+            ValueError: ``rescore`` of a bundle without a stage-3 cross-encoder."""
         given = {
             "store": store,
             "verify": verify,
@@ -306,12 +327,27 @@ class Bundle:
         correct: bool | None = None,
     ) -> Result:
         """Lexical top ``n_lexical`` and semantic top ``n_semantic`` (run concurrently by the
-        ``HybridRetriever`` of ``model``), merged by ``merge_by``: union (lexical order, semantic-only
-        hits after; the default: it keeps the lexical ranking a weak encoder could spoil),
-        rrf or interpolate (weight 0.5, min-max); re-ranked by the ranker if the bundle has one; the
-        top ``k`` with their sources and a timing breakdown. A two-stage bundle (its ranker has
-        stage features) retrieves at the depths its ranker was trained for, and every hit's score
-        is the ranker's. ``search_many`` of one query."""
+        ``HybridRetriever`` of ``model``), merged by ``merge_by``; re-ranked by the ranker if the
+        bundle has one; the top ``k`` with their sources and a timing breakdown. The default merge,
+        union, keeps the lexical ranking a weak encoder could spoil. A two-stage bundle (its ranker
+        has stage features) retrieves at the depths its ranker was trained for, and every hit's
+        score is the ranker's. ``search_many`` of one query.
+
+        Args:
+            query: the query text (not blank).
+            k: the hits returned, >= 1.
+            model: the encoder whose semantic stage runs (None: the bundle's first, if any).
+            merge_by: "union" (lexical order, semantic-only hits after), "rrf" or "interpolate" (weight 0.5, min-max).
+            n_lexical: lexical stage-1 depth (at least ``k``).
+            n_semantic: semantic stage-1 depth.
+            correct: search the query spell-corrected (``SpellCorrector``; None: as the bundle was loaded).
+
+        Returns:
+            The query's ``Result``: its hits, best first, the stage times in ms and the text searched.
+
+        Raises:
+            ValueError: a blank query, ``k`` < 1, an unknown ``merge_by`` or ``model``, or ``correct``
+                without a spelling corrector in the bundle."""
         return self.search_many(
             [query], k, model=model, merge_by=merge_by, n_lexical=n_lexical, n_semantic=n_semantic, correct=correct
         )[0]
@@ -331,9 +367,24 @@ class Bundle:
         and one vector search for all of them, one feature matrix and one ranker prediction for all
         their candidates. Each query gets the hits ``search`` gives it alone (a batched encoder may
         round its embedding in the last bit, so scores agree to float rounding); the timing is the
-        batch's (``batch``: how many distinct queries it searched). ``correct``: search each query
-        spell-corrected (``SpellCorrector``; None: as the bundle was loaded), every stage with the
-        corrected text; ``Result.query`` is the text searched."""
+        batch's (``batch``: how many distinct queries it searched). A spell-corrected query is
+        searched with the corrected text in every stage.
+
+        Args:
+            queries: the query texts (none blank).
+            k: the hits returned per query, >= 1.
+            model: the encoder whose semantic stage runs (None: the bundle's first, if any).
+            merge_by: "union" (lexical order, semantic-only hits after), "rrf" or "interpolate" (weight 0.5, min-max).
+            n_lexical: lexical stage-1 depth (at least ``k``).
+            n_semantic: semantic stage-1 depth.
+            correct: search each query spell-corrected (``SpellCorrector``; None: as the bundle was loaded).
+
+        Returns:
+            One ``Result`` per query, in order; ``Result.query`` is the text searched.
+
+        Raises:
+            ValueError: a blank query, ``k`` < 1, an unknown ``merge_by`` or ``model``, or ``correct``
+                without a spelling corrector in the bundle."""
         blank = [i for i, q in enumerate(queries) if not q.strip()]
         if blank:
             raise ValueError("empty query" if len(queries) == 1 else f"empty query at position {blank[0]}")
