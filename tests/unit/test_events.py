@@ -43,7 +43,7 @@ def _imp(i: int, hits: list[str], query: str = "drill", offset: int = 0, **kw: o
         hit_ids=hits,
         offset=offset,
         timestamp=datetime.fromtimestamp(T0.timestamp() + i, UTC),
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
 
 
@@ -150,7 +150,7 @@ def test_append_table_takes_only_the_two_schemas_and_closed_writer_refuses(tmp_p
     with pytest.raises(ValueError, match="impression or the event columns"):
         w.append_table(pa.table({"query_id": ["s0"]}))
     with pytest.raises(TypeError):
-        w.append("s0")  # type: ignore[arg-type]
+        w.append("s0")
     w.close()
     w.close()
     with pytest.raises(ValueError, match="closed"):
