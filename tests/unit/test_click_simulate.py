@@ -164,3 +164,23 @@ def test_simulation_through_the_event_log_reads_back_as_the_same_sessions(tmp_pa
     imp = read_log(tmp_path, "impressions")
     assert set(imp.column("client_id").to_pylist()) <= {f"u{j}" for j in range(7)}
     assert set(imp.column("bundle").to_pylist()) == {"simulated"} and set(imp.column("k").to_pylist()) == {10}
+
+
+def test_benchmark_script_runs_small(tmp_path: Path) -> None:
+    """benchmarks/click_simulation.py end to end at 20,000 impressions (its JSON and summary rows)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "click_simulation.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "click_simulation.py", "--impressions", "20000", "--queries", "100", "--chunk", "5000"]
+    run = subprocess.run([*cmd, "--out", str(out)], cwd=root / "benchmarks", env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["impressions"] == 20_000 and result["log_per_s"] > 0
+    assert set(result["fits"]) == {"PBM", "PBM unanchored", "UBM", "cascade", "DBN"}
+    assert len(result["fits"]["PBM"]["examination_error"]) == 10
+    assert [row["met"] for row in result["summary"]][1] is None  # recovery is only judged at 1M sessions

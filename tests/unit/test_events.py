@@ -300,3 +300,17 @@ def test_sigkill_leaves_whole_segments_and_every_flushed_row(tmp_path: Path, del
     s = read_sessions(tmp_path)
     clicked = {s.search_ids[i] for i in np.flatnonzero(s.clicks[:, 0])}
     assert clicked >= {f"s{i}" for i in range(flushed) if i % 4000 < 20}
+
+
+def test_a_writer_refuses_appends_after_a_fork(tmp_path: Path) -> None:
+    w = EventLogWriter(tmp_path)
+    pid = os.fork()
+    if pid == 0:  # the child: its copy of the writer has no writing thread
+        try:
+            w.append(Event("s0", "a", 1))
+        except RuntimeError:
+            os._exit(0)
+        os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    w.close()
+    assert os.WEXITSTATUS(status) == 0

@@ -190,7 +190,9 @@ class EventLogWriter:
     `append` takes one `Impression` or `Event`; `append_table` a whole table of either schema
     (the simulator's bulk path). `append*` block while ``max_pending_rows`` rows (default four
     times ``flush_rows``) wait to be written. An error of the writing thread is raised by the
-    next call.
+    next call. One writer per process (its thread does not survive a fork): several processes may
+    write into one directory, each with its own writer. Rows still buffered when the process ends
+    without `close` are lost, as in a crash.
     """
 
     def __init__(
@@ -223,6 +225,7 @@ class EventLogWriter:
         self._io = threading.Lock()  # one segment write at a time, in the order the rows were taken
         self._closed = False
         self._error: BaseException | None = None
+        self._pid = os.getpid()
         self.segments_written = 0
         self.rows_written = 0
         self._thread = threading.Thread(target=self._run, name="semsearch-event-log", daemon=True)
@@ -244,6 +247,11 @@ class EventLogWriter:
             self._add(kind, table, table.num_rows)
 
     def _add(self, kind: Kind, item: Any, rows: int) -> None:
+        if os.getpid() != self._pid:
+            raise RuntimeError(
+                "an EventLogWriter cannot be used across a fork (its writing thread stays in the parent): "
+                "create one in each process that appends"
+            )
         with self._changed:
             self._raise_error()
             if self._closed:
