@@ -314,3 +314,15 @@ def test_a_writer_refuses_appends_after_a_fork(tmp_path: Path) -> None:
     _, status = os.waitpid(pid, 0)
     w.close()
     assert os.WEXITSTATUS(status) == 0
+
+
+def test_records_are_checked_when_made() -> None:
+    with pytest.raises(ValueError, match="1-based"):
+        Event("s0", "a", 0)
+    with pytest.raises(ValueError, match="2 hit_stages for 1 hit_ids"):
+        Impression("s0", "q", ["a"], hit_stages=["LEXICAL", "BOTH"])
+    with pytest.raises(ValueError, match="got 'VECTOR'"):
+        Impression("s0", "q", ["a"], hit_stages=["VECTOR"])
+    with pytest.raises(ValueError, match="offset and k"):
+        Impression("s0", "q", ["a"], offset=-1)
+    assert Impression("s0", "q", ["a", "b"], hit_stages=["SEMANTIC", None]).hit_stages == ["SEMANTIC", None]

@@ -24,7 +24,10 @@ their estimation follow Chuklin, Markov & de Rijke, "Click Models for Web Search
   over sessions, a loop over the ranks) and γ learnt unless given.
 
 Every model fills (query, document) pairs missing from its training log with the pooled estimate
-(all its training cells counted as one pair). Evaluation as in the book's ch. 5: `log_likelihood`
+(all its training cells counted as one pair). A pair seen a few times gets extreme maximum
+likelihood estimates (one click in one view: α = 1); PBM, UBM and DBN take ``prior = (p, q)``,
+pseudo-counts of attracted (satisfied) and not, which makes the M-step the MAP estimate under a
+Beta(p + 1, q + 1) prior (default (0, 0): maximum likelihood). Evaluation as in the book's ch. 5: `log_likelihood`
 (mean over sessions of log P(session's clicks), from the conditional click probabilities),
 `perplexity_by_rank` (2^−mean log2 P(C_r = c_r) with the marginal click probability at each rank)
 and `perplexity`, their mean. Probabilities are clipped to [1e-6, 1 − 1e-6] so that a click a
@@ -127,6 +130,7 @@ class _ExaminationEM:
     tol: float = 1e-6
     init_examination: float = 0.5
     init_attractiveness: float = 0.5
+    prior: tuple[float, float] = (0.0, 0.0)
     examination_rank1: float | None = None
     pairs: _Pairs = field(default_factory=_Pairs)
     theta: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -166,7 +170,9 @@ class _ExaminationEM:
             new_theta = np.divide(
                 np.bincount(e, count * post_e, minlength=n_exam), e_count, out=theta.copy(), where=e_count > 0
             )
-            new_alpha = np.bincount(u, count * post_a, minlength=n_pairs) / u_count
+            new_alpha = (np.bincount(u, count * post_a, minlength=n_pairs) + self.prior[0]) / (
+                u_count + sum(self.prior)
+            )
             change = max(np.abs(new_theta - theta).max(initial=0.0), np.abs(new_alpha - alpha).max(initial=0.0))
             theta, alpha = new_theta, new_alpha
             self.iterations += 1
@@ -347,6 +353,7 @@ class DBN:
     max_iter: int = 100
     tol: float = 1e-5
     init: float = 0.5
+    prior: tuple[float, float] = (0.0, 0.0)
     init_gamma: float = 0.9
     pairs: _Pairs = field(default_factory=_Pairs)
     a: np.ndarray = field(default_factory=lambda: np.zeros(1))
@@ -377,8 +384,8 @@ class DBN:
             attracted[:] = 0.0
             satisfied[:] = 0.0
             moved, could, _ = dbn_em_sums(cell, clicks, length, a, s, gamma, attracted, satisfied)
-            new_a = np.divide(attracted, views, out=a.copy(), where=views > 0)
-            new_s = np.divide(satisfied, clicked, out=s.copy(), where=clicked > 0)
+            new_a = np.divide(attracted + self.prior[0], views + sum(self.prior), out=a.copy(), where=views > 0)
+            new_s = np.divide(satisfied + self.prior[0], clicked + sum(self.prior), out=s.copy(), where=clicked > 0)
             new_gamma = gamma if self.gamma is not None or could <= 0 else min(moved / could, 1.0)
             change = max(np.abs(new_a - a).max(), np.abs(new_s - s).max(), abs(new_gamma - gamma))
             a, s, gamma = new_a, new_s, new_gamma

@@ -101,6 +101,16 @@ class Impression:
     hit_stages: Sequence[str | None] | None = None
     timestamp: datetime = field(default_factory=_now)
 
+    def __post_init__(self) -> None:
+        if self.offset < 0 or self.k < 0:
+            raise ValueError(f"offset and k must be >= 0, got offset={self.offset}, k={self.k}")
+        if self.hit_stages is not None:
+            if len(self.hit_stages) != len(self.hit_ids):
+                raise ValueError(f"{len(self.hit_stages)} hit_stages for {len(self.hit_ids)} hit_ids")
+            bad = [x for x in self.hit_stages if x is not None and x not in STAGES]
+            if bad:
+                raise ValueError(f"hit_stages are {', '.join(STAGES)} or None, got {bad[0]!r}")
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -113,6 +123,10 @@ class Event:
     action_name: str = "click"
     client_id: str | None = None
     timestamp: datetime = field(default_factory=_now)
+
+    def __post_init__(self) -> None:
+        if self.position < 1:
+            raise ValueError(f"position is 1-based, got {self.position}")
 
 
 def impressions_table(rows: Sequence[Impression]) -> pa.Table:
@@ -187,12 +201,13 @@ class EventLogWriter:
     Rows are buffered per kind and written as a segment by a background thread when a kind holds
     ``flush_rows`` rows, or ``flush_seconds`` after its oldest buffered row arrived, or on
     `flush` / `close`. So a crash loses at most the rows appended in the last ``flush_seconds``.
-    `append` takes one `Impression` or `Event`; `append_table` a whole table of either schema
-    (the simulator's bulk path). `append*` block while ``max_pending_rows`` rows (default four
-    times ``flush_rows``) wait to be written. An error of the writing thread is raised by the
-    next call. One writer per process (its thread does not survive a fork): several processes may
-    write into one directory, each with its own writer. Rows still buffered when the process ends
-    without `close` are lost, as in a crash.
+    `append` takes one `Impression` or `Event` (validated when made); `append_table` a whole table
+    of either schema (the simulator's bulk path; its values are not checked row by row). Both
+    block while ``max_pending_rows`` rows (default four times ``flush_rows``) wait to be written.
+    An error of the writing thread is raised by the next call. One writer per process (its
+    thread does not survive a fork): several processes may write into one directory, each with
+    its own writer. Rows still buffered when the process ends without `close` are lost, as in a
+    crash.
     """
 
     def __init__(
