@@ -152,7 +152,7 @@ def test_simulation_through_the_event_log_reads_back_as_the_same_sessions(tmp_pa
         )
     logged = read_sessions(tmp_path)
     assert len(logged) == 10_000
-    assert list(logged.search_ids[:3]) == ["sim1-0", "sim1-1", "sim1-2"]
+    assert logged.search_ids is not None and logged.search_ids[:3].to_pylist() == ["sim1-0", "sim1-1", "sim1-2"]
     direct_docs = np.concatenate([np.asarray(r.doc_ids)[c.docs] for c in chunks])
     assert np.array_equal(np.asarray(logged.doc_ids)[logged.docs], direct_docs)
     assert np.array_equal(logged.clicks, np.concatenate([c.clicks for c in chunks]))

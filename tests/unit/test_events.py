@@ -98,7 +98,7 @@ def test_sessions_view_counts_only_clicks_on_what_was_shown(tmp_path: Path) -> N
         w.append(Event("s9", "a", 1))  # unknown search id
         w.append(Event("s0", "c", 3))
     s = read_sessions(tmp_path, top_n=4)
-    assert list(s.search_ids) == ["s0", "s1", "s2"]
+    assert s.search_ids is not None and s.search_ids.to_pylist() == ["s0", "s1", "s2"]
     assert [s.queries[q] for q in s.query] == ["q1", "q2", "q1"]
     shown = [[s.doc_ids[d] if d >= 0 else None for d in row] for row in s.docs]
     assert shown == [["a", "b", "c", None], ["c", "a", None, None], [None, None, "x", "y"]]
@@ -298,7 +298,8 @@ def test_sigkill_leaves_whole_segments_and_every_flushed_row(tmp_path: Path, del
     assert set(ids) >= {f"s{i}" for i in range(flushed)}
     assert all(len(h) == 10 for h in imp.column("hit_ids").to_pylist())
     s = read_sessions(tmp_path)
-    clicked = {s.search_ids[i] for i in np.flatnonzero(s.clicks[:, 0])}
+    assert s.search_ids is not None
+    clicked = set(s.search_ids.take(np.flatnonzero(s.clicks[:, 0])).to_pylist())
     assert clicked >= {f"s{i}" for i in range(flushed) if i % 4000 < 20}
 
 

@@ -17,8 +17,9 @@ What holds, and why:
   appended in the last ``flush_seconds`` (plus the segment being written at that instant).
   Segments are written by a background thread, off the caller's path; ``append`` only blocks
   when ``max_pending_rows`` rows are waiting (bounded memory: back-pressure instead of growth).
-- Segment names carry the writer's time, process id and a random token, so several processes
-  (a service's workers) can write into one log directory without coordination.
+- Segment names carry the writing time, process id, a per-process sequence number and a random
+  token, so several processes (a service's workers) can write into one log directory without
+  coordination, and one process's segments sort in the order written.
 - `read_sessions` joins impressions and clicks with DuckDB over the Parquet files (no Python loop
   over rows) into the arrays click models and learners take (`Sessions`). Each segment's schema
   is checked first; a missing column or a column of the wrong type is a `DataFormatError` naming
@@ -27,6 +28,7 @@ What holds, and why:
 
 from __future__ import annotations
 
+import itertools
 import os
 import secrets
 import threading
@@ -171,12 +173,16 @@ def _as_log_table(table: pa.Table) -> tuple[Kind, pa.Table]:
     )
 
 
+_SEGMENT_SEQ = itertools.count()  # segments of one process sort in the order written, within a millisecond too
+
+
 def write_segment(directory: PathLike, kind: Kind, table: pa.Table) -> Path:
     """Write ``table`` as one new segment ``directory/kind/part-*.parquet``, atomically: temporary
     name in the same folder, fsync, rename, fsync of the folder. Returns the segment's path."""
     folder = Path(directory) / kind
     folder.mkdir(parents=True, exist_ok=True)
-    name = f"part-{time.time_ns() // 1_000_000:013d}-{os.getpid()}-{secrets.token_hex(6)}.parquet"
+    seq = next(_SEGMENT_SEQ)
+    name = f"part-{time.time_ns() // 1_000_000:013d}-{os.getpid()}-{seq:09d}-{secrets.token_hex(4)}.parquet"
     tmp = folder / f".{name}.tmp"
     try:
         with open(tmp, "wb") as f:
@@ -460,7 +466,8 @@ class Sessions:
     ``doc_ids``) of the document shown at position j + 1, or -1 where nothing was shown there
     (past the end of the list, or before ``offset`` on a later page); ``clicks[i, j]`` whether it
     was clicked. ``query[i]`` is the code (into ``queries``) of the impression's query text;
-    ``search_ids`` the impressions' ``query_id`` (None when not kept, as in bulk simulation).
+    ``search_ids`` the impressions' ``query_id`` as an Arrow string array (None when not kept, as
+    in bulk simulation).
     """
 
     docs: np.ndarray  # int32 (n, positions)
@@ -468,7 +475,7 @@ class Sessions:
     query: np.ndarray  # int32 (n,)
     queries: list[str]
     doc_ids: list[str]
-    search_ids: np.ndarray | None = None  # object (n,)
+    search_ids: pa.Array | None = None  # string (n,)
 
     def __post_init__(self) -> None:
         n = len(self.query)
@@ -494,82 +501,114 @@ class Sessions:
             query=self.query[index],
             queries=self.queries,
             doc_ids=self.doc_ids,
-            search_ids=None if self.search_ids is None else self.search_ids[index],
+            search_ids=None if self.search_ids is None else self.search_ids.take(np.arange(len(self))[index]),
         )
 
 
-def read_sessions(directory: PathLike, *, top_n: int = 10, action: str = "click") -> Sessions:
+def _arrow_batches(relation: Any, rows: int) -> Any:
+    """A DuckDB relation's rows as a stream of Arrow record batches of about ``rows`` rows."""
+    if hasattr(relation, "to_arrow_reader"):
+        return relation.to_arrow_reader(rows)
+    return relation.fetch_arrow_reader(rows)
+
+
+def read_sessions(
+    directory: PathLike, *, top_n: int = 10, action: str = "click", batch_rows: int = 1_000_000
+) -> Sessions:
     """The sessions view of a log: each impression's documents at positions 1..``top_n`` and which
-    of them were clicked (events with ``action_name == action``), in (timestamp, query_id) order.
+    of them were clicked (events with ``action_name == action``); impressions in segment order
+    (segment names start with their writing time) and, within a segment, in the order written.
 
     The join runs in DuckDB over the Parquet segments. A click counts when its ``query_id`` names
     a logged impression and its ``object_id`` is the document that impression showed at the
     click's ``position``; other clicks (unknown search, position past ``top_n``, document not the
     one shown there) are not counted. Repeated clicks on one position count once. Two impressions
-    with one ``query_id`` are an error (a search id names one answer)."""
+    with one ``query_id`` are an error (a search id names one answer). ``doc_ids`` and
+    ``queries`` are sorted. Nothing is materialised in DuckDB: the impressions stream out of the
+    Parquet scan ``batch_rows`` at a time into the arrays returned, so memory beyond those is a
+    batch plus DuckDB's hash tables (the events' side of the join, the distinct ids)."""
     if top_n < 1:
         raise ValueError(f"top_n must be >= 1, got {top_n}")
     imp_paths = _checked(directory, "impressions")
     if not imp_paths:
         raise DataFormatError(Path(directory) / "impressions", None, "no impression segments (part-*.parquet)")
     ev_paths = _checked(directory, "events")
+    # row numbers: segments in name order (names start with the writing time), rows in file order
+    counts = np.array([pq.ParquetFile(p).metadata.num_rows for p in imp_paths], dtype=np.int64)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    n = int(counts.sum())
+    imp = f"read_parquet({_sql_files(imp_paths)}, union_by_name = true, filename = true, file_row_number = true)"
     con = _connect()
     try:
-        con.execute(
-            "CREATE TEMP TABLE imp AS SELECT row_number() OVER (ORDER BY timestamp, query_id) - 1 AS row, "
-            'query_id, user_query, CAST("offset" AS INTEGER) AS off, hit_ids '
-            f"FROM read_parquet({_sql_files(imp_paths)}, union_by_name = true)"
-        )
-        dup = con.execute("SELECT query_id FROM imp GROUP BY query_id HAVING count(*) > 1 LIMIT 1").fetchone()
-        if dup is not None:
+        con.register("segment", pa.table({"filename": imp_paths, "first": first}))
+        rows = f"(SELECT s.first + i.file_row_number AS row, i.* FROM {imp} i JOIN segment s USING (filename))"
+        dup = con.execute(f"SELECT query_id FROM {imp} GROUP BY query_id HAVING count(*) > 1 LIMIT 1").fetchall()
+        if dup:
             raise DataFormatError(
-                Path(directory) / "impressions", None, f"query_id {dup[0]!r} names more than one impression"
+                Path(directory) / "impressions", None, f"query_id {dup[0][0]!r} names more than one impression"
             )
-        imp = _arrow(con.sql("SELECT query_id, user_query, coalesce(off, 0) AS off, hit_ids FROM imp ORDER BY row"))
+        doc_vocab = _arrow(
+            con.sql(
+                f"SELECT DISTINCT doc FROM (SELECT unnest(hit_ids) AS doc FROM {imp}) "
+                "WHERE doc IS NOT NULL ORDER BY doc"
+            )
+        ).column(0)
+        query_vocab = _arrow(con.sql(f"SELECT DISTINCT user_query FROM {imp} ORDER BY user_query")).column(0)
         if ev_paths:
             clicks = con.execute(
-                "SELECT DISTINCT i.row, CAST(e.position AS INTEGER) - 1 AS col FROM imp i "
+                "SELECT DISTINCT i.row, CAST(e.position AS INTEGER) - 1 AS col FROM "
+                f'(SELECT row, query_id, coalesce(CAST("offset" AS INTEGER), 0) AS off, hit_ids FROM {rows}) i '
                 f"JOIN read_parquet({_sql_files(ev_paths)}, union_by_name = true) e ON e.query_id = i.query_id "
                 "WHERE e.action_name = ? AND e.position >= 1 AND e.position <= ? "
-                "AND e.position > coalesce(i.off, 0) AND e.position <= coalesce(i.off, 0) + len(i.hit_ids) "
-                "AND i.hit_ids[e.position - coalesce(i.off, 0)] = e.object_id",
+                "AND e.position > i.off AND e.position <= i.off + len(i.hit_ids) "
+                "AND i.hit_ids[e.position - i.off] = e.object_id",
                 [action, top_n],
             ).fetchnumpy()
         else:
             clicks = {"row": np.zeros(0, np.int64), "col": np.zeros(0, np.int64)}
+        docs = np.full((n, top_n), -1, np.int32)
+        query = np.zeros(n, np.int32)
+        id_rows: list[np.ndarray] = []
+        ids: list[pa.Array] = []
+        select = f'SELECT row, query_id, user_query, coalesce(CAST("offset" AS INTEGER), 0) AS off, hit_ids FROM {rows}'
+        for batch in _arrow_batches(con.sql(select), batch_rows):
+            row = batch.column("row").to_numpy(zero_copy_only=False).astype(np.int64)
+            _fill_docs(docs, row, batch, doc_vocab)
+            query[row] = pc.index_in(batch.column("user_query"), value_set=query_vocab).to_numpy(zero_copy_only=False)
+            id_rows.append(row)
+            ids.extend(_chunks(batch.column("query_id")))
     finally:
         con.close()
-    return _sessions_from_arrow(imp, clicks, top_n)
-
-
-def _sessions_from_arrow(imp: pa.Table, clicks: dict[str, np.ndarray], top_n: int) -> Sessions:
-    """Shape the impression rows and click cells into `Sessions` with Arrow/numpy kernels."""
-    n = imp.num_rows
-    hits = imp.column("hit_ids").combine_chunks()
-    lengths = pc.fill_null(pc.list_value_length(hits), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = pc.list_flatten(hits)
-    encoded = pc.dictionary_encode(flat) if len(flat) else None
-    codes = (
-        np.zeros(0, np.int32)
-        if encoded is None
-        else pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int32)
-    )
-    doc_ids: list[str] = [] if encoded is None else encoded.dictionary.to_pylist()
-    offsets = imp.column("off").to_numpy().astype(np.int64)
-    row = np.repeat(np.arange(n), lengths)
-    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    col = offsets[row] + (np.arange(len(codes)) - starts)
-    keep = col < top_n
-    docs = np.full((n, top_n), -1, np.int32)
-    docs[row[keep], col[keep]] = codes[keep]
     click = np.zeros((n, top_n), bool)
     click[np.asarray(clicks["row"], np.int64), np.asarray(clicks["col"], np.int64)] = True
-    queries = pc.dictionary_encode(imp.column("user_query").combine_chunks())
+    order = np.argsort(np.concatenate(id_rows), kind="stable") if id_rows else np.zeros(0, np.int64)
     return Sessions(
         docs=docs,
         clicks=click & (docs >= 0),
-        query=queries.indices.to_numpy(zero_copy_only=False).astype(np.int32),
-        queries=queries.dictionary.to_pylist(),
-        doc_ids=doc_ids,
-        search_ids=np.asarray(imp.column("query_id").to_pylist(), dtype=object),
+        query=query,
+        queries=query_vocab.to_pylist(),
+        doc_ids=doc_vocab.to_pylist(),
+        search_ids=pa.concat_arrays(ids).take(pa.array(order)) if ids else pa.array([], pa.string()),
     )
+
+
+def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return list(column.chunks) if isinstance(column, pa.ChunkedArray) else [column]
+
+
+def _fill_docs(docs: np.ndarray, rows: np.ndarray, batch: pa.RecordBatch, vocab: pa.Array) -> None:
+    """Write one batch of impressions' document codes into ``docs[rows]``: hit i of an impression
+    with offset o goes to column o + i, if that is inside ``docs``."""
+    hits = batch.column("hit_ids")
+    if isinstance(hits, pa.ChunkedArray):
+        hits = hits.combine_chunks()
+    flat = pc.list_flatten(hits)
+    if not len(flat):
+        return
+    codes = pc.fill_null(pc.index_in(flat, value_set=vocab), -1).to_numpy(zero_copy_only=False).astype(np.int32)
+    parent = pc.list_parent_indices(hits).to_numpy(zero_copy_only=False)
+    starts = np.asarray(hits.offsets, dtype=np.int64)[:-1] - hits.offsets[0].as_py()
+    offsets = batch.column("off").to_numpy(zero_copy_only=False).astype(np.int64)
+    col = offsets[parent] + (np.arange(len(flat)) - starts[parent])
+    keep = col < docs.shape[1]
+    docs[rows[parent[keep]], col[keep]] = codes[keep]
