@@ -236,3 +236,16 @@ def test_a_beta_prior_smooths_sparse_pairs() -> None:
     for model in (PBM, DBN):
         mle, smooth = model().fit(train), model(prior=(1.0, 1.0)).fit(train)
         assert log_likelihood(smooth, test) > log_likelihood(mle, test)
+
+
+@pytest.mark.parametrize("model", [PBM, UBM, CascadeModel, DBN])
+def test_fits_do_not_depend_on_the_chunking_of_the_log(model: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    import semsearch.clicks.models as models
+
+    r = _rankings(n_queries=30, k=5, n_docs=300)
+    log = simulate_sessions(r, DBNUser(4), 2000, seed=9, shuffle_rate=0.5)
+    whole = model(max_iter=5).fit(log) if model is not CascadeModel else model().fit(log)
+    monkeypatch.setattr(models, "CHUNK", 37)
+    chunked = model(max_iter=5).fit(log) if model is not CascadeModel else model().fit(log)
+    assert np.array_equal(whole.pairs.keys, chunked.pairs.keys)
+    assert np.allclose(whole.conditional_click_probabilities(log), chunked.conditional_click_probabilities(log))

@@ -71,8 +71,15 @@ def shown_mask(sessions: Sessions) -> np.ndarray:
     return np.cumprod(sessions.docs >= 0, axis=1).astype(bool)
 
 
-def _pair_keys(sessions: Sessions) -> np.ndarray:
-    return sessions.query.astype(np.int64)[:, None] * max(len(sessions.doc_ids), 1) + sessions.docs
+CHUNK = 262_144  # sessions per step of the passes over a log that build (sessions × ranks) temporaries
+
+
+def _slices(n: int) -> list[slice]:
+    return [slice(start, min(n, start + CHUNK)) for start in range(0, n, CHUNK)]
+
+
+def _pair_keys(sessions: Sessions, rows: slice = slice(None)) -> np.ndarray:
+    return sessions.query[rows].astype(np.int64)[:, None] * max(len(sessions.doc_ids), 1) + sessions.docs[rows]
 
 
 @dataclass
@@ -83,11 +90,13 @@ class _Pairs:
 
     @classmethod
     def of(cls, sessions: Sessions, mask: np.ndarray) -> tuple[_Pairs, np.ndarray]:
-        """The pairs of the masked cells, and each cell's pair index (-1 outside the mask)."""
-        keys = _pair_keys(sessions)
-        unique, inverse = np.unique(keys[mask], return_inverse=True)
-        index = np.full(keys.shape, -1, dtype=np.int64)
-        index[mask] = inverse
+        """The pairs of the masked cells, and each cell's pair index (int32; -1 outside the mask),
+        a chunk of sessions at a time."""
+        chunks = _slices(len(sessions))
+        unique = np.unique(np.concatenate([np.unique(_pair_keys(sessions, c)[mask[c]]) for c in chunks]))
+        index = np.empty(mask.shape, dtype=np.int32)
+        for c in chunks:
+            index[c] = np.where(mask[c], np.searchsorted(unique, _pair_keys(sessions, c)), -1)
         return cls(unique), index
 
     def lookup(self, sessions: Sessions, mask: np.ndarray) -> np.ndarray:
@@ -138,7 +147,8 @@ class _ExaminationEM:
     positions: int = 0
     iterations: int = 0
 
-    def _exam_index(self, sessions: Sessions) -> np.ndarray:
+    def _exam_index(self, clicks: np.ndarray) -> np.ndarray:
+        """The examination parameter of each cell of ``(n, positions)`` sessions with these clicks."""
         raise NotImplementedError
 
     def _n_exam(self, positions: int) -> int:
@@ -149,14 +159,19 @@ class _ExaminationEM:
         mask = shown_mask(sessions)
         self.positions = sessions.positions
         self.pairs, pair = _Pairs.of(sessions, mask)
-        exam = self._exam_index(sessions)
         n_exam, n_pairs = self._n_exam(self.positions), len(self.pairs.keys)
-        triple = (pair[mask] * n_exam + exam[mask]) * 2 + sessions.clicks[mask]
-        uniq, count = np.unique(triple, return_counts=True)
+        codes, counts = [], []
+        for c in _slices(len(sessions)):  # counts of identical (pair, examination, click) cells
+            m = mask[c]
+            triple = (pair[c][m].astype(np.int64) * n_exam + self._exam_index(sessions.clicks[c])[m]) * 2
+            part, part_count = np.unique(triple + sessions.clicks[c][m], return_counts=True)
+            codes.append(part)
+            counts.append(part_count)
+        uniq, inverse = np.unique(np.concatenate(codes), return_inverse=True)
+        count = np.bincount(inverse, np.concatenate(counts).astype(np.float64), minlength=len(uniq))
         clicked = (uniq % 2).astype(bool)
         e = (uniq // 2) % n_exam
         u = uniq // 2 // n_exam
-        count = count.astype(np.float64)
         e_count = np.bincount(e, count, minlength=n_exam)
         u_count = np.bincount(u, count, minlength=n_pairs)
         theta = np.full(n_exam, self.init_examination)
@@ -192,7 +207,7 @@ class _ExaminationEM:
     def _cell_params(self, sessions: Sessions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         _check(sessions, self.positions)
         mask = shown_mask(sessions)
-        return mask, self.alpha[self.pairs.lookup(sessions, mask)], self._exam_index(sessions)
+        return mask, self.alpha[self.pairs.lookup(sessions, mask)], self._exam_index(sessions.clicks)
 
     def conditional_click_probabilities(self, sessions: Sessions) -> np.ndarray:
         mask, alpha, exam = self._cell_params(sessions)
@@ -203,8 +218,8 @@ class _ExaminationEM:
 class PBM(_ExaminationEM):
     """Position-based model: examination θ_r per rank, attractiveness α per (query, document)."""
 
-    def _exam_index(self, sessions: Sessions) -> np.ndarray:
-        return np.broadcast_to(np.arange(sessions.positions), sessions.docs.shape)
+    def _exam_index(self, clicks: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(np.arange(clicks.shape[1]), clicks.shape)
 
     def _n_exam(self, positions: int) -> int:
         return positions
@@ -227,9 +242,9 @@ class UBM(_ExaminationEM):
     """User browsing model: examination θ_{r, r'} by rank r and the rank r' < r of the previous
     click (0: no click above); ``examination[r - 1, r']``."""
 
-    def _exam_index(self, sessions: Sessions) -> np.ndarray:
-        positions = sessions.positions
-        return np.arange(positions) * (positions + 1) + _previous_click_rank(sessions.clicks)
+    def _exam_index(self, clicks: np.ndarray) -> np.ndarray:
+        positions = clicks.shape[1]
+        return np.arange(positions) * (positions + 1) + _previous_click_rank(clicks)
 
     def _n_exam(self, positions: int) -> int:
         return positions * (positions + 1)
