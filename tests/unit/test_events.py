@@ -26,6 +26,7 @@ from semsearch.data.events import (
     EventLogWriter,
     Impression,
     Sessions,
+    impressions_table,
     read_log,
     read_sessions,
     segments,
@@ -127,6 +128,15 @@ def test_writer_flushes_at_flush_rows_and_after_flush_seconds(tmp_path: Path) ->
             time.sleep(0.01)
         assert len(read_log(tmp_path / "time", "events")) == 1  # written before close, by age
         assert not segments(tmp_path / "time", "impressions")
+
+
+def test_rows_keep_the_order_appended_across_records_and_tables(tmp_path: Path) -> None:
+    with EventLogWriter(tmp_path) as w:
+        w.append(_imp(0, ["a"]))
+        w.append_table(impressions_table([_imp(1, ["b"]), _imp(2, ["c"])]))
+        w.append(_imp(3, ["d"]))
+        w.append(_imp(4, ["e"]))
+    assert read_log(tmp_path, "impressions").column("query_id").to_pylist() == ["s0", "s1", "s2", "s3", "s4"]
 
 
 def test_append_is_thread_safe(tmp_path: Path) -> None:
@@ -304,17 +314,23 @@ def test_sigkill_leaves_whole_segments_and_every_flushed_row(tmp_path: Path, del
 
 
 def test_a_writer_refuses_appends_after_a_fork(tmp_path: Path) -> None:
-    w = EventLogWriter(tmp_path)
+    """In a forked child the writer refuses appends, and its close writes nothing: the rows
+    buffered before the fork are written once, by the parent."""
+    w = EventLogWriter(tmp_path, flush_seconds=600)
+    w.append(Event("s0", "a", 1))
     pid = os.fork()
     if pid == 0:  # the child: its copy of the writer has no writing thread
+        w.close()
         try:
-            w.append(Event("s0", "a", 1))
+            w.append(Event("s9", "a", 1))
         except RuntimeError:
             os._exit(0)
         os._exit(1)
     _, status = os.waitpid(pid, 0)
-    w.close()
     assert os.WEXITSTATUS(status) == 0
+    w.append(Event("s1", "a", 1))
+    w.close()
+    assert [e["query_id"] for e in read_log(tmp_path, "events").to_pylist()] == ["s0", "s1"]
 
 
 def test_records_are_checked_when_made() -> None:

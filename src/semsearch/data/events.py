@@ -236,8 +236,8 @@ class EventLogWriter:
             raise ValueError(f"max_pending_rows ({self.max_pending_rows}) must be >= flush_rows ({flush_rows})")
         for kind in KINDS:
             (self.directory / kind).mkdir(parents=True, exist_ok=True)
-        self._records: dict[Kind, list[Any]] = {k: [] for k in KINDS}
-        self._tables: dict[Kind, list[pa.Table]] = {k: [] for k in KINDS}
+        # per kind, in the order appended: tables, and runs of single records (lists)
+        self._items: dict[Kind, list[pa.Table | list[Any]]] = {k: [] for k in KINDS}
         self._rows: dict[Kind, int] = {k: 0 for k in KINDS}
         self._oldest: dict[Kind, float | None] = {k: None for k in KINDS}
         self._writing = 0  # rows taken from the buffers, not yet on disk
@@ -268,11 +268,7 @@ class EventLogWriter:
             self._add(kind, table, table.num_rows)
 
     def _add(self, kind: Kind, item: Any, rows: int) -> None:
-        if os.getpid() != self._pid:
-            raise RuntimeError(
-                "an EventLogWriter cannot be used across a fork (its writing thread stays in the parent): "
-                "create one in each process that appends"
-            )
+        self._check_process()
         with self._changed:
             self._raise_error()
             if self._closed:
@@ -281,12 +277,25 @@ class EventLogWriter:
                 self._changed.notify_all()
                 self._changed.wait()
             self._raise_error()
-            (self._tables if isinstance(item, pa.Table) else self._records)[kind].append(item)
+            items = self._items[kind]
+            if isinstance(item, pa.Table):
+                items.append(item)
+            elif items and isinstance(items[-1], list):
+                items[-1].append(item)
+            else:
+                items.append([item])
             self._rows[kind] += rows
             if self._oldest[kind] is None:
                 self._oldest[kind] = time.monotonic()
             if self._rows[kind] >= self.flush_rows:
                 self._changed.notify_all()
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise RuntimeError(
+                "an EventLogWriter cannot be used across a fork (its writing thread stays in the parent): "
+                "create one in each process that appends"
+            )
 
     def _pending(self) -> int:
         return sum(self._rows.values()) + self._writing
@@ -297,34 +306,30 @@ class EventLogWriter:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def _take(self, kind: Kind) -> pa.Table | None:
-        """Under the lock: this kind's buffer as one table, the buffer emptied."""
-        if not self._rows[kind]:
-            return None
-        parts = list(self._tables[kind])
-        if self._records[kind]:
-            records = self._records[kind]
-            parts.append(impressions_table(records) if kind == "impressions" else events_table(records))
-        self._writing += self._rows[kind]
-        self._records[kind], self._tables[kind] = [], []
-        self._rows[kind], self._oldest[kind] = 0, None
-        return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    def _take(self, kind: Kind) -> tuple[list[pa.Table | list[Any]], int]:
+        """Under the lock: this kind's buffered items and their row count, the buffer emptied."""
+        items, rows = self._items[kind], self._rows[kind]
+        self._writing += rows
+        self._items[kind], self._rows[kind], self._oldest[kind] = [], 0, None
+        return items, rows
 
     def _drain(self, kinds: Sequence[Kind]) -> None:
         with self._io:
             for kind in kinds:
                 with self._lock:
-                    table = self._take(kind)
-                if table is None:
+                    items, rows = self._take(kind)
+                if not rows:
                     continue
-                try:
-                    write_segment(self.directory, kind, table)
+                try:  # records become a table outside the lock: appends go on meanwhile
+                    to_table = impressions_table if kind == "impressions" else events_table
+                    parts = [x if isinstance(x, pa.Table) else to_table(x) for x in items]
+                    write_segment(self.directory, kind, pa.concat_tables(parts) if len(parts) > 1 else parts[0])
                 finally:
                     with self._changed:
-                        self._writing -= table.num_rows
+                        self._writing -= rows
                         self._changed.notify_all()
                 self.segments_written += 1
-                self.rows_written += table.num_rows
+                self.rows_written += rows
 
     def _due(self) -> tuple[list[Kind], float]:
         """Under the lock: the kinds to write now, and how long to wait otherwise."""
@@ -356,11 +361,15 @@ class EventLogWriter:
 
     def flush(self) -> None:
         """Write every buffered row now; returns once they are on disk."""
+        self._check_process()
         self._raise_error()
         self._drain(KINDS)
 
     def close(self) -> None:
-        """Flush and stop the writing thread. Idempotent."""
+        """Flush and stop the writing thread. Idempotent. In a forked child it does nothing: the
+        rows buffered before the fork are the parent's to write."""
+        if os.getpid() != self._pid:
+            return
         with self._changed:
             if self._closed:
                 return
