@@ -13,8 +13,9 @@ What holds, and why:
   on POSIX) and the folder fsynced. Readers only look at ``part-*.parquet``, so a writer killed
   at any instant (SIGKILL included) leaves no torn segment; it loses the rows it had not flushed.
 - `EventLogWriter` flushes a kind's buffer once it holds ``flush_rows`` rows, and in any case
-  ``flush_seconds`` after its oldest unflushed row was appended: a crash loses at most the rows
-  appended in the last ``flush_seconds`` (plus the segment being written at that instant).
+  ``flush_seconds`` after its oldest unflushed row was appended (defaults 10,000 rows and 5 s): a
+  crash loses at most the rows appended in the last ``flush_seconds`` (plus the segment being
+  written at that instant, and whatever waits behind it when the disk cannot keep up).
   Segments are written by a background thread, off the caller's path; ``append`` only blocks
   when ``max_pending_rows`` rows are waiting (bounded memory: back-pressure instead of growth).
 - Segment names carry the writing time, process id, a per-process sequence number and a random
