@@ -6,6 +6,17 @@ fits position-based, cascade, DBN and UBM click models to a log's sessions and e
 held-out log-likelihood and perplexity by rank (Chuklin et al., "Click Models for Web Search").
 """
 
+from .models import (
+    DBN,
+    PBM,
+    UBM,
+    CascadeModel,
+    ClickModel,
+    log_likelihood,
+    perplexity,
+    perplexity_by_rank,
+    split_sessions,
+)
 from .simulate import (
     CASCADE_PROFILES,
     PBM_EXAMINATION,
@@ -22,6 +33,15 @@ from .simulate import (
 )
 
 __all__ = [
+    "DBN",
+    "PBM",
+    "UBM",
+    "CascadeModel",
+    "ClickModel",
+    "log_likelihood",
+    "perplexity",
+    "perplexity_by_rank",
+    "split_sessions",
     "CASCADE_PROFILES",
     "PBM_EXAMINATION",
     "CascadeProfile",
