@@ -136,7 +136,7 @@ class _ExaminationEM:
     the log is first reduced to counts of those triples and each iteration costs their number."""
 
     max_iter: int = 200
-    tol: float = 1e-6
+    tol: float = 1e-9  # on the log-likelihood per cell
     init_examination: float = 0.5
     init_attractiveness: float = 0.5
     prior: tuple[float, float] = (0.0, 0.0)
@@ -176,6 +176,7 @@ class _ExaminationEM:
         u_count = np.bincount(u, count, minlength=n_pairs)
         theta = np.full(n_exam, self.init_examination)
         alpha = np.full(n_pairs, self.init_attractiveness)
+        total, last_ll = count.sum(), -np.inf
         self.iterations = 0
         for _ in range(self.max_iter):
             t, a = theta[e], alpha[u]
@@ -188,11 +189,16 @@ class _ExaminationEM:
             new_alpha = (np.bincount(u, count * post_a, minlength=n_pairs) + self.prior[0]) / (
                 u_count + sum(self.prior)
             )
-            change = max(np.abs(new_theta - theta).max(initial=0.0), np.abs(new_alpha - alpha).max(initial=0.0))
             theta, alpha = new_theta, new_alpha
             self.iterations += 1
-            if change < self.tol:
+            # converged when the log-likelihood per cell gains less than tol (the parameters
+            # themselves keep drifting along the ridge of equal likelihood (θc, α/c), and the
+            # α of rarely seen pairs creeps towards 0 or 1 for hundreds of iterations)
+            p = np.clip(theta[e] * alpha[u], 1e-12, 1 - 1e-12)
+            ll = float((count * np.where(clicked, np.log(p), np.log1p(-p))).sum() / total)
+            if ll - last_ll < self.tol:
                 break
+            last_ll = ll
         if self.examination_rank1 is not None:
             # the likelihood is the same for (θc, α/c): rescale the maximum found to the anchor
             scale = self.examination_rank1 / theta[0]  # θ_1 (UBM: θ_{1,0}, rank 1 has no click above)
@@ -366,7 +372,7 @@ class DBN:
 
     gamma: float | None = None
     max_iter: int = 100
-    tol: float = 1e-5
+    tol: float = 1e-7  # on the log-likelihood per session
     init: float = 0.5
     prior: tuple[float, float] = (0.0, 0.0)
     init_gamma: float = 0.9
@@ -394,19 +400,22 @@ class DBN:
         s = np.full(n_pairs + 1, self.init)
         gamma = self.gamma if self.gamma is not None else self.init_gamma
         attracted, satisfied = np.zeros(n_pairs + 1), np.zeros(n_pairs + 1)
+        last_ll = -np.inf
         self.iterations = 0
         for _ in range(self.max_iter):
             attracted[:] = 0.0
             satisfied[:] = 0.0
-            moved, could, _ = dbn_em_sums(cell, clicks, length, a, s, gamma, attracted, satisfied)
+            moved, could, loglik = dbn_em_sums(cell, clicks, length, a, s, gamma, attracted, satisfied)
             new_a = np.divide(attracted + self.prior[0], views + sum(self.prior), out=a.copy(), where=views > 0)
             new_s = np.divide(satisfied + self.prior[0], clicked + sum(self.prior), out=s.copy(), where=clicked > 0)
             new_gamma = gamma if self.gamma is not None or could <= 0 else min(moved / could, 1.0)
-            change = max(np.abs(new_a - a).max(), np.abs(new_s - s).max(), abs(new_gamma - gamma))
             a, s, gamma = new_a, new_s, new_gamma
             self.iterations += 1
-            if change < self.tol:
+            # converged when the log-likelihood per session (of the parameters before this
+            # update) gains less than tol
+            if loglik / len(sessions) - last_ll < self.tol:
                 break
+            last_ll = loglik / len(sessions)
         # the pooled slot: every training cell as one pair, under the fitted parameters
         attracted[:] = 0.0
         satisfied[:] = 0.0
