@@ -5,13 +5,14 @@ Written on numpy because no well-kept click-model library is on the package inde
 fits by gradient descent on JAX, a framework the project does not otherwise use. The models and
 their estimation follow Chuklin, Markov & de Rijke, "Click Models for Web Search" (2015), ch. 3-4:
 
-- `PBM`, the position-based model (Craswell et al. 2008; the propensity model of Joachims et al.
-  2017): P(C_r = 1) = θ_r · α_qd, examination θ per rank, attractiveness α per (query, document),
-  fitted by EM. The likelihood only depends on the products θ_r α_qd, so θ and α are identified
-  up to a common factor (θc, α/c), and only where a (query, document) is seen at more than one
-  rank. EM finds one maximum on that ridge; ``examination_rank1`` moves it to θ_1 = the given
-  value (a known anchor, or 1.0 for the relative propensities θ_r / θ_1 that inverse-propensity
-  weighting needs), clipping α at 1 where the anchor asks for more.
+- `PBM`, the position-based model (Richardson et al. 2007, Craswell et al. 2008; the propensity
+  model of Joachims et al. 2017): P(C_r = 1) = θ_r · α_qd, examination θ per rank,
+  attractiveness α per (query, document), fitted by EM. The likelihood only depends on the
+  products θ_r α_qd, so θ and α are identified up to a common factor (θc, α/c), and only where a
+  (query, document) is seen at more than one rank. EM finds one maximum on that ridge;
+  ``examination_rank1`` moves it to θ_1 = the given value (a known anchor, or 1.0 for the
+  relative propensities θ_r / θ_1 that inverse-propensity weighting needs), clipping α at 1
+  where the anchor asks for more.
 - `UBM`, the user browsing model (Dupret & Piwowarski 2008): as PBM with the examination θ_{r,r'}
   indexed by the rank and the rank r' of the previous click (0: none), fitted by the same EM.
 - `CascadeModel` (Craswell et al. 2008): the user reads top-down and stops at the first click;
@@ -20,18 +21,21 @@ their estimation follow Chuklin, Markov & de Rijke, "Click Models for Web Search
   are outside the model and not counted.
 - `DBN`, the dynamic Bayesian network model (Chapelle & Zhang 2009): examined documents attract
   with a_qd, a click satisfies with s_qd, an unsatisfied user goes on with γ; fitted by EM with
-  exact posteriors of the examination chain from a forward-backward pass per session (vectorised
-  over sessions, a loop over the ranks) and γ learnt unless given.
+  exact posteriors of the examination chain from a forward-backward pass per session (a compiled
+  loop over the sessions, `_kernels.dbn_em_sums`) and γ learnt unless given.
 
 Every model fills (query, document) pairs missing from its training log with the pooled estimate
 (all its training cells counted as one pair). A pair seen a few times gets extreme maximum
 likelihood estimates (one click in one view: α = 1); PBM, UBM and DBN take ``prior = (p, q)``,
 pseudo-counts of attracted (satisfied) and not, which makes the M-step the MAP estimate under a
-Beta(p + 1, q + 1) prior (default (0, 0): maximum likelihood). Evaluation as in the book's ch. 5: `log_likelihood`
-(mean over sessions of log P(session's clicks), from the conditional click probabilities),
-`perplexity_by_rank` (2^−mean log2 P(C_r = c_r) with the marginal click probability at each rank)
-and `perplexity`, their mean. Probabilities are clipped to [1e-6, 1 − 1e-6] so that a click a
-model rules out (a second click under the cascade model) costs log 1e-6, not −∞.
+Beta(p + 1, q + 1) prior (default (0, 0): maximum likelihood). EM stops when the log-likelihood
+gains less than ``tol`` an iteration, or after ``max_iter``.
+
+Evaluation as in the book's ch. 5: `log_likelihood` (mean over sessions of log P(session's
+clicks), from the conditional click probabilities), `perplexity_by_rank` (2^−mean log2
+P(C_r = c_r) with the marginal click probability at each rank) and `perplexity`, their mean.
+Probabilities are clipped to [1e-6, 1 − 1e-6] so that a click a model rules out (a second click
+under the cascade model) costs log 1e-6, not −∞.
 
 Sessions are `semsearch.data.events.Sessions` (column j = rank j + 1; -1: nothing shown); a cell
 after the first empty slot of a session is treated as outside the list.

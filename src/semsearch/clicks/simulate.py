@@ -332,9 +332,28 @@ def simulate(
         done += n
 
 
-def simulate_sessions(rankings: Rankings, user: User, n_impressions: int, **options: object) -> Sessions:
+def simulate_sessions(
+    rankings: Rankings,
+    user: User,
+    n_impressions: int,
+    *,
+    seed: int = 0,
+    exponent: float = 1.0,
+    chunk_size: int = 100_000,
+    shuffle_rate: float = 0.0,
+) -> Sessions:
     """`simulate`'s chunks joined into one `Sessions` (for logs that fit in memory)."""
-    chunks = list(simulate(rankings, user, n_impressions, **options))  # type: ignore[arg-type]
+    chunks = list(
+        simulate(
+            rankings,
+            user,
+            n_impressions,
+            seed=seed,
+            exponent=exponent,
+            chunk_size=chunk_size,
+            shuffle_rate=shuffle_rate,
+        )
+    )
     if not chunks:
         k = rankings.k
         return Sessions(
