@@ -183,4 +183,5 @@ def test_benchmark_script_runs_small(tmp_path: Path) -> None:
     assert result["impressions"] == 20_000 and result["log_per_s"] > 0
     assert set(result["fits"]) == {"PBM", "PBM unanchored", "UBM", "cascade", "DBN"}
     assert len(result["fits"]["PBM"]["examination_error"]) == 10
+    assert result["recovery"]["sessions"] == 20_000 and len(result["recovery"]["error"]) == 10
     assert [row["met"] for row in result["summary"]][1] is None  # recovery is only judged at 1M sessions
