@@ -104,13 +104,18 @@ def _build(tmp_path: Path, clicks: Path, trained_clsm, *extra: str, name: str = 
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("debias", ["lightgbm", "none"])
-def test_index_build_trains_the_stage_2_ranker_from_clicks(click_log, tmp_path, trained_clsm, debias):
-    r = _build(tmp_path, click_log, trained_clsm, "--ranker-param", f"debias={debias}")
+@pytest.mark.parametrize(("debias", "unshown"), [("lightgbm", "negative"), ("none", "drop")])
+def test_index_build_trains_the_stage_2_ranker_from_clicks(click_log, tmp_path, trained_clsm, debias, unshown):
+    r = _build(
+        tmp_path, click_log, trained_clsm, "--ranker-param", f"debias={debias}", "--ranker-param", f"unshown={unshown}"
+    )
     assert r.exit_code == 0, r.output
     log = json.loads((tmp_path / "B" / "ranker" / "training.json").read_text())
     assert log["debias"] == debias and "click log" in log["learnt_from"]
     assert log["trees"] >= 1
+    assert log["labels"].endswith("left out" if unshown == "drop" else "= 0")
+    if unshown == "drop":  # only the shown documents, at most 10 a query
+        assert log["train_pairs"] <= 10 * log["train_queries"]
     r = invoke("search", "--index", str(tmp_path / "B"), "red", "--json")
     assert r.exit_code == 0 and r.output.strip()
 

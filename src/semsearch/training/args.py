@@ -369,8 +369,19 @@ class RankerArgs(Params):
     max_weight: float = param(10.0, ge=1)
     min_impressions: int = param(1, ge=1)
     click_dev: float = param(0.2, gt=0, lt=1)
+    # stage-1 candidates the log never showed: "negative" (grade 0, as unjudged ones are) or
+    # "drop" (learn only from the shown ones, the counterfactual setting of Joachims et al. 2017)
+    unshown: Literal["negative", "drop"] = "negative"
 
-    CLICK_ONLY = ("debias", "propensities", "click_levels", "max_weight", "min_impressions", "click_dev")
+    CLICK_ONLY = (
+        "debias",
+        "propensities",
+        "click_levels",
+        "max_weight",
+        "min_impressions",
+        "click_dev",
+        "unshown",
+    )
     """The names that only mean something with a click log."""
 
     def check(self) -> None:

@@ -162,6 +162,30 @@ def _stage_hits(
     return out
 
 
+def _keep_rows(g: Groups, keep: np.ndarray) -> Groups:
+    """The rows of ``g`` where ``keep``; queries left without rows are dropped."""
+    sizes = np.add.reduceat(keep.astype(np.int64), g.offsets[:-1]) if len(g.qids) else np.zeros(0, np.int64)
+    present = sizes > 0
+    return Groups(
+        [q for q, p in zip(g.qids, present) if p],
+        [d for d, k in zip(g.docs, keep) if k],
+        g.X[keep],
+        g.y[keep],
+        np.concatenate([[0], np.cumsum(sizes[present])]).astype(np.int64),
+        None if g.position is None else g.position[keep],
+    )
+
+
+def _labelled(g: Groups, qrels: Mapping[str, Mapping[str, int]]) -> np.ndarray:
+    """Which rows of ``g`` have a label in ``qrels`` (a judged, or shown, pair)."""
+    keep = np.zeros(len(g.docs), bool)
+    for i, q in enumerate(g.qids):
+        judged = qrels.get(q, {})
+        for r in range(int(g.offsets[i]), int(g.offsets[i + 1])):
+            keep[r] = g.docs[r] in judged
+    return keep
+
+
 def _cut(g: Groups, ranks: np.ndarray, cols: Sequence[int], n_lexical: int, n_semantic: int) -> Groups:
     """The rows of ``g`` that stage 1 at depths (n_lexical, n_semantic) returns; ``ranks``: each
     row's raw (lexical, semantic) rank, 0 where not found; rank columns ``cols`` re-capped."""
@@ -272,6 +296,7 @@ def fit_stage_ranker(
     progress: bool = True,
     positions: Mapping[str, Mapping[str, int]] | None = None,
     unshown: int = 0,
+    labelled_only: bool = False,
 ) -> dict[str, Any]:
     """Train the stage-2 ranker of a two-stage search (BERT paper §3.3, §4.5) on what stage 1
     really returns: each training query's merged lexical ∪ semantic hits over the whole
@@ -295,6 +320,8 @@ def fit_stage_ranker(
         progress: show progress.
         positions: query id -> document -> the rank it was shown at (labels from clicks), or None.
         unshown: the position of a training candidate ``positions`` lacks.
+        labelled_only: learn only from the training candidates ``train.qrels`` labels (from clicks:
+            the shown ones), not from every candidate with the unlabelled as 0.
 
     Returns:
         The training log."""
@@ -316,6 +343,9 @@ def fit_stage_ranker(
         )
         if positions is not None and what == "training":
             g.position = row_positions(g, positions, unshown)
+        if labelled_only and what == "training":
+            keep = _labelled(g, es.qrels)
+            g, ranks = _keep_rows(g, keep), ranks[keep]
         data[what] = (g, ranks)
         if progress:
             note(

@@ -160,11 +160,21 @@ def _click_trainer(clicks: str | Path, corpus: Any, fields: str, params: Mapping
         ranker = cast(LambdaMARTRanker, create_model("lambdamart", **kwargs))
         ranker.index(corpus.ids, corpus.joined(fields))
         positions = train_j.positions if args.debias == "lightgbm" else None
-        log = fit_stage_ranker(ranker, search, train, dev, args=args, positions=positions, unshown=judged.unshown)
+        log = fit_stage_ranker(
+            ranker,
+            search,
+            train,
+            dev,
+            args=args,
+            positions=positions,
+            unshown=judged.unshown,
+            labelled_only=args.unshown == "drop",
+        )
         return ranker, {
             **log,
             "learnt_from": learn_from,
-            "labels": f"each shown pair's {how}, in {args.click_levels} grades; candidates never shown = 0",
+            "labels": f"each shown pair's {how}, in {args.click_levels} grades; candidates never shown "
+            + ("left out" if args.unshown == "drop" else "= 0"),
             "debias": args.debias,
             "propensities": judged.propensities,
         }
