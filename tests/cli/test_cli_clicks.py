@@ -90,6 +90,8 @@ def test_train_from_a_click_count_file(tiny_data, tmp_path):
     assert r.exit_code == 2 and "no clicks" in r.output
     r = invoke("train", "dssm", "--data", "tiny", "--clicks", str(f), "--out", str(tmp_path / "m4"), "--debias", "ipw")
     assert r.exit_code == 2 and "rank of each click" in r.output
+    r = invoke("train", "dssm", "--data", "tiny", "--clicks", str(f), "--out", str(tmp_path / "m5"), "--threshold", "2")
+    assert r.exit_code == 2 and "with --clicks every click is one" in r.output
 
 
 def _build(tmp_path: Path, clicks: Path, trained_clsm, *extra: str, name: str = "B"):

@@ -90,6 +90,8 @@ def train_cmd(
     model_kw, args = recipe(model, _parse_params(param), where="--param")  # validated before any data is read
     fold = QueryFold.parse(hold_out, "--hold-out") if hold_out is not None else None
     source = _click_source(clicks, debias, propensities, fold) if clicks is not None else None
+    if source is not None and (split != "train" or threshold != 3):
+        raise ValueError("--split and --threshold choose judged positives; with --clicks every click is one")
     if source is None and (debias != "none" or propensities is not None):
         raise ValueError("--debias and --propensities need --clicks")
     if not distributed.launched():
