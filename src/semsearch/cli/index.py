@@ -64,6 +64,14 @@ def index_build(
             help="--train-ranker: ranker parameter NAME=VALUE (repeatable), e.g. stage_depths=[[100,100]].",
         ),
     ] = [],
+    clicks: Annotated[
+        Path | None,
+        typer.Option(
+            "--clicks",
+            help="--train-ranker: learn from this event log directory's clicks instead of judgments, position-"
+            "debiased (--ranker-param debias=lightgbm, the default, ipw or none; see docs/training.md).",
+        ),
+    ] = None,
     vector_index: Annotated[
         str,
         typer.Option(
@@ -150,7 +158,7 @@ def index_build(
         raise ValueError("--models is empty")
     if ranker is not None and train_ranker:
         raise ValueError("give --ranker (a saved ranker) or --train-ranker, not both")
-    _needs("--train-ranker", train_ranker, {"--ranker-param": bool(ranker_param)})
+    _needs("--train-ranker", train_ranker, {"--ranker-param": bool(ranker_param), "--clicks": clicks is not None})
     _check_onnx(onnx)
     _needs(
         "--rescorer",
@@ -186,7 +194,9 @@ def index_build(
     )
     # the ranker's parameters and the models' held-out folds are checked before any model is loaded
     trainer = (
-        stage_ranker_trainer(data, corpus, fields, _parse_params(ranker_param), [n for n in names if Path(n).is_dir()])
+        stage_ranker_trainer(
+            data, corpus, fields, _parse_params(ranker_param), [n for n in names if Path(n).is_dir()], clicks=clicks
+        )
         if train_ranker
         else None
     )

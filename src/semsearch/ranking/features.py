@@ -84,13 +84,15 @@ def stage_matrix(names: Sequence[str], raw: np.ndarray, n_lexical: int, n_semant
 @dataclass
 class Groups:
     """A feature matrix over query groups: rows of query ``qids[i]`` are ``X[offsets[i]:offsets[i+1]]``
-    with candidate ids ``docs`` and graded labels ``y`` (0 for unjudged)."""
+    with candidate ids ``docs`` and graded labels ``y`` (0 for unjudged); ``position``, when the
+    labels come from clicks, the rank each row was shown at (LightGBM's position-debiased lambdarank)."""
 
     qids: list[str]
     docs: list[str]
     X: np.ndarray  # (pairs, features) float64
     y: np.ndarray  # (pairs,) int
     offsets: np.ndarray  # (queries + 1,)
+    position: np.ndarray | None = None  # (pairs,) int32, 1-based
 
     @property
     def sizes(self) -> np.ndarray:
@@ -111,6 +113,7 @@ class Groups:
             self.X[rows],
             self.y[rows],
             np.concatenate([[0], np.cumsum(self.sizes[idx])]).astype(np.int64),
+            None if self.position is None else self.position[rows],
         )
 
     def to_run(self, scores: np.ndarray) -> Run:

@@ -67,6 +67,9 @@ class BoosterParams(Params):
     # winners used: the candidate's rank within its query's list and the list's min / median / max
     group_stats: list[str] = param([])
     prior_features: list[str] = param([])  # boost from the sum of these features' per-query z-scores
+    # labels from clicks with the rank each row was shown at (``Groups.position``): LightGBM's
+    # position-debiased lambdarank learns score = f(x) + g(position) and keeps f; this shrinks g
+    position_bias_regularization: float = param(0.0, ge=0)
 
     def check(self) -> None:
         bad = [s for s in self.group_stats if s not in GROUP_STATS]
@@ -164,6 +167,7 @@ class LambdaMART:
             "bagging_fraction": p.bagging_fraction,
             "bagging_freq": p.bagging_freq,
             "lambda_l2": p.lambda_l2,
+            "lambdarank_position_bias_regularization": p.position_bias_regularization,
             "seed": p.seed,
             "deterministic": True,
             "force_row_wise": True,
@@ -185,6 +189,7 @@ class LambdaMART:
             init_score=self.prior(g),
             reference=reference,
             free_raw_data=False,
+            position=None if g.position is None else np.asarray(g.position, dtype=np.int32),
         )
 
     def set_booster(self, booster: Any, best_iteration: int) -> None:

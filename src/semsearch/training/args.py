@@ -357,8 +357,39 @@ class RankerArgs(Params):
     # the fold a stage-1 model was trained without (``semsearch train --hold-out I/N``, counted from 1), so the
     # ranker learns how far to trust that model's scores on queries it never saw
     train_fold: str = ""
+    # a ranker learnt from a click log (``index build --train-ranker --clicks DIR``; training.clicks):
+    # the position-bias correction ("lightgbm": LightGBM's position-debiased lambdarank; "ipw":
+    # inverse-propensity weighted click-through rates; "none": raw ones), the relative examination
+    # propensities per rank for "ipw" (empty: fitted to the log by a PBM), the grades the
+    # click-through rates are cut into, the largest inverse-propensity weight, the least
+    # impressions of a labelled pair, and the share of the log's queries held out as dev
+    debias: Literal["none", "lightgbm", "ipw"] = "lightgbm"
+    propensities: list[float] = param([])
+    click_levels: int = param(5, ge=2, le=31)
+    max_weight: float = param(10.0, ge=1)
+    min_impressions: int = param(1, ge=1)
+    click_dev: float = param(0.2, gt=0, lt=1)
+    # stage-1 candidates the log never showed: "negative" (grade 0, as unjudged ones are) or
+    # "drop" (learn only from the shown ones, the counterfactual setting of Joachims et al. 2017)
+    unshown: Literal["negative", "drop"] = "negative"
+
+    CLICK_ONLY = (
+        "debias",
+        "propensities",
+        "click_levels",
+        "max_weight",
+        "min_impressions",
+        "click_dev",
+        "unshown",
+    )
+    """The names that only mean something with a click log."""
 
     def check(self) -> None:
+        if any(not isinstance(p, int | float) or isinstance(p, bool) or not 0 < p <= 1 for p in self.propensities):
+            raise ParamError(
+                "lambdamart training parameter 'propensities' must list one examination probability in (0, 1] "
+                f"per rank, got {self.propensities!r}"
+            )
         try:
             self.fold  # noqa: B018 (parsed here, at the edge)
         except ValueError as e:

@@ -6,7 +6,7 @@ the registered ``lambdamart`` kind's trainer (``fit``)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -162,6 +162,30 @@ def _stage_hits(
     return out
 
 
+def _keep_rows(g: Groups, keep: np.ndarray) -> Groups:
+    """The rows of ``g`` where ``keep``; queries left without rows are dropped."""
+    sizes = np.add.reduceat(keep.astype(np.int64), g.offsets[:-1]) if len(g.qids) else np.zeros(0, np.int64)
+    present = sizes > 0
+    return Groups(
+        [q for q, p in zip(g.qids, present) if p],
+        [d for d, k in zip(g.docs, keep) if k],
+        g.X[keep],
+        g.y[keep],
+        np.concatenate([[0], np.cumsum(sizes[present])]).astype(np.int64),
+        None if g.position is None else g.position[keep],
+    )
+
+
+def _labelled(g: Groups, qrels: Mapping[str, Mapping[str, int]]) -> np.ndarray:
+    """Which rows of ``g`` have a label in ``qrels`` (a judged, or shown, pair)."""
+    keep = np.zeros(len(g.docs), bool)
+    for i, q in enumerate(g.qids):
+        judged = qrels.get(q, {})
+        for r in range(int(g.offsets[i]), int(g.offsets[i + 1])):
+            keep[r] = g.docs[r] in judged
+    return keep
+
+
 def _cut(g: Groups, ranks: np.ndarray, cols: Sequence[int], n_lexical: int, n_semantic: int) -> Groups:
     """The rows of ``g`` that stage 1 at depths (n_lexical, n_semantic) returns; ``ranks``: each
     row's raw (lexical, semantic) rank, 0 where not found; rank columns ``cols`` re-capped."""
@@ -180,7 +204,18 @@ def _cut(g: Groups, ranks: np.ndarray, cols: Sequence[int], n_lexical: int, n_se
         X,
         g.y[keep],
         np.concatenate([[0], np.cumsum(sizes[present])]).astype(np.int64),
+        None if g.position is None else g.position[keep],
     )
+
+
+def row_positions(g: Groups, positions: Mapping[str, Mapping[str, int]], unshown: int) -> np.ndarray:
+    """Each row's shown rank (``positions[qid][doc]``), ``unshown`` where the log never showed it."""
+    out = np.full(len(g.docs), unshown, np.int32)
+    for i, q in enumerate(g.qids):
+        shown = positions.get(q, {})
+        for r in range(int(g.offsets[i]), int(g.offsets[i + 1])):
+            out[r] = shown.get(g.docs[r], unshown)
+    return out
 
 
 def _dev_selection(run: dict[str, dict[str, float]], dev: EvalSet, args: RankerArgs) -> dict[str, float]:
@@ -259,6 +294,9 @@ def fit_stage_ranker(
     *,
     args: RankerArgs,
     progress: bool = True,
+    positions: Mapping[str, Mapping[str, int]] | None = None,
+    unshown: int = 0,
+    labelled_only: bool = False,
 ) -> dict[str, Any]:
     """Train the stage-2 ranker of a two-stage search (BERT paper §3.3, §4.5) on what stage 1
     really returns: each training query's merged lexical ∪ semantic hits over the whole
@@ -268,7 +306,10 @@ def fit_stage_ranker(
     relevant product stage 1 misses counts against it); the best pair and its booster are kept.
     Features are computed once, at the deepest depths.
     With ``args.search_efforts``, the log's ``search_effort`` names the served efSearch chosen on
-    dev (``choose_search_effort``).
+    dev (``choose_search_effort``). With ``positions`` (labels from clicks: query id -> document
+    -> the rank it was shown at), each training row carries its rank, ``unshown`` for a candidate
+    the log never showed, and LightGBM's position-debiased lambdarank learns from them
+    (``training.clicks``).
 
     Args:
         model: the ranker trained in place.
@@ -277,6 +318,10 @@ def fit_stage_ranker(
         dev: the dev queries (early stopping and selection).
         args: the training settings.
         progress: show progress.
+        positions: query id -> document -> the rank it was shown at (labels from clicks), or None.
+        unshown: the position of a training candidate ``positions`` lacks.
+        labelled_only: learn only from the training candidates ``train.qrels`` labels (from clicks:
+            the shown ones), not from every candidate with the unlabelled as 0.
 
     Returns:
         The training log."""
@@ -296,6 +341,11 @@ def fit_stage_ranker(
         ranks = np.array([[h.lexical_rank or 0, h.semantic_rank or 0] for hs in hits for h in hs], np.int64).reshape(
             -1, 2
         )
+        if positions is not None and what == "training":
+            g.position = row_positions(g, positions, unshown)
+        if labelled_only and what == "training":
+            keep = _labelled(g, es.qrels)
+            g, ranks = _keep_rows(g, keep), ranks[keep]
         data[what] = (g, ranks)
         if progress:
             note(
