@@ -1,0 +1,37 @@
+"""Clicks: simulated users that click like people do, and click models fitted from a click log.
+
+`simulate` runs the unbiased-LTR literature's users (position-based, cascade, DBN) against a
+ranker's precomputed rankings into the event log format of `semsearch.data.events`; `models`
+fits position-based, cascade, DBN and UBM click models to a log's sessions and evaluates them by
+held-out log-likelihood and perplexity by rank (Chuklin et al., "Click Models for Web Search").
+"""
+
+from .simulate import (
+    CASCADE_PROFILES,
+    PBM_EXAMINATION,
+    CascadeProfile,
+    CascadeUser,
+    DBNUser,
+    PositionBasedUser,
+    QueryStream,
+    Rankings,
+    User,
+    graded_attraction,
+    simulate,
+    simulate_sessions,
+)
+
+__all__ = [
+    "CASCADE_PROFILES",
+    "PBM_EXAMINATION",
+    "CascadeProfile",
+    "CascadeUser",
+    "DBNUser",
+    "PositionBasedUser",
+    "QueryStream",
+    "Rankings",
+    "User",
+    "graded_attraction",
+    "simulate",
+    "simulate_sessions",
+]

@@ -1,0 +1,477 @@
+"""Click models fitted from a click log's sessions, and their standard evaluation.
+
+Written on numpy because no well-kept click-model library is on the package index: ``clickmodels``
+(2014) and ``gecasmo`` (0.0.1) are unmaintained, PyClick is not published, and ``clax-models``
+fits by gradient descent on JAX, a framework the project does not otherwise use. The models and
+their estimation follow Chuklin, Markov & de Rijke, "Click Models for Web Search" (2015), ch. 3-4:
+
+- `PBM`, the position-based model (Craswell et al. 2008; the propensity model of Joachims et al.
+  2017): P(C_r = 1) = θ_r · α_qd, examination θ per rank, attractiveness α per (query, document),
+  fitted by EM. The likelihood only depends on the products θ_r α_qd, so θ and α are identified
+  up to a common factor (θc, α/c), and only where a (query, document) is seen at more than one
+  rank. EM finds one maximum on that ridge; ``examination_rank1`` moves it to θ_1 = the given
+  value (a known anchor, or 1.0 for the relative propensities θ_r / θ_1 that inverse-propensity
+  weighting needs), clipping α at 1 where the anchor asks for more.
+- `UBM`, the user browsing model (Dupret & Piwowarski 2008): as PBM with the examination θ_{r,r'}
+  indexed by the rank and the rank r' of the previous click (0: none), fitted by the same EM.
+- `CascadeModel` (Craswell et al. 2008): the user reads top-down and stops at the first click;
+  closed-form MLE α_qd = clicks / examinations, a document being examined when it is at or above
+  the session's first click (or anywhere when nothing was clicked); cells below the first click
+  are outside the model and not counted.
+- `DBN`, the dynamic Bayesian network model (Chapelle & Zhang 2009): examined documents attract
+  with a_qd, a click satisfies with s_qd, an unsatisfied user goes on with γ; fitted by EM with
+  exact posteriors of the examination chain from a forward-backward pass per session (vectorised
+  over sessions, a loop over the ranks) and γ learnt unless given.
+
+Every model fills (query, document) pairs missing from its training log with the pooled estimate
+(all its training cells counted as one pair). A pair seen a few times gets extreme maximum
+likelihood estimates (one click in one view: α = 1); PBM, UBM and DBN take ``prior = (p, q)``,
+pseudo-counts of attracted (satisfied) and not, which makes the M-step the MAP estimate under a
+Beta(p + 1, q + 1) prior (default (0, 0): maximum likelihood). Evaluation as in the book's ch. 5: `log_likelihood`
+(mean over sessions of log P(session's clicks), from the conditional click probabilities),
+`perplexity_by_rank` (2^−mean log2 P(C_r = c_r) with the marginal click probability at each rank)
+and `perplexity`, their mean. Probabilities are clipped to [1e-6, 1 − 1e-6] so that a click a
+model rules out (a second click under the cascade model) costs log 1e-6, not −∞.
+
+Sessions are `semsearch.data.events.Sessions` (column j = rank j + 1; -1: nothing shown); a cell
+after the first empty slot of a session is treated as outside the list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from ..data.events import Sessions
+
+EPS = 1e-6
+
+
+class ClickModel(Protocol):
+    """A fitted click model: click probabilities for each cell of a `Sessions`."""
+
+    def fit(self, sessions: Sessions) -> ClickModel: ...
+
+    def conditional_click_probabilities(self, sessions: Sessions) -> np.ndarray:
+        """P(C_r = 1 | the session's clicks above r), ``(n, positions)``."""
+        ...
+
+    def marginal_click_probabilities(self, sessions: Sessions) -> np.ndarray:
+        """P(C_r = 1), not conditioned on the session's other clicks, ``(n, positions)``."""
+        ...
+
+
+# -- (query, document) pairs -----------------------------------------------------------------------
+
+
+def shown_mask(sessions: Sessions) -> np.ndarray:
+    """The cells inside each session's list: shown, and no empty slot above."""
+    return np.cumprod(sessions.docs >= 0, axis=1).astype(bool)
+
+
+CHUNK = 262_144  # sessions per step of the passes over a log that build (sessions × ranks) temporaries
+
+
+def _slices(n: int) -> list[slice]:
+    return [slice(start, min(n, start + CHUNK)) for start in range(0, n, CHUNK)]
+
+
+def _pair_keys(sessions: Sessions, rows: slice = slice(None)) -> np.ndarray:
+    return sessions.query[rows].astype(np.int64)[:, None] * max(len(sessions.doc_ids), 1) + sessions.docs[rows]
+
+
+@dataclass
+class _Pairs:
+    """The (query, document) pairs a model has parameters for: sorted keys query·n_docs + doc."""
+
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @classmethod
+    def of(cls, sessions: Sessions, mask: np.ndarray) -> tuple[_Pairs, np.ndarray]:
+        """The pairs of the masked cells, and each cell's pair index (int32; -1 outside the mask),
+        a chunk of sessions at a time."""
+        chunks = _slices(len(sessions))
+        unique = np.unique(np.concatenate([np.unique(_pair_keys(sessions, c)[mask[c]]) for c in chunks]))
+        index = np.empty(mask.shape, dtype=np.int32)
+        for c in chunks:
+            index[c] = np.where(mask[c], np.searchsorted(unique, _pair_keys(sessions, c)), -1)
+        return cls(unique), index
+
+    def lookup(self, sessions: Sessions, mask: np.ndarray) -> np.ndarray:
+        """Each masked cell's pair index, len(keys) (the pooled slot) for pairs not seen in training."""
+        keys = _pair_keys(sessions)
+        pos = np.searchsorted(self.keys, keys)
+        pos = np.minimum(pos, max(len(self.keys) - 1, 0))
+        found = mask & (len(self.keys) > 0)
+        if len(self.keys):
+            found &= self.keys[pos] == keys
+        return np.where(found, pos, len(self.keys))
+
+
+def _check(sessions: Sessions, positions: int | None = None) -> None:
+    if len(sessions) == 0:
+        raise ValueError("no sessions")
+    if positions is not None and sessions.positions != positions:
+        raise ValueError(f"the model was fitted on {positions} positions, these sessions have {sessions.positions}")
+
+
+# -- position-based and user-browsing models (EM over examination × attractiveness) --------------
+
+
+def _previous_click_rank(clicks: np.ndarray) -> np.ndarray:
+    """For each cell, the 1-based rank of the last click above it (0: none)."""
+    n, positions = clicks.shape
+    ranks = np.where(clicks, np.arange(1, positions + 1), 0)
+    prev = np.zeros_like(ranks)
+    prev[:, 1:] = np.maximum.accumulate(ranks, axis=1)[:, :-1]
+    return prev
+
+
+@dataclass
+class _ExaminationEM:
+    """EM for P(C = 1) = θ_e · α_u with examination index e per cell: PBM (e = rank) and UBM
+    (e = rank, previous click rank). Identical (pair, e, click) cells share their posteriors, so
+    the log is first reduced to counts of those triples and each iteration costs their number."""
+
+    max_iter: int = 200
+    tol: float = 1e-6
+    init_examination: float = 0.5
+    init_attractiveness: float = 0.5
+    prior: tuple[float, float] = (0.0, 0.0)
+    examination_rank1: float | None = None
+    pairs: _Pairs = field(default_factory=_Pairs)
+    theta: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    alpha: np.ndarray = field(default_factory=lambda: np.zeros(1))  # per pair, then the pooled value
+    positions: int = 0
+    iterations: int = 0
+
+    def _exam_index(self, clicks: np.ndarray) -> np.ndarray:
+        """The examination parameter of each cell of ``(n, positions)`` sessions with these clicks."""
+        raise NotImplementedError
+
+    def _n_exam(self, positions: int) -> int:
+        raise NotImplementedError
+
+    def fit(self, sessions: Sessions) -> _ExaminationEM:
+        _check(sessions)
+        mask = shown_mask(sessions)
+        self.positions = sessions.positions
+        self.pairs, pair = _Pairs.of(sessions, mask)
+        n_exam, n_pairs = self._n_exam(self.positions), len(self.pairs.keys)
+        codes, counts = [], []
+        for c in _slices(len(sessions)):  # counts of identical (pair, examination, click) cells
+            m = mask[c]
+            triple = (pair[c][m].astype(np.int64) * n_exam + self._exam_index(sessions.clicks[c])[m]) * 2
+            part, part_count = np.unique(triple + sessions.clicks[c][m], return_counts=True)
+            codes.append(part)
+            counts.append(part_count)
+        uniq, inverse = np.unique(np.concatenate(codes), return_inverse=True)
+        count = np.bincount(inverse, np.concatenate(counts).astype(np.float64), minlength=len(uniq))
+        clicked = (uniq % 2).astype(bool)
+        e = (uniq // 2) % n_exam
+        u = uniq // 2 // n_exam
+        e_count = np.bincount(e, count, minlength=n_exam)
+        u_count = np.bincount(u, count, minlength=n_pairs)
+        theta = np.full(n_exam, self.init_examination)
+        alpha = np.full(n_pairs, self.init_attractiveness)
+        self.iterations = 0
+        for _ in range(self.max_iter):
+            t, a = theta[e], alpha[u]
+            unclicked = np.maximum(1.0 - t * a, 1e-12)
+            post_e = np.where(clicked, 1.0, t * (1.0 - a) / unclicked)
+            post_a = np.where(clicked, 1.0, a * (1.0 - t) / unclicked)
+            new_theta = np.divide(
+                np.bincount(e, count * post_e, minlength=n_exam), e_count, out=theta.copy(), where=e_count > 0
+            )
+            new_alpha = (np.bincount(u, count * post_a, minlength=n_pairs) + self.prior[0]) / (
+                u_count + sum(self.prior)
+            )
+            change = max(np.abs(new_theta - theta).max(initial=0.0), np.abs(new_alpha - alpha).max(initial=0.0))
+            theta, alpha = new_theta, new_alpha
+            self.iterations += 1
+            if change < self.tol:
+                break
+        if self.examination_rank1 is not None:
+            # the likelihood is the same for (θc, α/c): rescale the maximum found to the anchor
+            scale = self.examination_rank1 / theta[0]  # θ_1 (UBM: θ_{1,0}, rank 1 has no click above)
+            theta, alpha = np.minimum(theta * scale, 1.0), np.minimum(alpha / scale, 1.0)
+        self.theta = theta
+        # the pooled attractiveness for pairs not seen in training: every cell as one pair
+        t, a = theta[e], alpha[u]
+        post_a = np.where(clicked, 1.0, a * (1.0 - t) / np.maximum(1.0 - t * a, 1e-12))
+        self.alpha = np.append(alpha, (count * post_a).sum() / count.sum())
+        return self
+
+    def _cell_params(self, sessions: Sessions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        _check(sessions, self.positions)
+        mask = shown_mask(sessions)
+        return mask, self.alpha[self.pairs.lookup(sessions, mask)], self._exam_index(sessions.clicks)
+
+    def conditional_click_probabilities(self, sessions: Sessions) -> np.ndarray:
+        mask, alpha, exam = self._cell_params(sessions)
+        return np.where(mask, self.theta[exam] * alpha, 0.0)
+
+
+@dataclass
+class PBM(_ExaminationEM):
+    """Position-based model: examination θ_r per rank, attractiveness α per (query, document)."""
+
+    def _exam_index(self, clicks: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(np.arange(clicks.shape[1]), clicks.shape)
+
+    def _n_exam(self, positions: int) -> int:
+        return positions
+
+    @property
+    def examination(self) -> np.ndarray:
+        """θ_r for ranks 1..positions."""
+        return self.theta
+
+    def marginal_click_probabilities(self, sessions: Sessions) -> np.ndarray:
+        return self.conditional_click_probabilities(sessions)
+
+    def fit(self, sessions: Sessions) -> PBM:
+        super().fit(sessions)
+        return self
+
+
+@dataclass
+class UBM(_ExaminationEM):
+    """User browsing model: examination θ_{r, r'} by rank r and the rank r' < r of the previous
+    click (0: no click above); ``examination[r - 1, r']``."""
+
+    def _exam_index(self, clicks: np.ndarray) -> np.ndarray:
+        positions = clicks.shape[1]
+        return np.arange(positions) * (positions + 1) + _previous_click_rank(clicks)
+
+    def _n_exam(self, positions: int) -> int:
+        return positions * (positions + 1)
+
+    @property
+    def examination(self) -> np.ndarray:
+        """θ_{r, r'} as ``(positions, positions + 1)``: row r - 1, column r' (0: no click above)."""
+        return self.theta.reshape(self.positions, self.positions + 1)
+
+    def marginal_click_probabilities(self, sessions: Sessions) -> np.ndarray:
+        """Sum over where the last click above each rank was: last[:, r'] = P(last click above r is r')."""
+        mask, alpha, _ = self._cell_params(sessions)
+        n, positions = mask.shape
+        theta = self.examination
+        last = np.zeros((n, positions + 1))
+        last[:, 0] = 1.0
+        out = np.zeros((n, positions))
+        for r in range(positions):
+            p_click = last[:, : r + 1] * theta[r, : r + 1] * alpha[:, r : r + 1]
+            out[:, r] = np.where(mask[:, r], p_click.sum(axis=1), 0.0)
+            last[:, : r + 1] -= np.where(mask[:, r : r + 1], p_click, 0.0)
+            last[:, r + 1] = np.where(mask[:, r], p_click.sum(axis=1), 0.0)
+        return out
+
+    def fit(self, sessions: Sessions) -> UBM:
+        super().fit(sessions)
+        return self
+
+
+# -- cascade model (closed form) ---------------------------------------------------------------------
+
+
+@dataclass
+class CascadeModel:
+    """Cascade model: α per (query, document) = clicks / examinations (see module docstring)."""
+
+    pairs: _Pairs = field(default_factory=_Pairs)
+    alpha: np.ndarray = field(default_factory=lambda: np.zeros(1))
+    views: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # examinations per pair
+    positions: int = 0
+
+    def fit(self, sessions: Sessions) -> CascadeModel:
+        _check(sessions)
+        self.positions = sessions.positions
+        mask = shown_mask(sessions)
+        examined = mask & (_previous_click_rank(sessions.clicks) == 0)  # at or above the first click
+        self.pairs, pair = _Pairs.of(sessions, examined)
+        n_pairs = len(self.pairs.keys)
+        clicks = np.bincount(pair[examined], sessions.clicks[examined], minlength=n_pairs)
+        self.views = np.bincount(pair[examined], minlength=n_pairs)
+        self.alpha = np.append(clicks / self.views, clicks.sum() / max(self.views.sum(), 1))
+        return self
+
+    def _alpha(self, sessions: Sessions) -> tuple[np.ndarray, np.ndarray]:
+        _check(sessions, self.positions)
+        mask = shown_mask(sessions)
+        return mask, np.where(mask, self.alpha[self.pairs.lookup(sessions, mask)], 0.0)
+
+    def conditional_click_probabilities(self, sessions: Sessions) -> np.ndarray:
+        mask, alpha = self._alpha(sessions)
+        return np.where(_previous_click_rank(sessions.clicks) == 0, alpha, 0.0)
+
+    def marginal_click_probabilities(self, sessions: Sessions) -> np.ndarray:
+        mask, alpha = self._alpha(sessions)
+        no_click_above = np.ones_like(alpha)
+        no_click_above[:, 1:] = np.cumprod(1.0 - alpha, axis=1)[:, :-1]
+        return alpha * no_click_above
+
+
+# -- dynamic Bayesian network model (EM with forward-backward) ---------------------------------------
+
+
+@dataclass
+class _Chain:
+    """Per-cell quantities of the DBN's examination chain for a batch of sessions."""
+
+    forward1: np.ndarray  # P(E_r = 1, C_<r)
+    forward0: np.ndarray  # P(E_r = 0, C_<r)
+    examined: np.ndarray  # P(E_r = 1 | C)
+    attracted: np.ndarray  # P(A_r = 1 | C)
+    satisfied: np.ndarray  # P(S_r = 1 | C)
+    likelihood: np.ndarray  # P(C) per session
+
+
+def _dbn_chain(a: np.ndarray, s: np.ndarray, gamma: float, clicks: np.ndarray, mask: np.ndarray) -> _Chain:
+    """Exact posteriors of the DBN given each session's clicks: E_1 = 1; C_r = E_r A_r; a click
+    satisfies with s; E_{r+1} = E_r (1 − S_r) with probability γ. Cells outside ``mask`` (the tail
+    past the list) emit nothing and are ignored."""
+    n, positions = clicks.shape
+    c = clicks & mask
+    e1 = np.where(mask, np.where(c, a, 1.0 - a), 1.0)  # P(c_r | E_r = 1)
+    e0 = np.where(c, 0.0, 1.0)  # P(c_r | E_r = 0)
+    tau = np.where(c, gamma * (1.0 - s), gamma)  # P(E_{r+1} = 1 | E_r = 1, c_r)
+    f1 = np.zeros((n, positions + 1))
+    f0 = np.zeros((n, positions + 1))
+    f1[:, 0] = 1.0
+    for r in range(positions):
+        step = f1[:, r] * e1[:, r]
+        f1[:, r + 1] = step * tau[:, r]
+        f0[:, r + 1] = step * (1.0 - tau[:, r]) + f0[:, r] * e0[:, r]
+    b1 = np.ones((n, positions + 1))
+    b0 = np.ones((n, positions + 1))
+    for r in range(positions - 1, -1, -1):
+        b1[:, r] = e1[:, r] * (tau[:, r] * b1[:, r + 1] + (1.0 - tau[:, r]) * b0[:, r + 1])
+        b0[:, r] = e0[:, r] * b0[:, r + 1]
+    likelihood = np.maximum(b1[:, 0], 1e-300)
+    examined = np.where(mask, f1[:, :positions] * b1[:, :positions] / likelihood[:, None], 0.0)
+    attracted = np.where(mask, np.where(c, 1.0, a * (1.0 - examined)), 0.0)
+    stop_after = s * b0[:, 1:]  # P(S = 1, rest | clicked here) up to the common factor
+    go_on = (1.0 - s) * (gamma * b1[:, 1:] + (1.0 - gamma) * b0[:, 1:])
+    satisfied = np.where(c, stop_after / np.maximum(stop_after + go_on, 1e-300), 0.0)
+    return _Chain(f1[:, :positions], f0[:, :positions], examined, attracted, satisfied, likelihood)
+
+
+@dataclass
+class DBN:
+    """Dynamic Bayesian network model: attractiveness a and satisfaction s per (query, document),
+    continuation γ (learnt by EM unless ``gamma`` is given)."""
+
+    gamma: float | None = None
+    max_iter: int = 100
+    tol: float = 1e-5
+    init: float = 0.5
+    prior: tuple[float, float] = (0.0, 0.0)
+    init_gamma: float = 0.9
+    pairs: _Pairs = field(default_factory=_Pairs)
+    a: np.ndarray = field(default_factory=lambda: np.zeros(1))
+    s: np.ndarray = field(default_factory=lambda: np.zeros(1))
+    continuation: float = 0.9
+    positions: int = 0
+    iterations: int = 0
+
+    def fit(self, sessions: Sessions) -> DBN:
+        from ._kernels import dbn_em_sums
+
+        _check(sessions)
+        self.positions = sessions.positions
+        mask = shown_mask(sessions)
+        clicks = np.ascontiguousarray(sessions.clicks & mask)
+        self.pairs, pair = _Pairs.of(sessions, mask)
+        n_pairs = len(self.pairs.keys)
+        cell = np.ascontiguousarray(np.where(mask, pair, n_pairs))  # n_pairs: the pooled slot
+        length = mask.sum(axis=1).astype(np.int64)
+        views = np.bincount(cell[mask], minlength=n_pairs + 1).astype(np.float64)
+        clicked = np.bincount(cell[clicks], minlength=n_pairs + 1).astype(np.float64)
+        a = np.full(n_pairs + 1, self.init)
+        s = np.full(n_pairs + 1, self.init)
+        gamma = self.gamma if self.gamma is not None else self.init_gamma
+        attracted, satisfied = np.zeros(n_pairs + 1), np.zeros(n_pairs + 1)
+        self.iterations = 0
+        for _ in range(self.max_iter):
+            attracted[:] = 0.0
+            satisfied[:] = 0.0
+            moved, could, _ = dbn_em_sums(cell, clicks, length, a, s, gamma, attracted, satisfied)
+            new_a = np.divide(attracted + self.prior[0], views + sum(self.prior), out=a.copy(), where=views > 0)
+            new_s = np.divide(satisfied + self.prior[0], clicked + sum(self.prior), out=s.copy(), where=clicked > 0)
+            new_gamma = gamma if self.gamma is not None or could <= 0 else min(moved / could, 1.0)
+            change = max(np.abs(new_a - a).max(), np.abs(new_s - s).max(), abs(new_gamma - gamma))
+            a, s, gamma = new_a, new_s, new_gamma
+            self.iterations += 1
+            if change < self.tol:
+                break
+        # the pooled slot: every training cell as one pair, under the fitted parameters
+        attracted[:] = 0.0
+        satisfied[:] = 0.0
+        dbn_em_sums(cell, clicks, length, a, s, gamma, attracted, satisfied)
+        a[n_pairs] = attracted[:n_pairs].sum() / views[:n_pairs].sum()
+        s[n_pairs] = satisfied[:n_pairs].sum() / max(clicked[:n_pairs].sum(), 1.0)
+        self.a, self.s, self.continuation = a, s, gamma
+        return self
+
+    def _params(self, sessions: Sessions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        _check(sessions, self.positions)
+        mask = shown_mask(sessions)
+        cell = self.pairs.lookup(sessions, mask)
+        return mask, np.where(mask, self.a[cell], 0.0), np.where(mask, self.s[cell], 0.0)
+
+    def conditional_click_probabilities(self, sessions: Sessions) -> np.ndarray:
+        mask, a, s = self._params(sessions)
+        chain = _dbn_chain(a, s, self.continuation, sessions.clicks, mask)
+        seen = chain.forward1 + chain.forward0  # P(C_<r)
+        return np.where(mask, a * chain.forward1 / np.maximum(seen, 1e-300), 0.0)
+
+    def marginal_click_probabilities(self, sessions: Sessions) -> np.ndarray:
+        mask, a, s = self._params(sessions)
+        examined = np.ones(len(sessions))
+        out = np.zeros(a.shape)
+        for r in range(a.shape[1]):
+            out[:, r] = examined * a[:, r]
+            examined = examined * self.continuation * (1.0 - a[:, r] * s[:, r])
+        return np.where(mask, out, 0.0)
+
+
+# -- evaluation --------------------------------------------------------------------------------------
+
+
+def _log2_prob(p_click: np.ndarray, clicks: np.ndarray) -> np.ndarray:
+    p = np.clip(p_click, EPS, 1.0 - EPS)
+    return np.where(clicks, np.log2(p), np.log2(1.0 - p))
+
+
+def log_likelihood(model: ClickModel, sessions: Sessions) -> float:
+    """Mean over sessions of log P(the session's clicks) (natural log), from the conditional click
+    probabilities: Σ_r log P(C_r = c_r | C_<r)."""
+    mask = shown_mask(sessions)
+    cells = _log2_prob(model.conditional_click_probabilities(sessions), sessions.clicks)
+    return float(np.where(mask, cells, 0.0).sum(axis=1).mean() * np.log(2.0))
+
+
+def perplexity_by_rank(model: ClickModel, sessions: Sessions) -> np.ndarray:
+    """Per rank r: 2^(−mean over sessions showing r of log2 P(C_r = c_r)), P the marginal click
+    probability (1 is a perfect prediction, 2 a coin toss). NaN for a rank no session shows."""
+    mask = shown_mask(sessions)
+    cells = np.where(mask, _log2_prob(model.marginal_click_probabilities(sessions), sessions.clicks), 0.0)
+    shown = mask.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(2.0 ** (-cells.sum(axis=0) / shown))
+
+
+def perplexity(model: ClickModel, sessions: Sessions) -> float:
+    """The mean of `perplexity_by_rank` over the ranks some session shows."""
+    return float(np.nanmean(perplexity_by_rank(model, sessions)))
+
+
+def split_sessions(sessions: Sessions, test_fraction: float = 0.25, seed: int = 0) -> tuple[Sessions, Sessions]:
+    """A seeded random split of the impressions into training and held-out sessions."""
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    test = np.random.default_rng(seed).random(len(sessions)) < test_fraction
+    return sessions.take(np.flatnonzero(~test)), sessions.take(np.flatnonzero(test))

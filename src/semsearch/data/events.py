@@ -1,0 +1,624 @@
+"""The event log of a search service: impressions and clicks as append-only Parquet segments.
+
+Field names follow OpenSearch's User Behavior Insights (UBI) schema, so a log moves between tools:
+an impression is one search answer shown (UBI's query record: ``query_id``, ``timestamp``,
+``user_query``, ``client_id``), an event is one thing a user did with it (UBI's event record:
+``action_name`` "click", ``object_id`` the document id, ``position`` as UBI's ``position.ordinal``,
+1-based). A log directory holds ``impressions/part-*.parquet`` and ``events/part-*.parquet``.
+
+What holds, and why:
+
+- A segment is written whole or not at all: it is written under a temporary name in the same
+  folder (``.part-*.parquet.tmp``), fsynced, then renamed to ``part-*.parquet`` (rename is atomic
+  on POSIX) and the folder fsynced. Readers only look at ``part-*.parquet``, so a writer killed
+  at any instant (SIGKILL included) leaves no torn segment; it loses the rows it had not flushed.
+- `EventLogWriter` flushes a kind's buffer once it holds ``flush_rows`` rows, and in any case
+  ``flush_seconds`` after its oldest unflushed row was appended (defaults 10,000 rows and 5 s): a
+  crash loses at most the rows appended in the last ``flush_seconds`` (plus the segment being
+  written at that instant, and whatever waits behind it when the disk cannot keep up).
+  Segments are written by a background thread, off the caller's path; ``append`` only blocks
+  when ``max_pending_rows`` rows are waiting (bounded memory: back-pressure instead of growth).
+- Segment names carry the writing time, process id, a per-process sequence number and a random
+  token, so several processes (a service's workers) can write into one log directory without
+  coordination, and one process's segments sort in the order written.
+- `read_sessions` joins impressions and clicks with DuckDB over the Parquet files (no Python loop
+  over rows) into the arrays click models and learners take (`Sessions`). Each segment's schema
+  is checked first; a missing column or a column of the wrong type is a `DataFormatError` naming
+  the file and the column.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .errors import DataFormatError
+
+PathLike = str | os.PathLike[str]
+Kind = Literal["impressions", "events"]
+KINDS: tuple[Kind, Kind] = ("impressions", "events")
+STAGES = ("LEXICAL", "SEMANTIC", "BOTH")
+
+IMPRESSION_SCHEMA = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
+        pa.field("user_query", pa.string(), nullable=False),
+        pa.field("client_id", pa.string()),
+        pa.field("bundle", pa.string()),
+        pa.field("bundle_version", pa.string()),
+        pa.field("arm", pa.string()),
+        pa.field("k", pa.int32()),
+        pa.field("offset", pa.int32()),
+        pa.field("hit_ids", pa.list_(pa.string()), nullable=False),
+        pa.field("hit_stages", pa.list_(pa.string())),
+    ]
+)
+EVENT_SCHEMA = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
+        pa.field("client_id", pa.string()),
+        pa.field("action_name", pa.string(), nullable=False),
+        pa.field("object_id", pa.string(), nullable=False),
+        pa.field("position", pa.int32(), nullable=False),
+    ]
+)
+SCHEMAS: dict[str, pa.Schema] = {"impressions": IMPRESSION_SCHEMA, "events": EVENT_SCHEMA}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Impression:
+    """One search answer shown: ``hit_ids[i]`` was at position ``offset + i + 1``.
+
+    ``query_id`` is the search id (UBI's name); ``client_id`` an opaque user key, never a client
+    address; ``arm`` which ranker answered when two are compared; ``hit_stages[i]`` LEXICAL,
+    SEMANTIC, BOTH or None."""
+
+    query_id: str
+    user_query: str
+    hit_ids: Sequence[str]
+    bundle: str = ""
+    bundle_version: str = ""
+    k: int = 10
+    offset: int = 0
+    client_id: str | None = None
+    arm: str | None = None
+    hit_stages: Sequence[str | None] | None = None
+    timestamp: datetime = field(default_factory=_now)
+
+    def __post_init__(self) -> None:
+        if self.offset < 0 or self.k < 0:
+            raise ValueError(f"offset and k must be >= 0, got offset={self.offset}, k={self.k}")
+        if self.hit_stages is not None:
+            if len(self.hit_stages) != len(self.hit_ids):
+                raise ValueError(f"{len(self.hit_stages)} hit_stages for {len(self.hit_ids)} hit_ids")
+            bad = [x for x in self.hit_stages if x is not None and x not in STAGES]
+            if bad:
+                raise ValueError(f"hit_stages are {', '.join(STAGES)} or None, got {bad[0]!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One user action on a shown result (UBI's event): a click on ``object_id`` at ``position``
+    (1-based, UBI's ``position.ordinal``) of the answer ``query_id``."""
+
+    query_id: str
+    object_id: str
+    position: int
+    action_name: str = "click"
+    client_id: str | None = None
+    timestamp: datetime = field(default_factory=_now)
+
+    def __post_init__(self) -> None:
+        if self.position < 1:
+            raise ValueError(f"position is 1-based, got {self.position}")
+
+
+def impressions_table(rows: Sequence[Impression]) -> pa.Table:
+    """Impression records as one table of `IMPRESSION_SCHEMA`."""
+    cols: dict[str, list[Any]] = {name: [] for name in IMPRESSION_SCHEMA.names}
+    for r in rows:
+        cols["query_id"].append(r.query_id)
+        cols["timestamp"].append(r.timestamp)
+        cols["user_query"].append(r.user_query)
+        cols["client_id"].append(r.client_id)
+        cols["bundle"].append(r.bundle)
+        cols["bundle_version"].append(r.bundle_version)
+        cols["arm"].append(r.arm)
+        cols["k"].append(r.k)
+        cols["offset"].append(r.offset)
+        cols["hit_ids"].append(list(r.hit_ids))
+        cols["hit_stages"].append(None if r.hit_stages is None else list(r.hit_stages))
+    return pa.Table.from_pydict(cols, schema=IMPRESSION_SCHEMA)
+
+
+def events_table(rows: Sequence[Event]) -> pa.Table:
+    """Event records as one table of `EVENT_SCHEMA`."""
+    cols: dict[str, list[Any]] = {name: [] for name in EVENT_SCHEMA.names}
+    for r in rows:
+        cols["query_id"].append(r.query_id)
+        cols["timestamp"].append(r.timestamp)
+        cols["client_id"].append(r.client_id)
+        cols["action_name"].append(r.action_name)
+        cols["object_id"].append(r.object_id)
+        cols["position"].append(r.position)
+    return pa.Table.from_pydict(cols, schema=EVENT_SCHEMA)
+
+
+def _as_log_table(table: pa.Table) -> tuple[Kind, pa.Table]:
+    """The kind of a table with the impression or event columns, and the table cast to its schema."""
+    for kind in KINDS:
+        if table.schema.names == SCHEMAS[kind].names:
+            return kind, table if table.schema.equals(SCHEMAS[kind]) else table.cast(SCHEMAS[kind])
+    raise ValueError(
+        "a table to append must have the impression or the event columns, in order "
+        f"(semsearch.data.events.IMPRESSION_SCHEMA / EVENT_SCHEMA); got {', '.join(table.schema.names)}"
+    )
+
+
+_SEGMENT_SEQ = itertools.count()  # segments of one process sort in the order written, within a millisecond too
+
+
+def write_segment(directory: PathLike, kind: Kind, table: pa.Table) -> Path:
+    """Write ``table`` as one new segment ``directory/kind/part-*.parquet``, atomically: temporary
+    name in the same folder, fsync, rename, fsync of the folder. Returns the segment's path."""
+    folder = Path(directory) / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    seq = next(_SEGMENT_SEQ)
+    name = f"part-{time.time_ns() // 1_000_000:013d}-{os.getpid()}-{seq:09d}-{secrets.token_hex(4)}.parquet"
+    tmp = folder / f".{name}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f, compression="zstd")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / name)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return folder / name
+
+
+class EventLogWriter:
+    """Append impressions and clicks to a log directory; thread-safe; bounded in memory.
+
+    Rows are buffered per kind and written as a segment by a background thread when a kind holds
+    ``flush_rows`` rows, or ``flush_seconds`` after its oldest buffered row arrived, or on
+    `flush` / `close`. So a crash loses at most the rows appended in the last ``flush_seconds``.
+    `append` takes one `Impression` or `Event` (validated when made); `append_table` a whole table
+    of either schema (the simulator's bulk path; its values are not checked row by row). Both
+    block while ``max_pending_rows`` rows (default four times ``flush_rows``) wait to be written.
+    An error of the writing thread is raised by the next call. One writer per process (its
+    thread does not survive a fork): several processes may write into one directory, each with
+    its own writer. Rows still buffered when the process ends without `close` are lost, as in a
+    crash.
+    """
+
+    def __init__(
+        self,
+        directory: PathLike,
+        *,
+        flush_rows: int = 10_000,
+        flush_seconds: float = 5.0,
+        max_pending_rows: int | None = None,
+    ) -> None:
+        if flush_rows < 1:
+            raise ValueError(f"flush_rows must be >= 1, got {flush_rows}")
+        if not flush_seconds > 0:
+            raise ValueError(f"flush_seconds must be > 0, got {flush_seconds}")
+        self.directory = Path(directory)
+        self.flush_rows = flush_rows
+        self.flush_seconds = flush_seconds
+        self.max_pending_rows = max_pending_rows or 4 * flush_rows
+        if self.max_pending_rows < flush_rows:
+            raise ValueError(f"max_pending_rows ({self.max_pending_rows}) must be >= flush_rows ({flush_rows})")
+        for kind in KINDS:
+            (self.directory / kind).mkdir(parents=True, exist_ok=True)
+        # per kind, in the order appended: tables, and runs of single records (lists)
+        self._items: dict[Kind, list[pa.Table | list[Any]]] = {k: [] for k in KINDS}
+        self._rows: dict[Kind, int] = {k: 0 for k in KINDS}
+        self._oldest: dict[Kind, float | None] = {k: None for k in KINDS}
+        self._writing = 0  # rows taken from the buffers, not yet on disk
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._io = threading.Lock()  # one segment write at a time, in the order the rows were taken
+        self._closed = False
+        self._error: BaseException | None = None
+        self._pid = os.getpid()
+        self.segments_written = 0
+        self.rows_written = 0
+        self._thread = threading.Thread(target=self._run, name="semsearch-event-log", daemon=True)
+        self._thread.start()
+
+    # -- appending -------------------------------------------------------------------------------
+
+    def append(self, record: Impression | Event) -> None:
+        """Buffer one record (written within ``flush_seconds``)."""
+        if not isinstance(record, Impression | Event):
+            raise TypeError(f"append takes an Impression or an Event, got {type(record).__name__}")
+        kind: Kind = "impressions" if isinstance(record, Impression) else "events"
+        self._add(kind, record, 1)
+
+    def append_table(self, table: pa.Table) -> None:
+        """Buffer a table with `IMPRESSION_SCHEMA`'s or `EVENT_SCHEMA`'s columns (cast to it)."""
+        kind, table = _as_log_table(table)
+        if table.num_rows:
+            self._add(kind, table, table.num_rows)
+
+    def _add(self, kind: Kind, item: Any, rows: int) -> None:
+        self._check_process()
+        with self._changed:
+            self._raise_error()
+            if self._closed:
+                raise ValueError("EventLogWriter is closed")
+            while self._pending() >= self.max_pending_rows and self._error is None:
+                self._changed.notify_all()
+                self._changed.wait()
+            self._raise_error()
+            items = self._items[kind]
+            if isinstance(item, pa.Table):
+                items.append(item)
+            elif items and isinstance(items[-1], list):
+                items[-1].append(item)
+            else:
+                items.append([item])
+            self._rows[kind] += rows
+            if self._oldest[kind] is None:
+                self._oldest[kind] = time.monotonic()
+            if self._rows[kind] >= self.flush_rows:
+                self._changed.notify_all()
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise RuntimeError(
+                "an EventLogWriter cannot be used across a fork (its writing thread stays in the parent): "
+                "create one in each process that appends"
+            )
+
+    def _pending(self) -> int:
+        return sum(self._rows.values()) + self._writing
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"event log writer failed writing to {self.directory}") from self._error
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def _take(self, kind: Kind) -> tuple[list[pa.Table | list[Any]], int]:
+        """Under the lock: this kind's buffered items and their row count, the buffer emptied."""
+        items, rows = self._items[kind], self._rows[kind]
+        self._writing += rows
+        self._items[kind], self._rows[kind], self._oldest[kind] = [], 0, None
+        return items, rows
+
+    def _drain(self, kinds: Sequence[Kind]) -> None:
+        with self._io:
+            for kind in kinds:
+                with self._lock:
+                    items, rows = self._take(kind)
+                if not rows:
+                    continue
+                try:  # records become a table outside the lock: appends go on meanwhile
+                    to_table = impressions_table if kind == "impressions" else events_table
+                    parts = [x if isinstance(x, pa.Table) else to_table(x) for x in items]
+                    write_segment(self.directory, kind, pa.concat_tables(parts) if len(parts) > 1 else parts[0])
+                finally:
+                    with self._changed:
+                        self._writing -= rows
+                        self._changed.notify_all()
+                self.segments_written += 1
+                self.rows_written += rows
+
+    def _due(self) -> tuple[list[Kind], float]:
+        """Under the lock: the kinds to write now, and how long to wait otherwise."""
+        now, due, wait = time.monotonic(), [], self.flush_seconds
+        for kind in KINDS:
+            oldest = self._oldest[kind]
+            if self._rows[kind] >= self.flush_rows or (oldest is not None and now - oldest >= self.flush_seconds):
+                due.append(kind)
+            elif oldest is not None:
+                wait = min(wait, oldest + self.flush_seconds - now)
+        return due, wait
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                due, wait = self._due()
+                while not due and not self._closed:
+                    self._changed.wait(timeout=max(wait, 0.001))
+                    due, wait = self._due()
+                if self._closed and not due:
+                    return
+            try:
+                self._drain(due)
+            except BaseException as e:  # kept for the caller: raised by its next call
+                with self._changed:
+                    self._error = e
+                    self._changed.notify_all()
+                return
+
+    def flush(self) -> None:
+        """Write every buffered row now; returns once they are on disk."""
+        self._check_process()
+        self._raise_error()
+        self._drain(KINDS)
+
+    def close(self) -> None:
+        """Flush and stop the writing thread. Idempotent. In a forked child it does nothing: the
+        rows buffered before the fork are the parent's to write."""
+        if os.getpid() != self._pid:
+            return
+        with self._changed:
+            if self._closed:
+                return
+            self._closed = True
+            self._changed.notify_all()
+        self._thread.join()
+        self._raise_error()
+        self._drain(KINDS)
+
+    def __enter__(self) -> EventLogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def segments(directory: PathLike, kind: Kind) -> list[Path]:
+    """The whole segments of one kind, sorted by name (temporary files are not segments)."""
+    return sorted((Path(directory) / kind).glob("part-*.parquet"))
+
+
+def _compatible(expected: pa.DataType, got: pa.DataType) -> bool:
+    if pa.types.is_string(expected):
+        return pa.types.is_string(got) or pa.types.is_large_string(got)
+    if pa.types.is_int32(expected):
+        return pa.types.is_integer(got)
+    if pa.types.is_timestamp(expected):
+        return pa.types.is_timestamp(got)
+    if pa.types.is_list(expected):
+        return (pa.types.is_list(got) or pa.types.is_large_list(got)) and _compatible(
+            expected.value_type, got.value_type
+        )
+    return expected.equals(got)
+
+
+def validate_segment(path: PathLike, kind: Kind) -> None:
+    """Check one segment's schema against its kind's: a file that is not Parquet, a missing column
+    or a column of another type is a DataFormatError naming the file and the column. Extra columns
+    (other UBI fields) are allowed; string/large_string and integer widths are interchangeable, and
+    a column that may hold nulls may be of the null type (all null, as other tools write it)."""
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise DataFormatError(path, None, f"not a readable Parquet {kind} segment ({e})") from None
+    for f in SCHEMAS[kind]:
+        if f.name not in schema.names:
+            raise DataFormatError(
+                path, None, f"missing column {f.name!r} ({kind} need {', '.join(SCHEMAS[kind].names)})"
+            )
+        got = schema.field(f.name).type
+        if not (_compatible(f.type, got) or (f.nullable and pa.types.is_null(got))):
+            raise DataFormatError(path, None, f"column {f.name!r} is {got}, expected {f.type}")
+
+
+def _checked(directory: PathLike, kind: Kind) -> list[str]:
+    paths = segments(directory, kind)
+    for p in paths:
+        validate_segment(p, kind)
+    return [str(p) for p in paths]
+
+
+def _sql_files(paths: list[str]) -> str:
+    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+
+
+def _connect() -> Any:
+    import duckdb
+
+    return duckdb.connect(":memory:")
+
+
+def _arrow(relation: Any) -> pa.Table:
+    """A DuckDB relation's rows as one Arrow table (``to_arrow_table`` in DuckDB >= 1.4, ``arrow``
+    before)."""
+    if hasattr(relation, "to_arrow_table"):
+        return relation.to_arrow_table()
+    table = relation.arrow()
+    return table.read_all() if isinstance(table, pa.RecordBatchReader) else table
+
+
+def read_log(directory: PathLike, kind: Kind) -> pa.Table:
+    """Every row of one kind, validated, as one table in the kind's schema (empty if none)."""
+    paths = _checked(directory, kind)
+    if not paths:
+        return SCHEMAS[kind].empty_table()
+    names = ", ".join(f'"{n}"' for n in SCHEMAS[kind].names)
+    con = _connect()
+    try:
+        table = _arrow(con.sql(f"SELECT {names} FROM read_parquet({_sql_files(paths)}, union_by_name = true)"))
+    finally:
+        con.close()
+    return table.cast(SCHEMAS[kind])
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """Impressions and their clicks as arrays, for click models and learners.
+
+    Row i is one impression; column j is position j + 1. ``docs[i, j]`` is the code (into
+    ``doc_ids``) of the document shown at position j + 1, or -1 where nothing was shown there
+    (past the end of the list, or before ``offset`` on a later page); ``clicks[i, j]`` whether it
+    was clicked. ``query[i]`` is the code (into ``queries``) of the impression's query text;
+    ``search_ids`` the impressions' ``query_id`` as an Arrow string array (None when not kept, as
+    in bulk simulation).
+    """
+
+    docs: np.ndarray  # int32 (n, positions)
+    clicks: np.ndarray  # bool (n, positions)
+    query: np.ndarray  # int32 (n,)
+    queries: list[str]
+    doc_ids: list[str]
+    search_ids: pa.Array | None = None  # string (n,)
+
+    def __post_init__(self) -> None:
+        n = len(self.query)
+        if self.docs.shape != self.clicks.shape or self.docs.ndim != 2 or self.docs.shape[0] != n:
+            raise ValueError(
+                f"docs {self.docs.shape}, clicks {self.clicks.shape} and query ({n},) do not describe the same sessions"
+            )
+        if np.any(self.clicks & (self.docs < 0)):
+            raise ValueError("a click where no document was shown")
+
+    def __len__(self) -> int:
+        return len(self.query)
+
+    @property
+    def positions(self) -> int:
+        return int(self.docs.shape[1])
+
+    def take(self, index: np.ndarray | slice) -> Sessions:
+        """A subset of the impressions (same vocabularies)."""
+        return Sessions(
+            docs=self.docs[index],
+            clicks=self.clicks[index],
+            query=self.query[index],
+            queries=self.queries,
+            doc_ids=self.doc_ids,
+            search_ids=None if self.search_ids is None else self.search_ids.take(np.arange(len(self))[index]),
+        )
+
+
+def _arrow_batches(relation: Any, rows: int) -> Any:
+    """A DuckDB relation's rows as a stream of Arrow record batches of about ``rows`` rows."""
+    if hasattr(relation, "to_arrow_reader"):
+        return relation.to_arrow_reader(rows)
+    return relation.fetch_arrow_reader(rows)
+
+
+def read_sessions(
+    directory: PathLike, *, top_n: int = 10, action: str = "click", batch_rows: int = 1_000_000
+) -> Sessions:
+    """The sessions view of a log: each impression's documents at positions 1..``top_n`` and which
+    of them were clicked (events with ``action_name == action``); impressions in segment order
+    (segment names start with their writing time) and, within a segment, in the order written.
+
+    The join runs in DuckDB over the Parquet segments. A click counts when its ``query_id`` names
+    a logged impression and its ``object_id`` is the document that impression showed at the
+    click's ``position``; other clicks (unknown search, position past ``top_n``, document not the
+    one shown there) are not counted. Repeated clicks on one position count once. Two impressions
+    with one ``query_id`` are an error (a search id names one answer). ``doc_ids`` and
+    ``queries`` are sorted. Nothing is materialised in DuckDB: the impressions stream out of the
+    Parquet scan ``batch_rows`` at a time into the arrays returned, so memory beyond those is a
+    batch plus DuckDB's hash tables (the events' side of the join, the distinct ids)."""
+    if top_n < 1:
+        raise ValueError(f"top_n must be >= 1, got {top_n}")
+    imp_paths = _checked(directory, "impressions")
+    if not imp_paths:
+        raise DataFormatError(Path(directory) / "impressions", None, "no impression segments (part-*.parquet)")
+    ev_paths = _checked(directory, "events")
+    # row numbers: segments in name order (names start with the writing time), rows in file order
+    counts = np.array([pq.ParquetFile(p).metadata.num_rows for p in imp_paths], dtype=np.int64)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    n = int(counts.sum())
+    imp = f"read_parquet({_sql_files(imp_paths)}, union_by_name = true, filename = true, file_row_number = true)"
+    con = _connect()
+    try:
+        con.register("segment", pa.table({"filename": imp_paths, "first": first}))
+        rows = f"(SELECT s.first + i.file_row_number AS row, i.* FROM {imp} i JOIN segment s USING (filename))"
+        dup = con.execute(f"SELECT query_id FROM {imp} GROUP BY query_id HAVING count(*) > 1 LIMIT 1").fetchall()
+        if dup:
+            raise DataFormatError(
+                Path(directory) / "impressions", None, f"query_id {dup[0][0]!r} names more than one impression"
+            )
+        doc_vocab = _arrow(
+            con.sql(
+                f"SELECT DISTINCT doc FROM (SELECT unnest(hit_ids) AS doc FROM {imp}) "
+                "WHERE doc IS NOT NULL ORDER BY doc"
+            )
+        ).column(0)
+        query_vocab = _arrow(con.sql(f"SELECT DISTINCT user_query FROM {imp} ORDER BY user_query")).column(0)
+        if ev_paths:
+            clicks = con.execute(
+                "SELECT DISTINCT i.row, CAST(e.position AS INTEGER) - 1 AS col FROM "
+                f'(SELECT row, query_id, coalesce(CAST("offset" AS INTEGER), 0) AS off, hit_ids FROM {rows}) i '
+                f"JOIN read_parquet({_sql_files(ev_paths)}, union_by_name = true) e ON e.query_id = i.query_id "
+                "WHERE e.action_name = ? AND e.position >= 1 AND e.position <= ? "
+                "AND e.position > i.off AND e.position <= i.off + len(i.hit_ids) "
+                "AND i.hit_ids[e.position - i.off] = e.object_id",
+                [action, top_n],
+            ).fetchnumpy()
+        else:
+            clicks = {"row": np.zeros(0, np.int64), "col": np.zeros(0, np.int64)}
+        docs = np.full((n, top_n), -1, np.int32)
+        query = np.zeros(n, np.int32)
+        id_rows: list[np.ndarray] = []
+        ids: list[pa.Array] = []
+        select = f'SELECT row, query_id, user_query, coalesce(CAST("offset" AS INTEGER), 0) AS off, hit_ids FROM {rows}'
+        for batch in _arrow_batches(con.sql(select), batch_rows):
+            row = batch.column("row").to_numpy(zero_copy_only=False).astype(np.int64)
+            _fill_docs(docs, row, batch, doc_vocab)
+            query[row] = pc.index_in(batch.column("user_query"), value_set=query_vocab).to_numpy(zero_copy_only=False)
+            id_rows.append(row)
+            ids.extend(_chunks(batch.column("query_id")))
+    finally:
+        con.close()
+    click = np.zeros((n, top_n), bool)
+    click[np.asarray(clicks["row"], np.int64), np.asarray(clicks["col"], np.int64)] = True
+    order = np.argsort(np.concatenate(id_rows), kind="stable") if id_rows else np.zeros(0, np.int64)
+    return Sessions(
+        docs=docs,
+        clicks=click & (docs >= 0),
+        query=query,
+        queries=query_vocab.to_pylist(),
+        doc_ids=doc_vocab.to_pylist(),
+        search_ids=pa.concat_arrays(ids).take(pa.array(order)) if ids else pa.array([], pa.string()),
+    )
+
+
+def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return list(column.chunks) if isinstance(column, pa.ChunkedArray) else [column]
+
+
+def _fill_docs(docs: np.ndarray, rows: np.ndarray, batch: pa.RecordBatch, vocab: pa.Array) -> None:
+    """Write one batch of impressions' document codes into ``docs[rows]``: hit i of an impression
+    with offset o goes to column o + i, if that is inside ``docs``."""
+    hits = batch.column("hit_ids")
+    if isinstance(hits, pa.ChunkedArray):
+        hits = hits.combine_chunks()
+    flat = pc.list_flatten(hits)
+    if not len(flat):
+        return
+    codes = pc.fill_null(pc.index_in(flat, value_set=vocab), -1).to_numpy(zero_copy_only=False).astype(np.int32)
+    parent = pc.list_parent_indices(hits).to_numpy(zero_copy_only=False)
+    starts = np.asarray(hits.offsets, dtype=np.int64)[:-1] - hits.offsets[0].as_py()
+    offsets = batch.column("off").to_numpy(zero_copy_only=False).astype(np.int64)
+    col = offsets[parent] + (np.arange(len(flat)) - starts[parent])
+    keep = col < docs.shape[1]
+    docs[rows[parent[keep]], col[keep]] = codes[keep]
