@@ -210,7 +210,8 @@ class EventLogWriter:
     `flush` / `close`. So a crash loses at most the rows appended in the last ``flush_seconds``.
     `append` takes one `Impression` or `Event` (validated when made); `append_table` a whole table
     of either schema (the simulator's bulk path; its values are not checked row by row). Both
-    block while ``max_pending_rows`` rows (default four times ``flush_rows``) wait to be written.
+    block while ``max_pending_rows`` rows (default four times ``flush_rows``) wait to be written
+    (``append(record, block=False)`` drops the record instead and says so).
     An error of the writing thread is raised by the next call. One writer per process (its
     thread does not survive a fork): several processes may write into one directory, each with
     its own writer. Rows still buffered when the process ends without `close` are lost, as in a
@@ -255,12 +256,15 @@ class EventLogWriter:
 
     # -- appending -------------------------------------------------------------------------------
 
-    def append(self, record: Impression | Event) -> None:
-        """Buffer one record (written within ``flush_seconds``)."""
+    def append(self, record: Impression | Event, *, block: bool = True) -> bool:
+        """Buffer one record (written within ``flush_seconds``); True once buffered. With ``block``
+        False, a full buffer (``max_pending_rows`` rows waiting) drops the record and returns False
+        rather than waiting for the disk (a caller that must never wait on it: a service's event
+        loop)."""
         if not isinstance(record, Impression | Event):
             raise TypeError(f"append takes an Impression or an Event, got {type(record).__name__}")
         kind: Kind = "impressions" if isinstance(record, Impression) else "events"
-        self._add(kind, record, 1)
+        return self._add(kind, record, 1, block)
 
     def append_table(self, table: pa.Table) -> None:
         """Buffer a table with `IMPRESSION_SCHEMA`'s or `EVENT_SCHEMA`'s columns (cast to it)."""
@@ -268,7 +272,7 @@ class EventLogWriter:
         if table.num_rows:
             self._add(kind, table, table.num_rows)
 
-    def _add(self, kind: Kind, item: Any, rows: int) -> None:
+    def _add(self, kind: Kind, item: Any, rows: int, block: bool = True) -> bool:
         self._check_process()
         with self._changed:
             self._raise_error()
@@ -276,6 +280,8 @@ class EventLogWriter:
                 raise ValueError("EventLogWriter is closed")
             while self._pending() >= self.max_pending_rows and self._error is None:
                 self._changed.notify_all()
+                if not block:
+                    return False
                 self._changed.wait()
             self._raise_error()
             items = self._items[kind]
@@ -290,6 +296,7 @@ class EventLogWriter:
                 self._oldest[kind] = time.monotonic()
             if self._rows[kind] >= self.flush_rows:
                 self._changed.notify_all()
+            return True
 
     def _check_process(self) -> None:
         if os.getpid() != self._pid:
