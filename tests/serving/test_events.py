@@ -278,3 +278,10 @@ def test_sigkill_of_the_served_search_leaves_whole_segments_and_loses_at_most_a_
         print(f"{kind}: {len(sent)} answered, {len(lost)} lost, the oldest {oldest} s before the kill")
         assert all(age <= FLUSH_S + SLACK_S for age, _ in lost), lost
         assert len(logged) >= len([1 for t, _ in sent if killed - t > FLUSH_S + SLACK_S]) > 0
+
+
+def test_an_unwritable_event_log_fails_before_serving(bundle, tmp_path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    r = CliRunner().invoke(cli, ["serve", str(bundle), "--port", "1", "--events", str(blocked / "log")])
+    assert r.exit_code == 2 and f"--events {blocked / 'log'}: cannot write there" in r.output

@@ -25,6 +25,7 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -127,6 +128,14 @@ def serve(options: ServeOptions, announce: Callable[[], None] | None = None) -> 
     secret, which is drawn here when events are on)."""
     from .app import app_from_options
 
+    if options.events is not None:
+        try:  # a log the workers cannot write fails here, before any of them starts
+            for kind in ("impressions", "events"):
+                (Path(options.events) / kind).mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=Path(options.events) / "events"):
+                pass
+        except OSError as e:
+            raise ValueError(f"--events {options.events}: cannot write there ({e.strerror or e})") from None
     if options.events is not None and options.event_secret is None:
         # one secret for every worker of this run: a click may reach another worker than its search
         options = dataclasses.replace(options, event_secret=new_secret())
