@@ -78,6 +78,8 @@ EVENT_SCHEMA = pa.schema(
     ]
 )
 SCHEMAS: dict[str, pa.Schema] = {"impressions": IMPRESSION_SCHEMA, "events": EVENT_SCHEMA}
+CONVERT_ROWS = 256
+"""Records the writer's thread turns into a table at a time, giving up the GIL in between."""
 
 
 def _now() -> datetime:
@@ -329,8 +331,7 @@ class EventLogWriter:
                 if not rows:
                     continue
                 try:  # records become a table outside the lock: appends go on meanwhile
-                    to_table = impressions_table if kind == "impressions" else events_table
-                    parts = [x if isinstance(x, pa.Table) else to_table(x) for x in items]
+                    parts = self._tables(kind, items)
                     write_segment(self.directory, kind, pa.concat_tables(parts) if len(parts) > 1 else parts[0])
                 finally:
                     with self._changed:
@@ -338,6 +339,23 @@ class EventLogWriter:
                         self._changed.notify_all()
                 self.segments_written += 1
                 self.rows_written += rows
+
+    @staticmethod
+    def _tables(kind: Kind, items: list[pa.Table | list[Any]]) -> list[pa.Table]:
+        """The buffered items as tables, records converted ``CONVERT_ROWS`` at a time with the GIL
+        given up between batches: converting Python objects holds it (one Arrow call for
+        thousands of records held it for tens of ms), and the threads that append (a service's
+        event loop) should not wait behind the log."""
+        to_table = impressions_table if kind == "impressions" else events_table
+        parts: list[pa.Table] = []
+        for x in items:
+            if isinstance(x, pa.Table):
+                parts.append(x)
+                continue
+            for i in range(0, len(x), CONVERT_ROWS):
+                parts.append(to_table(x[i : i + CONVERT_ROWS]))
+                time.sleep(0)  # the GIL to any thread waiting for it
+        return parts
 
     def _due(self) -> tuple[list[Kind], float]:
         """Under the lock: the kinds to write now, and how long to wait otherwise."""
