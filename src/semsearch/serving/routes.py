@@ -337,8 +337,8 @@ def add_routes(
         if events is not None:  # the impression goes to the log's buffer; its thread writes it
             search_id = events.impression(
                 text,
-                [str(h.doc_id) for h in page_hits],
-                [str(h.sources.name) for h in page_hits],
+                tuple(str(h.doc_id) for h in page_hits),  # tuples of strings: the cyclic GC stops tracking them
+                tuple(str(h.sources.name) for h in page_hits),
                 k=kk,
                 offset=start,
                 client_id=client,
