@@ -38,8 +38,11 @@ $(BUNDLE)/manifest.json: | $(STAMP)  # built once (order-only: a reinstall does 
 bundle: $(STAMP)  # rebuild (the old bundle is served until the new one is swapped in)
 	$(BUILD)
 
+## The searches it answers and the results opened in the page are logged under $(EVENTS) (Parquet;
+## docs/serving.md, "The event log"); EVENTS=off logs nothing.
+EVENTS ?= bundles/events
 serve: $(BUNDLE)/manifest.json
-	$(BIN)/semsearch serve $(BUNDLE) --workers $(WORKERS)
+	$(BIN)/semsearch serve $(BUNDLE) --workers $(WORKERS) --events $(EVENTS)
 
 ## Reproduce every registered paper table we can (markdown + JSON under results/).
 reproduce: $(STAMP)

@@ -13,12 +13,18 @@ line with the 1-minute load average at the start and end (the machine may be sha
 default cycles 2,000 distinct queries, which the server's result cache answers after their first
 request.
 
+``--events-compare`` runs it twice on the same server settings, events off then on (``serve
+--events`` into a temporary folder: an impression logged per search), and prints both p99s and
+their ratio (the events issue's goal: events on within 10 % of off at 50 clients).
+
 Needs ``wrk`` (Debian: ``apt-get install wrk``).
 
 Run:
     .venv/bin/python benchmarks/load_test.py --bundle bundles/homedepot --data homedepot --workers 2
     .venv/bin/python benchmarks/load_test.py --bundle bundles/homedepot --data homedepot --workers 2 \\
         --result-cache 0 --queries 20000
+    .venv/bin/python benchmarks/load_test.py --bundle bundles/homedepot --data homedepot --workers 2 \
+        --result-cache 0 --queries 20000 --seconds 30 --events-compare
     .venv/bin/python benchmarks/load_test.py --bundle B --seconds 2 --clients 4   # smoke
 Benchmarks print; they never fail on speed.
 """
@@ -30,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import tempfile
 from pathlib import Path
@@ -40,6 +47,7 @@ import httpx
 from _common import REPO, add_rescore_options, hardware, hardware_line, rescore_args, served, summary_row, write_json
 
 TARGET_P99_MS = 50.0  # at 50 clients, 2 workers, ranker on (the served issue)
+EVENTS_P99_RATIO = 1.10  # events on against off, at 50 clients (the events issue)
 
 FALLBACK = ["cordless drill", "red cat", "stainless steel sink", "wood screws", "led light bulb"]
 
@@ -125,6 +133,31 @@ def server_mean_ms(base: str) -> float | None:
     return round(1000 * float(s.group(1)) / float(n.group(1)), 3) if s and n and float(n.group(1)) else None
 
 
+def _logged_rows(log: str) -> int:
+    """Impressions in an event log (every segment's row count, from the Parquet footers)."""
+    import pyarrow.parquet as pq
+
+    from semsearch.data.events import segments
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in segments(log, "impressions"))
+
+
+def _run(bundle: str, workers: int, extra: list[str], qs: list[str], clients: int, seconds: float) -> dict:
+    """One more wrk run against a fresh server."""
+    with served(bundle, workers, extra) as server:
+        res = run_wrk(server.base, qs, clients, seconds)
+        res["server_mean_ms"] = server_mean_ms(server.base)
+    return res
+
+
+def _events_run(bundle: str, workers: int, extra: list[str], qs: list[str], clients: int, seconds: float) -> dict:
+    """One wrk run against a fresh server logging events into a temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="semsearch-load-events-") as log:
+        res = _run(bundle, workers, [*extra, "--events", log], qs, clients, seconds)
+        res["impressions_logged"] = _logged_rows(log)
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundle", required=True, help="bundle directory (semsearch index build)")
@@ -148,6 +181,18 @@ def main() -> None:
         action="store_true",
         help="semsearch serve --no-correct-queries (queries searched as typed)",
     )
+    ap.add_argument(
+        "--events-compare",
+        action="store_true",
+        help="run again with semsearch serve --events (a temporary folder) and print both p99s and their ratio",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="--events-compare: runs with events on, each beside one with events off, the order alternating; "
+        "the median p99s are compared",
+    )
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "load_test.json"))
     args = ap.parse_args()
 
@@ -157,14 +202,38 @@ def main() -> None:
         + (["--loop", args.loop] if args.loop else [])
         + (["--no-correct-queries"] if args.no_correct_queries else [])
     )
+    qs = queries(args.data, args.queries)
     with served(args.bundle, args.workers, extra) as server:
         base = server.base
         hw = hardware(("numpy", "torch", "faiss-cpu", "fastapi", "uvicorn", "uvloop", "httptools"))
-        qs = queries(args.data, args.queries)
         res = run_wrk(base, qs, args.clients, args.seconds)
         res["server_mean_ms"] = server_mean_ms(base)
         hw["load_avg_1min_end"] = round(os.getloadavg()[0], 2)
     stderr = server.stderr
+    events_on = None
+    if args.events_compare:
+        # rounds of one run with events off and one with them on (round 0's off run: the one above),
+        # off first in even rounds and on first in odd ones, so that a machine whose load drifts
+        # does not favour one side; the medians are compared
+        offs, ons = [res], []
+        for r in range(args.rounds):
+            for side in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                if side == "on":
+                    ons.append(_events_run(args.bundle, args.workers, extra, qs, args.clients, args.seconds))
+                elif r > 0:
+                    offs.append(_run(args.bundle, args.workers, extra, qs, args.clients, args.seconds))
+        events_on = dict(ons[0])
+        off_p99 = round(statistics.median(x["p99_ms"] for x in offs), 2)
+        on_p99 = round(statistics.median(x["p99_ms"] for x in ons), 2)
+        events_on.update(
+            rounds=args.rounds,
+            p99_off_runs_ms=[x["p99_ms"] for x in offs],
+            p99_on_runs_ms=[x["p99_ms"] for x in ons],
+            p99_off_median_ms=off_p99,
+            p99_on_median_ms=on_p99,
+            impressions_logged=sum(x["impressions_logged"] for x in ons),
+            p99_ratio=round(on_p99 / off_p99, 3) if off_p99 else None,
+        )
     # uvicorn re-raises SIGTERM after its graceful shutdown, so the exit code is -15 either way
     mode = "new queries" if args.result_cache == 0 else f"{len(qs):,} queries cycling, result cache"
     if args.clients == 200:  # the issue's target here is no error; the tail is reported alongside
@@ -196,6 +265,20 @@ def main() -> None:
                 higher_is_better=False,
             )
         ]
+    if events_on is not None:
+        summary.append(
+            summary_row(
+                f"served search p99 with the event log on ({events_on['impressions_logged']:,} impressions "
+                f"logged), {args.clients} clients, {args.workers} workers, {mode}, against events off",
+                "ratio",
+                events_on["p99_ratio"],
+                "",
+                None,
+                target=f"p99 within {EVENTS_P99_RATIO - 1:.0%} of events off",
+                met=events_on["p99_ratio"] is not None and events_on["p99_ratio"] <= EVENTS_P99_RATIO,
+                higher_is_better=False,
+            )
+        )
     result = {
         "summary": summary,
         "bundle": args.bundle,
@@ -208,6 +291,7 @@ def main() -> None:
         "correct_queries": not args.no_correct_queries,
         "server_stopped_cleanly": "server stopped cleanly" in stderr,
         **res,
+        "events_on": events_on,
         "hardware": hw,
     }
     print(hardware_line(hw), f"| load avg at end {hw['load_avg_1min_end']}")
@@ -216,6 +300,17 @@ def main() -> None:
         f"{res['throughput_rps']} req/s, p50 {res['p50_ms']} ms, p95 {res['p95_ms']} ms, p99 {res['p99_ms']} ms "
         f"(server mean {res['server_mean_ms']} ms per request, all workers' /metrics)"
     )
+    if events_on is not None:
+        print(
+            f"events on: {events_on['requests']} requests, {events_on['errors']} errors, "
+            f"{events_on['throughput_rps']} req/s, p50 {events_on['p50_ms']} ms, p99 {events_on['p99_ms']} ms, "
+            f"{events_on['impressions_logged']} impressions logged"
+        )
+        print(
+            f"p99 events off {events_on['p99_off_runs_ms']} ms (median {events_on['p99_off_median_ms']}), "
+            f"on {events_on['p99_on_runs_ms']} ms (median {events_on['p99_on_median_ms']}) | "
+            f"p99 on / off = {events_on['p99_ratio']} (goal <= {EVENTS_P99_RATIO})"
+        )
     print(f"written to {write_json(result, args.out)}")
 
 

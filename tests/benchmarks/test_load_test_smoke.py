@@ -1,5 +1,5 @@
 """Smoke test: benchmarks/load_test.py serves a tiny bundle (one worker process, and two as
-`make serve` runs it) and loads it with wrk for a second."""
+`make serve` runs it, then again with the event log on) and loads it with wrk for a second."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ def test_load_test_runs(make_bundle, tmp_path, workers):
             str(workers),
             "--out",
             str(out),
+            *(["--events-compare"] if workers == 2 else []),
         ],
         env=env,
         capture_output=True,
@@ -50,5 +51,11 @@ def test_load_test_runs(make_bundle, tmp_path, workers):
         and 0 < res["p50_ms"] <= res["p95_ms"] <= res["p99_ms"]
     )
     assert res["server_stopped_cleanly"]  # graceful shutdown on SIGTERM (lifespan shutdown ran)
-    (row,) = res["summary"]  # the make bench table's line: p99 against the target, no verdict at 4 clients
+    row, *events = res["summary"]  # the make bench table's line: p99 against the target, no verdict at 4 clients
     assert row["ours"] == res["p99_ms"] and row["unit"] == "ms" and row["met"] is None
+    if workers == 1:
+        assert not events and res["events_on"] is None
+    else:  # events on: every search logged, the p99 ratio on / off reported
+        on = res["events_on"]
+        assert on["errors"] == 0 and on["impressions_logged"] >= on["requests"] > 0
+        assert events[0]["unit"] == "ratio" and events[0]["ours"] == on["p99_ratio"] > 0

@@ -1,6 +1,7 @@
 """The service against its own OpenAPI contract: schemathesis generates requests from /openapi.json
 (valid and invalid ones, undeclared methods) and runs all its checks on the answers, in-process
-through its ASGI loader (no network), on the tiny BM25 + CLSM bundle.
+through its ASGI loader (no network), on the tiny BM25 + CLSM bundle with an event log (so
+``POST /events`` is checked too: generated clicks name no real search, and get 404 or 422).
 
 It runs schemathesis's engine (what its CLI runs: examples, coverage, fuzzing and stateful
 phases) rather than its pytest plugin, whose lazy fixture loader does not work with pytest 9."""
@@ -38,6 +39,7 @@ CONFIG: dict[str, Any] = {
             "checks": {"positive_data_acceptance": {"enabled": False}},
         },
         {"include-path": "/explain", "generation": {"max-examples": 400}},
+        {"include-path": "/events", "generation": {"max-examples": 100}},
     ],
 }
 PAGING_CHECKS: list[int] = []
@@ -75,7 +77,7 @@ def keep_offset_in_range(ctx: Any, query: dict[str, Any] | None) -> dict[str, An
 
 
 def test_the_service_keeps_its_openapi_contract(make_bundle, tmp_path):
-    app = create_app(make_bundle(tmp_path / "b"))
+    app = create_app(make_bundle(tmp_path / "b"), events=tmp_path / "events")  # with POST /events logging
     schema = schemathesis.openapi.from_asgi("/openapi.json", app, config=SchemathesisConfig.from_dict(CONFIG))
     schema.hook("map_query")(keep_offset_in_range)
     cases: dict[str, int] = {}

@@ -102,13 +102,14 @@ def test_buckets_are_bounded_and_per_client() -> None:
 
 def test_page_asks_for_the_key_once(bundle, tmp_path) -> None:
     """Headless Chromium on a keyed service: the first search answers 401, the page asks for the
-    key, keeps it for the tab and sends it in the header (never in the URL)."""
+    key, keeps it for the tab and sends it in the header (never in the URL), clicks included."""
     from test_search_page import CHROMIUM, _need_chromium, _serve
 
     _need_chromium()
     from playwright.sync_api import sync_playwright
 
-    with _serve(create_app(bundle, exposure=Exposure(KEY))) as url, sync_playwright() as p:
+    app = create_app(bundle, exposure=Exposure(KEY), events=tmp_path / "events")
+    with _serve(app) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
             page = browser.new_page()
@@ -129,6 +130,9 @@ def test_page_asks_for_the_key_once(bundle, tmp_path) -> None:
             assert len(asked) == 1 and "API key" in asked[0]
             searches = [(u, k) for u, k in sent if "/search?" in u]
             assert searches[-1][1] == KEY and all(KEY not in u for u, _ in sent)
+            with page.expect_response(lambda r: r.url.endswith("/events")) as clicked:
+                page.locator("li.hit .title").first.click()  # a click on a result carries the key too
+            assert clicked.value.status == 202 and clicked.value.request.headers.get("x-api-key") == KEY
         finally:
             browser.close()
 

@@ -52,8 +52,22 @@ def _serve(app) -> Iterator[str]:  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def server(make_bundle, tmp_path):
-    with _serve(create_app(make_bundle(tmp_path / "b"))) as url:
+    """The tiny bundle served with an event log in ``tmp_path / "events"`` (flushed every 0.2 s)."""
+    app = create_app(make_bundle(tmp_path / "b"), events=tmp_path / "events", events_flush_seconds=0.2)
+    with _serve(app) as url:
         yield url
+
+
+def _logged(log, kind: str, rows: int = 1, timeout: float = 15.0) -> list[dict]:  # type: ignore[no-untyped-def]
+    """The event log's rows of ``kind`` once it holds at least ``rows`` (the writer flushes them)."""
+    from semsearch.data.events import read_log
+
+    deadline = time.time() + timeout
+    while True:
+        got = read_log(log, kind).to_pylist()
+        if len(got) >= rows or time.time() > deadline:
+            return got
+        time.sleep(0.1)
 
 
 def _need_chromium() -> None:
@@ -90,6 +104,27 @@ def test_search_page_in_headless_chromium(server, tmp_path):
             assert "found by: " + tags[0] in why.inner_text() and "lexical" in why.inner_text()
             assert why.locator("table.contrib").count() == 0
             assert not [u for u in urls if "/explain" in u]
+            # opening a result (its title) shows its text and sends one click to POST /events
+            second = page.locator("li.hit").nth(1)
+            doc_id = second.locator(".score").inner_text().split(" · ")[0]
+            with page.expect_request(lambda r: r.url.endswith("/events") and r.method == "POST") as sent:
+                second.locator(".title").click()
+            click = sent.value.post_data_json
+            assert second.locator(".doc").is_visible()
+            assert second.locator(".title").get_attribute("aria-expanded") == "true"
+            assert sent.value.response().status == 202  # type: ignore[union-attr]
+            client = page.evaluate("localStorage.getItem('semsearch-client-id')")
+            assert click["action_name"] == "click" and click["object_id"] == doc_id and click["position"] == 2
+            assert click["client_id"] == client and len(client) == 32
+            second.locator(".title").click()  # closed, and opened again: no second click
+            second.locator(".title").click()
+            page.wait_for_timeout(300)
+            assert len([u for u in urls if u.endswith("/events")]) == 1
+            clicks = _logged(tmp_path / "events", "events")
+            impressions = {i["query_id"]: i for i in _logged(tmp_path / "events", "impressions")}
+            assert [(c["object_id"], c["position"], c["client_id"]) for c in clicks] == [(doc_id, 2, client)]
+            shown = impressions[clicks[0]["query_id"]]  # the click names the search that showed it
+            assert shown["user_query"] == "red cat" and shown["hit_ids"][1] == doc_id and shown["client_id"] == client
             page.screenshot(path=str(tmp_path / "search-page.png"), full_page=True)
             page.evaluate("document.getElementById('q').removeAttribute('maxlength')")
             page.fill("#q", "x" * 1001)  # past the server's limit: the page shows the JSON error

@@ -85,8 +85,25 @@ def serve_cmd(
         bool,
         typer.Option(help="Correct each query's spelling before searching (the answer's corrected_query says so)."),
     ] = True,
+    events: Annotated[
+        str,
+        typer.Option(
+            "--events",
+            metavar="DIR|off",
+            help="Log every answer shown (impression) and every click sent to POST /events into DIR as "
+            "Parquet segments (off: no event log; a folder named off: ./off).",
+        ),
+    ] = "off",
+    events_flush_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--events-flush-seconds",
+            help="--events: each worker writes its buffered events at least this often; a crash loses "
+            "at most the last interval's (default 5).",
+        ),
+    ] = None,
 ) -> None:
-    """Serve a bundle over HTTP: /search, /explain, /health, /ready, /metrics, /docs and a search page at /."""
+    """Serve a bundle over HTTP: /search, /explain, /events, /health, /ready, /metrics, /docs and a search page at /."""
     import os
 
     from ..serving.exposure import API_KEY_ENV, check_key, read_key_file
@@ -98,6 +115,7 @@ def serve_cmd(
         rescore,
         {"--rescore-depth": rescore_depth is not None, "--rescore-weight": rescore_weight is not None},
     )
+    _needs("--events", events != "off", {"--events-flush-seconds": events_flush_seconds is not None})
     key = read_key_file(str(api_key_file)) if api_key_file is not None else None
     if key is None and os.environ.get(API_KEY_ENV):
         key = check_key(os.environ[API_KEY_ENV], f"${API_KEY_ENV}")
@@ -120,12 +138,15 @@ def serve_cmd(
             "expose": expose,
             "api_key": key,
             "rate_limit": rate_limit,
+            "events": None if events == "off" else str(Path(events).resolve()),
+            **({} if events_flush_seconds is None else {"events_flush_seconds": events_flush_seconds}),
         }
     )
     rate = options.exposure.rate
     guards = ", ".join(
         [f"API key required ({'file' if api_key_file else '$' + API_KEY_ENV})"] * (key is not None)
         + [f"at most {rate:g} requests/s per client and worker"] * (rate > 0)
+        + [f"events logged to {options.events}"] * (options.events is not None)
     )
     announce = (
         f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)}"

@@ -78,6 +78,8 @@ EVENT_SCHEMA = pa.schema(
     ]
 )
 SCHEMAS: dict[str, pa.Schema] = {"impressions": IMPRESSION_SCHEMA, "events": EVENT_SCHEMA}
+CONVERT_ROWS = 256
+"""Records the writer's thread turns into a table at a time, giving up the GIL in between."""
 
 
 def _now() -> datetime:
@@ -210,7 +212,8 @@ class EventLogWriter:
     `flush` / `close`. So a crash loses at most the rows appended in the last ``flush_seconds``.
     `append` takes one `Impression` or `Event` (validated when made); `append_table` a whole table
     of either schema (the simulator's bulk path; its values are not checked row by row). Both
-    block while ``max_pending_rows`` rows (default four times ``flush_rows``) wait to be written.
+    block while ``max_pending_rows`` rows (default four times ``flush_rows``) wait to be written
+    (``append(record, block=False)`` drops the record instead and says so).
     An error of the writing thread is raised by the next call. One writer per process (its
     thread does not survive a fork): several processes may write into one directory, each with
     its own writer. Rows still buffered when the process ends without `close` are lost, as in a
@@ -255,12 +258,15 @@ class EventLogWriter:
 
     # -- appending -------------------------------------------------------------------------------
 
-    def append(self, record: Impression | Event) -> None:
-        """Buffer one record (written within ``flush_seconds``)."""
+    def append(self, record: Impression | Event, *, block: bool = True) -> bool:
+        """Buffer one record (written within ``flush_seconds``); True once buffered. With ``block``
+        False, a full buffer (``max_pending_rows`` rows waiting) drops the record and returns False
+        rather than waiting for the disk (a caller that must never wait on it: a service's event
+        loop)."""
         if not isinstance(record, Impression | Event):
             raise TypeError(f"append takes an Impression or an Event, got {type(record).__name__}")
         kind: Kind = "impressions" if isinstance(record, Impression) else "events"
-        self._add(kind, record, 1)
+        return self._add(kind, record, 1, block)
 
     def append_table(self, table: pa.Table) -> None:
         """Buffer a table with `IMPRESSION_SCHEMA`'s or `EVENT_SCHEMA`'s columns (cast to it)."""
@@ -268,7 +274,7 @@ class EventLogWriter:
         if table.num_rows:
             self._add(kind, table, table.num_rows)
 
-    def _add(self, kind: Kind, item: Any, rows: int) -> None:
+    def _add(self, kind: Kind, item: Any, rows: int, block: bool = True) -> bool:
         self._check_process()
         with self._changed:
             self._raise_error()
@@ -276,6 +282,8 @@ class EventLogWriter:
                 raise ValueError("EventLogWriter is closed")
             while self._pending() >= self.max_pending_rows and self._error is None:
                 self._changed.notify_all()
+                if not block:
+                    return False
                 self._changed.wait()
             self._raise_error()
             items = self._items[kind]
@@ -290,6 +298,7 @@ class EventLogWriter:
                 self._oldest[kind] = time.monotonic()
             if self._rows[kind] >= self.flush_rows:
                 self._changed.notify_all()
+            return True
 
     def _check_process(self) -> None:
         if os.getpid() != self._pid:
@@ -322,8 +331,7 @@ class EventLogWriter:
                 if not rows:
                     continue
                 try:  # records become a table outside the lock: appends go on meanwhile
-                    to_table = impressions_table if kind == "impressions" else events_table
-                    parts = [x if isinstance(x, pa.Table) else to_table(x) for x in items]
+                    parts = self._tables(kind, items)
                     write_segment(self.directory, kind, pa.concat_tables(parts) if len(parts) > 1 else parts[0])
                 finally:
                     with self._changed:
@@ -331,6 +339,23 @@ class EventLogWriter:
                         self._changed.notify_all()
                 self.segments_written += 1
                 self.rows_written += rows
+
+    @staticmethod
+    def _tables(kind: Kind, items: list[pa.Table | list[Any]]) -> list[pa.Table]:
+        """The buffered items as tables, records converted ``CONVERT_ROWS`` at a time with the GIL
+        given up between batches: converting Python objects holds it (one Arrow call for
+        thousands of records held it for tens of ms), and the threads that append (a service's
+        event loop) should not wait behind the log."""
+        to_table = impressions_table if kind == "impressions" else events_table
+        parts: list[pa.Table] = []
+        for x in items:
+            if isinstance(x, pa.Table):
+                parts.append(x)
+                continue
+            for i in range(0, len(x), CONVERT_ROWS):
+                parts.append(to_table(x[i : i + CONVERT_ROWS]))
+                time.sleep(0)  # the GIL to any thread waiting for it
+        return parts
 
     def _due(self) -> tuple[list[Kind], float]:
         """Under the lock: the kinds to write now, and how long to wait otherwise."""

@@ -1,7 +1,8 @@
 """HTTP search service over a bundle (BERT paper Sec. 2.2 / 4.4, Table 8: lexical ∪ semantic hits,
 each tagged with its source): ``create_app`` builds the FastAPI app for one loaded bundle.
 
-Everything is loaded at startup; the request path only reads (no writes). ``/search`` runs on the
+Everything is loaded at startup; the request path only reads, except that with an event log
+(``events``) it appends impressions and clicks to a bounded buffer that a thread writes out. ``/search`` runs on the
 event loop and each search runs its lexical stage there while its semantic stage runs in one of
 the bundle's threads; the other handlers are plain functions in FastAPI's thread pool (the
 handlers: ``routes``; the micro-batching of searches: ``batching``; the metrics: ``metrics``; the
@@ -20,11 +21,13 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
+from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from .. import __version__
 from ..index.bundle import Bundle, LoadOptions
 from .batching import SearchBatcher
-from .exposure import Exposure, Guard
+from .events import EventLog, bundle_identity, new_secret
+from .exposure import MAX_BODY, Exposure, Guard
 from .metrics import MULTIPROC_ENV, Metrics, _Measure
 from .options import ServeOptions
 from .routes import MAX_K, MAX_QUERY_CHARS, Highlighter, add_routes
@@ -42,12 +45,30 @@ def create_app(
     max_query_chars: int = MAX_QUERY_CHARS,
     max_k: int = MAX_K,
     exposure: Exposure | None = None,
+    events: str | Path | None = None,
+    events_flush_seconds: float = 5.0,
+    event_secret: str | None = None,
 ) -> FastAPI:
     """The service for one bundle (a path, loaded and verified now as ``load`` says, or a loaded
-    ``Bundle``), with the guards of ``exposure`` (API key, rate limit; None: none, for loopback)."""
+    ``Bundle``), with the guards of ``exposure`` (API key, rate limit; None: none, for loopback).
+    ``events``: the event-log directory (None: off), written every ``events_flush_seconds``;
+    ``event_secret``: the key of the search ids, the same in every worker of one service (None: a
+    new one for this app alone; ``serving.events``). The log's writer starts with the app's
+    lifespan and is flushed and closed when it ends."""
     exposure = exposure or Exposure()
     b = bundle if isinstance(bundle, Bundle) else Bundle.load(bundle, load)
     metrics = Metrics()
+    log = None
+    if events is not None:
+        name, version = bundle_identity(b.path, b.manifest)
+        log = EventLog(
+            events,
+            secret=event_secret or new_secret(),
+            flush_seconds=events_flush_seconds,
+            bundle=name,
+            bundle_version=version,
+            count=metrics.event,
+        )
     highlighter = Highlighter(b.lexical)
     batcher = SearchBatcher(b, observe=metrics.batch.observe)
 
@@ -64,11 +85,15 @@ def create_app(
         # threshold would run many times a second in a busy worker for nothing
         thresholds = gc.get_threshold()
         gc.set_threshold(GC_YOUNG, *thresholds[1:])
+        if log is not None:
+            log.start()  # here, in the worker process: the writer's thread does not survive a fork
         ready.set()
         yield
         gc.set_threshold(*thresholds)
         ready.clear()
         b.close()  # graceful shutdown: in-flight searches finish, then the threads stop
+        if log is not None:
+            log.close()  # the buffered events written
         print(STOPPED, file=sys.stderr, flush=True)
 
     # FastAPIOffline: /docs (Swagger UI 5) and /redoc from files in the package, not FastAPI's
@@ -80,9 +105,11 @@ def create_app(
         static_url=DOCS_STATIC,
         description="Lexical ∪ semantic search over a semsearch bundle.",
     )
-    app.state.bundle, app.state.metrics = b, metrics
+    app.state.bundle, app.state.metrics, app.state.events = b, metrics, log
 
     # the guard runs inside the measuring middleware, so refusals (401, 413, 414, 429) are counted too
+    # a chunked body (no Content-Length for the guard to check) is cut off at MAX_BODY as it is read
+    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=MAX_BODY)
     app.add_middleware(Guard, exposure=exposure)
     app.add_middleware(_Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]  # BaseRoute.path
     add_routes(
@@ -93,6 +120,7 @@ def create_app(
         metrics=metrics,
         ready=ready,
         exposure=exposure,
+        events=log,
         max_query_chars=max_query_chars,
         max_k=max_k,
     )
@@ -102,7 +130,14 @@ def create_app(
 def app_from_options(options: ServeOptions) -> FastAPI:
     """The app of one worker process of ``semsearch serve --workers N`` (uvicorn's factory, called
     in each worker with the ``ServeOptions`` the parent validated)."""
-    return create_app(options.bundle, load=options.load, exposure=options.exposure)
+    return create_app(
+        options.bundle,
+        load=options.load,
+        exposure=options.exposure,
+        events=options.events,
+        events_flush_seconds=options.events_flush_seconds,
+        event_secret=options.event_secret,
+    )
 
 
 __all__ = [

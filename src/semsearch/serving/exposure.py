@@ -3,12 +3,13 @@
 Loopback is the default and needs none of this. Serving on any other address needs ``serve
 --expose`` and an API key (``$SEMSEARCH_API_KEY`` or ``--api-key-file``; never a command-line
 value, which every local user sees in ``ps``). With a key, the search API (``/search``,
-``/explain``) and ``/metrics`` require it in the ``X-API-Key`` header, compared in constant time
-(``hmac.compare_digest``); ``/health`` and ``/ready`` stay open for probes, and the page and its
-assets stay open (the page asks for the key and sends it). The key is read-only: the service has
-no write API.
+``/explain``, ``POST /events``) and ``/metrics`` require it in the ``X-API-Key`` header, compared
+in constant time (``hmac.compare_digest``); ``/health`` and ``/ready`` stay open for probes, and
+the page and its assets stay open (the page asks for the key and sends it). The only write the key
+allows is appending clicks to the event log (when it is on).
 
-Every request's URL is bounded (414) and so is a request body (413: no endpoint takes one); with
+Every request's URL is bounded (414) and so is a request body (413, by its Content-Length here and
+as it is read, for a chunked body, by Starlette's body limit); with
 a rate limit, each client address gets a token bucket of ``rate`` requests a second and a burst
 of twice that, per worker process (429 with ``Retry-After``). Checked in a pure ASGI middleware:
 a header compare and a dictionary lookup per request.
@@ -29,10 +30,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 API_KEY_ENV = "SEMSEARCH_API_KEY"
 """Where ``semsearch serve`` reads the API key (its command line never carries one)."""
 KEY_HEADER = "X-API-Key"
-PROTECTED = frozenset({"/search", "/explain", "/metrics"})
+PROTECTED = frozenset({"/search", "/explain", "/events", "/metrics"})
 UNLIMITED = frozenset({"/health", "/ready"})  # probes are neither keyed nor rate limited
 MAX_URL = 8192  # bytes of path + query string
-MAX_BODY = 65536  # bytes; no endpoint reads a body
+MAX_BODY = 65536  # bytes; only POST /events reads one (a click: about 200 bytes)
 MIN_KEY_CHARS = 16
 MAX_CLIENTS = 10_000  # token buckets kept before idle ones are dropped
 
@@ -127,7 +128,7 @@ class Guard:
         headers = dict(scope["headers"])
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
-            return _answer(413, f"the request body is larger than {MAX_BODY} bytes (no endpoint takes a body)")
+            return _answer(413, f"the request body is larger than {MAX_BODY} bytes")
         if self.key is not None and path in PROTECTED:
             given = headers.get(KEY_HEADER.lower().encode(), b"")
             if not hmac.compare_digest(given, self.key):

@@ -66,7 +66,21 @@ class Metrics:
             buckets=BATCH_BUCKETS,
             registry=self.registry,
         )
+        self.events = Counter(
+            "semsearch_events",
+            "Impressions and clicks by outcome: logged (buffered for the event log) or dropped "
+            "(its buffer was full, or the log's writer failed).",
+            ["kind", "outcome"],
+            registry=self.registry,
+        )
         self._children: dict[tuple[str, int], Any] = {}
+        self._event_children: dict[tuple[str, str], Any] = {}
+
+    def event(self, kind: str, outcome: str) -> None:
+        child = self._event_children.get((kind, outcome))
+        if child is None:
+            child = self._event_children[(kind, outcome)] = self.events.labels(kind, outcome)
+        child.inc()
 
     def observe(self, path: str, status: int, seconds: float) -> None:
         child = self._children.get((path, status))

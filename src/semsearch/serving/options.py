@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import ClassVar, Literal
 
 from ..index.bundle.options import LoadOptions
@@ -14,6 +15,7 @@ from ..params import ParamError, Params, param
 from .exposure import API_KEY_ENV, Exposure, ExposureError, check_key, is_loopback
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
+MIN_SECRET_CHARS = 16
 EXPOSED_RATE = 20.0
 """Requests a second per client and worker when the service is exposed and no rate is given."""
 
@@ -25,9 +27,13 @@ class ServeOptions(Params):
     ``bundle``: the bundle directory; ``load``: how each worker opens it (``LoadOptions``);
     ``host`` / ``port``: where to listen (any host but loopback needs ``expose`` and an API
     key); ``workers``: processes, each with its own copy of the bundle; ``loop``: the event loop;
-    ``api_key``: the key ``/search``, ``/explain`` and ``/metrics`` require (a secret: kept out of
-    the repr); ``rate_limit``: requests a second per client and worker (None: ``EXPOSED_RATE``
-    when exposed, else none)."""
+    ``api_key``: the key ``/search``, ``/explain``, ``/events`` and ``/metrics`` require (a
+    secret: kept out of the repr); ``rate_limit``: requests a second per client and worker (None:
+    ``EXPOSED_RATE`` when exposed, else none); ``events``: the event-log directory (None: no
+    events are logged); ``events_flush_seconds``: how often each worker writes its buffered
+    events (what a crash can lose); ``event_secret``: the key search ids are signed with, shared
+    by the workers (a secret: kept out of the repr; ``serving.server.serve`` draws one per run
+    when events are on and none is given; see ``serving.events``)."""
 
     kind: ClassVar[str] = "serve"
 
@@ -40,6 +46,9 @@ class ServeOptions(Params):
     expose: bool = False
     api_key: str | None = dataclasses.field(default=None, repr=False)
     rate_limit: float | None = param(None, ge=0)
+    events: str | None = None
+    events_flush_seconds: float = param(5.0, gt=0)
+    event_secret: str | None = dataclasses.field(default=None, repr=False)
 
     def _label(self, name: str) -> str:
         return "serve" if name == "load" else "--" + name.replace("_", "-")
@@ -49,6 +58,16 @@ class ServeOptions(Params):
             raise ParamError("serve needs a bundle directory")
         if self.rate_limit is not None and not math.isfinite(self.rate_limit):
             raise ParamError(f"--rate-limit must be a number of requests per second >= 0, got {self.rate_limit}")
+        if not math.isfinite(self.events_flush_seconds):
+            raise ParamError(f"--events-flush-seconds must be a number of seconds > 0, got {self.events_flush_seconds}")
+        if self.events is not None:
+            if not self.events.strip():
+                raise ParamError("--events needs a directory (or off)")
+            events = Path(self.events)
+            if events.exists() and not events.is_dir():
+                raise ParamError(f"--events {self.events}: not a directory")
+        if self.event_secret is not None and len(self.event_secret) < MIN_SECRET_CHARS:
+            raise ParamError(f"the event secret must be at least {MIN_SECRET_CHARS} characters")
         if self.api_key is not None:
             try:
                 object.__setattr__(self, "api_key", check_key(self.api_key, "the API key"))

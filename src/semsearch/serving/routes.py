@@ -1,8 +1,10 @@
-"""The service's handlers: /search, /explain, /health, /ready, /metrics, the search page and its
-assets, with the error handlers that turn each failure into a JSON ``{"error": ...}`` answer.
-``/search`` pages with ``offset``, marks the query terms that matched in each hit
-(``text.highlight``) and says what its scores are (``score_by``); ``/explain`` gives the ranker's
-feature contributions to a hit's score when the bundle has a ranker."""
+"""The service's handlers: /search, /explain, /events, /health, /ready, /metrics, the search page
+and its assets, with the error handlers that turn each failure into a JSON ``{"error": ...}``
+answer. ``/search`` pages with ``offset``, marks the query terms that matched in each hit
+(``text.highlight``), says what its scores are (``score_by``) and, with an event log, logs the
+answer as an impression under its ``search_id``; ``POST /events`` logs a click on a shown result;
+``/explain`` gives the ranker's feature contributions to a hit's score when the bundle has a
+ranker."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from ..text.highlight import Span, query_terms, utf16_spans, word_terms
 from ..text.normalize import Analyzer
 from . import schemas
 from .batching import SearchBatcher
+from .events import CLIENT_HEADER, CLIENT_ID, EventLog, UnknownSearch, valid_client_id
 from .exposure import Exposure
 from .metrics import Metrics
 
@@ -46,6 +49,10 @@ CSP = (
     "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
 PAGE_HEADERS = {"Content-Security-Policy": CSP, "Referrer-Policy": "no-referrer"}
+CLIENT_DOC = (
+    "An opaque key of the client (1-64 letters, digits, - or _; the page's is random), logged with "
+    "the impression when the service logs events; never the client's address."
+)
 
 
 class _JSON(JSONResponse):
@@ -170,11 +177,13 @@ def add_routes(
     metrics: Metrics,
     ready: threading.Event,
     exposure: Exposure,
+    events: EventLog | None = None,
     max_query_chars: int = MAX_QUERY_CHARS,
     max_k: int = MAX_K,
 ) -> None:
     """The error handlers and routes of the service for the loaded bundle ``b``; ``ready`` is set
-    while it is served (``/ready``), ``exposure`` names the refusals its guards add (401, 429)."""
+    while it is served (``/ready``), ``exposure`` names the refusals its guards add (401, 429);
+    ``events``: the worker's event log (None: off; ``/events`` answers 409)."""
     page = PAGE.read_text(encoding="utf-8")
     assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
     started = time.time()
@@ -255,6 +264,13 @@ def add_routes(
             {"type": "string", "enum": list(SCORERS), "default": "union"},
         ),
         _query_param("model", "Neural model of the bundle (default: the first).", model_schema),
+        {
+            "name": CLIENT_HEADER,
+            "in": "header",
+            "required": False,
+            "description": CLIENT_DOC,
+            "schema": {"type": "string", "pattern": CLIENT_ID, "description": CLIENT_DOC, "title": CLIENT_HEADER},
+        },
     ]
 
     # The handler reads and checks its parameters itself (``search_params`` documents them; FastAPI
@@ -284,6 +300,9 @@ def add_routes(
         params = _strict_query(request)
         text, kk = _text(params, "q", max_query_chars), _k(params)
         start = _offset(params, kk)
+        client = request.headers.get(CLIENT_HEADER)
+        if not valid_client_id(client):
+            raise BadRequest(f"header {CLIENT_HEADER} must be 1-64 letters, digits, '-' or '_'", 422)
         merge, model = params.get("merge", "union"), params.get("model")
         if merge not in SCORERS:
             raise BadRequest(f"parameter 'merge' must be one of {', '.join(SCORERS)}", 422)
@@ -314,8 +333,19 @@ def add_routes(
                 }
             )
         more = len(page_hits) == kk and start + 2 * kk <= max_k
+        search_id = None
+        if events is not None:  # the impression goes to the log's buffer; its thread writes it
+            search_id = events.impression(
+                text,
+                tuple(str(h.doc_id) for h in page_hits),  # tuples of strings: the cyclic GC stops tracking them
+                tuple(str(h.sources.name) for h in page_hits),
+                k=kk,
+                offset=start,
+                client_id=client,
+            )
         return _JSON(
             {
+                "search_id": search_id,
                 "query": text,
                 "corrected_query": result.query if result.query != text else None,
                 "k": kk,
@@ -374,6 +404,30 @@ def add_routes(
             raise BadRequest(str(e.args[0]) if e.args else f"no document {doc_id!r}", 404) from None
         except ValueError as e:
             raise BadRequest(str(e), 422) from None
+
+    @app.post(
+        "/events",
+        status_code=202,
+        summary="Log a click on a result of a search (UBI event fields)",
+        response_model=schemas.EventAccepted,
+        responses=schemas.errors(400, 404, 409, 413, 414, 422, *guarded),
+    )
+    async def post_event(click: schemas.ClickEvent) -> dict[str, str]:
+        """Logs that a user opened the result ``object_id`` shown at ``position`` (its 1-based
+        ``rank``) by the search ``query_id`` (the answer's ``search_id``). 202 once buffered for
+        the event log; 404 when the search id is unknown (forged, altered, expired after 24 h, or
+        issued before the service restarted); 422 when the position was not on that answer's page;
+        409 when the service logs no events (started without ``--events``). Any worker checks the
+        id (it is signed), so the click need not reach the worker that answered the search."""
+        if events is None:
+            raise BadRequest("this service logs no events (it was started without --events): nothing recorded", 409)
+        try:
+            events.click(click.query_id, click.object_id, click.position, click.client_id)
+        except UnknownSearch as e:
+            raise BadRequest(str(e), 404) from None
+        except ValueError as e:
+            raise BadRequest(str(e), 422) from None
+        return {"status": "accepted"}
 
     @app.get("/health", summary="Liveness and what is loaded", response_model=schemas.Health)
     def health() -> dict[str, Any]:

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .events import CLIENT_ID
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -42,6 +44,10 @@ class SearchHit(_Model):
 
 
 class SearchResponse(_Model):
+    search_id: str | None = Field(
+        description="This answer's id, for POST /events (query_id) when a result is clicked; "
+        "null when the service logs no events."
+    )
     query: str
     corrected_query: str | None = Field(
         description="The query as searched when its spelling was corrected against the "
@@ -58,6 +64,29 @@ class SearchResponse(_Model):
         "of the pass that ran this search; batch: how many distinct searches that "
         "pass ran together; queue_ms: how long this one waited for it."
     )
+
+
+class ClickEvent(_Model):
+    """POST /events: a user's action on a result shown by a search (OpenSearch UBI's event fields)."""
+
+    query_id: str = Field(
+        min_length=1, max_length=200, description="The search_id of the /search answer that showed the result."
+    )
+    action_name: Literal["click"] = Field(description="What the user did; only click for now.")
+    object_id: str = Field(min_length=1, max_length=1000, description="The result's doc_id.")
+    position: int = Field(
+        ge=1, description="The result's 1-based rank (its rank in the answer); it must be on that answer's page."
+    )
+    client_id: str | None = Field(
+        default=None,
+        pattern=CLIENT_ID,
+        description="An opaque key of the client (1-64 letters, digits, - or _), as sent to /search "
+        "in X-Client-Id; never the client's address.",
+    )
+
+
+class EventAccepted(_Model):
+    status: Literal["accepted"] = Field(description="The event is buffered for the event log.")
 
 
 class Contribution(_Model):
@@ -140,13 +169,14 @@ class NotReady(_Model):
 def errors(*statuses: int) -> dict[int | str, dict[str, object]]:
     """``responses=`` entries documenting ``ErrorBody`` for these statuses."""
     what = {
-        400: "Missing, empty or undecodable parameter.",
+        400: "Missing, empty or undecodable parameter, or a request body that is not UTF-8.",
         401: "Missing or wrong API key (X-API-Key header).",
-        404: "No such document or file.",
+        404: "No such document or file, or (POST /events) no such search id: forged, expired or before a restart.",
         405: "Method not allowed (with an Allow header).",
-        413: "Query text longer than the limit, or a request body.",
+        409: "The service logs no events (started without --events).",
+        413: "Query text longer than the limit, or a request body over 64 KiB.",
         414: "URL longer than 8,192 bytes.",
-        422: "Parameter out of range or of the wrong type.",
+        422: "Parameter or body field out of range or of the wrong type (POST /events: a position not on the page).",
         429: "Over the per-client rate limit (with a Retry-After header).",
         503: (
             "The vector store's PostgreSQL server is unreachable (with Retry-After; the service reconnects by itself)."

@@ -18,18 +18,21 @@ never listens (so it gets no connections), until exit."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shutil
 import socket
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
+from .events import new_secret
 from .metrics import MULTIPROC_ENV
 
 if TYPE_CHECKING:
@@ -121,10 +124,22 @@ def serve(options: ServeOptions, announce: Callable[[], None] | None = None) -> 
     port is bound (a busy port fails here, naming it), then ``announce`` is called. With several
     workers each process loads its own copy from the same ``ServeOptions``, which uvicorn's
     supervisor hands it when it spawns it (pickled through the process's start-up pipe: no
-    environment variable, file or command line carries the options or the API key)."""
-    from .app import app_from_options, create_app
+    environment variable, file or command line carries the options, the API key or the event
+    secret, which is drawn here when events are on)."""
+    from .app import app_from_options
 
-    app = create_app(options.bundle, load=options.load, exposure=options.exposure)
+    if options.events is not None:
+        try:  # a log the workers cannot write fails here, before any of them starts
+            for kind in ("impressions", "events"):
+                (Path(options.events) / kind).mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=Path(options.events) / "events"):
+                pass
+        except OSError as e:
+            raise ValueError(f"--events {options.events}: cannot write there ({e.strerror or e})") from None
+    if options.events is not None and options.event_secret is None:
+        # one secret for every worker of this run: a click may reach another worker than its search
+        options = dataclasses.replace(options, event_secret=new_secret())
+    app = app_from_options(options)
     sock = (listen if options.workers == 1 else reserve)(options.host, options.port)
     if announce is not None:
         announce()

@@ -52,16 +52,45 @@ function keyHeaders() {
   const k = sessionStorage.getItem(KEY);
   return k ? { "X-API-Key": k } : {};
 }
-async function api(url) {
-  let r = await fetch(url, { headers: keyHeaders() });
+async function api(url, extra = {}) {
+  let r = await fetch(url, { headers: { ...keyHeaders(), ...extra } });
   if (r.status === 401) {
     const k = window.prompt("This search service needs its API key:");
     if (k && k.trim()) {
       sessionStorage.setItem(KEY, k.trim());
-      r = await fetch(url, { headers: keyHeaders() });
+      r = await fetch(url, { headers: { ...keyHeaders(), ...extra } });
     }
   }
   return r;
+}
+
+// An opaque random id of this browser, kept in localStorage, sent with searches (X-Client-Id)
+// and clicks so that the event log can tell sessions apart; never anything about the user.
+const CLIENT = "semsearch-client-id";
+const CLIENT_ID = /^[A-Za-z0-9_-]{1,64}$/;
+let memoryClientId = null;  // when localStorage is unavailable: one id for this page's life
+function clientId() {
+  let id = null;
+  try { id = localStorage.getItem(CLIENT); } catch (err) { id = memoryClientId; }
+  if (id && CLIENT_ID.test(id)) return id;
+  const bytes = new Uint8Array(16);
+  crypto.getRandomValues(bytes);
+  id = Array.from(bytes, b => b.toString(16).padStart(2, "0")).join("");
+  try { localStorage.setItem(CLIENT, id); } catch (err) { memoryClientId = id; }
+  return id;
+}
+
+// A result was opened: tell the service (POST /events; keepalive, so it is sent even if the
+// page goes away). Nothing to do when the service logs no events (search_id null); a failed
+// send is not the user's problem.
+function sendClick(searchId, h) {
+  if (typeof searchId !== "string" || !searchId || !Number.isInteger(h.rank)) return;
+  const body = { query_id: searchId, action_name: "click", object_id: String(h.doc_id), position: h.rank,
+    client_id: clientId() };
+  try {
+    fetch("/events", { method: "POST", keepalive: true, headers: { "Content-Type": "application/json",
+      ...keyHeaders() }, body: JSON.stringify(body) }).catch(() => {});
+  } catch (err) { /* nothing to do */ }
 }
 
 // The ranker's feature contributions to one hit's score, fetched from /explain.
@@ -104,7 +133,9 @@ function why(q, h, scoreBy, gen) {
   return d;
 }
 
-function hitItem(q, h, scoreBy, gen) {
+// A result is opened by clicking (or Enter on) its title: its text shows below it, and the first
+// opening is sent as a click on it (sendClick).
+function hitItem(q, h, scoreBy, gen, searchId) {
   const li = el("li", "hit");
   if (Number.isInteger(h.rank) && h.rank > 0) li.value = h.rank;  // the absolute rank, on every page
   const source = String(h.source);
@@ -113,7 +144,20 @@ function hitItem(q, h, scoreBy, gen) {
   const shown = String(h[field] ?? "");
   const title = el("span", "title");
   highlight(title, shown, h.highlights);
-  li.append(title, " ", el("span", "score", `${h.doc_id} · ${scoreBy} ${num(h.score)}`), why(q, h, scoreBy, gen));
+  title.tabIndex = 0;
+  title.setAttribute("role", "button");
+  title.setAttribute("aria-expanded", "false");
+  const doc = el("div", "doc", String(h.text ?? ""));
+  doc.hidden = true;
+  let clicked = false;
+  const open = () => {
+    doc.hidden = !doc.hidden;
+    title.setAttribute("aria-expanded", String(!doc.hidden));
+    if (!doc.hidden && !clicked) { clicked = true; sendClick(searchId, h); }
+  };
+  title.addEventListener("click", open);
+  title.addEventListener("keydown", ev => { if (ev.key === "Enter") { ev.preventDefault(); open(); } });
+  li.append(title, " ", el("span", "score", `${h.doc_id} · ${scoreBy} ${num(h.score)}`), doc, why(q, h, scoreBy, gen));
   return li;
 }
 
@@ -165,7 +209,7 @@ async function search(s) {
   const params = { q: s.q, k: String(s.k), offset: String((s.page - 1) * s.k), merge: s.merge };
   let r, body;
   try {
-    r = await api(`/search?${new URLSearchParams(params)}`);
+    r = await api(`/search?${new URLSearchParams(params)}`, { "X-Client-Id": clientId() });
     body = await r.json().catch(() => ({}));
   } catch (err) {
     body = { error: String(err) };
@@ -183,7 +227,8 @@ async function search(s) {
   // a ranker orders the merged candidates itself: the merge choice does not apply
   $("merge").disabled = scoreBy === "ranker";
   $("merge").title = scoreBy === "ranker" ? "the ranker orders the results" : "";
-  for (const h of body.hits) ol.appendChild(hitItem(s.q, h, scoreBy, gen));
+  const searchId = typeof body.search_id === "string" ? body.search_id : null;
+  for (const h of body.hits) ol.appendChild(hitItem(s.q, h, scoreBy, gen, searchId));
   pager(s, body);
 }
 
