@@ -49,12 +49,22 @@ def create_app(
     events_flush_seconds: float = 5.0,
     event_secret: str | None = None,
 ) -> FastAPI:
-    """The service for one bundle (a path, loaded and verified now as ``load`` says, or a loaded
-    ``Bundle``), with the guards of ``exposure`` (API key, rate limit; None: none, for loopback).
-    ``events``: the event-log directory (None: off), written every ``events_flush_seconds``;
-    ``event_secret``: the key of the search ids, the same in every worker of one service (None: a
-    new one for this app alone; ``serving.events``). The log's writer starts with the app's
-    lifespan and is flushed and closed when it ends."""
+    """The service for one bundle. The event log's writer starts with the app's lifespan and is
+    flushed and closed when it ends.
+
+    Args:
+        bundle: a bundle directory (loaded and verified now) or a loaded ``Bundle``.
+        load: how a directory is loaded (None: ``LoadOptions()``).
+        max_query_chars: longest query accepted (longer: 413).
+        max_k: largest ``k`` and ``offset + k`` accepted.
+        exposure: the API key and rate limit (None: none, for loopback).
+        events: the event-log directory (None: off; ``/events`` answers 409).
+        events_flush_seconds: how often the log's buffered records are written.
+        event_secret: the key of the search ids, the same in every worker of one service (None: a
+            new one for this app alone; ``serving.events``).
+
+    Returns:
+        The FastAPI app, ready to serve."""
     exposure = exposure or Exposure()
     b = bundle if isinstance(bundle, Bundle) else Bundle.load(bundle, load)
     metrics = Metrics()

@@ -181,9 +181,19 @@ def add_routes(
     max_query_chars: int = MAX_QUERY_CHARS,
     max_k: int = MAX_K,
 ) -> None:
-    """The error handlers and routes of the service for the loaded bundle ``b``; ``ready`` is set
-    while it is served (``/ready``), ``exposure`` names the refusals its guards add (401, 429);
-    ``events``: the worker's event log (None: off; ``/events`` answers 409)."""
+    """Add the error handlers and routes of the service for one loaded bundle to ``app``.
+
+    Args:
+        app: the FastAPI app the routes are added to.
+        b: the loaded bundle every search runs on.
+        batcher: the micro-batcher the searches go through.
+        highlighter: marks the title words that matched a query term.
+        metrics: the worker's Prometheus metrics.
+        ready: set while the bundle is served (``/ready`` answers 200).
+        exposure: the guards, whose refusals (401, 429) the OpenAPI document lists.
+        events: the worker's event log (None: off; ``/events`` answers 409).
+        max_query_chars: longest query accepted (longer: 413).
+        max_k: largest ``k`` and ``offset + k`` accepted."""
     page = PAGE.read_text(encoding="utf-8")
     assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
     started = time.time()
