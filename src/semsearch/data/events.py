@@ -134,35 +134,20 @@ class Event:
             raise ValueError(f"position is 1-based, got {self.position}")
 
 
+def records_table(rows: Sequence[Impression] | Sequence[Event], schema: pa.Schema) -> pa.Table:
+    """Records as one table of ``schema``: each record's field of the column's name (the records'
+    fields are named as the schema's columns; sequences such as ``hit_ids`` become lists)."""
+    return pa.Table.from_pydict({name: [getattr(r, name) for r in rows] for name in schema.names}, schema=schema)
+
+
 def impressions_table(rows: Sequence[Impression]) -> pa.Table:
     """Impression records as one table of `IMPRESSION_SCHEMA`."""
-    cols: dict[str, list[Any]] = {name: [] for name in IMPRESSION_SCHEMA.names}
-    for r in rows:
-        cols["query_id"].append(r.query_id)
-        cols["timestamp"].append(r.timestamp)
-        cols["user_query"].append(r.user_query)
-        cols["client_id"].append(r.client_id)
-        cols["bundle"].append(r.bundle)
-        cols["bundle_version"].append(r.bundle_version)
-        cols["arm"].append(r.arm)
-        cols["k"].append(r.k)
-        cols["offset"].append(r.offset)
-        cols["hit_ids"].append(list(r.hit_ids))
-        cols["hit_stages"].append(None if r.hit_stages is None else list(r.hit_stages))
-    return pa.Table.from_pydict(cols, schema=IMPRESSION_SCHEMA)
+    return records_table(rows, IMPRESSION_SCHEMA)
 
 
 def events_table(rows: Sequence[Event]) -> pa.Table:
     """Event records as one table of `EVENT_SCHEMA`."""
-    cols: dict[str, list[Any]] = {name: [] for name in EVENT_SCHEMA.names}
-    for r in rows:
-        cols["query_id"].append(r.query_id)
-        cols["timestamp"].append(r.timestamp)
-        cols["client_id"].append(r.client_id)
-        cols["action_name"].append(r.action_name)
-        cols["object_id"].append(r.object_id)
-        cols["position"].append(r.position)
-    return pa.Table.from_pydict(cols, schema=EVENT_SCHEMA)
+    return records_table(rows, EVENT_SCHEMA)
 
 
 def _as_log_table(table: pa.Table) -> tuple[Kind, pa.Table]:
@@ -346,14 +331,14 @@ class EventLogWriter:
         given up between batches: converting Python objects holds it (one Arrow call for
         thousands of records held it for tens of ms), and the threads that append (a service's
         event loop) should not wait behind the log."""
-        to_table = impressions_table if kind == "impressions" else events_table
+        schema = SCHEMAS[kind]
         parts: list[pa.Table] = []
         for x in items:
             if isinstance(x, pa.Table):
                 parts.append(x)
                 continue
             for i in range(0, len(x), CONVERT_ROWS):
-                parts.append(to_table(x[i : i + CONVERT_ROWS]))
+                parts.append(records_table(x[i : i + CONVERT_ROWS], schema))
                 time.sleep(0)  # the GIL to any thread waiting for it
         return parts
 
