@@ -84,6 +84,31 @@ def _grade_index(grades: np.ndarray, max_grade: int) -> np.ndarray:
     return np.clip(grades, 0, max_grade).astype(np.intp)
 
 
+def _top_down(
+    g: np.ndarray,
+    shown: np.ndarray,
+    click_p: np.ndarray,
+    stop_p: np.ndarray,
+    gamma: float | None,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Clicks of users reading a list from the top (the cascade and DBN users): at each examined
+    rank a click with ``click_p[grade]``, after a click a stop with ``stop_p[grade]``, and (DBN)
+    the next rank examined with ``gamma`` (None: always, the cascade). One uniform per rank and
+    decision, drawn up front."""
+    u = rng.random((2 if gamma is None else 3, *g.shape))
+    out = np.zeros(g.shape, dtype=bool)
+    examining = np.ones(g.shape[0], dtype=bool)
+    for r in range(g.shape[1]):
+        examining &= shown[:, r]
+        c = examining & (u[0, :, r] < click_p[g[:, r]])
+        out[:, r] = c
+        examining &= ~(c & (u[1, :, r] < stop_p[g[:, r]]))
+        if gamma is not None:
+            examining &= u[2, :, r] < gamma
+    return out
+
+
 class User(Protocol):
     """A simulated user: clicks on ``(n, k)`` grades of shown lists (``shown`` marks real slots)."""
 
@@ -129,16 +154,7 @@ class CascadeUser:
 
     def clicks(self, grades: np.ndarray, shown: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         click_p, stop_p = self.tables()
-        g = _grade_index(grades, self.max_grade)
-        u = rng.random((2, *grades.shape))
-        out = np.zeros(grades.shape, dtype=bool)
-        reading = np.ones(grades.shape[0], dtype=bool)
-        for r in range(grades.shape[1]):
-            reading &= shown[:, r]
-            c = reading & (u[0, :, r] < click_p[g[:, r]])
-            out[:, r] = c
-            reading &= ~(c & (u[1, :, r] < stop_p[g[:, r]]))
-        return out
+        return _top_down(_grade_index(grades, self.max_grade), shown, click_p, stop_p, None, rng)
 
 
 @dataclass(frozen=True)
@@ -165,16 +181,7 @@ class DBNUser:
 
     def clicks(self, grades: np.ndarray, shown: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         a, s = self.tables()
-        g = _grade_index(grades, self.max_grade)
-        u = rng.random((3, *grades.shape))
-        out = np.zeros(grades.shape, dtype=bool)
-        examining = np.ones(grades.shape[0], dtype=bool)
-        for r in range(grades.shape[1]):
-            examining &= shown[:, r]
-            c = examining & (u[0, :, r] < a[g[:, r]])
-            out[:, r] = c
-            examining &= ~(c & (u[1, :, r] < s[g[:, r]])) & (u[2, :, r] < self.gamma)
-        return out
+        return _top_down(_grade_index(grades, self.max_grade), shown, a, s, self.gamma, rng)
 
 
 class QueryStream:
