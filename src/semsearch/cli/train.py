@@ -167,22 +167,14 @@ def _train(
 
 def _save(m: Any, log: dict[str, Any], out_dir: Path) -> None:
     """The trained model and its log into ``out_dir``, swapped in whole."""
-    import shutil
-
-    from ..data._io import fsync_tree, replace_dir, tmp_dir, write_json
+    from ..data._io import atomic_dir, write_json
     from ..models.base import TRAINING_LOG
 
     # written beside --out and swapped in whole: a run killed at any point leaves the previous
     # model there intact (its leftover folder is removed by the next run)
-    tmp = tmp_dir(out_dir)
-    try:
+    with atomic_dir(out_dir) as tmp:
         m.save(tmp)
         write_json(tmp / TRAINING_LOG, log)
-        fsync_tree(tmp)
-        replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     if "stopped" in log:
         kept = f"; kept epoch {log['best_epoch']}" if "best_epoch" in log else ""
         err.print(f"{log['stopped']}{kept}", highlight=False)

@@ -245,6 +245,21 @@ def tmp_dir(out: Path) -> Path:
     return tmp
 
 
+@contextlib.contextmanager
+def atomic_dir(out: Path) -> Iterator[Path]:
+    """A folder to write in place of ``out``: a fresh ``tmp_dir`` beside it, synced and swapped in
+    whole (``replace_dir``) when the block ends, removed if it raises, so ``out`` is always either
+    the old folder or the complete new one."""
+    tmp = tmp_dir(out)
+    try:
+        yield tmp
+        fsync_tree(tmp)
+        replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def remove_stale_tmp(out: Path) -> list[Path]:
     """Remove ``out.tmp-<pid>`` folders left by killed writers (their pid is no longer running) and
     a ``.out.old`` left between two renames when ``out`` itself is there; those of running writers

@@ -312,18 +312,10 @@ def em_loop(
 def _save_checkpoint(ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:
     # the whole checkpoint is written beside ck.path and swapped in at once: a run killed at any
     # point resumes from the previous epoch's complete checkpoint, never a mix of two epochs
-    from ..data._io import fsync_tree, replace_dir, tmp_dir
+    from ..data._io import atomic_dir
 
-    d = tmp_dir(ck.path)
-    try:
+    with atomic_dir(ck.path) as d:
         _write_checkpoint(d, ck, net, opt, epoch, stop, rng, best_state)
-        fsync_tree(d)
-        replace_dir(d, ck.path)
-    except BaseException:
-        import shutil
-
-        shutil.rmtree(d, ignore_errors=True)
-        raise
 
 
 def _write_checkpoint(d, ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:
