@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install serve bundle reproduce test test-tools fuzz bench clean
+.PHONY: install serve bundle reproduce click-loop test test-tools fuzz bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -47,6 +47,12 @@ serve: $(BUNDLE)/manifest.json
 ## Reproduce every registered paper table we can (markdown + JSON under results/).
 reproduce: $(STAMP)
 	$(BIN)/semsearch reproduce --all --out results
+
+## The click loop (docs/clicks.md): 10M simulated impressions per logger (BM25, then the served bundle),
+## click models fitted, bundles learnt from the clicks alone, every bundle scored through HTTP on the
+## test queries, two bundles compared online; prints goals 4 and 5 as tables (results/click-loop).
+click-loop: $(BUNDLE)/manifest.json
+	$(BIN)/semsearch clicks loop --bundle $(BUNDLE) --out results/click-loop
 
 ## The Debian packages the tests drive: chromium (the search page in a browser) and wrk (load-test
 ## smoke), installed when missing (the one place: CI's .ci/run runs `make test`).

@@ -1,4 +1,5 @@
-"""``semsearch index build`` / ``index from-shards`` and ``semsearch search``: build and query bundles."""
+"""``semsearch index build`` / ``index retrain`` / ``index from-shards`` and ``semsearch search``: build,
+retrain and query bundles."""
 
 from __future__ import annotations
 
@@ -209,6 +210,57 @@ def index_build(
         _onnx_models([rs], onnx if rescorer_onnx is None else rescorer_onnx)
     path = build_bundle(corpus, built, out_dir, options, ranker=rk, train_ranker=trainer, rescorer=rs)
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
+
+
+@index_app.command("retrain")
+@_guard
+def index_retrain(
+    bundle: Annotated[
+        Path, typer.Argument(help="A built bundle (faiss store) whose stage 1 the new ranker learns from.")
+    ],
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="The new bundle's directory (replaced atomically; may be BUNDLE itself).")
+    ],
+    data: Annotated[
+        str | None,
+        typer.Option(help="Learn from this data set's train judgments (default: the data set BUNDLE was built from)."),
+    ] = None,
+    clicks: Annotated[
+        Path | None,
+        typer.Option(
+            "--clicks",
+            help="Learn from this event log directory's clicks instead of judgments, position-debiased "
+            "(--ranker-param debias=lightgbm, the default, ipw or none; see docs/clicks.md).",
+        ),
+    ] = None,
+    ranker_param: Annotated[
+        list[str],
+        typer.Option("--ranker-param", help="Ranker parameter NAME=VALUE (repeatable), as index build's."),
+    ] = [],
+) -> None:
+    """Train a new stage-2 ranker on a built bundle's stage 1 and write the bundle with it: nothing is
+    indexed or encoded again, every other file is shared with BUNDLE (hard links)."""
+    from ..index.bundle import Bundle
+    from ..index.bundle.retrain import retrain_ranker
+    from ..training.stage_ranker import stage_ranker_trainer
+
+    start = time.perf_counter()
+    if clicks is not None and data is not None:
+        raise ValueError("give --data (judgments) or --clicks (an event log), not both")
+    b = Bundle.load(bundle, result_cache=0)
+    corpus, manifest = b.corpus, b.manifest
+    b.close()
+    source = data if data is not None else manifest.get("dataset")
+    if clicks is None and not source:
+        raise ValueError(f"{bundle} does not name the data set it was built from: give --data or --clicks")
+    trainer = stage_ranker_trainer(
+        source or "", corpus, manifest.get("fields", "title+text"), _parse_params(ranker_param), clicks=clicks
+    )
+    learnt = f"clicks of {clicks}" if clicks is not None else f"judgments of {source}"
+    path = retrain_ranker(bundle, out_dir, trainer, note={"learnt_from": learnt})
+    err.print(
+        f"bundle written to {path} in {time.perf_counter() - start:.1f} s (ranker from {learnt})", highlight=False
+    )
 
 
 @index_app.command("from-shards")

@@ -39,6 +39,34 @@ efSearch for this call. ``train_ranker``'s log may name the efSearch to serve wi
 (``search_effort.chosen``), which the bundle's index then keeps."""
 
 
+def stage1_searcher(stage1: HybridRetriever, semantic: SemanticRetriever | None, store: str, kind: str) -> StageSearch:
+    """The ``StageSearch`` a ranker learns from: ``stage1``'s union search at the depths asked, with
+    the HNSW efSearch of ``semantic`` set for the call when one is given (and restored after)."""
+
+    def stage1_search(qs: Sequence[str], nl: int, ns: int, ef_search: int | None = None) -> list[list[HybridHit]]:
+        if ef_search is None:
+            return stage1.timed_search(qs, None, n_lexical=nl, n_semantic=ns)[0]
+        if semantic is None:
+            raise ValueError("search_efforts: the bundle has no neural model (no vector index to set)")
+        if store != "faiss":
+            raise ValueError(
+                "search_efforts chooses the faiss index's efSearch; a postgres store searches with its own"
+            )
+        own = semantic.vectors.params.get("efSearch") if semantic.vectors is not None else None
+        if own is None:
+            raise ValueError(
+                f"search_efforts: efSearch is an HNSW setting; this bundle's vector index is {kind!r} "
+                "(use --vector-index hnsw or hnswsq)"
+            )
+        semantic.vectors.set_search_params(efSearch=ef_search)  # type: ignore[union-attr]  # checked
+        try:
+            return stage1.timed_search(qs, None, n_lexical=nl, n_semantic=ns)[0]
+        finally:
+            semantic.vectors.set_search_params(efSearch=own)  # type: ignore[union-attr]  # checked
+
+    return stage1_search
+
+
 def build_bundle(
     corpus: Corpus,
     models: Sequence[Model],
@@ -168,28 +196,7 @@ def build_bundle(
             semantic = retrievers[0] if retrievers else None
             stage1 = HybridRetriever(lexical[0] if lexical else None, semantic, scorer="union", complete=True)
 
-            def stage1_search(
-                qs: Sequence[str], nl: int, ns: int, ef_search: int | None = None
-            ) -> list[list[HybridHit]]:
-                if ef_search is None:
-                    return stage1.timed_search(qs, None, n_lexical=nl, n_semantic=ns)[0]
-                if semantic is None:
-                    raise ValueError("search_efforts: the bundle has no neural model (no vector index to set)")
-                if store != "faiss":
-                    raise ValueError(
-                        "search_efforts chooses the faiss index's efSearch; a postgres store searches with its own"
-                    )
-                own = semantic.vectors.params.get("efSearch") if semantic.vectors is not None else None
-                if own is None:
-                    raise ValueError(
-                        f"search_efforts: efSearch is an HNSW setting; this bundle's vector index is {kind!r} "
-                        "(use --vector-index hnsw or hnswsq)"
-                    )
-                semantic.vectors.set_search_params(efSearch=ef_search)  # type: ignore[union-attr]  # checked
-                try:
-                    return stage1.timed_search(qs, None, n_lexical=nl, n_semantic=ns)[0]
-                finally:
-                    semantic.vectors.set_search_params(efSearch=own)  # type: ignore[union-attr]  # checked
+            stage1_search = stage1_searcher(stage1, semantic, store, kind)
 
             try:
                 ranker, log = train_ranker(stage1_search)

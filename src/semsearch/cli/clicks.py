@@ -1,0 +1,60 @@
+"""``semsearch clicks``: the click loop from the command line (docs/clicks.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import PLAIN_HELP, _guard, _parse_params, app, err, out
+
+clicks_app = typer.Typer(help="Learn from clicks and compare rankers online.", no_args_is_help=True, **PLAIN_HELP)
+app.add_typer(clicks_app, name="clicks")
+
+
+@clicks_app.command("loop")
+@_guard
+def clicks_loop(
+    bundle: Annotated[
+        Path, typer.Option(help="The grade-trained two-stage bundle (make serve's) the click-learnt bundles build on.")
+    ] = Path("bundles/homedepot"),
+    data: Annotated[str, typer.Option(help="The judged data set: train queries simulated, test queries scored.")] = (
+        "homedepot"
+    ),
+    out_dir: Annotated[Path, typer.Option("--out", help="Results folder: logs, bundles, runs, tables.")] = Path(
+        "results/click-loop"
+    ),
+    impressions: Annotated[int, typer.Option(help="Simulated impressions per logger.")] = 10_000_000,
+    curve: Annotated[
+        str, typer.Option(help="Comma-separated log sizes the ranker is learnt from (the last: --impressions).")
+    ] = "10000,100000,1000000,10000000",
+    loggers: Annotated[str, typer.Option(help="Comma-separated loggers: bm25, two-stage.")] = "bm25,two-stage",
+    seed: Annotated[int, typer.Option(help="Seed of every draw.")] = 0,
+    param: Annotated[
+        list[str],
+        typer.Option("--param", help="Another loop setting NAME=VALUE (repeatable; see docs/clicks.md), e.g. eta=2."),
+    ] = [],
+) -> None:
+    """Simulate users clicking on a logger's answers, fit click models, learn bundles from the clicks
+    alone, score every bundle through HTTP and compare bundles online; prints goals 4 and 5 of
+    docs/clicks.md as tables (also OUT/tables.md and OUT/results.json)."""
+    from ..experiments.click_loop import LoopOptions, run_loop, tables
+
+    given = {
+        "bundle": str(bundle),
+        "data": data,
+        "out": str(out_dir),
+        "impressions": impressions,
+        "curve": [int(x) for x in curve.split(",") if x.strip()],
+        "loggers": [x.strip() for x in loggers.split(",") if x.strip()],
+        "seed": seed,
+    }
+    extra = _parse_params(param)
+    clash = sorted(set(extra) & set(given))
+    if clash:
+        raise ValueError(f"--param {clash[0]}: give it as --{clash[0]}")
+    options = LoopOptions.from_mapping({**given, **extra}, where="clicks loop")
+    results = run_loop(options)
+    out.print(tables(results), markup=False, highlight=False)
+    err.print(f"results in {out_dir} ({results['seconds']:,} s)", highlight=False)
