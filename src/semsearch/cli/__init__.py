@@ -9,7 +9,7 @@ from .common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, app
 
 # each module registers its commands on ``app`` when imported; ``--help`` lists them in this order
 # isort: off
-from . import data, run, index, serve, train, models, reproduce  # noqa: F401
+from . import data, run, index, serve, clicks, train, models, reproduce  # noqa: F401
 # isort: on
 
 

@@ -28,14 +28,27 @@ one collection, and a click is credited by document; `check_same_documents` refu
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ..evaluation.online import DEFAULT_SALT, TEAM_A, TEAM_B, BucketLayout, bucket_of, team_draft
+from ..evaluation.online import (
+    DEFAULT_SALT,
+    TEAM_A,
+    TEAM_B,
+    ABTable,
+    BucketLayout,
+    InterleavingSummary,
+    ab_table,
+    bucket_of,
+    interleaving_summary,
+    team_draft,
+)
 from ..index.bundle import Bundle
 from .batching import SearchBatcher
 from .events import nonce_of
@@ -116,13 +129,129 @@ def interleave(a: Sequence[str], b: Sequence[str], offset: int, k: int, seed: in
     return shown[offset:], teams[offset:]
 
 
+@dataclass(frozen=True)
+class ComparisonReport:
+    """A comparison read back from a service's event log (`read_comparison`): the interleaving
+    summary of the impressions with arm ``interleave`` and the A/B table of those in the ab
+    buckets (None where the log has none), the bundles each compared, and how many impressions
+    the log holds in all."""
+
+    directory: str
+    impressions: int
+    interleaving: InterleavingSummary | None
+    interleaved_bundles: list[tuple[str, str]]
+    ab: ABTable | None
+    ab_bundles: dict[str, tuple[str, str]]
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON values; a number that is not finite (a lift over a zero rate) is null."""
+        return _finite(
+            {
+                "log": self.directory,
+                "impressions": self.impressions,
+                "interleave": None
+                if self.interleaving is None
+                else {"bundles": [list(x) for x in self.interleaved_bundles], **self.interleaving.to_json()},
+                "ab": None
+                if self.ab is None
+                else {"bundles": {arm: list(x) for arm, x in self.ab_bundles.items()}, **self.ab.to_json()},
+            }
+        )
+
+    def to_markdown(self, queries: int = 20) -> str:
+        """Both parts as Markdown; the per-query wins of the ``queries`` queries with the most
+        impressions with clicks."""
+        parts = [f"Event log {self.directory}: {self.impressions:,} impressions."]
+        s = self.interleaving
+        if s is not None:
+            named = "; ".join(f"bundles {name}, versions {version}" for name, version in self.interleaved_bundles)
+            parts.append(f"## Interleaving ({named})\n\n{s.to_markdown('A', 'B')}")
+            top = sorted(s.per_query.items(), key=lambda kv: (-sum(kv[1]), kv[0]))[:queries]
+            if top:
+                rows = ["| Query | Impressions with clicks | A wins | B wins | Ties |", "|---|---:|---:|---:|---:|"]
+                rows += [f"| {_cell(q)} | {sum(w):,} | {w[0]:,} | {w[1]:,} | {w[2]:,} |" for q, w in top]
+                more = f" ({len(s.per_query) - len(top):,} more not shown)" if len(s.per_query) > len(top) else ""
+                parts.append(f"Per query, most clicked first{more}:\n\n" + "\n".join(rows) + "\n")
+        if self.ab is not None:
+            named = ", ".join(f"{arm}: {name} ({version})" for arm, (name, version) in sorted(self.ab_bundles.items()))
+            parts.append(f"## A/B buckets ({named})\n\n{self.ab.to_markdown()}")
+        return "\n\n".join(parts)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _cell(text: str) -> str:
+    """A query as a Markdown table cell (pipes escaped, newlines as spaces)."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def read_comparison(directory: str | Path, *, salt: str = DEFAULT_SALT, head_share: float = 0.5) -> ComparisonReport:
+    """What ``serve A --compare B --events DIR`` logged, read back (``data.events.read_clicked``,
+    through DuckDB): for the interleaved impressions, the wins, ties, Δ_AB and sign tests of
+    `evaluation.online.interleaving_summary` (Radlinski et al. 2008; Chapelle et al. 2012) over
+    the clicks credited to each team; for the ab impressions, the clicked-search rate per bucket
+    on all, head and tail queries with Wilson intervals and the tests (`evaluation.online.ab_table`,
+    the 2020 paper's Table 7 layout), each search's user the client id or else the search id's
+    nonce, as the service bucketed them.
+
+    Raises ``ValueError`` when the log holds no impression of a comparison, or when its ab
+    impressions' arms are not the buckets ``salt`` gives their users (another ``--compare-salt``)."""
+    from ..data.events import read_clicked
+
+    table = read_clicked(directory)
+    arms = table.column("arm").to_pylist()
+    layout = BucketLayout(salt=salt)
+    names = {arm_name(layout, x) for x in layout.control + layout.experiment}
+    inter = [i for i, a in enumerate(arms) if a == INTERLEAVE_ARM]
+    ab = [i for i, a in enumerate(arms) if a in names]
+    if not inter and not ab:
+        raise ValueError(
+            f"{directory}: none of its {len(arms):,} impressions is of a comparison (arm {INTERLEAVE_ARM}, "
+            f"or one of {', '.join(sorted(names))}): log one with `semsearch serve A --compare B --events DIR`"
+        )
+    col = {name: table.column(name).to_pylist() for name in ("query_id", "user_query", "client_id", "bundle")}
+    col["bundle_version"] = table.column("bundle_version").to_pylist()
+    summary, table_ab = None, None
+    if inter:
+        ca = table.column("clicks_a").to_numpy(zero_copy_only=False)[inter]
+        cb = table.column("clicks_b").to_numpy(zero_copy_only=False)[inter]
+        queries = np.array([col["user_query"][i] for i in inter], dtype=object).astype(str)
+        summary = interleaving_summary(ca, cb, queries)
+    ab_bundles: dict[str, tuple[str, str]] = {}
+    if ab:
+        keys = [col["client_id"][i] or nonce_of(col["query_id"][i]) for i in ab]
+        expected = [arm_name(layout, int(x)) for x in bucket_of(keys, layout.n_buckets, salt)]
+        wrong = sum(e != arms[i] for e, i in zip(expected, ab, strict=True))
+        if wrong:
+            raise ValueError(
+                f"{directory}: {wrong:,} of its {len(ab):,} A/B impressions are not in the bucket salt {salt!r} "
+                "gives their user: give --salt as the service's --compare-salt"
+            )
+        clicks = table.column("clicks").to_numpy(zero_copy_only=False)[ab]
+        table_ab = ab_table(keys, [col["user_query"][i] for i in ab], clicks, layout, head_share=head_share)
+        for i in ab:
+            ab_bundles.setdefault(arms[i], (col["bundle"][i], col["bundle_version"][i]))
+    interleaved = sorted({(col["bundle"][i] or "", col["bundle_version"][i] or "") for i in inter})
+    return ComparisonReport(str(directory), len(arms), summary, interleaved, table_ab, ab_bundles)
+
+
 __all__ = [
     "INTERLEAVE_ARM",
     "MODES",
     "TEAMS",
     "Comparison",
+    "ComparisonReport",
     "arm_name",
     "check_same_documents",
     "interleave",
+    "read_comparison",
     "seed_of",
 ]
