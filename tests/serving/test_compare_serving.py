@@ -28,7 +28,7 @@ from semsearch.index import build_bundle
 from semsearch.index.bundle import Bundle
 from semsearch.params import ParamError
 from semsearch.plugins import create_model
-from semsearch.serving import create_app, routes
+from semsearch.serving import create_app, routes, schemas
 from semsearch.serving.compare import TEAMS, arm_name, interleave, read_comparison, seed_of
 from semsearch.serving.options import ServeOptions
 
@@ -116,10 +116,13 @@ def test_interleaving_logs_teams_and_the_better_bundle_wins(pair, tmp_path, seed
             q, offset = query(i), 2 if i % 10 == 9 else 0
             s = c.get("/search", params={"q": q, "k": 4, "offset": offset}).json()
             assert s["arm"] == "interleave" and all(h["team"] in TEAMS for h in s["hits"])
+            schemas.SearchResponse.model_validate(s)  # the documented answer, with its optional fields
             assert [h["rank"] for h in s["hits"]] == list(range(offset + 1, offset + 1 + len(s["hits"])))
             answers.append(s)
             for h in clicks_of(s["hits"], q, rng):
                 post_click(c, s, h)
+        r = c.get("/search", params={"q": "red", "model": "clsm"})
+        assert r.status_code == 422 and "and the compared one" in r.json()["error"]
         other = app.state.compare.other
         # the log reproduces each page: both rankings of offset + k, the coins from the search id
         for s in answers[:40]:
@@ -164,6 +167,7 @@ def test_ab_buckets_are_stable_per_client_and_served_by_their_arm(pair, tmp_path
         for i in range(4 * len(clients)):
             client, q = clients[i % len(clients)], query(i)
             s = c.get("/search", params={"q": q, "k": 4}, headers={"X-Client-Id": client}).json()
+            schemas.SearchResponse.model_validate(s)
             seen.setdefault(client, set()).add(s["arm"])
             team = "A" if s["arm"].startswith("control") else "B"
             assert {h["team"] for h in s["hits"]} <= {team}

@@ -94,8 +94,8 @@ class ServeOptions(Params):
                 raise ParamError(f"--expose needs an API key: set ${API_KEY_ENV} or give --api-key-file")
 
     def _check_compare(self) -> None:
-        """``--compare``: a bundle directory other than the served one's path, with an event log;
-        ``--compare-mode`` and ``--compare-salt`` only with it, the salt only in ab mode."""
+        """``--compare``: a bundle directory (the served one too: an A/A check), with an event
+        log; ``--compare-mode`` and ``--compare-salt`` only with it, the salt only in ab mode."""
         if self.compare is None:
             if self.compare_mode != "interleave":
                 raise ParamError("--compare-mode needs --compare")
