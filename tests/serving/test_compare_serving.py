@@ -22,14 +22,15 @@ from typer.testing import CliRunner
 from semsearch.cli import app as cli
 from semsearch.data import open_dataset
 from semsearch.data.beir import Corpus
-from semsearch.data.events import read_log
+from semsearch.data.events import Impression, read_log
 from semsearch.evaluation.online import DEFAULT_SALT, BucketLayout, bucket_of
 from semsearch.index import build_bundle
 from semsearch.index.bundle import Bundle
 from semsearch.params import ParamError
 from semsearch.plugins import create_model
 from semsearch.serving import create_app, routes, schemas
-from semsearch.serving.compare import TEAMS, arm_name, interleave, read_comparison, seed_of
+from semsearch.serving.compare import TEAMS, arm_name, check_same_documents, interleave, read_comparison, seed_of
+from semsearch.serving.events import SearchIds
 from semsearch.serving.options import ServeOptions
 
 TOPICS = ["red", "blue", "green", "cat", "dog", "bird", "fish", "tree", "rock", "lamp", "door", "sofa"]
@@ -204,6 +205,23 @@ def test_a_bundle_over_other_documents_is_refused(pair, tiny_data, tmp_path) -> 
         create_app(Bundle.load(a), compare=other, events=tmp_path / "ev")
     r = CliRunner().invoke(cli, ["serve", str(a), "--port", "1", "--compare", str(other), "--events", str(tmp_path)])
     assert r.exit_code == 2 and "holds other documents" in r.output and "20 ids only in A" in r.output, r.output
+
+
+def test_same_ids_with_other_texts_warn_and_records_check_their_teams(pair, tiny_data, tmp_path, capsys) -> None:
+    a, _ = pair
+    corpus = open_dataset("tiny").corpus()
+    retitled = Corpus(corpus.ids, [t.upper() for t in corpus.titles], corpus.texts)
+    other = build_bundle(retitled, [create_model("bm25", analyzer="english")], tmp_path / "D", dataset="tiny")
+    check_same_documents(Bundle.load(a), Bundle.load(other))
+    assert "the same document ids" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="2 hit_teams for 1 hit_ids"):
+        Impression("s", "q", ["d1"], hit_teams=["A", "B"])
+    with pytest.raises(ValueError, match="hit_teams are A, B or None"):
+        Impression("s", "q", ["d1"], hit_teams=["C"])
+    with pytest.raises(ValueError, match="nonce is 16 hex digits"):
+        SearchIds("s" * 32).issue(0, 1, nonce="not-hex")
+    sid = SearchIds("s" * 32).issue(0, 1, nonce="00000000000000ff")
+    assert sid.startswith("00000000000000ff.") and seed_of(sid) == 255
 
 
 def test_served_compare_loads_both_bundles_in_every_worker(pair, tmp_path, serve_bundle) -> None:
