@@ -123,7 +123,7 @@ def test_interleaving_logs_teams_and_the_better_bundle_wins(pair, tmp_path, seed
             for h in clicks_of(s["hits"], q, rng):
                 post_click(c, s, h)
         r = c.get("/search", params={"q": "red", "model": "clsm"})
-        assert r.status_code == 422 and "and the compared one" in r.json()["error"]
+        assert r.status_code == 422 and "in both compared bundles" in r.json()["error"]
         other = app.state.compare.other
         # the log reproduces each page: both rankings of offset + k, the coins from the search id
         for s in answers[:40]:

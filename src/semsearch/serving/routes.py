@@ -323,7 +323,8 @@ def add_routes(
         if merge not in SCORERS:
             raise BadRequest(f"parameter 'merge' must be one of {', '.join(SCORERS)}", 422)
         if model is not None and model not in models:
-            raise BadRequest(f"no model {model!r} in this bundle{' and the compared one' * (compare is not None)}", 422)
+            where = "both compared bundles" if compare is not None else "this bundle"
+            raise BadRequest(f"no model {model!r} in {where}", 422)
         if compare is not None:
             return await compared(text, kk, start, merge, model, client)
         # one deterministic ranking, cut: the top offset + k, then the page (Bundle.search breaks ties by id)
@@ -403,7 +404,8 @@ def add_routes(
             page_hits = [(team, h) for h in lead.hits[start:]]
             timing, served_by = lead.timing, identities[team]
             scores = score_by(merge, bundles[team])
-        terms = [hl.terms(r.query) for hl, r in zip(highlighters, results, strict=True)]
+        # the words each shown team searched (its bundle's spelling correction and analyzer)
+        terms = {t: highlighters[t].terms(results[t].query) for t in {t for t, _ in page_hits}}
         hits = []
         for i, (t, h) in enumerate(page_hits):
             corpus = bundles[t].corpus
