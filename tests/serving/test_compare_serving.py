@@ -122,6 +122,9 @@ def test_interleaving_logs_teams_and_the_better_bundle_wins(pair, tmp_path, seed
             answers.append(s)
             for h in clicks_of(s["hits"], q, rng):
                 post_click(c, s, h)
+        doc = c.get("/openapi.json").json()["components"]["schemas"]
+        assert "team" in doc["SearchHit"]["properties"] and "team" not in doc["SearchHit"]["required"]
+        assert "arm" in doc["SearchResponse"]["properties"] and "arm" not in doc["SearchResponse"]["required"]
         r = c.get("/search", params={"q": "red", "model": "clsm"})
         assert r.status_code == 422 and "in both compared bundles" in r.json()["error"]
         other = app.state.compare.other
