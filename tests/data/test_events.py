@@ -21,6 +21,7 @@ import pytest
 from semsearch.data.errors import DataFormatError
 from semsearch.data.events import (
     EVENT_SCHEMA,
+    IMPRESSION_LOG_SCHEMA,
     IMPRESSION_SCHEMA,
     Event,
     EventLogWriter,
@@ -64,7 +65,7 @@ def test_records_round_trip_with_ubi_names_and_types(tmp_path: Path) -> None:
         )
         w.append(Event("s0", "d2", 2, client_id="u9", timestamp=T0))
     imp, ev = read_log(tmp_path, "impressions"), read_log(tmp_path, "events")
-    assert imp.schema.equals(IMPRESSION_SCHEMA) and ev.schema.equals(EVENT_SCHEMA)
+    assert imp.schema.equals(IMPRESSION_LOG_SCHEMA) and ev.schema.equals(EVENT_SCHEMA)
     row = imp.to_pylist()[0]
     assert row["query_id"] == "s0" and row["user_query"] == "drill" and row["timestamp"] == T0
     assert (row["bundle"], row["bundle_version"], row["client_id"], row["arm"], row["k"], row["offset"]) == (

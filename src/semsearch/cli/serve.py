@@ -102,6 +102,31 @@ def serve_cmd(
             "at most the last interval's (default 5).",
         ),
     ] = None,
+    compare: Annotated[
+        Path | None,
+        typer.Option(
+            "--compare",
+            metavar="BUNDLE_B",
+            help="Compare this bundle (B, over the same documents) with BUNDLE (A) on the users: every worker "
+            "loads both; needs --events (read the comparison back with `semsearch clicks compare DIR`).",
+        ),
+    ] = None,
+    compare_mode: Annotated[
+        str | None,
+        typer.Option(
+            "--compare-mode",
+            help="--compare: interleave (every search shows a team-draft interleaving of A and B) or ab (each "
+            "user, by X-Client-Id, is served by A or B: buckets control-1/2 and experiment-1/2) (default interleave).",
+        ),
+    ] = None,
+    compare_salt: Annotated[
+        str | None,
+        typer.Option(
+            "--compare-salt",
+            help="--compare-mode ab: the salt users are hashed to buckets with (a new salt reshuffles them; "
+            "give `clicks compare` the same).",
+        ),
+    ] = None,
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /events, /health, /ready, /metrics, /docs and a search page at /."""
     import os
@@ -116,6 +141,11 @@ def serve_cmd(
         {"--rescore-depth": rescore_depth is not None, "--rescore-weight": rescore_weight is not None},
     )
     _needs("--events", events != "off", {"--events-flush-seconds": events_flush_seconds is not None})
+    _needs(
+        "--compare",
+        compare is not None,
+        {"--compare-mode": compare_mode is not None, "--compare-salt": compare_salt is not None},
+    )
     key = read_key_file(str(api_key_file)) if api_key_file is not None else None
     if key is None and os.environ.get(API_KEY_ENV):
         key = check_key(os.environ[API_KEY_ENV], f"${API_KEY_ENV}")
@@ -140,6 +170,9 @@ def serve_cmd(
             "rate_limit": rate_limit,
             "events": None if events == "off" else str(Path(events).resolve()),
             **({} if events_flush_seconds is None else {"events_flush_seconds": events_flush_seconds}),
+            **({} if compare is None else {"compare": str(compare.resolve())}),
+            **({} if compare_mode is None else {"compare_mode": compare_mode}),
+            **({} if compare_salt is None else {"compare_salt": compare_salt}),
         }
     )
     rate = options.exposure.rate
@@ -147,6 +180,7 @@ def serve_cmd(
         [f"API key required ({'file' if api_key_file else '$' + API_KEY_ENV})"] * (key is not None)
         + [f"at most {rate:g} requests/s per client and worker"] * (rate > 0)
         + [f"events logged to {options.events}"] * (options.events is not None)
+        + [f"compared with {compare} ({options.compare_mode})"] * (compare is not None)
     )
     announce = (
         f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)}"

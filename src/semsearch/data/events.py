@@ -67,6 +67,14 @@ IMPRESSION_SCHEMA = pa.schema(
         pa.field("hit_stages", pa.list_(pa.string())),
     ]
 )
+"""The columns every impression segment has (what other tools, e.g. the click simulator, write)."""
+IMPRESSION_ADDED = pa.schema([pa.field("hit_teams", pa.list_(pa.string()))])
+"""Impression columns added since the first logs: the service writes them, and a segment without
+them still reads (as nulls). ``hit_teams[i]``: the ranker ("A" or "B") that contributed
+``hit_ids[i]`` when two are compared (``serve A --compare B``), else null."""
+IMPRESSION_LOG_SCHEMA = pa.schema(list(IMPRESSION_SCHEMA) + list(IMPRESSION_ADDED))
+"""What the writer writes and `read_log` returns: `IMPRESSION_SCHEMA` then `IMPRESSION_ADDED`."""
+TEAMS = ("A", "B")
 EVENT_SCHEMA = pa.schema(
     [
         pa.field("query_id", pa.string(), nullable=False),
@@ -77,7 +85,9 @@ EVENT_SCHEMA = pa.schema(
         pa.field("position", pa.int32(), nullable=False),
     ]
 )
-SCHEMAS: dict[str, pa.Schema] = {"impressions": IMPRESSION_SCHEMA, "events": EVENT_SCHEMA}
+SCHEMAS: dict[str, pa.Schema] = {"impressions": IMPRESSION_LOG_SCHEMA, "events": EVENT_SCHEMA}
+REQUIRED: dict[str, pa.Schema] = {"impressions": IMPRESSION_SCHEMA, "events": EVENT_SCHEMA}
+"""The columns a segment of each kind must have (`SCHEMAS` less the columns added since)."""
 CONVERT_ROWS = 256
 """Records the writer's thread turns into a table at a time, giving up the GIL in between."""
 
@@ -92,7 +102,8 @@ class Impression:
 
     ``query_id`` is the search id (UBI's name); ``client_id`` an opaque user key, never a client
     address; ``arm`` which ranker answered when two are compared; ``hit_stages[i]`` LEXICAL,
-    SEMANTIC, BOTH or None."""
+    SEMANTIC, BOTH or None; ``hit_teams[i]`` which of two compared rankers contributed
+    ``hit_ids[i]``, "A" or "B" (None: not compared)."""
 
     query_id: str
     user_query: str
@@ -105,8 +116,15 @@ class Impression:
     arm: str | None = None
     hit_stages: Sequence[str | None] | None = None
     timestamp: datetime = field(default_factory=_now)
+    hit_teams: Sequence[str | None] | None = None
 
     def __post_init__(self) -> None:
+        if self.hit_teams is not None:
+            if len(self.hit_teams) != len(self.hit_ids):
+                raise ValueError(f"{len(self.hit_teams)} hit_teams for {len(self.hit_ids)} hit_ids")
+            bad_teams = [x for x in self.hit_teams if x is not None and x not in TEAMS]
+            if bad_teams:
+                raise ValueError(f"hit_teams are {', '.join(TEAMS)} or None, got {bad_teams[0]!r}")
         if self.offset < 0 or self.k < 0:
             raise ValueError(f"offset and k must be >= 0, got offset={self.offset}, k={self.k}")
         if self.hit_stages is not None:
@@ -141,8 +159,8 @@ def records_table(rows: Sequence[Impression] | Sequence[Event], schema: pa.Schem
 
 
 def impressions_table(rows: Sequence[Impression]) -> pa.Table:
-    """Impression records as one table of `IMPRESSION_SCHEMA`."""
-    return records_table(rows, IMPRESSION_SCHEMA)
+    """Impression records as one table of `IMPRESSION_LOG_SCHEMA`."""
+    return records_table(rows, IMPRESSION_LOG_SCHEMA)
 
 
 def events_table(rows: Sequence[Event]) -> pa.Table:
@@ -151,10 +169,15 @@ def events_table(rows: Sequence[Event]) -> pa.Table:
 
 
 def _as_log_table(table: pa.Table) -> tuple[Kind, pa.Table]:
-    """The kind of a table with the impression or event columns, and the table cast to its schema."""
+    """The kind of a table with the impression or event columns, and the table cast to its schema
+    (`SCHEMAS`; a table with only the `REQUIRED` columns gets the added ones as nulls)."""
     for kind in KINDS:
-        if table.schema.names == SCHEMAS[kind].names:
-            return kind, table if table.schema.equals(SCHEMAS[kind]) else table.cast(SCHEMAS[kind])
+        full = SCHEMAS[kind]
+        if table.schema.names == REQUIRED[kind].names and len(full) > len(REQUIRED[kind]):
+            for f in list(full)[len(REQUIRED[kind]) :]:
+                table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+        if table.schema.names == full.names:
+            return kind, table if table.schema.equals(full) else table.cast(full)
     raise ValueError(
         "a table to append must have the impression or the event columns, in order "
         f"(semsearch.data.events.IMPRESSION_SCHEMA / EVENT_SCHEMA); got {', '.join(table.schema.names)}"
@@ -423,16 +446,19 @@ def validate_segment(path: PathLike, kind: Kind) -> None:
     """Check one segment's schema against its kind's: a file that is not Parquet, a missing column
     or a column of another type is a DataFormatError naming the file and the column. Extra columns
     (other UBI fields) are allowed; string/large_string and integer widths are interchangeable, and
-    a column that may hold nulls may be of the null type (all null, as other tools write it)."""
+    a column that may hold nulls may be of the null type (all null, as other tools write it). A
+    column added since the first logs (`IMPRESSION_ADDED`) may be missing (a log written before
+    it, or by another tool); when present it has its type."""
     try:
         schema = pq.read_schema(path)
     except (pa.ArrowInvalid, OSError) as e:
         raise DataFormatError(path, None, f"not a readable Parquet {kind} segment ({e})") from None
+    required = REQUIRED[kind].names
     for f in SCHEMAS[kind]:
         if f.name not in schema.names:
-            raise DataFormatError(
-                path, None, f"missing column {f.name!r} ({kind} need {', '.join(SCHEMAS[kind].names)})"
-            )
+            if f.name not in required:
+                continue
+            raise DataFormatError(path, None, f"missing column {f.name!r} ({kind} need {', '.join(required)})")
         got = schema.field(f.name).type
         if not (_compatible(f.type, got) or (f.nullable and pa.types.is_null(got))):
             raise DataFormatError(path, None, f"column {f.name!r} is {got}, expected {f.type}")
@@ -445,8 +471,12 @@ def _checked(directory: PathLike, kind: Kind) -> list[str]:
     return [str(p) for p in paths]
 
 
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _sql_files(paths: list[str]) -> str:
-    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+    return "[" + ", ".join(_sql_string(p) for p in paths) + "]"
 
 
 def _connect() -> Any:
@@ -464,15 +494,33 @@ def _arrow(relation: Any) -> pa.Table:
     return table.read_all() if isinstance(table, pa.RecordBatchReader) else table
 
 
+def _columns(paths: list[str], kind: Kind) -> str:
+    """The SQL select list of ``kind``'s columns (`SCHEMAS`) over these segments: each column by
+    name, an added column none of them has as a typed null (DuckDB's ``union_by_name`` fills it
+    in for the segments without it when some have it)."""
+    present: set[str] = set()
+    for p in paths:
+        present.update(pq.read_schema(p).names)
+    sql = {pa.string(): "VARCHAR", pa.list_(pa.string()): "VARCHAR[]"}
+    return ", ".join(
+        f'"{f.name}"'
+        if f.name in present or f.name in REQUIRED[kind].names
+        else f'CAST(NULL AS {sql[f.type]}) AS "{f.name}"'
+        for f in SCHEMAS[kind]
+    )
+
+
 def read_log(directory: PathLike, kind: Kind) -> pa.Table:
-    """Every row of one kind, validated, as one table in the kind's schema (empty if none)."""
+    """Every row of one kind, validated, as one table in the kind's schema (`SCHEMAS`; empty if
+    none). Segments written before a column was added read with nulls in it."""
     paths = _checked(directory, kind)
     if not paths:
         return SCHEMAS[kind].empty_table()
-    names = ", ".join(f'"{n}"' for n in SCHEMAS[kind].names)
     con = _connect()
     try:
-        table = _arrow(con.sql(f"SELECT {names} FROM read_parquet({_sql_files(paths)}, union_by_name = true)"))
+        table = _arrow(
+            con.sql(f"SELECT {_columns(paths, kind)} FROM read_parquet({_sql_files(paths)}, union_by_name = true)")
+        )
     finally:
         con.close()
     return table.cast(SCHEMAS[kind])
@@ -532,6 +580,57 @@ def _arrow_batches(relation: Any, rows: int) -> Any:
     return relation.fetch_arrow_reader(rows)
 
 
+_CLICK_MATCH = (
+    "e.position > i.off AND e.position <= i.off + len(i.hit_ids) AND i.hit_ids[e.position - i.off] = e.object_id"
+)
+"""When event ``e`` is a click on impression ``i`` (``off``: its offset): the position was on its
+page and the object is the document shown there."""
+
+
+def read_clicked(directory: PathLike, *, action: str = "click") -> pa.Table:
+    """Each impression with its clicks, counted as `read_sessions` counts them (a click names a
+    logged impression, a position on its page and the document shown there; repeated clicks on
+    one position count once): ``query_id``, ``timestamp``, ``user_query``, ``client_id``,
+    ``bundle``, ``bundle_version``, ``arm``, ``clicks`` (clicked positions), ``clicks_a`` and
+    ``clicks_b`` (those whose ``hit_teams`` entry is "A" / "B": the credit of team-draft
+    interleaving, Radlinski et al. 2008), in order of time then id. Joined in DuckDB over the
+    Parquet segments; a log written before ``hit_teams`` reads with no team credit. Two
+    impressions with one ``query_id`` are an error, as in `read_sessions`."""
+    imp_paths = _checked(directory, "impressions")
+    if not imp_paths:
+        raise DataFormatError(Path(directory) / "impressions", None, "no impression segments (part-*.parquet)")
+    ev_paths = _checked(directory, "events")
+    columns = _columns(imp_paths, "impressions")
+    imp = f"(SELECT {columns} FROM read_parquet({_sql_files(imp_paths)}, union_by_name = true))"
+    con = _connect()
+    try:
+        dup = con.execute(f"SELECT query_id FROM {imp} GROUP BY query_id HAVING count(*) > 1 LIMIT 1").fetchall()
+        if dup:
+            raise DataFormatError(
+                Path(directory) / "impressions", None, f"query_id {dup[0][0]!r} names more than one impression"
+            )
+        if ev_paths:
+            clicks = (
+                "(SELECT DISTINCT i.query_id, e.position, i.hit_teams[e.position - i.off] AS team FROM "
+                f'(SELECT query_id, coalesce(CAST("offset" AS INTEGER), 0) AS off, hit_ids, hit_teams FROM {imp}) i '
+                f"JOIN read_parquet({_sql_files(ev_paths)}, union_by_name = true) e ON e.query_id = i.query_id "
+                f"WHERE e.action_name = {_sql_string(action)} AND {_CLICK_MATCH})"
+            )
+        else:
+            clicks = "(SELECT NULL::VARCHAR AS query_id, NULL::INTEGER AS position, NULL::VARCHAR AS team WHERE false)"
+        sql = (
+            "SELECT i.query_id, i.timestamp, i.user_query, i.client_id, i.bundle, i.bundle_version, i.arm, "
+            "CAST(count(c.position) AS INTEGER) AS clicks, "
+            "CAST(count(c.position) FILTER (WHERE c.team = 'A') AS INTEGER) AS clicks_a, "
+            "CAST(count(c.position) FILTER (WHERE c.team = 'B') AS INTEGER) AS clicks_b "
+            f"FROM {imp} i LEFT JOIN {clicks} c ON c.query_id = i.query_id "
+            "GROUP BY ALL ORDER BY i.timestamp, i.query_id"
+        )
+        return _arrow(con.sql(sql))
+    finally:
+        con.close()
+
+
 def read_sessions(
     directory: PathLike, *, top_n: int = 10, action: str = "click", batch_rows: int = 1_000_000
 ) -> Sessions:
@@ -579,9 +678,7 @@ def read_sessions(
                 "SELECT DISTINCT i.row, CAST(e.position AS INTEGER) - 1 AS col FROM "
                 f'(SELECT row, query_id, coalesce(CAST("offset" AS INTEGER), 0) AS off, hit_ids FROM {rows}) i '
                 f"JOIN read_parquet({_sql_files(ev_paths)}, union_by_name = true) e ON e.query_id = i.query_id "
-                "WHERE e.action_name = ? AND e.position >= 1 AND e.position <= ? "
-                "AND e.position > i.off AND e.position <= i.off + len(i.hit_ids) "
-                "AND i.hit_ids[e.position - i.off] = e.object_id",
+                f"WHERE e.action_name = ? AND e.position >= 1 AND e.position <= ? AND {_CLICK_MATCH}",
                 [action, top_n],
             ).fetchnumpy()
         else:

@@ -24,8 +24,10 @@ from fastapi_offline import FastAPIOffline
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from .. import __version__
+from ..evaluation.online import DEFAULT_SALT
 from ..index.bundle import Bundle, LoadOptions
 from .batching import SearchBatcher
+from .compare import Comparison, check_same_documents
 from .events import EventLog, bundle_identity, new_secret
 from .exposure import MAX_BODY, Exposure, Guard
 from .metrics import MULTIPROC_ENV, Metrics, _Measure
@@ -48,6 +50,9 @@ def create_app(
     events: str | Path | None = None,
     events_flush_seconds: float = 5.0,
     event_secret: str | None = None,
+    compare: str | Path | Bundle | None = None,
+    compare_mode: str = "interleave",
+    compare_salt: str = DEFAULT_SALT,
 ) -> FastAPI:
     """The service for one bundle. The event log's writer starts with the app's lifespan and is
     flushed and closed when it ends.
@@ -62,15 +67,35 @@ def create_app(
         events_flush_seconds: how often the log's buffered records are written.
         event_secret: the key of the search ids, the same in every worker of one service (None: a
             new one for this app alone; ``serving.events``).
+        compare: a second bundle (B), loaded as ``load`` says, compared with ``bundle`` (A) on
+            every search (``serving.compare``; None: none). Its documents must be A's
+            (``ValueError`` otherwise).
+        compare_mode: ``interleave`` (team-draft interleaving of A and B on every search) or ``ab``
+            (each user served by A or B by bucket).
+        compare_salt: the salt of the ab buckets.
 
     Returns:
         The FastAPI app, ready to serve."""
     exposure = exposure or Exposure()
     b = bundle if isinstance(bundle, Bundle) else Bundle.load(bundle, load)
+    comparison = None
+    if compare is not None:
+        other = compare if isinstance(compare, Bundle) else Bundle.load(compare, load)
+        check_same_documents(b, other)
+        comparison = Comparison(
+            other,
+            SearchBatcher(other),
+            Highlighter(other.lexical),
+            mode=compare_mode,  # type: ignore[arg-type]  # checked by Comparison
+            salt=compare_salt,
+        )
     metrics = Metrics()
     log = None
     if events is not None:
         name, version = bundle_identity(b.path, b.manifest)
+        if comparison is not None and comparison.mode == "interleave":  # every list holds both
+            other_name, other_version = bundle_identity(comparison.other.path, comparison.other.manifest)
+            name, version = f"{name}+{other_name}", f"{version}+{other_version}"
         log = EventLog(
             events,
             secret=event_secret or new_secret(),
@@ -102,6 +127,8 @@ def create_app(
         gc.set_threshold(*thresholds)
         ready.clear()
         b.close()  # graceful shutdown: in-flight searches finish, then the threads stop
+        if comparison is not None:
+            comparison.other.close()
         if log is not None:
             log.close()  # the buffered events written
         print(STOPPED, file=sys.stderr, flush=True)
@@ -116,6 +143,7 @@ def create_app(
         description="Lexical ∪ semantic search over a semsearch bundle.",
     )
     app.state.bundle, app.state.metrics, app.state.events = b, metrics, log
+    app.state.compare = comparison
 
     # the guard runs inside the measuring middleware, so refusals (401, 413, 414, 429) are counted too
     # a chunked body (no Content-Length for the guard to check) is cut off at MAX_BODY as it is read
@@ -133,6 +161,7 @@ def create_app(
         events=log,
         max_query_chars=max_query_chars,
         max_k=max_k,
+        compare=comparison,
     )
     return app
 
@@ -147,6 +176,9 @@ def app_from_options(options: ServeOptions) -> FastAPI:
         events=options.events,
         events_flush_seconds=options.events_flush_seconds,
         event_secret=options.event_secret,
+        compare=options.compare,
+        compare_mode=options.compare_mode,
+        compare_salt=options.compare_salt,
     )
 
 

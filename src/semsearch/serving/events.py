@@ -57,6 +57,7 @@ CLIENT_ID = r"^[A-Za-z0-9_-]{1,64}$"
 CLIENT_HEADER = "X-Client-Id"
 _CLIENT = re.compile(CLIENT_ID)
 _MAC_BYTES = 16
+_NONCE = re.compile(r"^[0-9a-f]{16}$")
 _ID = re.compile(r"^([0-9a-f]{16})\.([0-9]{1,12})\.([0-9]{1,6})\.([0-9]{1,6})\.([A-Za-z0-9_-]{22})$")
 MAX_ID_CHARS = 80
 
@@ -68,6 +69,17 @@ class UnknownSearch(LookupError):
 def new_secret() -> str:
     """A service's search-id secret (256 random bits, hex)."""
     return secrets.token_hex(32)
+
+
+def new_nonce() -> str:
+    """A search id's random part (64 bits, 16 hex digits), drawn before its answer is made when
+    the answer depends on it (an interleaving seeded from the id: ``serving.compare``)."""
+    return secrets.token_hex(8)
+
+
+def nonce_of(search_id: str) -> str:
+    """The nonce a search id starts with (what ``serving.compare`` seeds an interleaving with)."""
+    return search_id.split(".", 1)[0]
 
 
 def valid_client_id(value: str | None) -> bool:
@@ -88,9 +100,14 @@ class SearchIds:
         digest = hmac.new(self._key, msg, hashlib.sha256).digest()[:_MAC_BYTES]
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
-    def issue(self, offset: int, shown: int) -> str:
-        """A new id for an answer whose hits are at ranks ``offset + 1 .. offset + shown``."""
-        nonce, issued = secrets.token_hex(8), str(int(self.clock()))
+    def issue(self, offset: int, shown: int, nonce: str | None = None) -> str:
+        """A new id for an answer whose hits are at ranks ``offset + 1 .. offset + shown``, with
+        ``nonce`` (`new_nonce`, drawn before the answer was made; None: a new one)."""
+        if nonce is None:
+            nonce = new_nonce()
+        elif not _NONCE.match(nonce):
+            raise ValueError(f"a search id's nonce is 16 hex digits, got {nonce!r}")
+        issued = str(int(self.clock()))
         return f"{nonce}.{issued}.{offset}.{shown}.{self._mac(nonce, issued, str(offset), str(shown))}"
 
     def verify(self, search_id: str) -> tuple[int, int]:
@@ -180,9 +197,17 @@ class EventLog:
         k: int,
         offset: int,
         client_id: str | None,
+        arm: str | None = None,
+        teams: Sequence[str] | None = None,
+        nonce: str | None = None,
+        served_by: tuple[str, str] | None = None,
     ) -> str:
-        """Log one answer shown and return its new search id."""
-        search_id = self.ids.issue(offset, len(hit_ids))
+        """Log one answer shown and return its new search id (with ``nonce`` when given). When two
+        rankers are compared: ``arm`` the arm that answered, ``teams[i]`` the ranker ("A" or "B")
+        that contributed hit i, ``served_by`` the (bundle, version) that answered when not the
+        log's own."""
+        search_id = self.ids.issue(offset, len(hit_ids), nonce)
+        bundle, version = served_by or (self.bundle, self.bundle_version)
         self._append(
             "impressions",
             Impression(
@@ -190,11 +215,13 @@ class EventLog:
                 user_query=query,
                 hit_ids=hit_ids,
                 hit_stages=hit_stages,
-                bundle=self.bundle,
-                bundle_version=self.bundle_version,
+                bundle=bundle,
+                bundle_version=version,
                 k=k,
                 offset=offset,
                 client_id=client_id,
+                arm=arm,
+                hit_teams=teams,
             ),
         )
         return search_id
@@ -220,5 +247,7 @@ __all__ = [
     "SearchIds",
     "UnknownSearch",
     "bundle_identity",
+    "new_nonce",
     "new_secret",
+    "nonce_of",
 ]

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from ..evaluation.online import DEFAULT_SALT
 from ..index.bundle.options import LoadOptions
 from ..params import ParamError, Params, param
 from .exposure import API_KEY_ENV, Exposure, ExposureError, check_key, is_loopback
@@ -33,7 +34,13 @@ class ServeOptions(Params):
     events are logged); ``events_flush_seconds``: how often each worker writes its buffered
     events (what a crash can lose); ``event_secret``: the key search ids are signed with, shared
     by the workers (a secret: kept out of the repr; ``serving.server.serve`` draws one per run
-    when events are on and none is given; see ``serving.events``)."""
+    when events are on and none is given; see ``serving.events``); ``compare``: a second bundle
+    (B) every worker also loads, with the same ``load``, to compare with ``bundle`` (A) on the
+    service's users (needs ``events``: the comparison is read back from the log); ``compare_mode``:
+    ``interleave`` (every search shows a team-draft interleaving of A's and B's rankings) or ``ab``
+    (each user, by client id, is served by A or by B: four buckets, two each);
+    ``compare_salt``: the salt of the ``ab`` buckets (a new salt reshuffles the users; see
+    ``serving.compare``)."""
 
     kind: ClassVar[str] = "serve"
 
@@ -49,6 +56,9 @@ class ServeOptions(Params):
     events: str | None = None
     events_flush_seconds: float = param(5.0, gt=0)
     event_secret: str | None = dataclasses.field(default=None, repr=False)
+    compare: str | None = None
+    compare_mode: Literal["interleave", "ab"] = "interleave"
+    compare_salt: str = DEFAULT_SALT
 
     def _label(self, name: str) -> str:
         return "serve" if name == "load" else "--" + name.replace("_", "-")
@@ -66,6 +76,7 @@ class ServeOptions(Params):
             events = Path(self.events)
             if events.exists() and not events.is_dir():
                 raise ParamError(f"--events {self.events}: not a directory")
+        self._check_compare()
         if self.event_secret is not None and len(self.event_secret) < MIN_SECRET_CHARS:
             raise ParamError(f"the event secret must be at least {MIN_SECRET_CHARS} characters")
         if self.api_key is not None:
@@ -81,6 +92,27 @@ class ServeOptions(Params):
                 )
             if self.api_key is None:
                 raise ParamError(f"--expose needs an API key: set ${API_KEY_ENV} or give --api-key-file")
+
+    def _check_compare(self) -> None:
+        """``--compare``: a bundle directory (the served one too: an A/A check), with an event
+        log; ``--compare-mode`` and ``--compare-salt`` only with it, the salt only in ab mode."""
+        if self.compare is None:
+            if self.compare_mode != "interleave":
+                raise ParamError("--compare-mode needs --compare")
+            if self.compare_salt != DEFAULT_SALT:
+                raise ParamError("--compare-salt needs --compare")
+            return
+        if not self.compare.strip():
+            raise ParamError("--compare needs a bundle directory")
+        if self.events is None:
+            raise ParamError(
+                "--compare needs --events DIR: the comparison is read back from the event log "
+                "(semsearch clicks compare DIR)"
+            )
+        if not self.compare_salt.strip():
+            raise ParamError("--compare-salt must not be empty")
+        if self.compare_salt != DEFAULT_SALT and self.compare_mode != "ab":
+            raise ParamError("--compare-salt assigns users to A/B buckets: it needs --compare-mode ab")
 
     @property
     def exposure(self) -> Exposure:

@@ -8,6 +8,7 @@ ranker."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -31,7 +32,8 @@ from ..text.highlight import Span, query_terms, utf16_spans, word_terms
 from ..text.normalize import Analyzer
 from . import schemas
 from .batching import SearchBatcher
-from .events import CLIENT_HEADER, CLIENT_ID, EventLog, UnknownSearch, valid_client_id
+from .compare import INTERLEAVE_ARM, TEAMS, Comparison, interleave, seed_of
+from .events import CLIENT_HEADER, CLIENT_ID, EventLog, UnknownSearch, bundle_identity, new_nonce, valid_client_id
 from .exposure import Exposure
 from .metrics import Metrics
 
@@ -180,6 +182,7 @@ def add_routes(
     events: EventLog | None = None,
     max_query_chars: int = MAX_QUERY_CHARS,
     max_k: int = MAX_K,
+    compare: Comparison | None = None,
 ) -> None:
     """Add the error handlers and routes of the service for one loaded bundle to ``app``.
 
@@ -193,14 +196,16 @@ def add_routes(
         exposure: the guards, whose refusals (401, 429) the OpenAPI document lists.
         events: the worker's event log (None: off; ``/events`` answers 409).
         max_query_chars: longest query accepted (longer: 413).
-        max_k: largest ``k`` and ``offset + k`` accepted."""
+        max_k: largest ``k`` and ``offset + k`` accepted.
+        compare: a second bundle (B) compared with ``b`` (A) on every search (``serving.compare``;
+            None: ``b`` alone)."""
     page = PAGE.read_text(encoding="utf-8")
     assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
     started = time.time()
 
-    def score_by(merge: str) -> str:
+    def score_by(merge: str, bundle: Bundle = b) -> str:
         """What a hit's ``score`` is: the ranker's when the bundle has one, else the merge's."""
-        return "ranker" if b.ranker is not None else merge
+        return "ranker" if bundle.ranker is not None else merge
 
     guarded = (401,) * (exposure.api_key is not None) + (429,) * (exposure.rate > 0)
     store_errors = (503,) * (b.store == "postgres")  # the PostgreSQL server may be down
@@ -239,7 +244,8 @@ def add_routes(
             )
         return offset
 
-    models = list(b.semantic)
+    # compared bundles: a model named in a search must be one of both (each runs its own default otherwise)
+    models = [m for m in b.semantic if compare is None or m in compare.other.semantic]
     # Bounds the handlers check themselves (to answer with their own statuses and messages) are only
     # documented here (``json_schema_extra``: no FastAPI validation); ``required`` is set in ``contract``.
     q_doc = {"minLength": 1, "maxLength": max_query_chars, "pattern": NON_BLANK}
@@ -316,8 +322,11 @@ def add_routes(
         merge, model = params.get("merge", "union"), params.get("model")
         if merge not in SCORERS:
             raise BadRequest(f"parameter 'merge' must be one of {', '.join(SCORERS)}", 422)
-        if model is not None and model not in b.semantic:
-            raise BadRequest(f"no model {model!r} in this bundle", 422)
+        if model is not None and model not in models:
+            where = "both compared bundles" if compare is not None else "this bundle"
+            raise BadRequest(f"no model {model!r} in {where}", 422)
+        if compare is not None:
+            return await compared(text, kk, start, merge, model, client)
         # one deterministic ranking, cut: the top offset + k, then the page (Bundle.search breaks ties by id)
         result = await batcher.search(text, start + kk, model, merge)
         page_hits = result.hits[start:]
@@ -365,6 +374,88 @@ def add_routes(
                 "next_offset": start + kk if more else None,
                 "hits": hits,
                 "timing_ms": result.timing,
+            }
+        )
+
+    bundles = (b, compare.other) if compare is not None else (b,)
+    identities = [bundle_identity(x.path, x.manifest) for x in bundles]
+    highlighters = (highlighter, compare.highlighter) if compare is not None else (highlighter,)
+    batchers = (batcher, compare.batcher) if compare is not None else (batcher,)
+
+    async def compared(text: str, kk: int, start: int, merge: str, model: str | None, client: str | None) -> Response:
+        """/search comparing A and B (``serving.compare``): their interleaving, or the user's arm's
+        bundle alone; each hit says its team, the answer its arm."""
+        assert compare is not None
+        nonce = new_nonce()  # the search id's random part, drawn first: it seeds the interleaving
+        served_by: tuple[str, str] | None = None
+        if compare.mode == "interleave":
+            results = await asyncio.gather(*(x.search(text, start + kk, model, merge) for x in batchers))
+            found = [{h.doc_id: h for h in r.hits} for r in results]
+            ranked = [[h.doc_id for h in r.hits] for r in results]
+            ids, codes = interleave(ranked[0], ranked[1], start, kk, seed_of(nonce))
+            page_hits = [(t, found[t][d]) for d, t in zip(ids, codes, strict=True)]
+            arm, lead = INTERLEAVE_ARM, results[0]
+            timing = {**lead.timing, **{f"b_{name}": ms for name, ms in results[1].timing.items()}}
+            scores = score_by(merge)  # A's; B's hits carry B's scores
+        else:
+            arm, team = compare.assign(client, nonce)
+            lead = await batchers[team].search(text, start + kk, model, merge)
+            results = [lead, lead]
+            page_hits = [(team, h) for h in lead.hits[start:]]
+            timing, served_by = lead.timing, identities[team]
+            scores = score_by(merge, bundles[team])
+        # the words each shown team searched (its bundle's spelling correction and analyzer)
+        terms = {t: highlighters[t].terms(results[t].query) for t in {t for t, _ in page_hits}}
+        hits = []
+        for i, (t, h) in enumerate(page_hits):
+            corpus = bundles[t].corpus
+            row = corpus.index[h.doc_id]
+            title, body = corpus.titles[row], corpus.texts[row]
+            hits.append(
+                {
+                    "rank": start + i + 1,
+                    "doc_id": h.doc_id,
+                    "title": title,
+                    "text": body,
+                    "source": h.sources.name,
+                    "score": h.score,
+                    "lexical_score": h.lexical,
+                    "semantic_score": h.semantic,
+                    "lexical_rank": h.lexical_rank,
+                    "semantic_rank": h.semantic_rank,
+                    "highlight_field": "title" if title else "text",
+                    "highlights": highlighters[t].spans(terms[t], title or body),
+                    "team": TEAMS[t],
+                }
+            )
+        more = len(page_hits) == kk and start + 2 * kk <= max_k
+        search_id = None
+        if events is not None:
+            search_id = events.impression(
+                text,
+                tuple(str(h.doc_id) for _, h in page_hits),
+                tuple(str(h.sources.name) for _, h in page_hits),
+                k=kk,
+                offset=start,
+                client_id=client,
+                arm=arm,
+                teams=tuple(TEAMS[t] for t, _ in page_hits),
+                nonce=nonce,
+                served_by=served_by,
+            )
+        return _JSON(
+            {
+                "search_id": search_id,
+                "query": text,
+                "corrected_query": lead.query if lead.query != text else None,
+                "k": kk,
+                "offset": start,
+                "merge": merge,
+                "score_by": scores,
+                "next_offset": start + kk if more else None,
+                "hits": hits,
+                "timing_ms": timing,
+                "arm": arm,
             }
         )
 

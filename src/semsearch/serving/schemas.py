@@ -41,6 +41,11 @@ class SearchHit(_Model):
     highlights: list[tuple[int, int]] = Field(
         description="[start, end) spans of matching words in UTF-16 code units (JavaScript string indices)."
     )
+    team: Literal["A", "B"] | None = Field(
+        default=None,
+        description="When the service compares two bundles (serve A --compare B): the one that contributed "
+        "this hit (interleave) or served this user (ab); absent otherwise.",
+    )
 
 
 class SearchResponse(_Model):
@@ -62,7 +67,13 @@ class SearchResponse(_Model):
     timing_ms: dict[str, float] = Field(
         description="Milliseconds per stage (lexical_ms, semantic_ms, merge_ms, total_ms, ...) "
         "of the pass that ran this search; batch: how many distinct searches that "
-        "pass ran together; queue_ms: how long this one waited for it."
+        "pass ran together; queue_ms: how long this one waited for it. When two bundles are "
+        "interleaved, B's stages have the same names prefixed b_."
+    )
+    arm: str | None = Field(
+        default=None,
+        description="When the service compares two bundles: interleave, or the user's A/B bucket "
+        "(control-1, control-2: A; experiment-1, experiment-2: B); absent otherwise.",
     )
 
 
