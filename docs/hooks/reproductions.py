@@ -4,7 +4,8 @@ A page line ``{{ spec_table("NAME") }}`` becomes a table of spec NAME's rows: th
 (the spec's ``paper = {...}``), ours (``docs/reproductions/results.yaml``) and the expected range
 (the spec's ``expect = {...}``), one line a row and metric. ``{{ headline_table() }}`` becomes the
 README's headline table (``python docs/hooks/reproductions.py`` prints it; the docs test checks that
-the README holds exactly that). So a figure is typed once: in the spec (paper, expected range) or in
+the README holds exactly that). ``{{ click_loop_tables() }}`` becomes the tables of the click loop's
+last recorded run (``docs/reproductions/click-loop.json``). So a figure is typed once: in the spec (paper, expected range) or in
 results.yaml (ours).
 """
 
@@ -21,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SPECS = ROOT / "src" / "semsearch" / "experiments" / "specs"
 RESULTS = ROOT / "docs" / "reproductions" / "results.yaml"
 SEED_ROW = re.compile(r"^(.*) \(seed \d+\)$")
-CALL = re.compile(r"\{\{\s*(spec_table|headline_table)\(\s*(?:\"([^\"]+)\")?\s*\)\s*\}\}")
+CALL = re.compile(r"\{\{\s*(spec_table|headline_table|click_loop_tables)\(\s*(?:\"([^\"]+)\")?\s*\)\s*\}\}")
+CLICK_LOOP = ROOT / "docs" / "reproductions" / "click-loop.json"
 
 
 class _Loader(yaml.SafeLoader):
@@ -166,8 +168,20 @@ def headline_table(prefix: str = "docs/") -> str:
     return "\n".join(out)
 
 
+def click_loop_tables() -> str:
+    """The tables ``semsearch clicks loop`` printed, from the results.json it wrote (kept as
+    ``docs/reproductions/click-loop.json``), rendered by the same code."""
+    import json
+
+    from semsearch.experiments.click_loop import tables
+
+    return tables(json.loads(CLICK_LOOP.read_text(encoding="utf-8")))
+
+
 def render(markdown: str, prefix: str = "") -> str:
     def sub(m: re.Match) -> str:
+        if m.group(1) == "click_loop_tables":
+            return click_loop_tables()
         return spec_table(m.group(2)) if m.group(1) == "spec_table" else headline_table(prefix)
 
     return CALL.sub(sub, markdown)
