@@ -430,10 +430,12 @@ def online_comparison(
     seed: int,
     counterfactual: bool = True,
     log_impressions: int = 200_000,
+    exponent: float = 1.0,
 ) -> dict[str, Any]:
     """Simulated online comparison of rankers A and B on ``qrels``' queries (Zipf-like traffic):
     in each of ``runs`` runs, team-draft interleaving (Radlinski et al. 2008) for ``horizon``
-    impressions and an A/B split of the clicked-search rate for ``ab_factor`` times as many, each
+    impressions and an A/B split of the clicked-search rate for ``ab_factor`` times as many (queries
+    drawn Zipf-like with ``exponent``, each run its own popularity order), each
     with the impressions after which p < 0.05 holds to the end of the run
     (``evaluation.online.impressions_to_significance``, rule "sustained"). With ``counterfactual``,
     also the offline estimate of A − B (IPS, self-normalised, clipped; DCG utility) from the log
@@ -457,7 +459,7 @@ def online_comparison(
     inter, ab, wins, clicked_a, clicked_b = [], [], [0, 0, 0], [], []
     for r in range(runs):
         rng = np.random.default_rng([seed, r])
-        stream = QueryStream(len(qids), 1.0, seed + r)
+        stream = QueryStream(len(qids), exponent, seed + r)
         q = stream.sample(horizon, rng)
         ids, teams = team_draft_batch(a[q], b[q], K, rng)
         grades = np.zeros(ids.shape, dtype=np.int8)
