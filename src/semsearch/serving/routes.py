@@ -546,7 +546,10 @@ def add_routes(
             raise BadRequest(str(e), 422) from None
         return {"status": "accepted"}
 
-    @app.get("/health", summary="Liveness and what is loaded", response_model=schemas.Health)
+    # every operation refuses a query parameter it does not declare (422, ``http.KnownParameters``)
+    @app.get(
+        "/health", summary="Liveness and what is loaded", response_model=schemas.Health, responses=schemas.errors(422)
+    )
     def health() -> dict[str, Any]:
         return {
             "status": "ok",
@@ -563,7 +566,8 @@ def add_routes(
         summary="Readiness: 200 once the bundle is loaded and served, 503 otherwise",
         response_model=schemas.Ready,
         responses={
-            503: {"model": schemas.NotReady, "description": "Not serving yet (starting) or any more (shutting down)."}
+            503: {"model": schemas.NotReady, "description": "Not serving yet (starting) or any more (shutting down)."},
+            **schemas.errors(422),
         },
     )
     def readiness() -> JSONResponse:
@@ -577,7 +581,10 @@ def add_routes(
         "/metrics",
         response_class=PlainTextResponse,
         summary="Prometheus metrics (text format)",
-        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **schemas.errors(414, *guarded)},
+        responses={
+            200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+            **schemas.json_errors(414, 422, *guarded),
+        },
     )
     def prometheus() -> PlainTextResponse:
         return PlainTextResponse(metrics.text(), media_type="text/plain; version=0.0.4")
@@ -593,7 +600,7 @@ def add_routes(
         "/",
         response_class=HTMLResponse,
         summary="The search page (HTML)",
-        responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
+        responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}, **schemas.json_errors(422)},
         openapi_extra={"parameters": page_params},
     )
     def home() -> HTMLResponse:
