@@ -81,7 +81,7 @@ def test_every_scorer_of_the_hybrid_is_a_merge(client):
         ("q=", 400),
         ("q=%20%20", 400),
         ("", 400),
-        ("q=" + "a" * 5_000, 413),
+        ("q=" + "a" * 5_000, 422),  # over the schema's maxLength: a validation error
         ("q=" + "a" * 10_000, 414),
         ("q=red%FF%FEcat", 400),
         ("q=red&k=0", 422),
@@ -185,9 +185,8 @@ def test_pages_continue_one_ranking_without_overlap_or_gap(client):
 @pytest.mark.parametrize(
     "query,message",
     [
-        ("q=red&offset=-1", "'offset' must be in [0, 990]"),
-        ("q=red&offset=991", "'offset' must be in [0, 990]"),
-        ("q=red&k=100&offset=901", "'offset' must be in [0, 900] (offset + k at most 1000), got 901"),
+        ("q=red&offset=-1", "'offset' must be in [0, 999]"),
+        ("q=red&offset=1000", "'offset' must be in [0, 999], got 1000"),
         ("q=red&offset=ten", "offset"),
         ("q=red&offset=", "offset"),
         ("q=red&offset=1.5", "offset"),
@@ -258,13 +257,21 @@ def test_highlights_in_utf16_units_and_text_when_no_title(tiny_data, tmp_path):
 
 
 def test_paging_stops_at_the_depth_limit(tiny_data, tmp_path):
-    """offset + k is at most max_k: the last full page before it has no next page."""
+    """offset + k is at most max_k: the last full page before it has no next page, and a page
+    reaching past it is cut there (k in the answer says so), not refused (each parameter is in
+    its documented bounds)."""
     with TestClient(create_app(_corpus_bundle(tmp_path, [], [], []), max_k=10)) as c:
         body = c.get("/search", params={"q": "red", "k": 5, "offset": 5}).json()
         assert len(body["hits"]) == 5 and body["next_offset"] is None
         assert c.get("/search", params={"q": "red", "k": 5}).json()["next_offset"] == 5
-        r = c.get("/search", params={"q": "red", "k": 5, "offset": 6})
-        assert r.status_code == 422 and "'offset' must be in [0, 5]" in r.json()["error"]
+        cut = c.get("/search", params={"q": "red", "k": 5, "offset": 6})
+        assert cut.status_code == 200
+        body = cut.json()
+        assert body["k"] == 4 and len(body["hits"]) == 4 and body["next_offset"] is None
+        assert [h["rank"] for h in body["hits"]] == [7, 8, 9, 10]
+        assert c.get("/search", params={"q": "red", "k": 10, "offset": 9}).json()["k"] == 1
+        r = c.get("/search", params={"q": "red", "k": 5, "offset": 10})
+        assert r.status_code == 422 and "'offset' must be in [0, 9]" in r.json()["error"]
 
 
 def test_highlights_without_a_lexical_model_are_lowercase_equality(make_bundle, tmp_path):
@@ -385,7 +392,7 @@ def test_answers_validate_against_the_documented_models(make_bundle, tmp_path):
         schemas.Ready.model_validate(c.get("/ready").json())
         for url, status in [
             ("/search?q=", 400),
-            ("/search?q=" + "a" * 1001, 413),
+            ("/search?q=" + "a" * 1001, 422),
             ("/search?q=a&k=0", 422),
             ("/explain?q=red&doc_id=nope", 404),
         ]:
@@ -412,9 +419,10 @@ def test_openapi_documents_required_bounded_parameters_and_errors(client):
     assert search["responses"]["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/SearchResponse"
     }
-    assert all(search["responses"][s]["content"]["application/json"]["schema"] == error for s in ("400", "413", "422"))
+    assert all(search["responses"][s]["content"]["application/json"]["schema"] == error for s in ("400", "422"))
     explain = spec["paths"]["/explain"]["get"]
-    assert {"400", "404", "413", "422"} <= explain["responses"].keys()
+    assert {"400", "404", "422"} <= explain["responses"].keys()
+    assert "413" not in search["responses"] and "413" not in explain["responses"]  # a long q is 422
     assert {p["name"] for p in explain["parameters"] if p["required"]} == {"q", "doc_id"}
     top = next(p for p in explain["parameters"] if p["name"] == "top")["schema"]
     assert (top["minimum"], top["maximum"]) == (1, 50)
@@ -426,4 +434,81 @@ def test_method_not_allowed_says_which_are(client):
     r = client.request("TRACE", "/health")
     assert r.status_code == 405 and "GET" in r.headers["allow"] and r.json() == {"error": "Method Not Allowed"}
     assert "GET" in client.post("/search?q=red").headers["allow"]
+    assert client.post("/search?q=red").headers["allow"] == "GET, HEAD"  # HEAD is served wherever GET is
+    assert client.request("HEAD", "/events").headers["allow"] == "POST"
     assert client.get("/nope").status_code == 404 and "allow" not in client.get("/nope").headers
+
+
+# -- HEAD, unknown parameters, /explain's models ------------------------------------------------------
+
+
+def test_head_is_answered_wherever_get_is(client):
+    """RFC 9110: every GET route answers HEAD with the GET's status and headers and no body."""
+    for url in (
+        "/",
+        "/health",
+        "/ready",
+        "/metrics",
+        "/openapi.json",
+        "/docs",
+        "/static/search.js",
+        "/search?q=red+cat",
+        "/explain?q=red&doc_id=nope",
+        "/search?q=",
+    ):
+        get, head = client.get(url), client.head(url)
+        assert head.status_code == get.status_code, url
+        assert head.content == b"", url
+        assert head.headers["content-type"] == get.headers["content-type"], url
+        if not url.startswith(("/health", "/metrics", "/search?q=red")):  # uptime, counters, timings move
+            assert head.headers.get("content-length") == get.headers.get("content-length"), url
+    assert client.head("/nope").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "url,name",
+    [
+        ("/search?q=drill&brand=DEWALT", "brand"),
+        ("/search?q=drill&ofset=10", "ofset"),
+        ("/explain?q=drill&doc_id=d01&k=3", "k"),
+        ("/health?verbose=1", "verbose"),
+        ("/ready?x=", "x"),
+        ("/metrics?name[]=a", "name[]"),
+        ("/?q=red&page=2&utm_source=mail", "utm_source"),
+        ("/static/search.js?v=2", "v"),
+        ("/openapi.json?format=yaml", "format"),
+    ],
+)
+def test_unknown_query_parameters_are_refused_by_name(client, url, name):
+    for r in (client.get(url), client.head(url)):
+        assert r.status_code == 422
+    error = client.get(url).json()["error"]
+    assert error.startswith(f"unknown query parameter {name!r}"), error
+
+
+def test_declared_parameters_are_taken(client):
+    assert client.get("/search?q=red&k=3&offset=1&merge=rrf&model=clsm").status_code == 200
+    assert client.get("/explain?q=red&doc_id=d01&top=3&model=clsm").status_code in (200, 404)
+    assert client.get("/?q=red&k=10&page=2&merge=union").status_code == 200  # the page's own state
+    assert client.post("/events?x=1", json={}).status_code == 422  # POST /events declares no query either
+    assert client.post("/search?brand=x").status_code == 405  # an undeclared method stays 405
+
+
+def test_explain_takes_exactly_the_models_its_schema_offers(make_bundle, tmp_path, monkeypatch):
+    """/explain's ``model`` enum and the models the handler takes are one list: the bundle's
+    DSSM/CLSM models; a bundle with none does not declare ``model`` on /explain (and refuses it)."""
+    from semsearch.index.bundle import Bundle
+
+    with TestClient(create_app(make_bundle(tmp_path / "b"))) as c:
+        spec = c.get("/openapi.json").json()
+        model = next(p for p in spec["paths"]["/explain"]["get"]["parameters"] if p["name"] == "model")
+        assert model["schema"]["enum"] == ["clsm"]
+        assert c.get("/explain", params={"q": "red", "doc_id": "d01", "model": "clsm"}).status_code in (200, 404)
+        r = c.get("/explain", params={"q": "red", "doc_id": "d01", "model": "bm25"})
+        assert r.status_code == 422 and "explainable: clsm" in r.json()["error"]
+    monkeypatch.setattr(Bundle, "explainable_models", lambda self: [])
+    with TestClient(create_app(make_bundle(tmp_path / "c"))) as c:
+        spec = c.get("/openapi.json").json()
+        assert "model" not in {p["name"] for p in spec["paths"]["/explain"]["get"]["parameters"]}
+        r = c.get("/explain", params={"q": "red", "doc_id": "d01", "model": "clsm"})
+        assert r.status_code == 422 and "'model'" in r.json()["error"]

@@ -30,6 +30,7 @@ from .batching import SearchBatcher
 from .compare import Comparison, check_same_documents
 from .events import EventLog, bundle_identity, new_secret
 from .exposure import MAX_BODY, Exposure, Guard
+from .http import HeadAsGet, KnownParameters, declared_parameters
 from .metrics import MULTIPROC_ENV, Metrics, _Measure
 from .options import ServeOptions
 from .routes import MAX_K, MAX_QUERY_CHARS, Highlighter, add_routes
@@ -60,8 +61,8 @@ def create_app(
     Args:
         bundle: a bundle directory (loaded and verified now) or a loaded ``Bundle``.
         load: how a directory is loaded (None: ``LoadOptions()``).
-        max_query_chars: longest query accepted (longer: 413).
-        max_k: largest ``k`` and ``offset + k`` accepted.
+        max_query_chars: longest query accepted (longer: 422).
+        max_k: largest ``k`` accepted and the depth pages are cut from (``routes.add_routes``).
         exposure: the API key and rate limit (None: none, for loopback).
         events: the event-log directory (None: off; ``/events`` answers 409).
         events_flush_seconds: how often the log's buffered records are written.
@@ -147,9 +148,16 @@ def create_app(
 
     # the guard runs inside the measuring middleware, so refusals (401, 413, 414, 429) are counted too
     # a chunked body (no Content-Length for the guard to check) is cut off at MAX_BODY as it is read
+    # innermost: a query parameter the operation does not declare is refused by name (after the guards)
+    app.add_middleware(
+        KnownParameters,
+        declared=lambda: declared_parameters(app.openapi()),
+        closed=("/static/", DOCS_STATIC + "/", "/openapi.json"),
+    )
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=MAX_BODY)
     app.add_middleware(Guard, exposure=exposure)
     app.add_middleware(_Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]  # BaseRoute.path
+    app.add_middleware(HeadAsGet)  # outermost: HEAD answered wherever GET is, every answer without its body
     add_routes(
         app,
         b,

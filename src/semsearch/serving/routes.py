@@ -165,8 +165,8 @@ def _text(params: dict[str, str], name: str, limit: int) -> str:
     q = params.get(name, "")
     if not q.strip():
         raise BadRequest(f"parameter {name!r} is missing or empty")
-    if len(q) > limit:
-        raise BadRequest(f"parameter {name!r} is {len(q)} characters long; the limit is {limit}", 413)
+    if len(q) > limit:  # the schema's maxLength: a validation error like the others (422)
+        raise BadRequest(f"parameter {name!r} is {len(q)} characters long; the limit is {limit}", 422)
     return q
 
 
@@ -195,8 +195,9 @@ def add_routes(
         ready: set while the bundle is served (``/ready`` answers 200).
         exposure: the guards, whose refusals (401, 429) the OpenAPI document lists.
         events: the worker's event log (None: off; ``/events`` answers 409).
-        max_query_chars: longest query accepted (longer: 413).
-        max_k: largest ``k`` and ``offset + k`` accepted.
+        max_query_chars: longest query accepted (longer: 422).
+        max_k: largest ``k`` accepted, and the depth pages are cut from: ``offset`` below it, and
+            ``k`` cut to ``max_k - offset`` (the answer's ``k`` says so).
         compare: a second bundle (B) compared with ``b`` (A) on every search (``serving.compare``;
             None: ``b`` alone)."""
     page = PAGE.read_text(encoding="utf-8")
@@ -227,8 +228,13 @@ def add_routes(
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        # keep the exception's headers: the router's 405 carries ``Allow`` (RFC 9110 requires it)
-        return JSONResponse({"error": str(e.detail)}, status_code=e.status_code, headers=e.headers)
+        # keep the exception's headers: the router's 405 carries ``Allow`` (RFC 9110 requires it),
+        # which names HEAD beside GET (``http.HeadAsGet`` answers it)
+        headers = dict(e.headers or {})
+        allow = [m.strip() for m in headers.get("Allow", "").split(",") if m.strip()]
+        if "GET" in allow and "HEAD" not in allow:
+            headers["Allow"] = ", ".join([*allow, "HEAD"])
+        return JSONResponse({"error": str(e.detail)}, status_code=e.status_code, headers=headers or None)
 
     def _k(params: dict[str, str]) -> int:
         k = _integer(params, "k", 10)
@@ -236,25 +242,25 @@ def add_routes(
             raise BadRequest(f"parameter 'k' must be in [1, {max_k}], got {k}", 422)
         return k
 
-    def _offset(params: dict[str, str], k: int) -> int:
+    def _offset(params: dict[str, str]) -> int:
         offset = _integer(params, "offset", 0)
-        if not 0 <= offset <= max_k - k:
-            raise BadRequest(
-                f"parameter 'offset' must be in [0, {max_k - k}] (offset + k at most {max_k}), got {offset}", 422
-            )
+        if not 0 <= offset < max_k:
+            raise BadRequest(f"parameter 'offset' must be in [0, {max_k - 1}], got {offset}", 422)
         return offset
 
     # compared bundles: a model named in a search must be one of both (each runs its own default otherwise)
     models = [m for m in b.semantic if compare is None or m in compare.other.semantic]
+    # /explain's models: the bundle's (A's, when compared) DSSM/CLSM ones; its schema's enum and its
+    # check are this list (without any, ``model`` is not a parameter of /explain)
+    explainable = b.explainable_models()
     # Bounds the handlers check themselves (to answer with their own statuses and messages) are only
     # documented here (``json_schema_extra``: no FastAPI validation); ``required`` is set in ``contract``.
     q_doc = {"minLength": 1, "maxLength": max_query_chars, "pattern": NON_BLANK}
 
-    def model_doc(schema: dict[str, Any]) -> None:
-        """``model``: one of the bundle's model names (a string, not ``anyOf`` string or null)."""
-        if models:
-            schema.pop("anyOf", None)
-            schema.update(type="string", enum=models)
+    def explain_model_doc(schema: dict[str, Any]) -> None:
+        """/explain's ``model``: one of the explainable models (a string, not ``anyOf`` string or null)."""
+        schema.pop("anyOf", None)
+        schema.update(type="string", enum=explainable)
 
     model_schema: dict[str, Any] = (
         {"type": "string", "enum": models} if models else {"anyOf": [{"type": "string"}, {"type": "null"}]}
@@ -262,16 +268,19 @@ def add_routes(
     search_params = [
         _query_param(
             "q",
-            f"Query text, not blank, at most {max_query_chars} characters (blank or missing: 400; longer: 413).",
+            f"Query text, not blank, at most {max_query_chars} characters (blank or missing: 400; longer: 422).",
             {"type": "string", **q_doc},
             required=True,
         ),
         _query_param(
-            "k", f"Number of hits, 1 to {max_k}.", {"type": "integer", "minimum": 1, "maximum": max_k, "default": 10}
+            "k",
+            f"Number of hits, 1 to {max_k}; cut to {max_k} - offset (the depth limit: hits past rank {max_k} "
+            "are never served; the answer's k says how many were asked for after the cut).",
+            {"type": "integer", "minimum": 1, "maximum": max_k, "default": 10},
         ),
         _query_param(
             "offset",
-            f"0-based rank of the first hit (paging); offset + k at most {max_k} (else 422).",
+            f"0-based rank of the first hit (paging), below {max_k}; k is cut so that offset + k <= {max_k}.",
             {"type": "integer", "minimum": 0, "maximum": max_k - 1, "default": 0},
         ),
         _query_param(
@@ -301,7 +310,8 @@ def add_routes(
         ``rank`` is the absolute 1-based rank. ``highlights``: ``[start, end)`` spans, in UTF-16
         code units (JavaScript string indices), of the words of ``highlight_field`` (``title``, or
         ``text`` when the title is empty) whose normalised form is a query term under the bundle's
-        lexical analyzer. ``next_offset``: the next page's offset, null when this page is the
+        lexical analyzer. ``k`` is cut to ``max_k - offset`` (no hit past the depth limit is served;
+        the answer says the ``k`` searched). ``next_offset``: the next page's offset, null when this page is the
         last (fewer than k hits, or past the depth limit).
 
         Pages are cut from ``Bundle.search(q, offset + k)`` (ties broken by doc id), so they
@@ -314,8 +324,8 @@ def add_routes(
         pass (``SearchBatcher``), whose stage times ``timing_ms`` gives, with ``batch`` (how many
         distinct searches the pass ran) and ``queue_ms`` (how long this one waited for it)."""
         params = _strict_query(request)
-        text, kk = _text(params, "q", max_query_chars), _k(params)
-        start = _offset(params, kk)
+        text, start = _text(params, "q", max_query_chars), _offset(params)
+        kk = min(_k(params), max_k - start)  # the depth limit: a page ends at rank max_k
         client = request.headers.get(CLIENT_HEADER)
         if not valid_client_id(client):
             raise BadRequest(f"header {CLIENT_HEADER} must be 1-64 letters, digits, '-' or '_'", 422)
@@ -466,7 +476,7 @@ def add_routes(
         summary="Lexical ∪ semantic search",
         response_class=_JSON,
         response_model=schemas.SearchResponse,
-        responses=schemas.errors(400, 413, 414, 422, *guarded, *store_errors),
+        responses=schemas.errors(400, 414, 422, *guarded, *store_errors),
         openapi_extra={"parameters": search_params},
         route_class_override=_Direct,
     )
@@ -476,7 +486,7 @@ def add_routes(
         summary="Why the ranker scores a document so, or why the neural model matches it",
         response_class=_JSON,
         response_model=schemas.RankerExplanation | schemas.NeuralExplanation,
-        responses=schemas.errors(400, 404, 413, 414, 422, *guarded, *store_errors),
+        responses=schemas.errors(400, 404, 414, 422, *guarded, *store_errors),
     )
     def explain_pair(
         request: Request,
@@ -487,8 +497,10 @@ def add_routes(
         top: int = Query(5, ge=1, le=50, description="Number of contributions or neurons."),
         model: str | None = Query(
             None,
-            description="Explain this neural model of the bundle (DSSM/CLSM) rather than the ranker.",
-            json_schema_extra=model_doc,
+            description="Explain this neural model of the bundle (one of its DSSM/CLSM models) rather than the "
+            "ranker (default: the ranker, or without one the first such model).",
+            json_schema_extra=explain_model_doc,
+            include_in_schema=bool(explainable),
         ),
     ) -> Response:
         """With a ranker (and no ``model``): the ranker's score, bias and its ``top`` feature
@@ -497,10 +509,14 @@ def add_routes(
         words, neurons shared by both sides; any encoder: per-word contributions to the cosine."""
         params = _strict_query(request)
         text = _text(params, "q", max_query_chars)
+        if model is not None and model not in explainable:  # the schema's enum (undeclared without any)
+            raise BadRequest(
+                f"no model {model!r} to explain in this bundle (explainable: {', '.join(explainable) or 'none'})", 422
+            )
         try:
             if b.ranker is not None and model is None:
                 return _JSON({**b.explain_rank(text, doc_id, top=top), "explained_by": "ranker"})
-            return _JSON(b.explain(text, doc_id, model=model, top=top))
+            return _JSON(b.explain(text, doc_id, model=model or next(iter(explainable), None), top=top))
         except KeyError as e:
             raise BadRequest(str(e.args[0]) if e.args else f"no document {doc_id!r}", 404) from None
         except ValueError as e:
@@ -530,7 +546,10 @@ def add_routes(
             raise BadRequest(str(e), 422) from None
         return {"status": "accepted"}
 
-    @app.get("/health", summary="Liveness and what is loaded", response_model=schemas.Health)
+    # every operation refuses a query parameter it does not declare (422, ``http.KnownParameters``)
+    @app.get(
+        "/health", summary="Liveness and what is loaded", response_model=schemas.Health, responses=schemas.errors(422)
+    )
     def health() -> dict[str, Any]:
         return {
             "status": "ok",
@@ -547,7 +566,8 @@ def add_routes(
         summary="Readiness: 200 once the bundle is loaded and served, 503 otherwise",
         response_model=schemas.Ready,
         responses={
-            503: {"model": schemas.NotReady, "description": "Not serving yet (starting) or any more (shutting down)."}
+            503: {"model": schemas.NotReady, "description": "Not serving yet (starting) or any more (shutting down)."},
+            **schemas.errors(422),
         },
     )
     def readiness() -> JSONResponse:
@@ -561,16 +581,27 @@ def add_routes(
         "/metrics",
         response_class=PlainTextResponse,
         summary="Prometheus metrics (text format)",
-        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **schemas.errors(414, *guarded)},
+        responses={
+            200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+            **schemas.json_errors(414, 422, *guarded),
+        },
     )
     def prometheus() -> PlainTextResponse:
         return PlainTextResponse(metrics.text(), media_type="text/plain; version=0.0.4")
+
+    # the page's own address holds its state (search.js: stateFromUrl), read by its script, not by
+    # the server; any value is taken (a bad one falls back to the default)
+    page_params = [
+        _query_param(name, f"The page's {what} (read by the page's script; any value).", {"type": "string"})
+        for name, what in (("q", "query"), ("k", "hits per page"), ("page", "page number"), ("merge", "merge"))
+    ]
 
     @app.get(
         "/",
         response_class=HTMLResponse,
         summary="The search page (HTML)",
-        responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
+        responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}, **schemas.json_errors(422)},
+        openapi_extra={"parameters": page_params},
     )
     def home() -> HTMLResponse:
         return HTMLResponse(page, headers=PAGE_HEADERS)

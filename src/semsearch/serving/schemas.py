@@ -185,12 +185,25 @@ def errors(*statuses: int) -> dict[int | str, dict[str, object]]:
         404: "No such document or file, or (POST /events) no such search id: forged, expired or before a restart.",
         405: "Method not allowed (with an Allow header).",
         409: "The service logs no events (started without --events).",
-        413: "Query text longer than the limit, or a request body over 64 KiB.",
+        413: "A request body over 64 KiB.",
         414: "URL longer than 8,192 bytes.",
-        422: "Parameter or body field out of range or of the wrong type (POST /events: a position not on the page).",
+        422: (
+            "Parameter or body field out of range, too long or of the wrong type, or a query parameter the "
+            "endpoint does not declare (POST /events: a position not on the page)."
+        ),
         429: "Over the per-client rate limit (with a Retry-After header).",
         503: (
             "The vector store's PostgreSQL server is unreachable (with Retry-After; the service reconnects by itself)."
         ),
     }
     return {s: {"model": ErrorBody, "description": what[s]} for s in statuses}
+
+
+def json_errors(*statuses: int) -> dict[int | str, dict[str, object]]:
+    """``errors`` for a route whose own answers are not JSON (the page, ``/metrics``): the error
+    body documented as ``application/json``, which it is, not under the route's media type."""
+    ref = {"schema": {"$ref": "#/components/schemas/ErrorBody"}}
+    return {
+        s: {"description": entry["description"], "content": {"application/json": ref}}
+        for s, entry in errors(*statuses).items()
+    }

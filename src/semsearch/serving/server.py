@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import http.client
+import ipaddress
+import json
 import os
 import shutil
 import socket
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
     from .options import ServeOptions
 
 GRACEFUL_SHUTDOWN_S = 5
+READY_POLL_S = 0.05
+"""How often ``announce_when_ready`` asks the starting service whether it is ready."""
 
 
 def listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
@@ -119,9 +125,60 @@ def run(app: Any, sock: socket.socket, *, workers: int = 1, loop: str = "asyncio
         sock.close()
 
 
+def _probe_host(host: str) -> str:
+    """The address a client on this machine reaches a server listening on ``host`` at (the
+    wildcard addresses: loopback)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    return ("::1" if ip.version == 6 else "127.0.0.1") if ip.is_unspecified else host
+
+
+def _ask(host: str, port: int, path: str) -> tuple[int, dict[str, object]]:
+    """One GET on a new connection: (status, JSON body); (0, {}) when nothing answers yet."""
+    conn = http.client.HTTPConnection(host, port, timeout=5)
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        return r.status, json.loads(r.read() or b"{}")
+    except (OSError, ValueError, http.client.HTTPException):
+        return 0, {}
+    finally:
+        conn.close()
+
+
+def announce_when_ready(
+    host: str, port: int, workers: int, announce: Callable[[], None], stop: threading.Event
+) -> threading.Thread:
+    """Call ``announce`` (once) when the service on ``host:port`` is ready in each of its
+    ``workers`` processes: ``/ready`` answers 200 and ``/health`` has named ``workers`` distinct
+    pids (each request is a new connection, which the kernel hands to one of the workers'
+    ``SO_REUSEPORT`` sockets by a hash of its addresses, so every listening worker is reached in a
+    few tries). A thread polling until then, or until ``stop`` is set (the server stopped)."""
+
+    def poll() -> None:
+        target = _probe_host(host)
+        pids: set[object] = set()
+        while not stop.wait(READY_POLL_S):
+            status, body = _ask(target, port, "/health")
+            if status == 200:
+                pids.add(body.get("pid"))
+            if len(pids) >= workers and _ask(target, port, "/ready")[0] == 200:
+                if not stop.is_set():
+                    announce()
+                return
+
+    thread = threading.Thread(target=poll, name="semsearch-announce", daemon=True)
+    thread.start()
+    return thread
+
+
 def serve(options: ServeOptions, announce: Callable[[], None] | None = None) -> None:
     """Serve ``options.bundle`` until interrupted: the bundle is loaded and verified first, then the
-    port is bound (a busy port fails here, naming it), then ``announce`` is called. With several
+    port is bound (a busy port fails here, naming it); ``announce`` is called once the service
+    answers ``/ready`` with 200 in every worker (``announce_when_ready``), so that an address
+    announced is one that serves. With several
     workers each process loads its own copy from the same ``ServeOptions``, which uvicorn's
     supervisor hands it when it spawns it (pickled through the process's start-up pipe: no
     environment variable, file or command line carries the options, the API key or the event
@@ -141,12 +198,25 @@ def serve(options: ServeOptions, announce: Callable[[], None] | None = None) -> 
         options = dataclasses.replace(options, event_secret=new_secret())
     app = app_from_options(options)
     sock = (listen if options.workers == 1 else reserve)(options.host, options.port)
+    single = app if options.workers == 1 else None  # several workers: each loads its own, not this one
+    del app
+    stop = threading.Event()
     if announce is not None:
-        announce()
-    if options.workers == 1:
+        host, port = sock.getsockname()[:2]  # the port bound (--port 0: the one the system chose)
+        announce_when_ready(options.host, port, options.workers, announce, stop)
+    try:
+        _serve(options, single, sock)
+    finally:
+        stop.set()
+
+
+def _serve(options: ServeOptions, app: Any, sock: socket.socket) -> None:
+    """``serve``'s serving part: ``app`` in this process, or (``app`` None) ``options.workers`` processes."""
+    from .app import app_from_options
+
+    if app is not None:
         run(app, sock, loop=options.loop)
         return
-    del app
     # /metrics of any worker adds up all workers: prometheus_client's multiprocess mode, in a
     # fresh directory (old numbers never leak in) removed at exit
     os.environ[MULTIPROC_ENV] = metrics_dir = tempfile.mkdtemp(prefix="semsearch-metrics-")

@@ -292,6 +292,12 @@ class Bundle:
         i = self.corpus.index[doc_id]
         return join_fields(self.corpus.titles[i], self.corpus.texts[i], self.manifest.get("fields", "title+text"))
 
+    def explainable_models(self) -> list[str]:
+        """The models ``explain`` takes: the bundle's DSSM/CLSM ones, in the bundle's order."""
+        from ...models.neural import NeuralEncoder
+
+        return [name for name, retriever in self.semantic.items() if isinstance(retriever.encoder, NeuralEncoder)]
+
     def explain(self, query: str, doc_id: str, *, model: str | None = None, top: int = 5) -> dict[str, Any]:
         """``models.explain`` for a query and a bundle document with a DSSM/CLSM model of the bundle."""
         from ...models.explain import explain
