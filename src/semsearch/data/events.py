@@ -79,7 +79,8 @@ EVENT_SCHEMA = pa.schema(
 )
 SCHEMAS: dict[str, pa.Schema] = {"impressions": IMPRESSION_SCHEMA, "events": EVENT_SCHEMA}
 CONVERT_ROWS = 256
-"""Records the writer's thread turns into a table at a time, giving up the GIL in between."""
+"""Rows the writer's thread turns into a table at a time, giving up the GIL in between."""
+_STAGES_OR_NONE = frozenset((*STAGES, None))
 
 
 def _now() -> datetime:
@@ -107,14 +108,42 @@ class Impression:
     timestamp: datetime = field(default_factory=_now)
 
     def __post_init__(self) -> None:
-        if self.offset < 0 or self.k < 0:
-            raise ValueError(f"offset and k must be >= 0, got offset={self.offset}, k={self.k}")
-        if self.hit_stages is not None:
-            if len(self.hit_stages) != len(self.hit_ids):
-                raise ValueError(f"{len(self.hit_stages)} hit_stages for {len(self.hit_ids)} hit_ids")
-            bad = [x for x in self.hit_stages if x is not None and x not in STAGES]
-            if bad:
-                raise ValueError(f"hit_stages are {', '.join(STAGES)} or None, got {bad[0]!r}")
+        _check_impression(self.hit_ids, self.hit_stages, self.k, self.offset)
+
+
+def _check_impression(hit_ids: Sequence[str], hit_stages: Sequence[str | None] | None, k: int, offset: int) -> None:
+    if offset < 0 or k < 0:
+        raise ValueError(f"offset and k must be >= 0, got offset={offset}, k={k}")
+    if hit_stages is not None:
+        if len(hit_stages) != len(hit_ids):
+            raise ValueError(f"{len(hit_stages)} hit_stages for {len(hit_ids)} hit_ids")
+        if not _STAGES_OR_NONE.issuperset(hit_stages):
+            bad = [x for x in hit_stages if x not in _STAGES_OR_NONE]
+            raise ValueError(f"hit_stages are {', '.join(STAGES)} or None, got {bad[0]!r}")
+
+
+def impression_row(
+    query_id: str,
+    user_query: str,
+    hit_ids: Sequence[str],
+    hit_stages: Sequence[str | None] | None = None,
+    *,
+    bundle: str = "",
+    bundle_version: str = "",
+    k: int = 10,
+    offset: int = 0,
+    client_id: str | None = None,
+    arm: str | None = None,
+    timestamp: datetime | int | None = None,
+) -> tuple[Any, ...]:
+    """One impression as a row for `EventLogWriter.append_row`: the values of `IMPRESSION_SCHEMA`'s
+    columns in its order, checked as `Impression` checks them; ``timestamp`` a datetime or Unix
+    milliseconds (None: now). The cheap form of an `Impression` for a hot path (a served search):
+    a tuple of strings and numbers, which the cyclic garbage collector stops tracking, and no
+    datetime made per row."""
+    _check_impression(hit_ids, hit_stages, k, offset)
+    ts = time.time_ns() // 1_000_000 if timestamp is None else timestamp
+    return (query_id, ts, user_query, client_id, bundle, bundle_version, arm, k, offset, hit_ids, hit_stages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +161,39 @@ class Event:
     def __post_init__(self) -> None:
         if self.position < 1:
             raise ValueError(f"position is 1-based, got {self.position}")
+
+
+def event_row(
+    query_id: str,
+    object_id: str,
+    position: int,
+    *,
+    action_name: str = "click",
+    client_id: str | None = None,
+    timestamp: datetime | int | None = None,
+) -> tuple[Any, ...]:
+    """One event as a row for `EventLogWriter.append_row` (`EVENT_SCHEMA`'s columns in order),
+    checked as `Event` checks it; ``timestamp`` a datetime or Unix milliseconds (None: now)."""
+    if position < 1:
+        raise ValueError(f"position is 1-based, got {position}")
+    ts = time.time_ns() // 1_000_000 if timestamp is None else timestamp
+    return (query_id, ts, client_id, action_name, object_id, position)
+
+
+def record_row(record: Impression | Event) -> tuple[Any, ...]:
+    """A record as a row of its kind's columns, in the schema's order (the records' fields are
+    named as the schema's columns)."""
+    schema = IMPRESSION_SCHEMA if isinstance(record, Impression) else EVENT_SCHEMA
+    return tuple(getattr(record, name) for name in schema.names)
+
+
+def rows_table(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
+    """Rows (tuples of ``schema``'s columns in order) as one table of ``schema``, converted column
+    by column (sequences such as ``hit_ids`` become lists; a timestamp is a datetime or Unix ms)."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    if len(columns) != len(schema):
+        raise ValueError(f"rows of {len(columns)} values for the {len(schema)} columns {', '.join(schema.names)}")
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
 
 
 def records_table(rows: Sequence[Impression] | Sequence[Event], schema: pa.Schema) -> pa.Table:
@@ -225,7 +287,7 @@ class EventLogWriter:
             raise ValueError(f"max_pending_rows ({self.max_pending_rows}) must be >= flush_rows ({flush_rows})")
         for kind in KINDS:
             (self.directory / kind).mkdir(parents=True, exist_ok=True)
-        # per kind, in the order appended: tables, and runs of single records (lists)
+        # per kind, in the order appended: tables, and runs of single rows (lists of tuples)
         self._items: dict[Kind, list[pa.Table | list[Any]]] = {k: [] for k in KINDS}
         self._rows: dict[Kind, int] = {k: 0 for k in KINDS}
         self._oldest: dict[Kind, float | None] = {k: None for k in KINDS}
@@ -251,7 +313,12 @@ class EventLogWriter:
         if not isinstance(record, Impression | Event):
             raise TypeError(f"append takes an Impression or an Event, got {type(record).__name__}")
         kind: Kind = "impressions" if isinstance(record, Impression) else "events"
-        return self._add(kind, record, 1, block)
+        return self._add(kind, record_row(record), 1, block)
+
+    def append_row(self, kind: Kind, row: tuple[Any, ...], *, block: bool = True) -> bool:
+        """Buffer one row of ``kind`` made by `impression_row` or `event_row` (checked there):
+        `append` without a record object, for a hot path. Returns as `append` does."""
+        return self._add(kind, row, 1, block)
 
     def append_table(self, table: pa.Table) -> None:
         """Buffer a table with `IMPRESSION_SCHEMA`'s or `EVENT_SCHEMA`'s columns (cast to it)."""
@@ -327,10 +394,10 @@ class EventLogWriter:
 
     @staticmethod
     def _tables(kind: Kind, items: list[pa.Table | list[Any]]) -> list[pa.Table]:
-        """The buffered items as tables, records converted ``CONVERT_ROWS`` at a time with the GIL
-        given up between batches: converting Python objects holds it (one Arrow call for
-        thousands of records held it for tens of ms), and the threads that append (a service's
-        event loop) should not wait behind the log."""
+        """The buffered items as tables, rows converted ``CONVERT_ROWS`` at a time, column by
+        column, with the GIL given up between batches: converting Python objects holds it (one
+        Arrow call for thousands of records held it for tens of ms), and the threads that append
+        (a service's event loop) should not wait behind the log."""
         schema = SCHEMAS[kind]
         parts: list[pa.Table] = []
         for x in items:
@@ -338,7 +405,7 @@ class EventLogWriter:
                 parts.append(x)
                 continue
             for i in range(0, len(x), CONVERT_ROWS):
-                parts.append(records_table(x[i : i + CONVERT_ROWS], schema))
+                parts.append(rows_table(x[i : i + CONVERT_ROWS], schema))
                 time.sleep(0)  # the GIL to any thread waiting for it
         return parts
 
