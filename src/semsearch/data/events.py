@@ -36,13 +36,15 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from .errors import DataFormatError
@@ -78,8 +80,15 @@ EVENT_SCHEMA = pa.schema(
     ]
 )
 SCHEMAS: dict[str, pa.Schema] = {"impressions": IMPRESSION_SCHEMA, "events": EVENT_SCHEMA}
-CONVERT_ROWS = 256
-"""Rows the writer's thread turns into a table at a time, giving up the GIL in between."""
+CONVERT_ROWS = 4096
+"""Buffered rows (JSON lines) the writer's thread parses into a table in one call."""
+_JSON_SCHEMAS = {  # what Arrow's JSON reader parses a kind's rows as: the timestamp as Unix ms, cast after
+    kind: pa.schema([pa.field(f.name, pa.int64()) if f.name == "timestamp" else f for f in schema])
+    for kind, schema in SCHEMAS.items()
+}
+_NAMES = {kind: tuple(schema.names) for kind, schema in SCHEMAS.items()}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
 _STAGES_OR_NONE = frozenset((*STAGES, None))
 
 
@@ -187,13 +196,38 @@ def record_row(record: Impression | Event) -> tuple[Any, ...]:
     return tuple(getattr(record, name) for name in schema.names)
 
 
-def rows_table(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
-    """Rows (tuples of ``schema``'s columns in order) as one table of ``schema``, converted column
-    by column (sequences such as ``hit_ids`` become lists; a timestamp is a datetime or Unix ms)."""
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
-    if len(columns) != len(schema):
-        raise ValueError(f"rows of {len(columns)} values for the {len(schema)} columns {', '.join(schema.names)}")
-    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
+def _json_value(x: Any) -> Any:
+    """orjson's fallback for a row's values: a datetime as Unix ms (a naive one taken as UTC, as
+    Arrow takes it), an array or other sequence as a list."""
+    if isinstance(x, datetime):
+        return ((x if x.tzinfo is not None else x.replace(tzinfo=UTC)) - _EPOCH) // _MS
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    if isinstance(x, Sequence) and not isinstance(x, str | bytes):
+        return list(x)
+    raise TypeError(f"an event-log value cannot be {type(x).__name__}")
+
+
+def _json_line(names: Sequence[str], row: tuple[Any, ...]) -> bytes:
+    """A row as one JSON object (a line for Arrow's JSON reader), its timestamp as Unix ms."""
+    if len(row) != len(names):
+        raise ValueError(f"a row of {len(row)} values for the {len(names)} columns {', '.join(names)}")
+    ts = row[1]  # the timestamp: the second column of both kinds
+    if isinstance(ts, datetime):
+        row = (row[0], _json_value(ts), *row[2:])
+    return orjson.dumps(dict(zip(names, row, strict=True)), default=_json_value)
+
+
+def json_table(lines: Sequence[bytes], schema: pa.Schema) -> pa.Table:
+    """JSON lines of one kind's rows (`_json_line`) as one table of ``schema``, parsed by Arrow's
+    JSON reader, which gives up the GIL while it parses."""
+    kind = next(k for k, s in SCHEMAS.items() if s is schema)
+    table = pj.read_json(
+        pa.BufferReader(b"\n".join(lines)),
+        read_options=pj.ReadOptions(use_threads=False, block_size=1 << 22),
+        parse_options=pj.ParseOptions(explicit_schema=_JSON_SCHEMAS[kind], unexpected_field_behavior="error"),
+    )
+    return table.select(schema.names).cast(schema)
 
 
 def records_table(rows: Sequence[Impression] | Sequence[Event], schema: pa.Schema) -> pa.Table:
@@ -287,7 +321,8 @@ class EventLogWriter:
             raise ValueError(f"max_pending_rows ({self.max_pending_rows}) must be >= flush_rows ({flush_rows})")
         for kind in KINDS:
             (self.directory / kind).mkdir(parents=True, exist_ok=True)
-        # per kind, in the order appended: tables, and runs of single rows (lists of tuples)
+        # per kind, in the order appended: tables, and runs of single rows (lists of JSON lines:
+        # bytes, which the cyclic GC does not track and Arrow parses without the GIL)
         self._items: dict[Kind, list[pa.Table | list[Any]]] = {k: [] for k in KINDS}
         self._rows: dict[Kind, int] = {k: 0 for k in KINDS}
         self._oldest: dict[Kind, float | None] = {k: None for k in KINDS}
@@ -313,12 +348,15 @@ class EventLogWriter:
         if not isinstance(record, Impression | Event):
             raise TypeError(f"append takes an Impression or an Event, got {type(record).__name__}")
         kind: Kind = "impressions" if isinstance(record, Impression) else "events"
-        return self._add(kind, record_row(record), 1, block)
+        return self.append_row(kind, record_row(record), block=block)
 
     def append_row(self, kind: Kind, row: tuple[Any, ...], *, block: bool = True) -> bool:
         """Buffer one row of ``kind`` made by `impression_row` or `event_row` (checked there):
-        `append` without a record object, for a hot path. Returns as `append` does."""
-        return self._add(kind, row, 1, block)
+        `append` without a record object, for a hot path. Returns as `append` does. The row is
+        buffered as one JSON line (orjson, about a microsecond), which the writer's thread parses
+        with Arrow's JSON reader: turning Python objects into Arrow columns there held the GIL, and
+        the appending thread (a service's event loop) waited behind it."""
+        return self._add(kind, _json_line(_NAMES[kind], row), 1, block)
 
     def append_table(self, table: pa.Table) -> None:
         """Buffer a table with `IMPRESSION_SCHEMA`'s or `EVENT_SCHEMA`'s columns (cast to it)."""
@@ -394,10 +432,9 @@ class EventLogWriter:
 
     @staticmethod
     def _tables(kind: Kind, items: list[pa.Table | list[Any]]) -> list[pa.Table]:
-        """The buffered items as tables, rows converted ``CONVERT_ROWS`` at a time, column by
-        column, with the GIL given up between batches: converting Python objects holds it (one
-        Arrow call for thousands of records held it for tens of ms), and the threads that append
-        (a service's event loop) should not wait behind the log."""
+        """The buffered items as tables, JSON lines parsed ``CONVERT_ROWS`` at a time by Arrow's
+        JSON reader, which gives up the GIL while it parses: the threads that append (a service's
+        event loop) do not wait behind the log."""
         schema = SCHEMAS[kind]
         parts: list[pa.Table] = []
         for x in items:
@@ -405,8 +442,7 @@ class EventLogWriter:
                 parts.append(x)
                 continue
             for i in range(0, len(x), CONVERT_ROWS):
-                parts.append(rows_table(x[i : i + CONVERT_ROWS], schema))
-                time.sleep(0)  # the GIL to any thread waiting for it
+                parts.append(json_table(x[i : i + CONVERT_ROWS], schema))
         return parts
 
     def _due(self) -> tuple[list[Kind], float]:
