@@ -18,6 +18,9 @@ What holds, and why:
   written at that instant, and whatever waits behind it when the disk cannot keep up).
   Segments are written by a background thread, off the caller's path; ``append`` only blocks
   when ``max_pending_rows`` rows are waiting (bounded memory: back-pressure instead of growth).
+  A row waits in the buffer as one JSON line (bytes: nothing for the garbage collector to scan),
+  which the thread parses with Arrow's JSON reader, the GIL released, so the appending threads
+  (a service's event loop) do not wait while rows become a table.
 - Segment names carry the writing time, process id, a per-process sequence number and a random
   token, so several processes (a service's workers) can write into one log directory without
   coordination, and one process's segments sort in the order written.
@@ -291,8 +294,9 @@ class EventLogWriter:
     Rows are buffered per kind and written as a segment by a background thread when a kind holds
     ``flush_rows`` rows, or ``flush_seconds`` after its oldest buffered row arrived, or on
     `flush` / `close`. So a crash loses at most the rows appended in the last ``flush_seconds``.
-    `append` takes one `Impression` or `Event` (validated when made); `append_table` a whole table
-    of either schema (the simulator's bulk path; its values are not checked row by row). Both
+    `append` takes one `Impression` or `Event` (validated when made), `append_row` one row made by
+    `impression_row` or `event_row` (the same checks, no record object); `append_table` a whole table
+    of either schema (the simulator's bulk path; its values are not checked row by row). All three
     block while ``max_pending_rows`` rows (default four times ``flush_rows``) wait to be written
     (``append(record, block=False)`` drops the record instead and says so).
     An error of the writing thread is raised by the next call. One writer per process (its

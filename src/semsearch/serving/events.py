@@ -17,8 +17,9 @@ process draws one per run (``secrets.token_hex(32)``; never on a command line, i
 or in a file) and hands it to its workers inside ``ServeOptions``, which keeps it out of its repr.
 So a restart makes the ids issued before it unknown, like expired ones.
 
-**Off the request path.** A search and a click only build a record and put it in the worker's
-``EventLogWriter`` buffer (a lock and a list append); the writer's own thread turns the buffer into
+**Off the request path.** A search and a click only build a row (``impression_row``: a tuple,
+checked) and put it in the worker's ``EventLogWriter`` buffer (one JSON line, a lock and a list
+append: a few microseconds with the search id); the writer's own thread turns the buffer into
 an atomic Parquet segment every ``flush_seconds`` (``--events-flush-seconds``). When
 ``MAX_PENDING_ROWS`` rows wait for the disk, records are dropped and counted
 (``semsearch_events_total{outcome="dropped"}``) rather than making the event loop wait. Each worker
