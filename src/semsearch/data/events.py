@@ -224,7 +224,7 @@ def _json_line(names: Sequence[str], row: tuple[Any, ...]) -> bytes:
 def json_table(lines: Sequence[bytes], schema: pa.Schema) -> pa.Table:
     """JSON lines of one kind's rows (`_json_line`) as one table of ``schema``, parsed by Arrow's
     JSON reader, which gives up the GIL while it parses."""
-    kind = next(k for k, s in SCHEMAS.items() if s is schema)
+    kind = next(k for k, s in SCHEMAS.items() if s.equals(schema))
     table = pj.read_json(
         pa.BufferReader(b"\n".join(lines)),
         read_options=pj.ReadOptions(use_threads=False, block_size=1 << 22),
