@@ -231,6 +231,11 @@ def main() -> None:
             p99_on_runs_ms=[x["p99_ms"] for x in ons],
             p99_off_median_ms=off_p99,
             p99_on_median_ms=on_p99,
+            **{
+                f"{m}_{side}_median": round(statistics.median(x[m] for x in runs), 2)
+                for m in ("p50_ms", "throughput_rps")
+                for side, runs in (("off", offs), ("on", ons))
+            },
             impressions_logged=sum(x["impressions_logged"] for x in ons),
             p99_ratio=round(on_p99 / off_p99, 3) if off_p99 else None,
         )
@@ -310,6 +315,11 @@ def main() -> None:
             f"p99 events off {events_on['p99_off_runs_ms']} ms (median {events_on['p99_off_median_ms']}), "
             f"on {events_on['p99_on_runs_ms']} ms (median {events_on['p99_on_median_ms']}) | "
             f"p99 on / off = {events_on['p99_ratio']} (goal <= {EVENTS_P99_RATIO})"
+        )
+        print(
+            f"medians: p50 off {events_on['p50_ms_off_median']} ms, on {events_on['p50_ms_on_median']} ms; "
+            f"throughput off {events_on['throughput_rps_off_median']} req/s, "
+            f"on {events_on['throughput_rps_on_median']} req/s"
         )
     print(f"written to {write_json(result, args.out)}")
 

@@ -27,6 +27,8 @@ from semsearch.data.events import (
     EventLogWriter,
     Impression,
     Sessions,
+    event_row,
+    impression_row,
     impressions_table,
     read_log,
     read_sessions,
@@ -344,3 +346,31 @@ def test_records_are_checked_when_made() -> None:
     with pytest.raises(ValueError, match="offset and k"):
         Impression("s0", "q", ["a"], offset=-1)
     assert Impression("s0", "q", ["a", "b"], hit_stages=["SEMANTIC", None]).hit_stages == ["SEMANTIC", None]
+
+
+def test_rows_made_for_the_hot_path_round_trip_and_are_checked(tmp_path: Path) -> None:
+    """impression_row / event_row with append_row (a service's path: a tuple, buffered as a JSON
+    line) give the same rows as records: any text (newlines, quotes, non-ASCII), a timestamp as a
+    datetime (aware or naive, taken as UTC) or Unix ms, hit ids as any sequence."""
+    text = 'perceuse "sans fil"\n\u00e9t\u00e9 \U0001f527'
+    with EventLogWriter(tmp_path) as w:
+        w.append_row("impressions", impression_row("s0", text, ("d1", "d2"), ("BOTH", None), k=2, timestamp=T0))
+        ms = int(T0.timestamp() * 1000) + 1
+        w.append_row("impressions", impression_row("s1", "x", np.array(["d3"]), client_id="u", arm="B", timestamp=ms))
+        w.append_row("impressions", impression_row("s2", "y", [], timestamp=T0.replace(tzinfo=None)))
+        w.append_row("events", event_row("s0", "d2", 2, client_id="u", timestamp=T0))
+    imp = read_log(tmp_path, "impressions").to_pylist()
+    assert [r["user_query"] for r in imp] == [text, "x", "y"]
+    assert [r["timestamp"] for r in imp] == [T0, datetime.fromtimestamp(ms / 1000, UTC), T0]
+    assert [r["hit_ids"] for r in imp] == [["d1", "d2"], ["d3"], []]
+    assert imp[0]["hit_stages"] == ["BOTH", None] and imp[1]["hit_stages"] is None
+    assert (imp[1]["client_id"], imp[1]["arm"], imp[0]["k"], imp[0]["offset"]) == ("u", "B", 2, 0)
+    assert read_log(tmp_path, "events").to_pylist() == [
+        {"query_id": "s0", "timestamp": T0, "client_id": "u", "action_name": "click", "object_id": "d2", "position": 2}
+    ]
+    with pytest.raises(ValueError, match="1-based"):
+        event_row("s0", "a", 0)
+    with pytest.raises(ValueError, match="got 'VECTOR'"):
+        impression_row("s0", "q", ["a"], ["VECTOR"])
+    with pytest.raises(ValueError, match="offset and k"):
+        impression_row("s0", "q", ["a"], k=-1)

@@ -8,6 +8,9 @@ most the last flush interval's events."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import os
 import re
 import signal
@@ -216,6 +219,16 @@ def test_search_ids_check_themselves() -> None:
         ids.verify(sid)
     with pytest.raises(UnknownSearch, match="not an id"):
         ids.verify("x" * 10_000)
+
+
+@pytest.mark.parametrize("secret", [SECRET, "k" * 16, "long" * 40])
+def test_search_id_macs_are_hmac_sha256_of_the_fields(secret: str) -> None:
+    """The MAC made from the precomputed keyed states is the documented HMAC-SHA256 (keys longer
+    than SHA-256's block hashed first, as RFC 2104 says)."""
+    nonce, issued, offset, shown, mac = SearchIds(secret).issue(20, 10).split(".")
+    digest = hmac.new(secret.encode(), f"{nonce}|{issued}|{offset}|{shown}".encode(), hashlib.sha256).digest()
+    assert mac == base64.urlsafe_b64encode(digest[:16]).rstrip(b"=").decode()
+    assert (offset, shown) == ("20", "10") and len(nonce) == 16
 
 
 FLUSH_S = 0.5

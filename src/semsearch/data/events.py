@@ -18,6 +18,9 @@ What holds, and why:
   written at that instant, and whatever waits behind it when the disk cannot keep up).
   Segments are written by a background thread, off the caller's path; ``append`` only blocks
   when ``max_pending_rows`` rows are waiting (bounded memory: back-pressure instead of growth).
+  A row waits in the buffer as one JSON line (bytes: nothing for the garbage collector to scan),
+  which the thread parses with Arrow's JSON reader, the GIL released, so the appending threads
+  (a service's event loop) do not wait while rows become a table.
 - Segment names carry the writing time, process id, a per-process sequence number and a random
   token, so several processes (a service's workers) can write into one log directory without
   coordination, and one process's segments sort in the order written.
@@ -36,13 +39,15 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from .errors import DataFormatError
@@ -88,8 +93,17 @@ EVENT_SCHEMA = pa.schema(
 SCHEMAS: dict[str, pa.Schema] = {"impressions": IMPRESSION_LOG_SCHEMA, "events": EVENT_SCHEMA}
 REQUIRED: dict[str, pa.Schema] = {"impressions": IMPRESSION_SCHEMA, "events": EVENT_SCHEMA}
 """The columns a segment of each kind must have (`SCHEMAS` less the columns added since)."""
-CONVERT_ROWS = 256
-"""Records the writer's thread turns into a table at a time, giving up the GIL in between."""
+CONVERT_ROWS = 4096
+"""Buffered rows (JSON lines) the writer's thread parses into a table in one call."""
+_JSON_SCHEMAS = {  # what Arrow's JSON reader parses a kind's rows as: the timestamp as Unix ms, cast after
+    kind: pa.schema([pa.field(f.name, pa.int64()) if f.name == "timestamp" else f for f in schema])
+    for kind, schema in SCHEMAS.items()
+}
+_NAMES = {kind: tuple(schema.names) for kind, schema in SCHEMAS.items()}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+_STAGES_OR_NONE = frozenset((*STAGES, None))
+_TEAMS_OR_NONE = frozenset((*TEAMS, None))
 
 
 def _now() -> datetime:
@@ -119,20 +133,55 @@ class Impression:
     hit_teams: Sequence[str | None] | None = None
 
     def __post_init__(self) -> None:
-        if self.hit_teams is not None:
-            if len(self.hit_teams) != len(self.hit_ids):
-                raise ValueError(f"{len(self.hit_teams)} hit_teams for {len(self.hit_ids)} hit_ids")
-            bad_teams = [x for x in self.hit_teams if x is not None and x not in TEAMS]
-            if bad_teams:
-                raise ValueError(f"hit_teams are {', '.join(TEAMS)} or None, got {bad_teams[0]!r}")
-        if self.offset < 0 or self.k < 0:
-            raise ValueError(f"offset and k must be >= 0, got offset={self.offset}, k={self.k}")
-        if self.hit_stages is not None:
-            if len(self.hit_stages) != len(self.hit_ids):
-                raise ValueError(f"{len(self.hit_stages)} hit_stages for {len(self.hit_ids)} hit_ids")
-            bad = [x for x in self.hit_stages if x is not None and x not in STAGES]
-            if bad:
-                raise ValueError(f"hit_stages are {', '.join(STAGES)} or None, got {bad[0]!r}")
+        _check_impression(self.hit_ids, self.hit_stages, self.k, self.offset, self.hit_teams)
+
+
+def _check_impression(
+    hit_ids: Sequence[str],
+    hit_stages: Sequence[str | None] | None,
+    k: int,
+    offset: int,
+    hit_teams: Sequence[str | None] | None = None,
+) -> None:
+    if offset < 0 or k < 0:
+        raise ValueError(f"offset and k must be >= 0, got offset={offset}, k={k}")
+    if hit_stages is not None:
+        if len(hit_stages) != len(hit_ids):
+            raise ValueError(f"{len(hit_stages)} hit_stages for {len(hit_ids)} hit_ids")
+        if not _STAGES_OR_NONE.issuperset(hit_stages):
+            bad = [x for x in hit_stages if x not in _STAGES_OR_NONE]
+            raise ValueError(f"hit_stages are {', '.join(STAGES)} or None, got {bad[0]!r}")
+    if hit_teams is not None:
+        if len(hit_teams) != len(hit_ids):
+            raise ValueError(f"{len(hit_teams)} hit_teams for {len(hit_ids)} hit_ids")
+        if not _TEAMS_OR_NONE.issuperset(hit_teams):
+            bad = [x for x in hit_teams if x not in _TEAMS_OR_NONE]
+            raise ValueError(f"hit_teams are {', '.join(TEAMS)} or None, got {bad[0]!r}")
+
+
+def impression_row(
+    query_id: str,
+    user_query: str,
+    hit_ids: Sequence[str],
+    hit_stages: Sequence[str | None] | None = None,
+    *,
+    bundle: str = "",
+    bundle_version: str = "",
+    k: int = 10,
+    offset: int = 0,
+    client_id: str | None = None,
+    arm: str | None = None,
+    timestamp: datetime | int | None = None,
+    hit_teams: Sequence[str | None] | None = None,
+) -> tuple[Any, ...]:
+    """One impression as a row for `EventLogWriter.append_row`: the values of the written
+    impression schema's columns (`SCHEMAS`) in its order, checked as `Impression` checks them;
+    ``timestamp`` a datetime or Unix milliseconds (None: now). The cheap form of an `Impression`
+    for a hot path (a served search): a tuple of strings and numbers, which the cyclic garbage
+    collector stops tracking, and no datetime made per row."""
+    _check_impression(hit_ids, hit_stages, k, offset, hit_teams)
+    ts = time.time_ns() // 1_000_000 if timestamp is None else timestamp
+    return (query_id, ts, user_query, client_id, bundle, bundle_version, arm, k, offset, hit_ids, hit_stages, hit_teams)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +199,64 @@ class Event:
     def __post_init__(self) -> None:
         if self.position < 1:
             raise ValueError(f"position is 1-based, got {self.position}")
+
+
+def event_row(
+    query_id: str,
+    object_id: str,
+    position: int,
+    *,
+    action_name: str = "click",
+    client_id: str | None = None,
+    timestamp: datetime | int | None = None,
+) -> tuple[Any, ...]:
+    """One event as a row for `EventLogWriter.append_row` (`EVENT_SCHEMA`'s columns in order),
+    checked as `Event` checks it; ``timestamp`` a datetime or Unix milliseconds (None: now)."""
+    if position < 1:
+        raise ValueError(f"position is 1-based, got {position}")
+    ts = time.time_ns() // 1_000_000 if timestamp is None else timestamp
+    return (query_id, ts, client_id, action_name, object_id, position)
+
+
+def record_row(record: Impression | Event) -> tuple[Any, ...]:
+    """A record as a row of its kind's columns, in the schema's order (the records' fields are
+    named as the schema's columns)."""
+    schema = SCHEMAS["impressions"] if isinstance(record, Impression) else EVENT_SCHEMA
+    return tuple(getattr(record, name) for name in schema.names)
+
+
+def _json_value(x: Any) -> Any:
+    """orjson's fallback for a row's values: a datetime as Unix ms (a naive one taken as UTC, as
+    Arrow takes it), an array or other sequence as a list."""
+    if isinstance(x, datetime):
+        return ((x if x.tzinfo is not None else x.replace(tzinfo=UTC)) - _EPOCH) // _MS
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    if isinstance(x, Sequence) and not isinstance(x, str | bytes):
+        return list(x)
+    raise TypeError(f"an event-log value cannot be {type(x).__name__}")
+
+
+def _json_line(names: Sequence[str], row: tuple[Any, ...]) -> bytes:
+    """A row as one JSON object (a line for Arrow's JSON reader), its timestamp as Unix ms."""
+    if len(row) != len(names):
+        raise ValueError(f"a row of {len(row)} values for the {len(names)} columns {', '.join(names)}")
+    ts = row[1]  # the timestamp: the second column of both kinds
+    if isinstance(ts, datetime):
+        row = (row[0], _json_value(ts), *row[2:])
+    return orjson.dumps(dict(zip(names, row, strict=True)), default=_json_value)
+
+
+def json_table(lines: Sequence[bytes], schema: pa.Schema) -> pa.Table:
+    """JSON lines of one kind's rows (`_json_line`) as one table of ``schema``, parsed by Arrow's
+    JSON reader, which gives up the GIL while it parses."""
+    kind = next(k for k, s in SCHEMAS.items() if s.equals(schema))
+    table = pj.read_json(
+        pa.BufferReader(b"\n".join(lines)),
+        read_options=pj.ReadOptions(use_threads=False, block_size=1 << 22),
+        parse_options=pj.ParseOptions(explicit_schema=_JSON_SCHEMAS[kind], unexpected_field_behavior="error"),
+    )
+    return table.select(schema.names).cast(schema)
 
 
 def records_table(rows: Sequence[Impression] | Sequence[Event], schema: pa.Schema) -> pa.Table:
@@ -218,8 +325,9 @@ class EventLogWriter:
     Rows are buffered per kind and written as a segment by a background thread when a kind holds
     ``flush_rows`` rows, or ``flush_seconds`` after its oldest buffered row arrived, or on
     `flush` / `close`. So a crash loses at most the rows appended in the last ``flush_seconds``.
-    `append` takes one `Impression` or `Event` (validated when made); `append_table` a whole table
-    of either schema (the simulator's bulk path; its values are not checked row by row). Both
+    `append` takes one `Impression` or `Event` (validated when made), `append_row` one row made by
+    `impression_row` or `event_row` (the same checks, no record object); `append_table` a whole table
+    of either schema (the simulator's bulk path; its values are not checked row by row). All three
     block while ``max_pending_rows`` rows (default four times ``flush_rows``) wait to be written
     (``append(record, block=False)`` drops the record instead and says so).
     An error of the writing thread is raised by the next call. One writer per process (its
@@ -248,7 +356,8 @@ class EventLogWriter:
             raise ValueError(f"max_pending_rows ({self.max_pending_rows}) must be >= flush_rows ({flush_rows})")
         for kind in KINDS:
             (self.directory / kind).mkdir(parents=True, exist_ok=True)
-        # per kind, in the order appended: tables, and runs of single records (lists)
+        # per kind, in the order appended: tables, and runs of single rows (lists of JSON lines:
+        # bytes, which the cyclic GC does not track and Arrow parses without the GIL)
         self._items: dict[Kind, list[pa.Table | list[Any]]] = {k: [] for k in KINDS}
         self._rows: dict[Kind, int] = {k: 0 for k in KINDS}
         self._oldest: dict[Kind, float | None] = {k: None for k in KINDS}
@@ -274,7 +383,15 @@ class EventLogWriter:
         if not isinstance(record, Impression | Event):
             raise TypeError(f"append takes an Impression or an Event, got {type(record).__name__}")
         kind: Kind = "impressions" if isinstance(record, Impression) else "events"
-        return self._add(kind, record, 1, block)
+        return self.append_row(kind, record_row(record), block=block)
+
+    def append_row(self, kind: Kind, row: tuple[Any, ...], *, block: bool = True) -> bool:
+        """Buffer one row of ``kind`` made by `impression_row` or `event_row` (checked there):
+        `append` without a record object, for a hot path. Returns as `append` does. The row is
+        buffered as one JSON line (orjson, about a microsecond), which the writer's thread parses
+        with Arrow's JSON reader: turning Python objects into Arrow columns there held the GIL, and
+        the appending thread (a service's event loop) waited behind it."""
+        return self._add(kind, _json_line(_NAMES[kind], row), 1, block)
 
     def append_table(self, table: pa.Table) -> None:
         """Buffer a table with `IMPRESSION_SCHEMA`'s or `EVENT_SCHEMA`'s columns (cast to it)."""
@@ -350,10 +467,9 @@ class EventLogWriter:
 
     @staticmethod
     def _tables(kind: Kind, items: list[pa.Table | list[Any]]) -> list[pa.Table]:
-        """The buffered items as tables, records converted ``CONVERT_ROWS`` at a time with the GIL
-        given up between batches: converting Python objects holds it (one Arrow call for
-        thousands of records held it for tens of ms), and the threads that append (a service's
-        event loop) should not wait behind the log."""
+        """The buffered items as tables, JSON lines parsed ``CONVERT_ROWS`` at a time by Arrow's
+        JSON reader, which gives up the GIL while it parses: the threads that append (a service's
+        event loop) do not wait behind the log."""
         schema = SCHEMAS[kind]
         parts: list[pa.Table] = []
         for x in items:
@@ -361,8 +477,7 @@ class EventLogWriter:
                 parts.append(x)
                 continue
             for i in range(0, len(x), CONVERT_ROWS):
-                parts.append(records_table(x[i : i + CONVERT_ROWS], schema))
-                time.sleep(0)  # the GIL to any thread waiting for it
+                parts.append(json_table(x[i : i + CONVERT_ROWS], schema))
         return parts
 
     def _due(self) -> tuple[list[Kind], float]:
