@@ -128,7 +128,7 @@ class ClickArrays:
     q: np.ndarray
     d: np.ndarray
     impressions: int
-    clicks: int  # clicks simulated (>= len(q) when cut at ``pairs``)
+    clicks: int  # clicks of the impressions counted (> len(q) when the last one's clicks were cut)
     rank_counts: np.ndarray  # clicks kept per rank 1..k
     grade_counts: np.ndarray  # clicks kept per grade 0..max_grade
     query_impressions: np.ndarray  # impressions of each of the rankings' queries
@@ -151,8 +151,9 @@ def simulate_click_arrays(rankings: Rankings, src: ClickSource) -> ClickArrays:
     n = seen = shown = 0
     for chunk in simulate(rankings, user, limit, seed=src.seed, exponent=src.exponent, chunk_size=src.chunk):
         rows, cols = np.nonzero(chunk.clicks)
-        seen += len(rows)
         take = len(rows) if not target else min(len(rows), target - n)
+        # clicks of the impressions kept: all of them, or up to the impression of the last click kept
+        seen += len(rows) if take == len(rows) else int(np.sum(rows <= rows[take - 1])) if take else 0
         if n + take > len(q):  # by impressions: grow geometrically
             grow = max(n + take, 2 * len(q))
             q, d = np.resize(q, grow), np.resize(d, grow)
