@@ -141,6 +141,8 @@ def test_registered_specs_all_parse():
         spec = get_spec(name)
         if getattr(spec, "kind", None) in ("classification", "adaptation"):
             assert spec.domains and spec.domain_set
+        elif getattr(spec, "kind", None) == "ab":  # a simulated A/B test of two rows of a ranking spec
+            assert spec.rankers in names and spec.control and spec.experiment
         else:
             assert spec.models and spec.metrics
 

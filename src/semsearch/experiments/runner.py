@@ -189,18 +189,41 @@ class _Context:
 
         def train() -> tuple[Model, dict[str, Any]]:
             ds = open_dataset(ms.train["dataset"]) if "dataset" in ms.train else self.ds
-            data = TrainingData.from_dataset(
-                ds,
-                ms.train.get("split", "train"),
-                threshold=int(ms.train.get("threshold", 3)),
-                fields=ms.train.get("fields", ms.fields or self.spec.fields),
-            )
+            clicks_log = None
+            if "clicks" in ms.train:  # simulated users on a logging ranker over the split's queries
+                from .simclicks import simulated_training
+
+                data, clicks_log = simulated_training(
+                    ds,
+                    ms.train.get("split", "train"),
+                    ms.train.get("fields", ms.fields or self.spec.fields),
+                    ms.train["clicks"],
+                    self.corpus if ds is self.ds else None,
+                )
+            else:
+                data = TrainingData.from_dataset(
+                    ds,
+                    ms.train.get("split", "train"),
+                    threshold=int(ms.train.get("threshold", 3)),
+                    fields=ms.train.get("fields", ms.fields or self.spec.fields),
+                )
             if fold is not None:
                 data = data.without_queries(fold.held_out)
             dev = EvalSet.judged(ds, dev_split) if dev_split else None
             model_kw, args = recipe(ms.model, kwargs, where=f"row {ms.label!r}")
             model = create_model(ms.model, **model_kw)
-            return model, fit(model, data, dev, progress=self.progress, args=args)
+            start = time.perf_counter()
+            log = fit(model, data, dev, progress=self.progress, args=args)
+            if clicks_log is not None:
+                seconds = time.perf_counter() - start
+                epochs = len(log.get("epochs", [])) or getattr(args, "epochs", 1)
+                log = {
+                    **log,
+                    "clicks": clicks_log,
+                    "train_seconds": round(seconds, 1),
+                    "pairs_per_second": round(len(data.positives) * epochs / seconds),
+                }
+            return model, log
 
         model, log = cached_training(self.model_dir, ms.model, cache_recipe, train, self.retrain)
         self.training[ms.label if fold is None else f"{ms.label} (cross-fit fold {fold.part})"] = log
@@ -237,6 +260,12 @@ def run_experiment(
     parameters, and the model kind's trainer version (``training/versions.py``) — matches, unless
     ``retrain``.
     Classification specs (MT-DNN Table 2, Figures 4-5) run in ``experiments/classification.py``."""
+    from .abtest import ABSpec
+
+    if isinstance(spec, ABSpec):
+        from .abtest import run_ab
+
+        return run_ab(spec, progress=progress, model_dir=Path(model_dir) if model_dir else None, retrain=retrain)
     if isinstance(spec, ClassificationSpec):
         from .classification import run_classification
 

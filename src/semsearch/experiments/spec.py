@@ -229,6 +229,10 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
         raw = tomllib.loads(text)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise SpecError(f"{p}: {e}") from None
+    if raw.get("kind") == "ab":  # a simulated A/B test of two rows of a ranking spec
+        from .abtest import ab_spec
+
+        return ab_spec(p, raw)  # type: ignore[return-value]  # ExperimentSpec | ClassificationSpec | ABSpec
     if "kind" in raw:
         return _classification_spec(p, raw)
     try:
@@ -282,12 +286,21 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
         cross_fit = m.is_ltr and spec.tune.startswith("split:")  # out-of-fold scores of the training split
         unknown = (
             set(m.train)
-            - {"split", "threshold", "fields", "dataset", "dev"}
+            - {"split", "threshold", "fields", "dataset", "dev", "clicks"}
             - ({"cv_folds"} if nested else set())
             - ({"cross_fit"} if cross_fit else set())
         )
         if unknown:
             raise SpecError(f"{p}: {m.label!r} train has unknown keys {sorted(unknown)}")
+        if "clicks" in m.train:
+            from .simclicks import ClickSource
+
+            if m.is_ltr or m.is_interpolation:
+                raise SpecError(f"{p}: {m.label!r}: train.clicks is for rows that train a pair model")
+            try:
+                ClickSource.of(m.train["clicks"], f"{m.label!r} train.clicks")
+            except (TypeError, ValueError) as e:
+                raise SpecError(f"{p}: {e}") from None
         k = m.train.get("cross_fit")
         if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 2):
             raise SpecError(f"{p}: {m.label!r} train.cross_fit must be an integer >= 2 (folds), got {k!r}")

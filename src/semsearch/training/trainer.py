@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data import EvalSet, TrainingData
+from ..data.training import PairList
 from ..device import model_device
 from ..evaluation import evaluate
 from ..models.base import Model, rank
@@ -49,6 +50,8 @@ class Pairs:
 
     @classmethod
     def build(cls, data: TrainingData) -> Pairs:
+        if isinstance(data.positives, PairList):  # a click log's pairs: the same rows, by numpy
+            return cls._from_pair_list(data, data.positives)
         qids = list(dict.fromkeys(q for q, _ in data.positives))
         qrow = {q: i for i, q in enumerate(qids)}
         di = data.doc_index
@@ -57,6 +60,21 @@ class Pairs:
         hn = data.hard_negatives()
         hard = [[di[d] for d in hn.get(q, [])] for q in qids]
         return cls(q_rows, d_rows, hard, [data.queries[q] for q in qids])
+
+    @classmethod
+    def _from_pair_list(cls, data: TrainingData, pl: PairList) -> Pairs:
+        """``build`` over a `PairList` without a Python object per pair (tens of millions of
+        clicks): query rows in order of first appearance, as ``build`` numbers them."""
+        used, first, inv = np.unique(pl.q, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")  # the distinct queries by first appearance
+        row_of = np.empty(len(used), np.int64)
+        row_of[order] = np.arange(len(used))
+        qids = [pl.query_ids[int(i)] for i in used[order]]
+        di = data.doc_index
+        doc_row = np.array([di[d] for d in pl.doc_ids], dtype=np.int64)
+        hn = data.hard_negatives()
+        hard = [[di[d] for d in hn.get(q, [])] for q in qids]
+        return cls(row_of[inv.reshape(-1)], doc_row[pl.d], hard, [data.queries[q] for q in qids])
 
     def train_texts(self, data: TrainingData) -> list[str]:
         """The texts a vocabulary is fitted on: the queries and their positive documents."""

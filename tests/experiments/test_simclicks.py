@@ -1,0 +1,209 @@
+"""Simulated clicks as a spec's training data (experiments/simclicks.py), the A/B simulation
+(experiments/abtest.py) and the specs that use them, on tiny generated fixtures."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from semsearch.clicks import Rankings
+from semsearch.data.training import PairList, TrainingData
+from semsearch.experiments import SpecError, get_spec, load_spec
+from semsearch.experiments.simclicks import (
+    ClickSource,
+    click_grades,
+    simulate_click_arrays,
+    simulated_training,
+)
+
+
+def _rankings(n_queries: int = 30, k: int = 10, n_docs: int = 200, seed: int = 1, short: bool = True) -> Rankings:
+    rng = np.random.default_rng(seed)
+    docs = np.stack([rng.choice(n_docs, k, replace=False) for _ in range(n_queries)]).astype(np.int32)
+    if short:
+        docs[0, 6:] = -1  # a short list
+    grades = rng.integers(0, 5, docs.shape).astype(np.int8)
+    grades[docs < 0] = 0
+    return Rankings(
+        [f"q{i}" for i in range(n_queries)],
+        [f"query {i}" for i in range(n_queries)],
+        [f"d{i}" for i in range(n_docs)],
+        docs,
+        grades,
+        max_grade=4,
+    )
+
+
+def test_click_source_checks_its_keys():
+    assert ClickSource.of({"pairs": 5}).pairs == 5
+    with pytest.raises(ValueError, match="unknown keys"):
+        ClickSource.of({"pairz": 5})
+    with pytest.raises(ValueError, match="pairs or impressions"):
+        ClickSource.of({"pairs": 0})
+    with pytest.raises(ValueError, match="k must be in 1..10"):
+        ClickSource.of({"k": 20})
+    with pytest.raises(ValueError, match="logger"):
+        ClickSource.of({"logger": "dense"})
+
+
+def test_exactly_the_pairs_asked_for_seeded():
+    r = _rankings()
+    a = simulate_click_arrays(r, ClickSource(pairs=5_000, seed=3, chunk=700))
+    b = simulate_click_arrays(r, ClickSource(pairs=5_000, seed=3, chunk=700))
+    c = simulate_click_arrays(r, ClickSource(pairs=5_000, seed=4, chunk=700))
+    assert len(a.q) == len(a.d) == 5_000 and a.q.dtype == a.d.dtype == np.int32
+    assert np.array_equal(a.q, b.q) and np.array_equal(a.d, b.d)
+    assert not np.array_equal(a.d, c.d)
+    assert a.rank_counts.sum() == a.grade_counts.sum() == 5_000
+    assert a.query_impressions.sum() == a.impressions and a.clicks >= 5_000
+    # every pair is a document the logger showed its query
+    assert np.all((r.docs[a.q] == a.d[:, None]).any(axis=1))
+    # position bias: rank 1 gets more clicks than rank 10; higher grades more than grade 0 per shown cell
+    assert a.rank_counts[0] > a.rank_counts[-1]
+
+
+def test_by_impressions_keeps_every_click():
+    r = _rankings()
+    a = simulate_click_arrays(r, ClickSource(pairs=0, impressions=3_000, seed=0, chunk=256))
+    assert a.impressions == 3_000 and len(a.q) == a.clicks > 0
+
+
+def test_memory_is_bounded_by_the_pairs_and_one_chunk():
+    r = _rankings(n_queries=50)
+    tracemalloc.start()
+    a = simulate_click_arrays(r, ClickSource(pairs=200_000, seed=0, chunk=2_000))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(a.q) == 200_000
+    # the two int32 arrays (1.6 MB) plus a chunk's lists, nowhere near a Python object per click
+    assert peak < 4_000_000, peak
+
+
+def test_click_grades_grade_shown_titles_by_click_rate():
+    r = _rankings()
+    a = simulate_click_arrays(r, ClickSource(pairs=20_000, seed=0))
+    qrels = click_grades(r, a, levels=5)
+    assert qrels and all(0 <= g <= 4 for judged in qrels.values() for g in judged.values())
+    for qid, judged in qrels.items():
+        i = r.query_ids.index(qid)
+        assert set(judged) == {r.doc_ids[d] for d in r.docs[i] if d >= 0}
+    # the most clicked grade-4 titles at rank 1 end above grade 0 on average
+    hi = [g for i, q in enumerate(r.query_ids) if q in qrels for j, g in enumerate(qrels[q].values()) if j == 0]
+    assert max(hi) >= 1
+
+
+def test_pair_list_builds_the_same_trainer_pairs_as_tuples():
+    from semsearch.training.trainer import Pairs
+
+    qids, dids = ["a", "b", "c"], ["x", "y", "z", "w"]
+    q = np.array([2, 0, 2, 1, 0], np.int32)
+    d = np.array([3, 1, 0, 0, 1], np.int32)
+    queries = {"a": "qa", "b": "qb", "c": "qc"}
+    fast = Pairs.build(TrainingData(queries, dids, ["tx", "ty", "tz", "tw"], PairList(qids, dids, q, d)))
+    slow = Pairs.build(TrainingData(queries, dids, ["tx", "ty", "tz", "tw"], list(PairList(qids, dids, q, d))))
+    assert np.array_equal(fast.q_rows, slow.q_rows) and np.array_equal(fast.d_rows, slow.d_rows)
+    assert fast.q_texts == slow.q_texts == ["qc", "qa", "qb"]
+
+
+def test_simulated_training_over_a_tiny_data_set(tiny_data):
+    from semsearch.data import open_dataset
+
+    ds = open_dataset("tiny")
+    data, log = simulated_training(ds, "train", "title", {"pairs": 3_000, "seed": 0, "k": 5, "judgments": True})
+    assert isinstance(data.positives, PairList) and len(data.positives) == 3_000 == log["pairs"]
+    assert set(q for q, _ in data.positives[:100]) <= set(data.queries) <= set(ds.qrels("train"))
+    assert data.qrels and log["impressions"] > 0 and sum(log["clicks_by_rank"]) == 3_000
+    again, _ = simulated_training(ds, "train", "title", {"pairs": 3_000, "seed": 0, "k": 5})
+    assert np.array_equal(again.positives.d, data.positives.d) and not again.qrels  # type: ignore[attr-defined]
+
+
+def test_a_spec_row_trains_on_simulated_clicks(tiny_data, tmp_path):
+    from semsearch.experiments import run_experiment
+
+    spec = tmp_path / "tiny-clicks.toml"
+    spec.write_text(
+        """
+name = "tiny-clicks"
+title = "t"
+source = "s"
+dataset = "tiny"
+split = "test"
+candidates = "judged"
+fields = "title"
+metrics = ["ndcg@3"]
+tune = "split:dev"
+
+[[models]]
+label = "DSSM clicks"
+model = "dssm"
+params = { negatives = 2, epochs = 1, batch_size = 64, hidden = [16], out = 8 }
+train = { split = "train", clicks = { pairs = 500, seed = 0, k = 5 } }
+""",
+        encoding="utf-8",
+    )
+    r = run_experiment(load_spec(spec), progress=False)
+    log = r.training["DSSM clicks"]
+    assert log["clicks"]["pairs"] == 500 and log["pairs_per_second"] > 0
+    assert "DSSM clicks" in r.table.rows
+
+
+def test_simulated_ab_is_seeded_and_an_a_a_test_shows_no_difference():
+    from semsearch.evaluation.online import ab_table
+    from semsearch.experiments.abtest import simulate_ab
+
+    r = _rankings()
+    k1, q1, c1 = simulate_ab(r, r, 20_000, 2_000, seed=5)
+    k2, q2, c2 = simulate_ab(r, r, 20_000, 2_000, seed=5)
+    assert np.array_equal(c1, c2) and np.array_equal(k1, k2) and np.array_equal(q1, q2)
+    t = ab_table(k1, q1, c1)
+    assert set(t.rows) >= {"control 1", "control 2", "experiment 1", "experiment 2"}
+    assert t.comparisons[0].p > 0.001  # the same ranker in both arms
+    # a better experiment ranker (grades sorted down each list) gets more clicked searches
+    full = _rankings(short=False)
+    order = np.argsort(-full.grades, axis=1, kind="stable")
+    docs, grades = np.take_along_axis(full.docs, order, 1), np.take_along_axis(full.grades, order, 1)
+    better = Rankings(full.query_ids, full.queries, full.doc_ids, docs, grades, 4)
+    worse = Rankings(full.query_ids, full.queries, full.doc_ids, docs[:, ::-1].copy(), grades[:, ::-1].copy(), 4)
+    k, q, c = simulate_ab(worse, better, 50_000, 5_000, seed=0)
+    assert ab_table(k, q, c).comparisons[0].difference > 0.02
+
+
+@pytest.mark.parametrize("name", ["clsm-table5-clicks", "bert-homedepot-clicks", "bert-table7-rankers"])
+def test_click_specs_parse_and_their_rows_resolve(name):
+    from semsearch.experiments.simclicks import ClickSource as Source
+
+    spec = get_spec(name)
+    clicks = [m for m in spec.models if "clicks" in m.train]  # type: ignore[union-attr]
+    assert name == "bert-table7-rankers" or clicks
+    sizes = {m.label: Source.of(m.train["clicks"]).pairs for m in clicks}
+    assert all(n >= 100_000 for n in sizes.values())
+    if name == "clsm-table5-clicks":  # DSSM and CLSM at click scale, each beside its judged row
+        assert {m.model for m in clicks if sizes[m.label] >= 10_000_000} == {"dssm", "clsm"}
+        assert {"DSSM (J=50)", "CLSM (J=50)"} <= {m.label for m in spec.models}  # type: ignore[union-attr]
+
+
+def test_ab_spec_parses_and_names_rows_of_its_rankers():
+    from semsearch.experiments.abtest import ABSpec
+
+    spec = get_spec("bert-table7-ab")
+    assert isinstance(spec, ABSpec)
+    rankers = get_spec(spec.rankers)
+    labels = [m.label for m in rankers.models]  # type: ignore[union-attr]
+    assert spec.control in labels and spec.experiment in labels
+    assert spec.paper["control 1"]["csr"] == pytest.approx(0.7674)
+
+
+def test_bad_click_and_ab_specs_are_spec_errors(tmp_path: Path):
+    text = get_spec("clsm-table5-clicks").__class__  # noqa: F841 - the registered spec loads
+    src = Path(__file__).parents[2] / "src/semsearch/experiments/specs"
+    bad = (src / "clsm-table5-clicks.toml").read_text(encoding="utf-8").replace("seed = 0 }", "sed = 0 }", 1)
+    (tmp_path / "bad.toml").write_text(bad, encoding="utf-8")
+    with pytest.raises(SpecError, match="unknown keys"):
+        load_spec(tmp_path / "bad.toml")
+    ab = (src / "bert-table7-ab.toml").read_text(encoding="utf-8").replace('control = "BM25"', 'control = "BM26"')
+    (tmp_path / "ab.toml").write_text(ab, encoding="utf-8")
+    with pytest.raises(SpecError, match="BM26"):
+        load_spec(tmp_path / "ab.toml")
