@@ -36,6 +36,7 @@ from .errors import BadLinePolicy, DataFormatError, DataWarning
 from .pairs import iter_clicks, iter_pairs, write_clicks, write_pairs
 from .pools import query_pools
 from .positives import pair_texts, positive_pairs
+from .table import MAX_RECORD_BYTES, corpus_from_frame, load_table
 from .training import EvalSet, TrainingData
 from .trec import iter_run, ranked, read_run, write_run, write_trec_qrels
 
@@ -49,6 +50,7 @@ __all__ = [
     "TrainingData",
     "Document",
     "Fields",
+    "MAX_RECORD_BYTES",
     "LabelledQuery",
     "binary_labels",
     "data_root",
@@ -63,6 +65,8 @@ __all__ = [
     "join_fields",
     "list_datasets",
     "load_corpus",
+    "load_table",
+    "corpus_from_frame",
     "load_qrels",
     "load_queries",
     "load_query_domains",

@@ -11,7 +11,7 @@ import operator
 from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ..types import Qrels
 from ._io import PathLike, atomic_write, first_line, parse_lines, tsv_field
@@ -31,6 +31,7 @@ class Document:
     id: str
     title: str
     text: str
+    fields: dict[str, Any] | None = None  # stored fields (facets, numeric, other columns) of a table's record
 
 
 def join_fields(title: str, text: str, fields: Fields = "title+text") -> str:
@@ -46,11 +47,17 @@ def join_fields(title: str, text: str, fields: Fields = "title+text") -> str:
 
 @dataclass
 class Corpus:
-    """A loaded corpus as parallel lists (row i = one document) plus an id -> row index."""
+    """A loaded corpus as parallel lists (row i = one document) plus an id -> row index.
+
+    ``stored``: per document, the fields kept beside the searched text (a table's facets, numeric
+    and other columns; see ``data.table``), returned with hits; None: none. ``schema``: how a
+    table's columns were read (id, fields, facets, numeric, stored), recorded in a bundle's manifest."""
 
     ids: list[str]
     titles: list[str]
     texts: list[str]
+    stored: list[dict[str, Any]] | None = None
+    schema: dict[str, Any] | None = None
     index: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -60,10 +67,16 @@ class Corpus:
         return len(self.ids)
 
     def __getitem__(self, i: int) -> Document:
-        return Document(self.ids[i], self.titles[i], self.texts[i])
+        return Document(self.ids[i], self.titles[i], self.texts[i], None if self.stored is None else self.stored[i])
 
     def __iter__(self) -> Iterator[Document]:
-        return map(Document, self.ids, self.titles, self.texts)
+        if self.stored is None:
+            return map(Document, self.ids, self.titles, self.texts)
+        return map(Document, self.ids, self.titles, self.texts, self.stored)
+
+    def fields(self, i: int) -> dict[str, Any]:
+        """The stored fields of row i ({} when the corpus has none)."""
+        return self.stored[i] if self.stored is not None else {}
 
     def text(self, i: int, fields: Fields = "title+text") -> str:
         """Ranking text of row i (see `join_fields`)."""
@@ -131,11 +144,13 @@ def _is_corpus_header(line: str) -> bool:
     return len(names) in (2, 3) and names[0] in TSV_ID_NAMES and all(n in TSV_FIELD_NAMES for n in names[1:])
 
 
-def iter_corpus(path: PathLike, *, skip_bad_lines: bool = False) -> Iterator[Document]:
+def iter_corpus(path: PathLike, *, skip_bad_lines: bool = False, stored_fields: bool = False) -> Iterator[Document]:
     """Stream the documents of a corpus.jsonl (`_id` required; `title`/`text` default to ""), or
     of a TSV file (see `_is_tsv`): `id<TAB>title` or `id<TAB>title<TAB>text` per line, the
     quickest way to bring one's own collection. A TSV's first line naming its columns (`id<TAB>title<TAB>text`,
-    `doc_id<TAB>title`, ...: see `TSV_ID_NAMES`, `TSV_FIELD_NAMES`; any case) is a header, not a document."""
+    `doc_id<TAB>title`, ...: see `TSV_ID_NAMES`, `TSV_FIELD_NAMES`; any case) is a header, not a document.
+    ``stored_fields``: a JSON line's ``fields`` object is read as its stored fields (a bundle's
+    documents.jsonl, as `write_corpus` writes them). Tables with other columns: `data.table`."""
     seen: set[str] = set()
     tsv = _is_tsv(path)
 
@@ -149,23 +164,28 @@ def iter_corpus(path: PathLike, *, skip_bad_lines: bool = False) -> Iterator[Doc
                 raise ValueError(f"document {doc.id!r} has neither title nor text")
         else:
             obj = _json_object(line)
-            doc = Document(_string(obj, "_id"), _string(obj, "title", ""), _string(obj, "text", ""))
+            stored = obj.get("fields") if stored_fields else None
+            if stored is not None and not isinstance(stored, dict):
+                raise ValueError(f"'fields' must be a JSON object, got {type(stored).__name__}")
+            doc = Document(_string(obj, "_id"), _string(obj, "title", ""), _string(obj, "text", ""), stored)
         _unique(seen, doc.id, "_id")
         return doc
 
     return parse_lines(path, parse, skip_bad_lines=skip_bad_lines, header=_is_corpus_header if tsv else None)
 
 
-def load_corpus(path: PathLike, *, skip_bad_lines: bool = False) -> Corpus:
+def load_corpus(path: PathLike, *, skip_bad_lines: bool = False, stored_fields: bool = False) -> Corpus:
     """Read a whole corpus (corpus.jsonl, or TSV: see `iter_corpus`) into a `Corpus`."""
     ids: list[str] = []
     titles: list[str] = []
     texts: list[str] = []
-    for doc in iter_corpus(path, skip_bad_lines=skip_bad_lines):
+    stored: list[dict[str, Any]] = []
+    for doc in iter_corpus(path, skip_bad_lines=skip_bad_lines, stored_fields=stored_fields):
         ids.append(doc.id)
         titles.append(doc.title)
         texts.append(doc.text)
-    return Corpus(ids, titles, texts)
+        stored.append(doc.fields or {})
+    return Corpus(ids, titles, texts, stored if any(stored) else None)
 
 
 def iter_queries(path: PathLike, *, skip_bad_lines: bool = False) -> Iterator[tuple[str, str]]:
@@ -270,11 +290,15 @@ def _json_line(obj: dict) -> str:
 
 
 def write_corpus(docs: Iterable[Document] | Corpus, path: PathLike) -> None:
-    """Write documents as corpus.jsonl (atomically)."""
+    """Write documents as corpus.jsonl (atomically); a document's stored fields, if any, as its
+    ``fields`` object (read back by ``load_corpus(..., stored_fields=True)``)."""
     with atomic_write(path) as f:
         for doc in docs:
             tsv_field(doc.id, "document id", "\r\n")
-            f.write(_json_line({"_id": doc.id, "title": doc.title, "text": doc.text}))
+            obj: dict[str, Any] = {"_id": doc.id, "title": doc.title, "text": doc.text}
+            if doc.fields:
+                obj["fields"] = doc.fields
+            f.write(_json_line(obj))
 
 
 def write_queries(queries: Mapping[str, str], path: PathLike) -> None:
