@@ -29,13 +29,33 @@ index_app = typer.Typer(help="Build saved search indexes.", no_args_is_help=True
 app.add_typer(index_app, name="index")
 
 
+_LITERAL_FIELDS = ("title+text", "title", "text")
+
+
+def _is_table(data: str, fields: str, id_column: str | None, facets: str | None, numeric: str | None) -> bool:
+    """Whether ``--data`` is read as a table (``data.load_table``): a CSV or Parquet file, or any
+    file with --id, --facets, --numeric or a --fields column list. A TSV or JSON lines file without
+    them stays the id/title/text layout it always was (BEIR's corpus.jsonl, id<TAB>title[<TAB>text])."""
+    from ..data.table import TABLE_SUFFIXES
+
+    path = Path(data)
+    if not path.is_file():
+        if id_column or facets or numeric or fields not in _LITERAL_FIELDS:
+            raise ValueError(f"--id, --facets, --numeric and --fields COLUMNS read a table file; {data} is not a file")
+        return False
+    if TABLE_SUFFIXES.get(path.suffix.lower()) in ("csv", "parquet"):
+        return True
+    return bool(id_column or facets or numeric or fields not in _LITERAL_FIELDS)
+
+
 @index_app.command("build")
 @_guard
 def index_build(
     data: Annotated[
         str,
         typer.Option(
-            help="Documents: a BEIR-layout data set (name or folder) or a TSV file of id<TAB>title[<TAB>text] lines."
+            help="Documents: a BEIR-layout data set (name or folder), a TSV file of id<TAB>title[<TAB>text] lines, "
+            "or a table: CSV/TSV with a header, JSON lines or Parquet (see --id, --fields, --facets, --numeric)."
         ),
     ],
     out_dir: Annotated[Path, typer.Option("--out", help="Bundle directory to create (replaced atomically).")],
@@ -49,7 +69,27 @@ def index_build(
     ] = "bm25",
     param: Annotated[list[str], typer.Option("--param", help="Lexical model parameter NAME=VALUE (repeatable).")] = [],
     analyzer: Annotated[str | None, typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
-    fields: Annotated[str, typer.Option(help="Document fields: title+text, title or text.")] = "title+text",
+    fields: Annotated[
+        str,
+        typer.Option(
+            help="Document fields searched: title+text, title or text; for a table, its columns, comma-separated "
+            "(the first is the hit's title, the others joined its text)."
+        ),
+    ] = "title+text",
+    id_column: Annotated[
+        str | None,
+        typer.Option("--id", help="Table: the id column (default: one named id, _id, doc_id, ...)."),
+    ] = None,
+    facets: Annotated[
+        str | None, typer.Option(help="Table: keyword columns, comma-separated, stored with each document.")
+    ] = None,
+    numeric: Annotated[
+        str | None, typer.Option(help="Table: number columns (range fields), comma-separated, stored typed.")
+    ] = None,
+    max_record_bytes: Annotated[
+        int | None,
+        typer.Option(help="Table: the longest line (record) read, in bytes (default 1 MiB); a longer one is refused."),
+    ] = None,
     ranker: Annotated[Path | None, typer.Option(help="Saved ranker directory to include (optional).")] = None,
     train_ranker: Annotated[
         bool,
@@ -146,7 +186,7 @@ def index_build(
     ] = True,
 ) -> None:
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
-    from ..data import load_corpus, open_dataset
+    from ..data import MAX_RECORD_BYTES, load_corpus, load_table, open_dataset
     from ..index import build_bundle
     from ..index.bundle import RESCORE_WEIGHT, BuildOptions
     from ..plugins import load_model
@@ -176,7 +216,7 @@ def index_build(
     options = BuildOptions.from_mapping(
         {
             "dataset": data,
-            "fields": fields,
+            "fields": fields if fields in ("title+text", "title", "text") else "title+text",
             "vector_index": vector_index,
             "index_params": _vector_params(vector_index, vector_param),
             "store": store,
@@ -188,11 +228,24 @@ def index_build(
         },
         where="index build",
     )
-    corpus = (
-        load_corpus(data, skip_bad_lines=skip_bad_lines)
-        if Path(data).is_file()
-        else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus()
-    )
+    if _is_table(data, fields, id_column, facets, numeric):
+        corpus = load_table(
+            data,
+            id=id_column,
+            fields=None if fields == "title+text" else fields,  # None: the columns title and text, those present
+            facets=facets,
+            numeric=numeric,
+            max_record_bytes=MAX_RECORD_BYTES if max_record_bytes is None else max_record_bytes,
+            skip_bad_lines=skip_bad_lines,
+        )
+        fields = "title+text"  # the table's --fields columns are the documents' title and text
+    else:
+        _needs("a table file", False, {"--max-record-bytes": max_record_bytes is not None})
+        corpus = (
+            load_corpus(data, skip_bad_lines=skip_bad_lines)
+            if Path(data).is_file()
+            else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus()
+        )
     # the ranker's parameters and the models' held-out folds are checked before any model is loaded
     trainer = (
         stage_ranker_trainer(

@@ -357,6 +357,7 @@ def add_routes(
                     "semantic_score": h.semantic,
                     "lexical_rank": h.lexical_rank,
                     "semantic_rank": h.semantic_rank,
+                    "fields": row.fields,
                     "highlight_field": field,
                     "highlights": highlighter.spans(terms, shown),
                 }
@@ -433,6 +434,7 @@ def add_routes(
                     "semantic_score": h.semantic,
                     "lexical_rank": h.lexical_rank,
                     "semantic_rank": h.semantic_rank,
+                    "fields": corpus.fields(row),
                     "highlight_field": "title" if title else "text",
                     "highlights": highlighters[t].spans(terms[t], title or body),
                     "team": TEAMS[t],

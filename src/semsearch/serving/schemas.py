@@ -7,7 +7,7 @@ break, not a silent addition."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,6 +40,12 @@ class SearchHit(_Model):
     )
     highlights: list[tuple[int, int]] = Field(
         description="[start, end) spans of matching words in UTF-16 code units (JavaScript string indices)."
+    )
+    fields: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The document's stored fields: a table's facets (keyword text or a list of it), numeric "
+        "fields (number or null) and other columns, as the bundle's manifest 'schema' names them; {} for "
+        "a collection of id, title and text.",
     )
     team: Literal["A", "B"] | None = Field(
         default=None,

@@ -157,6 +157,8 @@ def build_bundle(
             "rescorer": None,
             "spelling": None,
         }
+        if corpus.schema is not None:  # a table's columns: the fields searched, the facets, numeric and stored ones
+            manifest["schema"] = corpus.schema
         if spelling:
             corrector = SpellCorrector.fit(texts)
             corrector.save(tmp / SPELLING)

@@ -84,6 +84,16 @@ def read_manifest(p: Path) -> dict[str, Any]:
         raise _manifest_error(p, "documents", "a document count", docs)
     if manifest.get("fields", "title+text") not in _FIELDS:
         raise _manifest_error(p, "fields", f"one of {', '.join(_FIELDS)}", manifest.get("fields"))
+    schema = manifest.get("schema")
+    if schema is not None and (
+        not isinstance(schema, dict)
+        or not isinstance(schema.get("id"), str)
+        or any(
+            not isinstance(schema.get(k, []), list) or not all(isinstance(c, str) for c in schema.get(k, []))
+            for k in ("fields", "facets", "numeric", "stored")
+        )
+    ):
+        raise _manifest_error(p, "schema", "a table of id and column lists (fields, facets, numeric, stored)", schema)
     if manifest.get("store", "faiss") not in STORES:
         raise _manifest_error(p, "store", f"one of {', '.join(STORES)}", manifest.get("store"))
     if not isinstance(manifest.get("postgres", {}), dict):

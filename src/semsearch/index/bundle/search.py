@@ -39,6 +39,7 @@ class Hit:
     score: float
     title: str
     text: str
+    fields: dict[str, Any] = field(default_factory=dict)  # the document's stored fields (a table's other columns)
 
 
 @dataclass
@@ -207,7 +208,8 @@ class Bundle:
         if opts.verify:
             _verify_files(p, manifest["files"])
         try:
-            corpus = load_corpus(p / "documents.jsonl")
+            corpus = load_corpus(p / "documents.jsonl", stored_fields=True)
+            corpus.schema = manifest.get("schema")
         except (OSError, DataFormatError) as e:
             raise ModelDirError(f"{p}: unreadable documents.jsonl ({e})") from None
         if manifest.get("documents", len(corpus)) != len(corpus):
@@ -564,11 +566,11 @@ class Bundle:
         }
 
     def hits(self, result: Result) -> list[Hit]:
-        """Plain (rank, id, score, title, text) rows for a result."""
+        """Plain (rank, id, score, title, text, stored fields) rows for a result."""
         out = []
         for r, h in enumerate(result.hits, 1):
             i = self.corpus.index[h.doc_id]
-            out.append(Hit(r, h.doc_id, h.score, self.corpus.titles[i], self.corpus.texts[i]))
+            out.append(Hit(r, h.doc_id, h.score, self.corpus.titles[i], self.corpus.texts[i], self.corpus.fields(i)))
         return out
 
     def close(self) -> None:
