@@ -94,3 +94,17 @@ def test_tsv_and_beir_inputs_read_as_before(tiny_data, tmp_path):
     assert _build("tiny", tmp_path / "bb", "--fields", "title").exit_code == 0
     r = _build("tiny", tmp_path / "bx", "--facets", "brand")
     assert r.exit_code == 2 and "is not a file" in r.output
+
+
+def test_a_line_beyond_the_bound_is_refused_in_every_file_format(tiny_data, tmp_path):
+    (tmp_path / "corpus.jsonl").write_text(
+        '{"_id": "a", "title": "small"}\n' + json.dumps({"_id": "b", "title": "x" * 5000}) + "\n", encoding="utf-8"
+    )
+    (tmp_path / "docs.tsv").write_text("d1\tRed cat\n" + "d2\t" + "y" * 5000 + "\n", encoding="utf-8")
+    for name in ("corpus.jsonl", "docs.tsv"):
+        r = _build(tmp_path / name, tmp_path / "b", "--max-record-bytes", "4096")
+        says = f"{name}:2: line longer than the bound of 4,096 bytes (--max-record-bytes)"
+        assert r.exit_code == 2 and says in " ".join(r.output.split()), r.output
+        assert _build(tmp_path / name, tmp_path / "b").exit_code == 0  # within the default 1 MiB
+    r = _build("tiny", tmp_path / "b", "--max-record-bytes", "4096")
+    assert r.exit_code == 2 and "--max-record-bytes needs a file as --data" in r.output

@@ -88,7 +88,9 @@ def index_build(
     ] = None,
     max_record_bytes: Annotated[
         int | None,
-        typer.Option(help="Table: the longest line (record) read, in bytes (default 1 MiB); a longer one is refused."),
+        typer.Option(
+            help="A file as --data: the longest line (record) read, in bytes (default 1 MiB); a longer one is refused."
+        ),
     ] = None,
     ranker: Annotated[Path | None, typer.Option(help="Saved ranker directory to include (optional).")] = None,
     train_ranker: Annotated[
@@ -240,9 +242,10 @@ def index_build(
         )
         fields = "title+text"  # the table's --fields columns are the documents' title and text
     else:
-        _needs("a table file", False, {"--max-record-bytes": max_record_bytes is not None})
+        bound = MAX_RECORD_BYTES if max_record_bytes is None else max_record_bytes
+        _needs("a file as --data", Path(data).is_file(), {"--max-record-bytes": max_record_bytes is not None})
         corpus = (
-            load_corpus(data, skip_bad_lines=skip_bad_lines)
+            load_corpus(data, skip_bad_lines=skip_bad_lines, max_line_bytes=bound)
             if Path(data).is_file()
             else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus()
         )

@@ -68,8 +68,12 @@ def parse_lines(
     *,
     skip_bad_lines: bool = False,
     header: Callable[[str], bool] | None = None,
+    max_line_bytes: int | None = None,
 ) -> Iterator[T]:
     """Stream `parse(line)` over the non-blank lines of a UTF-8 text file.
+
+    ``max_line_bytes``: a longer line is a bad line, read in pieces of that size and never held
+    whole (None: no bound).
 
     Each line's bytes are decoded on their own so an encoding error names its line. A ValueError
     from `parse` marks the line bad (raised as DataFormatError, or skipped and counted under
@@ -79,7 +83,10 @@ def parse_lines(
     policy = BadLinePolicy(path, skip_bad_lines)
     records, first = 0, True
     with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
+        for number, raw in enumerate(f if max_line_bytes is None else _bounded(f, max_line_bytes), 1):
+            if raw is None:
+                policy.bad(number, f"line longer than the bound of {max_line_bytes:,} bytes (--max-record-bytes)")
+                continue
             try:
                 line = _decoded(raw, number)
             except UnicodeDecodeError as e:
@@ -103,6 +110,18 @@ def parse_lines(
     if records == 0:  # every line was bad: an empty result would only fail later, far from the cause
         raise DataFormatError(path, None, f"no valid records ({policy.summary()})")
     policy.finish()
+
+
+def _bounded(f: IO[bytes], limit: int) -> Iterator[bytes | None]:
+    """The lines of a binary file, each read at most ``limit`` + 1 bytes at a time; a longer line
+    is read to its end in such pieces and given as None."""
+    while raw := f.readline(limit + 1):
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            while (rest := f.readline(limit + 1)) and not rest.endswith(b"\n"):
+                pass
+            yield None
+        else:
+            yield raw
 
 
 def first_line(path: PathLike) -> tuple[int, str] | None:

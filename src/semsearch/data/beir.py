@@ -144,13 +144,16 @@ def _is_corpus_header(line: str) -> bool:
     return len(names) in (2, 3) and names[0] in TSV_ID_NAMES and all(n in TSV_FIELD_NAMES for n in names[1:])
 
 
-def iter_corpus(path: PathLike, *, skip_bad_lines: bool = False, stored_fields: bool = False) -> Iterator[Document]:
+def iter_corpus(
+    path: PathLike, *, skip_bad_lines: bool = False, stored_fields: bool = False, max_line_bytes: int | None = None
+) -> Iterator[Document]:
     """Stream the documents of a corpus.jsonl (`_id` required; `title`/`text` default to ""), or
     of a TSV file (see `_is_tsv`): `id<TAB>title` or `id<TAB>title<TAB>text` per line, the
     quickest way to bring one's own collection. A TSV's first line naming its columns (`id<TAB>title<TAB>text`,
     `doc_id<TAB>title`, ...: see `TSV_ID_NAMES`, `TSV_FIELD_NAMES`; any case) is a header, not a document.
     ``stored_fields``: a JSON line's ``fields`` object is read as its stored fields (a bundle's
-    documents.jsonl, as `write_corpus` writes them). Tables with other columns: `data.table`."""
+    documents.jsonl, as `write_corpus` writes them). ``max_line_bytes``: a longer line is a bad line
+    (None: no bound). Tables with other columns: `data.table`."""
     seen: set[str] = set()
     tsv = _is_tsv(path)
 
@@ -158,12 +161,18 @@ def iter_corpus(path: PathLike, *, skip_bad_lines: bool = False, stored_fields: 
         if tsv:
             parts = line.rstrip("\r\n").split("\t")
             if len(parts) not in (2, 3):
-                raise ValueError(f"expected 2 or 3 tab-separated columns (id, title[, text]), got {len(parts)}")
+                raise ValueError(
+                    f"expected 2 or 3 tab-separated columns (id, title[, text]), got {len(parts)} "
+                    "(a table with a header: index build --id COLUMN --fields COLUMNS)"
+                )
             doc = Document(parts[0].strip(), parts[1], parts[2] if len(parts) == 3 else "")
             if not (doc.title.strip() or doc.text.strip()):
                 raise ValueError(f"document {doc.id!r} has neither title nor text")
         else:
             obj = _json_object(line)
+            if obj.get("_id") is None:
+                keys = ", ".join(map(str, obj)) or "nothing"
+                raise ValueError(f"missing '_id' (the record has: {keys}; another id column: index build --id COLUMN)")
             stored = obj.get("fields") if stored_fields else None
             if stored is not None and not isinstance(stored, dict):
                 raise ValueError(f"'fields' must be a JSON object, got {type(stored).__name__}")
@@ -171,16 +180,20 @@ def iter_corpus(path: PathLike, *, skip_bad_lines: bool = False, stored_fields: 
         _unique(seen, doc.id, "_id")
         return doc
 
-    return parse_lines(path, parse, skip_bad_lines=skip_bad_lines, header=_is_corpus_header if tsv else None)
+    header = _is_corpus_header if tsv else None
+    return parse_lines(path, parse, skip_bad_lines=skip_bad_lines, header=header, max_line_bytes=max_line_bytes)
 
 
-def load_corpus(path: PathLike, *, skip_bad_lines: bool = False, stored_fields: bool = False) -> Corpus:
+def load_corpus(
+    path: PathLike, *, skip_bad_lines: bool = False, stored_fields: bool = False, max_line_bytes: int | None = None
+) -> Corpus:
     """Read a whole corpus (corpus.jsonl, or TSV: see `iter_corpus`) into a `Corpus`."""
     ids: list[str] = []
     titles: list[str] = []
     texts: list[str] = []
     stored: list[dict[str, Any]] = []
-    for doc in iter_corpus(path, skip_bad_lines=skip_bad_lines, stored_fields=stored_fields):
+    docs = iter_corpus(path, skip_bad_lines=skip_bad_lines, stored_fields=stored_fields, max_line_bytes=max_line_bytes)
+    for doc in docs:
         ids.append(doc.id)
         titles.append(doc.title)
         texts.append(doc.text)
