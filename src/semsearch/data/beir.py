@@ -191,14 +191,16 @@ def load_corpus(
     ids: list[str] = []
     titles: list[str] = []
     texts: list[str] = []
-    stored: list[dict[str, Any]] = []
+    stored: dict[int, dict[str, Any]] = {}  # by row, only the documents with stored fields
     docs = iter_corpus(path, skip_bad_lines=skip_bad_lines, stored_fields=stored_fields, max_line_bytes=max_line_bytes)
     for doc in docs:
+        if doc.fields:
+            stored[len(ids)] = doc.fields
         ids.append(doc.id)
         titles.append(doc.title)
         texts.append(doc.text)
-        stored.append(doc.fields or {})
-    return Corpus(ids, titles, texts, stored if any(stored) else None)
+    rows = [stored.get(i, {}) for i in range(len(ids))] if stored else None
+    return Corpus(ids, titles, texts, rows)
 
 
 def iter_queries(path: PathLike, *, skip_bad_lines: bool = False) -> Iterator[tuple[str, str]]:
