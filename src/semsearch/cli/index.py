@@ -48,7 +48,7 @@ def index_build(
         ),
     ] = "bm25",
     param: Annotated[list[str], typer.Option("--param", help="Lexical model parameter NAME=VALUE (repeatable).")] = [],
-    analyzer: Annotated[str | None, typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
+    analyzer: Annotated[str | None, typer.Option(help="Lexical models: paper (default), english, cjk or auto.")] = None,
     fields: Annotated[str, typer.Option(help="Document fields: title+text, title or text.")] = "title+text",
     ranker: Annotated[Path | None, typer.Option(help="Saved ranker directory to include (optional).")] = None,
     train_ranker: Annotated[
