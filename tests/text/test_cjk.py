@@ -174,6 +174,18 @@ def test_auto_picks_cjk_for_the_chinese_collection_and_saves_it(tmp_path):
     assert en.analyzer == Analyzer.named("paper")
 
 
+def test_spelling_leaves_cjk_words_alone(tmp_path):
+    """A title's unspaced CJK run is a phrase: one edit away is another colour or product, not a
+    misspelling (红色充电宝新款 was corrected to 黑色充电宝新款)."""
+    from semsearch.text import SpellCorrector
+
+    write_zh_beir(tmp_path)
+    s = SpellCorrector.fit(_titles(tmp_path)[1])
+    for q in ["红色充电宝新款", "白色充电宝新款", "黑色充电宝大容"]:
+        assert s.correct(q) == q
+    assert s.correct("Appel 充电宝") == "apple 充电宝"  # the Latin words are still corrected
+
+
 # -- DSSM/CLSM word hashing -----------------------------------------------------------------------
 
 
@@ -272,7 +284,7 @@ def test_two_stage_build_on_the_chinese_collection(zh_data, tmp_path, one_torch_
     assert r.exit_code == 0, r.output
     b = Bundle.load(out, result_cache=0)
     title = dict(zip(*_titles(zh_data)))
-    hits = [title[h.doc_id] for h in b.search("充电宝", k=4, correct=False).hits]
+    hits = [title[h.doc_id] for h in b.search("充电宝", k=4).hits]
     assert len(hits) == 4 and all("充电宝" in t for t in hits), hits
-    hits = [title[h.doc_id] for h in b.search("蓝色运动鞋", k=3, correct=False).hits]
+    hits = [title[h.doc_id] for h in b.search("蓝色运动鞋", k=3).hits]
     assert "蓝色运动鞋" in hits[0] and all("运动鞋" in t for t in hits), hits
