@@ -288,3 +288,22 @@ def test_two_stage_build_on_the_chinese_collection(zh_data, tmp_path, one_torch_
     assert len(hits) == 4 and all("充电宝" in t for t in hits), hits
     hits = [title[h.doc_id] for h in b.search("蓝色运动鞋", k=3).hits]
     assert "蓝色运动鞋" in hits[0] and all("运动鞋" in t for t in hits), hits
+
+
+def test_run_with_auto_analyzer_on_the_chinese_collection(zh_data, tmp_path):
+    """``semsearch run --analyzer auto`` retrieves each test query's product titles first."""
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+    from semsearch.data import read_run
+
+    out = tmp_path / "run.trec"
+    args = ["run", "--model", "bm25", "--analyzer", "auto", "--data", "zh", "--candidates", "full", "--k", "4"]
+    r = CliRunner().invoke(app, [*args, "--fields", "title", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    run = read_run(out)
+    queries = {json.loads(x)["_id"]: json.loads(x)["text"] for x in (zh_data / "zh" / "queries.jsonl").open()}
+    assert run
+    for q, docs in run.items():
+        product = next(p for p, name in enumerate(_PRODUCTS) if name in queries[q])
+        assert {d[:3] for d in docs} == {f"z{product:02d}"}, (queries[q], docs)
