@@ -307,3 +307,21 @@ def test_run_with_auto_analyzer_on_the_chinese_collection(zh_data, tmp_path):
     for q, docs in run.items():
         product = next(p for p, name in enumerate(_PRODUCTS) if name in queries[q])
         assert {d[:3] for d in docs} == {f"z{product:02d}"}, (queries[q], docs)
+
+
+def test_experiment_rows_with_auto_and_cjk_agree(zh_data, tmp_path):
+    """An experiment row with ``analyzer = "auto"`` indexes the Chinese collection with ``cjk``
+    (the runner shares one index per analyzer): its run is the ``cjk`` row's, well above ``paper``'s."""
+    from semsearch.experiments import load_spec, run_experiment
+
+    rows = "".join(f'\n[[models]]\nlabel = "{a}"\nmodel = "bm25"\nanalyzer = "{a}"\n' for a in ("auto", "cjk", "paper"))
+    p = tmp_path / "zh.toml"
+    p.write_text(
+        'name = "zh"\ntitle = "zh"\nsource = "test"\ndataset = "zh"\nsplit = "test"\nfields = "title"\n'
+        'candidates = "full:10"\nmetrics = ["ndcg@3"]\n' + rows,
+        encoding="utf-8",
+    )
+    result = run_experiment(load_spec(p), progress=False)
+    assert result.runs["auto"] == result.runs["cjk"]
+    score = {label: row.result.mean["ndcg@3"] for label, row in result.table.rows.items()}
+    assert score["cjk"] > 0.9 > score["paper"], score
