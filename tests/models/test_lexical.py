@@ -73,7 +73,7 @@ def test_unknown_candidate_and_bad_params(bm25):
         create_model("bm25", k1="high")
     with pytest.raises(ParamError, match="'stats' must be one of 'collection', 'exclude-query-pool'"):
         create_model("tfidf", stats="pooled")
-    with pytest.raises(ParamError, match="'analyzer' must be 'paper' or 'english'"):
+    with pytest.raises(ParamError, match="'analyzer' must be one of 'paper', 'english', 'cjk', 'auto'"):
         create_model("ulm", analyzer="french")
     with pytest.raises(ParamError, match="random parameter 'seed' must be a whole number"):
         create_model("random", seed=1.5)

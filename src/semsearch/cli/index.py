@@ -68,7 +68,7 @@ def index_build(
         ),
     ] = "bm25",
     param: Annotated[list[str], typer.Option("--param", help="Lexical model parameter NAME=VALUE (repeatable).")] = [],
-    analyzer: Annotated[str | None, typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
+    analyzer: Annotated[str | None, typer.Option(help="Lexical models: paper (default), english, cjk or auto.")] = None,
     fields: Annotated[
         str,
         typer.Option(

@@ -45,7 +45,7 @@ def run_cmd(
     param: Annotated[
         list[str], typer.Option("--param", help="Model parameter NAME=VALUE (repeatable), e.g. k1=1.2.")
     ] = [],
-    analyzer: Annotated[str | None, typer.Option(help="Lexical models: 'paper' (default) or 'english'.")] = None,
+    analyzer: Annotated[str | None, typer.Option(help="Lexical models: paper (default), english, cjk or auto.")] = None,
     fields: Annotated[str, typer.Option(help="Document fields: title+text, title or text.")] = "title+text",
     skip_bad_lines: Annotated[
         bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")

@@ -29,7 +29,7 @@ from ..models import LexicalModel, Model, rank
 from ..models.lexical import LexicalIndex
 from ..plugins import create_model, resolve_model
 from ..progress import track
-from ..text import Analyzer, SpellCorrector
+from ..text import Analyzer, SpellCorrector, detect_analyzer
 from ..training import fit, recipe
 from ..types import Qrels, Run
 from .cache import cache_key, cached_training, keyed_recipe, saved_dir
@@ -112,7 +112,10 @@ class _Context:
                 self.corpus.ids, self.texts(fields), progress=f"{ms.label}: encoding" if self.progress else None
             )
         elif isinstance(model, LexicalModel):
-            model.use_index(self.lexical_index(model.analyzer, fields))
+            analyzer = model.analyzer
+            if model.p.analyzer == "auto":  # picked for the collection, as ``index`` does
+                analyzer = Analyzer.named(detect_analyzer(self.texts(fields)))
+            model.use_index(self.lexical_index(analyzer, fields))
             if "exclude-query-pool" in (ms.params.get("stats"), *ms.grid.get("stats", ())):
                 model.use_pools(self.pools())
         else:

@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..params import ParamError, Params, param
-from ..text import Analyzer, Vocabulary, count_matrix
+from ..text import Analyzer, Vocabulary, count_matrix, detect_analyzer
 from .base import (
     CONFIG,
     SAVED_DATA_ERRORS,
@@ -198,16 +198,22 @@ class LexicalIndex:
             raise ModelDirError(f"{path}: corrupt or missing lexical index ({e})") from None
 
 
+ANALYZER_NAMES = ("paper", "english", "cjk", "auto")
+"""The analyzers an indexed model takes by name (``auto``: resolved when the collection is indexed)."""
+
+
 @dataclass(frozen=True)
 class AnalyzedParams(Params):
-    """Parameters of every model over an analysed index: the analyzer, by name ('paper' or
-    'english') or as its saved config (``Analyzer.config()``)."""
+    """Parameters of every model over an analysed index: the analyzer, by name ('paper',
+    'english', 'cjk', or 'auto': 'cjk' or 'paper' as ``text.detect_analyzer`` picks for the
+    indexed collection) or as its saved config (``Analyzer.config()``)."""
 
     analyzer: str | dict = "paper"
 
     def check(self) -> None:
-        if isinstance(self.analyzer, str) and self.analyzer not in ("paper", "english"):
-            raise ParamError(f"{self._label('analyzer')} must be 'paper' or 'english', got {self.analyzer!r}")
+        if isinstance(self.analyzer, str) and self.analyzer not in ANALYZER_NAMES:
+            names = ", ".join(map(repr, ANALYZER_NAMES))
+            raise ParamError(f"{self._label('analyzer')} must be one of {names}, got {self.analyzer!r}")
         if isinstance(self.analyzer, dict):
             try:
                 Analyzer.from_config(self.analyzer)
@@ -227,10 +233,15 @@ class IndexedModel(Model):
         if isinstance(analyzer, Analyzer):
             analyzer = analyzer.config()
         if isinstance(analyzer, dict):  # a saved config: by name where it has one
-            analyzer = next((n for n in ("paper", "english") if Analyzer.named(n).config() == analyzer), analyzer)
+            named = ("paper", "english", "cjk")
+            analyzer = next((n for n in named if Analyzer.named(n).config() == analyzer), analyzer)
         self.p = self.Params.from_mapping({"analyzer": analyzer, **params})  # errors name the kind
         a = self.p.analyzer
-        self.analyzer = Analyzer.named(a) if isinstance(a, str) else Analyzer.from_config(a)
+        # 'auto': the papers' analyzer until a collection is indexed (``index`` picks)
+        if a == "auto":
+            self.analyzer = Analyzer()
+        else:
+            self.analyzer = Analyzer.named(a) if isinstance(a, str) else Analyzer.from_config(a)
         self._index: Any = None
 
     def params(self) -> dict[str, Any]:
@@ -243,10 +254,17 @@ class IndexedModel(Model):
         return clone
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
+        """Analyse and index the collection; with analyzer 'auto' the analyzer is picked for it
+        first (``detect_analyzer``: 'cjk' or 'paper'), and saved as the one picked."""
+        if self.p.analyzer == "auto":
+            self.analyzer = Analyzer.named(detect_analyzer(texts))
         self.use_index(self.index_class.build(doc_ids, texts, self.analyzer))
 
     def use_index(self, index: Any) -> None:
-        """Rank over an already built index (shared between models with the same analyzer)."""
+        """Rank over an already built index (shared between models with the same analyzer; a
+        model with analyzer 'auto' takes the index's)."""
+        if self.p.analyzer == "auto":
+            self.analyzer = index.analyzer
         if index.analyzer != self.analyzer:
             raise ValueError(f"index analyzer {index.analyzer} differs from the model's {self.analyzer}")
         self._index = index

@@ -85,7 +85,7 @@ def project(X: sp.csr_matrix, A: np.ndarray) -> np.ndarray:
 class ProjectionParams(Params):
     """What a projection model is: its analyzer, k = ``dim`` and the vocabulary size."""
 
-    analyzer: Literal["paper", "english"] | dict[str, Any] = "paper"  # a name, or Analyzer.config()
+    analyzer: Literal["paper", "english", "cjk"] | dict[str, Any] = "paper"  # a name, or Analyzer.config()
     dim: int = param(100, ge=1)
     max_terms: int = param(40_000, ge=1)
 

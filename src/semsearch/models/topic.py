@@ -79,7 +79,7 @@ class TopicParams(Params):
     """What a topic model is: T topics, the θ prior α (MAP; folding-in uses it), folding-in
     iterations, the ranking mixture μ (unigram document model) and λ (background), threads."""
 
-    analyzer: Literal["paper", "english"] | dict[str, Any] = "paper"  # a name, or Analyzer.config()
+    analyzer: Literal["paper", "english", "cjk"] | dict[str, Any] = "paper"  # a name, or Analyzer.config()
     topics: int = param(100, ge=1)
     alpha: float = 1.1
     fold_iterations: int = param(20, ge=1)

@@ -116,7 +116,7 @@ class WTMParams(Params):
 
     kind = "wtm"
 
-    analyzer: Literal["paper", "english"] | dict[str, Any] = "paper"  # a name, or Analyzer.config()
+    analyzer: Literal["paper", "english", "cjk"] | dict[str, Any] = "paper"  # a name, or Analyzer.config()
     alpha: float = 0.2
     mu: float = 0.0
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .normalize import WORD, tokenize
+from .normalize import WORD, is_cjk, tokenize
 
 CACHE_WORDS = 100_000  # corrections a corrector remembers (a service meets endless new words)
 
@@ -87,6 +87,7 @@ class SpellCorrector:
             or w in self.counts
             or len(w) < p.min_length
             or any(ch.isdigit() for ch in w)
+            or is_cjk(w)  # an unspaced CJK run is a phrase: one edit swaps a word (红色 -> 黑色)
             or self._stemmer.stemWord(w) in self._stems
         ):
             return w

@@ -4,24 +4,32 @@ Each word is wrapped in boundary marks, ``#cat#``, and split into letter trigram
 (``#ca``, ``cat``, ``at#``). A text becomes the bag (sum) of its words' trigram ids. The result is
 kept sparse — a scipy CSR matrix, or the ``(ids, weights, offsets)`` arrays that
 ``torch.nn.EmbeddingBag`` takes — so memory grows with the number of non-zeros, never with
-vocabulary × texts (the dense-vector pitfall peers hit)."""
+vocabulary × texts (the dense-vector pitfall peers hit).
+
+Chinese, Japanese and Korean are written without spaces, so a run of their characters is no word
+to take trigrams of (``#手机壳#`` shares nothing with ``#手机#``). ``hash_words`` makes each CJK
+character a word of its own, paired with the character after it (``手机壳`` -> ``手机``, ``机壳``,
+``壳``), and ``word_features`` gives such a word its first character and the pair: the text's
+bag then holds each CJK character (unigram) and each adjacent pair (bigram) once. Text without
+CJK (or full-width) characters is hashed as before, feature for feature."""
 
 from __future__ import annotations
 
 import json
 import threading
+import unicodedata
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import repeat
+from itertools import chain, repeat
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from .normalize import tokenize
+from .normalize import CJK, WIDE, cjk_runs, tokenize
 
 WORD_CACHE_SIZE = 1_000_000
 """Distinct words a hasher remembers with their trigram ids; past this the table starts afresh,
@@ -50,6 +58,40 @@ def word_trigrams(word: str) -> list[str]:
     """``cat`` -> ``['#ca', 'cat', 'at#']``; a one-letter word gives ``['#a#']``."""
     w = f"#{word}#"
     return [w[i : i + 3] for i in range(len(w) - 2)]
+
+
+def hash_words(text: str) -> list[str]:
+    """The words of ``text`` that are hashed: ``tokenize``'s, except that in a text with CJK or
+    full-width characters (then NFKC-normalised first) each run of CJK characters becomes one word
+    per character, that character and the next in the run (the last alone): ``iphone手机壳`` ->
+    ``['iphone', '手机', '机壳', '壳']``."""
+    if text.isascii() or (CJK.search(text) is None and WIDE.search(text) is None):
+        return tokenize(text)
+    out: list[str] = []
+    for word in tokenize(unicodedata.normalize("NFKC", text)):
+        if CJK.search(word) is None:
+            out.append(word)
+            continue
+        for run, cjk in cjk_runs(word):
+            if cjk:
+                out.extend(run[i : i + 2] for i in range(len(run)))
+            else:
+                out.append(run)
+    return out
+
+
+def word_features(word: str) -> list[str]:
+    """The hashed features of one word: ``word_trigrams`` of a Latin (non-CJK) word; a CJK
+    word of ``hash_words`` (one character, or it and the next) gives the character and, for a
+    pair, the pair: ``手机`` -> ``['手', '手机']``. These are one or two characters long, so they
+    never equal a letter trigram."""
+    if word and not word.isascii() and CJK.match(word):
+        return [word[0], word] if len(word) == 2 else [word]
+    return word_trigrams(word)
+
+
+def _has_cjk_word(words: Sequence[str]) -> bool:
+    return any(w and not w.isascii() and CJK.match(w) for w in words)
 
 
 @dataclass(frozen=True)
@@ -114,10 +156,10 @@ class TrigramHasher:
         """Vocabulary from training texts: most frequent trigrams first (ties alphabetical)."""
         words: Counter[str] = Counter()
         for text in texts:
-            words.update(tokenize(text)[:max_words])
+            words.update(hash_words(text)[:max_words])
         counts: Counter[str] = Counter()
         for w, c in words.items():
-            for t in word_trigrams(w):
+            for t in word_features(w):
                 counts[t] += c
         items = sorted((tc for tc in counts.items() if tc[1] >= min_count), key=lambda tc: (-tc[1], tc[0]))
         if max_size is not None:
@@ -127,9 +169,10 @@ class TrigramHasher:
         return cls([t for t, _ in items], max_words=max_words)
 
     def word_ids(self, word: str) -> tuple[int, ...]:
-        """Trigram ids of one normalised word (repeats kept: ``#aaa#`` has ``aaa`` once per position)."""
+        """Trigram ids of one normalised word (repeats kept: ``#aaa#`` has ``aaa`` once per
+        position); a CJK word's character (and pair) ids (``word_features``)."""
         index = self.index
-        return tuple(index[t] for t in word_trigrams(word) if t in index)
+        return tuple(index[t] for t in word_features(word) if t in index)
 
     @cached_property
     def packed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -142,8 +185,8 @@ class TrigramHasher:
         return slots, lo, hi
 
     def words(self, text: str) -> list[str]:
-        """The normalised words of ``text``, truncated to ``max_words``."""
-        return tokenize(text)[: self.max_words]
+        """The normalised words of ``text`` (``hash_words``), truncated to ``max_words``."""
+        return hash_words(text)[: self.max_words]
 
     @property
     def table(self) -> WordTable:
@@ -296,7 +339,7 @@ class WordTable:
         plain = np.fromiter(map(str.isascii, parts), dtype=bool, count=n)
         lengths = np.fromiter(map(len, parts), dtype=np.int64, count=n)
         for i in np.flatnonzero(~plain).tolist():  # others: tokenised by the regex, bytes counted
-            parts[i] = " ".join(tokenize(parts[i]))
+            parts[i] = " ".join(hash_words(parts[i]))
             lengths[i] = len(parts[i].encode())
         buf = np.frombuffer(bytearray(" ".join(parts).encode()), dtype=np.uint8)
         text_ptr = np.zeros(n + 1, dtype=np.int64)
@@ -386,7 +429,12 @@ class WordTable:
         assert len(self._words) == first == len(self), "word table out of step with its hash table"
         self.ids.update(zip(words, range(first, last)))
         self._words += words
-        counts, tri = _kernels().word_trigram_ids(self._keys, ptr, first, last, *self.hasher.packed)
+        if _has_cjk_word(words):  # CJK words' features are not letter trigrams: hashed here
+            per = [self.hasher.word_ids(w) for w in words]
+            counts = np.fromiter(map(len, per), dtype=np.int64, count=len(per))
+            tri = np.fromiter(chain.from_iterable(per), dtype=np.int64, count=int(counts.sum()))
+        else:
+            counts, tri = _kernels().word_trigram_ids(self._keys, ptr, first, last, *self.hasher.packed)
         self._tri.frombytes(tri.tobytes())
         self._ptr.frombytes((np.cumsum(counts) + self._ptr[-1]).tobytes())
 
