@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -59,12 +59,11 @@ def cjk_runs(token: str) -> list[tuple[str, bool]]:
     return [(p, i % 2 == 1) for i, p in enumerate(_CJK_SPLIT.split(token)) if p]
 
 
-def cjk_tokenize(text: str) -> list[str]:
-    """Lucene CJKAnalyzer's tokens (without its stop words): the NFKC form of the text (full-width
-    letters and digits become ASCII, half-width Katakana full-width), lower-cased, cut into words
-    as ``tokenize`` does; within a word each run of Han/Hiragana/Katakana/Hangul characters
-    becomes its overlapping character bigrams (a lone character itself), the other runs stay
-    whole. Text without CJK or width-form characters gives ``tokenize``'s tokens."""
+def map_cjk_runs(text: str, run_words: Callable[[str], Iterable[str]]) -> list[str]:
+    """``tokenize``'s words, except that in a text with CJK or width-form characters (then
+    NFKC-normalised first) each run of CJK characters inside a word is replaced by
+    ``run_words(run)``; other runs stay whole. The one walk `cjk_tokenize` and the letter-n-gram
+    hashing (``text.trigram.hash_words``) share, each with its own words for a run."""
     if text.isascii() or (CJK.search(text) is None and WIDE.search(text) is None):
         return tokenize(text)
     out: list[str] = []
@@ -73,11 +72,24 @@ def cjk_tokenize(text: str) -> list[str]:
             out.append(word)
             continue
         for run, cjk in cjk_runs(word):
-            if not cjk or len(run) == 1:
-                out.append(run)
+            if cjk:
+                out.extend(run_words(run))
             else:
-                out.extend(run[i : i + 2] for i in range(len(run) - 1))
+                out.append(run)
     return out
+
+
+def _bigrams(run: str) -> list[str]:
+    return [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def cjk_tokenize(text: str) -> list[str]:
+    """Lucene CJKAnalyzer's tokens (without its stop words): the NFKC form of the text (full-width
+    letters and digits become ASCII, half-width Katakana full-width), lower-cased, cut into words
+    as ``tokenize`` does; within a word each run of Han/Hiragana/Katakana/Hangul characters
+    becomes its overlapping character bigrams (a lone character itself), the other runs stay
+    whole. Text without CJK or width-form characters gives ``tokenize``'s tokens."""
+    return map_cjk_runs(text, _bigrams)
 
 
 def detect_analyzer(texts: Iterable[str]) -> str:

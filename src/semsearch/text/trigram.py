@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import threading
-import unicodedata
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .normalize import CJK, WIDE, cjk_runs, tokenize
+from .normalize import CJK, map_cjk_runs
 
 WORD_CACHE_SIZE = 1_000_000
 """Distinct words a hasher remembers with their trigram ids; past this the table starts afresh,
@@ -65,19 +64,7 @@ def hash_words(text: str) -> list[str]:
     full-width characters (then NFKC-normalised first) each run of CJK characters becomes one word
     per character, that character and the next in the run (the last alone): ``iphone手机壳`` ->
     ``['iphone', '手机', '机壳', '壳']``."""
-    if text.isascii() or (CJK.search(text) is None and WIDE.search(text) is None):
-        return tokenize(text)
-    out: list[str] = []
-    for word in tokenize(unicodedata.normalize("NFKC", text)):
-        if CJK.search(word) is None:
-            out.append(word)
-            continue
-        for run, cjk in cjk_runs(word):
-            if cjk:
-                out.extend(run[i : i + 2] for i in range(len(run)))
-            else:
-                out.append(run)
-    return out
+    return map_cjk_runs(text, lambda run: [run[i : i + 2] for i in range(len(run))])
 
 
 def word_features(word: str) -> list[str]:
