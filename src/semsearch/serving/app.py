@@ -30,10 +30,11 @@ from .batching import SearchBatcher
 from .compare import Comparison, check_same_documents
 from .events import EventLog, bundle_identity, new_secret
 from .exposure import MAX_BODY, Exposure, Guard
+from .highlighter import Highlighter
 from .http import HeadAsGet, KnownParameters, declared_parameters
 from .metrics import MULTIPROC_ENV, Metrics, _Measure
 from .options import ServeOptions
-from .routes import MAX_K, MAX_QUERY_CHARS, Highlighter, add_routes
+from .routes import MAX_K, MAX_QUERY_CHARS, add_routes
 
 GC_YOUNG = 20_000
 """Allocations between the cyclic GC's young-generation passes in a serving worker."""

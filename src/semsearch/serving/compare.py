@@ -54,7 +54,7 @@ from .batching import SearchBatcher
 from .events import nonce_of
 
 if TYPE_CHECKING:
-    from .routes import Highlighter
+    from .highlighter import Highlighter
 
 Mode = Literal["interleave", "ab"]
 MODES: tuple[Mode, Mode] = ("interleave", "ab")
