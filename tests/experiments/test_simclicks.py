@@ -186,7 +186,7 @@ def test_click_specs_parse_and_their_rows_resolve(name):
 
 
 def test_ab_spec_parses_and_names_rows_of_its_rankers():
-    from semsearch.experiments.abtest import ABSpec
+    from semsearch.experiments.spec import ABSpec
 
     spec = get_spec("bert-table7-ab")
     assert isinstance(spec, ABSpec)

@@ -15,6 +15,7 @@ repeats the simulation with the next seeds and reports the spread.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,57 +23,10 @@ from typing import Any
 import numpy as np
 
 from .result import Check
-from .spec import SpecError, _typed
+from .spec import ABSpec
 
 SEGMENT_METRICS = {"all": "csr", "head": "head", "tail": "tail"}
 DIFF_ROW = "experiment − control"
-
-
-@dataclass(frozen=True)
-class ABSpec:
-    """A simulated A/B test of two rows of the ranking spec ``rankers``."""
-
-    name: str
-    title: str
-    source: str
-    kind: str
-    rankers: str  # a registered ranking spec (or spec file) whose rows are the two arms
-    control: str  # its row label served to the control buckets
-    experiment: str  # its row label served to the experiment buckets
-    searches: int = 1_000_000
-    users: int = 100_000
-    k: int = 10
-    eta: float = 1.0
-    epsilon: float = 0.1
-    exponent: float = 1.0
-    head_share: float = 0.5
-    seed: int = 0
-    seeds: int = 1
-    paper: dict[str, dict[str, float]] = field(default_factory=dict)  # bucket -> csr / head / tail / ...
-    expect: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
-    notes: str = ""
-
-
-def ab_spec(p: Path, raw: dict[str, Any]) -> ABSpec:
-    """An ``kind = "ab"`` spec from its TOML table (``spec.load_spec`` dispatches here)."""
-    try:
-        spec = _typed(ABSpec, raw, "")
-    except SpecError as e:
-        raise SpecError(f"{p}: {e}") from None
-    if spec.searches < 1 or spec.users < 1 or spec.seeds < 1 or not 1 <= spec.k <= 10:
-        raise SpecError(f"{p}: searches, users and seeds must be >= 1 and k in 1..10")
-    if not 0 <= spec.epsilon <= 1 or not 0 <= spec.head_share <= 1:
-        raise SpecError(f"{p}: epsilon and head_share must lie in [0, 1]")
-    from .spec import ExperimentSpec, get_spec
-
-    rankers = get_spec(spec.rankers)
-    if not isinstance(rankers, ExperimentSpec):
-        raise SpecError(f"{p}: rankers must name a ranking spec, {spec.rankers!r} is not one")
-    labels = [m.label for m in rankers.models]
-    for role in ("control", "experiment"):
-        if getattr(spec, role) not in labels:
-            raise SpecError(f"{p}: {role} {getattr(spec, role)!r} is not a row of {spec.rankers}")
-    return spec
 
 
 def simulate_ab(
@@ -183,17 +137,24 @@ def _rows(table: Any) -> dict[str, dict[str, float]]:
     return rows
 
 
-def run_ab(spec: ABSpec, *, progress: bool = True, model_dir: Path | None = None, retrain: bool = False) -> ABResult:
-    """Run the rankers spec (its trained rows reused from ``model_dir``), then the simulation."""
+def run_ab(
+    spec: ABSpec,
+    run_rankers: Callable[..., Any],
+    *,
+    progress: bool = True,
+    model_dir: Path | None = None,
+    retrain: bool = False,
+) -> ABResult:
+    """Run the rankers spec with ``run_rankers`` (the runner's ``run_experiment``: its trained rows
+    reused from ``model_dir``), then the simulation."""
     from ..clicks import Rankings
     from ..data import open_dataset, ranked
     from ..evaluation.online import ab_table
-    from .runner import run_experiment
     from .spec import get_spec
 
     start = time.perf_counter()
     rspec = get_spec(spec.rankers)
-    base = run_experiment(rspec, progress=progress, model_dir=model_dir, retrain=retrain)
+    base = run_rankers(rspec, progress=progress, model_dir=model_dir, retrain=retrain)
     ds = open_dataset(rspec.dataset)  # type: ignore[union-attr]  # a ranking spec (checked on load)
     qrels = ds.qrels(rspec.split, check=True)  # type: ignore[union-attr]
     queries = ds.queries()

@@ -34,7 +34,7 @@ from ..training import fit, recipe
 from ..types import Qrels, Run
 from .cache import cache_key, cached_training, keyed_recipe, saved_dir
 from .result import Check, ExperimentResult
-from .spec import ClassificationSpec, ExperimentSpec, ModelSpec, seed_rows
+from .spec import ABSpec, ClassificationSpec, ExperimentSpec, ModelSpec, seed_rows
 
 
 class _Context:
@@ -263,12 +263,12 @@ def run_experiment(
     parameters, and the model kind's trainer version (``training/versions.py``) — matches, unless
     ``retrain``.
     Classification specs (MT-DNN Table 2, Figures 4-5) run in ``experiments/classification.py``."""
-    from .abtest import ABSpec
-
     if isinstance(spec, ABSpec):
         from .abtest import run_ab
 
-        return run_ab(spec, progress=progress, model_dir=Path(model_dir) if model_dir else None, retrain=retrain)
+        return run_ab(
+            spec, run_experiment, progress=progress, model_dir=Path(model_dir) if model_dir else None, retrain=retrain
+        )
     if isinstance(spec, ClassificationSpec):
         from .classification import run_classification
 

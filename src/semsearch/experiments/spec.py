@@ -230,8 +230,6 @@ def load_spec(path: str | Path) -> ExperimentSpec | ClassificationSpec:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise SpecError(f"{p}: {e}") from None
     if raw.get("kind") == "ab":  # a simulated A/B test of two rows of a ranking spec
-        from .abtest import ab_spec
-
         return ab_spec(p, raw)  # type: ignore[return-value]  # ExperimentSpec | ClassificationSpec | ABSpec
     if "kind" in raw:
         return _classification_spec(p, raw)
@@ -408,3 +406,49 @@ def get_spec(name_or_path: str) -> ExperimentSpec | ClassificationSpec:
     if Path(name_or_path).is_file():
         return load_spec(name_or_path)
     raise SpecError(f"unknown experiment {name_or_path!r}; known: {', '.join(paths)}")
+
+
+@dataclass(frozen=True)
+class ABSpec:
+    """A simulated A/B test of two rows of the ranking spec ``rankers``."""
+
+    name: str
+    title: str
+    source: str
+    kind: str
+    rankers: str  # a registered ranking spec (or spec file) whose rows are the two arms
+    control: str  # its row label served to the control buckets
+    experiment: str  # its row label served to the experiment buckets
+    searches: int = 1_000_000
+    users: int = 100_000
+    k: int = 10
+    eta: float = 1.0
+    epsilon: float = 0.1
+    exponent: float = 1.0
+    head_share: float = 0.5
+    seed: int = 0
+    seeds: int = 1
+    paper: dict[str, dict[str, float]] = field(default_factory=dict)  # bucket -> csr / head / tail / ...
+    expect: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    notes: str = ""
+
+
+def ab_spec(p: Path, raw: dict[str, Any]) -> ABSpec:
+    """An ``kind = "ab"`` spec (run by ``abtest.run_ab``) from its TOML table (``load_spec`` dispatches here)."""
+    try:
+        spec = _typed(ABSpec, raw, "")
+    except SpecError as e:
+        raise SpecError(f"{p}: {e}") from None
+    if spec.searches < 1 or spec.users < 1 or spec.seeds < 1 or not 1 <= spec.k <= 10:
+        raise SpecError(f"{p}: searches, users and seeds must be >= 1 and k in 1..10")
+    if not 0 <= spec.epsilon <= 1 or not 0 <= spec.head_share <= 1:
+        raise SpecError(f"{p}: epsilon and head_share must lie in [0, 1]")
+
+    rankers = get_spec(spec.rankers)
+    if not isinstance(rankers, ExperimentSpec):
+        raise SpecError(f"{p}: rankers must name a ranking spec, {spec.rankers!r} is not one")
+    labels = [m.label for m in rankers.models]
+    for role in ("control", "experiment"):
+        if getattr(spec, role) not in labels:
+            raise SpecError(f"{p}: {role} {getattr(spec, role)!r} is not a row of {spec.rankers}")
+    return spec
