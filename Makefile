@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install serve bundle reproduce click-loop test test-tools fuzz bench clean
+.PHONY: install serve bundle reproduce click-loop portable test test-tools fuzz bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -53,6 +53,15 @@ reproduce: $(STAMP)
 ## test queries, two bundles compared online; prints goals 4 and 5 as tables (results/click-loop).
 click-loop: $(BUNDLE)/manifest.json
 	$(BIN)/semsearch clicks loop --bundle $(BUNDLE) --out results/click-loop
+
+## The two-stage search without judgments (docs/serving.md, "A collection without judgments"): the
+## portable ranker trained on Home Depot, then SciFact, TREC DL 2019, Cranfield and CISI served
+## through HTTP beside BM25 (results/portable; MiniLM encodes each collection once, results/portable/vectors).
+## PORTABLE_INSTALL=--install copies the trained ranker into the package (index build --ranker portable).
+PORTABLE_INSTALL ?=
+portable: $(STAMP)
+	$(BIN)/python -c "from semsearch.plugins import create_model; create_model('bert-rep').save('results/portable/minilm')"
+	$(BIN)/python -m semsearch.experiments.portable encoder=results/portable/minilm out=results/portable $(PORTABLE_INSTALL)
 
 ## The Debian packages the tests drive: chromium (the search page in a browser) and wrk (load-test
 ## smoke), installed when missing (the one place: CI's .ci/run runs `make test`).

@@ -5,8 +5,10 @@ A page line ``{{ spec_table("NAME") }}`` becomes a table of spec NAME's rows: th
 (the spec's ``expect = {...}``), one line a row and metric. ``{{ headline_table() }}`` becomes the
 README's headline table (``python docs/hooks/reproductions.py`` prints it; the docs test checks that
 the README holds exactly that). ``{{ click_loop_tables() }}`` becomes the tables of the click loop's
-last recorded run (``docs/reproductions/click-loop.json``). So a figure is typed once: in the spec (paper, expected range) or in
-results.yaml (ours).
+last recorded run (``docs/reproductions/click-loop.json``), ``{{ portable_tables() }}`` the table of
+the portable two-stage search's (``docs/reproductions/portable.json``, ``make portable``). So a figure
+is typed once: in the spec (paper, expected range), in results.yaml (ours) or in a run's results file;
+a headline cell names a results file with ``json: NAME`` beside its ``from`` path.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 SPECS = ROOT / "src" / "semsearch" / "experiments" / "specs"
 RESULTS = ROOT / "docs" / "reproductions" / "results.yaml"
 SEED_ROW = re.compile(r"^(.*) \(seed \d+\)$")
-CALL = re.compile(r"\{\{\s*(spec_table|headline_table|click_loop_tables)\(\s*(?:\"([^\"]+)\")?\s*\)\s*\}\}")
+CALL = re.compile(
+    r"\{\{\s*(spec_table|headline_table|click_loop_tables|portable_tables)\(\s*(?:\"([^\"]+)\")?\s*\)\s*\}\}"
+)
 CLICK_LOOP = ROOT / "docs" / "reproductions" / "click-loop.json"
+PORTABLE = ROOT / "docs" / "reproductions" / "portable.json"
 
 
 class _Loader(yaml.SafeLoader):
@@ -148,11 +153,16 @@ def _figures(ref: dict, results: dict) -> str:
     """One headline cell: figures looked up in results.yaml (``from``) or a spec's paper figures."""
     if "from" in ref:
         node = results
+        if "json" in ref:  # a run's results file beside results.yaml
+            import json
+
+            node = json.loads((RESULTS.parent / ref["json"]).read_text(encoding="utf-8"))
         for key in ref["from"]:
             node = node[key]
     else:
         node = _spec_rows(load_spec(ref["spec"]))[ref["row"]][0]
-    values = " / ".join(_fmt(node[m]) for m in ref["metrics"])
+    fmt = (lambda v: format(float(v), ref["format"])) if "format" in ref else _fmt
+    values = " / ".join(fmt(node[m]) for m in ref["metrics"])
     return f"{ref.get('prefix', '')}{values}{ref.get('suffix', '')}"
 
 
@@ -178,10 +188,22 @@ def click_loop_tables() -> str:
     return tables(json.loads(CLICK_LOOP.read_text(encoding="utf-8")))
 
 
+def portable_tables() -> str:
+    """The table ``make portable`` printed, from the results.json it wrote (kept as
+    ``docs/reproductions/portable.json``), rendered by the same code."""
+    import json
+
+    from semsearch.experiments.portable import tables
+
+    return tables(json.loads(PORTABLE.read_text(encoding="utf-8")))
+
+
 def render(markdown: str, prefix: str = "") -> str:
     def sub(m: re.Match) -> str:
         if m.group(1) == "click_loop_tables":
             return click_loop_tables()
+        if m.group(1) == "portable_tables":
+            return portable_tables()
         return spec_table(m.group(2)) if m.group(1) == "spec_table" else headline_table(prefix)
 
     return CALL.sub(sub, markdown)

@@ -726,3 +726,45 @@ def test_parameters_are_typed_and_checked(tiny_bert, tmp_path):
         k: v for k, v in m.params().items() if k != "base"
     }
     assert np.allclose(again.encode_documents(["red chair"]), m.encode_documents(["red chair"]), atol=1e-6)
+
+
+def test_run_and_a_bundle_rank_a_bi_encoder_alike(tiny_bert, tmp_path):
+    """``semsearch run`` (the model's own ``retrieve``) and a bundle's vector index compare a
+    bi-encoder's vectors the same way (``similarity_of``): by cosine for a sentence-transformers
+    model that scores by cosine, by dot product for a plain BERT; the saved model keeps it."""
+    import shutil
+
+    from semsearch.data import Corpus
+    from semsearch.index import build_bundle
+    from semsearch.index.bundle.search import Bundle
+    from semsearch.models.base import similarity_of
+
+    st = tmp_path / "st"
+    shutil.copytree(tiny_bert, st)
+    (st / "config_sentence_transformers.json").write_text('{"similarity_fn_name": "cosine"}', encoding="utf-8")
+    ids = [f"d{i}" for i in range(8)]
+    texts = ["red chair", "a much longer blue table with four legs", "green lamp", "red red red sofa"]
+    texts += ["tiny cat", "big dog barking loudly at night", "chair", "blue"]
+    queries = ["red chair", "blue table", "dog"]
+    for base, sim in [(str(st), "cosine"), (tiny_bert, "dot")]:
+        m = create_model("bert-rep", base=base)
+        assert similarity_of(m) == sim
+        m.index(ids, texts)
+        d, q = m.encode_documents(texts), m.encode_queries(queries)
+        if sim == "cosine":
+            d, q = d / np.linalg.norm(d, axis=1, keepdims=True), q / np.linalg.norm(q, axis=1, keepdims=True)
+        want = [[ids[i] for i in np.argsort(-(d @ qi), kind="stable")] for qi in q]
+        assert [[h for h, _ in hits] for hits in m.retrieve(queries, 8)] == want
+        assert [list(np.argsort(-s, kind="stable")) for s in m.score(queries, [ids] * 3)] == [
+            [ids.index(x) for x in w] for w in want
+        ]
+        out = build_bundle(Corpus(ids, texts, [""] * len(ids)), [m], tmp_path / f"b-{sim}", fields="title")
+        b = Bundle.load(out)
+        (name,) = b.semantic
+        assert b.semantic[name].metric == ("cosine" if sim == "cosine" else "ip")
+        assert [[h for h, _ in hits] for hits in b.semantic[name].retrieve(queries, 8)] == want
+        assert similarity_of(b.semantic[name].encoder) == sim
+    trained = create_model("bert-rep", base=str(st))
+    trained.mark_trained()  # fine-tuned unnormalised: the dot product it was trained with
+    assert similarity_of(trained) == "dot"
+    assert similarity_of(create_model("bert-rep", base=tiny_bert, normalize=True)) == "cosine"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -46,6 +46,26 @@ def _is_table(data: str, fields: str, id_column: str | None, facets: str | None,
     if TABLE_SUFFIXES.get(path.suffix.lower()) in ("csv", "parquet"):
         return True
     return bool(id_column or facets or numeric or fields not in _LITERAL_FIELDS)
+
+
+def _included_ranker(ranker: Path, corpus: Any, fields: str) -> Any:
+    """``--ranker``: a saved ranker directory, or ``portable`` (the packaged one; a directory of
+    that name is ./portable). A portable ranker (no feature model bound to the documents it learnt
+    on) is pointed at this collection's documents."""
+    from ..plugins import load_model
+    from ..ranking.lambdamart import PORTABLE_DIR
+
+    if str(ranker) == "portable":
+        if not (PORTABLE_DIR / "config.json").is_file():
+            raise ValueError(
+                "--ranker portable: this installation has no packaged portable ranker "
+                "(python -m semsearch.experiments.portable --install trains it)"
+            )
+        ranker = PORTABLE_DIR
+    rk = load_model(ranker)
+    if getattr(rk, "portable", False):
+        rk.use_texts(corpus.ids, corpus.joined(fields))  # type: ignore[attr-defined]  # a portable ranker
+    return rk
 
 
 @index_app.command("build")
@@ -92,7 +112,13 @@ def index_build(
             help="A file as --data: the longest line (record) read, in bytes (default 1 MiB); a longer one is refused."
         ),
     ] = None,
-    ranker: Annotated[Path | None, typer.Option(help="Saved ranker directory to include (optional).")] = None,
+    ranker: Annotated[
+        Path | None,
+        typer.Option(
+            help="Saved ranker directory to include (optional); 'portable': the packaged ranker learnt on Home "
+            "Depot that re-ranks any collection without judgments (needs bm25 and all-MiniLM-L6-v2; docs/serving.md)."
+        ),
+    ] = None,
     train_ranker: Annotated[
         bool,
         typer.Option(
@@ -259,7 +285,7 @@ def index_build(
     )
     built = _bundle_models(names, param, analyzer)
     _onnx_models(built, onnx)
-    rk = load_model(ranker) if ranker is not None else None
+    rk = _included_ranker(ranker, corpus, options.fields) if ranker is not None else None
     rs = None
     if rescorer is not None:
         rs = load_model(rescorer)

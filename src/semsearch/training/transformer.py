@@ -355,6 +355,8 @@ def train_transformer(
         del teachers
         log["student_spread"] = _check_spread(model, examples, data.doc_texts, args.teacher_spread)
     log.update(_tune(model, data, examples, dev, args, progress, model.name))
+    if isinstance(model, BiEncoder):
+        model.mark_trained()
     return log
 
 

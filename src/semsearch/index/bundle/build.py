@@ -18,6 +18,7 @@ from ...data import Corpus, write_corpus
 from ...data._io import TMP_SUFFIX, fsync_tree, replace_dir, tmp_dir, write_json
 from ...models import Model
 from ...models.base import sha256_file as _sha256
+from ...models.base import similarity_of
 from ...ranking.rescore import is_pair_scorer
 from ...text import SpellCorrector
 from ..hybrid import HybridHit, HybridRetriever
@@ -180,7 +181,8 @@ def build_bundle(
             _drop_orphans(dsn, out, prefix)
         retrievers = []
         for i, (enc, name) in enumerate(zip(encoders, names, strict=True)):
-            r = SemanticRetriever(enc, kind, cache=vector_cache, **dict(index_params or {}))  # type: ignore[arg-type]  # validated
+            metric = "cosine" if similarity_of(enc) == "cosine" else "ip"
+            r = SemanticRetriever(enc, kind, metric, cache=vector_cache, **dict(index_params or {}))  # type: ignore[arg-type]  # validated
             retrievers.append(r)
             vecs = r.embed(corpus.ids, texts, progress=f"encoding documents ({name})")
             r.index_vectors(corpus.ids, vecs)

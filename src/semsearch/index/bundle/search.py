@@ -109,7 +109,8 @@ class Bundle:
         """Stage 3: the cross-encoder, how many of the ranked hits it re-scores, whether it runs, and
         its weight in their new score beside the ranker's (inf: its score alone)."""
         for name, m in [("lexical", lexical), *semantic.items(), ("ranker", ranker)]:
-            if m is not None and list(m.doc_ids) != corpus.ids:
+            # (a portable ranker indexes nothing: use_texts below points it at these documents)
+            if m is not None and not getattr(m, "portable", False) and list(m.doc_ids) != corpus.ids:
                 raise ModelDirError(f"{path}: {name} index and documents do not match (different document ids)")
         if ranker is not None and hasattr(ranker, "use_texts"):  # per-pair text features read the documents
             ranker.use_texts(corpus.ids, corpus.joined(manifest.get("fields", "title+text")))
