@@ -179,3 +179,91 @@ def test_two_stage_bundle_filtered_equals_the_exhaustive_ranking(two_stage, shar
     with pytest.raises(ValueError, match="allowed"):
         b.search_many(queries, 3, allowed=np.ones(n + 1, dtype=bool))
     b.close()
+
+
+@pytest.fixture
+def facet_bundle(make_two_stage, tmp_path):  # type: ignore[no-untyped-def]
+    """A two-stage bundle of a generated CSV (the tiny set's titles, with a brand facet that is
+    sometimes a list, a colour facet and a price column with nulls), its ranker the one trained
+    on the tiny set's judgments."""
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+
+    b = make_two_stage(tmp_path / "B")
+    corpus = Bundle.load(b).corpus
+    rng = random.Random(4)
+    lines = ["id,title,brand,color,price"]
+    for i, (d, t) in enumerate(zip(corpus.ids, corpus.titles)):
+        brand = rng.choice(["Acme", "Bolt", "Crux", "Dyna"])
+        price = "" if i % 7 == 0 else str(rng.choice([rng.randint(1, 200), round(rng.random() * 100, 2)]))
+        lines.append(f"{d},{t},{brand},{rng.choice(['red', 'blue', ''])},{price}")
+    (tmp_path / "catalog.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "F"
+    r = CliRunner().invoke(
+        app,
+        [
+            "index", "build", "--data", str(tmp_path / "catalog.csv"), "--id", "id", "--fields", "title",
+            "--facets", "brand,color", "--numeric", "price", "--models", f"bm25,{tmp_path / 'B-enc'}",
+            "--analyzer", "english", "--ranker", str(b / "ranker"), "--out", str(out),
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    return out
+
+
+FILTERS = [
+    ["brand:Acme"],
+    ["brand:Acme", "brand:Dyna"],
+    ["price:[10,100]"],
+    ["brand:Bolt", "price:[*,50]", "color:red"],
+    ["color:blue", "price:[20,*]"],
+    ["brand:Nobody"],
+]
+
+
+def test_filtered_answers_equal_the_exhaustive_filtered_ranking(facet_bundle) -> None:
+    """Filters on a two-stage bundle of a table: ``Bundle.search_many(filters=...)`` returns the
+    exhaustive filtered ranking (module docstring), only documents the filter allows, and the
+    facet counts of that ranking's candidate set."""
+    from semsearch.index.filters import FacetClause
+
+    b = Bundle.load(facet_bundle, result_cache=0)
+    assert b.two_stage and b.filters.facets == ["brand", "color"] and b.filters.numeric == ["price"]
+    queries = ["red cat", "blue dog item", "green", "fish tree rock lamp", "bird door"]
+    rk = b.ranker
+    hybrid = b._hybrid[next(iter(b._hybrid))]
+    shown = 0
+    for exprs in FILTERS:
+        flt = b.filters.parse(exprs)
+        allowed = b.filters.mask(flt)
+        for k in (1, 5, 20):
+            got = b.search_many(queries, k, filters=exprs, facets=10)
+            want = exhaustive_bundle_search(b, queries, allowed, k)
+            cands = exhaustive_candidates(b.lexical, hybrid.semantic, queries, allowed, rk.n_lexical, rk.n_semantic)
+            for r, w, c in zip(got, want, cands):
+                shown += len(r.hits) * (exprs != ["brand:Nobody"])
+                assert r.facets is not None and (r.hits or exprs == ["brand:Nobody"] or not len(c))
+                assert [h.doc_id for h in r.hits] == [d for d, _ in w]
+                assert np.allclose([h.score for h in r.hits], [s for _, s in w], rtol=1e-6, atol=1e-9)
+                assert r.facets == b.filters.counts(c.positions, 10)
+                for h in r.hits:  # every hit satisfies the filter, by its stored fields
+                    fields = b.corpus.fields(b.corpus.index[h.doc_id])
+                    for cl in flt.clauses:
+                        v = fields[cl.field]
+                        if isinstance(cl, FacetClause):
+                            assert v in cl.values
+                        else:
+                            assert v is not None and any(
+                                (lo is None or v >= lo) and (hi is None or v <= hi) for lo, hi in cl.ranges
+                            )
+        if exprs == ["brand:Acme"]:
+            assert all(set(dict(r.facets["brand"]["values"])) <= {"Acme"} for r in got)
+    assert shown > 100  # (the filters leave hits to compare)
+    unfiltered = b.search_many(queries, 5, facets=3)
+    assert all(len(r.facets["brand"]["values"]) <= 3 for r in unfiltered)
+    assert (
+        b.search("red cat", 5, filters=["brand:Acme"]).hits
+        == b.search_many(["red cat"], 5, filters="brand:Acme")[0].hits
+    )
+    b.close()
