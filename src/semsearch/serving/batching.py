@@ -8,9 +8,12 @@ import time
 from collections.abc import Callable
 
 from ..index.bundle import Bundle, Result
+from ..index.filters import Filter
 
 BATCH_CAP = 64
 """Most searches one pass of a worker runs together (``SearchBatcher``)."""
+NO_FILTER = Filter()
+"""An unfiltered search's filter (empty)."""
 GATHER_TURNS = 4
 """Turns of the event loop a search pass waits for more searches (``SearchBatcher``): enough for
 the requests read meanwhile to join the pass, few enough that a lone client hardly waits."""
@@ -37,15 +40,19 @@ class SearchBatcher:
         if turns < 1:
             raise ValueError(f"turns must be >= 1, got {turns}")
         self.bundle, self.cap, self.observe, self.turns = bundle, cap, observe, turns
-        self._waiting: list[tuple[tuple[int, str | None, str], str, float, asyncio.Future[Result]]] = []
+        self._waiting: list[tuple[tuple[int, str | None, str, Filter, int], str, float, asyncio.Future[Result]]] = []
         self._scheduled = False
 
-    def search(self, query: str, k: int, model: str | None, merge: str) -> asyncio.Future[Result]:
-        """A future of ``Bundle.search(query, k, model=model, merge_by=merge)``'s result, with the
-        ms it waited for its pass (``timing["queue_ms"]``)."""
+    def search(
+        self, query: str, k: int, model: str | None, merge: str, filters: Filter = NO_FILTER, facets: int = 0
+    ) -> asyncio.Future[Result]:
+        """A future of ``Bundle.search(query, k, model=model, merge_by=merge, filters=filters,
+        facets=facets)``'s result, with the ms it waited for its pass (``timing["queue_ms"]``).
+        Only searches of the same settings, filter included (a parsed ``Filter`` is canonical),
+        share a pass: ``search_many`` takes one filter."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Result] = loop.create_future()
-        self._waiting.append(((k, model, merge), query, time.perf_counter(), future))
+        self._waiting.append(((k, model, merge, filters, facets), query, time.perf_counter(), future))
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._after, self.turns)
@@ -70,7 +77,9 @@ class SearchBatcher:
             asyncio.get_running_loop().call_soon(self._after, self.turns)
         start = time.perf_counter()
         try:
-            results = self.bundle.search_many([w[1] for w in batch], key[0], model=key[1], merge_by=key[2])
+            results = self.bundle.search_many(
+                [w[1] for w in batch], key[0], model=key[1], merge_by=key[2], filters=key[3], facets=key[4]
+            )
         except Exception as e:  # noqa: BLE001 — each waiting handler answers it (e.g. the vector store is down)
             for w in batch:
                 if not w[3].done():
