@@ -637,6 +637,16 @@ def add_routes(
     page_params = [
         _query_param(name, f"The page's {what} (read by the page's script; any value).", {"type": "string"})
         for name, what in (("q", "query"), ("k", "hits per page"), ("page", "page number"), ("merge", "merge"))
+    ] + [
+        {
+            **_query_param(
+                "filter",
+                "The page's active filters, repeatable (read by the page's script, sent to /search; any value).",
+                {"type": "array", "items": {"type": "string"}},
+            ),
+            "style": "form",
+            "explode": True,
+        }
     ]
 
     @app.get(
