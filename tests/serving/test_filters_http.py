@@ -149,3 +149,19 @@ def test_cli_search_filter(catalog) -> None:
     assert {json.loads(x)["doc_id"] for x in r.output.splitlines() if x.startswith("{")} == {"A4", "A6"}
     r = runner.invoke(app, ["search", "--index", str(catalog), "drill", "--filter", "colour:red"])
     assert r.exit_code == 2 and "no field 'colour' to filter on" in r.output
+
+
+@pytest.mark.parametrize("mode", ["interleave", "ab"])
+def test_compared_bundles_search_with_the_filter(catalog, mode: str) -> None:
+    """Serving A against B (the same catalogue): both searched with the filter, every hit allowed."""
+    with TestClient(create_app(catalog, compare=catalog, compare_mode=mode)) as c:
+        r = c.get("/search", params=[("q", "drill"), ("filter", "category:tools"), ("filter", "price:[*,100]")])
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert {h["doc_id"] for h in body["hits"]} == {"A1", "A2"} and body["filters"] == [
+            "category:tools",
+            "price:[*,100]",
+        ]
+        assert body["facets"]["category"]["values"] == [["tools", 2]]
+        bad = c.get("/search", params=[("q", "drill"), ("filter", "colour:red")])
+        assert bad.status_code == 422 and "colour" in bad.json()["error"]
