@@ -82,7 +82,7 @@ PLAN: list[tuple[str, list[str], int, str]] = [
     ),
     (
         "filtered",
-        ["--bundle", str(BUNDLE), "--seconds", "30", "--out", "results/bench/filtered.json"],
+        ["--bundle", str(BUNDLE), "--out", "results/bench/filtered.json"],
         300,
         "filtered.json",
     ),

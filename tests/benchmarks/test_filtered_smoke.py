@@ -22,7 +22,7 @@ def test_filtered_benchmark_runs(make_bundle, tmp_path):
             sys.executable,
             str(ROOT / "benchmarks" / "filtered.py"),
             "--bundle", str(b), "--data", "tiny", "--work", str(tmp_path / "work"),
-            "--clients", "4", "--seconds", "1", "--workers", "1", "--recall-queries", "20", "--out", str(out),
+            "--clients", "4", "--seconds", "1", "--rounds", "1", "--warmup", "1", "--workers", "1", "--recall-queries", "20", "--out", str(out),
         ],
         env=env,
         capture_output=True,

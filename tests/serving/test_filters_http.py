@@ -115,8 +115,9 @@ def test_a_bundle_without_fields_refuses_any_filter(make_bundle, tmp_path) -> No
 
 
 def test_micro_batches_never_mix_filters(catalog) -> None:
-    """Searches waiting together with different filters run in different passes, each with its
-    own filter; the same filter written in another order shares a pass."""
+    """Searches waiting together with different filters run in one pass but in different
+    ``search_many`` calls, each with its own filter; the same filter written in another order
+    shares a call."""
     b = Bundle.load(catalog)
     sizes: list[int] = []
     batcher = SearchBatcher(b, observe=sizes.append)
@@ -131,7 +132,16 @@ def test_micro_batches_never_mix_filters(catalog) -> None:
             batcher.search("drill", 10, None, "union"),
         )
 
+    passes: list[int] = []
+    run_pass = batcher._run
+
+    def counted() -> None:
+        passes.append(len(batcher._waiting))
+        run_pass()
+
+    batcher._run = counted  # type: ignore[method-assign]
     r1, r2, r3, r4 = asyncio.run(run())
+    assert passes == [4]  # one pass took all four: three search_many calls (one per filter), not three passes
     brand = {r[0]: r[2] for r in ROWS}
     assert {brand[h.doc_id] for h in r1.hits} == {"DEWALT"}
     assert {brand[h.doc_id] for h in r2.hits} <= {"RYOBI", "BOSCH"} and {brand[h.doc_id] for h in r3.hits} <= {
