@@ -175,3 +175,15 @@ def test_compared_bundles_search_with_the_filter(catalog, mode: str) -> None:
         assert body["facets"]["category"]["values"] == [["tools", 2]]
         bad = c.get("/search", params=[("q", "drill"), ("filter", "colour:red")])
         assert bad.status_code == 422 and "colour" in bad.json()["error"]
+
+
+def test_a_bundle_whose_stages_cannot_filter_refuses_filters(catalog, monkeypatch) -> None:
+    """Stages that do not search one positional collection (the postgres store, a sharded index)
+    cannot take the mask: a filter is a 422 saying so, not a 500."""
+    from semsearch.index.hybrid import HybridRetriever
+
+    monkeypatch.setattr(HybridRetriever, "positional", property(lambda self: False))
+    with TestClient(create_app(catalog)) as c:
+        r = c.get("/search", params=[("q", "drill"), ("filter", "brand:DEWALT")])
+        assert r.status_code == 422 and "cannot filter" in r.json()["error"]
+        assert c.get("/search", params={"q": "drill"}).json()["facets"] == {}

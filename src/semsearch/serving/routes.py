@@ -214,7 +214,7 @@ def add_routes(
             raise BadRequest(f"parameter 'k' must be in [1, {max_k}], got {k}", 422)
         return k
 
-    filterable = bool(b.filters.fields) and all(bool(x.filters.fields) for x in ([compare.other] if compare else []))
+    filterable = b.filterable and all(x.filterable for x in ([compare.other] if compare else []))
 
     def _filter(pairs: list[tuple[str, str]]) -> Filter:
         """The ``filter`` parameters parsed against the bundle's fields (and, compared, B's)."""
@@ -224,6 +224,12 @@ def add_routes(
         for e in exprs:
             if len(e) > MAX_FILTER_CHARS:
                 raise BadRequest(f"parameter 'filter' {e[:40]!r}...: longer than {MAX_FILTER_CHARS} characters", 422)
+        if not filterable and b.filters.fields:
+            raise BadRequest(
+                "parameter 'filter': this service cannot filter (a filter runs inside both stages, which needs the "
+                "faiss vector store and, when two bundles are compared, facet fields in both)",
+                422,
+            )
         try:
             flt = b.filters.parse(exprs)
             if compare is not None:

@@ -291,6 +291,13 @@ class Bundle:
         bundle.store = store
         return bundle
 
+    @property
+    def filterable(self) -> bool:
+        """Whether searches take filters: the bundle has facet or numeric fields and both stages
+        of every model search one positional collection (not the postgres store, not a sharded
+        index), so the mask can go inside each stage's top-k."""
+        return bool(self.filters.fields) and all(h.positional for h in self._hybrid.values())
+
     # -- search -----------------------------------------------------------------------------------
     def encoder(self, name: str | None = None) -> Any:
         """The named (default: first) encoder model of the bundle."""
