@@ -17,7 +17,7 @@ encoder and ranker, so the unfiltered figures are the served search's.
 1. Recall (in-process, before the load): 500 queries' semantic top 100 under 10 bucket masks
    (1 %) and both half masks (50 %), against the exact filtered top 100 (every allowed stored
    vector scored), as served (the planner: few allowed documents are scored exactly) and
-   through faiss's id selector alone (``VectorIndex.EXACT_BELOW`` = 0).
+   through faiss's id selector alone (``VectorIndex.EXACT_BELOW`` = 0 instead of the bound in bytes).
 2. Load: ``semsearch serve`` with ``--workers`` (2) and ``--result-cache 0``, ``wrk`` with
    ``--clients`` (50) connections, one request at a time each: ``--warmup`` seconds (10) of the
    three kinds of request mixed, not measured, then ``--rounds`` (3) rounds of three runs of

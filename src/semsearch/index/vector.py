@@ -345,18 +345,20 @@ class VectorIndex:
             return self._rescored(q, k)
         return self._flat_ties(q, k)
 
-    #: a filter allowing at most this many documents is searched exactly (every allowed stored
-    #: vector scored): a graph or list walk reads about as many vectors and, with most of the
-    #: documents it meets disallowed, finds fewer of the allowed ones (Qdrant's and Weaviate's
-    #: filtered-search planners switch to a full scan below a similar size)
-    EXACT_BELOW = 8192
+    #: a filter whose allowed documents' stored vectors take at most this many bytes is searched
+    #: exactly (every allowed vector scored): a graph or list walk reads about as many vectors
+    #: and, with most of the documents it meets disallowed, finds fewer of the allowed ones
+    #: (Qdrant's filtered search switches to a full scan below a size in bytes likewise)
+    EXACT_BYTES = 8 << 20
+    #: a fixed number of allowed documents instead of ``EXACT_BYTES`` (None: by bytes)
+    EXACT_BELOW: int | None = None
     #: a filtered graph/list walk widens ``efSearch`` / ``nprobe`` by the inverse of the allowed
     #: share, at most this many times, so it meets about as many allowed documents as unfiltered
     WIDEN_MAX = 8
 
     def _filtered(self, q: np.ndarray, k: int, mask: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``search_positions`` inside ``mask``: few allowed documents (``EXACT_BELOW``) are all
-        scored against the stored vectors (exact, as ``flat``); more are searched by faiss with
+        """``search_positions`` inside ``mask``: few allowed documents (``EXACT_BYTES`` of vectors)
+        are all scored against the stored vectors (exact, as ``flat``); more are searched by faiss with
         the mask as an id selector (a bitmap the walk consults before keeping a hit), ``efSearch``
         or ``nprobe`` widened by the inverse of the allowed share (``WIDEN_MAX`` at most), then
         re-scored as unfiltered searches are (hnswsq, ivfpq with ``rerank``); a query whose walk
@@ -366,7 +368,8 @@ class VectorIndex:
         fs: Any = faiss  # (the stubs lack the search parameters' keyword arguments)
         cand = np.flatnonzero(mask)
         k = min(k, len(cand))
-        if len(cand) <= self.EXACT_BELOW:
+        limit = self.EXACT_BYTES // (4 * self.dim) if self.EXACT_BELOW is None else self.EXACT_BELOW
+        if len(cand) <= limit:
             return self._exact_over(q, k, cand)
         widen = min(float(self.WIDEN_MAX), len(mask) / len(cand))
         bits = np.packbits(mask, bitorder="little")  # (faiss reads bit i & 7 of byte i >> 3)
