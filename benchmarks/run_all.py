@@ -6,7 +6,8 @@ Each script writes its JSON under results/bench/ with a ``summary`` list
 (``_common.summary_row``); this collects them into ``--table`` (default docs/benchmarks.md,
 linked from the README) with the machine line, the load average and each script's wall time.
 A script that fails or overruns its time limit is reported as such in the table, never silently
-left out. The load test needs the served bundle (``make bundle``); without it that row says so.
+left out. The load tests (``load_test``, ``filtered``) need the served bundle (``make bundle``);
+without it their rows say so.
 
 Run:
     .venv/bin/python benchmarks/run_all.py               # about 13 min on 2 cores, < 15
@@ -78,6 +79,12 @@ PLAN: list[tuple[str, list[str], int, str]] = [
         ],
         150,
         "load_test_200.json",
+    ),
+    (
+        "filtered",
+        ["--bundle", str(BUNDLE), "--out", "results/bench/filtered.json"],
+        300,
+        "filtered.json",
     ),
 ]
 
@@ -159,7 +166,7 @@ def main() -> None:
         if only and name not in only:
             continue
         print(f"== {name} {' '.join(script_args)}", flush=True)
-        if name == "load_test" and not (BUNDLE / "manifest.json").is_file():
+        if name in ("load_test", "filtered") and not (BUNDLE / "manifest.json").is_file():
             results.append(
                 {
                     "name": name,

@@ -84,3 +84,41 @@ def test_hybrid_recall_beats_each_index_alone_on_a_subsample(homedepot) -> None:
     both = [h for hs in hits for h in hs if h.sources is Source.BOTH]
     assert all(h.lexical is not None and h.semantic is not None for h in both)
     assert np.mean([len(hs) for hs in hits]) <= 60
+
+
+def test_filtered_vector_recall_at_1_percent_selectivity(homedepot, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Filtered k-NN over all 54,667 titles (LSA vectors, k = 100), 1 % of the titles allowed (a
+    random 1 %, and the titles of one 1 % slice of the id order): recall@100 against the exact
+    filtered top 100 must be >= 0.95 for hnsw and hnswsq, both as served (the planner scores so few
+    allowed titles exactly) and through faiss's id selector alone (``EXACT_BELOW`` = 0: the graph
+    walk with the bitmap, efSearch widened); every hit allowed."""
+    from semsearch.data import TrainingData
+    from semsearch.index import VectorIndex
+    from semsearch.plugins import create_model
+    from semsearch.training import fit
+
+    corpus = homedepot.corpus()
+    m = create_model("lsa")
+    fit(m, TrainingData.from_dataset(homedepot, "train", threshold=3, fields="title"), progress=False)
+    docs = m.encode_documents(corpus.titles)
+    queries = m.encode_queries(list(homedepot.queries().values())[:200])
+    n = len(corpus.ids)
+    rng = np.random.default_rng(0)
+    masks = {"random": rng.random(n) < 0.01, "slice": np.zeros(n, dtype=bool)}
+    masks["slice"][n // 3 : n // 3 + n // 100] = True
+    exact_ix = VectorIndex.build(corpus.ids, docs, "flat", model="lsa")
+    served_below = VectorIndex.EXACT_BELOW
+    truths = {name: exact_ix.search_positions(queries, 100, allowed=allowed) for name, allowed in masks.items()}
+    for kind in ("hnsw", "hnswsq"):
+        ix = VectorIndex.build(corpus.ids, docs, kind, model="lsa")
+        for name, allowed in masks.items():
+            truth = truths[name]
+            for planner in ("served", "selector"):
+                monkeypatch.setattr(VectorIndex, "EXACT_BELOW", served_below if planner == "served" else 0)
+                got = ix.search_positions(queries, 100, allowed=allowed)
+                assert all(allowed[p].all() and len(p) == len(t) for (p, _), (t, _) in zip(got, truth))
+                recall = np.mean(
+                    [len(set(p.tolist()) & set(t.tolist())) / len(t) for (p, _), (t, _) in zip(got, truth)]
+                )
+                print(f"{kind} {name} 1% {planner}: filtered recall@100 {recall:.3f}")
+                assert recall >= 0.95, (kind, name, planner, recall)

@@ -400,3 +400,79 @@ def test_ranker_score_and_its_contributions_on_demand(make_bundle, tmp_path):
             assert page.locator("#results script").count() == 0 and page.evaluate("typeof window.__xss") == "undefined"
         finally:
             browser.close()
+
+
+def test_facets_narrow_filters_come_off_and_fields_show_as_text(tmp_path):
+    """A table's bundle: each hit shows its stored fields; the facet counts narrow the search by a
+    click (a filter in the URL, every hit then of that value), the active filter is removed by a
+    click, a numeric range narrows too; HTML in facet values, field names and stored values is
+    shown as text and never run."""
+    _need_chromium()
+    import csv
+
+    from playwright.sync_api import sync_playwright
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app as cli
+
+    rows = [
+        ["sku", "name", "brand", "price", "<i>note</i>"],
+        ["A1", "red drill one", "DEWALT", "10", SCRIPT],
+        ["A2", "red drill two", "DEWALT", "20", "plain"],
+        ["A3", "red drill three", IMG, "30", IMG],
+        ["A4", "red drill four", "RYOBI", "40", ""],
+    ]
+    with open(tmp_path / "c.csv", "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(rows)
+    args = ["--id", "sku", "--fields", "name", "--facets", "brand", "--numeric", "price"]
+    r = CliRunner().invoke(
+        cli, ["index", "build", "--data", str(tmp_path / "c.csv"), "--out", str(tmp_path / "b"), *args]
+    )
+    assert r.exit_code == 0, r.output
+    with _serve(create_app(tmp_path / "b")) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(url + "/?q=red+drill")
+            page.wait_for_selector("li.hit dl.fields", timeout=15_000)
+            assert page.locator("li.hit").count() == 4
+            fields = page.inner_text("#results")
+            for shown in ("brand", "DEWALT", "price", "<i>note</i>", SCRIPT, IMG):
+                assert shown in fields
+            facets = page.inner_text("#facets")
+            assert "DEWALT" in facets and IMG in facets and "10 – 40" in facets
+            assert page.locator("#results img, #results script, #facets img, #facets script, #results i").count() == 0
+            page.click("#facets a.narrow:text-is('DEWALT')")
+            _until(page, "new URLSearchParams(location.search).getAll('filter').join() === 'brand:DEWALT'")
+            _until(page, "document.querySelectorAll('li.hit').length === 2")
+            assert "brand:DEWALT" in page.inner_text("#active")
+            page.fill("#facets .range input[placeholder=max]", "15")
+            page.press("#facets .range input[placeholder=max]", "Enter")
+            _until(page, "document.querySelectorAll('li.hit').length === 1")
+            assert "A1" in page.inner_text("#results")
+            assert new_filters(page) == ["brand:DEWALT", "price:[*,15]"]
+            page.click("#active button.chip:has-text('brand:DEWALT')")
+            _until(page, "new URLSearchParams(location.search).getAll('filter').join() === 'price:[*,15]'")
+            _until(page, "document.querySelectorAll('li.hit').length === 1")
+            page.go_back()  # history holds each narrowing
+            _until(page, "new URLSearchParams(location.search).getAll('filter').length === 2")
+            page.goto(url + "/?q=red+drill")
+            page.wait_for_selector("#facets a.narrow", timeout=15_000)
+            page.locator("#facets a.narrow", has_text="onerror").click()  # the HTML value, a filter like any
+            _until(page, "document.querySelectorAll('li.hit').length === 1")
+            assert "A3" in page.inner_text("#results")
+            assert page.evaluate("typeof window.__xss") == "undefined"
+        finally:
+            browser.close()
+
+
+def new_filters(page):  # type: ignore[no-untyped-def]
+    return page.evaluate("new URLSearchParams(location.search).getAll('filter')")
+
+
+def _until(page, expression: str, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+    """Poll a JavaScript expression until it is true (the page's CSP forbids wait_for_function's eval)."""
+    deadline = time.time() + timeout
+    while not page.evaluate(expression):
+        assert time.time() < deadline, f"timed out waiting for {expression}"
+        time.sleep(0.05)

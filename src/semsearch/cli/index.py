@@ -400,6 +400,14 @@ def search_cmd(
         str, typer.Option("--merge", help="union (lexical order, semantic-only after), rrf or interpolate.")
     ] = "union",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
+    filters: Annotated[
+        list[str],
+        typer.Option(
+            "--filter",
+            help="Filter on a facet or numeric field (repeatable): field:value, field:[lo,hi] (* for an open "
+            "end) or field:number; one field's expressions OR'ed, different fields AND'ed (docs/filters.md).",
+        ),
+    ] = [],
 ) -> None:
     """Search a bundle; prints the top-k documents with their source (LEXICAL, SEMANTIC, BOTH)."""
     from ..index import Bundle
@@ -409,7 +417,8 @@ def search_cmd(
     start = time.perf_counter()
     bundle = Bundle.load(index)
     loaded = time.perf_counter()
-    result = bundle.search(query, k, merge_by=merge_by)
+    flt = bundle.filters.parse(filters)  # (a FilterError names the bad expression)
+    result = bundle.search(query, k, merge_by=merge_by, filters=flt)
     bundle.close()
     rows = bundle.hits(result)
     if as_json:

@@ -8,9 +8,12 @@ import time
 from collections.abc import Callable
 
 from ..index.bundle import Bundle, Result
+from ..index.filters import Filter
 
 BATCH_CAP = 64
 """Most searches one pass of a worker runs together (``SearchBatcher``)."""
+NO_FILTER = Filter()
+"""An unfiltered search's filter (empty)."""
 GATHER_TURNS = 4
 """Turns of the event loop a search pass waits for more searches (``SearchBatcher``): enough for
 the requests read meanwhile to join the pass, few enough that a lone client hardly waits."""
@@ -18,9 +21,10 @@ the requests read meanwhile to join the pass, few enough that a lone client hard
 
 class SearchBatcher:
     """Dynamic micro-batching of one worker's searches (``/search``): the searches that arrive while
-    a pass runs wait for the next pass, which takes all of them (at most ``cap``, same settings)
-    and searches them together (``Bundle.search_many``: one encoder call, one vector search, one
-    ranker prediction). A pass starts ``turns`` turns of the event loop after its first search
+    a pass runs wait for the next pass, which takes all of them (at most ``cap``) and searches
+    those of the same settings together (``Bundle.search_many``: one encoder call, one vector
+    search, one ranker prediction), one call per distinct settings (filter included: one mask a
+    call) in the order they arrived. A pass starts ``turns`` turns of the event loop after its first search
     arrived (default ``GATHER_TURNS``), so that the requests read in the meantime join it: a
     request read in one turn reaches the batcher in a later one (uvicorn runs each request as a
     task), and a pass started at once would take only those already waiting: several small passes
@@ -37,15 +41,19 @@ class SearchBatcher:
         if turns < 1:
             raise ValueError(f"turns must be >= 1, got {turns}")
         self.bundle, self.cap, self.observe, self.turns = bundle, cap, observe, turns
-        self._waiting: list[tuple[tuple[int, str | None, str], str, float, asyncio.Future[Result]]] = []
+        self._waiting: list[tuple[tuple[int, str | None, str, Filter, int], str, float, asyncio.Future[Result]]] = []
         self._scheduled = False
 
-    def search(self, query: str, k: int, model: str | None, merge: str) -> asyncio.Future[Result]:
-        """A future of ``Bundle.search(query, k, model=model, merge_by=merge)``'s result, with the
-        ms it waited for its pass (``timing["queue_ms"]``)."""
+    def search(
+        self, query: str, k: int, model: str | None, merge: str, filters: Filter = NO_FILTER, facets: int = 0
+    ) -> asyncio.Future[Result]:
+        """A future of ``Bundle.search(query, k, model=model, merge_by=merge, filters=filters,
+        facets=facets)``'s result, with the ms it waited for its pass (``timing["queue_ms"]``).
+        Only searches of the same settings, filter included (a parsed ``Filter`` is canonical),
+        share a ``search_many`` call: it takes one filter."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Result] = loop.create_future()
-        self._waiting.append(((k, model, merge), query, time.perf_counter(), future))
+        self._waiting.append(((k, model, merge, filters, facets), query, time.perf_counter(), future))
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._after, self.turns)
@@ -59,18 +67,28 @@ class SearchBatcher:
             self._run()
 
     def _run(self) -> None:
-        """One pass: the first waiting search's settings, with every other waiting search of the
-        same settings up to ``cap``; what is left gets the next pass."""
-        key = self._waiting[0][0]
-        batch = [w for w in self._waiting if w[0] == key][: self.cap]
-        taken = {id(w) for w in batch}
-        self._waiting = [w for w in self._waiting if id(w) not in taken]
+        """One pass: the first ``cap`` waiting searches, grouped by settings (filter included), each
+        group one ``search_many`` call, in the order their first search arrived; what is left gets
+        the next pass. Searches of different filters cannot share a call (one mask a call), but
+        they share the pass: a search does not wait a pass per other filter waiting before it."""
+        taken, self._waiting = self._waiting[: self.cap], self._waiting[self.cap :]
         self._scheduled = bool(self._waiting)
         if self._scheduled:
             asyncio.get_running_loop().call_soon(self._after, self.turns)
+        groups: dict[tuple[int, str | None, str, Filter, int], list] = {}
+        for w in taken:
+            groups.setdefault(w[0], []).append(w)
+        for key, batch in groups.items():
+            self._search(key, batch)
+
+    def _search(self, key: tuple[int, str | None, str, Filter, int], batch: list) -> None:
+        """One ``search_many`` call for ``batch`` (searches of settings ``key``); each future gets
+        its result or the call's exception."""
         start = time.perf_counter()
         try:
-            results = self.bundle.search_many([w[1] for w in batch], key[0], model=key[1], merge_by=key[2])
+            results = self.bundle.search_many(
+                [w[1] for w in batch], key[0], model=key[1], merge_by=key[2], filters=key[3], facets=key[4]
+            )
         except Exception as e:  # noqa: BLE001 — each waiting handler answers it (e.g. the vector store is down)
             for w in batch:
                 if not w[3].done():

@@ -62,7 +62,7 @@ class Metrics:
         )
         self.batch = Histogram(
             "semsearch_search_batch",
-            "Searches run together in one pass (micro-batching).",
+            "Searches run together in one search_many call of a pass (micro-batching; one call per distinct settings).",
             buckets=BATCH_BUCKETS,
             registry=self.registry,
         )

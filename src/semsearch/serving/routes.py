@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -25,6 +26,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..index.bundle import Bundle, Result
+from ..index.filters import MAX_FILTERS, Filter, FilterError
 from ..index.hybrid import SCORERS
 from ..index.pgstore import PgStoreError
 from . import schemas
@@ -37,6 +39,10 @@ from .metrics import Metrics
 
 MAX_QUERY_CHARS = 1000
 MAX_K = 1000
+MAX_FILTER_CHARS = 200
+"""Longest filter expression accepted (longer: 422)."""
+MAX_FACETS = 100
+"""Most values a facet field's counts list (``facets``)."""
 NON_BLANK = r"[^\s\x1c-\x1f\x85]"
 """A character ``str.strip`` keeps (JSON Schema's ECMA ``\\s`` lacks \\x1c-\\x1f and \\x85): a query must have one."""
 STATIC = Path(__file__).with_name("static")
@@ -84,9 +90,15 @@ class BadRequest(Exception):
 
 
 def _strict_query(request: Request) -> dict[str, str]:
-    """Query parameters decoded as strict UTF-8 (Starlette would silently replace bad bytes)."""
+    """Query parameters decoded as strict UTF-8 (Starlette would silently replace bad bytes); a
+    repeated one: its last value."""
+    return dict(_strict_pairs(request))
+
+
+def _strict_pairs(request: Request) -> list[tuple[str, str]]:
+    """Query parameters as (name, value) pairs in order, decoded as strict UTF-8."""
     try:
-        pairs = parse_qsl(
+        return parse_qsl(
             request.scope.get("query_string", b"").decode("latin-1"),
             keep_blank_values=True,
             encoding="utf-8",
@@ -94,7 +106,6 @@ def _strict_query(request: Request) -> dict[str, str]:
         )
     except UnicodeDecodeError:
         raise BadRequest("query string is not valid UTF-8") from None
-    return dict(pairs)
 
 
 def _integer(params: dict[str, str], name: str, default: int) -> int:
@@ -203,6 +214,36 @@ def add_routes(
             raise BadRequest(f"parameter 'k' must be in [1, {max_k}], got {k}", 422)
         return k
 
+    filterable = b.filterable and all(x.filterable for x in ([compare.other] if compare else []))
+
+    def _filter(pairs: list[tuple[str, str]]) -> Filter:
+        """The ``filter`` parameters parsed against the bundle's fields (and, compared, B's)."""
+        exprs = [v for name, v in pairs if name == "filter"]
+        if not exprs:
+            return Filter()
+        for e in exprs:
+            if len(e) > MAX_FILTER_CHARS:
+                raise BadRequest(f"parameter 'filter' {e[:40]!r}...: longer than {MAX_FILTER_CHARS} characters", 422)
+        if not filterable and b.filters.fields:
+            raise BadRequest(
+                "parameter 'filter': this service cannot filter (a filter runs inside both stages, which needs the "
+                "faiss vector store and, when two bundles are compared, facet fields in both)",
+                422,
+            )
+        try:
+            flt = b.filters.parse(exprs)
+            if compare is not None:
+                compare.other.filters.mask(compare.other.filters.parse(exprs))
+        except FilterError as e:
+            raise BadRequest(f"parameter 'filter': {e}", 422) from None
+        return flt
+
+    def _facets(params: dict[str, str]) -> int:
+        n = _integer(params, "facets", 10 if filterable else 0)
+        if not 0 <= n <= MAX_FACETS:
+            raise BadRequest(f"parameter 'facets' must be in [0, {MAX_FACETS}], got {n}", 422)
+        return n if filterable else 0
+
     def _offset(params: dict[str, str]) -> int:
         offset = _integer(params, "offset", 0)
         if not 0 <= offset < max_k:
@@ -251,6 +292,43 @@ def add_routes(
         ),
         _query_param("model", "Neural model of the bundle (default: the first).", model_schema),
         {
+            **_query_param(
+                "filter",
+                "Filter on a facet or numeric field, repeatable: field:value (a facet equals the value), "
+                "field:[lo,hi] (a numeric field within lo and hi, inclusive; * leaves an end open) or "
+                "field:number. Expressions on one field are OR'ed, on different fields AND'ed; applied inside "
+                "both stages' top-k. This bundle's fields: "
+                + (
+                    f"facets {', '.join(b.filters.facets) or 'none'}; numeric {', '.join(b.filters.numeric) or 'none'}"
+                    if filterable
+                    else "none (no filter is accepted)"
+                )
+                + ". A filter that does not read against them: 422 naming it.",
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "string",
+                        "maxLength": MAX_FILTER_CHARS,
+                        # (a filterable field's name first: the rest is checked by the handler)
+                        **(
+                            {"pattern": r"^\s*(?:" + "|".join(re.escape(f) for f in b.filters.fields) + r")\s*:\s*\S"}
+                            if filterable
+                            else {}
+                        ),
+                    },
+                    "maxItems": MAX_FILTERS if filterable else 0,
+                },
+            ),
+            "style": "form",
+            "explode": True,
+        },
+        _query_param(
+            "facets",
+            f"Values counted per facet field among the stage-1 candidates under the filter, 0 to {MAX_FACETS} "
+            "(0: no counts); ignored (no counts) when the bundle has no facet or numeric fields.",
+            {"type": "integer", "minimum": 0, "maximum": MAX_FACETS, "default": 10},
+        ),
+        {
             "name": CLIENT_HEADER,
             "in": "header",
             "required": False,
@@ -284,7 +362,8 @@ def add_routes(
         GIL switches cost more than they overlap); the searches that arrive together run as one
         pass (``SearchBatcher``), whose stage times ``timing_ms`` gives, with ``batch`` (how many
         distinct searches the pass ran) and ``queue_ms`` (how long this one waited for it)."""
-        params = _strict_query(request)
+        pairs = _strict_pairs(request)
+        params = dict(pairs)
         text, start = _text(params, "q", max_query_chars), _offset(params)
         kk = min(_k(params), max_k - start)  # the depth limit: a page ends at rank max_k
         client = request.headers.get(CLIENT_HEADER)
@@ -296,10 +375,11 @@ def add_routes(
         if model is not None and model not in models:
             where = "both compared bundles" if compare is not None else "this bundle"
             raise BadRequest(f"no model {model!r} in {where}", 422)
+        flt, facets = _filter(pairs), _facets(params)
         if compare is not None:
-            return await compared(text, kk, start, merge, model, client)
+            return await compared(text, kk, start, merge, model, client, flt, facets)
         # one deterministic ranking, cut: the top offset + k, then the page (Bundle.search breaks ties by id)
-        result = await batcher.search(text, start + kk, model, merge)
+        result = await batcher.search(text, start + kk, model, merge, flt, facets)
         page_hits = result.hits[start:]
         terms = highlighter.terms(result.query)  # the words searched (spell-corrected or as typed)
         hits = []
@@ -345,6 +425,8 @@ def add_routes(
                 "score_by": score_by(merge),
                 "next_offset": start + kk if more else None,
                 "hits": hits,
+                "filters": flt.expressions(),
+                "facets": result.facets or {},
                 "timing_ms": result.timing,
             }
         )
@@ -354,14 +436,16 @@ def add_routes(
     highlighters = (highlighter, compare.highlighter) if compare is not None else (highlighter,)
     batchers = (batcher, compare.batcher) if compare is not None else (batcher,)
 
-    async def compared(text: str, kk: int, start: int, merge: str, model: str | None, client: str | None) -> Response:
+    async def compared(
+        text: str, kk: int, start: int, merge: str, model: str | None, client: str | None, flt: Filter, facets: int
+    ) -> Response:
         """/search comparing A and B (``serving.compare``): their interleaving, or the user's arm's
         bundle alone; each hit says its team, the answer its arm."""
         assert compare is not None
         nonce = new_nonce()  # the search id's random part, drawn first: it seeds the interleaving
         served_by: tuple[str, str] | None = None
         if compare.mode == "interleave":
-            results = await asyncio.gather(*(x.search(text, start + kk, model, merge) for x in batchers))
+            results = await asyncio.gather(*(x.search(text, start + kk, model, merge, flt, facets) for x in batchers))
             found = [{h.doc_id: h for h in r.hits} for r in results]
             ranked = [[h.doc_id for h in r.hits] for r in results]
             ids, codes = interleave(ranked[0], ranked[1], start, kk, seed_of(nonce))
@@ -371,7 +455,7 @@ def add_routes(
             scores = score_by(merge)  # A's; B's hits carry B's scores
         else:
             arm, team = compare.assign(client, nonce)
-            lead = await batchers[team].search(text, start + kk, model, merge)
+            lead = await batchers[team].search(text, start + kk, model, merge, flt, facets)
             results = [lead, lead]
             page_hits = [(team, h) for h in lead.hits[start:]]
             timing, served_by = lead.timing, identities[team]
@@ -427,6 +511,8 @@ def add_routes(
                 "score_by": scores,
                 "next_offset": start + kk if more else None,
                 "hits": hits,
+                "filters": flt.expressions(),
+                "facets": lead.facets or {},
                 "timing_ms": timing,
                 "arm": arm,
             }
@@ -557,6 +643,16 @@ def add_routes(
     page_params = [
         _query_param(name, f"The page's {what} (read by the page's script; any value).", {"type": "string"})
         for name, what in (("q", "query"), ("k", "hits per page"), ("page", "page number"), ("merge", "merge"))
+    ] + [
+        {
+            **_query_param(
+                "filter",
+                "The page's active filters, repeatable (read by the page's script, sent to /search; any value).",
+                {"type": "array", "items": {"type": "string"}},
+            ),
+            "style": "form",
+            "explode": True,
+        }
     ]
 
     @app.get(

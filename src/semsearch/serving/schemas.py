@@ -54,6 +54,21 @@ class SearchHit(_Model):
     )
 
 
+class FacetCounts(_Model):
+    """A facet field's counts among the search's stage-1 candidates under its filter."""
+
+    values: list[tuple[str, int]] = Field(description="The top values as [value, count], count descending, then value.")
+    distinct: int = Field(ge=0, description="How many distinct values the candidates have.")
+
+
+class NumericRange(_Model):
+    """A numeric field's range among the search's stage-1 candidates under its filter."""
+
+    min: float | None = Field(description="Null when no candidate has a value.")
+    max: float | None
+    count: int = Field(ge=0, description="Candidates with a (non-null) value.")
+
+
 class SearchResponse(_Model):
     search_id: str | None = Field(
         description="This answer's id, for POST /events (query_id) when a result is clicked; "
@@ -70,6 +85,17 @@ class SearchResponse(_Model):
     score_by: Literal["ranker", "union", "rrf", "interpolate"] = Field(description="What a hit's score is.")
     next_offset: int | None = Field(description="The next page's offset; null on the last page.")
     hits: list[SearchHit]
+    filters: list[str] = Field(
+        default_factory=list,
+        description="The filter searched with, in canonical form (one expression per value or range, by field); "
+        "[] when unfiltered.",
+    )
+    facets: dict[str, FacetCounts | NumericRange] = Field(
+        default_factory=dict,
+        description="Per facet field its top values (facets=N of them) and per numeric field its range, among "
+        "the query's stage-1 candidates (lexical top n ∪ semantic top n) under the filter; {} when the bundle "
+        "has no facet or numeric fields or facets=0.",
+    )
     timing_ms: dict[str, float] = Field(
         description="Milliseconds per stage (lexical_ms, semantic_ms, merge_ms, total_ms, ...) "
         "of the pass that ran this search; batch: how many distinct searches that "
@@ -194,8 +220,9 @@ def errors(*statuses: int) -> dict[int | str, dict[str, object]]:
         413: "A request body over 64 KiB.",
         414: "URL longer than 8,192 bytes.",
         422: (
-            "Parameter or body field out of range, too long or of the wrong type, or a query parameter the "
-            "endpoint does not declare (POST /events: a position not on the page)."
+            "Parameter or body field out of range, too long or of the wrong type, a filter that does not read "
+            "against the bundle's fields (named), or a query parameter the endpoint does not declare "
+            "(POST /events: a position not on the page)."
         ),
         429: "Over the per-client rate limit (with a Retry-After header).",
         503: (

@@ -3,6 +3,7 @@ ranker and the optional stage-3 cross-encoder."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import time
@@ -18,10 +19,12 @@ from ...data import Corpus, DataFormatError, join_fields, load_corpus
 from ...data._io import TMP_SUFFIX
 from ...models import Model
 from ...models.base import ModelDirError, best_k, id_ranks
+from ...models.postings import check_allowed
 from ...plugins import load_model
 from ...ranking.rescore import check_weight, is_pair_scorer, rescore_top
 from ...text import SpellCorrector
-from ..hybrid import SCORERS, HybridHit, HybridRetriever
+from ..filters import Filter, FilterIndex
+from ..hybrid import SCORERS, Candidates, HybridHit, HybridRetriever
 from ..semantic import SemanticRetriever
 from ..vector import VectorIndex
 from .manifest import MANIFEST, _same_name, _verify_files, read_manifest
@@ -49,6 +52,9 @@ class Result:
     hits: list[HybridHit]
     timing: dict[str, float] = field(default_factory=dict)
     query: str = ""  # the text searched: the query, spell-corrected when the bundle corrects queries
+    facets: dict[str, Any] | None = None
+    """With ``facets`` asked of ``search_many``: the facet counts of the query's stage-1 candidates
+    under its filter (``FilterIndex.counts``); else None."""
 
 
 def _top(hits: Sequence[HybridHit], scores: np.ndarray, k: int) -> list[int]:
@@ -138,6 +144,13 @@ class Bundle:
             for name, sem in (self.semantic.items() if self.semantic else [(None, None)])
         }
         self._id_ranks: np.ndarray | None = None  # each document's rank by id (ties), made on first use
+        schema = manifest.get("schema") or {}
+        self.filters = FilterIndex(
+            corpus.stored if corpus.stored is not None else [{}] * len(corpus),
+            schema.get("facets", []),
+            schema.get("numeric", []),
+        )
+        """The documents' facet and numeric columns: what ``filters`` compile against (``index.filters``)."""
 
     @classmethod
     def load(
@@ -279,6 +292,13 @@ class Bundle:
         bundle.store = store
         return bundle
 
+    @property
+    def filterable(self) -> bool:
+        """Whether searches take filters: the bundle has facet or numeric fields and both stages
+        of every model search one positional collection (not the postgres store, not a sharded
+        index), so the mask can go inside each stage's top-k."""
+        return bool(self.filters.fields) and all(h.positional for h in self._hybrid.values())
+
     # -- search -----------------------------------------------------------------------------------
     def encoder(self, name: str | None = None) -> Any:
         """The named (default: first) encoder model of the bundle."""
@@ -334,6 +354,9 @@ class Bundle:
         n_lexical: int = N_LEXICAL,
         n_semantic: int = N_SEMANTIC,
         correct: bool | None = None,
+        allowed: np.ndarray | None = None,
+        filters: Filter | str | Sequence[str] | None = None,
+        facets: int = 0,
     ) -> Result:
         """Lexical top ``n_lexical`` and semantic top ``n_semantic`` (run concurrently by the
         ``HybridRetriever`` of ``model``), merged by ``merge_by``; re-ranked by the ranker if the
@@ -350,6 +373,12 @@ class Bundle:
             n_lexical: lexical stage-1 depth (at least ``k``).
             n_semantic: semantic stage-1 depth.
             correct: search the query spell-corrected (``SpellCorrector``; None: as the bundle was loaded).
+            allowed: bool per document position (the corpus's order), True where a document may be
+                returned (None: all); applied inside every stage's top-k (``search_many``).
+            filters: filter expressions on the facet and numeric fields (``index.filters``: e.g.
+                ``["brand:DEWALT", "price:[10,100]"]``) or a parsed ``Filter``; AND'ed with ``allowed``.
+            facets: count the top this many values of each facet field among the query's stage-1
+                candidates under the filter (``Result.facets``; 0: no counts).
 
         Returns:
             The query's ``Result``: its hits, best first, the stage times in ms and the text searched.
@@ -358,7 +387,16 @@ class Bundle:
             ValueError: a blank query, ``k`` < 1, an unknown ``merge_by`` or ``model``, or ``correct``
                 without a spelling corrector in the bundle."""
         return self.search_many(
-            [query], k, model=model, merge_by=merge_by, n_lexical=n_lexical, n_semantic=n_semantic, correct=correct
+            [query],
+            k,
+            model=model,
+            merge_by=merge_by,
+            n_lexical=n_lexical,
+            n_semantic=n_semantic,
+            correct=correct,
+            allowed=allowed,
+            filters=filters,
+            facets=facets,
         )[0]
 
     def search_many(
@@ -371,6 +409,9 @@ class Bundle:
         n_lexical: int = N_LEXICAL,
         n_semantic: int = N_SEMANTIC,
         correct: bool | None = None,
+        allowed: np.ndarray | None = None,
+        filters: Filter | str | Sequence[str] | None = None,
+        facets: int = 0,
     ) -> list[Result]:
         """``search`` for several queries in one pass (the service's micro-batches): one encoder call
         and one vector search for all of them, one feature matrix and one ranker prediction for all
@@ -378,6 +419,16 @@ class Bundle:
         round its embedding in the last bit, so scores agree to float rounding); the timing is the
         batch's (``batch``: how many distinct queries it searched). A spell-corrected query is
         searched with the corrected text in every stage.
+
+        ``allowed`` (one mask for the whole call: bool per document position in the corpus's
+        order; None: all) keeps every stage inside the documents it marks True: the lexical
+        kernel's and the vector search's top-k are taken over them alone (each stage's depth
+        filled from them), and so are the ranker's candidates; the answer is the search of the
+        collection holding only those documents (with the whole collection's statistics).
+        ``filters`` (``index.filters``) compile to such a mask (cached per filter), AND'ed with
+        ``allowed``. With ``facets`` > 0 each result carries the facet counts of its query's
+        stage-1 candidates under the mask (the lexical ∪ semantic hits at the stage depths: the
+        set the ranker orders), the top ``facets`` values per facet field.
 
         Args:
             queries: the query texts (none blank).
@@ -387,13 +438,17 @@ class Bundle:
             n_lexical: lexical stage-1 depth (at least ``k``).
             n_semantic: semantic stage-1 depth.
             correct: search each query spell-corrected (``SpellCorrector``; None: as the bundle was loaded).
+            allowed: the documents that may be returned (None: all).
+            filters: filter expressions or a parsed ``Filter`` (None: none).
+            facets: facet values counted per field (0: none).
 
         Returns:
             One ``Result`` per query, in order; ``Result.query`` is the text searched.
 
         Raises:
             ValueError: a blank query, ``k`` < 1, an unknown ``merge_by`` or ``model``, or ``correct``
-                without a spelling corrector in the bundle."""
+                without a spelling corrector in the bundle.
+            FilterError: a filter expression that does not read against the bundle's fields."""
         blank = [i for i, q in enumerate(queries) if not q.strip()]
         if blank:
             raise ValueError("empty query" if len(queries) == 1 else f"empty query at position {blank[0]}")
@@ -405,7 +460,17 @@ class Bundle:
         if correct and self.corrector is None:
             raise ValueError("this bundle has no spelling corrector (build it again to have one)")
         queries = [self.searched(q, correct) for q in queries]
-        settings = (k, model, merge_by, n_lexical, n_semantic)
+        if facets < 0:
+            raise ValueError(f"facets must be >= 0, got {facets}")
+        mask = check_allowed(allowed, len(self.corpus))
+        if filters is not None:
+            flt = filters if isinstance(filters, Filter) else self.filters.parse(filters)
+            fmask = self.filters.mask(flt)
+            if fmask is not None:
+                mask = fmask if mask is None else mask & fmask
+        # the mask is part of a cached result's key (by digest: the array itself is not hashable)
+        mask_key = None if mask is None else hashlib.blake2b(np.packbits(mask).tobytes(), digest_size=16).digest()
+        settings = (k, model, merge_by, n_lexical, n_semantic, mask_key, facets)
         out: list[Result | None] = [None] * len(queries)
         if self.result_cache > 0:
             with self._results_lock:
@@ -414,12 +479,14 @@ class Bundle:
                     if hit is not None:
                         self._results.move_to_end((q, *settings))
                         ms = 1000 * (time.perf_counter() - t0)
-                        out[i] = Result(list(hit.hits), {"cached_ms": ms, "total_ms": ms}, q)
+                        out[i] = Result(list(hit.hits), {"cached_ms": ms, "total_ms": ms}, q, hit.facets)
         todo = list(
             dict.fromkeys(q for q, r in zip(queries, out, strict=True) if r is None)
         )  # each distinct query once
         if todo:
-            found = dict(zip(todo, self._search(todo, k, model, merge_by, n_lexical, n_semantic, t0), strict=True))
+            found = dict(
+                zip(todo, self._search(todo, k, model, merge_by, n_lexical, n_semantic, t0, mask, facets), strict=True)
+            )
             if self.result_cache > 0:
                 with self._results_lock:
                     for q, r in found.items():
@@ -427,17 +494,25 @@ class Bundle:
                     while len(self._results) > self.result_cache:
                         self._results.popitem(last=False)
             out = [
-                r if r is not None else Result(list(found[q].hits), dict(found[q].timing), q)
+                r if r is not None else Result(list(found[q].hits), dict(found[q].timing), q, found[q].facets)
                 for q, r in zip(queries, out, strict=True)
             ]
         return out  # type: ignore[return-value]  # filled
 
     def _stage1(
-        self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int
+        self,
+        queries: list[str],
+        k: int,
+        model: str | None,
+        merge_by: str,
+        n_lexical: int,
+        n_semantic: int,
+        allowed: np.ndarray | None = None,
+        every: bool = False,
     ) -> tuple[list[list[HybridHit]], dict[str, float]]:
         """Stage 1 of ``search_many`` (and of ``explain_rank``): each query's merged hits from
-        ``model``'s hybrid, all of them when a ranker re-orders them, at the ranker's depths in a
-        two-stage bundle."""
+        ``model``'s hybrid, all of them when a ranker re-orders them or ``every`` says so (the
+        caller cuts them), at the ranker's depths in a two-stage bundle."""
         hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
         if hybrid is None:
             raise ValueError(f"no model {model!r} in this bundle (has {', '.join(self.semantic) or 'none'})")
@@ -447,10 +522,11 @@ class Bundle:
             n_lexical, n_semantic = max(n_lexical, k), max(n_semantic, 1)
         return hybrid.timed_search(
             queries,
-            None if self.ranker is not None else self._kept(k),
+            None if self.ranker is not None or every else self._kept(k),
             scorer=merge_by,
             n_lexical=n_lexical,
             n_semantic=n_semantic,
+            allowed=allowed,
         )
 
     def _kept(self, k: int) -> int:
@@ -458,13 +534,14 @@ class Bundle:
         return max(k, self.rescore_depth) if self.rescore else k
 
     def _ranked(
-        self, hybrid: HybridRetriever, queries: list[str], k: int
-    ) -> tuple[list[list[HybridHit]], dict[str, float]]:
+        self, hybrid: HybridRetriever, queries: list[str], k: int, allowed: np.ndarray | None = None
+    ) -> tuple[list[list[HybridHit]], dict[str, float], list[Candidates]]:
         """A two-stage search on arrays (``HybridRetriever.candidates``, ``score_candidates``):
         each query's best ``k`` candidates by the ranker's score, ties by doc id, the only ones
-        that become ``HybridHit``s. The same hits as stage 1's merged hits ranked one by one."""
+        that become ``HybridHit``s (and the candidates). The same hits as stage 1's merged hits
+        ranked one by one."""
         rk: Any = self.ranker
-        cands, timing = hybrid.candidates(queries, n_lexical=rk.n_lexical, n_semantic=rk.n_semantic)
+        cands, timing = hybrid.candidates(queries, n_lexical=rk.n_lexical, n_semantic=rk.n_semantic, allowed=allowed)
         t2 = time.perf_counter()
         with self._locks[id(rk)]:
             scores = rk.score_candidates(queries, cands)
@@ -474,18 +551,38 @@ class Bundle:
         ranks = self._id_ranks
         found = [c.hits(ids, best_k(s, ranks[c.positions], k), s) for c, s in zip(cands, scores, strict=True)]
         timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
-        return found, timing
+        return found, timing, cands
 
     def _search(
-        self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int, t0: float
+        self,
+        queries: list[str],
+        k: int,
+        model: str | None,
+        merge_by: str,
+        n_lexical: int,
+        n_semantic: int,
+        t0: float,
+        allowed: np.ndarray | None = None,
+        facets: int = 0,
     ) -> list[Result]:
         hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
+        counted: list[dict[str, Any] | None] = [None] * len(queries)
         if (
             self.two_stage and hybrid is not None and hybrid.positional
         ):  # (the merge order does not matter: all re-ranked)
-            found, timing = self._ranked(hybrid, queries, self._kept(k))
+            found, timing, cands = self._ranked(hybrid, queries, self._kept(k), allowed)
+            if facets:
+                counted = [self.filters.counts(c.positions, facets) for c in cands]
         else:
-            found, timing = self._stage1(queries, k, model, merge_by, n_lexical, n_semantic)
+            found, timing = self._stage1(queries, k, model, merge_by, n_lexical, n_semantic, allowed, every=facets > 0)
+            if facets:
+                index = self.corpus.index
+                counted = [
+                    self.filters.counts(np.array([index[h.doc_id] for h in hits], dtype=np.int64), facets)
+                    for hits in found
+                ]
+                if self.ranker is None:
+                    found = [hits[: self._kept(k)] for hits in found]
         if self.ranker is not None and "rank_ms" not in timing:
             t2 = time.perf_counter()
             with self._locks[id(self.ranker)]:
@@ -513,7 +610,7 @@ class Bundle:
             timing["rescore_ms"] = 1000 * (time.perf_counter() - t3)
         timing["total_ms"] = 1000 * (time.perf_counter() - t0)
         timing["batch"] = float(len(queries))
-        return [Result(hits[:k], dict(timing), q) for q, hits in zip(queries, found, strict=True)]
+        return [Result(hits[:k], dict(timing), q, c) for q, hits, c in zip(queries, found, counted, strict=True)]
 
     def explain_rank(self, query: str, doc_id: str, *, top: int = 10, model: str | None = None) -> dict[str, Any]:
         """Why a bundle with a LambdaMART ranker ranks ``doc_id`` where it does for ``query``: which stage found

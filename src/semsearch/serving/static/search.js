@@ -133,6 +133,26 @@ function why(q, h, scoreBy, gen) {
   return d;
 }
 
+// A stored field's value as text: a list's items joined, null as –, anything else as JSON text.
+function fieldText(v) {
+  if (v === null || v === undefined) return "–";
+  if (Array.isArray(v)) return v.map(fieldText).join(", ");
+  if (typeof v === "object") return JSON.stringify(v);
+  return String(v);
+}
+
+// The hit's stored fields (a table's facets, numbers, other columns) as a list of name: value, text only.
+function fieldList(fields) {
+  const dl = el("dl", "fields");
+  if (!fields || typeof fields !== "object" || Array.isArray(fields)) return dl;
+  for (const [name, value] of Object.entries(fields)) {
+    const row = el("div");
+    row.append(el("dt", "", String(name)), el("dd", "", fieldText(value)));
+    dl.appendChild(row);
+  }
+  return dl;
+}
+
 // A result is opened by clicking (or Enter on) its title: its text shows below it, and the first
 // opening is sent as a click on it (sendClick).
 function hitItem(q, h, scoreBy, gen, searchId) {
@@ -157,19 +177,96 @@ function hitItem(q, h, scoreBy, gen, searchId) {
   };
   title.addEventListener("click", open);
   title.addEventListener("keydown", ev => { if (ev.key === "Enter") { ev.preventDefault(); open(); } });
-  li.append(title, " ", el("span", "score", `${h.doc_id} · ${scoreBy} ${num(h.score)}`), doc, why(q, h, scoreBy, gen));
+  li.append(title, " ", el("span", "score", `${h.doc_id} · ${scoreBy} ${num(h.score)}`));
+  const fields = fieldList(h.fields);
+  if (fields.childElementCount) li.appendChild(fields);
+  li.append(doc, why(q, h, scoreBy, gen));
   return li;
 }
 
-// The state of a search as URL parameters (q, k, page, merge): what the address bar and history hold.
+// The state of a search as URL parameters (q, k, page, merge, each filter): what the address bar and history hold.
 function stateFromUrl() {
   const p = new URLSearchParams(location.search);
   const k = parseInt(p.get("k") || "10", 10), page = parseInt(p.get("page") || "1", 10);
-  return { q: p.get("q") || "", k: k >= 1 ? k : 10, page: page >= 1 ? page : 1, merge: p.get("merge") || "union" };
+  return { q: p.get("q") || "", k: k >= 1 ? k : 10, page: page >= 1 ? page : 1, merge: p.get("merge") || "union",
+    filters: p.getAll("filter") };
+}
+
+function paramsOf(s, extra) {
+  const p = new URLSearchParams({ q: s.q, k: String(s.k), ...extra, merge: s.merge });
+  for (const f of s.filters || []) p.append("filter", f);
+  return p;
 }
 
 function urlOf(s) {
-  return "?" + new URLSearchParams({ q: s.q, k: String(s.k), page: String(s.page), merge: s.merge }).toString();
+  return "?" + paramsOf(s, { page: String(s.page) }).toString();
+}
+
+// A link to state `s` (pushed to history on a plain click; a new tab etc. follows the href).
+function stateLink(text, className, s) {
+  const a = el("a", className, text);
+  a.href = urlOf(s);
+  a.addEventListener("click", ev => {
+    if (ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || ev.altKey) return;
+    ev.preventDefault();
+    go(s);
+  });
+  return a;
+}
+
+// The active filters, each a button that removes it (back to page 1).
+function activeFilters(s) {
+  const box = $("active");
+  box.replaceChildren();
+  for (const f of s.filters || []) {
+    const b = el("button", "chip", `${f} ✕`);
+    b.type = "button";
+    b.title = "remove this filter";
+    b.addEventListener("click", () => go({ ...s, page: 1, filters: s.filters.filter(x => x !== f) }));
+    box.appendChild(b);
+  }
+}
+
+// A facet field's value narrows the search by `field:value`; a numeric field's range can be
+// narrowed with a low and a high end. Counts are of the filtered stage-1 candidates (/search's facets).
+function facetPanel(s, facets) {
+  const box = $("facets");
+  box.replaceChildren();
+  if (!facets || typeof facets !== "object" || Array.isArray(facets)) return;
+  for (const [field, counts] of Object.entries(facets)) {
+    if (!counts || typeof counts !== "object") continue;
+    const name = String(field);
+    if (Array.isArray(counts.values)) {
+      if (!counts.values.length) continue;
+      box.appendChild(el("h3", "", name));
+      const ul = el("ul");
+      for (const pair of counts.values) {
+        if (!Array.isArray(pair)) continue;
+        const value = String(pair[0]), expr = `${name}:${value}`, li = el("li");
+        if ((s.filters || []).includes(expr)) li.appendChild(el("span", "", value));
+        else li.appendChild(stateLink(value, "narrow", { ...s, page: 1, filters: [...(s.filters || []), expr] }));
+        li.appendChild(el("span", "count", String(Number(pair[1]))));
+        ul.appendChild(li);
+      }
+      box.appendChild(ul);
+    } else if ("min" in counts && counts.min !== null && counts.min !== undefined) {
+      box.appendChild(el("h3", "", name));
+      const div = el("div", "range", `${String(counts.min)} – ${String(counts.max)}`);
+      const form = el("form"), lo = el("input"), hi = el("input"), ok = el("button", "", "narrow");
+      lo.placeholder = "min"; hi.placeholder = "max"; lo.inputMode = hi.inputMode = "decimal";
+      lo.setAttribute("aria-label", `${name} from`); hi.setAttribute("aria-label", `${name} to`);
+      ok.type = "submit";
+      form.append(lo, hi, ok);
+      form.addEventListener("submit", ev => {
+        ev.preventDefault();
+        const a = lo.value.trim() || "*", b = hi.value.trim() || "*";
+        if (a === "*" && b === "*") return;
+        go({ ...s, page: 1, filters: [...(s.filters || []), `${name}:[${a},${b}]`] });
+      });
+      div.appendChild(form);
+      box.appendChild(div);
+    }
+  }
 }
 
 // Show state `s` and record it in history (a new entry unless it is the current URL).
@@ -179,14 +276,8 @@ function go(s) {
 }
 
 function pageLink(text, rel, s) {
-  const a = el("a", rel, text);
+  const a = stateLink(text, rel, s);
   a.rel = rel;
-  a.href = urlOf(s);
-  a.addEventListener("click", ev => {
-    if (ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || ev.altKey) return;  // new tab etc.
-    ev.preventDefault();
-    go(s);
-  });
   return a;
 }
 
@@ -204,12 +295,14 @@ async function search(s) {
   if ([...$("merge").options].some(o => o.value === s.merge)) $("merge").value = s.merge;
   ol.replaceChildren();
   $("pager").replaceChildren();
+  $("facets").replaceChildren();
+  activeFilters(s);
   status.textContent = "searching…";
   const t0 = performance.now();
-  const params = { q: s.q, k: String(s.k), offset: String((s.page - 1) * s.k), merge: s.merge };
+  const params = paramsOf(s, { offset: String((s.page - 1) * s.k) });
   let r, body;
   try {
-    r = await api(`/search?${new URLSearchParams(params)}`, { "X-Client-Id": clientId() });
+    r = await api(`/search?${params}`, { "X-Client-Id": clientId() });
     body = await r.json().catch(() => ({}));
   } catch (err) {
     body = { error: String(err) };
@@ -229,13 +322,14 @@ async function search(s) {
   $("merge").title = scoreBy === "ranker" ? "the ranker orders the results" : "";
   const searchId = typeof body.search_id === "string" ? body.search_id : null;
   for (const h of body.hits) ol.appendChild(hitItem(s.q, h, scoreBy, gen, searchId));
+  facetPanel(s, body.facets);
   pager(s, body);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
   $("f").addEventListener("submit", ev => {
     ev.preventDefault();
-    go({ ...stateFromUrl(), q: $("q").value, merge: $("merge").value, page: 1 });
+    go({ ...stateFromUrl(), q: $("q").value, merge: $("merge").value, page: 1 });  // (the filters stay)
   });
   window.addEventListener("popstate", () => search(stateFromUrl()));
   const s = stateFromUrl();
