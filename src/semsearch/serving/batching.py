@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from ..index.bundle import Bundle, Result
+from ..index.live import LiveIndex
 
 BATCH_CAP = 64
 """Most searches one pass of a worker runs together (``SearchBatcher``)."""
@@ -29,7 +30,7 @@ class SearchBatcher:
 
     def __init__(
         self,
-        bundle: Bundle,
+        bundle: Bundle | LiveIndex,
         cap: int = BATCH_CAP,
         observe: Callable[[int], None] | None = None,
         turns: int = GATHER_TURNS,

@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..index.bundle import Bundle, Result
 from ..index.hybrid import SCORERS
+from ..index.live import Document, LiveIndex
 from ..index.pgstore import PgStoreError
 from . import schemas
 from .batching import SearchBatcher
@@ -144,6 +145,7 @@ def add_routes(
     max_query_chars: int = MAX_QUERY_CHARS,
     max_k: int = MAX_K,
     compare: Comparison | None = None,
+    live: LiveIndex | None = None,
 ) -> None:
     """Add the error handlers and routes of the service for one loaded bundle to ``app``.
 
@@ -160,7 +162,14 @@ def add_routes(
         max_k: largest ``k`` accepted, and the depth pages are cut from: ``offset`` below it, and
             ``k`` cut to ``max_k - offset`` (the answer's ``k`` says so).
         compare: a second bundle (B) compared with ``b`` (A) on every search (``serving.compare``;
-            None: ``b`` alone)."""
+            None: ``b`` alone).
+        live: ``b`` served with its changes and reloads (``index.live``; None: ``b`` as loaded);
+            with writes on, ``POST /documents`` and ``DELETE /documents/{id}`` change it."""
+
+    def current() -> Bundle:
+        """The bundle served now (a reload swaps it)."""
+        return live.base if live is not None else b
+
     page = PAGE.read_text(encoding="utf-8")
     assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
     started = time.time()
@@ -303,7 +312,8 @@ def add_routes(
         page_hits = result.hits[start:]
         terms = highlighter.terms(result.query)  # the words searched (spell-corrected or as typed)
         hits = []
-        for row, h in zip(b.hits(Result(page_hits, result.timing)), page_hits, strict=True):
+        rows = live.hits(result, page_hits) if live is not None else b.hits(Result(page_hits, result.timing))
+        for row, h in zip(rows, page_hits, strict=True):
             field = "title" if row.title else "text"
             shown = row.title or row.text
             hits.append(
@@ -476,10 +486,11 @@ def add_routes(
             raise BadRequest(
                 f"no model {model!r} to explain in this bundle (explainable: {', '.join(explainable) or 'none'})", 422
             )
+        bb = current()
         try:
-            if b.ranker is not None and model is None:
-                return _JSON({**b.explain_rank(text, doc_id, top=top), "explained_by": "ranker"})
-            return _JSON(b.explain(text, doc_id, model=model or next(iter(explainable), None), top=top))
+            if bb.ranker is not None and model is None:
+                return _JSON({**bb.explain_rank(text, doc_id, top=top), "explained_by": "ranker"})
+            return _JSON(bb.explain(text, doc_id, model=model or next(iter(explainable), None), top=top))
         except KeyError as e:
             raise BadRequest(str(e.args[0]) if e.args else f"no document {doc_id!r}", 404) from None
         except ValueError as e:
@@ -509,17 +520,27 @@ def add_routes(
             raise BadRequest(str(e), 422) from None
         return {"status": "accepted"}
 
+    if live is not None and live.writes:
+        add_write_routes(app, live, guarded, exposure)
+    else:
+
+        @app.api_route("/documents", methods=["POST"], include_in_schema=False)
+        @app.api_route("/documents/{doc_id:path}", methods=["DELETE"], include_in_schema=False)
+        def writes_off() -> None:
+            raise BadRequest("this service takes no document changes (start it with serve --allow-writes)", 404)
+
     # every operation refuses a query parameter it does not declare (422, ``http.KnownParameters``)
     @app.get(
         "/health", summary="Liveness and what is loaded", response_model=schemas.Health, responses=schemas.errors(422)
     )
     def health() -> dict[str, Any]:
+        bb = current()
         return {
             "status": "ok",
-            "documents": len(b.corpus),
-            "lexical": b.manifest.get("lexical"),
-            "models": [m["name"] for m in b.manifest.get("models", [])],
-            "dataset": b.manifest.get("dataset"),
+            "documents": len(live) if live is not None else len(b.corpus),
+            "lexical": bb.manifest.get("lexical"),
+            "models": [m["name"] for m in bb.manifest.get("models", [])],
+            "dataset": bb.manifest.get("dataset"),
             "uptime_s": round(time.time() - started, 1),
             "pid": os.getpid(),
         }
@@ -537,7 +558,7 @@ def add_routes(
         """For load balancers and orchestrators: send traffic only while this answers 200. The bundle
         is loaded and verified before the server listens; 503 before startup ends and from shutdown on."""
         if ready.is_set():
-            return JSONResponse({"status": "ready", "documents": len(b.corpus)})
+            return JSONResponse({"status": "ready", "documents": len(live) if live is not None else len(b.corpus)})
         return JSONResponse({"status": "not ready"}, status_code=503)
 
     @app.get(
@@ -577,6 +598,62 @@ def add_routes(
 
     required = {("/search", "q"), ("/explain", "q"), ("/explain", "doc_id")}
     app.openapi = lambda: contract(FastAPI.openapi(app), required)  # type: ignore[method-assign]  # override
+
+
+def add_write_routes(app: FastAPI, live: LiveIndex, guarded: tuple[int, ...], exposure: Exposure) -> None:
+    """``POST /documents`` and ``DELETE /documents/{doc_id}`` (``index.live``): each answered once
+    the change is fsync'd in the change log, and seen by this worker's next search (the other
+    workers' within a poll of the log)."""
+    from fastapi import Path as PathParam
+
+    keyed = (401,) * (exposure.write_key is not None)
+    limited = (429,) * (429 in guarded)
+    schema = live.base.manifest.get("schema") or {}
+    allowed_fields = {*schema.get("facets", []), *schema.get("numeric", []), *schema.get("stored", [])}
+
+    @app.post(
+        "/documents",
+        summary="Add or replace documents (durable when answered)",
+        response_model=schemas.DocumentsAccepted,
+        responses=schemas.errors(400, 413, 414, 422, *keyed, *limited),
+    )
+    def upsert(body: schemas.DocumentsIn) -> dict[str, Any]:
+        """Adds each document, or replaces the one with its id, encoded with the bundle's served
+        encoders. The answer comes once the change is written and fsync'd in the change log (a
+        crash after it loses nothing); the next search of this worker sees it, every worker's
+        within a second. A merge later folds the changes into the bundle."""
+        ids = [d.id for d in body.documents]
+        dup = next((d for i, d in enumerate(ids) if d in ids[:i]), None)
+        if dup is not None:
+            raise BadRequest(f"documents: id {dup!r} given twice in one batch", 422)
+        for i, d in enumerate(body.documents):
+            extra = sorted(set(d.fields) - allowed_fields)
+            if extra:
+                raise BadRequest(
+                    f"documents[{i}].fields: {extra[0]!r} is not a stored field of this bundle "
+                    f"(its schema names {', '.join(sorted(allowed_fields)) or 'none'})",
+                    422,
+                )
+        docs = [Document(d.id, d.title, d.text, dict(d.fields)) for d in body.documents]
+        try:
+            seq = live.upsert(docs)
+        except ValueError as e:
+            raise BadRequest(f"documents: {e}", 422) from None
+        return {"status": "accepted", "seq": seq, "upserted": len(docs), "documents": len(live)}
+
+    @app.delete(
+        "/documents/{doc_id}",
+        summary="Delete a document (durable when answered)",
+        response_model=schemas.DocumentDeleted,
+        responses=schemas.errors(400, 404, 414, 422, *keyed, *limited),
+    )
+    def delete(doc_id: str = PathParam(description="The document's id (unknown: 404).")) -> dict[str, Any]:
+        """Deletes the document; answered once the change is fsync'd in the change log."""
+        try:
+            seq = live.delete(doc_id)
+        except KeyError:
+            raise BadRequest(f"no document {doc_id!r}", 404) from None
+        return {"status": "deleted", "seq": seq, "doc_id": doc_id, "documents": len(live)}
 
 
 def contract(schema: dict[str, Any], required: set[tuple[str, str]]) -> dict[str, Any]:

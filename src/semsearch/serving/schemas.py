@@ -183,11 +183,55 @@ class NotReady(_Model):
     status: Literal["not ready"]
 
 
+MAX_BATCH = 1000
+MAX_ID_CHARS = 256
+MAX_TEXT_CHARS = 20_000
+FieldValue = str | int | float | bool | None | list[str]
+
+
+class DocumentIn(_Model):
+    """One document to add or replace (``POST /documents``)."""
+
+    id: str = Field(
+        min_length=1,
+        max_length=MAX_ID_CHARS,
+        pattern=r"^[^\x00-\x1f\x7f/]+$",
+        description="The document's id (an existing id is replaced); no control characters or '/'.",
+    )
+    title: str = Field("", max_length=MAX_TEXT_CHARS, description="The title.")
+    text: str = Field("", max_length=MAX_TEXT_CHARS, description="The body text.")
+    fields: dict[str, FieldValue] = Field(
+        default_factory=dict,
+        description="Stored fields, only those the bundle's manifest 'schema' names (facets, numeric, stored); "
+        "none for a collection of id, title and text.",
+    )
+
+
+class DocumentsIn(_Model):
+    documents: list[DocumentIn] = Field(
+        min_length=1, max_length=MAX_BATCH, description="The documents, distinct ids (at most 1000, 64 KiB in all)."
+    )
+
+
+class DocumentsAccepted(_Model):
+    status: Literal["accepted"]
+    seq: int = Field(ge=1, description="The change's sequence number in the change log (durable once answered).")
+    upserted: int = Field(ge=1, description="How many documents were added or replaced.")
+    documents: int = Field(ge=0, description="Documents served after the change (this worker's count).")
+
+
+class DocumentDeleted(_Model):
+    status: Literal["deleted"]
+    seq: int = Field(ge=1, description="The change's sequence number in the change log (durable once answered).")
+    doc_id: str
+    documents: int = Field(ge=0, description="Documents served after the change (this worker's count).")
+
+
 def errors(*statuses: int) -> dict[int | str, dict[str, object]]:
     """``responses=`` entries documenting ``ErrorBody`` for these statuses."""
     what = {
         400: "Missing, empty or undecodable parameter, or a request body that is not UTF-8.",
-        401: "Missing or wrong API key (X-API-Key header).",
+        401: "Missing or wrong API key (X-API-Key header; writes: the write key, X-Write-Key).",
         404: "No such document or file, or (POST /events) no such search id: forged, expired or before a restart.",
         405: "Method not allowed (with an Allow header).",
         409: "The service logs no events (started without --events).",

@@ -1,0 +1,588 @@
+"""A served bundle that changes without a rebuild: upserts and deletes on top of the built bundle
+(the base), made durable in a change log (``index.changes``) before they are acknowledged, and
+seen by every process that serves the bundle within a poll of the log.
+
+A ``LiveIndex`` holds an immutable ``LiveState``: the base ``Bundle``, the log's sequence number
+it has applied, the base documents replaced or deleted (tombstones), and the upserted documents
+with their vectors (the delta). The delta is searched as a small segment of its own, built with
+the base's models: a lexical index over the delta scored with the base's collection statistics
+plus the delta's own counts (as Lucene scores across segments), an exact (flat) vector index
+over the vectors the bundle's served encoder gave at upsert time, and the ranker's per-document
+feature models indexed the same way. A two-stage search ranks each query's base candidates
+(tombstones left out) and delta candidates in one group, so the ranker's per-query features
+see both; the stage ranks and the delta's statistics are per segment, which a merge makes exact.
+Without a two-stage ranker each segment is searched alone and the hits merged by score.
+
+Each process polls the log (``poll`` seconds) and applies what it has not seen, with the code
+that replays the log over a freshly loaded bundle; it also polls the bundle's manifest and loads
+a bundle rebuilt at the served path (or swaps in after a merge), replays the log records that
+bundle does not hold (``changes_seq``), and swaps the state between searches: in-flight searches
+finish on the state they started with. ``merge`` writes a bundle of the current documents over
+the served one (``bundle.reindex``) and rotates the log."""
+
+from __future__ import annotations
+
+import copy
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..data import Corpus, join_fields
+from ..models.base import best_k
+from ..models.lexical import CollectionStats, LexicalModel
+from ..text.normalize import tokenize
+from .bundle import MANIFEST, N_LEXICAL, N_SEMANTIC, Bundle, Hit, LoadOptions, Result
+from .changes import ChangeLog, Position, pack_vectors, unpack_vectors
+from .hybrid import Candidates, HybridHit, HybridRetriever
+from .semantic import SemanticRetriever
+from .vector import VectorIndex
+
+CHANGES_SEQ = "changes_seq"
+"""The manifest key of a merged bundle: the last change-log record it holds."""
+POLL = 0.2
+"""Seconds between a process's looks at the change log and the bundle's manifest."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """One upserted document: its id, title, text and stored fields."""
+
+    id: str
+    title: str
+    text: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "text": self.text, "fields": self.fields}
+
+
+def changes_dir(bundle: str | Path) -> Path:
+    """Where a bundle's change log lives by default: ``<bundle>.changes`` beside it (outside the
+    bundle, whose files the manifest lists and a rebuild replaces)."""
+    p = Path(bundle)
+    return p.with_name(p.name + ".changes")
+
+
+def _segment_model(model: Any, ids: Sequence[str], texts: Sequence[str]) -> LexicalModel:
+    """``model`` (a lexical model over the base) indexed over the delta documents, weighting terms
+    with the base's statistics plus the delta's own (document count, df, cf, mean length)."""
+    if not isinstance(model, LexicalModel) or not model.positional:
+        raise ValueError(f"changes without a rebuild need lexical models scoring by position, not {model.name}")
+    base_ix = model.lexical_index
+    base = model._stats or base_ix.stats()
+    seg = model.with_params()
+    seg.index(ids, texts)
+    ix = seg.lexical_index
+    at = np.array([base_ix.vocab.ids.get(t, -1) for t in ix.vocab.terms], dtype=np.int64)
+    known = at >= 0
+    df, cf = ix.df.copy(), ix.cf.copy()
+    df[known] += base.df[at[known]]
+    cf[known] += base.cf[at[known]]
+    n = base.n_docs + len(ix)
+    avgdl = (base.avgdl * base.n_docs + float(ix.doc_len.sum())) / max(n, 1)
+    return seg.with_stats(CollectionStats(n, df, cf, avgdl))
+
+
+@dataclass(frozen=True)
+class Delta:
+    """The upserted documents as a searchable segment: per query, its candidates like the
+    base's (``HybridRetriever.candidates``) and the ranker's feature rows for them."""
+
+    corpus: Corpus
+    hybrid: dict[str | None, HybridRetriever]
+    ranker: Any
+    words: frozenset[str]
+
+    @classmethod
+    def build(cls, base: Bundle, docs: Sequence[Document], vectors: Mapping[str, np.ndarray]) -> Delta:
+        ids = [d.id for d in docs]
+        stored = [d.fields for d in docs] if base.corpus.stored is not None else None
+        corpus = Corpus(ids, [d.title for d in docs], [d.text for d in docs], stored, base.corpus.schema)
+        texts = corpus.joined(base.manifest.get("fields", "title+text"))
+        lexical = _segment_model(base.lexical, ids, texts) if base.lexical is not None else None
+        semantic: dict[str, SemanticRetriever] = {}
+        for name, r in base.semantic.items():
+            seg = SemanticRetriever(r.encoder, "flat", r.metric)
+            seg.vectors = VectorIndex.build(ids, vectors[name], "flat", r.metric, model=r.vectors.model)  # type: ignore[union-attr]  # loaded
+            seg._probes = r._probes
+            semantic[name] = seg
+        ranker = None
+        if base.ranker is not None and base.two_stage:
+            ranker = copy.copy(base.ranker)
+            ranker.models = [_segment_model(m, ids, texts) for m in base.ranker.models]  # type: ignore[attr-defined]  # lambdamart
+            ranker.use_texts(ids, texts)  # type: ignore[attr-defined]  # lambdamart
+        hybrid = {
+            name: HybridRetriever(lexical, sem, scorer="union", complete=True)
+            for name, sem in (semantic.items() if semantic else [(None, None)])
+        }
+        words = frozenset(w for t in texts for w in tokenize(t))
+        return cls(corpus, hybrid, ranker, words)
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """What one search runs on: the base bundle, the log records applied (``seq``), the base
+    documents left out (``dead``: replaced or deleted), the delta's documents and vectors."""
+
+    base: Bundle
+    seq: int = 0
+    dead: frozenset[str] = frozenset()
+    docs: Mapping[str, Document] = field(default_factory=dict)
+    vectors: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
+    delta: Delta | None = None
+
+    def __len__(self) -> int:
+        return len(self.base.corpus) - len(self.dead) + len(self.docs)
+
+    def has(self, doc_id: str) -> bool:
+        return doc_id in self.docs or (doc_id in self.base.corpus.index and doc_id not in self.dead)
+
+    def apply(self, records: Iterable[dict[str, Any]]) -> LiveState:
+        """This state with ``records`` (change-log records) applied; those at or below ``seq``
+        are skipped (already in the base or applied)."""
+        seq, dead = self.seq, set(self.dead)
+        docs = dict(self.docs)
+        vectors = {name: dict(v) for name, v in self.vectors.items()}
+        for name in self.base.semantic:
+            vectors.setdefault(name, {})
+        changed = False
+        for r in records:
+            if r["seq"] <= seq:
+                continue
+            seq = r["seq"]
+            if r["op"] == "upsert":
+                packed = {name: unpack_vectors(v) for name, v in r.get("vectors", {}).items()}
+                for i, d in enumerate(r["docs"]):
+                    doc = Document(d["id"], d.get("title", ""), d.get("text", ""), d.get("fields") or {})
+                    if doc.id in self.base.corpus.index:
+                        dead.add(doc.id)
+                    docs.pop(doc.id, None)  # (a document upserted again moves to the end)
+                    docs[doc.id] = doc
+                    for name in self.base.semantic:
+                        vectors[name][doc.id] = packed[name][i]
+            elif r["op"] == "delete":
+                for doc_id in r["ids"]:
+                    docs.pop(doc_id, None)
+                    for v in vectors.values():
+                        v.pop(doc_id, None)
+                    if doc_id in self.base.corpus.index:
+                        dead.add(doc_id)
+            else:
+                continue
+            changed = True
+        if not changed:
+            return LiveState(self.base, seq, self.dead, self.docs, self.vectors, self.delta)
+        delta = None
+        if docs:
+            order = list(docs)
+            delta = Delta.build(
+                self.base,
+                list(docs.values()),
+                {name: np.stack([v[d] for d in order]) for name, v in vectors.items()},
+            )
+        return LiveState(self.base, seq, frozenset(dead), docs, vectors, delta)
+
+    def documents(self) -> Corpus:
+        """The documents served now, in merge order: the base's kept ones, then the delta's."""
+        b = self.base.corpus
+        keep = [i for i, d in enumerate(b.ids) if d not in self.dead]
+        ds = list(self.docs.values())
+        stored = None
+        if b.stored is not None:
+            stored = [b.stored[i] for i in keep] + [d.fields for d in ds]
+        return Corpus(
+            [b.ids[i] for i in keep] + [d.id for d in ds],
+            [b.titles[i] for i in keep] + [d.title for d in ds],
+            [b.texts[i] for i in keep] + [d.text for d in ds],
+            stored,
+            b.schema,
+        )
+
+
+class LiveIndex:
+    """A bundle served with its change log (the module docstring). ``search_many`` and ``hits``
+    take the place of ``Bundle``'s; ``upsert`` and ``delete`` write; ``start`` runs the thread
+    that follows the log and the bundle's manifest (``reload``), ``close`` stops it."""
+
+    def __init__(
+        self,
+        bundle: Bundle,
+        changes: str | Path | None = None,
+        *,
+        load: LoadOptions | None = None,
+        writes: bool = False,
+        poll: float = POLL,
+    ):
+        if writes and bundle.rescore:
+            raise ValueError("changes without a rebuild do not re-score with a cross-encoder (serve without --rescore)")
+        self.path, self.load_options, self.writes, self.poll = bundle.path, load, writes, poll
+        self.log = ChangeLog(changes if changes is not None else changes_dir(bundle.path)) if writes else None
+        self._lock = threading.RLock()  # applying records and swapping bundles
+        self._position: Position | None = None
+        self._manifest = self._manifest_id()
+        self._retired: list[Bundle] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.reloads = 0
+        self._state = self._replayed(bundle)
+
+    # -- state ------------------------------------------------------------------------------------
+    @property
+    def state(self) -> LiveState:
+        return self._state
+
+    @property
+    def base(self) -> Bundle:
+        return self._state.base
+
+    def _manifest_id(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(Path(self.path) / MANIFEST)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _replayed(self, bundle: Bundle) -> LiveState:
+        """``bundle`` with the log's records it does not hold (``changes_seq``) applied."""
+        state = LiveState(bundle, int(bundle.manifest.get(CHANGES_SEQ, 0)))
+        if self.log is None:
+            return state
+        records, self._position = self.log.read()
+        return state.apply(records)
+
+    def catch_up(self) -> int:
+        """Apply the log's records this process has not seen; the sequence number reached."""
+        if self.log is None:
+            return self._state.seq
+        with self._lock:
+            records, self._position = self.log.read(self._position)
+            if records:
+                self._state = self._state.apply(records)
+            return self._state.seq
+
+    def reload(self, force: bool = False) -> bool:
+        """Load the bundle at the served path if its manifest changed (or ``force``), replay the
+        log over it and swap it in; the old bundle is closed at the next reload (a search may
+        still be running on it). False when nothing changed."""
+        now = self._manifest_id()
+        if not force and (now is None or now == self._manifest):
+            return False
+        fresh = Bundle.load(self.path, self.load_options)
+        with self._lock:
+            self._manifest = now
+            old = self._state.base
+            self._state = self._replayed(fresh)
+            for b in self._retired:
+                b.close()
+            self._retired = [old]
+            self.reloads += 1
+        return True
+
+    def start(self) -> None:
+        """Follow the log and the manifest in a thread of this process (after any fork)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._follow, name="live-index", daemon=True)
+            self._thread.start()
+
+    def _follow(self) -> None:
+        while not self._stop.wait(self.poll):
+            try:
+                self.reload()
+                self.catch_up()
+            except Exception as e:  # noqa: BLE001 — a bad rebuild or log is reported, the service keeps its state
+                import sys
+
+                print(f"semsearch: live index: {e}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        for b in [*self._retired, self._state.base]:
+            b.close()
+        self._retired = []
+
+    # -- writes -----------------------------------------------------------------------------------
+    def _require_writes(self) -> ChangeLog:
+        if self.log is None:
+            raise PermissionError("this index takes no changes (serve --allow-writes)")
+        return self.log
+
+    def upsert(self, docs: Sequence[Document]) -> int:
+        """Add or replace ``docs`` (encoded with the bundle's encoders now), durable when this
+        returns their log sequence number, visible to this process's next search."""
+        log = self._require_writes()
+        if not docs:
+            raise ValueError("no documents to upsert")
+        ids = [d.id for d in docs]
+        if len(set(ids)) != len(ids):
+            raise ValueError("the same document id twice in one batch")
+        base = self._state.base
+        texts = [join_fields(d.title, d.text, base.manifest.get("fields", "title+text")) for d in docs]
+        empty = [d.id for d, t in zip(docs, texts, strict=True) if not t.strip()]
+        if empty:
+            raise ValueError(f"document {empty[0]!r} has no text in the fields the bundle indexes")
+        vectors = {}
+        for name, r in base.semantic.items():
+            enc = r.encoder
+            if getattr(enc, "document_encoder", None) is not None and enc.document_encoder is not enc:  # type: ignore[attr-defined]  # checked
+                v = enc.encode_documents(texts)  # a separate document model: not the one searches use
+            else:
+                with base._locks[id(r)]:
+                    v = enc.encode_documents(texts)
+            vectors[name] = pack_vectors(np.asarray(v, dtype=np.float32))
+        seq = log.append({"op": "upsert", "docs": [d.record() for d in docs], "vectors": vectors})
+        self.catch_up()
+        return seq
+
+    def delete(self, doc_id: str) -> int:
+        """Delete ``doc_id`` (KeyError if no such document is served), durable when this returns."""
+        log = self._require_writes()
+        self.catch_up()
+        if not self._state.has(doc_id):
+            raise KeyError(f"no document {doc_id!r}")
+        seq = log.append({"op": "delete", "ids": [doc_id]})
+        self.catch_up()
+        return seq
+
+    # -- merge ------------------------------------------------------------------------------------
+    def merge(self) -> Path:
+        """Fold the changes into a new bundle at the served path (``bundle.reindex``: the current
+        documents with the bundle's models, base vectors and upsert-time vectors reused), then
+        rotate the log; this process swaps to the new bundle, the others at their next poll. One
+        merge at a time across processes (a lock file beside the log)."""
+        from .bundle.reindex import reindex
+
+        log = self._require_writes()
+        fd = os.open(log.folder / "merge.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self.reload()
+            self.catch_up()
+            st = self._state
+            vectors = {name: dict(v) for name, v in st.vectors.items()}
+            reindex(st.base, st.documents(), self.path, vectors=vectors, manifest_extra={CHANGES_SEQ: st.seq})
+            log.rotate(st.seq)
+            self.reload(force=True)
+        finally:
+            os.close(fd)
+        return Path(self.path)
+
+    # -- search -----------------------------------------------------------------------------------
+    def documents(self) -> Corpus:
+        return self._state.documents()
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+    def _searched(self, st: LiveState, query: str, correct: bool | None) -> str:
+        """The query as searched: spell-corrected as the bundle says, except when a word of it
+        is a word of the delta (the corrector knows only the base's words)."""
+        fixed = st.base.searched(query, correct)
+        if fixed != query and st.delta is not None and any(w in st.delta.words for w in tokenize(query)):
+            return query
+        return fixed
+
+    def search_many(
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        *,
+        model: str | None = None,
+        merge_by: str = "union",
+        n_lexical: int = N_LEXICAL,
+        n_semantic: int = N_SEMANTIC,
+        correct: bool | None = None,
+    ) -> list[Result]:
+        """``Bundle.search_many`` over the served documents (the base without its tombstones,
+        and the delta). Each result remembers the state it was searched on (``hits``)."""
+        st = self._state
+        base = st.base
+        if st.delta is None and not st.dead:
+            out = base.search_many(
+                queries, k, model=model, merge_by=merge_by, n_lexical=n_lexical, n_semantic=n_semantic, correct=correct
+            )
+        else:
+            if correct and base.corrector is None:
+                raise ValueError("this bundle has no spelling corrector (build it again to have one)")
+            blank = [i for i, q in enumerate(queries) if not q.strip()]
+            if blank:
+                raise ValueError("empty query" if len(queries) == 1 else f"empty query at position {blank[0]}")
+            qs = [self._searched(st, q, correct) for q in queries]
+            hybrid = base._hybrid.get(model if model is not None else next(iter(base._hybrid)))
+            if hybrid is None:
+                raise ValueError(f"no model {model!r} in this bundle (has {', '.join(base.semantic) or 'none'})")
+            if base.two_stage and hybrid.positional and getattr(base.ranker, "positional", False):
+                out = self._ranked(st, hybrid, model, qs, k)
+            else:
+                out = self._merged(st, qs, k, model, merge_by, n_lexical, n_semantic)
+        for r in out:
+            r.state = st  # type: ignore[attr-defined]  # read back by hits()
+        return out
+
+    def _merged(
+        self, st: LiveState, qs: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int
+    ) -> list[Result]:
+        """Without a two-stage ranker: each segment searched alone, hits merged by score."""
+        base = st.base
+        t0 = time.perf_counter()
+        found = base.search_many(
+            qs,
+            k + len(st.dead),
+            model=model,
+            merge_by=merge_by,
+            n_lexical=n_lexical,
+            n_semantic=n_semantic,
+            correct=False,
+        )
+        delta_hits: list[list[HybridHit]] = [[] for _ in qs]
+        if st.delta is not None:
+            hybrid = st.delta.hybrid.get(model if model is not None else next(iter(st.delta.hybrid)))
+            assert hybrid is not None
+            delta_hits, _ = hybrid.timed_search(
+                qs, None, scorer=merge_by, n_lexical=max(n_lexical, k), n_semantic=max(n_semantic, 1)
+            )
+        out = []
+        for r, extra in zip(found, delta_hits, strict=True):
+            hits = [h for h in r.hits if h.doc_id not in st.dead] + extra
+            if merge_by == "union" and base.ranker is None:
+                # the union across segments: every lexical hit by its score (both segments weight
+                # terms with the same statistics), then the semantic-only ones by theirs
+                hits.sort(key=_union_key)
+                hits = [replace(h, score=1.0 / i) for i, h in enumerate(hits[:k], 1)]
+            else:
+                hits.sort(key=lambda h: (-h.score, h.doc_id))
+            timing = dict(r.timing)
+            timing["total_ms"] = 1000 * (time.perf_counter() - t0)
+            out.append(Result(hits[:k], timing, r.query))
+        return out
+
+    def _ranked(self, st: LiveState, hybrid: HybridRetriever, model: str | None, qs: list[str], k: int) -> list[Result]:
+        """A two-stage search over both segments: each query's base candidates without the
+        tombstones and its delta candidates, ranked in one group by the ranker."""
+        rk = st.base.ranker
+        t0 = time.perf_counter()
+        cands, timing = hybrid.candidates(qs, n_lexical=rk.n_lexical, n_semantic=rk.n_semantic)  # type: ignore[union-attr]  # two-stage
+        if st.dead:
+            mask = self._dead_mask(st)
+            cands = [_take(c, ~mask[c.positions]) for c in cands]
+        delta_cands: list[Candidates | None] = [None] * len(qs)
+        if st.delta is not None:
+            dh = st.delta.hybrid.get(model if model is not None else next(iter(st.delta.hybrid)))
+            assert dh is not None
+            t = time.perf_counter()
+            found, _ = dh.candidates(qs, n_lexical=rk.n_lexical, n_semantic=rk.n_semantic)  # type: ignore[union-attr]  # two-stage
+            delta_cands = list(found)
+            timing["delta_ms"] = 1000 * (time.perf_counter() - t)
+        t2 = time.perf_counter()
+        ids = hybrid.doc_ids
+        base_rows = [c for c in cands if len(c)]
+        Xb = rk.candidate_features([q for q, c in zip(qs, cands) if len(c)], base_rows) if base_rows else None  # type: ignore[union-attr]  # two-stage
+        drows = [c for c in delta_cands if c is not None and len(c)]
+        Xd = None
+        if drows:
+            Xd = st.delta.ranker.candidate_features(  # type: ignore[union-attr]  # built with the delta
+                [q for q, c in zip(qs, delta_cands) if c is not None and len(c)], drows
+            )
+        parts, sizes = [], []
+        ib = idl = 0
+        for c, d in zip(cands, delta_cands, strict=True):
+            nb, nd = len(c), (len(d) if d is not None else 0)
+            if nb:
+                parts.append(Xb[ib : ib + nb])  # type: ignore[index]  # rows exist
+                ib += nb
+            if nd:
+                parts.append(Xd[idl : idl + nd])  # type: ignore[index]  # rows exist
+                idl += nd
+            sizes.append(nb + nd)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        scores = (
+            rk.predict_rows(np.vstack(parts), offsets)  # type: ignore[union-attr]  # two-stage
+            if parts
+            else np.zeros(0)
+        )
+        out = []
+        did = st.delta.corpus.ids if st.delta is not None else []
+        for i, (q, c, d) in enumerate(zip(qs, cands, delta_cands, strict=True)):
+            s = scores[offsets[i] : offsets[i + 1]]
+            hits = c.hits(ids, None, s[: len(c)]) if len(c) else []
+            if d is not None and len(d):
+                hits += d.hits(_Ids(did), None, s[len(c) :])
+            order = (
+                best_k(np.array([h.score for h in hits]), _id_rank([h.doc_id for h in hits]), k)
+                if hits
+                else np.zeros(0, dtype=np.int64)
+            )
+            out.append(Result([hits[j] for j in order], dict(timing), q))
+        ms = 1000 * (time.perf_counter() - t0)
+        for r in out:
+            r.timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
+            r.timing["total_ms"] = ms
+            r.timing["batch"] = float(len(qs))
+        return out
+
+    def _dead_mask(self, st: LiveState) -> np.ndarray:
+        """True at the base positions of the tombstoned documents (kept with the state)."""
+        cached = getattr(st, "_mask", None)
+        if cached is None:
+            cached = np.zeros(len(st.base.corpus), dtype=bool)
+            index = st.base.corpus.index
+            cached[[index[d] for d in st.dead]] = True
+            object.__setattr__(st, "_mask", cached)
+        return cached
+
+    def hits(self, result: Result, hits: Sequence[HybridHit] | None = None) -> list[Hit]:
+        """Plain rows of ``hits`` (default: the result's), read from the state it was searched on."""
+        st: LiveState = getattr(result, "state", None) or self._state
+        out = []
+        for r, h in enumerate(result.hits if hits is None else hits, 1):
+            d = st.docs.get(h.doc_id)
+            if d is not None:
+                out.append(Hit(r, h.doc_id, h.score, d.title, d.text, dict(d.fields)))
+                continue
+            i = st.base.corpus.index[h.doc_id]
+            c = st.base.corpus
+            out.append(Hit(r, h.doc_id, h.score, c.titles[i], c.texts[i], c.fields(i)))
+        return out
+
+
+class _Ids:
+    """A list of ids with ``take`` (what ``Candidates.hits`` reads ids through)."""
+
+    def __init__(self, ids: Sequence[str]):
+        self.ids = np.asarray(list(ids), dtype=object)
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        return self.ids[positions]
+
+
+def _union_key(h: HybridHit) -> tuple[bool, float, str]:
+    """A hit's place in a union across segments: lexical hits first by lexical score, then the
+    others by semantic score (ties by id)."""
+    lexical = h.lexical_rank is not None
+    score = (h.lexical if lexical else h.semantic) or 0.0
+    return (not lexical, -score, h.doc_id)
+
+
+def _id_rank(ids: Sequence[str]) -> np.ndarray:
+    """Each id's rank in sorted order (ties of score are broken by id, as ``Bundle`` does)."""
+    order = sorted(range(len(ids)), key=ids.__getitem__)
+    ranks = np.empty(len(ids), dtype=np.int64)
+    ranks[order] = np.arange(len(ids))
+    return ranks
+
+
+def _take(c: Candidates, keep: np.ndarray) -> Candidates:
+    """The candidates at ``keep`` (a boolean row mask), in order."""
+    return Candidates(c.positions[keep], c.lexical[keep], c.semantic[keep], c.lexical_rank[keep], c.semantic_rank[keep])
+
+
+__all__ = ["CHANGES_SEQ", "POLL", "Document", "LiveIndex", "LiveState", "changes_dir"]
