@@ -151,3 +151,41 @@ def test_a_bundle_rebuilt_at_the_served_path_is_picked_up(make_bundle, tmp_path)
     assert live.reload()
     assert len(live) == len(keep) and _answers(live) != before
     live.close()
+
+
+def test_a_background_merge_starts_at_merge_at(make_bundle, tmp_path):
+    path = make_bundle(tmp_path / "B")
+    live = LiveIndex(Bundle.load(path, result_cache=0), tmp_path / "changes", writes=True, merge_at=3)
+    live.upsert([Document("n1", "zorblax", ""), Document("n2", "quux", "")])
+    assert live._merging is None
+    live.delete("d00")
+    live._merging.join(60)  # type: ignore[union-attr]  # started
+    assert live.base.manifest[CHANGES_SEQ] == 2 and not live.state.docs and not live.state.dead
+    assert {"n1", "n2"} <= set(live.base.corpus.ids) and "d00" not in live.base.corpus.index
+    live.close()
+
+
+def test_index_merge_and_reindex_commands(make_bundle, tmp_path):
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app
+    from semsearch.data import write_corpus
+
+    path = make_bundle(tmp_path / "B")
+    live = LiveIndex(Bundle.load(path, result_cache=0), writes=True)  # (the default log: B.changes)
+    live.upsert([Document("n1", "zorblax", "")])
+    documents = live.documents()
+    live.close()
+    r = CliRunner().invoke(app, ["index", "merge", str(path)])
+    assert r.exit_code == 0, r.output
+    assert Bundle.load(path).manifest[CHANGES_SEQ] == 1
+    write_corpus(documents, tmp_path / "docs.jsonl")
+    r = CliRunner().invoke(
+        app, ["index", "reindex", str(tmp_path / "original"), "--data", str(tmp_path / "docs.jsonl"), "--out", "x"]
+    )
+    assert r.exit_code != 0 and "original" in r.output
+    r = CliRunner().invoke(
+        app, ["index", "reindex", str(path), "--data", str(tmp_path / "docs.jsonl"), "--out", str(tmp_path / "R")]
+    )
+    assert r.exit_code == 0, r.output
+    assert _answers(Bundle.load(tmp_path / "R", result_cache=0)) == _answers(Bundle.load(path, result_cache=0))

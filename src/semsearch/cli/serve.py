@@ -143,6 +143,14 @@ def serve_cmd(
             help="--allow-writes: the change log's folder (default: BUNDLE.changes beside the bundle).",
         ),
     ] = None,
+    merge_at: Annotated[
+        int | None,
+        typer.Option(
+            "--merge-at",
+            help="--allow-writes: merge the changes into the bundle in the background once this many documents "
+            "are upserted or deleted (default 5000; 0: never).",
+        ),
+    ] = None,
     write_key_file: Annotated[
         Path | None,
         typer.Option(
@@ -173,7 +181,11 @@ def serve_cmd(
     _needs(
         "--allow-writes",
         allow_writes,
-        {"--changes": changes is not None, "--write-key-file": write_key_file is not None},
+        {
+            "--changes": changes is not None,
+            "--write-key-file": write_key_file is not None,
+            "--merge-at": merge_at is not None,
+        },
     )
     write_key = read_key_file(str(write_key_file), "--write-key-file") if write_key_file is not None else None
     if write_key is None and allow_writes and os.environ.get(WRITE_KEY_ENV):
@@ -208,6 +220,7 @@ def serve_cmd(
             "allow_writes": allow_writes,
             **({} if changes is None else {"changes": str(changes.resolve())}),
             "write_key": write_key,
+            **({} if merge_at is None else {"merge_at": merge_at}),
         }
     )
     rate = options.exposure.rate

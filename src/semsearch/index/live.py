@@ -48,6 +48,8 @@ CHANGES_SEQ = "changes_seq"
 """The manifest key of a merged bundle: the last change-log record it holds."""
 POLL = 0.2
 """Seconds between a process's looks at the change log and the bundle's manifest."""
+MERGE_AT = 5000
+"""Changed documents (upserted + tombstoned) at which a served index merges them (``serve --merge-at``)."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,7 @@ class LiveIndex:
         load: LoadOptions | None = None,
         writes: bool = False,
         poll: float = POLL,
+        merge_at: int = 0,
     ):
         if writes and bundle.rescore:
             raise ValueError("changes without a rebuild do not re-score with a cross-encoder (serve without --rescore)")
@@ -231,6 +234,9 @@ class LiveIndex:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.reloads = 0
+        self.merge_at = merge_at
+        """Changed documents (delta + tombstones) at which a background merge starts (0: never)."""
+        self._merging: threading.Thread | None = None
         self._state = self._replayed(bundle)
 
     # -- state ------------------------------------------------------------------------------------
@@ -257,15 +263,39 @@ class LiveIndex:
         records, self._position = self.log.read()
         return state.apply(records)
 
-    def catch_up(self) -> int:
-        """Apply the log's records this process has not seen; the sequence number reached."""
+    def catch_up(self, seq: int | None = None) -> int:
+        """Apply the log's records this process has not seen (with ``seq``: unless the state has
+        reached it already); the sequence number reached. Writers waiting together are served
+        by one of them applying every record written meanwhile (one delta build for all)."""
         if self.log is None:
             return self._state.seq
         with self._lock:
-            records, self._position = self.log.read(self._position)
-            if records:
-                self._state = self._state.apply(records)
-            return self._state.seq
+            if seq is None or self._state.seq < seq:
+                records, self._position = self.log.read(self._position)
+                if records:
+                    self._state = self._state.apply(records)
+            reached = self._state.seq
+        self._maybe_merge()
+        return reached
+
+    def _maybe_merge(self) -> None:
+        """Start a background merge when the changes reach ``merge_at`` documents (one at a time)."""
+        st = self._state
+        if self.merge_at <= 0 or len(st.docs) + len(st.dead) < self.merge_at:
+            return
+        with self._lock:
+            if self._merging is not None and self._merging.is_alive():
+                return
+            self._merging = threading.Thread(target=self._merge_quietly, name="live-merge", daemon=True)
+            self._merging.start()
+
+    def _merge_quietly(self) -> None:
+        try:
+            self.merge()
+        except Exception as e:  # noqa: BLE001 — reported; the changes stay in the log and the delta
+            import sys
+
+            print(f"semsearch: merge failed: {e}", file=sys.stderr, flush=True)
 
     def reload(self, force: bool = False) -> bool:
         """Load the bundle at the served path if its manifest changed (or ``force``), replay the
@@ -303,6 +333,8 @@ class LiveIndex:
 
     def close(self) -> None:
         self._stop.set()
+        if self._merging is not None:
+            self._merging.join()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -340,7 +372,7 @@ class LiveIndex:
                     v = enc.encode_documents(texts)
             vectors[name] = pack_vectors(np.asarray(v, dtype=np.float32))
         seq = log.append({"op": "upsert", "docs": [d.record() for d in docs], "vectors": vectors})
-        self.catch_up()
+        self.catch_up(seq)
         return seq
 
     def delete(self, doc_id: str) -> int:
@@ -350,7 +382,7 @@ class LiveIndex:
         if not self._state.has(doc_id):
             raise KeyError(f"no document {doc_id!r}")
         seq = log.append({"op": "delete", "ids": [doc_id]})
-        self.catch_up()
+        self.catch_up(seq)
         return seq
 
     # -- merge ------------------------------------------------------------------------------------
@@ -368,6 +400,8 @@ class LiveIndex:
             self.reload()
             self.catch_up()
             st = self._state
+            if not st.docs and not st.dead:
+                return Path(self.path)  # (another process merged them)
             vectors = {name: dict(v) for name, v in st.vectors.items()}
             reindex(st.base, st.documents(), self.path, vectors=vectors, manifest_extra={CHANGES_SEQ: st.seq})
             log.rotate(st.seq)
@@ -585,4 +619,4 @@ def _take(c: Candidates, keep: np.ndarray) -> Candidates:
     return Candidates(c.positions[keep], c.lexical[keep], c.semantic[keep], c.lexical_rank[keep], c.semantic_rank[keep])
 
 
-__all__ = ["CHANGES_SEQ", "POLL", "Document", "LiveIndex", "LiveState", "changes_dir"]
+__all__ = ["CHANGES_SEQ", "MERGE_AT", "POLL", "Document", "LiveIndex", "LiveState", "changes_dir"]

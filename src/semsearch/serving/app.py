@@ -58,6 +58,7 @@ def create_app(
     compare_salt: str = DEFAULT_SALT,
     allow_writes: bool = False,
     changes: str | Path | None = None,
+    merge_at: int = 0,
 ) -> FastAPI:
     """The service for one bundle. The event log's writer starts with the app's lifespan and is
     flushed and closed when it ends.
@@ -81,6 +82,7 @@ def create_app(
         allow_writes: take document changes (``POST /documents``, ``DELETE /documents/{id}``),
             logged in ``changes`` (None: ``<bundle>.changes``; ``index.live``).
         changes: the change log's directory.
+        merge_at: changed documents at which a background merge starts (0: never).
 
     Without ``compare``, the bundle is served through an ``index.LiveIndex``: each worker follows
     the change log and picks up a bundle rebuilt at the served path (``index.live``).
@@ -103,7 +105,7 @@ def create_app(
     if allow_writes and comparison is not None:
         raise ValueError("a service taking writes serves one bundle: not with compare")
     live = (
-        LiveIndex(b, changes, load=load, writes=allow_writes)
+        LiveIndex(b, changes, load=load, writes=allow_writes, merge_at=merge_at)
         if comparison is None and isinstance(b.path, Path) and (b.path / MANIFEST).is_file()
         else None
     )
@@ -213,6 +215,7 @@ def app_from_options(options: ServeOptions) -> FastAPI:
         compare_salt=options.compare_salt,
         allow_writes=options.allow_writes,
         changes=options.changes,
+        merge_at=options.merge_at if options.allow_writes else 0,
     )
 
 

@@ -12,6 +12,7 @@ from typing import ClassVar, Literal
 
 from ..evaluation.online import DEFAULT_SALT
 from ..index.bundle.options import LoadOptions
+from ..index.live import MERGE_AT
 from ..params import ParamError, Params, param
 from .exposure import API_KEY_ENV, WRITE_KEY_ENV, Exposure, ExposureError, check_key, is_loopback
 
@@ -43,7 +44,8 @@ class ServeOptions(Params):
     ``serving.compare``); ``allow_writes``: take document changes (``POST /documents``, ``DELETE
     /documents/{id}``; ``index.live``), logged in ``changes`` (None: ``<bundle>.changes`` beside
     the bundle); ``write_key``: the key they require (a secret; needed when exposed, and not the
-    API key)."""
+    API key); ``merge_at``: changed documents at which a worker merges them into the bundle in the
+    background (0: never)."""
 
     kind: ClassVar[str] = "serve"
 
@@ -65,6 +67,7 @@ class ServeOptions(Params):
     allow_writes: bool = False
     changes: str | None = None
     write_key: str | None = dataclasses.field(default=None, repr=False)
+    merge_at: int = param(MERGE_AT, ge=0)
 
     def _label(self, name: str) -> str:
         return "serve" if name == "load" else "--" + name.replace("_", "-")
@@ -106,6 +109,8 @@ class ServeOptions(Params):
         if not self.allow_writes:
             if self.changes is not None:
                 raise ParamError("--changes needs --allow-writes")
+            if self.merge_at != MERGE_AT:
+                raise ParamError("--merge-at needs --allow-writes")
             if self.write_key is not None:
                 raise ParamError(f"a write key (${WRITE_KEY_ENV} or --write-key-file) needs --allow-writes")
             return
