@@ -381,3 +381,64 @@ def test_ids_are_held_compactly_and_answer_as_a_list(tmp_path) -> None:
     (tmp_path / "ix" / "ids.json").write_text(json.dumps(meta))
     with pytest.raises(ModelDirError, match="repeats"):
         VectorIndex.load(tmp_path / "ix")
+
+
+def _brute_force(ix: VectorIndex, q: np.ndarray, allowed: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every allowed stored vector scored (positions are in id order here, so ties go by position)."""
+    qn = q / np.linalg.norm(q, axis=1, keepdims=True)
+    cand = np.flatnonzero(allowed)
+    out = []
+    for s in qn @ ix.stored_vectors()[cand].T:
+        order = np.lexsort((cand, -s))[:k]
+        out.append((cand[order], s[order].astype(np.float64)))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "hnswsq", "ivfpq"])
+@pytest.mark.parametrize("share", [0.01, 0.2, 0.6])
+@pytest.mark.parametrize("path", ["exact", "faiss"])
+def test_filtered_search_against_brute_force_over_the_allowed(data, kind, share, path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``allowed``: few allowed documents are scored exactly (every kind: the brute-force answer,
+    ids and order; scores to float rounding); many go through faiss's id selector (flat: still
+    exact; hnsw/hnswsq/ivfpq: only allowed hits, full lists (a walk that meets too few allowed
+    documents answers exactly), high recall), every hit with its exact score."""
+    ids, x, q = data
+    ix = VectorIndex.build(ids, x, kind, **PARAMS[kind])
+    monkeypatch.setattr(VectorIndex, "EXACT_BELOW", 10**9 if path == "exact" else 0)
+    allowed = np.random.default_rng(7).random(len(ids)) < share
+    for k in (1, 10, 100):
+        want = _brute_force(ix, q, allowed, k)
+        got = ix.search_positions(q, k, allowed=allowed)
+        assert [len(p) for p, _ in got] == [len(p) for p, _ in want]
+        for (gp, _), (wp, _) in zip(got, want):
+            assert allowed[gp].all()
+            if path == "exact" or kind == "flat":
+                assert np.array_equal(gp, wp)
+        full = _brute_force(ix, q, np.ones(len(ids), dtype=bool), len(ids))
+        for (gp, gs), (fp, fs) in zip(got, full):
+            score_of = np.empty(len(ids))
+            score_of[fp] = fs
+            assert np.allclose(gs, score_of[gp], atol=1e-5)  # each hit's exact score
+        if path == "faiss" and kind != "flat":
+            recall = np.mean(
+                [len(set(g[0].tolist()) & set(w[0].tolist())) / max(len(w[0]), 1) for g, w in zip(got, want)]
+            )
+            assert recall >= (0.6 if kind == "ivfpq" else 0.9), recall
+
+
+def test_filtered_search_edge_cases(data) -> None:  # type: ignore[no-untyped-def]
+    ids, x, q = data
+    ix = VectorIndex.build(ids, x, "hnsw", **PARAMS["hnsw"])
+    none = np.zeros(len(ids), dtype=bool)
+    assert all(len(p) == 0 for p, _ in ix.search_positions(q, 5, allowed=none))
+    one = none.copy()
+    one[17] = True
+    assert all(p.tolist() == [17] for p, _ in ix.search_positions(q, 5, allowed=one))
+    with pytest.raises(ValueError, match="allowed"):
+        ix.search_positions(q, 5, allowed=np.ones(len(ids) - 1, dtype=bool))
+    with pytest.raises(ValueError, match="allowed"):
+        ix.search_positions(q, 5, allowed=np.ones(len(ids)))
+    tie = VectorIndex.build([f"t{i:02d}" for i in range(50)], np.ones((50, 4), dtype=np.float32), "flat")
+    mask = np.arange(50) % 3 == 1
+    p, _ = tie.search_positions(np.ones((1, 4), dtype=np.float32), 5, allowed=mask)[0]
+    assert p.tolist() == [1, 4, 7, 10, 13]  # ties by doc id among the allowed

@@ -232,3 +232,58 @@ def test_exhaustive_kernel_equals_the_sparse_product(collections, addend):
                 assert counts[i] == len(d)
                 assert np.array_equal(docs[i, : counts[i]], d)
                 assert np.array_equal(scores[i, : counts[i]].view(np.int64), s.view(np.int64))
+
+
+@pytest.mark.parametrize("addend", [False, True])
+@pytest.mark.parametrize("share", [0.0, 0.003, 0.05, 0.5, 1.0])
+def test_allowed_mask_equals_the_ranking_of_the_allowed_documents(collections, addend, share):
+    """``allowed``: every kernel (exhaustive, pruned, and the allowed documents' rows, chosen per
+    query when they are fewer entries than its postings) returns exactly the reference ranking of
+    the allowed documents alone: ids, order and scores to the bit, at every k."""
+    rng = np.random.default_rng(21)
+    for post, ranks in collections:
+        n_docs = post.shape[1]
+        add = -np.log1p(rng.integers(1, 40, n_docs) / 7.0) if addend else None
+        kern = PostingsTopK(post.indptr, post.indices, post.data, n_docs, ranks, add)
+        allowed = rng.random(n_docs) < share
+        qptr, qterms, qweights = _queries(rng, post.shape[0], 90)
+        scale = np.diff(qptr).astype(np.float64)
+        for k in (1, 10, 100, n_docs):
+            want = _reference_top_k(post, ranks, qptr, qterms, qweights, scale, add, n_docs)
+            paths = set()
+            for mode in ("off", "on", "auto"):
+                walked = np.zeros(len(qptr) - 1, dtype=np.int64)
+                docs, scores, counts = kern.search(
+                    qptr, qterms, qweights, scale, k, walked=walked, prune=mode, allowed=allowed
+                )
+                rows_cost = int(np.diff(kern.doc_major[0])[allowed].sum())
+                paths |= {"rows" if w == rows_cost else "postings" for w in walked.tolist()}
+                for i, (d, s) in enumerate(want):
+                    keep = allowed[d]
+                    d, s = d[keep][:k], s[keep][:k]
+                    assert counts[i] == len(d), (mode, k, i)
+                    assert np.array_equal(docs[i, : counts[i]], d), (mode, k, i)
+                    assert np.array_equal(scores[i, : counts[i]].view(np.int64), s.view(np.int64))
+            if 0 < share < 0.1:
+                assert "rows" in paths  # few allowed documents: their rows were read
+            if share >= 0.5:
+                assert "postings" in paths
+
+
+def test_allowed_mask_in_parallel_batches_and_bad_masks(collections, monkeypatch):
+    post, ranks = collections[1]
+    n_docs = post.shape[1]
+    kern = PostingsTopK(post.indptr, post.indices, post.data, n_docs, ranks)
+    allowed = np.random.default_rng(3).random(n_docs) < 0.2
+    qptr, qterms, qweights = _queries(np.random.default_rng(8), post.shape[0], 200)
+    serial = kern.search(qptr, qterms, qweights, np.zeros(200), 10, allowed=allowed)
+    monkeypatch.setattr(PostingsTopK, "PARALLEL_FROM", 1)
+    parallel = kern.search(qptr, qterms, qweights, np.zeros(200), 10, allowed=allowed)
+    assert all(np.array_equal(a, b) for a, b in zip(serial, parallel))
+    assert allowed[serial[0][serial[0] >= 0]].all()
+    none = kern.search(qptr, qterms, qweights, np.zeros(200), 10, allowed=np.zeros(n_docs, dtype=bool))
+    assert none[2].sum() == 0
+    with pytest.raises(ValueError, match="allowed"):
+        kern.search(qptr, qterms, qweights, np.zeros(200), 10, allowed=np.ones(n_docs - 1, dtype=bool))
+    with pytest.raises(ValueError, match="allowed"):
+        kern.search(qptr, qterms, qweights, np.zeros(200), 10, allowed=np.ones(n_docs, dtype=np.int8))

@@ -335,11 +335,18 @@ class HybridRetriever:
         return (self.lexical or self.semantic).doc_ids  # type: ignore[union-attr]  # one stage set
 
     def candidates(
-        self, queries: Sequence[str], *, n_lexical: int | None = None, n_semantic: int | None = None
+        self,
+        queries: Sequence[str],
+        *,
+        n_lexical: int | None = None,
+        n_semantic: int | None = None,
+        allowed: np.ndarray | None = None,
     ) -> tuple[list[Candidates], dict[str, float]]:
         """Per query, stage 1's merged candidates as arrays (``Candidates``; both stages' scores
         filled in when ``complete``), and each stage's time in ms (``lexical_ms``,
-        ``semantic_ms``, ``complete_ms``, ``merge_ms``). Needs ``positional``."""
+        ``semantic_ms``, ``complete_ms``, ``merge_ms``). Needs ``positional``. ``allowed`` (bool
+        per document position; None: all) restricts both stages' top-k to the documents it marks
+        True: each stage's depth is filled from them (the filter inside the kernels)."""
         if not self.positional:
             raise ValueError("candidates: the two stages do not share one positional collection")
         qs = [str(q) for q in queries]
@@ -351,7 +358,7 @@ class HybridRetriever:
         lex: list[tuple[np.ndarray, np.ndarray]] = [empty] * len(qs)
         if self.lexical is not None and n_lex > 0 and qs:
             with self.locks[id(self.lexical)]:
-                docs, scores, counts = self.lexical.retrieve_positions(qs, n_lex)  # type: ignore[attr-defined]  # positional model
+                docs, scores, counts = self.lexical.retrieve_positions(qs, n_lex, allowed=allowed)  # type: ignore[attr-defined]  # positional model
             lex = [(d[:c], s[:c]) for d, s, c in zip(docs, scores, counts.tolist())]
         timing["lexical_ms"] = 1000 * (time.perf_counter() - t)
         t = time.perf_counter()
@@ -359,7 +366,7 @@ class HybridRetriever:
         vecs = None
         if self.semantic is not None and n_sem > 0 and qs:
             with self.locks[id(self.semantic)]:
-                sem, vecs = self.semantic.search_positions(qs, n_sem)  # type: ignore[attr-defined]  # positional index
+                sem, vecs = self.semantic.search_positions(qs, n_sem, allowed=allowed)  # type: ignore[attr-defined]  # positional index
         timing["semantic_ms"] = 1000 * (time.perf_counter() - t)
         t = time.perf_counter()
         out = [union_positions(lp, ls, sp, ss) for (lp, ls), (sp, ss) in zip(lex, sem)]
@@ -378,15 +385,29 @@ class HybridRetriever:
             timing["complete_ms"] = 1000 * (time.perf_counter() - t)
         return out, timing
 
-    def _stage(self, model: Model | None, queries: list[str], n: int) -> tuple[list[Hits], float, Any]:
+    def _stage(
+        self, model: Model | None, queries: list[str], n: int, allowed: np.ndarray | None = None
+    ) -> tuple[list[Hits], float, Any]:
         """One stage's top ``n`` per query, its time (ms), and the query embeddings when the
-        model searched with some (``SemanticRetriever.search``)."""
+        model searched with some (``SemanticRetriever.search``); with ``allowed``, the positional
+        search inside it (``positional`` checked by the caller)."""
         if model is None or n <= 0:
             return [[] for _ in queries], 0.0, None
         t = time.perf_counter()
         vecs = None
         with self.locks[id(model)]:
-            if hasattr(model, "similarity"):
+            if allowed is not None:
+                ids = self.doc_ids
+                if hasattr(model, "similarity"):
+                    found, vecs = model.search_positions(queries, n, allowed=allowed)  # type: ignore[attr-defined]  # positional index
+                    hits = [list(zip(ids.take(p).tolist(), s.tolist())) for p, s in found]
+                else:
+                    docs, scores, counts = model.retrieve_positions(queries, n, allowed=allowed)  # type: ignore[attr-defined]  # positional model
+                    hits = [
+                        list(zip(ids.take(d[:c]).tolist(), s[:c].tolist()))
+                        for d, s, c in zip(docs, scores, counts.tolist())
+                    ]
+            elif hasattr(model, "similarity"):
                 hits, vecs = model.search(queries, n)  # type: ignore[attr-defined]  # semantic stage
             else:
                 hits = model.retrieve(queries, n)
@@ -419,6 +440,7 @@ class HybridRetriever:
         scorer: str | None = None,
         n_lexical: int | None = None,
         n_semantic: int | None = None,
+        allowed: np.ndarray | None = None,
     ) -> tuple[list[list[HybridHit]], dict[str, float]]:
         """``search`` (``scorer`` and the stage depths default to the retriever's) and the time
         each stage took in ms: ``lexical_ms``, ``semantic_ms``, ``merge_ms``.
@@ -429,6 +451,8 @@ class HybridRetriever:
             scorer: overrides the retriever's scorer.
             n_lexical: overrides the lexical depth.
             n_semantic: overrides the semantic depth.
+            allowed: bool per document position, True where a document may be returned (None:
+                all); inside each stage's top-k (needs ``positional``).
 
         Returns:
             The hits per query and the stage times in ms."""
@@ -440,8 +464,10 @@ class HybridRetriever:
             raise ValueError(f"empty query text at position {blank[0]}")
         if not qs:
             return [], {}
+        if allowed is not None and not self.positional:
+            raise ValueError("a filtered search needs both stages searching one positional collection")
         if scorer == "union" and self.positional:  # on arrays; HybridHits only for the hits kept
-            cands, timing = self.candidates(qs, n_lexical=n_lex, n_semantic=n_sem)
+            cands, timing = self.candidates(qs, n_lexical=n_lex, n_semantic=n_sem, allowed=allowed)
             t = time.perf_counter()
             out = [c.hits(self.doc_ids, None if k is None else np.arange(min(k, len(c)))) for c in cands]
             timing["merge_ms"] += 1000 * (time.perf_counter() - t)
@@ -449,9 +475,9 @@ class HybridRetriever:
         if self.concurrent and self.semantic is not None:
             self._pool = self._pool or ThreadPoolExecutor(4, thread_name_prefix="hybrid")
         # one thread hand-off per query, not two: hand-offs and GIL switches dominate at sub-ms stages
-        sem_f = self._pool.submit(self._stage, self.semantic, qs, n_sem) if self._pool else None
-        lex, lex_ms, _ = self._stage(self.lexical, qs, n_lex)
-        sem, sem_ms, vecs = sem_f.result() if sem_f else self._stage(self.semantic, qs, n_sem)
+        sem_f = self._pool.submit(self._stage, self.semantic, qs, n_sem, allowed) if self._pool else None
+        lex, lex_ms, _ = self._stage(self.lexical, qs, n_lex, allowed)
+        sem, sem_ms, vecs = sem_f.result() if sem_f else self._stage(self.semantic, qs, n_sem, allowed)
         timing = {"lexical_ms": lex_ms, "semantic_ms": sem_ms}
         fills: list[Fill | None] = [None] * len(qs)
         if self.complete:

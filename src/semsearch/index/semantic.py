@@ -186,15 +186,16 @@ class SemanticRetriever(Model):
         return ix.search(q, k), q
 
     def search_positions(
-        self, queries: Sequence[str], k: int
+        self, queries: Sequence[str], k: int, allowed: np.ndarray | None = None
     ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
         """``search`` with each query's hits as (positions in the index, scores) arrays
-        (``VectorIndex.search_positions``; a faiss index only)."""
+        (``VectorIndex.search_positions``; a faiss index only); ``allowed`` (bool per indexed
+        document; None: all) keeps the search inside the documents it marks True."""
         ix = self._require()
         if not queries:
             return [], np.zeros((0, self.dim), dtype=np.float32)
         q = self.encode_queries(queries)
-        return ix.search_positions(q, k), q
+        return ix.search_positions(q, k, allowed=allowed), q
 
     def similarity_positions(self, query_vector: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """``similarity`` of the documents at ``positions`` in the index."""

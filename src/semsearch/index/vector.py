@@ -37,6 +37,7 @@ import numpy as np
 from ..data._io import write_json
 from ..models.base import ModelDirError
 from ..models.doc_ids import DocIds
+from ..models.postings import check_allowed
 
 META = "vector_index.json"
 FAISS_FILE = "index.faiss"
@@ -317,27 +318,103 @@ class VectorIndex:
         so for ``flat``)."""
         return [list(zip(self._ids.take(p).tolist(), s.tolist())) for p, s in self.search_positions(queries, k)]
 
-    def search_positions(self, queries: Any, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    def search_positions(
+        self, queries: Any, k: int, allowed: np.ndarray | None = None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """``search`` with each query's hits as arrays: their positions in the index (int64, the
         order ids were added) and scores (float64), best first, ties by doc id. A two-stage
-        search works on positions and looks up only the ids it returns."""
+        search works on positions and looks up only the ids it returns.
+
+        ``allowed`` (bool per indexed position; None: all) restricts the search to the positions
+        it marks True, inside the search (``_filtered``), not by dropping hits after it."""
         if k < 1:
             raise ValueError("k must be at least 1")
         q = _as_matrix(queries, self.dim, "query vectors")
         n = len(self._ids)
+        mask = check_allowed(allowed, n)
         if len(q) == 0:
             return []
-        if n == 0:
+        if n == 0 or (mask is not None and not mask.any()):
             return [(np.zeros(0, np.int64), np.zeros(0)) for _ in range(len(q))]
         if self.metric == "cosine":
             q = _unit(q)
         k = min(k, n)
+        if mask is not None:
+            return self._filtered(q, k, mask)
         if self._reranks:
             return self._rescored(q, k)
+        return self._flat_ties(q, k)
+
+    #: a filter allowing at most this many documents is searched exactly (every allowed stored
+    #: vector scored): a graph or list walk reads about as many vectors and, with most of the
+    #: documents it meets disallowed, finds fewer of the allowed ones (Qdrant's and Weaviate's
+    #: filtered-search planners switch to a full scan below a similar size)
+    EXACT_BELOW = 8192
+    #: a filtered graph/list walk widens ``efSearch`` / ``nprobe`` by the inverse of the allowed
+    #: share, at most this many times, so it meets about as many allowed documents as unfiltered
+    WIDEN_MAX = 8
+
+    def _filtered(self, q: np.ndarray, k: int, mask: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``search_positions`` inside ``mask``: few allowed documents (``EXACT_BELOW``) are all
+        scored against the stored vectors (exact, as ``flat``); more are searched by faiss with
+        the mask as an id selector (a bitmap the walk consults before keeping a hit), ``efSearch``
+        or ``nprobe`` widened by the inverse of the allowed share (``WIDEN_MAX`` at most), then
+        re-scored as unfiltered searches are (hnswsq, ivfpq with ``rerank``); a query whose walk
+        met fewer than ``k`` allowed documents is answered exactly instead."""
+        import faiss
+
+        fs: Any = faiss  # (the stubs lack the search parameters' keyword arguments)
+        cand = np.flatnonzero(mask)
+        k = min(k, len(cand))
+        if len(cand) <= self.EXACT_BELOW:
+            return self._exact_over(q, k, cand)
+        widen = min(float(self.WIDEN_MAX), len(mask) / len(cand))
+        bits = np.packbits(mask, bitorder="little")  # (faiss reads bit i & 7 of byte i >> 3)
+        sel = fs.IDSelectorBitmap(bits)
+        params: Any
+        if self.kind in ("hnsw", "hnswsq"):
+            params = fs.SearchParametersHNSW(sel=sel, efSearch=int(max(self.params["efSearch"], k) * widen))
+        elif self.kind == "ivfpq":
+            nprobe = min(self.params["nlist"], int(np.ceil(self.params["nprobe"] * widen)))
+            params = fs.SearchParametersIVF(sel=sel, nprobe=nprobe)
+        else:
+            params = fs.SearchParameters(sel=sel)
+        try:
+            found = (
+                self._rescored(q, k, params, len(cand)) if self._reranks else self._flat_ties(q, k, params, len(cand))
+            )
+        finally:
+            del params, sel, bits  # (faiss holds raw pointers to them during the search only)
+        few = [i for i, (p, _) in enumerate(found) if len(p) < k]
+        if few:  # a walk that met fewer than k allowed documents: those queries exactly
+            for i, hit in zip(few, self._exact_over(q[few], k, cand)):
+                found[i] = hit
+        return found
+
+    def _exact_over(self, q: np.ndarray, k: int, cand: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every query's best ``k`` of the positions ``cand`` scored against the stored vectors
+        (exact; ivfpq without re-scoring: its decoded codes), best first, ties by doc id."""
+        rows = self.stored_vectors()[cand]
+        out = []
+        for qv in q:
+            s = self._score(rows, qv).astype(np.float64)
+            idx: np.ndarray = np.arange(len(s))
+            if len(s) > k:  # only the hits at or above the k-th score are sorted
+                kth = np.partition(-s, k - 1)[k - 1]
+                idx = np.flatnonzero(-s <= kth)
+            order = idx[np.lexsort((self._ranks[cand[idx]], -s[idx]))[:k]]
+            out.append((cand[order].astype(np.int64), s[order]))
+        return out
+
+    def _flat_ties(
+        self, q: np.ndarray, k: int, params: Any = None, n: int | None = None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """faiss's top ``k`` (``params``: a filtered search over ``n`` allowed documents),
+        fetched deeper while a tie at the last fetched score may continue past it (exact kinds)."""
+        n = len(self._ids) if n is None else n
         fetch = min(n, k + 8)
         while True:
-            scores, pos = self._faiss_search(q, fetch)
-            # a tie at the last fetched score may continue past it: fetch more (exact kinds)
+            scores, pos = self._faiss_search(q, fetch, params)
             if fetch == n or self.kind != "flat" or not (scores[:, k - 1] == scores[:, fetch - 1]).any():
                 break
             fetch = min(n, fetch * 4)
@@ -361,13 +438,16 @@ class VectorIndex:
             (top_pos[i, :c].astype(np.int64), top_s[i, :c]) for i, c in enumerate(np.minimum(found.sum(1), k).tolist())
         ]
 
-    def _rescored(self, q: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _rescored(
+        self, q: np.ndarray, k: int, params: Any = None, n: int | None = None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Exact re-scoring: the codes' top ``rerank`` (IVF-PQ) or ``efSearch`` (HNSW-SQ: the graph
         walk visits that many anyway) candidates, at least k, scored with the full vectors, best
-        first, equal scores by doc id."""
+        first, equal scores by doc id (``params``: a filtered search over ``n`` allowed documents,
+        whose short list holds allowed ones only)."""
         assert self._exact is not None
         short = self.params["rerank"] if self.kind == "ivfpq" else self.params["efSearch"]
-        _, pos = self._faiss_search(q, min(len(self._ids), max(k, short)))
+        _, pos = self._faiss_search(q, min(len(self._ids) if n is None else n, max(k, short)), params)
         found = pos >= 0
         if len(pos) * pos.shape[1] * self.dim > 1 << 24:  # a large pass: query by query, rows read in order
             return [self.rescore_positions(qv, p, k) for qv, p in zip(q, pos)]
@@ -378,9 +458,10 @@ class VectorIndex:
             scores = np.matmul(rows, q[:, :, None])[:, :, 0]
         return self._best(pos, scores, k)
 
-    def _faiss_search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """faiss's (scores, positions), scores higher-is-nearer (l2: the negated squared distance)."""
-        scores, pos = self._faiss.search(q, k)
+    def _faiss_search(self, q: np.ndarray, k: int, params: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """faiss's (scores, positions), scores higher-is-nearer (l2: the negated squared distance);
+        ``params``: faiss search parameters (a filtered search's id selector)."""
+        scores, pos = self._faiss.search(q, k) if params is None else self._faiss.search(q, k, params=params)
         return (-scores if self.metric == "l2" else scores), pos
 
     def _score(self, vectors: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -536,9 +536,13 @@ class LexicalModel(IndexedModel):
         ``stats = "exclude-query-pool"``, which scores each query apart by id)."""
         return self.p.stats != "exclude-query-pool"
 
-    def retrieve_positions(self, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def retrieve_positions(
+        self, queries: Sequence[str], k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``retrieve_arrays`` with the documents as positions in the indexed collection (int64,
-        -1 past a row's count): a two-stage search looks up only the ids it returns."""
+        -1 past a row's count): a two-stage search looks up only the ids it returns. ``allowed``
+        (bool per indexed document; None: all) keeps every query's top-k inside the documents it
+        marks True, in the kernel (``PostingsTopK.search``), not by dropping hits after it."""
         if k < 1:
             raise ValueError("k must be at least 1")
         if not self.positional:
@@ -546,7 +550,7 @@ class LexicalModel(IndexedModel):
                 "retrieve_arrays / retrieve_positions: stats = 'exclude-query-pool' scores each query "
                 "apart; use retrieve"
             )
-        return self._top_k.search(*self._query_arrays(queries), k)
+        return self._top_k.search(*self._query_arrays(queries), k, allowed=allowed)
 
     def _query_arrays(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The queries as the kernel takes them: CSR rows (row pointers, ascending term ids,

@@ -55,10 +55,11 @@ ships wheels."""
 from __future__ import annotations
 
 import threading
-from typing import Literal
+from typing import Any, Literal
 
 import numba
 import numpy as np
+import scipy.sparse as sp
 from numba import prange
 
 _F32 = np.float32
@@ -96,11 +97,15 @@ def _one_query(
     out_docs,
     out_scores,
     walked,
+    allowed,
 ) -> int:
     """Top ``k`` of one query (``terms`` ascending, positive or zero ``weights``) into
     ``out_docs`` / ``out_scores``, best first; returns how many. ``acc`` (zeros) and ``touched``
-    are scratch of one entry per document, left as found; ``walked[0]`` counts the postings."""
+    are scratch of one entry per document, left as found; ``walked[0]`` counts the postings.
+    ``allowed`` (uint8 per document; empty: every document) keeps a document whose entry is 0 out
+    of the heap: its score is summed (the walk is term at a time) but never competes."""
     n_docs = len(acc)
+    masked = len(allowed) > 0
     n_post = 0
     for i in range(len(terms)):
         if weights[i] != 0:  # a zero weight adds nothing anywhere (scipy adds exact zeros)
@@ -169,7 +174,7 @@ def _one_query(
                         # (a zero: untouched, or every product underflowed, as the pruned
                         # kernel skips; tested second: once the heap is full, the first test
                         # is rarely passed)
-                        if sc >= theta and a != 0:
+                        if sc >= theta and a != 0 and (not masked or allowed[d]):
                             rk = ranks[d]
                             if nh < k:
                                 hs[nh], hd[nh], hr[nh] = sc, d, rk
@@ -201,7 +206,7 @@ def _one_query(
             a = acc[d]
             acc[d] = 0
             sc = np.float64(a) + (scale * addend[d] if has_addend else 0.0)
-            if sc >= theta and a != 0:
+            if sc >= theta and a != 0 and (not masked or allowed[d]):
                 rk = ranks[d]
                 if nh < k:
                     hs[nh], hd[nh], hr[nh] = sc, d, rk
@@ -372,10 +377,13 @@ def _pruned_query(
     out_docs,
     out_scores,
     walked,
+    allowed,
 ) -> int:
     """``_one_query``'s answer, document at a time with block-max MaxScore (see the module
     docstring): the same hits, order and scores to the bit; ``walked[0]`` counts the postings
-    scored."""
+    scored. A candidate whose ``allowed`` entry is 0 (``allowed`` non-empty) is passed over
+    unscored, so the k-th score, and with it every bound, comes from allowed documents only."""
+    masked = len(allowed) > 0
     nq = len(terms)
     qi = np.empty(nq, dtype=np.int64)
     n = 0
@@ -498,6 +506,13 @@ def _pruned_query(
                         _seek(indices, blast, j, cur, cd, lo, end, bf, be, wend + 1)
                 last = wend
                 continue
+        if masked and not allowed[d]:  # not a candidate: the essential cursors move past it
+            for m in range(n_ess):
+                j = ess[m]
+                if cd[j] == d:
+                    cur[j] += 1
+                    cd[j] = indices[cur[j]] if cur[j] < end[j] else done
+            continue
         # the essential terms' contributions (their cursors move past d)
         bound = lazy_ub
         for m in range(n_ess):
@@ -576,6 +591,67 @@ def _pruned_query(
 
 
 @numba.njit(cache=True, nogil=True)
+def _rows_query(
+    terms, weights, scale, dptr, dterms, ddata, addend, ranks, k, cand, out_docs, out_scores, walked
+) -> int:
+    """``_one_query``'s answer over the documents ``cand`` only (ascending positions), read row by
+    row from the document-major copy of the postings (``dptr``/``dterms``/``ddata``, term ids
+    ascending in each row): each row merged with the query's terms, its products summed in float32
+    in the query's term order as the exhaustive kernel sums them, so the same scores to the bit.
+    What a filter that allows few documents takes: its cost is their rows, not the query's
+    postings. ``walked[0]`` counts the row entries read."""
+    nq = len(terms)
+    has_addend = len(addend) > 0
+    hs = np.empty(k, dtype=np.float64)
+    hd = np.empty(k, dtype=np.int64)
+    hr = np.empty(k, dtype=np.int64)
+    nh = 0
+    theta = -np.inf
+    read = 0
+    for i in range(len(cand)):
+        d = cand[i]
+        j, end = dptr[d], dptr[d + 1]
+        read += end - j
+        t = 0
+        acc = np.float32(0)
+        while j < end and t < nq:
+            c, q = dterms[j], terms[t]
+            if c < q:
+                j += 1
+            elif c > q:
+                t += 1
+            else:
+                if weights[t] != 0:
+                    acc += weights[t] * ddata[j]
+                j += 1
+                t += 1
+        if acc == 0:
+            continue  # (no query term, or every product underflowed: the exhaustive kernel's untouched)
+        sc = np.float64(acc) + (scale * addend[d] if has_addend else 0.0)
+        if sc < theta:
+            continue
+        rk = ranks[d]
+        if nh < k:
+            hs[nh], hd[nh], hr[nh] = sc, d, rk
+            _sift_worst_up(hs, hd, hr, nh)
+            nh += 1
+            if nh < k:
+                continue
+        elif _worse(hs[0], hr[0], sc, rk):
+            hs[0], hd[0], hr[0] = sc, d, rk
+            _sift_worst_down(hs, hd, hr, 0, k)
+        else:
+            continue
+        theta = hs[0]
+    walked[0] += read
+    for j in range(nh - 1, -1, -1):
+        out_scores[j], out_docs[j] = hs[0], hd[0]
+        hs[0], hd[0], hr[0] = hs[j], hd[j], hr[j]
+        _sift_worst_down(hs, hd, hr, 0, j)
+    return nh
+
+
+@numba.njit(cache=True, nogil=True)
 def _run(
     lo,
     hi,
@@ -603,19 +679,44 @@ def _run(
     tmax,
     a_lo,
     a_hi,
+    allowed,
+    cand,
+    dptr,
+    dterms,
+    ddata,
+    cand_cost,
 ) -> None:
     """Queries ``lo`` to ``hi`` one after another with one scratch; ``prune`` 1: every query
-    pruned, 0: none, -1: those with at least ``prune_from[0] + k * prune_from[1]`` postings."""
+    pruned, 0: none, -1: those with at least ``prune_from[0] + k * prune_from[1]`` postings.
+    With a mask (``allowed`` non-empty) and the document-major rows (``dptr`` non-empty), a query
+    whose postings outnumber the allowed documents' row entries (``cand_cost``) scores those rows
+    instead (``_rows_query``): the same answer, the cheaper walk."""
     for q in range(lo, hi):
         a, b = qptr[q], qptr[q + 1]
         use = prune == 1
+        n_post = 0
+        for i in range(a, b):
+            if qweights[i] != 0:
+                n_post += indptr[qterms[i] + 1] - indptr[qterms[i]]
         if prune == -1:
-            n_post = 0
-            for i in range(a, b):
-                if qweights[i] != 0:
-                    n_post += indptr[qterms[i] + 1] - indptr[qterms[i]]
             use = n_post >= prune_from[0] + k * prune_from[1]
-        if use:
+        if len(dptr) > 0 and n_post > cand_cost:
+            out_n[q] = _rows_query(
+                qterms[a:b],
+                qweights[a:b],
+                qscale[q],
+                dptr,
+                dterms,
+                ddata,
+                addend,
+                ranks,
+                k,
+                cand,
+                out_docs[q],
+                out_scores[q],
+                walked[q : q + 1],
+            )
+        elif use:
             out_n[q] = _pruned_query(
                 qterms[a:b],
                 qweights[a:b],
@@ -636,6 +737,7 @@ def _run(
                 out_docs[q],
                 out_scores[q],
                 walked[q : q + 1],
+                allowed,
             )
         else:
             out_n[q] = _one_query(
@@ -655,6 +757,7 @@ def _run(
                 out_docs[q],
                 out_scores[q],
                 walked[q : q + 1],
+                allowed,
             )
 
 
@@ -684,6 +787,12 @@ def _batch(
     tmax,
     a_lo,
     a_hi,
+    allowed,
+    cand,
+    dptr,
+    dterms,
+    ddata,
+    cand_cost,
 ) -> None:
     """Every query's top ``k`` (rows of the outputs); ``n_chunks`` contiguous runs of queries in
     parallel, each with its own scratch."""
@@ -716,6 +825,12 @@ def _batch(
             tmax,
             a_lo,
             a_hi,
+            allowed,
+            cand,
+            dptr,
+            dterms,
+            ddata,
+            cand_cost,
         )
 
 
@@ -857,11 +972,32 @@ class PostingsTopK:
                     b = self.__dict__["_blocks"] = _blocks(self.indptr, self.indices, self.data, _BLOCK)
         return b
 
+    @property
+    def doc_major(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The postings document by document (row pointers, term ids ascending in each row,
+        weights): what a filtered query that allows few documents reads; built on first use
+        (a filtered search), as large again as the postings."""
+        m = self.__dict__.get("_doc_major")
+        if m is None:
+            with self._block_lock:
+                m = self.__dict__.get("_doc_major")
+                if m is None:
+                    n_terms = len(self.indptr) - 1
+                    t = sp.csr_matrix((self.data, self.indices, self.indptr), shape=(n_terms, self.n_docs)).T.tocsr()
+                    t.sort_indices()
+                    m = self.__dict__["_doc_major"] = (
+                        np.ascontiguousarray(t.indptr, dtype=np.int64),
+                        np.ascontiguousarray(t.indices, dtype=np.int64),
+                        np.ascontiguousarray(t.data, dtype=_F32),
+                    )
+        return m
+
     def nbytes(self) -> int:
         """Bytes of the arrays held (not the per-thread scratch: 8 bytes per document each)."""
         blocks: tuple[np.ndarray, ...] = self.__dict__.get("_blocks", ())
         arrays: list[np.ndarray] = [self.indptr, self.indices, self.data, self.ranks, self.addend]
         arrays += [a for a in blocks[:4]]
+        arrays += list(self.__dict__.get("_doc_major", ()))
         return int(sum(a.nbytes for a in arrays))
 
     def _scratch(self) -> tuple[np.ndarray, np.ndarray]:
@@ -879,11 +1015,18 @@ class PostingsTopK:
         k: int,
         walked: np.ndarray | None = None,
         prune: Prune | None = None,
+        allowed: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(doc positions, scores, counts): row ``i`` of the first two holds query ``i``'s best
         ``counts[i]`` hits, best first. Queries are CSR rows (``qptr``, ascending term ids,
         non-negative float32 weights). ``walked`` (int64, one per query, optional) receives the
         number of postings each query scored; ``prune`` overrides ``self.prune`` for this call.
+        ``allowed`` (bool, one per document; None: all) restricts every query's hits to the
+        documents marked True: exactly the unrestricted ranking of those documents alone (a
+        filter inside the top-k, not hits dropped after it). Per query, the cheaper walk: the
+        query's postings (a disallowed document never enters the heap), or, when the allowed
+        documents' rows hold fewer entries than the query's postings, those rows
+        (``doc_major``); the same hits and scores either way.
 
         Args:
             qptr: the queries' row pointers.
@@ -893,11 +1036,13 @@ class PostingsTopK:
             k: hits per query.
             walked: receives postings scored per query (optional).
             prune: overrides ``self.prune``.
+            allowed: the documents that may be returned (None: all).
 
         Returns:
             (doc positions, scores, counts)."""
         nq = len(qptr) - 1
-        k = max(0, min(k, self.n_docs))
+        mask = check_allowed(allowed, self.n_docs)
+        k = max(0, min(k, self.n_docs if mask is None else int(np.count_nonzero(mask))))
         docs = np.full((nq, k), -1, dtype=np.int64)
         scores = np.zeros((nq, k), dtype=np.float64)
         counts = np.zeros(nq, dtype=np.int64)
@@ -931,13 +1076,43 @@ class PostingsTopK:
         )
         shrink = min(1.0, self.PRUNE_DOCS / max(self.n_docs, 1))
         thresholds = np.array([self.PRUNE_FROM * shrink, self.PRUNE_PER_K * shrink], dtype=np.int64)
-        tail = (code, thresholds, bptr, blast, bmax, tmax, *self._a_range)
+        if mask is None:
+            masking: tuple[Any, ...] = _NO_MASK
+        else:
+            cand = np.flatnonzero(mask)
+            dptr, dterms, ddata = self.doc_major
+            cost = int((dptr[cand + 1] - dptr[cand]).sum())
+            masking = (mask.view(np.uint8), cand, dptr, dterms, ddata, cost)
+        tail = (code, thresholds, bptr, blast, bmax, tmax, *self._a_range, *masking)
         if nq >= self.PARALLEL_FROM and numba.get_num_threads() > 1:
             n_chunks = min(numba.get_num_threads() * 2, nq // 16)  # 2 per thread: a preempted thread delays less
             _batch(*args, self.n_docs, n_chunks, docs, scores, counts, walked, *tail)
         else:
             _run(0, nq, *args, *self._scratch(), docs, scores, counts, walked, *tail)
         return docs, scores, counts
+
+
+_NO_MASK = (
+    np.zeros(0, dtype=np.uint8),
+    np.zeros(0, dtype=np.int64),
+    np.zeros(0, dtype=np.int64),
+    np.zeros(0, dtype=np.int64),
+    np.zeros(0, dtype=_F32),
+    0,
+)
+
+
+def check_allowed(allowed: np.ndarray | None, n_docs: int) -> np.ndarray | None:
+    """``allowed`` as a contiguous bool array of ``n_docs`` entries (None stays None: every
+    document); a wrong length or dtype is refused, naming it."""
+    if allowed is None:
+        return None
+    a = np.asarray(allowed)
+    if a.dtype != np.bool_ or a.ndim != 1 or len(a) != n_docs:
+        raise ValueError(
+            f"allowed must be a bool array of {n_docs} entries (one per document), got {a.dtype} {a.shape}"
+        )
+    return np.ascontiguousarray(a)
 
 
 _NO_BLOCKS = (

@@ -3,6 +3,7 @@ ranker and the optional stage-3 cross-encoder."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import time
@@ -18,6 +19,7 @@ from ...data import Corpus, DataFormatError, join_fields, load_corpus
 from ...data._io import TMP_SUFFIX
 from ...models import Model
 from ...models.base import ModelDirError, best_k, id_ranks
+from ...models.postings import check_allowed
 from ...plugins import load_model
 from ...ranking.rescore import check_weight, is_pair_scorer, rescore_top
 from ...text import SpellCorrector
@@ -333,6 +335,7 @@ class Bundle:
         n_lexical: int = N_LEXICAL,
         n_semantic: int = N_SEMANTIC,
         correct: bool | None = None,
+        allowed: np.ndarray | None = None,
     ) -> Result:
         """Lexical top ``n_lexical`` and semantic top ``n_semantic`` (run concurrently by the
         ``HybridRetriever`` of ``model``), merged by ``merge_by``; re-ranked by the ranker if the
@@ -349,6 +352,8 @@ class Bundle:
             n_lexical: lexical stage-1 depth (at least ``k``).
             n_semantic: semantic stage-1 depth.
             correct: search the query spell-corrected (``SpellCorrector``; None: as the bundle was loaded).
+            allowed: bool per document position (the corpus's order), True where a document may be
+                returned (None: all); applied inside every stage's top-k (``search_many``).
 
         Returns:
             The query's ``Result``: its hits, best first, the stage times in ms and the text searched.
@@ -357,7 +362,14 @@ class Bundle:
             ValueError: a blank query, ``k`` < 1, an unknown ``merge_by`` or ``model``, or ``correct``
                 without a spelling corrector in the bundle."""
         return self.search_many(
-            [query], k, model=model, merge_by=merge_by, n_lexical=n_lexical, n_semantic=n_semantic, correct=correct
+            [query],
+            k,
+            model=model,
+            merge_by=merge_by,
+            n_lexical=n_lexical,
+            n_semantic=n_semantic,
+            correct=correct,
+            allowed=allowed,
         )[0]
 
     def search_many(
@@ -370,6 +382,7 @@ class Bundle:
         n_lexical: int = N_LEXICAL,
         n_semantic: int = N_SEMANTIC,
         correct: bool | None = None,
+        allowed: np.ndarray | None = None,
     ) -> list[Result]:
         """``search`` for several queries in one pass (the service's micro-batches): one encoder call
         and one vector search for all of them, one feature matrix and one ranker prediction for all
@@ -377,6 +390,12 @@ class Bundle:
         round its embedding in the last bit, so scores agree to float rounding); the timing is the
         batch's (``batch``: how many distinct queries it searched). A spell-corrected query is
         searched with the corrected text in every stage.
+
+        ``allowed`` (one mask for the whole call: bool per document position in the corpus's
+        order; None: all) keeps every stage inside the documents it marks True: the lexical
+        kernel's and the vector search's top-k are taken over them alone (each stage's depth
+        filled from them), and so are the ranker's candidates; the answer is the search of the
+        collection holding only those documents (with the whole collection's statistics).
 
         Args:
             queries: the query texts (none blank).
@@ -386,6 +405,7 @@ class Bundle:
             n_lexical: lexical stage-1 depth (at least ``k``).
             n_semantic: semantic stage-1 depth.
             correct: search each query spell-corrected (``SpellCorrector``; None: as the bundle was loaded).
+            allowed: the documents that may be returned (None: all).
 
         Returns:
             One ``Result`` per query, in order; ``Result.query`` is the text searched.
@@ -404,7 +424,10 @@ class Bundle:
         if correct and self.corrector is None:
             raise ValueError("this bundle has no spelling corrector (build it again to have one)")
         queries = [self.searched(q, correct) for q in queries]
-        settings = (k, model, merge_by, n_lexical, n_semantic)
+        mask = check_allowed(allowed, len(self.corpus))
+        # the mask is part of a cached result's key (by digest: the array itself is not hashable)
+        mask_key = None if mask is None else hashlib.blake2b(np.packbits(mask).tobytes(), digest_size=16).digest()
+        settings = (k, model, merge_by, n_lexical, n_semantic, mask_key)
         out: list[Result | None] = [None] * len(queries)
         if self.result_cache > 0:
             with self._results_lock:
@@ -418,7 +441,9 @@ class Bundle:
             dict.fromkeys(q for q, r in zip(queries, out, strict=True) if r is None)
         )  # each distinct query once
         if todo:
-            found = dict(zip(todo, self._search(todo, k, model, merge_by, n_lexical, n_semantic, t0), strict=True))
+            found = dict(
+                zip(todo, self._search(todo, k, model, merge_by, n_lexical, n_semantic, t0, mask), strict=True)
+            )
             if self.result_cache > 0:
                 with self._results_lock:
                     for q, r in found.items():
@@ -432,7 +457,14 @@ class Bundle:
         return out  # type: ignore[return-value]  # filled
 
     def _stage1(
-        self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int
+        self,
+        queries: list[str],
+        k: int,
+        model: str | None,
+        merge_by: str,
+        n_lexical: int,
+        n_semantic: int,
+        allowed: np.ndarray | None = None,
     ) -> tuple[list[list[HybridHit]], dict[str, float]]:
         """Stage 1 of ``search_many`` (and of ``explain_rank``): each query's merged hits from
         ``model``'s hybrid, all of them when a ranker re-orders them, at the ranker's depths in a
@@ -450,6 +482,7 @@ class Bundle:
             scorer=merge_by,
             n_lexical=n_lexical,
             n_semantic=n_semantic,
+            allowed=allowed,
         )
 
     def _kept(self, k: int) -> int:
@@ -457,13 +490,13 @@ class Bundle:
         return max(k, self.rescore_depth) if self.rescore else k
 
     def _ranked(
-        self, hybrid: HybridRetriever, queries: list[str], k: int
+        self, hybrid: HybridRetriever, queries: list[str], k: int, allowed: np.ndarray | None = None
     ) -> tuple[list[list[HybridHit]], dict[str, float]]:
         """A two-stage search on arrays (``HybridRetriever.candidates``, ``score_candidates``):
         each query's best ``k`` candidates by the ranker's score, ties by doc id, the only ones
         that become ``HybridHit``s. The same hits as stage 1's merged hits ranked one by one."""
         rk: Any = self.ranker
-        cands, timing = hybrid.candidates(queries, n_lexical=rk.n_lexical, n_semantic=rk.n_semantic)
+        cands, timing = hybrid.candidates(queries, n_lexical=rk.n_lexical, n_semantic=rk.n_semantic, allowed=allowed)
         t2 = time.perf_counter()
         with self._locks[id(rk)]:
             scores = rk.score_candidates(queries, cands)
@@ -476,15 +509,23 @@ class Bundle:
         return found, timing
 
     def _search(
-        self, queries: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int, t0: float
+        self,
+        queries: list[str],
+        k: int,
+        model: str | None,
+        merge_by: str,
+        n_lexical: int,
+        n_semantic: int,
+        t0: float,
+        allowed: np.ndarray | None = None,
     ) -> list[Result]:
         hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
         if (
             self.two_stage and hybrid is not None and hybrid.positional
         ):  # (the merge order does not matter: all re-ranked)
-            found, timing = self._ranked(hybrid, queries, self._kept(k))
+            found, timing = self._ranked(hybrid, queries, self._kept(k), allowed)
         else:
-            found, timing = self._stage1(queries, k, model, merge_by, n_lexical, n_semantic)
+            found, timing = self._stage1(queries, k, model, merge_by, n_lexical, n_semantic, allowed)
         if self.ranker is not None and "rank_ms" not in timing:
             t2 = time.perf_counter()
             with self._locks[id(self.ranker)]:
