@@ -9,7 +9,7 @@ A script that fails or overruns its time limit is reported as such in the table,
 left out. The load test needs the served bundle (``make bundle``); without it that row says so.
 
 Run:
-    .venv/bin/python benchmarks/run_all.py               # about 13 min on 2 cores, < 15
+    .venv/bin/python benchmarks/run_all.py               # about 16 min on 2 cores, < 18
     .venv/bin/python benchmarks/run_all.py --only encode_speed,bm25_speed
 Benchmarks print; they never fail on speed.
 """
@@ -78,6 +78,23 @@ PLAN: list[tuple[str, list[str], int, str]] = [
         ],
         150,
         "load_test_200.json",
+    ),
+    (
+        "writes",
+        [
+            "--bundle",
+            str(BUNDLE),
+            "--data",
+            "homedepot",
+            "--workers",
+            "2",
+            "--seconds",
+            "20",
+            "--write-seconds",
+            "10",
+        ],
+        240,
+        "writes.json",
     ),
 ]
 

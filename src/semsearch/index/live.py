@@ -470,12 +470,13 @@ class LiveIndex:
         t0 = time.perf_counter()
         found = base.search_many(
             qs,
-            k + len(st.dead),
+            k,
             model=model,
             merge_by=merge_by,
             n_lexical=n_lexical,
             n_semantic=n_semantic,
             correct=False,
+            allowed=self._allowed(st),
         )
         delta_hits: list[list[HybridHit]] = [[] for _ in qs]
         if st.delta is not None:
@@ -500,14 +501,17 @@ class LiveIndex:
         return out
 
     def _ranked(self, st: LiveState, hybrid: HybridRetriever, model: str | None, qs: list[str], k: int) -> list[Result]:
-        """A two-stage search over both segments: each query's base candidates without the
-        tombstones and its delta candidates, ranked in one group by the ranker."""
+        """A two-stage search over both segments: each query's base candidates (the stages search
+        the documents that are not tombstoned: ``allowed``) and its delta candidates, ranked in one
+        group by the ranker."""
         rk = st.base.ranker
         t0 = time.perf_counter()
-        cands, timing = hybrid.candidates(qs, n_lexical=rk.n_lexical, n_semantic=rk.n_semantic)  # type: ignore[union-attr]  # two-stage
-        if st.dead:
-            mask = self._dead_mask(st)
-            cands = [_take(c, ~mask[c.positions]) for c in cands]
+        cands, timing = hybrid.candidates(
+            qs,
+            n_lexical=rk.n_lexical,  # type: ignore[union-attr]  # two-stage
+            n_semantic=rk.n_semantic,  # type: ignore[union-attr]  # two-stage
+            allowed=self._allowed(st),
+        )
         delta_cands: list[Candidates | None] = [None] * len(qs)
         if st.delta is not None:
             dh = st.delta.hybrid.get(model if model is not None else next(iter(st.delta.hybrid)))
@@ -563,14 +567,16 @@ class LiveIndex:
             r.timing["batch"] = float(len(qs))
         return out
 
-    def _dead_mask(self, st: LiveState) -> np.ndarray:
-        """True at the base positions of the tombstoned documents (kept with the state)."""
-        cached = getattr(st, "_mask", None)
+    def _allowed(self, st: LiveState) -> np.ndarray | None:
+        """The base positions a search may return: all but the tombstoned (None: all; kept with the state)."""
+        if not st.dead:
+            return None
+        cached = getattr(st, "_allowed", None)
         if cached is None:
-            cached = np.zeros(len(st.base.corpus), dtype=bool)
+            cached = np.ones(len(st.base.corpus), dtype=bool)
             index = st.base.corpus.index
-            cached[[index[d] for d in st.dead]] = True
-            object.__setattr__(st, "_mask", cached)
+            cached[[index[d] for d in st.dead]] = False
+            object.__setattr__(st, "_allowed", cached)
         return cached
 
     def hits(self, result: Result, hits: Sequence[HybridHit] | None = None) -> list[Hit]:
@@ -612,11 +618,6 @@ def _id_rank(ids: Sequence[str]) -> np.ndarray:
     ranks = np.empty(len(ids), dtype=np.int64)
     ranks[order] = np.arange(len(ids))
     return ranks
-
-
-def _take(c: Candidates, keep: np.ndarray) -> Candidates:
-    """The candidates at ``keep`` (a boolean row mask), in order."""
-    return Candidates(c.positions[keep], c.lexical[keep], c.semantic[keep], c.lexical_rank[keep], c.semantic_rank[keep])
 
 
 __all__ = ["CHANGES_SEQ", "MERGE_AT", "POLL", "Document", "LiveIndex", "LiveState", "changes_dir"]
