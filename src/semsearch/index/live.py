@@ -84,7 +84,7 @@ def _segment_model(model: Any, ids: Sequence[str], texts: Sequence[str]) -> Lexi
     ix = seg.lexical_index
     at = np.array([base_ix.vocab.ids.get(t, -1) for t in ix.vocab.terms], dtype=np.int64)
     known = at >= 0
-    df, cf = ix.df.copy(), ix.cf.copy()
+    df, cf = ix.df.astype(np.float64), ix.cf.astype(np.float64)  # (an empty delta's counts are integers)
     df[known] += base.df[at[known]]
     cf[known] += base.cf[at[known]]
     n = base.n_docs + len(ix)
@@ -349,19 +349,15 @@ class LiveIndex:
         return self.log
 
     def upsert(self, docs: Sequence[Document]) -> int:
-        """Add or replace ``docs`` (encoded with the bundle's encoders now), durable when this
-        returns their log sequence number, visible to this process's next search."""
+        """Add or replace ``docs`` (encoded with the bundle's encoders now; an id given twice: the
+        later document), durable when this returns their log sequence number, visible to this
+        process's next search."""
         log = self._require_writes()
         if not docs:
             raise ValueError("no documents to upsert")
-        ids = [d.id for d in docs]
-        if len(set(ids)) != len(ids):
-            raise ValueError("the same document id twice in one batch")
+        docs = list({d.id: d for d in docs}.values())  # an id twice: the later one, as two upserts
         base = self._state.base
         texts = [join_fields(d.title, d.text, base.manifest.get("fields", "title+text")) for d in docs]
-        empty = [d.id for d, t in zip(docs, texts, strict=True) if not t.strip()]
-        if empty:
-            raise ValueError(f"document {empty[0]!r} has no text in the fields the bundle indexes")
         vectors = {}
         for name, r in base.semantic.items():
             enc = r.encoder

@@ -21,7 +21,6 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
-from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from .. import __version__
 from ..evaluation.online import DEFAULT_SALT
@@ -30,7 +29,7 @@ from ..index.live import LiveIndex
 from .batching import SearchBatcher
 from .compare import Comparison, check_same_documents
 from .events import EventLog, bundle_identity, new_secret
-from .exposure import MAX_BODY, Exposure, Guard
+from .exposure import BodyLimit, Exposure, Guard
 from .highlighter import Highlighter
 from .http import HeadAsGet, KnownParameters, declared_parameters
 from .metrics import MULTIPROC_ENV, Metrics, _Measure
@@ -172,14 +171,14 @@ def create_app(
     app.state.live = live
 
     # the guard runs inside the measuring middleware, so refusals (401, 413, 414, 429) are counted too
-    # a chunked body (no Content-Length for the guard to check) is cut off at MAX_BODY as it is read
+    # a chunked body (no Content-Length for the guard to check) is cut off at its path's limit as it is read
     # innermost: a query parameter the operation does not declare is refused by name (after the guards)
     app.add_middleware(
         KnownParameters,
         declared=lambda: declared_parameters(app.openapi()),
         closed=("/static/", DOCS_STATIC + "/", "/openapi.json"),
     )
-    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=MAX_BODY)
+    app.add_middleware(BodyLimit)
     app.add_middleware(Guard, exposure=exposure)
     app.add_middleware(_Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]  # BaseRoute.path
     app.add_middleware(HeadAsGet)  # outermost: HEAD answered wherever GET is, every answer without its body

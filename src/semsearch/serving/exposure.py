@@ -40,9 +40,30 @@ WRITES = "/documents"  # the path (and prefix) of the write endpoints
 PROTECTED = frozenset({"/search", "/explain", "/events", "/metrics"})
 UNLIMITED = frozenset({"/health", "/ready"})  # probes are neither keyed nor rate limited
 MAX_URL = 8192  # bytes of path + query string
-MAX_BODY = 65536  # bytes; only POST /events reads one (a click: about 200 bytes)
+MAX_BODY = 65536  # bytes; POST /events reads one (a click: about 200 bytes)
+MAX_WRITE_BODY = 4 << 20  # bytes of a POST /documents batch (at most 1000 documents)
 MIN_KEY_CHARS = 16
 MAX_CLIENTS = 10_000  # token buckets kept before idle ones are dropped
+
+
+def body_limit(path: str) -> int:
+    """The largest request body ``path`` takes: ``MAX_WRITE_BODY`` for the writes, else ``MAX_BODY``."""
+    return MAX_WRITE_BODY if path == WRITES or path.startswith(WRITES + "/") else MAX_BODY
+
+
+class BodyLimit:
+    """Cuts off a body (chunked too: counted as it is read) at ``body_limit`` of its path (413),
+    through Starlette's ``RequestBodyLimitMiddleware``, one per limit."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        from starlette.middleware.body_limit import RequestBodyLimitMiddleware
+
+        self.small = RequestBodyLimitMiddleware(app, max_body_size=MAX_BODY)
+        self.large = RequestBodyLimitMiddleware(app, max_body_size=MAX_WRITE_BODY)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        large = scope["type"] == "http" and body_limit(scope["path"]) == MAX_WRITE_BODY
+        await (self.large if large else self.small)(scope, receive, send)
 
 
 class ExposureError(ValueError):
@@ -136,8 +157,9 @@ class Guard:
             return _answer(414, f"the URL is longer than {MAX_URL} bytes")
         headers = dict(scope["headers"])
         length = headers.get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
-            return _answer(413, f"the request body is larger than {MAX_BODY} bytes")
+        limit = body_limit(path)
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return _answer(413, f"the request body is larger than {limit} bytes")
         if self.key is not None and path in PROTECTED:
             given = headers.get(KEY_HEADER.lower().encode(), b"")
             if not hmac.compare_digest(given, self.key):

@@ -597,7 +597,8 @@ def add_routes(
         return Response(assets[name], media_type=ASSETS[name], headers=PAGE_HEADERS)
 
     required = {("/search", "q"), ("/explain", "q"), ("/explain", "doc_id")}
-    app.openapi = lambda: contract(FastAPI.openapi(app), required)  # type: ignore[method-assign]  # override
+    stored = stored_fields(live.base) if live is not None and live.writes else None
+    app.openapi = lambda: contract(FastAPI.openapi(app), required, stored)  # type: ignore[method-assign]  # override
 
 
 def add_write_routes(app: FastAPI, live: LiveIndex, guarded: tuple[int, ...], exposure: Exposure) -> None:
@@ -608,8 +609,7 @@ def add_write_routes(app: FastAPI, live: LiveIndex, guarded: tuple[int, ...], ex
 
     keyed = (401,) * (exposure.write_key is not None)
     limited = (429,) * (429 in guarded)
-    schema = live.base.manifest.get("schema") or {}
-    allowed_fields = {*schema.get("facets", []), *schema.get("numeric", []), *schema.get("stored", [])}
+    allowed_fields = stored_fields(live.base)
 
     @app.post(
         "/documents",
@@ -622,19 +622,16 @@ def add_write_routes(app: FastAPI, live: LiveIndex, guarded: tuple[int, ...], ex
         encoders. The answer comes once the change is written and fsync'd in the change log (a
         crash after it loses nothing); the next search of this worker sees it, every worker's
         within a second. A merge later folds the changes into the bundle."""
-        ids = [d.id for d in body.documents]
-        dup = next((d for i, d in enumerate(ids) if d in ids[:i]), None)
-        if dup is not None:
-            raise BadRequest(f"documents: id {dup!r} given twice in one batch", 422)
         for i, d in enumerate(body.documents):
-            extra = sorted(set(d.fields) - allowed_fields)
+            extra = sorted(set(d.fields) - set(allowed_fields))
             if extra:
                 raise BadRequest(
                     f"documents[{i}].fields: {extra[0]!r} is not a stored field of this bundle "
-                    f"(its schema names {', '.join(sorted(allowed_fields)) or 'none'})",
+                    f"(its schema names {', '.join(allowed_fields) or 'none'})",
                     422,
                 )
-        docs = [Document(d.id, d.title, d.text, dict(d.fields)) for d in body.documents]
+        # an id given twice: the later document wins, as two upserts one after the other
+        docs = list({d.id: Document(d.id, d.title, d.text, dict(d.fields)) for d in body.documents}.values())
         try:
             seq = live.upsert(docs)
         except ValueError as e:
@@ -656,14 +653,52 @@ def add_write_routes(app: FastAPI, live: LiveIndex, guarded: tuple[int, ...], ex
         return {"status": "deleted", "seq": seq, "doc_id": doc_id, "documents": len(live)}
 
 
-def contract(schema: dict[str, Any], required: set[tuple[str, str]]) -> dict[str, Any]:
+def stored_fields(bundle: Bundle) -> list[str]:
+    """The stored fields an upserted document may carry: the bundle schema's facets, numeric and
+    stored columns (none for a collection of id, title and text)."""
+    schema = bundle.manifest.get("schema") or {}
+    return sorted({*schema.get("facets", []), *schema.get("numeric", []), *schema.get("stored", [])})
+
+
+def contract(schema: dict[str, Any], required: set[tuple[str, str]], stored: list[str] | None = None) -> dict[str, Any]:
     """The generated OpenAPI schema with the (path, query parameter) pairs in ``required`` marked
     required and without a default: the handlers check them themselves, to answer 400 rather than
-    FastAPI's 422, so FastAPI sees them as optional."""
+    FastAPI's 422, so FastAPI sees them as optional. ``stored``: the stored fields an upserted
+    document may carry (its ``fields`` names no others)."""
+    doc = schema.get("components", {}).get("schemas", {}).get("DocumentIn")
+    if doc is not None and stored is not None:
+        fields = doc["properties"]["fields"]
+        value = fields.get("additionalProperties", {})
+        fields["properties"] = {name: value for name in stored}
+        fields["additionalProperties"] = False
     for path, name in required:
         for op in schema["paths"].get(path, {}).values():
             for p in op.get("parameters", ()):
                 if p["name"] == name and p["in"] == "query":
                     p["required"] = True
                     p["schema"].pop("default", None)
+    _write_links(schema)
     return schema
+
+
+def _write_links(schema: dict[str, Any]) -> None:
+    """OpenAPI links between the write endpoints and /search (when both are served), the chains a
+    client (and schemathesis' stateful phase) follows: a document upserted, searched by its id,
+    deleted from a search's first hit, searched again by its id."""
+    paths = schema["paths"]
+    upsert = paths.get("/documents", {}).get("post")
+    delete = paths.get("/documents/{doc_id}", {}).get("delete")
+    search = paths.get("/search", {}).get("get")
+    if not (upsert and delete and search):
+        return
+
+    def link(op: dict[str, Any], status: str, name: str, target: dict[str, Any], params: dict[str, str]) -> None:
+        op["responses"][status].setdefault("links", {})[name] = {
+            "operationId": target["operationId"],
+            "parameters": params,
+        }
+
+    link(upsert, "200", "SearchUpserted", search, {"q": "$request.body#/documents/0/id"})
+    link(upsert, "200", "DeleteUpserted", delete, {"doc_id": "$request.body#/documents/0/id"})
+    link(search, "200", "DeleteFirstHit", delete, {"doc_id": "$response.body#/hits/0/doc_id"})
+    link(delete, "200", "SearchDeleted", search, {"q": "$response.body#/doc_id"})

@@ -192,11 +192,14 @@ FieldValue = str | int | float | bool | None | list[str]
 class DocumentIn(_Model):
     """One document to add or replace (``POST /documents``)."""
 
+    model_config = ConfigDict(extra="forbid", regex_engine="python-re")  # (the id's pattern looks ahead)
+
     id: str = Field(
         min_length=1,
         max_length=MAX_ID_CHARS,
-        pattern=r"^[^\x00-\x1f\x7f/]+$",
-        description="The document's id (an existing id is replaced); no control characters or '/'.",
+        pattern=r"^(?!\.\.?$)(?=.*[^\s])[^\x00-\x1f\x7f-\x9f/]+$",
+        description="The document's id (an existing id is replaced): not blank, no control characters or '/', "
+        "not '.' or '..' (it is a path segment of DELETE /documents/{doc_id}).",
     )
     title: str = Field("", max_length=MAX_TEXT_CHARS, description="The title.")
     text: str = Field("", max_length=MAX_TEXT_CHARS, description="The body text.")
@@ -209,7 +212,9 @@ class DocumentIn(_Model):
 
 class DocumentsIn(_Model):
     documents: list[DocumentIn] = Field(
-        min_length=1, max_length=MAX_BATCH, description="The documents, distinct ids (at most 1000, 64 KiB in all)."
+        min_length=1,
+        max_length=MAX_BATCH,
+        description="The documents (at most 1000, 4 MiB in all); an id given twice: the later one is kept.",
     )
 
 
@@ -235,7 +240,7 @@ def errors(*statuses: int) -> dict[int | str, dict[str, object]]:
         404: "No such document or file, or (POST /events) no such search id: forged, expired or before a restart.",
         405: "Method not allowed (with an Allow header).",
         409: "The service logs no events (started without --events).",
-        413: "A request body over 64 KiB.",
+        413: "A request body over 64 KiB (POST /documents: 4 MiB).",
         414: "URL longer than 8,192 bytes.",
         422: (
             "Parameter or body field out of range, too long or of the wrong type, or a query parameter the "
