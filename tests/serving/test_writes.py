@@ -29,18 +29,31 @@ def _ids(client, q):  # type: ignore[no-untyped-def]
 def test_upsert_and_delete_change_the_next_search(bundle, tmp_path):
     with TestClient(create_app(bundle, allow_writes=True, changes=tmp_path / "c")) as client:
         n = client.get("/health").json()["documents"]
-        r = client.post("/documents", json={"documents": [{"id": "new1", "title": "zorblax lamp", "text": "zorblax"}]})
+        doc = {"id": "new1", "title": "zorblax lamp", "text": "zorblax"}
+        r = client.post("/documents", params={"wait": "true"}, json={"documents": [doc]})
         assert r.status_code == 200, r.text
         assert r.json() == {"status": "accepted", "seq": 1, "upserted": 1, "documents": n + 1}
         hits = client.get("/search", params={"q": "zorblax"}).json()["hits"]
         assert hits[0]["doc_id"] == "new1" and hits[0]["title"] == "zorblax lamp"
-        assert client.delete("/documents/new1").json()["seq"] == 2
+        assert client.delete("/documents/new1", params={"wait": "true"}).json()["seq"] == 2
         assert "new1" not in _ids(client, "zorblax")
         assert client.delete("/documents/new1").status_code == 404
-        assert client.delete("/documents/d00").status_code == 200
+        assert client.delete("/documents/d00", params={"wait": "true"}).status_code == 200
         assert "d00" not in _ids(client, "red")
         assert client.get("/health").json()["documents"] == n - 1
         assert {"/documents", "/documents/{doc_id}"} <= set(client.get("/openapi.json").json()["paths"])
+
+
+def test_without_wait_a_change_is_searched_within_a_second(bundle, tmp_path):
+    import time
+
+    with TestClient(create_app(bundle, allow_writes=True, changes=tmp_path / "c")) as client:
+        r = client.post("/documents", json={"documents": [{"id": "new1", "title": "zorblax lamp"}]})
+        assert r.status_code == 200
+        start = time.monotonic()
+        while "new1" not in _ids(client, "zorblax"):
+            assert time.monotonic() - start < 5, "not visible"  # (1 s, with room for a loaded machine)
+            time.sleep(0.05)
 
 
 @pytest.mark.parametrize(
@@ -69,7 +82,8 @@ def test_writes_need_the_write_key_when_one_is_set(bundle, tmp_path):
         doc = {"documents": [{"id": "n", "title": "zorblax"}]}
         assert client.post("/documents", json=doc, headers={"X-API-Key": "r" * 20}).status_code == 401
         assert client.delete("/documents/d01", headers={"X-API-Key": "r" * 20}).status_code == 401
-        assert client.post("/documents", json=doc, headers={"X-Write-Key": KEY}).status_code == 200
+        ok = client.post("/documents", params={"wait": 1}, json=doc, headers={"X-Write-Key": KEY})
+        assert ok.status_code == 200
         assert client.get("/search", params={"q": "zorblax"}, headers={"X-Write-Key": KEY}).status_code == 401
         ok = client.get("/search", params={"q": "zorblax"}, headers={"X-API-Key": "r" * 20})
         assert ok.json()["hits"][0]["doc_id"] == "n"

@@ -48,6 +48,8 @@ CHANGES_SEQ = "changes_seq"
 """The manifest key of a merged bundle: the last change-log record it holds."""
 POLL = 0.2
 """Seconds between a process's looks at the change log and the bundle's manifest."""
+VISIBLE = 0.8
+"""Seconds within which a process applies a change another wrote (with its poll: under 1 s)."""
 MERGE_AT = 5000
 """Changed documents (upserted + tombstoned) at which a served index merges them (``serve --merge-at``)."""
 
@@ -237,6 +239,8 @@ class LiveIndex:
         self.merge_at = merge_at
         """Changed documents (delta + tombstones) at which a background merge starts (0: never)."""
         self._merging: threading.Thread | None = None
+        self._build_s = 0.0  # how long the last delta build took
+        self._applied_at = 0.0  # when the log was last read and applied (monotonic)
         self._state = self._replayed(bundle)
 
     # -- state ------------------------------------------------------------------------------------
@@ -273,7 +277,10 @@ class LiveIndex:
             if seq is None or self._state.seq < seq:
                 records, self._position = self.log.read(self._position)
                 if records:
+                    t = time.perf_counter()
                     self._state = self._state.apply(records)
+                    self._build_s = time.perf_counter() - t
+                self._applied_at = time.monotonic()
             reached = self._state.seq
         self._maybe_merge()
         return reached
@@ -325,7 +332,12 @@ class LiveIndex:
         while not self._stop.wait(self.poll):
             try:
                 self.reload()
-                self.catch_up()
+                # a delta build costs in proportion to the delta: under continuous writes, builds
+                # are spaced to three times their cost (at most VISIBLE apart), so that they take
+                # a bounded share of the worker from its searches
+                spacing = min(VISIBLE, 3 * self._build_s)
+                if time.monotonic() - self._applied_at >= spacing:
+                    self.catch_up()
             except Exception as e:  # noqa: BLE001 — a bad rebuild or log is reported, the service keeps its state
                 import sys
 
@@ -348,10 +360,10 @@ class LiveIndex:
             raise PermissionError("this index takes no changes (serve --allow-writes)")
         return self.log
 
-    def upsert(self, docs: Sequence[Document]) -> int:
+    def upsert(self, docs: Sequence[Document], *, wait: bool = True) -> int:
         """Add or replace ``docs`` (encoded with the bundle's encoders now; an id given twice: the
-        later document), durable when this returns their log sequence number, visible to this
-        process's next search."""
+        later document), durable when this returns their log sequence number; with ``wait``
+        visible to this process's next search, else within a second (``start``'s thread)."""
         log = self._require_writes()
         if not docs:
             raise ValueError("no documents to upsert")
@@ -367,18 +379,25 @@ class LiveIndex:
                 with base._locks[id(r)]:
                     v = enc.encode_documents(texts)
             vectors[name] = pack_vectors(np.asarray(v, dtype=np.float32))
+        # the batch indexed alone first: a document the segment cannot take fails here, before it
+        # is logged (a logged change is replayed by every start)
+        Delta.build(base, docs, {name: unpack_vectors(v) for name, v in vectors.items()})
         seq = log.append({"op": "upsert", "docs": [d.record() for d in docs], "vectors": vectors})
-        self.catch_up(seq)
+        if wait:
+            self.catch_up(seq)
         return seq
 
-    def delete(self, doc_id: str) -> int:
-        """Delete ``doc_id`` (KeyError if no such document is served), durable when this returns."""
+    def delete(self, doc_id: str, *, wait: bool = True) -> int:
+        """Delete ``doc_id`` (KeyError if no such document is served), durable when this returns;
+        ``wait``: as ``upsert``'s."""
         log = self._require_writes()
-        self.catch_up()
         if not self._state.has(doc_id):
-            raise KeyError(f"no document {doc_id!r}")
+            self.catch_up()  # (it may have been upserted by another process)
+            if not self._state.has(doc_id):
+                raise KeyError(f"no document {doc_id!r}")
         seq = log.append({"op": "delete", "ids": [doc_id]})
-        self.catch_up(seq)
+        if wait:
+            self.catch_up(seq)
         return seq
 
     # -- merge ------------------------------------------------------------------------------------
@@ -616,4 +635,4 @@ def _id_rank(ids: Sequence[str]) -> np.ndarray:
     return ranks
 
 
-__all__ = ["CHANGES_SEQ", "MERGE_AT", "POLL", "Document", "LiveIndex", "LiveState", "changes_dir"]
+__all__ = ["CHANGES_SEQ", "MERGE_AT", "POLL", "VISIBLE", "Document", "LiveIndex", "LiveState", "changes_dir"]

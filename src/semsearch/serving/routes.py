@@ -601,6 +601,12 @@ def add_routes(
     app.openapi = lambda: contract(FastAPI.openapi(app), required, stored)  # type: ignore[method-assign]  # override
 
 
+WAIT_DOC = (
+    "Answer once this worker's searches see the change (default: once it is durable; every worker "
+    "sees it within a second)."
+)
+
+
 def add_write_routes(app: FastAPI, live: LiveIndex, guarded: tuple[int, ...], exposure: Exposure) -> None:
     """``POST /documents`` and ``DELETE /documents/{doc_id}`` (``index.live``): each answered once
     the change is fsync'd in the change log, and seen by this worker's next search (the other
@@ -617,11 +623,11 @@ def add_write_routes(app: FastAPI, live: LiveIndex, guarded: tuple[int, ...], ex
         response_model=schemas.DocumentsAccepted,
         responses=schemas.errors(400, 413, 414, 422, *keyed, *limited),
     )
-    def upsert(body: schemas.DocumentsIn) -> dict[str, Any]:
+    def upsert(body: schemas.DocumentsIn, wait: bool = Query(False, description=WAIT_DOC)) -> dict[str, Any]:
         """Adds each document, or replaces the one with its id, encoded with the bundle's served
         encoders. The answer comes once the change is written and fsync'd in the change log (a
-        crash after it loses nothing); the next search of this worker sees it, every worker's
-        within a second. A merge later folds the changes into the bundle."""
+        crash after it loses nothing); every worker's searches see it within a second (with
+        ``wait``: this worker's next search). A merge later folds the changes into the bundle."""
         for i, d in enumerate(body.documents):
             extra = sorted(set(d.fields) - set(allowed_fields))
             if extra:
@@ -633,7 +639,7 @@ def add_write_routes(app: FastAPI, live: LiveIndex, guarded: tuple[int, ...], ex
         # an id given twice: the later document wins, as two upserts one after the other
         docs = list({d.id: Document(d.id, d.title, d.text, dict(d.fields)) for d in body.documents}.values())
         try:
-            seq = live.upsert(docs)
+            seq = live.upsert(docs, wait=wait)
         except ValueError as e:
             raise BadRequest(f"documents: {e}", 422) from None
         return {"status": "accepted", "seq": seq, "upserted": len(docs), "documents": len(live)}
@@ -644,10 +650,14 @@ def add_write_routes(app: FastAPI, live: LiveIndex, guarded: tuple[int, ...], ex
         response_model=schemas.DocumentDeleted,
         responses=schemas.errors(400, 404, 414, 422, *keyed, *limited),
     )
-    def delete(doc_id: str = PathParam(description="The document's id (unknown: 404).")) -> dict[str, Any]:
-        """Deletes the document; answered once the change is fsync'd in the change log."""
+    def delete(
+        doc_id: str = PathParam(description="The document's id (unknown: 404)."),
+        wait: bool = Query(False, description=WAIT_DOC),
+    ) -> dict[str, Any]:
+        """Deletes the document; answered once the change is fsync'd in the change log, seen by
+        every worker's searches within a second (with ``wait``: this worker's next search)."""
         try:
-            seq = live.delete(doc_id)
+            seq = live.delete(doc_id, wait=wait)
         except KeyError:
             raise BadRequest(f"no document {doc_id!r}", 404) from None
         return {"status": "deleted", "seq": seq, "doc_id": doc_id, "documents": len(live)}
