@@ -127,6 +127,10 @@ class Delta:
             for name, sem in (semantic.items() if semantic else [(None, None)])
         }
         words = frozenset(w for t in texts for w in tokenize(t))
+        for m in [lexical, *(ranker.models if ranker is not None else [])]:  # type: ignore[attr-defined]  # (built here, not in a search)
+            if m is not None:
+                m._top_k  # noqa: B018
+                m._doc_major  # noqa: B018
         return cls(corpus, hybrid, ranker, words)
 
 
@@ -533,7 +537,8 @@ class LiveIndex:
             assert dh is not None
             t = time.perf_counter()
             found, _ = dh.candidates(qs, n_lexical=rk.n_lexical, n_semantic=rk.n_semantic)  # type: ignore[union-attr]  # two-stage
-            delta_cands = list(found)
+            for i, (bc, dc) in enumerate(zip(cands, found, strict=True)):
+                cands[i], delta_cands[i] = _global_cut(bc, dc, rk.n_lexical, rk.n_semantic)  # type: ignore[union-attr]  # two-stage
             timing["delta_ms"] = 1000 * (time.perf_counter() - t)
         t2 = time.perf_counter()
         ids = hybrid.doc_ids
@@ -617,6 +622,32 @@ class _Ids:
 
     def take(self, positions: np.ndarray) -> np.ndarray:
         return self.ids[positions]
+
+
+def _global_cut(base: Candidates, delta: Candidates, n_lexical: int, n_semantic: int) -> tuple[Candidates, Candidates]:
+    """One query's candidates of both segments cut to what one collection's stage 1 returns: the
+    ``n_lexical`` best lexical scores and the ``n_semantic`` best semantic scores over both (each
+    segment returned its own best), with the stage ranks taken over both; a candidate in neither
+    is dropped. (Ties at a cut: the base's first.)"""
+    parts = (base, delta)
+    keep_rank = []
+    for score, rank, n in (("lexical", "lexical_rank", n_lexical), ("semantic", "semantic_rank", n_semantic)):
+        s = np.concatenate([np.where(np.isnan(getattr(p, rank)), -np.inf, getattr(p, score)) for p in parts])
+        returned = np.flatnonzero(np.isfinite(s))
+        order = returned[np.argsort(-s[returned], kind="stable")][:n]
+        ranks = np.full(len(s), np.nan)
+        ranks[order] = np.arange(1, len(order) + 1)
+        keep_rank.append(ranks)
+    lexical_rank, semantic_rank = keep_rank
+    keep = ~(np.isnan(lexical_rank) & np.isnan(semantic_rank))
+    out = []
+    at = 0
+    for p in parts:
+        sl = slice(at, at + len(p))
+        k = keep[sl]
+        out.append(Candidates(p.positions[k], p.lexical[k], p.semantic[k], lexical_rank[sl][k], semantic_rank[sl][k]))
+        at += len(p)
+    return out[0], out[1]
 
 
 def _union_key(h: HybridHit) -> tuple[bool, float, str]:
