@@ -36,7 +36,7 @@ import numpy as np
 
 from ..data import Corpus, join_fields
 from ..models.base import best_k
-from ..models.lexical import CollectionStats, LexicalModel
+from ..models.lexical import CollectionStats, LexicalIndex, LexicalModel
 from ..text.normalize import tokenize
 from .bundle import MANIFEST, N_LEXICAL, N_SEMANTIC, Bundle, Hit, LoadOptions, Result
 from .changes import ChangeLog, Position, pack_vectors, unpack_vectors
@@ -74,16 +74,21 @@ def changes_dir(bundle: str | Path) -> Path:
     return p.with_name(p.name + ".changes")
 
 
-def _segment_model(model: Any, ids: Sequence[str], texts: Sequence[str]) -> LexicalModel:
+def _segment_model(
+    model: Any, ids: Sequence[str], texts: Sequence[str], indexes: dict[Any, LexicalIndex]
+) -> LexicalModel:
     """``model`` (a lexical model over the base) indexed over the delta documents, weighting terms
-    with the base's statistics plus the delta's own (document count, df, cf, mean length)."""
+    with the base's statistics plus the delta's own (document count, df, cf, mean length). Models
+    with one analyzer share one delta index (``indexes``, by analyzer), as a bundle's do."""
     if not isinstance(model, LexicalModel) or not model.positional:
         raise ValueError(f"changes without a rebuild need lexical models scoring by position, not {model.name}")
     base_ix = model.lexical_index
     base = model._stats or base_ix.stats()
     seg = model.with_params()
-    seg.index(ids, texts)
-    ix = seg.lexical_index
+    ix = indexes.get(model.analyzer)
+    if ix is None:
+        ix = indexes[model.analyzer] = LexicalIndex.build(ids, texts, model.analyzer)
+    seg.use_index(ix)
     at = np.array([base_ix.vocab.ids.get(t, -1) for t in ix.vocab.terms], dtype=np.int64)
     known = at >= 0
     df, cf = ix.df.astype(np.float64), ix.cf.astype(np.float64)  # (an empty delta's counts are integers)
@@ -110,7 +115,8 @@ class Delta:
         stored = [d.fields for d in docs] if base.corpus.stored is not None else None
         corpus = Corpus(ids, [d.title for d in docs], [d.text for d in docs], stored, base.corpus.schema)
         texts = corpus.joined(base.manifest.get("fields", "title+text"))
-        lexical = _segment_model(base.lexical, ids, texts) if base.lexical is not None else None
+        indexes: dict[Any, LexicalIndex] = {}
+        lexical = _segment_model(base.lexical, ids, texts, indexes) if base.lexical is not None else None
         semantic: dict[str, SemanticRetriever] = {}
         for name, r in base.semantic.items():
             seg = SemanticRetriever(r.encoder, "flat", r.metric)
@@ -120,13 +126,14 @@ class Delta:
         ranker = None
         if base.ranker is not None and base.two_stage:
             ranker = copy.copy(base.ranker)
-            ranker.models = [_segment_model(m, ids, texts) for m in base.ranker.models]  # type: ignore[attr-defined]  # lambdamart
+            ranker.models = [_segment_model(m, ids, texts, indexes) for m in base.ranker.models]  # type: ignore[attr-defined]  # lambdamart
             ranker.use_texts(ids, texts)  # type: ignore[attr-defined]  # lambdamart
         hybrid = {
             name: HybridRetriever(lexical, sem, scorer="union", complete=True)
             for name, sem in (semantic.items() if semantic else [(None, None)])
         }
-        words = frozenset(w for t in texts for w in tokenize(t))
+        pair_words = getattr(ranker, "_words", None)  # (the pair features' words: the same tokenize)
+        words = frozenset(pair_words.vocab if pair_words is not None else (w for t in texts for w in tokenize(t)))
         for m in [lexical, *(ranker.models if ranker is not None else [])]:  # type: ignore[attr-defined]  # (built here, not in a search)
             if m is not None:
                 m._top_k  # noqa: B018
