@@ -189,3 +189,30 @@ def test_index_merge_and_reindex_commands(make_bundle, tmp_path):
     )
     assert r.exit_code == 0, r.output
     assert _answers(Bundle.load(tmp_path / "R", result_cache=0)) == _answers(Bundle.load(path, result_cache=0))
+
+
+def test_fresh_segments_serve_only_the_current_copy_of_each_document(bundle, tmp_path, monkeypatch):
+    import semsearch.index.live as live_module
+
+    monkeypatch.setattr(live_module, "FOLD_MIN", 2)  # a fresh segment of its own from the third change on
+    live = _live(bundle, tmp_path)
+    seen_two = False
+    for i in range(12):
+        live.upsert([Document(f"n{i}", f"zorblax item{i}", "lamp")])
+        seen_two |= len(live.state.segments) == 2
+    live.upsert([Document("n3", "quux renamed", "sofa"), Document("n7", "quux renamed too", "")])
+    live.delete("n5")
+    live.delete("n10")
+    seen_two |= len(live.state.segments) == 2
+    assert seen_two, "never a stable and a fresh segment"
+    assert len(live) == len(live.base.corpus) + 10
+    for q in [*QUERIES, "zorblax", "quux", "item3", "item7 lamp"]:
+        r = live.search_many([q], 50)[0]
+        ids = [h.doc_id for h in r.hits]
+        assert len(ids) == len(set(ids)), ids  # no stale copy beside the current one
+        assert "n5" not in ids and "n10" not in ids
+        for row in live.hits(r):
+            if row.doc_id in ("n3", "n7"):
+                assert row.title.startswith("quux renamed")
+    assert "n3" in _ids(live, "quux", 20) and "n7" in _ids(live, "quux", 20)
+    live.close()

@@ -50,6 +50,8 @@ POLL = 0.2
 """Seconds between a process's looks at the change log and the bundle's manifest."""
 VISIBLE = 0.8
 """Seconds within which a process applies a change another wrote (with its poll: under 1 s)."""
+FOLD_MIN = 256
+"""Fresh documents a delta keeps in a segment of their own at least (``LiveState._segments``)."""
 MERGE_AT = 5000
 """Changed documents (upserted + tombstoned) at which a served index merges them (``serve --merge-at``)."""
 
@@ -74,49 +76,80 @@ def changes_dir(bundle: str | Path) -> Path:
     return p.with_name(p.name + ".changes")
 
 
-def _segment_model(
-    model: Any, ids: Sequence[str], texts: Sequence[str], indexes: dict[Any, LexicalIndex]
-) -> LexicalModel:
-    """``model`` (a lexical model over the base) indexed over the delta documents, weighting terms
-    with the base's statistics plus the delta's own (document count, df, cf, mean length). Models
-    with one analyzer share one delta index (``indexes``, by analyzer), as a bundle's do."""
+@dataclass(frozen=True)
+class DeltaCounts:
+    """The current delta documents' counts under one analyzer: how many, their total length,
+    and each term's document and collection frequency (what a segment's statistics add to the
+    base's)."""
+
+    n: int = 0
+    length: float = 0.0
+    df: dict[str, float] = field(default_factory=dict)
+    cf: dict[str, float] = field(default_factory=dict)
+
+
+def _check_lexical(model: Any) -> LexicalModel:
     if not isinstance(model, LexicalModel) or not model.positional:
         raise ValueError(f"changes without a rebuild need lexical models scoring by position, not {model.name}")
+    return model
+
+
+def _weighted(model: LexicalModel, ix: LexicalIndex, counts: DeltaCounts) -> LexicalModel:
+    """``model`` (a lexical model over the base) over a delta segment's index ``ix``, weighting
+    terms with the base's statistics plus the current delta documents' ``counts`` (document
+    count, df, cf, mean length; as Lucene scores across segments). Every segment gets the same
+    statistics, so a document's scores do not depend on how the delta is split into segments."""
     base_ix = model.lexical_index
     base = model._stats or base_ix.stats()
     seg = model.with_params()
-    ix = indexes.get(model.analyzer)
-    if ix is None:
-        ix = indexes[model.analyzer] = LexicalIndex.build(ids, texts, model.analyzer)
     seg.use_index(ix)
-    at = np.array([base_ix.vocab.ids.get(t, -1) for t in ix.vocab.terms], dtype=np.int64)
+    terms = ix.vocab.terms
+    at = np.array([base_ix.vocab.ids.get(t, -1) for t in terms], dtype=np.int64)
     known = at >= 0
-    df, cf = ix.df.astype(np.float64), ix.cf.astype(np.float64)  # (an empty delta's counts are integers)
+    df = np.array([counts.df.get(t, 0.0) for t in terms], dtype=np.float64)
+    cf = np.array([counts.cf.get(t, 0.0) for t in terms], dtype=np.float64)
     df[known] += base.df[at[known]]
     cf[known] += base.cf[at[known]]
-    n = base.n_docs + len(ix)
-    avgdl = (base.avgdl * base.n_docs + float(ix.doc_len.sum())) / max(n, 1)
-    return seg.with_stats(CollectionStats(n, df, cf, avgdl))
+    # one entry past the vocabulary holds the rest of the collection's length, so that the total
+    # (what a language model's collection probabilities divide by) is the whole collection's:
+    # the base's and the current delta's (integer counts: exact in any order)
+    cf = np.append(cf, float(base.cf.sum()) + counts.length - float(cf.sum()))
+    df = np.append(df, 0.0)
+    n = base.n_docs + counts.n
+    avgdl = (base.avgdl * base.n_docs + counts.length) / max(n, 1)
+    out = seg.with_stats(CollectionStats(n, df, cf, avgdl))
+    out._top_k  # noqa: B018  # (built here, not in the first search)
+    out._doc_major  # noqa: B018
+    return out
 
 
 @dataclass(frozen=True)
 class Delta:
-    """The upserted documents as a searchable segment: per query, its candidates like the
-    base's (``HybridRetriever.candidates``) and the ranker's feature rows for them."""
+    """Upserted documents as a searchable segment: per query, its candidates like the base's
+    (``HybridRetriever.candidates``) and the ranker's feature rows for them. ``indexes``: its
+    lexical index per analyzer (the analysed documents, built once); ``weighted`` gives it
+    other statistics without analysing them again."""
 
     corpus: Corpus
     hybrid: dict[str | None, HybridRetriever]
     ranker: Any
     words: frozenset[str]
+    documents: tuple[Document, ...]
+    indexes: dict[Any, LexicalIndex]
+    semantic: dict[str, SemanticRetriever]
 
     @classmethod
     def build(cls, base: Bundle, docs: Sequence[Document], vectors: Mapping[str, np.ndarray]) -> Delta:
+        """The segment of ``docs``, weighted with its own counts (``weighted`` changes them)."""
         ids = [d.id for d in docs]
         stored = [d.fields for d in docs] if base.corpus.stored is not None else None
         corpus = Corpus(ids, [d.title for d in docs], [d.text for d in docs], stored, base.corpus.schema)
         texts = corpus.joined(base.manifest.get("fields", "title+text"))
+        models = [_check_lexical(m) for m in [base.lexical, *getattr(base.ranker, "models", [])] if m is not None]
         indexes: dict[Any, LexicalIndex] = {}
-        lexical = _segment_model(base.lexical, ids, texts, indexes) if base.lexical is not None else None
+        for m in models:  # models with one analyzer share one index, as a bundle's do
+            if m.analyzer not in indexes:
+                indexes[m.analyzer] = LexicalIndex.build(ids, texts, m.analyzer)
         semantic: dict[str, SemanticRetriever] = {}
         for name, r in base.semantic.items():
             seg = SemanticRetriever(r.encoder, "flat", r.metric)
@@ -126,19 +159,50 @@ class Delta:
         ranker = None
         if base.ranker is not None and base.two_stage:
             ranker = copy.copy(base.ranker)
-            ranker.models = [_segment_model(m, ids, texts, indexes) for m in base.ranker.models]  # type: ignore[attr-defined]  # lambdamart
             ranker.use_texts(ids, texts)  # type: ignore[attr-defined]  # lambdamart
-        hybrid = {
-            name: HybridRetriever(lexical, sem, scorer="union", complete=True)
-            for name, sem in (semantic.items() if semantic else [(None, None)])
-        }
         pair_words = getattr(ranker, "_words", None)  # (the pair features' words: the same tokenize)
         words = frozenset(pair_words.vocab if pair_words is not None else (w for t in texts for w in tokenize(t)))
-        for m in [lexical, *(ranker.models if ranker is not None else [])]:  # type: ignore[attr-defined]  # (built here, not in a search)
-            if m is not None:
-                m._top_k  # noqa: B018
-                m._doc_major  # noqa: B018
-        return cls(corpus, hybrid, ranker, words)
+        own = _counts([(ix, None) for ix in indexes.values()], indexes)
+        return cls(corpus, {}, ranker, words, tuple(docs), indexes, semantic).weighted(base, own)
+
+    def weighted(self, base: Bundle, counts: Mapping[Any, DeltaCounts]) -> Delta:
+        """This segment with its models weighting terms by the base's statistics plus ``counts``
+        (per analyzer): new models over the same indexes, vectors and pair features."""
+        lexical = (
+            _weighted(base.lexical, self.indexes[base.lexical.analyzer], counts[base.lexical.analyzer])  # type: ignore[arg-type, attr-defined]  # checked in build
+            if base.lexical is not None
+            else None
+        )
+        ranker = self.ranker
+        if ranker is not None:
+            ranker = copy.copy(ranker)
+            ranker.models = [_weighted(m, self.indexes[m.analyzer], counts[m.analyzer]) for m in base.ranker.models]  # type: ignore[union-attr]  # lambdamart
+        hybrid = {
+            name: HybridRetriever(lexical, sem, scorer="union", complete=True)
+            for name, sem in (self.semantic.items() if self.semantic else [(None, None)])
+        }
+        return Delta(self.corpus, hybrid, ranker, self.words, self.documents, self.indexes, self.semantic)
+
+
+def _counts(
+    parts: Sequence[tuple[LexicalIndex, np.ndarray | None]], indexes: Mapping[Any, LexicalIndex]
+) -> dict[Any, DeltaCounts]:
+    """Per analyzer, the counts of the rows ``mask`` keeps (None: all) of each segment index."""
+    out: dict[Any, DeltaCounts] = {}
+    for ix, mask in parts:
+        c = ix.counts if mask is None else ix.counts[mask]
+        dc = out.setdefault(ix.analyzer, DeltaCounts())
+        df = np.bincount(c.indices, minlength=len(ix.vocab))
+        cf = np.bincount(c.indices, weights=c.data, minlength=len(ix.vocab))
+        terms = ix.vocab.terms
+        for j in np.flatnonzero(df):
+            t = terms[j]
+            dc.df[t] = dc.df.get(t, 0.0) + float(df[j])
+            dc.cf[t] = dc.cf.get(t, 0.0) + float(cf[j])
+        out[ix.analyzer] = DeltaCounts(dc.n + c.shape[0], dc.length + float(c.data.sum()), dc.df, dc.cf)
+    for a in indexes:
+        out.setdefault(a, DeltaCounts())
+    return out
 
 
 @dataclass(frozen=True)
@@ -151,7 +215,10 @@ class LiveState:
     dead: frozenset[str] = frozenset()
     docs: Mapping[str, Document] = field(default_factory=dict)
     vectors: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
-    delta: Delta | None = None
+    segments: tuple[Delta, ...] = ()
+    """The delta as segments: the stable one (rebuilt when the fresh one outgrows a quarter of it),
+    then the fresh one (the documents upserted since); a document is served from the segment
+    whose copy of it is the current one."""
 
     def __len__(self) -> int:
         return len(self.base.corpus) - len(self.dead) + len(self.docs)
@@ -193,16 +260,39 @@ class LiveState:
                 continue
             changed = True
         if not changed:
-            return LiveState(self.base, seq, self.dead, self.docs, self.vectors, self.delta)
-        delta = None
-        if docs:
-            order = list(docs)
-            delta = Delta.build(
-                self.base,
-                list(docs.values()),
-                {name: np.stack([v[d] for d in order]) for name, v in vectors.items()},
-            )
-        return LiveState(self.base, seq, frozenset(dead), docs, vectors, delta)
+            return LiveState(self.base, seq, self.dead, self.docs, self.vectors, self.segments)
+        return LiveState(self.base, seq, frozenset(dead), docs, vectors, self._segments(docs, vectors))
+
+    def _segments(
+        self, docs: Mapping[str, Document], vectors: Mapping[str, Mapping[str, np.ndarray]]
+    ) -> tuple[Delta, ...]:
+        """The delta's segments after a change: the stable one kept and the documents since in a
+        fresh one, built alone, while they are at most a quarter of the stable one's (or
+        ``FOLD_MIN``) and the stable one is mostly current; else one stable segment of them all.
+        A change then costs a build of the fresh documents, a fold of them all now and then."""
+
+        def build(ds: list[Document]) -> Delta:
+            return Delta.build(self.base, ds, {name: np.stack([v[d.id] for d in ds]) for name, v in vectors.items()})
+
+        if not docs:
+            return ()
+        stable = self.segments[0] if self.segments else None
+        segments = None
+        if stable is not None:
+            current = sum(1 for d in stable.documents if docs.get(d.id) is d)
+            mine = {d.id for d in stable.documents if docs.get(d.id) is d}
+            fresh = [d for d in docs.values() if d.id not in mine]
+            if len(fresh) <= max(FOLD_MIN, current // 4) and 2 * current >= len(stable.documents):
+                segments = (stable, build(fresh)) if fresh else (stable,)
+        if segments is None:
+            segments = (build(list(docs.values())),)
+        # every segment weighted with the counts of all the current delta documents
+        parts = []
+        for seg in segments:
+            mask = np.fromiter((docs.get(d.id) is d for d in seg.documents), dtype=bool, count=len(seg.documents))
+            parts += [(ix, None if mask.all() else mask) for ix in seg.indexes.values()]
+        counts = _counts(parts, segments[0].indexes)
+        return tuple(seg.weighted(self.base, counts) for seg in segments)
 
     def documents(self) -> Corpus:
         """The documents served now, in merge order: the base's kept ones, then the delta's."""
@@ -447,7 +537,7 @@ class LiveIndex:
         """The query as searched: spell-corrected as the bundle says, except when a word of it
         is a word of the delta (the corrector knows only the base's words)."""
         fixed = st.base.searched(query, correct)
-        if fixed != query and st.delta is not None and any(w in st.delta.words for w in tokenize(query)):
+        if fixed != query and any(w in seg.words for seg in st.segments for w in tokenize(query)):
             return query
         return fixed
 
@@ -466,7 +556,7 @@ class LiveIndex:
         and the delta). Each result remembers the state it was searched on (``hits``)."""
         st = self._state
         base = st.base
-        if st.delta is None and not st.dead:
+        if not st.segments and not st.dead:
             out = base.search_many(
                 queries, k, model=model, merge_by=merge_by, n_lexical=n_lexical, n_semantic=n_semantic, correct=correct
             )
@@ -491,7 +581,8 @@ class LiveIndex:
     def _merged(
         self, st: LiveState, qs: list[str], k: int, model: str | None, merge_by: str, n_lexical: int, n_semantic: int
     ) -> list[Result]:
-        """Without a two-stage ranker: each segment searched alone, hits merged by score."""
+        """Without a two-stage ranker: each segment searched alone (a delta segment's current copies
+        only), hits merged by score."""
         base = st.base
         t0 = time.perf_counter()
         found = base.search_many(
@@ -505,12 +596,18 @@ class LiveIndex:
             allowed=self._allowed(st),
         )
         delta_hits: list[list[HybridHit]] = [[] for _ in qs]
-        if st.delta is not None:
-            hybrid = st.delta.hybrid.get(model if model is not None else next(iter(st.delta.hybrid)))
+        for seg in st.segments:
+            hybrid = seg.hybrid.get(model if model is not None else next(iter(seg.hybrid)))
             assert hybrid is not None
-            delta_hits, _ = hybrid.timed_search(
-                qs, None, scorer=merge_by, n_lexical=max(n_lexical, k), n_semantic=max(n_semantic, 1)
+            found_seg, _ = hybrid.timed_search(
+                qs,
+                None,
+                scorer=merge_by,
+                n_lexical=max(n_lexical, k),
+                n_semantic=max(n_semantic, 1),
+                allowed=self._seg_allowed(st, seg),
             )
+            delta_hits = [a + b for a, b in zip(delta_hits, found_seg, strict=True)]
         out = []
         for r, extra in zip(found, delta_hits, strict=True):
             hits = [h for h in r.hits if h.doc_id not in st.dead] + extra
@@ -527,9 +624,9 @@ class LiveIndex:
         return out
 
     def _ranked(self, st: LiveState, hybrid: HybridRetriever, model: str | None, qs: list[str], k: int) -> list[Result]:
-        """A two-stage search over both segments: each query's base candidates (the stages search
-        the documents that are not tombstoned: ``allowed``) and its delta candidates, ranked in one
-        group by the ranker."""
+        """A two-stage search over every segment: each query's base candidates (the stages search
+        the documents that are not tombstoned: ``allowed``) and each delta segment's (its current
+        copies), cut together to one collection's stage 1 and ranked in one group by the ranker."""
         rk = st.base.ranker
         t0 = time.perf_counter()
         cands, timing = hybrid.candidates(
@@ -538,49 +635,61 @@ class LiveIndex:
             n_semantic=rk.n_semantic,  # type: ignore[union-attr]  # two-stage
             allowed=self._allowed(st),
         )
-        delta_cands: list[Candidates | None] = [None] * len(qs)
-        if st.delta is not None:
-            dh = st.delta.hybrid.get(model if model is not None else next(iter(st.delta.hybrid)))
-            assert dh is not None
+        # the segments: the base's candidates, then each delta segment's, cut together to one
+        # collection's stage 1, featured by each segment's ranker, ranked per query in one group
+        parts: list[list[Candidates]] = [cands]
+        rankers: list[Any] = [rk]
+        ids_of: list[Any] = [hybrid.doc_ids]
+        if st.segments:
             t = time.perf_counter()
-            found, _ = dh.candidates(qs, n_lexical=rk.n_lexical, n_semantic=rk.n_semantic)  # type: ignore[union-attr]  # two-stage
-            for i, (bc, dc) in enumerate(zip(cands, found, strict=True)):
-                cands[i], delta_cands[i] = _global_cut(bc, dc, rk.n_lexical, rk.n_semantic)  # type: ignore[union-attr]  # two-stage
+            for seg in st.segments:
+                dh = seg.hybrid.get(model if model is not None else next(iter(seg.hybrid)))
+                assert dh is not None
+                found, _ = dh.candidates(
+                    qs,
+                    n_lexical=rk.n_lexical,  # type: ignore[union-attr]  # two-stage
+                    n_semantic=rk.n_semantic,  # type: ignore[union-attr]  # two-stage
+                    allowed=self._seg_allowed(st, seg),
+                )
+                parts.append(list(found))
+                rankers.append(seg.ranker)
+                ids_of.append(_Ids(seg.corpus.ids))
+            for i in range(len(qs)):
+                cut = _global_cut([p[i] for p in parts], rk.n_lexical, rk.n_semantic)  # type: ignore[union-attr]  # two-stage
+                for p, c in zip(parts, cut, strict=True):
+                    p[i] = c
             timing["delta_ms"] = 1000 * (time.perf_counter() - t)
         t2 = time.perf_counter()
-        ids = hybrid.doc_ids
-        base_rows = [c for c in cands if len(c)]
-        Xb = rk.candidate_features([q for q, c in zip(qs, cands) if len(c)], base_rows) if base_rows else None  # type: ignore[union-attr]  # two-stage
-        drows = [c for c in delta_cands if c is not None and len(c)]
-        Xd = None
-        if drows:
-            Xd = st.delta.ranker.candidate_features(  # type: ignore[union-attr]  # built with the delta
-                [q for q, c in zip(qs, delta_cands) if c is not None and len(c)], drows
-            )
-        parts, sizes = [], []
-        ib = idl = 0
-        for c, d in zip(cands, delta_cands, strict=True):
-            nb, nd = len(c), (len(d) if d is not None else 0)
-            if nb:
-                parts.append(Xb[ib : ib + nb])  # type: ignore[index]  # rows exist
-                ib += nb
-            if nd:
-                parts.append(Xd[idl : idl + nd])  # type: ignore[index]  # rows exist
-                idl += nd
-            sizes.append(nb + nd)
+        features = []
+        for p, ranker in zip(parts, rankers, strict=True):
+            rows = [c for c in p if len(c)]
+            X = ranker.candidate_features([q for q, c in zip(qs, p) if len(c)], rows) if rows else None
+            features.append(X)
+        blocks, sizes = [], []
+        at = [0] * len(parts)
+        for i in range(len(qs)):
+            n = 0
+            for j, p in enumerate(parts):
+                m = len(p[i])
+                if m:
+                    blocks.append(features[j][at[j] : at[j] + m])  # type: ignore[index]  # rows exist
+                    at[j] += m
+                    n += m
+            sizes.append(n)
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         scores = (
-            rk.predict_rows(np.vstack(parts), offsets)  # type: ignore[union-attr]  # two-stage
-            if parts
+            rk.predict_rows(np.vstack(blocks), offsets)  # type: ignore[union-attr]  # two-stage
+            if blocks
             else np.zeros(0)
         )
         out = []
-        did = st.delta.corpus.ids if st.delta is not None else []
-        for i, (q, c, d) in enumerate(zip(qs, cands, delta_cands, strict=True)):
+        for i, q in enumerate(qs):
             s = scores[offsets[i] : offsets[i + 1]]
-            hits = c.hits(ids, None, s[: len(c)]) if len(c) else []
-            if d is not None and len(d):
-                hits += d.hits(_Ids(did), None, s[len(c) :])
+            hits: list[HybridHit] = []
+            for p, ids in zip(parts, ids_of, strict=True):
+                c = p[i]
+                if len(c):
+                    hits += c.hits(ids, None, s[len(hits) : len(hits) + len(c)])
             order = (
                 best_k(np.array([h.score for h in hits]), _id_rank([h.doc_id for h in hits]), k)
                 if hits
@@ -605,6 +714,14 @@ class LiveIndex:
             cached[[index[d] for d in st.dead]] = False
             object.__setattr__(st, "_allowed", cached)
         return cached
+
+    def _seg_allowed(self, st: LiveState, seg: Delta) -> np.ndarray | None:
+        """The positions of a delta segment whose copy is the current one (None: all; kept with the state)."""
+        cache = st.__dict__.setdefault("_seg_allowed", {})
+        if id(seg) not in cache:
+            mask = np.fromiter((st.docs.get(d.id) is d for d in seg.documents), dtype=bool, count=len(seg.documents))
+            cache[id(seg)] = None if mask.all() else mask
+        return cache[id(seg)]
 
     def hits(self, result: Result, hits: Sequence[HybridHit] | None = None) -> list[Hit]:
         """Plain rows of ``hits`` (default: the result's), read from the state it was searched on."""
@@ -631,12 +748,11 @@ class _Ids:
         return self.ids[positions]
 
 
-def _global_cut(base: Candidates, delta: Candidates, n_lexical: int, n_semantic: int) -> tuple[Candidates, Candidates]:
-    """One query's candidates of both segments cut to what one collection's stage 1 returns: the
-    ``n_lexical`` best lexical scores and the ``n_semantic`` best semantic scores over both (each
-    segment returned its own best), with the stage ranks taken over both; a candidate in neither
-    is dropped. (Ties at a cut: the base's first.)"""
-    parts = (base, delta)
+def _global_cut(parts: Sequence[Candidates], n_lexical: int, n_semantic: int) -> list[Candidates]:
+    """One query's candidates of every segment cut to what one collection's stage 1 returns: the
+    ``n_lexical`` best lexical scores and the ``n_semantic`` best semantic scores over all (each
+    segment returned its own best), with the stage ranks taken over all; a candidate in neither
+    is dropped. (Ties at a cut: the earlier segment's first.)"""
     keep_rank = []
     for score, rank, n in (("lexical", "lexical_rank", n_lexical), ("semantic", "semantic_rank", n_semantic)):
         s = np.concatenate([np.where(np.isnan(getattr(p, rank)), -np.inf, getattr(p, score)) for p in parts])
@@ -654,7 +770,7 @@ def _global_cut(base: Candidates, delta: Candidates, n_lexical: int, n_semantic:
         k = keep[sl]
         out.append(Candidates(p.positions[k], p.lexical[k], p.semantic[k], lexical_rank[sl][k], semantic_rank[sl][k]))
         at += len(p)
-    return out[0], out[1]
+    return out
 
 
 def _union_key(h: HybridHit) -> tuple[bool, float, str]:
@@ -673,4 +789,14 @@ def _id_rank(ids: Sequence[str]) -> np.ndarray:
     return ranks
 
 
-__all__ = ["CHANGES_SEQ", "MERGE_AT", "POLL", "VISIBLE", "Document", "LiveIndex", "LiveState", "changes_dir"]
+__all__ = [
+    "CHANGES_SEQ",
+    "FOLD_MIN",
+    "MERGE_AT",
+    "POLL",
+    "VISIBLE",
+    "Document",
+    "LiveIndex",
+    "LiveState",
+    "changes_dir",
+]
