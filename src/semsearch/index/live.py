@@ -4,14 +4,17 @@ seen by every process that serves the bundle within a poll of the log.
 
 A ``LiveIndex`` holds an immutable ``LiveState``: the base ``Bundle``, the log's sequence number
 it has applied, the base documents replaced or deleted (tombstones), and the upserted documents
-with their vectors (the delta). The delta is searched as a small segment of its own, built with
-the base's models: a lexical index over the delta scored with the base's collection statistics
-plus the delta's own counts (as Lucene scores across segments), an exact (flat) vector index
-over the vectors the bundle's served encoder gave at upsert time, and the ranker's per-document
-feature models indexed the same way. A two-stage search ranks each query's base candidates
-(tombstones left out) and delta candidates in one group, so the ranker's per-query features
-see both; the stage ranks and the delta's statistics are per segment, which a merge makes exact.
-Without a two-stage ranker each segment is searched alone and the hits merged by score.
+with their vectors (the delta). The delta is searched as segments of its own (a stable one and a
+fresh one of the documents since, ``LiveState``), built with the base's models: a lexical index
+scored with the base's collection statistics plus the counts of every current delta document
+(as Lucene scores across segments), an exact (flat) vector index over the vectors the bundle's
+served encoder gave at upsert time, and the ranker's per-document feature models indexed the
+same way. A two-stage search cuts each query's base candidates (tombstones left out) and delta
+candidates together to one collection's stage 1 and ranks them in one group, so the stage
+ranks and the ranker's per-query features span all of them. What differs from a rebuild until
+a merge: the base's own statistics (its tombstoned documents still count, the delta's terms
+are added to its postings' weights only in the delta). Without a two-stage ranker each segment
+is searched alone and the hits merged by their stage scores.
 
 Each process polls the log (``poll`` seconds) and applies what it has not seen, with the code
 that replays the log over a freshly loaded bundle; it also polls the bundle's manifest and loads
@@ -48,6 +51,8 @@ CHANGES_SEQ = "changes_seq"
 """The manifest key of a merged bundle: the last change-log record it holds."""
 POLL = 0.2
 """Seconds between a process's looks at the change log and the bundle's manifest."""
+SPACING = 0.4
+"""Seconds at least between two delta builds of a process under continuous writes."""
 VISIBLE = 0.8
 """Seconds within which a process applies a change another wrote (with its poll: under 1 s)."""
 FOLD_MIN = 256
@@ -433,10 +438,10 @@ class LiveIndex:
         while not self._stop.wait(self.poll):
             try:
                 self.reload()
-                # a delta build costs in proportion to the delta: under continuous writes, builds
-                # are spaced to three times their cost (at most VISIBLE apart), so that they take
-                # a bounded share of the worker from its searches
-                spacing = min(VISIBLE, 3 * self._build_s)
+                # under continuous writes, delta builds are spaced SPACING apart, or three times
+                # their cost (at most VISIBLE), so that they take a bounded share of the worker
+                # from its searches
+                spacing = min(VISIBLE, max(SPACING, 3 * self._build_s))
                 if time.monotonic() - self._applied_at >= spacing:
                     self.catch_up()
             except Exception as e:  # noqa: BLE001 — a bad rebuild or log is reported, the service keeps its state
