@@ -81,7 +81,7 @@ test: $(STAMP) test-tools
 fuzz: $(STAMP)
 	SEMSEARCH_FUZZ_PROFILE=nightly $(BIN)/python -m pytest -q -p no:cacheprovider tests/data/test_fuzz_readers.py
 
-bench: $(STAMP)  # every benchmark against its peer in one run (< 15 min); writes docs/benchmarks.md
+bench: $(STAMP)  # every benchmark against its peer in one run (< 18 min); writes docs/benchmarks.md
 	$(BIN)/python benchmarks/run_all.py
 
 clean:

@@ -10,7 +10,7 @@ left out. The load tests (``load_test``, ``filtered``) need the served bundle (`
 without it their rows say so.
 
 Run:
-    .venv/bin/python benchmarks/run_all.py               # about 13 min on 2 cores, < 15
+    .venv/bin/python benchmarks/run_all.py               # about 16 min on 2 cores, < 18
     .venv/bin/python benchmarks/run_all.py --only encode_speed,bm25_speed
 Benchmarks print; they never fail on speed.
 """
@@ -85,6 +85,23 @@ PLAN: list[tuple[str, list[str], int, str]] = [
         ["--bundle", str(BUNDLE), "--out", "results/bench/filtered.json"],
         300,
         "filtered.json",
+    ),
+    (
+        "writes",
+        [
+            "--bundle",
+            str(BUNDLE),
+            "--data",
+            "homedepot",
+            "--workers",
+            "2",
+            "--seconds",
+            "20",
+            "--write-seconds",
+            "10",
+        ],
+        240,
+        "writes.json",
     ),
 ]
 

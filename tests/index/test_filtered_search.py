@@ -267,3 +267,68 @@ def test_filtered_answers_equal_the_exhaustive_filtered_ranking(facet_bundle) ->
         == b.search_many(["red cat"], 5, filters="brand:Acme")[0].hits
     )
     b.close()
+
+
+def test_filters_on_a_changed_bundle_go_inside_every_segment(facet_bundle, tmp_path) -> None:
+    """A served bundle with upserts and deletes (``index.live``): a filtered search returns only
+    current documents the filter allows, upserted ones included, with the facets of every
+    segment's candidates; after a merge, filtered answers and facets equal a rebuild's."""
+    import shutil
+
+    from semsearch.index.bundle.reindex import reindex
+    from semsearch.index.live import Document, LiveIndex
+
+    original = tmp_path / "original"
+    shutil.copytree(facet_bundle, original)
+    live = LiveIndex(Bundle.load(facet_bundle, result_cache=0), tmp_path / "changes", writes=True)
+    ids = live.base.corpus.ids
+    live.upsert(
+        [
+            Document("n1", "red cat lamp", "", {"brand": "Acme", "color": "red", "price": 15.0}),
+            Document("n2", "red cat", "", {"brand": "Bolt", "color": "blue", "price": 300}),
+            Document(ids[0], "red cat red cat", "", {"brand": "Acme", "color": "red", "price": 12}),
+        ]
+    )
+    live.delete(ids[1])
+    queries = ["red cat", "blue dog item", "fish tree rock lamp"]
+
+    def allowed(fields, flt):  # type: ignore[no-untyped-def]
+        from semsearch.index.filters import FacetClause
+
+        for cl in flt.clauses:
+            v = fields.get(cl.field)
+            if isinstance(cl, FacetClause):
+                if v not in cl.values:
+                    return False
+            elif v is None or not any((lo is None or v >= lo) and (hi is None or v <= hi) for lo, hi in cl.ranges):
+                return False
+        return True
+
+    seen = set()
+    for exprs in FILTERS:
+        flt = live.base.filters.parse(exprs)
+        for r in live.search_many(queries, 20, filters=exprs, facets=10):
+            rows = live.hits(r)
+            assert ids[1] not in [x.doc_id for x in rows]
+            assert all(allowed(x.fields, flt) for x in rows)
+            seen |= {x.doc_id for x in rows}
+            assert r.facets is not None
+            if exprs == ["brand:Acme"]:
+                assert set(dict(r.facets["brand"]["values"])) <= {"Acme"}
+    assert {"n1", ids[0]} <= seen and "n2" not in {
+        h.doc_id for r in live.search_many(queries, 20, filters=["brand:Acme"]) for h in r.hits
+    }
+    r = live.search_many(["red cat"], 20, filters=["price:[10,20]"], facets=10)[0]
+    assert "n1" in [h.doc_id for h in r.hits] and r.facets["price"]["max"] <= 20  # type: ignore[index]
+    documents = live.documents()
+    live.merge()
+    rebuilt = Bundle.load(reindex(original, documents, tmp_path / "rebuilt"), result_cache=0)
+    for exprs in FILTERS:
+        got = live.search_many(queries, 10, filters=exprs, facets=5)
+        want = rebuilt.search_many(queries, 10, filters=exprs, facets=5)
+        assert [[(h.doc_id, h.score) for h in r.hits] for r in got] == [
+            [(h.doc_id, h.score) for h in r.hits] for r in want
+        ]
+        assert [r.facets for r in got] == [r.facets for r in want]
+    live.close()
+    rebuilt.close()

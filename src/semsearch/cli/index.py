@@ -1,5 +1,5 @@
-"""``semsearch index build`` / ``index retrain`` / ``index from-shards`` and ``semsearch search``: build,
-retrain and query bundles."""
+"""``semsearch index build`` / ``index retrain`` / ``index reindex`` / ``index merge`` / ``index
+from-shards`` and ``semsearch search``: build, retrain, reindex, merge and query bundles."""
 
 from __future__ import annotations
 
@@ -342,6 +342,61 @@ def index_retrain(
     path = retrain_ranker(bundle, out_dir, trainer, note={"learnt_from": learnt})
     err.print(
         f"bundle written to {path} in {time.perf_counter() - start:.1f} s (ranker from {learnt})", highlight=False
+    )
+
+
+@index_app.command("reindex")
+@_guard
+def index_reindex(
+    bundle: Annotated[Path, typer.Argument(help="A built bundle (faiss store) whose models index the documents.")],
+    data: Annotated[Path, typer.Option("--data", help="The documents: a corpus.jsonl (_id, title, text).")],
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="The new bundle's directory (replaced atomically; may be BUNDLE itself).")
+    ],
+    reuse: Annotated[
+        bool,
+        typer.Option(help="Take the vectors of documents whose text is unchanged from BUNDLE (else encode all)."),
+    ] = True,
+) -> None:
+    """Index other documents with a bundle's models (the full rebuild a served bundle's changes
+    are merged into): lexical index, ranker features and spelling refitted, vector index rebuilt;
+    the ranker, depths and index settings kept."""
+    from ..data import load_corpus
+    from ..index.bundle.reindex import reindex
+
+    start = time.perf_counter()
+    corpus = load_corpus(data, stored_fields=True)
+    path = reindex(bundle, corpus, out_dir, reuse=reuse)
+    err.print(
+        f"bundle written to {path} in {time.perf_counter() - start:.1f} s ({len(corpus):,} documents)", highlight=False
+    )
+
+
+@index_app.command("merge")
+@_guard
+def index_merge(
+    bundle: Annotated[Path, typer.Argument(help="A bundle served with --allow-writes.")],
+    changes: Annotated[
+        Path | None,
+        typer.Option("--changes", metavar="DIR", help="Its change log's folder (default: BUNDLE.changes)."),
+    ] = None,
+) -> None:
+    """Merge a bundle's change log into it (what `serve --merge-at` does in the background): the
+    bundle rewritten over its current documents, the log rotated; a running service picks it up."""
+    from ..index.bundle import Bundle
+    from ..index.live import LiveIndex
+
+    start = time.perf_counter()
+    live = LiveIndex(Bundle.load(bundle, result_cache=0), changes, writes=True)
+    try:
+        st = live.state
+        n, seq = len(st.docs) + len(st.dead), st.seq
+        live.merge()
+    finally:
+        live.close()
+    err.print(
+        f"merged {n:,} changed documents (log up to {seq}) into {bundle} in {time.perf_counter() - start:.1f} s",
+        highlight=False,
     )
 
 

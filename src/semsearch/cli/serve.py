@@ -127,11 +127,43 @@ def serve_cmd(
             "give `clicks compare` the same).",
         ),
     ] = None,
+    allow_writes: Annotated[
+        bool,
+        typer.Option(
+            "--allow-writes",
+            help="Take document changes: POST /documents (upsert) and DELETE /documents/{id}, logged durably "
+            "in --changes and seen by every worker's next searches (see docs/serving.md).",
+        ),
+    ] = False,
+    changes: Annotated[
+        Path | None,
+        typer.Option(
+            "--changes",
+            metavar="DIR",
+            help="--allow-writes: the change log's folder (default: BUNDLE.changes beside the bundle).",
+        ),
+    ] = None,
+    merge_at: Annotated[
+        int | None,
+        typer.Option(
+            "--merge-at",
+            help="--allow-writes: merge the changes into the bundle in the background once this many documents "
+            "are upserted or deleted (default 5000; 0: never).",
+        ),
+    ] = None,
+    write_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--write-key-file",
+            help="--allow-writes: file holding the key writes need in the X-Write-Key header (or "
+            "$SEMSEARCH_WRITE_KEY; required with --expose; not the API key).",
+        ),
+    ] = None,
 ) -> None:
     """Serve a bundle over HTTP: /search, /explain, /events, /health, /ready, /metrics, /docs and a search page at /."""
     import os
 
-    from ..serving.exposure import API_KEY_ENV, check_key, read_key_file
+    from ..serving.exposure import API_KEY_ENV, WRITE_KEY_ENV, check_key, read_key_file
     from ..serving.options import ServeOptions
     from ..serving.server import serve
 
@@ -146,6 +178,18 @@ def serve_cmd(
         compare is not None,
         {"--compare-mode": compare_mode is not None, "--compare-salt": compare_salt is not None},
     )
+    _needs(
+        "--allow-writes",
+        allow_writes,
+        {
+            "--changes": changes is not None,
+            "--write-key-file": write_key_file is not None,
+            "--merge-at": merge_at is not None,
+        },
+    )
+    write_key = read_key_file(str(write_key_file), "--write-key-file") if write_key_file is not None else None
+    if write_key is None and allow_writes and os.environ.get(WRITE_KEY_ENV):
+        write_key = check_key(os.environ[WRITE_KEY_ENV], f"${WRITE_KEY_ENV}")
     key = read_key_file(str(api_key_file)) if api_key_file is not None else None
     if key is None and os.environ.get(API_KEY_ENV):
         key = check_key(os.environ[API_KEY_ENV], f"${API_KEY_ENV}")
@@ -173,6 +217,10 @@ def serve_cmd(
             **({} if compare is None else {"compare": str(compare.resolve())}),
             **({} if compare_mode is None else {"compare_mode": compare_mode}),
             **({} if compare_salt is None else {"compare_salt": compare_salt}),
+            "allow_writes": allow_writes,
+            **({} if changes is None else {"changes": str(changes.resolve())}),
+            "write_key": write_key,
+            **({} if merge_at is None else {"merge_at": merge_at}),
         }
     )
     rate = options.exposure.rate
@@ -181,6 +229,7 @@ def serve_cmd(
         + [f"at most {rate:g} requests/s per client and worker"] * (rate > 0)
         + [f"events logged to {options.events}"] * (options.events is not None)
         + [f"compared with {compare} ({options.compare_mode})"] * (compare is not None)
+        + [f"writes on{' (write key required)' if write_key else ''}"] * allow_writes
     )
     announce = (
         f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)}"

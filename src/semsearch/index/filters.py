@@ -255,28 +255,58 @@ class FilterIndex:
                 self._masks.popitem(last=False)
         return out
 
-    def counts(self, positions: np.ndarray, top: int) -> dict[str, Any]:
-        """The facet counts of the documents at ``positions``: per facet field its ``top`` values
-        by count (count descending, then value), as [value, count] pairs; per numeric field the
-        min and max of the non-null values and how many there are (null min/max when none)."""
+    def tally(self, positions: np.ndarray) -> Tally:
+        """The facet value counts and numeric values of the documents at ``positions`` (a
+        ``Tally``: several collections' tallies add up, e.g. a served bundle's and its delta's)."""
         pos = np.asarray(positions, dtype=np.int64)
-        out: dict[str, Any] = {}
+        values: dict[str, dict[str, int]] = {}
         for f in self.facets:
             ptr, dv = self._doc_ptr[f], self._doc_vals[f]
             starts, lengths = ptr[pos], ptr[pos + 1] - ptr[pos]
             total = int(lengths.sum())
+            counted: dict[str, int] = {}
             if total:
                 offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(total)
                 n = np.bincount(dv[offsets], minlength=len(self._values[f]))
-            else:
-                n = np.zeros(len(self._values[f]), dtype=np.int64)
-            present = np.flatnonzero(n)
-            names = self._values[f]
-            best = sorted(present.tolist(), key=lambda j: (-int(n[j]), names[j]))[:top]
-            out[f] = {"values": [[names[j], int(n[j])] for j in best], "distinct": len(present)}
-        for f in self.numeric:
-            v = self._columns[f][pos]
-            v = v[~np.isnan(v)]
+                names = self._values[f]
+                counted = {names[j]: int(n[j]) for j in np.flatnonzero(n).tolist()}
+            values[f] = counted
+        numbers = {f: self._columns[f][pos] for f in self.numeric}
+        return Tally(values, {f: v[~np.isnan(v)] for f, v in numbers.items()})
+
+    def counts(self, positions: np.ndarray, top: int) -> dict[str, Any]:
+        """The facet counts of the documents at ``positions`` (``Tally.counts``)."""
+        return self.tally(positions).counts(top)
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Facet value counts (per facet field, value -> documents) and the non-null values of each
+    numeric field, of a set of documents; ``+`` joins the tallies of disjoint sets."""
+
+    values: Mapping[str, Mapping[str, int]]
+    numbers: Mapping[str, np.ndarray]
+
+    def __add__(self, other: Tally) -> Tally:
+        values = {f: dict(c) for f, c in self.values.items()}
+        for f, c in other.values.items():
+            mine = values.setdefault(f, {})
+            for value, n in c.items():
+                mine[value] = mine.get(value, 0) + n
+        numbers = dict(self.numbers)
+        for f, col in other.numbers.items():
+            numbers[f] = np.concatenate([numbers[f], col]) if f in numbers else col
+        return Tally(values, numbers)
+
+    def counts(self, top: int) -> dict[str, Any]:
+        """Per facet field its ``top`` values by count (count descending, then value), as
+        [value, count] pairs, and how many distinct values there are; per numeric field the min
+        and max of the non-null values and how many there are (null min/max when none)."""
+        out: dict[str, Any] = {}
+        for f, c in self.values.items():
+            best = sorted(c.items(), key=lambda vn: (-vn[1], vn[0]))[:top]
+            out[f] = {"values": [[v, n] for v, n in best], "distinct": len(c)}
+        for f, v in self.numbers.items():
             out[f] = {
                 "min": float(v.min()) if len(v) else None,
                 "max": float(v.max()) if len(v) else None,

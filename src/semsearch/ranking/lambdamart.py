@@ -618,28 +618,45 @@ class LambdaMARTRanker(Model):
         Falls back to ``score_hits`` when a feature needs the ids (text match features, feature
         models that do not score positions)."""
         same_length(queries, candidates, "queries", "candidate lists")
-        if self._by_position is None or (self.pair_features and self._words is None):
+        if not self.positional:
             ids = self.doc_ids
             return self.score_hits(queries, [c.hits(ids) for c in candidates])
         keep = [i for i, c in enumerate(candidates) if len(c)]
-        qs, cs = [queries[i] for i in keep], [candidates[i] for i in keep]
-        pos = [c.positions for c in cs]
+        cs = [candidates[i] for i in keep]
+        X = self.candidate_features([queries[i] for i in keep], cs)
+        offsets = np.concatenate([[0], np.cumsum([len(c) for c in cs])]).astype(np.int64)
+        return _per_group(self.predict_rows(X, offsets), offsets, keep, len(candidates))
+
+    @property
+    def positional(self) -> bool:
+        """Whether ``candidate_features`` works: every feature is computed from positions."""
+        return self._by_position is not None and not (self.pair_features and self._words is None)
+
+    def candidate_features(self, queries: Sequence[str], candidates: Sequence[Any]) -> np.ndarray:
+        """(candidates, features): the feature rows of each query's candidates (``index.Candidates``,
+        none empty), one query after the other; what ``score_candidates`` predicts from. A caller
+        may join rows of candidates from several collections (a served bundle's change segment)
+        into one query group before ``predict_rows``. Needs ``positional``."""
+        pos = [c.positions for c in candidates]
         parts = []
         if self.stage_features:
             raw = np.column_stack(
                 [
-                    np.concatenate([getattr(c, a) for c in cs]) if cs else np.zeros(0)
+                    np.concatenate([getattr(c, a) for c in candidates]) if candidates else np.zeros(0)
                     for a in ("lexical", "semantic", "lexical_rank", "semantic_rank")
                 ]
             )
             parts.append(stage_matrix(self.stage_features, raw, self.n_lexical, self.n_semantic))
-        parts.append(self._position_columns(qs, pos))
+        parts.append(self._position_columns(queries, pos))
         if self._words is not None:
-            parts.append(self._words.columns(self.pair_features, qs, [()] * len(qs), pos))
-        X = np.hstack(parts)
-        offsets = np.concatenate([[0], np.cumsum([len(p) for p in pos])]).astype(np.int64)
-        s = self.ranker.predict(Groups([str(i) for i in keep], [], X, np.zeros(len(X), dtype=np.int64), offsets))
-        return _per_group(s, offsets, keep, len(candidates))
+            parts.append(self._words.columns(self.pair_features, queries, [()] * len(queries), pos))
+        return np.hstack(parts)
+
+    def predict_rows(self, X: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """The ranker's score of each row of ``X``, whose query groups start at ``offsets``
+        (the per-query features are computed within each group)."""
+        n = len(offsets) - 1
+        return self.ranker.predict(Groups([str(i) for i in range(n)], [], X, np.zeros(len(X), dtype=np.int64), offsets))
 
     def explain_hits(self, query: str, hits: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """For one query's merged hits: scores, feature values, each feature's contribution

@@ -21,15 +21,15 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
-from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from .. import __version__
 from ..evaluation.online import DEFAULT_SALT
-from ..index.bundle import Bundle, LoadOptions
+from ..index.bundle import MANIFEST, Bundle, LoadOptions
+from ..index.live import LiveIndex
 from .batching import SearchBatcher
 from .compare import Comparison, check_same_documents
 from .events import EventLog, bundle_identity, new_secret
-from .exposure import MAX_BODY, Exposure, Guard
+from .exposure import BodyLimit, Exposure, Guard
 from .highlighter import Highlighter
 from .http import HeadAsGet, KnownParameters, declared_parameters
 from .metrics import MULTIPROC_ENV, Metrics, _Measure
@@ -55,6 +55,9 @@ def create_app(
     compare: str | Path | Bundle | None = None,
     compare_mode: str = "interleave",
     compare_salt: str = DEFAULT_SALT,
+    allow_writes: bool = False,
+    changes: str | Path | None = None,
+    merge_at: int = 0,
 ) -> FastAPI:
     """The service for one bundle. The event log's writer starts with the app's lifespan and is
     flushed and closed when it ends.
@@ -75,6 +78,13 @@ def create_app(
         compare_mode: ``interleave`` (team-draft interleaving of A and B on every search) or ``ab``
             (each user served by A or B by bucket).
         compare_salt: the salt of the ab buckets.
+        allow_writes: take document changes (``POST /documents``, ``DELETE /documents/{id}``),
+            logged in ``changes`` (None: ``<bundle>.changes``; ``index.live``).
+        changes: the change log's directory.
+        merge_at: changed documents at which a background merge starts (0: never).
+
+    Without ``compare``, the bundle is served through an ``index.LiveIndex``: each worker follows
+    the change log and picks up a bundle rebuilt at the served path (``index.live``).
 
     Returns:
         The FastAPI app, ready to serve."""
@@ -91,6 +101,13 @@ def create_app(
             mode=compare_mode,  # type: ignore[arg-type]  # checked by Comparison
             salt=compare_salt,
         )
+    if allow_writes and comparison is not None:
+        raise ValueError("a service taking writes serves one bundle: not with compare")
+    live = (
+        LiveIndex(b, changes, load=load, writes=allow_writes, merge_at=merge_at)
+        if comparison is None and isinstance(b.path, Path) and (b.path / MANIFEST).is_file()
+        else None
+    )
     metrics = Metrics()
     log = None
     if events is not None:
@@ -107,7 +124,7 @@ def create_app(
             count=metrics.event,
         )
     highlighter = Highlighter(b.lexical)
-    batcher = SearchBatcher(b, observe=metrics.batch.observe)
+    batcher = SearchBatcher(live or b, observe=metrics.batch.observe)
 
     ready = threading.Event()  # set while the loaded bundle is being served: startup done, no shutdown yet
 
@@ -124,11 +141,16 @@ def create_app(
         gc.set_threshold(GC_YOUNG, *thresholds[1:])
         if log is not None:
             log.start()  # here, in the worker process: the writer's thread does not survive a fork
+        if live is not None:
+            live.start()  # (likewise: the thread following the change log and the manifest)
         ready.set()
         yield
         gc.set_threshold(*thresholds)
         ready.clear()
-        b.close()  # graceful shutdown: in-flight searches finish, then the threads stop
+        if live is not None:
+            live.close()  # graceful shutdown: in-flight searches finish, then the threads stop
+        else:
+            b.close()
         if comparison is not None:
             comparison.other.close()
         if log is not None:
@@ -146,16 +168,17 @@ def create_app(
     )
     app.state.bundle, app.state.metrics, app.state.events = b, metrics, log
     app.state.compare = comparison
+    app.state.live = live
 
     # the guard runs inside the measuring middleware, so refusals (401, 413, 414, 429) are counted too
-    # a chunked body (no Content-Length for the guard to check) is cut off at MAX_BODY as it is read
+    # a chunked body (no Content-Length for the guard to check) is cut off at its path's limit as it is read
     # innermost: a query parameter the operation does not declare is refused by name (after the guards)
     app.add_middleware(
         KnownParameters,
         declared=lambda: declared_parameters(app.openapi()),
         closed=("/static/", DOCS_STATIC + "/", "/openapi.json"),
     )
-    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=MAX_BODY)
+    app.add_middleware(BodyLimit)
     app.add_middleware(Guard, exposure=exposure)
     app.add_middleware(_Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]  # BaseRoute.path
     app.add_middleware(HeadAsGet)  # outermost: HEAD answered wherever GET is, every answer without its body
@@ -171,6 +194,7 @@ def create_app(
         max_query_chars=max_query_chars,
         max_k=max_k,
         compare=comparison,
+        live=live,
     )
     return app
 
@@ -188,6 +212,9 @@ def app_from_options(options: ServeOptions) -> FastAPI:
         compare=options.compare,
         compare_mode=options.compare_mode,
         compare_salt=options.compare_salt,
+        allow_writes=options.allow_writes,
+        changes=options.changes,
+        merge_at=options.merge_at if options.allow_writes else 0,
     )
 
 

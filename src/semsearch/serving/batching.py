@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from ..index.bundle import Bundle, Result
 from ..index.filters import Filter
+from ..index.live import LiveIndex
 
 BATCH_CAP = 64
 """Most searches one pass of a worker runs together (``SearchBatcher``)."""
@@ -33,7 +34,7 @@ class SearchBatcher:
 
     def __init__(
         self,
-        bundle: Bundle,
+        bundle: Bundle | LiveIndex,
         cap: int = BATCH_CAP,
         observe: Callable[[int], None] | None = None,
         turns: int = GATHER_TURNS,

@@ -6,7 +6,10 @@ value, which every local user sees in ``ps``). With a key, the search API (``/se
 ``/explain``, ``POST /events``) and ``/metrics`` require it in the ``X-API-Key`` header, compared
 in constant time (``hmac.compare_digest``); ``/health`` and ``/ready`` stay open for probes, and
 the page and its assets stay open (the page asks for the key and sends it). The only write the key
-allows is appending clicks to the event log (when it is on).
+allows is appending clicks to the event log (when it is on). Document changes (``POST
+/documents``, ``DELETE /documents/{id}``, only with ``serve --allow-writes``) need the separate
+write key in the ``X-Write-Key`` header when one is set (``$SEMSEARCH_WRITE_KEY`` or
+``--write-key-file``; an exposed service taking writes must have one, unlike its read key).
 
 Every request's URL is bounded (414) and so is a request body (413, by its Content-Length here and
 as it is read, for a chunked body, by Starlette's body limit); with
@@ -30,12 +33,37 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 API_KEY_ENV = "SEMSEARCH_API_KEY"
 """Where ``semsearch serve`` reads the API key (its command line never carries one)."""
 KEY_HEADER = "X-API-Key"
+WRITE_KEY_ENV = "SEMSEARCH_WRITE_KEY"
+"""Where ``semsearch serve --allow-writes`` reads the write key."""
+WRITE_KEY_HEADER = "X-Write-Key"
+WRITES = "/documents"  # the path (and prefix) of the write endpoints
 PROTECTED = frozenset({"/search", "/explain", "/events", "/metrics"})
 UNLIMITED = frozenset({"/health", "/ready"})  # probes are neither keyed nor rate limited
 MAX_URL = 8192  # bytes of path + query string
-MAX_BODY = 65536  # bytes; only POST /events reads one (a click: about 200 bytes)
+MAX_BODY = 65536  # bytes; POST /events reads one (a click: about 200 bytes)
+MAX_WRITE_BODY = 4 << 20  # bytes of a POST /documents batch (at most 1000 documents)
 MIN_KEY_CHARS = 16
 MAX_CLIENTS = 10_000  # token buckets kept before idle ones are dropped
+
+
+def body_limit(path: str) -> int:
+    """The largest request body ``path`` takes: ``MAX_WRITE_BODY`` for the writes, else ``MAX_BODY``."""
+    return MAX_WRITE_BODY if path == WRITES or path.startswith(WRITES + "/") else MAX_BODY
+
+
+class BodyLimit:
+    """Cuts off a body (chunked too: counted as it is read) at ``body_limit`` of its path (413),
+    through Starlette's ``RequestBodyLimitMiddleware``, one per limit."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        from starlette.middleware.body_limit import RequestBodyLimitMiddleware
+
+        self.small = RequestBodyLimitMiddleware(app, max_body_size=MAX_BODY)
+        self.large = RequestBodyLimitMiddleware(app, max_body_size=MAX_WRITE_BODY)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        large = scope["type"] == "http" and body_limit(scope["path"]) == MAX_WRITE_BODY
+        await (self.large if large else self.small)(scope, receive, send)
 
 
 class ExposureError(ValueError):
@@ -48,6 +76,7 @@ class Exposure:
 
     api_key: str | None = field(default=None, repr=False)  # a secret: kept out of logs and reprs
     rate: float = 0.0
+    write_key: str | None = field(default=None, repr=False)
 
     @property
     def burst(self) -> float:
@@ -78,12 +107,12 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
 
 
-def read_key_file(path: str) -> str:
+def read_key_file(path: str, flag: str = "--api-key-file") -> str:
     try:
         text = open(path, encoding="utf-8").read()
     except (OSError, UnicodeDecodeError) as e:
-        raise ExposureError(f"--api-key-file {path}: cannot read it ({e})") from None
-    return check_key(text, f"--api-key-file {path}")
+        raise ExposureError(f"{flag} {path}: cannot read it ({e})") from None
+    return check_key(text, f"{flag} {path}")
 
 
 def _answer(status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None) -> tuple[dict, dict]:
@@ -106,6 +135,7 @@ class Guard:
     def __init__(self, app: ASGIApp, exposure: Exposure) -> None:
         self.app = app
         self.key = exposure.api_key.encode() if exposure.api_key else None
+        self.write_key = exposure.write_key.encode() if exposure.write_key else None
         self.rate, self.burst = exposure.rate, exposure.burst
         self.buckets: dict[str, tuple[float, float]] = {}  # client -> (tokens, time)
 
@@ -127,8 +157,9 @@ class Guard:
             return _answer(414, f"the URL is longer than {MAX_URL} bytes")
         headers = dict(scope["headers"])
         length = headers.get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
-            return _answer(413, f"the request body is larger than {MAX_BODY} bytes")
+        limit = body_limit(path)
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return _answer(413, f"the request body is larger than {limit} bytes")
         if self.key is not None and path in PROTECTED:
             given = headers.get(KEY_HEADER.lower().encode(), b"")
             if not hmac.compare_digest(given, self.key):
@@ -136,6 +167,14 @@ class Guard:
                     401,
                     f"missing or wrong API key: send it in the {KEY_HEADER} header",
                     [(b"www-authenticate", f'ApiKey header="{KEY_HEADER}"'.encode())],
+                )
+        if self.write_key is not None and (path == WRITES or path.startswith(WRITES + "/")):
+            given = headers.get(WRITE_KEY_HEADER.lower().encode(), b"")
+            if not hmac.compare_digest(given, self.write_key):
+                return _answer(
+                    401,
+                    f"missing or wrong write key: send it in the {WRITE_KEY_HEADER} header",
+                    [(b"www-authenticate", f'ApiKey header="{WRITE_KEY_HEADER}"'.encode())],
                 )
         if self.rate > 0 and path not in UNLIMITED:
             wait = self._take((scope.get("client") or ("?", 0))[0])

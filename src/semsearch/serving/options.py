@@ -12,8 +12,9 @@ from typing import ClassVar, Literal
 
 from ..evaluation.online import DEFAULT_SALT
 from ..index.bundle.options import LoadOptions
+from ..index.live import MERGE_AT
 from ..params import ParamError, Params, param
-from .exposure import API_KEY_ENV, Exposure, ExposureError, check_key, is_loopback
+from .exposure import API_KEY_ENV, WRITE_KEY_ENV, Exposure, ExposureError, check_key, is_loopback
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 MIN_SECRET_CHARS = 16
@@ -40,7 +41,11 @@ class ServeOptions(Params):
     ``interleave`` (every search shows a team-draft interleaving of A's and B's rankings) or ``ab``
     (each user, by client id, is served by A or by B: four buckets, two each);
     ``compare_salt``: the salt of the ``ab`` buckets (a new salt reshuffles the users; see
-    ``serving.compare``)."""
+    ``serving.compare``); ``allow_writes``: take document changes (``POST /documents``, ``DELETE
+    /documents/{id}``; ``index.live``), logged in ``changes`` (None: ``<bundle>.changes`` beside
+    the bundle); ``write_key``: the key they require (a secret; needed when exposed, and not the
+    API key); ``merge_at``: changed documents at which a worker merges them into the bundle in the
+    background (0: never)."""
 
     kind: ClassVar[str] = "serve"
 
@@ -59,6 +64,10 @@ class ServeOptions(Params):
     compare: str | None = None
     compare_mode: Literal["interleave", "ab"] = "interleave"
     compare_salt: str = DEFAULT_SALT
+    allow_writes: bool = False
+    changes: str | None = None
+    write_key: str | None = dataclasses.field(default=None, repr=False)
+    merge_at: int = param(MERGE_AT, ge=0)
 
     def _label(self, name: str) -> str:
         return "serve" if name == "load" else "--" + name.replace("_", "-")
@@ -92,6 +101,36 @@ class ServeOptions(Params):
                 )
             if self.api_key is None:
                 raise ParamError(f"--expose needs an API key: set ${API_KEY_ENV} or give --api-key-file")
+        self._check_writes()
+
+    def _check_writes(self) -> None:
+        """``--allow-writes``: not with ``--compare`` or ``--rescore``; ``--changes`` and a write key
+        only with it; exposed, it needs a write key, other than the API key."""
+        if not self.allow_writes:
+            if self.changes is not None:
+                raise ParamError("--changes needs --allow-writes")
+            if self.merge_at != MERGE_AT:
+                raise ParamError("--merge-at needs --allow-writes")
+            if self.write_key is not None:
+                raise ParamError(f"a write key (${WRITE_KEY_ENV} or --write-key-file) needs --allow-writes")
+            return
+        if self.compare is not None:
+            raise ParamError("--allow-writes serves one changing bundle: not with --compare")
+        if self.load.rescore:
+            raise ParamError("--allow-writes does not re-score with a cross-encoder: not with --rescore")
+        if self.changes is not None and not self.changes.strip():
+            raise ParamError("--changes needs a directory")
+        if self.write_key is not None:
+            try:
+                object.__setattr__(self, "write_key", check_key(self.write_key, "the write key"))
+            except ExposureError as e:
+                raise ParamError(str(e)) from None
+            if self.write_key == self.api_key:
+                raise ParamError("the write key must differ from the API key (readers must not be able to write)")
+        elif self.expose:
+            raise ParamError(
+                f"--expose --allow-writes needs a write key: set ${WRITE_KEY_ENV} or give --write-key-file"
+            )
 
     def _check_compare(self) -> None:
         """``--compare``: a bundle directory (the served one too: an A/A check), with an event
@@ -118,7 +157,7 @@ class ServeOptions(Params):
     def exposure(self) -> Exposure:
         """The guards every worker keeps: the API key and the per-client rate."""
         rate = self.rate_limit if self.rate_limit is not None else EXPOSED_RATE if self.expose else 0.0
-        return Exposure(self.api_key, rate)
+        return Exposure(self.api_key, rate, self.write_key)
 
 
 __all__ = ["EXPOSED_RATE", "ServeOptions"]

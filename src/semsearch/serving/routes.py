@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..index.bundle import Bundle, Result
 from ..index.filters import MAX_FILTERS, Filter, FilterError
 from ..index.hybrid import SCORERS
+from ..index.live import Document, LiveIndex
 from ..index.pgstore import PgStoreError
 from . import schemas
 from .batching import SearchBatcher
@@ -155,6 +156,7 @@ def add_routes(
     max_query_chars: int = MAX_QUERY_CHARS,
     max_k: int = MAX_K,
     compare: Comparison | None = None,
+    live: LiveIndex | None = None,
 ) -> None:
     """Add the error handlers and routes of the service for one loaded bundle to ``app``.
 
@@ -171,7 +173,14 @@ def add_routes(
         max_k: largest ``k`` accepted, and the depth pages are cut from: ``offset`` below it, and
             ``k`` cut to ``max_k - offset`` (the answer's ``k`` says so).
         compare: a second bundle (B) compared with ``b`` (A) on every search (``serving.compare``;
-            None: ``b`` alone)."""
+            None: ``b`` alone).
+        live: ``b`` served with its changes and reloads (``index.live``; None: ``b`` as loaded);
+            with writes on, ``POST /documents`` and ``DELETE /documents/{id}`` change it."""
+
+    def current() -> Bundle:
+        """The bundle served now (a reload swaps it)."""
+        return live.base if live is not None else b
+
     page = PAGE.read_text(encoding="utf-8")
     assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
     started = time.time()
@@ -383,7 +392,8 @@ def add_routes(
         page_hits = result.hits[start:]
         terms = highlighter.terms(result.query)  # the words searched (spell-corrected or as typed)
         hits = []
-        for row, h in zip(b.hits(Result(page_hits, result.timing)), page_hits, strict=True):
+        rows = live.hits(result, page_hits) if live is not None else b.hits(Result(page_hits, result.timing))
+        for row, h in zip(rows, page_hits, strict=True):
             field = "title" if row.title else "text"
             shown = row.title or row.text
             hits.append(
@@ -562,10 +572,11 @@ def add_routes(
             raise BadRequest(
                 f"no model {model!r} to explain in this bundle (explainable: {', '.join(explainable) or 'none'})", 422
             )
+        bb = current()
         try:
-            if b.ranker is not None and model is None:
-                return _JSON({**b.explain_rank(text, doc_id, top=top), "explained_by": "ranker"})
-            return _JSON(b.explain(text, doc_id, model=model or next(iter(explainable), None), top=top))
+            if bb.ranker is not None and model is None:
+                return _JSON({**bb.explain_rank(text, doc_id, top=top), "explained_by": "ranker"})
+            return _JSON(bb.explain(text, doc_id, model=model or next(iter(explainable), None), top=top))
         except KeyError as e:
             raise BadRequest(str(e.args[0]) if e.args else f"no document {doc_id!r}", 404) from None
         except ValueError as e:
@@ -595,17 +606,27 @@ def add_routes(
             raise BadRequest(str(e), 422) from None
         return {"status": "accepted"}
 
+    if live is not None and live.writes:
+        add_write_routes(app, live, guarded, exposure)
+    else:
+
+        @app.api_route("/documents", methods=["POST"], include_in_schema=False)
+        @app.api_route("/documents/{doc_id:path}", methods=["DELETE"], include_in_schema=False)
+        def writes_off() -> None:
+            raise BadRequest("this service takes no document changes (start it with serve --allow-writes)", 404)
+
     # every operation refuses a query parameter it does not declare (422, ``http.KnownParameters``)
     @app.get(
         "/health", summary="Liveness and what is loaded", response_model=schemas.Health, responses=schemas.errors(422)
     )
     def health() -> dict[str, Any]:
+        bb = current()
         return {
             "status": "ok",
-            "documents": len(b.corpus),
-            "lexical": b.manifest.get("lexical"),
-            "models": [m["name"] for m in b.manifest.get("models", [])],
-            "dataset": b.manifest.get("dataset"),
+            "documents": len(live) if live is not None else len(b.corpus),
+            "lexical": bb.manifest.get("lexical"),
+            "models": [m["name"] for m in bb.manifest.get("models", [])],
+            "dataset": bb.manifest.get("dataset"),
             "uptime_s": round(time.time() - started, 1),
             "pid": os.getpid(),
         }
@@ -623,7 +644,7 @@ def add_routes(
         """For load balancers and orchestrators: send traffic only while this answers 200. The bundle
         is loaded and verified before the server listens; 503 before startup ends and from shutdown on."""
         if ready.is_set():
-            return JSONResponse({"status": "ready", "documents": len(b.corpus)})
+            return JSONResponse({"status": "ready", "documents": len(live) if live is not None else len(b.corpus)})
         return JSONResponse({"status": "not ready"}, status_code=503)
 
     @app.get(
@@ -672,17 +693,118 @@ def add_routes(
         return Response(assets[name], media_type=ASSETS[name], headers=PAGE_HEADERS)
 
     required = {("/search", "q"), ("/explain", "q"), ("/explain", "doc_id")}
-    app.openapi = lambda: contract(FastAPI.openapi(app), required)  # type: ignore[method-assign]  # override
+    stored = stored_fields(live.base) if live is not None and live.writes else None
+    app.openapi = lambda: contract(FastAPI.openapi(app), required, stored)  # type: ignore[method-assign]  # override
 
 
-def contract(schema: dict[str, Any], required: set[tuple[str, str]]) -> dict[str, Any]:
+WAIT_DOC = (
+    "Answer once this worker's searches see the change (default: once it is durable; every worker "
+    "sees it within a second)."
+)
+
+
+def add_write_routes(app: FastAPI, live: LiveIndex, guarded: tuple[int, ...], exposure: Exposure) -> None:
+    """``POST /documents`` and ``DELETE /documents/{doc_id}`` (``index.live``): each answered once
+    the change is fsync'd in the change log, and seen by this worker's next search (the other
+    workers' within a poll of the log)."""
+    from fastapi import Path as PathParam
+
+    keyed = (401,) * (exposure.write_key is not None)
+    limited = (429,) * (429 in guarded)
+    allowed_fields = stored_fields(live.base)
+
+    @app.post(
+        "/documents",
+        summary="Add or replace documents (durable when answered)",
+        response_model=schemas.DocumentsAccepted,
+        responses=schemas.errors(400, 413, 414, 422, *keyed, *limited),
+    )
+    def upsert(body: schemas.DocumentsIn, wait: bool = Query(False, description=WAIT_DOC)) -> dict[str, Any]:
+        """Adds each document, or replaces the one with its id, encoded with the bundle's served
+        encoders. The answer comes once the change is written and fsync'd in the change log (a
+        crash after it loses nothing); every worker's searches see it within a second (with
+        ``wait``: this worker's next search). A merge later folds the changes into the bundle."""
+        for i, d in enumerate(body.documents):
+            extra = sorted(set(d.fields) - set(allowed_fields))
+            if extra:
+                raise BadRequest(
+                    f"documents[{i}].fields: {extra[0]!r} is not a stored field of this bundle "
+                    f"(its schema names {', '.join(allowed_fields) or 'none'})",
+                    422,
+                )
+        # an id given twice: the later document wins, as two upserts one after the other
+        docs = list({d.id: Document(d.id, d.title, d.text, dict(d.fields)) for d in body.documents}.values())
+        try:
+            seq = live.upsert(docs, wait=wait)
+        except ValueError as e:
+            raise BadRequest(f"documents: {e}", 422) from None
+        return {"status": "accepted", "seq": seq, "upserted": len(docs), "documents": len(live)}
+
+    @app.delete(
+        "/documents/{doc_id}",
+        summary="Delete a document (durable when answered)",
+        response_model=schemas.DocumentDeleted,
+        responses=schemas.errors(400, 404, 414, 422, *keyed, *limited),
+    )
+    def delete(
+        doc_id: str = PathParam(description="The document's id (unknown: 404)."),
+        wait: bool = Query(False, description=WAIT_DOC),
+    ) -> dict[str, Any]:
+        """Deletes the document; answered once the change is fsync'd in the change log, seen by
+        every worker's searches within a second (with ``wait``: this worker's next search)."""
+        try:
+            seq = live.delete(doc_id, wait=wait)
+        except KeyError:
+            raise BadRequest(f"no document {doc_id!r}", 404) from None
+        return {"status": "deleted", "seq": seq, "doc_id": doc_id, "documents": len(live)}
+
+
+def stored_fields(bundle: Bundle) -> list[str]:
+    """The stored fields an upserted document may carry: the bundle schema's facets, numeric and
+    stored columns (none for a collection of id, title and text)."""
+    schema = bundle.manifest.get("schema") or {}
+    return sorted({*schema.get("facets", []), *schema.get("numeric", []), *schema.get("stored", [])})
+
+
+def contract(schema: dict[str, Any], required: set[tuple[str, str]], stored: list[str] | None = None) -> dict[str, Any]:
     """The generated OpenAPI schema with the (path, query parameter) pairs in ``required`` marked
     required and without a default: the handlers check them themselves, to answer 400 rather than
-    FastAPI's 422, so FastAPI sees them as optional."""
+    FastAPI's 422, so FastAPI sees them as optional. ``stored``: the stored fields an upserted
+    document may carry (its ``fields`` names no others)."""
+    doc = schema.get("components", {}).get("schemas", {}).get("DocumentIn")
+    if doc is not None and stored is not None:
+        fields = doc["properties"]["fields"]
+        value = fields.get("additionalProperties", {})
+        fields["properties"] = {name: value for name in stored}
+        fields["additionalProperties"] = False
     for path, name in required:
         for op in schema["paths"].get(path, {}).values():
             for p in op.get("parameters", ()):
                 if p["name"] == name and p["in"] == "query":
                     p["required"] = True
                     p["schema"].pop("default", None)
+    _write_links(schema)
     return schema
+
+
+def _write_links(schema: dict[str, Any]) -> None:
+    """OpenAPI links between the write endpoints and /search (when both are served), the chains a
+    client (and schemathesis' stateful phase) follows: a document upserted, searched by its id,
+    deleted from a search's first hit, searched again by its id."""
+    paths = schema["paths"]
+    upsert = paths.get("/documents", {}).get("post")
+    delete = paths.get("/documents/{doc_id}", {}).get("delete")
+    search = paths.get("/search", {}).get("get")
+    if not (upsert and delete and search):
+        return
+
+    def link(op: dict[str, Any], status: str, name: str, target: dict[str, Any], params: dict[str, str]) -> None:
+        op["responses"][status].setdefault("links", {})[name] = {
+            "operationId": target["operationId"],
+            "parameters": params,
+        }
+
+    link(upsert, "200", "SearchUpserted", search, {"q": "$request.body#/documents/0/id"})
+    link(upsert, "200", "DeleteUpserted", delete, {"doc_id": "$request.body#/documents/0/id"})
+    link(search, "200", "DeleteFirstHit", delete, {"doc_id": "$response.body#/hits/0/doc_id"})
+    link(delete, "200", "SearchDeleted", search, {"q": "$response.body#/doc_id"})

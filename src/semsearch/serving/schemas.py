@@ -209,15 +209,64 @@ class NotReady(_Model):
     status: Literal["not ready"]
 
 
+MAX_BATCH = 1000
+MAX_ID_CHARS = 256
+MAX_TEXT_CHARS = 20_000
+FieldValue = str | int | float | bool | None | list[str]
+
+
+class DocumentIn(_Model):
+    """One document to add or replace (``POST /documents``)."""
+
+    model_config = ConfigDict(extra="forbid", regex_engine="python-re")  # (the id's pattern looks ahead)
+
+    id: str = Field(
+        min_length=1,
+        max_length=MAX_ID_CHARS,
+        pattern=r"^(?!\.\.?$)(?=.*[^\s])[^\x00-\x1f\x7f-\x9f/]+$",
+        description="The document's id (an existing id is replaced): not blank, no control characters or '/', "
+        "not '.' or '..' (it is a path segment of DELETE /documents/{doc_id}).",
+    )
+    title: str = Field("", max_length=MAX_TEXT_CHARS, description="The title.")
+    text: str = Field("", max_length=MAX_TEXT_CHARS, description="The body text.")
+    fields: dict[str, FieldValue] = Field(
+        default_factory=dict,
+        description="Stored fields, only those the bundle's manifest 'schema' names (facets, numeric, stored); "
+        "none for a collection of id, title and text.",
+    )
+
+
+class DocumentsIn(_Model):
+    documents: list[DocumentIn] = Field(
+        min_length=1,
+        max_length=MAX_BATCH,
+        description="The documents (at most 1000, 4 MiB in all); an id given twice: the later one is kept.",
+    )
+
+
+class DocumentsAccepted(_Model):
+    status: Literal["accepted"]
+    seq: int = Field(ge=1, description="The change's sequence number in the change log (durable once answered).")
+    upserted: int = Field(ge=1, description="How many documents were added or replaced.")
+    documents: int = Field(ge=0, description="Documents served after the change (this worker's count).")
+
+
+class DocumentDeleted(_Model):
+    status: Literal["deleted"]
+    seq: int = Field(ge=1, description="The change's sequence number in the change log (durable once answered).")
+    doc_id: str
+    documents: int = Field(ge=0, description="Documents served after the change (this worker's count).")
+
+
 def errors(*statuses: int) -> dict[int | str, dict[str, object]]:
     """``responses=`` entries documenting ``ErrorBody`` for these statuses."""
     what = {
         400: "Missing, empty or undecodable parameter, or a request body that is not UTF-8.",
-        401: "Missing or wrong API key (X-API-Key header).",
+        401: "Missing or wrong API key (X-API-Key header; writes: the write key, X-Write-Key).",
         404: "No such document or file, or (POST /events) no such search id: forged, expired or before a restart.",
         405: "Method not allowed (with an Allow header).",
         409: "The service logs no events (started without --events).",
-        413: "A request body over 64 KiB.",
+        413: "A request body over 64 KiB (POST /documents: 4 MiB).",
         414: "URL longer than 8,192 bytes.",
         422: (
             "Parameter or body field out of range, too long or of the wrong type, a filter that does not read "

@@ -8,10 +8,12 @@ import math
 import os
 import secrets
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ... import __version__
 from ...data import Corpus, write_corpus
@@ -77,6 +79,8 @@ def build_bundle(
     ranker: Model | None = None,
     train_ranker: Callable[[StageSearch], tuple[Model, dict[str, Any]]] | None = None,
     rescorer: Model | None = None,
+    known_vectors: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    manifest_extra: Mapping[str, Any] | None = None,
     **changes: Any,
 ) -> Path:
     """Index ``corpus`` with each model and save everything as a bundle at ``out``, replacing it
@@ -106,6 +110,9 @@ def build_bundle(
         ranker: a trained stage-2 ranker over these documents, to include (None: none).
         train_ranker: called with the bundle's stage 1 (``StageSearch``), returns the ranker and its log (None: none).
         rescorer: a trained cross-encoder (bert-rel) kept as the optional stage 3 (None: none).
+        known_vectors: per encoder name, document vectors computed before (doc id -> vector); the
+            documents without one are encoded (``bundle.reindex``: a bundle's own vectors kept).
+        manifest_extra: keys added to the manifest (e.g. ``changes_seq`` of a merge).
         **changes: ``BuildOptions`` fields changed from ``options``, e.g. ``dataset="tiny"`` (a ``Path``: its text).
 
     Returns:
@@ -184,7 +191,16 @@ def build_bundle(
             metric = "cosine" if similarity_of(enc) == "cosine" else "ip"
             r = SemanticRetriever(enc, kind, metric, cache=vector_cache, **dict(index_params or {}))  # type: ignore[arg-type]  # validated
             retrievers.append(r)
-            vecs = r.embed(corpus.ids, texts, progress=f"encoding documents ({name})")
+            known = (known_vectors or {}).get(name) or {}
+            todo = [i for i, d in enumerate(corpus.ids) if d not in known]
+            if not known:
+                vecs = r.embed(corpus.ids, texts, progress=f"encoding documents ({name})")
+            else:
+                fresh = r.embed([corpus.ids[i] for i in todo], [texts[i] for i in todo]) if todo else np.zeros((0, 0))
+                at = dict(zip(todo, range(len(todo)), strict=True))
+                vecs = np.stack([fresh[at[i]] if i in at else known[d] for i, d in enumerate(corpus.ids)]).astype(
+                    np.float32
+                )
             r.index_vectors(corpus.ids, vecs)
             entry: dict[str, Any] = {"name": name, "kind": kind, "dim": r.dim, "path": f"models/{name}"}
             if dsn is not None:
@@ -229,6 +245,7 @@ def build_bundle(
                 "depth": rescore_depth,
                 "weight": None if math.isinf(rescore_weight) else rescore_weight,
             }  # null: alone
+        manifest.update(manifest_extra or {})
         manifest["files"] = {p.relative_to(tmp).as_posix(): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
         write_json(tmp / MANIFEST, manifest)
         fsync_tree(tmp)

@@ -23,7 +23,7 @@ from ...models.postings import check_allowed
 from ...plugins import load_model
 from ...ranking.rescore import check_weight, is_pair_scorer, rescore_top
 from ...text import SpellCorrector
-from ..filters import Filter, FilterIndex
+from ..filters import Filter, FilterIndex, Tally
 from ..hybrid import SCORERS, Candidates, HybridHit, HybridRetriever
 from ..semantic import SemanticRetriever
 from ..vector import VectorIndex
@@ -55,6 +55,8 @@ class Result:
     facets: dict[str, Any] | None = None
     """With ``facets`` asked of ``search_many``: the facet counts of the query's stage-1 candidates
     under its filter (``FilterIndex.counts``); else None."""
+    tally: Tally | None = None
+    """The counts behind ``facets``, untruncated (``Tally``: a served delta adds its own)."""
 
 
 def _top(hits: Sequence[HybridHit], scores: np.ndarray, k: int) -> list[int]:
@@ -479,7 +481,7 @@ class Bundle:
                     if hit is not None:
                         self._results.move_to_end((q, *settings))
                         ms = 1000 * (time.perf_counter() - t0)
-                        out[i] = Result(list(hit.hits), {"cached_ms": ms, "total_ms": ms}, q, hit.facets)
+                        out[i] = Result(list(hit.hits), {"cached_ms": ms, "total_ms": ms}, q, hit.facets, hit.tally)
         todo = list(
             dict.fromkeys(q for q, r in zip(queries, out, strict=True) if r is None)
         )  # each distinct query once
@@ -494,7 +496,9 @@ class Bundle:
                     while len(self._results) > self.result_cache:
                         self._results.popitem(last=False)
             out = [
-                r if r is not None else Result(list(found[q].hits), dict(found[q].timing), q, found[q].facets)
+                r
+                if r is not None
+                else Result(list(found[q].hits), dict(found[q].timing), q, found[q].facets, found[q].tally)
                 for q, r in zip(queries, out, strict=True)
             ]
         return out  # type: ignore[return-value]  # filled
@@ -566,20 +570,19 @@ class Bundle:
         facets: int = 0,
     ) -> list[Result]:
         hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
-        counted: list[dict[str, Any] | None] = [None] * len(queries)
+        counted: list[Tally | None] = [None] * len(queries)
         if (
             self.two_stage and hybrid is not None and hybrid.positional
         ):  # (the merge order does not matter: all re-ranked)
             found, timing, cands = self._ranked(hybrid, queries, self._kept(k), allowed)
             if facets:
-                counted = [self.filters.counts(c.positions, facets) for c in cands]
+                counted = [self.filters.tally(c.positions) for c in cands]
         else:
             found, timing = self._stage1(queries, k, model, merge_by, n_lexical, n_semantic, allowed, every=facets > 0)
             if facets:
                 index = self.corpus.index
                 counted = [
-                    self.filters.counts(np.array([index[h.doc_id] for h in hits], dtype=np.int64), facets)
-                    for hits in found
+                    self.filters.tally(np.array([index[h.doc_id] for h in hits], dtype=np.int64)) for hits in found
                 ]
                 if self.ranker is None:
                     found = [hits[: self._kept(k)] for hits in found]
@@ -610,7 +613,10 @@ class Bundle:
             timing["rescore_ms"] = 1000 * (time.perf_counter() - t3)
         timing["total_ms"] = 1000 * (time.perf_counter() - t0)
         timing["batch"] = float(len(queries))
-        return [Result(hits[:k], dict(timing), q, c) for q, hits, c in zip(queries, found, counted, strict=True)]
+        return [
+            Result(hits[:k], dict(timing), q, None if c is None else c.counts(facets), c)
+            for q, hits, c in zip(queries, found, counted, strict=True)
+        ]
 
     def explain_rank(self, query: str, doc_id: str, *, top: int = 10, model: str | None = None) -> dict[str, Any]:
         """Why a bundle with a LambdaMART ranker ranks ``doc_id`` where it does for ``query``: which stage found
