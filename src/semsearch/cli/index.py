@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -46,26 +46,6 @@ def _is_table(data: str, fields: str, id_column: str | None, facets: str | None,
     if TABLE_SUFFIXES.get(path.suffix.lower()) in ("csv", "parquet"):
         return True
     return bool(id_column or facets or numeric or fields not in _LITERAL_FIELDS)
-
-
-def _included_ranker(ranker: Path, corpus: Any, fields: str) -> Any:
-    """``--ranker``: a saved ranker directory, or ``portable`` (the packaged one; a directory of
-    that name is ./portable). A portable ranker (no feature model bound to the documents it learnt
-    on) is pointed at this collection's documents."""
-    from ..plugins import load_model
-    from ..ranking.lambdamart import PORTABLE_DIR
-
-    if str(ranker) == "portable":
-        if not (PORTABLE_DIR / "config.json").is_file():
-            raise ValueError(
-                "--ranker portable: this installation has no packaged portable ranker "
-                "(python -m semsearch.experiments.portable --install trains it)"
-            )
-        ranker = PORTABLE_DIR
-    rk = load_model(ranker)
-    if getattr(rk, "portable", False):
-        rk.use_texts(corpus.ids, corpus.joined(fields))  # type: ignore[attr-defined]  # a portable ranker
-    return rk
 
 
 @index_app.command("build")
@@ -217,6 +197,7 @@ def index_build(
     from ..data import MAX_RECORD_BYTES, load_corpus, load_table, open_dataset
     from ..index import build_bundle
     from ..index.bundle import RESCORE_WEIGHT, BuildOptions
+    from ..index.bundle.build import included_ranker
     from ..plugins import load_model
     from ..ranking.rescore import check_weight
     from ..training.stage_ranker import stage_ranker_trainer
@@ -285,7 +266,7 @@ def index_build(
     )
     built = _bundle_models(names, param, analyzer)
     _onnx_models(built, onnx)
-    rk = _included_ranker(ranker, corpus, options.fields) if ranker is not None else None
+    rk = included_ranker(ranker, corpus, options.fields) if ranker is not None else None
     rs = None
     if rescorer is not None:
         rs = load_model(rescorer)

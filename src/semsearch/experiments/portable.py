@@ -50,23 +50,27 @@ class PortableOptions(Params):
     split: str = "test"
 
 
-def _build(data: str, models: list[str], out: Path, o: PortableOptions, *extra: str) -> Path:
-    """``semsearch index build`` of ``data`` (in process, through the CLI, as a user builds it);
-    an existing bundle is kept."""
-    from typer.testing import CliRunner
-
-    from ..cli import app
+def _build(data: str, models: list[str], out: Path, o: PortableOptions, ranker: Path | None = None) -> Path:
+    """The bundle ``semsearch index build --data DATA --models ... [--ranker RANKER]`` builds (BM25
+    with ``o.analyzer``, the fields ``o`` names, the vectors cached under ``o.out``, no spelling
+    corrector); an existing bundle is kept."""
+    from ..data import open_dataset
+    from ..index import build_bundle
+    from ..index.bundle import BuildOptions
+    from ..index.bundle.build import included_ranker
+    from ..plugins import resolve_model
 
     if (out / "manifest.json").is_file():
         return out
-    args = ["index", "build", "--data", data, "--models", ",".join(models), "--out", str(out)]
-    args += ["--analyzer", o.analyzer] if "bm25" in models else []
-    args += ["--fields", o.fields if data != o.source else o.source_fields]
-    args += ["--vector-cache", str(Path(o.out) / "vectors"), "--no-correct-queries", *extra]
-    r = CliRunner().invoke(app, args)
-    if r.exit_code != 0:
-        raise RuntimeError(f"index build {data} failed: {r.output[-2000:]}") from r.exception
-    return out
+    fields = o.fields if data != o.source else o.source_fields
+    corpus = open_dataset(data).corpus()
+    built = [resolve_model(m, analyzer=o.analyzer) if m == "bm25" else resolve_model(m) for m in models]
+    options = BuildOptions.from_mapping(
+        {"dataset": data, "fields": fields, "vector_cache": str(Path(o.out) / "vectors"), "spelling": False},
+        where="portable",
+    )
+    rk = included_ranker(ranker, corpus, options.fields) if ranker is not None else None
+    return build_bundle(corpus, built, out, options, ranker=rk)
 
 
 def train_ranker(o: PortableOptions) -> Path:
@@ -134,7 +138,7 @@ def run(o: PortableOptions) -> dict[str, Any]:
             "semantic only": (_build(name, [o.encoder], d / "semantic", o), None),
             "RRF (BM25, semantic)": (_build(name, ["bm25", o.encoder], d / "stage1", o), "rrf"),
             "portable two-stage": (
-                _build(name, ["bm25", o.encoder], d / "two-stage", o, "--ranker", str(ranker)),
+                _build(name, ["bm25", o.encoder], d / "two-stage", o, ranker),
                 None,
             ),
         }

@@ -26,7 +26,7 @@ from ...text import SpellCorrector
 from ..hybrid import HybridHit, HybridRetriever
 from ..semantic import SemanticRetriever, encoder_id
 from .manifest import FORMAT, MANIFEST, SPELLING
-from .options import BuildOptions
+from .options import BuildOptions, Fields
 from .store import PG_DSN_ENV, _collection_prefix, _drop_collections, _drop_orphans, pg_dsn
 
 
@@ -265,3 +265,23 @@ def build_bundle(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def included_ranker(ranker: str | Path, corpus: Corpus, fields: Fields) -> Model:
+    """A saved stage-2 ranker to include in a build (``index build --ranker``): its directory, or
+    ``portable`` (the packaged one; a directory of that name is ./portable). A portable ranker (no
+    feature model bound to the documents it learnt on) is pointed at ``corpus``'s documents."""
+    from ...plugins import load_model
+    from ...ranking.lambdamart import PORTABLE_DIR
+
+    if str(ranker) == "portable":
+        if not (PORTABLE_DIR / "config.json").is_file():
+            raise ValueError(
+                "--ranker portable: this installation has no packaged portable ranker "
+                "(python -m semsearch.experiments.portable --install trains it)"
+            )
+        ranker = PORTABLE_DIR
+    rk = load_model(ranker)
+    if getattr(rk, "portable", False):
+        rk.use_texts(corpus.ids, corpus.joined(fields))  # type: ignore[attr-defined]  # a portable ranker
+    return rk
