@@ -216,3 +216,22 @@ def test_fresh_segments_serve_only_the_current_copy_of_each_document(bundle, tmp
                 assert row.title.startswith("quux renamed")
     assert "n3" in _ids(live, "quux", 20) and "n7" in _ids(live, "quux", 20)
     live.close()
+
+
+def test_a_read_only_index_serves_the_logged_changes_and_takes_none(make_bundle, tmp_path):
+    b = make_bundle(tmp_path / "B")
+    from semsearch.index.live import changes_dir
+
+    writer = LiveIndex(Bundle.load(b, result_cache=0), writes=True)
+    writer.upsert([Document("n1", "zorblax lamp", "")])
+    writer.delete(writer.base.corpus.ids[0])
+    assert changes_dir(b).is_dir()
+    reader = LiveIndex(Bundle.load(b, result_cache=0))  # (serve without --allow-writes)
+    assert reader.state.seq == 2 and _answers(reader) == _answers(writer)
+    assert "n1" in _ids(reader, "zorblax") and len(reader) == len(writer)
+    with pytest.raises(PermissionError):
+        reader.upsert([Document("n2", "x", "")])
+    plain = LiveIndex(Bundle.load(make_bundle(tmp_path / "C"), result_cache=0))  # no log: none made
+    assert plain.log is None and not changes_dir(tmp_path / "C").exists()
+    for x in (writer, reader, plain):
+        x.close()

@@ -43,7 +43,7 @@ from ..models.base import best_k
 from ..models.lexical import CollectionStats, LexicalIndex, LexicalModel
 from ..text.normalize import tokenize
 from .bundle import MANIFEST, N_LEXICAL, N_SEMANTIC, Bundle, Hit, LoadOptions, Result
-from .changes import ChangeLog, Position, pack_vectors, unpack_vectors
+from .changes import LOG, ChangeLog, Position, pack_vectors, unpack_vectors
 from .filters import Filter, FilterIndex, Tally
 from .hybrid import Candidates, HybridHit, HybridRetriever
 from .semantic import SemanticRetriever
@@ -343,7 +343,10 @@ class LiveIndex:
         if writes and bundle.rescore:
             raise ValueError("changes without a rebuild do not re-score with a cross-encoder (serve without --rescore)")
         self.path, self.load_options, self.writes, self.poll = bundle.path, load, writes, poll
-        self.log = ChangeLog(changes if changes is not None else changes_dir(bundle.path)) if writes else None
+        folder = Path(changes if changes is not None else changes_dir(bundle.path))
+        # a bundle's changes are served whether or not this process takes more: a read-only
+        # service follows an existing log too (else it would serve the bundle without them)
+        self.log = ChangeLog(folder) if writes or (folder / LOG).is_file() else None
         self._lock = threading.RLock()  # applying records and swapping bundles
         self._position: Position | None = None
         self._manifest = self._manifest_id()
@@ -471,7 +474,7 @@ class LiveIndex:
 
     # -- writes -----------------------------------------------------------------------------------
     def _require_writes(self) -> ChangeLog:
-        if self.log is None:
+        if not self.writes or self.log is None:
             raise PermissionError("this index takes no changes (serve --allow-writes)")
         return self.log
 
