@@ -248,14 +248,22 @@ class DocumentsAccepted(_Model):
     status: Literal["accepted"]
     seq: int = Field(ge=1, description="The change's sequence number in the change log (durable once answered).")
     upserted: int = Field(ge=1, description="How many documents were added or replaced.")
-    documents: int = Field(ge=0, description="Documents served after the change (this worker's count).")
+    documents: int = Field(
+        ge=0,
+        description="Documents this worker serves as it answers: after the change with wait=true, "
+        "possibly before it otherwise (the change is durable either way and searched within a second).",
+    )
 
 
 class DocumentDeleted(_Model):
     status: Literal["deleted"]
     seq: int = Field(ge=1, description="The change's sequence number in the change log (durable once answered).")
     doc_id: str
-    documents: int = Field(ge=0, description="Documents served after the change (this worker's count).")
+    documents: int = Field(
+        ge=0,
+        description="Documents this worker serves as it answers: after the change with wait=true, "
+        "possibly before it otherwise (the change is durable either way and searched within a second).",
+    )
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, object]]:
