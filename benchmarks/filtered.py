@@ -46,17 +46,15 @@ import os
 import random
 import re
 import shutil
-import subprocess
 import tempfile
 import zlib
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
 import numpy as np
 
 from _common import REPO, hardware, hardware_line, served, summary_row, write_json
-from load_test import WRK_LUA, queries, server_mean_ms
+from load_test import queries, run_wrk_paths, server_mean_ms
 
 TARGET_P99_MS = 50.0
 TARGET_RECALL = 0.95
@@ -143,39 +141,6 @@ def recall(bundle: Path, qs: list[str], k: int = 100) -> dict[str, float]:
     del b, r, ix, stored
     gc.collect()
     return out
-
-
-def run_wrk_paths(base: str, paths: list[str], clients: int, seconds: float) -> dict:
-    """``wrk`` (load_test's script) cycling through ``paths`` (after 20 warm-up requests)."""
-    wrk = shutil.which("wrk")
-    if wrk is None:
-        raise SystemExit("wrk is not installed (Debian: apt-get install wrk)")
-    for p in paths[:20]:
-        httpx.get(base + p, timeout=30)
-    with tempfile.TemporaryDirectory() as tmp:
-        pfile, script = Path(tmp, "paths.txt"), Path(tmp, "load.lua")
-        pfile.write_text("".join(p + "\n" for p in paths), encoding="utf-8")
-        script.write_text(WRK_LUA, encoding="utf-8")
-        cmd = [wrk, f"-t{max(1, min(2, clients))}", f"-c{clients}", f"-d{max(1, round(seconds))}s", "--timeout", "10s"]
-        r = subprocess.run(
-            [*cmd, "-s", str(script), base],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "SEMSEARCH_LOAD_PATHS": str(pfile)},
-            timeout=seconds + 120,
-        )
-    m = re.search(r"^SEMSEARCH_RESULT (\{.*\})$", r.stdout, re.M)
-    if r.returncode != 0 or not m:
-        raise SystemExit(f"wrk failed ({r.returncode}): {r.stderr[-2000:] or r.stdout[-2000:]}")
-    w = json.loads(m.group(1))
-    errors = {k: w[k] for k in ("connect", "read", "write", "status", "timeout") if w[k]}
-    return {
-        "requests": w["requests"],
-        "errors": sum(errors.values()),
-        "error_kinds": errors,
-        "throughput_rps": round(w["requests"] / (w["duration_us"] / 1e6), 1),
-        **{f"{p}_ms": round(w[p] / 1000, 2) for p in ("p50", "p95", "p99", "max")},
-    }
 
 
 def main() -> None:

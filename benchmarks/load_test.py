@@ -83,32 +83,28 @@ def queries(data: str | None, n: int) -> list[str]:
 
 
 def run_wrk(base: str, qs: list[str], clients: int, seconds: float) -> dict:
-    """``wrk`` with ``clients`` connections for ``seconds`` s (after 20 warm-up requests)."""
+    """``wrk`` with ``clients`` connections for ``seconds`` s searching ``qs`` (``run_wrk_paths``)."""
+    return run_wrk_paths(base, [f"/search?k=10&q={quote(q)}" for q in qs], clients, seconds)
+
+
+def run_wrk_paths(base: str, paths: list[str], clients: int, seconds: float) -> dict:
+    """``wrk`` with ``clients`` connections for ``seconds`` s cycling through the URL ``paths``
+    (after 20 warm-up requests, not counted)."""
     wrk = shutil.which("wrk")
     if wrk is None:
         raise SystemExit("wrk is not installed (Debian: apt-get install wrk)")
-    for q in qs[:20]:  # warm-up, not counted
-        httpx.get(base + "/search", params={"q": q, "k": 10}, timeout=30)
+    for p in paths[:20]:
+        httpx.get(base + p, timeout=30)
     with tempfile.TemporaryDirectory() as tmp:
-        paths, script = Path(tmp, "paths.txt"), Path(tmp, "load.lua")
-        paths.write_text("".join(f"/search?k=10&q={quote(q)}\n" for q in qs), encoding="utf-8")
+        pfile, script = Path(tmp, "paths.txt"), Path(tmp, "load.lua")
+        pfile.write_text("".join(p + "\n" for p in paths), encoding="utf-8")
         script.write_text(WRK_LUA, encoding="utf-8")
-        threads = max(1, min(2, clients))
+        cmd = [wrk, f"-t{max(1, min(2, clients))}", f"-c{clients}", f"-d{max(1, round(seconds))}s", "--timeout", "10s"]
         r = subprocess.run(
-            [
-                wrk,
-                f"-t{threads}",
-                f"-c{clients}",
-                f"-d{max(1, round(seconds))}s",
-                "--timeout",
-                "10s",
-                "-s",
-                str(script),
-                base,
-            ],
+            [*cmd, "-s", str(script), base],
             capture_output=True,
             text=True,
-            env={**os.environ, "SEMSEARCH_LOAD_PATHS": str(paths)},
+            env={**os.environ, "SEMSEARCH_LOAD_PATHS": str(pfile)},
             timeout=seconds + 120,
         )
     m = re.search(r"^SEMSEARCH_RESULT (\{.*\})$", r.stdout, re.M)
