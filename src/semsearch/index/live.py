@@ -47,7 +47,6 @@ from .changes import LOG, ChangeLog, Position, pack_vectors, unpack_vectors
 from .filters import Filter, FilterIndex, Tally
 from .hybrid import Candidates, HybridHit, HybridRetriever
 from .semantic import SemanticRetriever
-from .vector import VectorIndex
 
 CHANGES_SEQ = "changes_seq"
 """The manifest key of a merged bundle: the last change-log record it holds."""
@@ -107,7 +106,7 @@ def _weighted(model: LexicalModel, ix: LexicalIndex, counts: DeltaCounts) -> Lex
     count, df, cf, mean length; as Lucene scores across segments). Every segment gets the same
     statistics, so a document's scores do not depend on how the delta is split into segments."""
     base_ix = model.lexical_index
-    base = model._stats or base_ix.stats()
+    base = model.collection_stats
     seg = model.with_params()
     seg.use_index(ix)
     terms = ix.vocab.terms
@@ -125,8 +124,7 @@ def _weighted(model: LexicalModel, ix: LexicalIndex, counts: DeltaCounts) -> Lex
     n = base.n_docs + counts.n
     avgdl = (base.avgdl * base.n_docs + counts.length) / max(n, 1)
     out = seg.with_stats(CollectionStats(n, df, cf, avgdl))
-    out._top_k  # noqa: B018  # (built here, not in the first search)
-    out._doc_major  # noqa: B018
+    out.prepare()  # (built here, not in the first search)
     return out
 
 
@@ -159,10 +157,7 @@ class Delta:
                 indexes[m.analyzer] = LexicalIndex.build(ids, texts, m.analyzer)
         semantic: dict[str, SemanticRetriever] = {}
         for name, r in base.semantic.items():
-            seg = SemanticRetriever(r.encoder, "flat", r.metric)
-            seg.vectors = VectorIndex.build(ids, vectors[name], "flat", r.metric, model=r.vectors.model)  # type: ignore[union-attr]  # loaded
-            seg._probes = r._probes
-            semantic[name] = seg
+            semantic[name] = r.segment(ids, vectors[name])
         ranker = None
         if base.ranker is not None and base.two_stage:
             ranker = copy.copy(base.ranker)
@@ -494,7 +489,7 @@ class LiveIndex:
             if getattr(enc, "document_encoder", None) is not None and enc.document_encoder is not enc:  # type: ignore[attr-defined]  # checked
                 v = enc.encode_documents(texts)  # a separate document model: not the one searches use
             else:
-                with base._locks[id(r)]:
+                with base.lock(r):
                     v = enc.encode_documents(texts)
             vectors[name] = pack_vectors(np.asarray(v, dtype=np.float32))
         # the batch indexed alone first: a document the segment cannot take fails here, before it
@@ -578,8 +573,6 @@ class LiveIndex:
         st = self._state
         base = st.base
         flt = filters if isinstance(filters, Filter) or filters is None else base.filters.parse(filters)
-        if facets < 0:
-            raise ValueError(f"facets must be >= 0, got {facets}")
         if not st.segments and not st.dead:
             out = base.search_many(
                 queries,
@@ -593,17 +586,9 @@ class LiveIndex:
                 facets=facets,
             )
         else:
-            if correct and base.corrector is None:
-                raise ValueError("this bundle has no spelling corrector (build it again to have one)")
-            blank = [i for i, q in enumerate(queries) if not q.strip()]
-            if blank:
-                raise ValueError("empty query" if len(queries) == 1 else f"empty query at position {blank[0]}")
-            if k < 1:
-                raise ValueError(f"k must be >= 1, got {k}")
+            base.check_search(queries, k, merge_by, correct, facets)
             qs = [self._searched(st, q, correct) for q in queries]
-            hybrid = base._hybrid.get(model if model is not None else next(iter(base._hybrid)))
-            if hybrid is None:
-                raise ValueError(f"no model {model!r} in this bundle (has {', '.join(base.semantic) or 'none'})")
+            hybrid = base.hybrid(model)
             if base.two_stage and hybrid.positional and getattr(base.ranker, "positional", False):
                 out = self._ranked(st, hybrid, model, qs, k, flt, facets)
             else:

@@ -127,6 +127,15 @@ class SemanticRetriever(Model):
         )
         self._probes = self._probe_vectors()
 
+    def segment(self, doc_ids: Sequence[str], vecs: np.ndarray) -> SemanticRetriever:
+        """A retriever with this one's encoder and metric over other documents' embeddings in an
+        exact (flat) index, without probing the encoder again (a served bundle's delta segment)."""
+        seg = SemanticRetriever(self.encoder, "flat", self.metric)
+        model = self.vectors.model if self.vectors is not None else encoder_id(self.encoder)
+        seg.vectors = VectorIndex.build(doc_ids, vecs, "flat", self.metric, model=model)
+        seg._probes = self._probes
+        return seg
+
     @property
     def dim(self) -> int:
         """The encoder's vector width (0 before ``index``)."""

@@ -334,6 +334,17 @@ class LexicalModel(IndexedModel):
         clone._stats = stats
         return clone
 
+    @property
+    def collection_stats(self) -> CollectionStats:
+        """The background statistics terms are weighted with: ``with_stats``'s, else the index's."""
+        return self._stats or self.lexical_index.stats()
+
+    def prepare(self) -> None:
+        """Build the retrieval kernel and the document-major weights now (else the first search
+        and the first candidate scoring build them)."""
+        self._top_k  # noqa: B018
+        self._doc_major  # noqa: B018
+
     def use_pools(self, pools: Mapping[str, Collection[str]]) -> None:
         """Each query's pool (query text -> doc ids, ``data.query_pools``): the documents that
         ``stats = "exclude-query-pool"`` leaves out of that query's statistics."""
@@ -383,7 +394,7 @@ class LexicalModel(IndexedModel):
         Weighted a chunk of documents at a time, into one float32 array beside the counts' own
         index arrays, then transposed: the only copy kept."""
         ix = self.lexical_index
-        st = self._stats or ix.stats()
+        st = self.collection_stats
         c = ix.counts
         data = np.empty(c.nnz, dtype=np.float32)
         lo = 0

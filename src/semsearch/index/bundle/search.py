@@ -451,19 +451,9 @@ class Bundle:
             ValueError: a blank query, ``k`` < 1, an unknown ``merge_by`` or ``model``, or ``correct``
                 without a spelling corrector in the bundle.
             FilterError: a filter expression that does not read against the bundle's fields."""
-        blank = [i for i, q in enumerate(queries) if not q.strip()]
-        if blank:
-            raise ValueError("empty query" if len(queries) == 1 else f"empty query at position {blank[0]}")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        if merge_by not in SCORERS:
-            raise ValueError(f"merge must be one of {', '.join(SCORERS)}, got {merge_by!r}")
         t0 = time.perf_counter()
-        if correct and self.corrector is None:
-            raise ValueError("this bundle has no spelling corrector (build it again to have one)")
+        self.check_search(queries, k, merge_by, correct, facets)
         queries = [self.searched(q, correct) for q in queries]
-        if facets < 0:
-            raise ValueError(f"facets must be >= 0, got {facets}")
         mask = check_allowed(allowed, len(self.corpus))
         if filters is not None:
             flt = filters if isinstance(filters, Filter) else self.filters.parse(filters)
@@ -503,6 +493,34 @@ class Bundle:
             ]
         return out  # type: ignore[return-value]  # filled
 
+    def check_search(self, queries: Sequence[str], k: int, merge_by: str, correct: bool | None, facets: int) -> None:
+        """What ``search_many`` refuses before any work (its Raises): a blank query, ``k`` < 1, an
+        unknown ``merge_by``, ``correct`` without a spelling corrector, ``facets`` < 0."""
+        blank = [i for i, q in enumerate(queries) if not q.strip()]
+        if blank:
+            raise ValueError("empty query" if len(queries) == 1 else f"empty query at position {blank[0]}")
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if merge_by not in SCORERS:
+            raise ValueError(f"merge must be one of {', '.join(SCORERS)}, got {merge_by!r}")
+        if correct and self.corrector is None:
+            raise ValueError("this bundle has no spelling corrector (build it again to have one)")
+        if facets < 0:
+            raise ValueError(f"facets must be >= 0, got {facets}")
+
+    def hybrid(self, model: str | None = None) -> HybridRetriever:
+        """The stage-1 retriever of ``model``'s encoder (None: the bundle's first; a bundle without
+        an encoder has one, the lexical stage alone)."""
+        hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
+        if hybrid is None:
+            raise ValueError(f"no model {model!r} in this bundle (has {', '.join(self.semantic) or 'none'})")
+        return hybrid
+
+    def lock(self, model: Any) -> threading.Lock:
+        """The lock held around ``model``'s calls (one of the bundle's stage models: their caches
+        are not thread-safe)."""
+        return self._locks[id(model)]
+
     def _stage1(
         self,
         queries: list[str],
@@ -517,9 +535,7 @@ class Bundle:
         """Stage 1 of ``search_many`` (and of ``explain_rank``): each query's merged hits from
         ``model``'s hybrid, all of them when a ranker re-orders them or ``every`` says so (the
         caller cuts them), at the ranker's depths in a two-stage bundle."""
-        hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
-        if hybrid is None:
-            raise ValueError(f"no model {model!r} in this bundle (has {', '.join(self.semantic) or 'none'})")
+        hybrid = self.hybrid(model)
         if self.two_stage:
             n_lexical, n_semantic = self.ranker.n_lexical, self.ranker.n_semantic  # type: ignore[union-attr]  # two-stage
         else:
@@ -569,11 +585,9 @@ class Bundle:
         allowed: np.ndarray | None = None,
         facets: int = 0,
     ) -> list[Result]:
-        hybrid = self._hybrid.get(model if model is not None else next(iter(self._hybrid)))
+        hybrid = self.hybrid(model)
         counted: list[Tally | None] = [None] * len(queries)
-        if (
-            self.two_stage and hybrid is not None and hybrid.positional
-        ):  # (the merge order does not matter: all re-ranked)
+        if self.two_stage and hybrid.positional:  # (the merge order does not matter: all re-ranked)
             found, timing, cands = self._ranked(hybrid, queries, self._kept(k), allowed)
             if facets:
                 counted = [self.filters.tally(c.positions) for c in cands]
