@@ -4,6 +4,7 @@ from-shards`` and ``semsearch search``: build, retrain, reindex, merge and query
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Annotated
@@ -135,6 +136,15 @@ def index_build(
             help="Vector index parameter NAME=VALUE (repeatable, integers), e.g. efSearch=64 (see docs/serving.md).",
         ),
     ] = [],
+    shards: Annotated[
+        int,
+        typer.Option(
+            "--shards",
+            min=1,
+            help="Write a sharded bundle of this many shards (served over several processes or machines: "
+            "docs/scaling.md); 1: a plain bundle.",
+        ),
+    ] = 1,
     store: Annotated[
         str,
         typer.Option(
@@ -271,8 +281,42 @@ def index_build(
     if rescorer is not None:
         rs = load_model(rescorer)
         _onnx_models([rs], onnx if rescorer_onnx is None else rescorer_onnx)
+    if shards > 1:
+        from ..data._io import tmp_dir
+        from ..index.bundle.shard import split_bundle
+
+        whole = tmp_dir(out_dir.with_name(f".{out_dir.name}.whole"))
+        try:
+            build_bundle(corpus, built, whole / "bundle", options, ranker=rk, train_ranker=trainer, rescorer=rs)
+            path = split_bundle(whole / "bundle", out_dir, shards)
+        finally:
+            shutil.rmtree(whole, ignore_errors=True)
+        err.print(
+            f"sharded bundle ({shards} shards) written to {path} in {time.perf_counter() - start:.1f} s",
+            highlight=False,
+        )
+        return
     path = build_bundle(corpus, built, out_dir, options, ranker=rk, train_ranker=trainer, rescorer=rs)
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
+
+
+@index_app.command("shard")
+@_guard
+def index_shard(
+    bundle: Annotated[Path, typer.Argument(help="A built bundle (faiss store).")],
+    out_dir: Annotated[Path, typer.Option("--out", help="The sharded bundle's directory (replaced atomically).")],
+    shards: Annotated[int, typer.Option("--shards", min=1, help="How many shards (contiguous ranges of documents).")],
+) -> None:
+    """Split a built bundle into a sharded bundle: N shard folders (documents, lexical postings with the
+    collection's statistics, vectors with the shared quantizers, ranker features) and a coordinator
+    folder (encoders, ranker booster, spelling); searched through them it answers as the bundle does."""
+    from ..index.bundle.shard import split_bundle
+
+    start = time.perf_counter()
+    path = split_bundle(bundle, out_dir, shards)
+    err.print(
+        f"sharded bundle ({shards} shards) written to {path} in {time.perf_counter() - start:.1f} s", highlight=False
+    )
 
 
 @index_app.command("retrain")
@@ -338,6 +382,15 @@ def index_reindex(
         bool,
         typer.Option(help="Take the vectors of documents whose text is unchanged from BUNDLE (else encode all)."),
     ] = True,
+    vector_index: Annotated[
+        str | None,
+        typer.Option(
+            "--vector-index", help="Another vector index kind (flat, hnsw, hnswsq, ivfpq; default: BUNDLE's)."
+        ),
+    ] = None,
+    vector_param: Annotated[
+        list[str], typer.Option("--vector-param", help="Its parameter NAME=VALUE (repeatable, integers).")
+    ] = [],
 ) -> None:
     """Index other documents with a bundle's models (the full rebuild a served bundle's changes
     are merged into): lexical index, ranker features and spelling refitted, vector index rebuilt;
@@ -347,7 +400,9 @@ def index_reindex(
 
     start = time.perf_counter()
     corpus = load_corpus(data, stored_fields=True)
-    path = reindex(bundle, corpus, out_dir, reuse=reuse)
+    _needs("--vector-index", vector_index is not None, {"--vector-param": bool(vector_param)})
+    params = _vector_params(vector_index, vector_param) if vector_index is not None else None
+    path = reindex(bundle, corpus, out_dir, reuse=reuse, vector_index=vector_index, index_params=params)
     err.print(
         f"bundle written to {path} in {time.perf_counter() - start:.1f} s ({len(corpus):,} documents)", highlight=False
     )

@@ -249,6 +249,51 @@ class VectorIndex:
         twin._faiss = faiss.clone_index(self._faiss)
         return twin
 
+    def subset(self, lo: int, hi: int) -> VectorIndex:
+        """An index of this one's documents at positions ``lo`` to ``hi`` (a shard of the
+        collection), searching them as this index does: ``flat`` holds the same stored vectors,
+        ``ivfpq`` the same trained quantizers and the documents' own codes (copied list by list,
+        not encoded again), and the same full vectors to re-score with. Then a shard's hits and
+        scores are exactly the whole index's restricted to the shard (IVF-PQ with re-scoring:
+        re-scoring its own short list, which holds at least the shard's part of the whole index's).
+        HNSW kinds get a graph of their own over the shard: approximate, differently."""
+        import faiss
+
+        n = len(self._ids)
+        if not 0 <= lo <= hi <= n:
+            raise ValueError(f"subset: positions {lo}..{hi} outside the {n} documents")
+        twin = VectorIndex(self.dim, self.kind, self.metric, model=self.model, threads=self.threads, **self.params)
+        ids = self._ids[lo:hi]
+        if self.kind == "ivfpq":
+            twin._faiss = faiss.clone_index(self._faiss)
+            twin._faiss.reset()
+            src, dst = self._faiss.invlists, twin._faiss.invlists
+            for li in range(src.nlist):
+                size = src.list_size(li)
+                if not size:
+                    continue
+                labels = faiss.rev_swig_ptr(src.get_ids(li), size).copy()
+                codes = faiss.rev_swig_ptr(src.get_codes(li), size * src.code_size).copy()
+                keep = np.flatnonzero((labels >= lo) & (labels < hi))
+                if len(keep):
+                    mine = codes.reshape(size, src.code_size)[keep]
+                    dst.add_entries(
+                        li, len(keep), faiss.swig_ptr(labels[keep] - lo), faiss.swig_ptr(np.ascontiguousarray(mine))
+                    )
+            twin._faiss.ntotal = hi - lo
+            if self._exact is not None:
+                twin._exact = np.array(self._exact[lo:hi], dtype=np.float32)
+        else:
+            v = np.ascontiguousarray(self.stored_vectors()[lo:hi], dtype=np.float32)  # (normalised once already)
+            if not twin._faiss.is_trained and len(v):
+                twin._faiss.train(v)
+            twin._faiss.add(v)
+            if twin._reranks:
+                twin._exact = v.copy()
+        twin._ids = DocIds(ids)
+        twin._ranks = twin._ids.ranks
+        return twin
+
     @classmethod
     def build(
         cls,

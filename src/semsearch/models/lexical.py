@@ -40,6 +40,7 @@ from .postings import PostingsTopK, Prune, rows_dot
 
 _INDEX_NPZ = "lexical.npz"
 _INDEX_JSON = "lexical.json"
+_STATS_NPZ = "stats.npz"  # a shard's collection-wide statistics (LexicalModel.subset)
 
 
 @dataclass(frozen=True)
@@ -338,6 +339,50 @@ class LexicalModel(IndexedModel):
     def collection_stats(self) -> CollectionStats:
         """The background statistics terms are weighted with: ``with_stats``'s, else the index's."""
         return self._stats or self.lexical_index.stats()
+
+    def subset(self, lo: int, hi: int) -> LexicalModel:
+        """This model over its documents at positions ``lo`` to ``hi`` (a shard of the collection),
+        weighting terms with the whole collection's statistics: the same vocabulary (term ids
+        index the statistics' arrays), so each document scores exactly as in the whole index.
+        The statistics are saved with the shard (``save``)."""
+        ix = self.lexical_index
+        if not 0 <= lo <= hi <= len(ix):
+            raise ValueError(f"subset: positions {lo}..{hi} outside the {len(ix)} documents")
+        part = LexicalIndex(ix.analyzer, ix.vocab, ix.doc_ids[lo:hi], ix.counts[lo:hi])
+        clone = self.with_params()
+        clone.use_index(part)
+        clone._stats = self.collection_stats
+        return clone
+
+    def save(self, path: str | Path) -> None:
+        """The index and config; a model weighting with other statistics than its index's own
+        (``with_stats``, ``subset``) keeps them in ``stats.npz``."""
+        d = Path(path)
+        if self._stats is not None:
+            d.mkdir(parents=True, exist_ok=True)
+            st = self._stats
+            np.savez(d / _STATS_NPZ, n_docs=st.n_docs, df=st.df, cf=st.cf, avgdl=st.avgdl)
+        else:
+            (d / _STATS_NPZ).unlink(missing_ok=True)
+        super().save(d)
+
+    @classmethod
+    def load(cls, path: str | Path) -> LexicalModel:
+        model = super().load(path)
+        assert isinstance(model, LexicalModel)
+        f = Path(path) / _STATS_NPZ
+        if f.is_file():
+            try:
+                with np.load(f, allow_pickle=False) as z:
+                    st = CollectionStats(int(z["n_docs"]), z["df"], z["cf"], float(z["avgdl"]))
+            except SAVED_DATA_ERRORS as e:
+                raise ModelDirError(f"{f}: corrupt collection statistics ({e})") from None
+            if len(st.df) != len(model.lexical_index.vocab) or len(st.cf) != len(st.df):
+                raise ModelDirError(
+                    f"{f}: statistics of {len(st.df)} terms, the index has {len(model.lexical_index.vocab)}"
+                )
+            model._stats = st
+        return model
 
     def prepare(self) -> None:
         """Build the retrieval kernel and the document-major weights now (else the first search

@@ -647,9 +647,17 @@ class LambdaMARTRanker(Model):
                 ]
             )
             parts.append(stage_matrix(self.stage_features, raw, self.n_lexical, self.n_semantic))
-        parts.append(self._position_columns(queries, pos))
+        parts.append(self.document_columns(queries, pos))
+        return np.hstack(parts)
+
+    def document_columns(self, queries: Sequence[str], positions: Sequence[np.ndarray]) -> np.ndarray:
+        """(candidates, features after the stage features): the feature models' scores and the
+        pair features of each query's candidates at ``positions`` in the collection — the columns
+        that depend on the document alone, which a shard holding it computes (``index.bundle.shard``).
+        Needs ``positional``."""
+        parts = [self._position_columns(queries, positions)]
         if self._words is not None:
-            parts.append(self._words.columns(self.pair_features, queries, [()] * len(queries), pos))
+            parts.append(self._words.columns(self.pair_features, queries, [()] * len(queries), positions))
         return np.hstack(parts)
 
     def predict_rows(self, X: np.ndarray, offsets: np.ndarray) -> np.ndarray:

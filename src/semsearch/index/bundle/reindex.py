@@ -29,6 +29,8 @@ def reindex(
     vectors: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     manifest_extra: Mapping[str, Any] | None = None,
     reuse: bool = True,
+    vector_index: str | None = None,
+    index_params: Mapping[str, int] | None = None,
 ) -> Path:
     """Write at ``out`` (atomically; it may be the bundle itself) a bundle of ``bundle``'s models
     over ``corpus``.
@@ -40,6 +42,8 @@ def reindex(
         vectors: per encoder name, doc id -> vector for documents not in ``bundle`` (e.g. upserted).
         manifest_extra: keys added to the new manifest.
         reuse: take the vectors of unchanged documents from ``bundle`` (False: encode every document).
+        vector_index: another vector index kind (None: the bundle's; e.g. ``flat``, exact).
+        index_params: that kind's parameters (None: the bundle's, or the new kind's defaults).
 
     Returns:
         ``out``.
@@ -82,6 +86,10 @@ def reindex(
             ranker.index(corpus.ids, new_texts)
         kind = entries[0].get("kind", "flat") if entries else "flat"
         params = dict(src.semantic[entries[0]["name"]].index_params) if entries else {}
+        if vector_index is not None and vector_index != kind:
+            kind, params = vector_index, {}
+        if index_params is not None:
+            params = dict(index_params)
         rs = m.get("rescorer") or {}
         options = BuildOptions(
             dataset=m.get("dataset") or "",

@@ -70,6 +70,25 @@ def _top(hits: Sequence[HybridHit], scores: np.ndarray, k: int) -> list[int]:
     return sorted(idx, key=lambda i: (-float(s[i]), hits[i].doc_id))[:k]
 
 
+def check_search(
+    queries: Sequence[str], k: int, merge_by: str, correct: bool | None, facets: int, corrects: bool
+) -> None:
+    """What a bundle's ``search_many`` refuses before any work (its Raises): a blank query, ``k`` <
+    1, an unknown ``merge_by``, ``correct`` without a spelling corrector (``corrects``: the
+    bundle has one), ``facets`` < 0."""
+    blank = [i for i, q in enumerate(queries) if not q.strip()]
+    if blank:
+        raise ValueError("empty query" if len(queries) == 1 else f"empty query at position {blank[0]}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if merge_by not in SCORERS:
+        raise ValueError(f"merge must be one of {', '.join(SCORERS)}, got {merge_by!r}")
+    if correct and not corrects:
+        raise ValueError("this bundle has no spelling corrector (build it again to have one)")
+    if facets < 0:
+        raise ValueError(f"facets must be >= 0, got {facets}")
+
+
 class Bundle:
     """A loaded bundle: documents, the lexical model, the semantic retrievers, the ranker."""
 
@@ -494,19 +513,11 @@ class Bundle:
         return out  # type: ignore[return-value]  # filled
 
     def check_search(self, queries: Sequence[str], k: int, merge_by: str, correct: bool | None, facets: int) -> None:
-        """What ``search_many`` refuses before any work (its Raises): a blank query, ``k`` < 1, an
-        unknown ``merge_by``, ``correct`` without a spelling corrector, ``facets`` < 0."""
-        blank = [i for i, q in enumerate(queries) if not q.strip()]
-        if blank:
-            raise ValueError("empty query" if len(queries) == 1 else f"empty query at position {blank[0]}")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        if merge_by not in SCORERS:
-            raise ValueError(f"merge must be one of {', '.join(SCORERS)}, got {merge_by!r}")
-        if correct and self.corrector is None:
-            raise ValueError("this bundle has no spelling corrector (build it again to have one)")
-        if facets < 0:
-            raise ValueError(f"facets must be >= 0, got {facets}")
+        """What ``search_many`` refuses before any work (``check_search``)."""
+        check_search(queries, k, merge_by, correct, facets, self.corrector is not None)
+
+    def __len__(self) -> int:
+        return len(self.corpus)
 
     def hybrid(self, model: str | None = None) -> HybridRetriever:
         """The stage-1 retriever of ``model``'s encoder (None: the bundle's first; a bundle without
