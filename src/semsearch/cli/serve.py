@@ -151,6 +151,26 @@ def serve_cmd(
             "are upserted or deleted (default 5000; 0: never).",
         ),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            metavar="ADDRESS",
+            help="Serve a sharded bundle on a Ray cluster with Ray Serve: local (a new one here), auto (the "
+            "one 'ray start' runs here), ray://HOST:10001 or HOST:PORT (see docs/scaling.md).",
+        ),
+    ] = None,
+    shard_replicas: Annotated[
+        int | None, typer.Option("--shard-replicas", help="--cluster: replicas of each shard (default 1).")
+    ] = None,
+    replica_cpus: Annotated[
+        float | None,
+        typer.Option(
+            "--replica-cpus",
+            help="--cluster: CPUs each shard replica reserves (default 0: all may share a machine; 1 or more "
+            "spreads them over the cluster's machines).",
+        ),
+    ] = None,
     write_key_file: Annotated[
         Path | None,
         typer.Option(
@@ -187,6 +207,11 @@ def serve_cmd(
             "--merge-at": merge_at is not None,
         },
     )
+    _needs(
+        "--cluster",
+        cluster is not None,
+        {"--shard-replicas": shard_replicas is not None, "--replica-cpus": replica_cpus is not None},
+    )
     write_key = read_key_file(str(write_key_file), "--write-key-file") if write_key_file is not None else None
     if write_key is None and allow_writes and os.environ.get(WRITE_KEY_ENV):
         write_key = check_key(os.environ[WRITE_KEY_ENV], f"${WRITE_KEY_ENV}")
@@ -221,6 +246,9 @@ def serve_cmd(
             **({} if changes is None else {"changes": str(changes.resolve())}),
             "write_key": write_key,
             **({} if merge_at is None else {"merge_at": merge_at}),
+            **({} if cluster is None else {"cluster": cluster}),
+            **({} if shard_replicas is None else {"shard_replicas": shard_replicas}),
+            **({} if replica_cpus is None else {"replica_cpus": replica_cpus}),
         }
     )
     rate = options.exposure.rate
@@ -230,6 +258,7 @@ def serve_cmd(
         + [f"events logged to {options.events}"] * (options.events is not None)
         + [f"compared with {compare} ({options.compare_mode})"] * (compare is not None)
         + [f"writes on{' (write key required)' if write_key else ''}"] * allow_writes
+        + [f"Ray Serve on {cluster}, {options.shard_replicas} replica(s) a shard"] * (cluster is not None)
     )
     announce = (
         f"serving {bundle} on http://{host}:{port}/ ({workers} worker{'s' * (workers > 1)}"

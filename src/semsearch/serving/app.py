@@ -25,6 +25,7 @@ from fastapi_offline import FastAPIOffline
 from .. import __version__
 from ..evaluation.online import DEFAULT_SALT
 from ..index.bundle import MANIFEST, Bundle, LoadOptions
+from ..index.bundle.coordinator import ShardedBundle, open_bundle
 from ..index.live import LiveIndex
 from .batching import SearchBatcher
 from .compare import Comparison, check_same_documents
@@ -43,7 +44,7 @@ DOCS_STATIC = "/docs-static"
 
 
 def create_app(
-    bundle: str | Path | Bundle,
+    bundle: str | Path | Bundle | ShardedBundle,
     *,
     load: LoadOptions | None = None,
     max_query_chars: int = MAX_QUERY_CHARS,
@@ -63,7 +64,8 @@ def create_app(
     flushed and closed when it ends.
 
     Args:
-        bundle: a bundle directory (loaded and verified now) or a loaded ``Bundle``.
+        bundle: a bundle directory (loaded and verified now; a sharded bundle's with every shard
+            in this process) or a loaded ``Bundle`` or ``ShardedBundle`` (e.g. over Ray Serve shards).
         load: how a directory is loaded (None: ``LoadOptions()``).
         max_query_chars: longest query accepted (longer: 422).
         max_k: largest ``k`` accepted and the depth pages are cut from (``routes.add_routes``).
@@ -89,9 +91,14 @@ def create_app(
     Returns:
         The FastAPI app, ready to serve."""
     exposure = exposure or Exposure()
-    b = bundle if isinstance(bundle, Bundle) else Bundle.load(bundle, load)
+    b = bundle if isinstance(bundle, (Bundle, ShardedBundle)) else open_bundle(bundle, load)
+    if isinstance(b, ShardedBundle) and (compare is not None or allow_writes):
+        raise ValueError(
+            f"{b.path}: a sharded bundle is served for searches: not with "
+            + ("--compare" if compare is not None else "--allow-writes (changes go to a plain bundle; docs/scaling.md)")
+        )
     comparison = None
-    if compare is not None:
+    if compare is not None and isinstance(b, Bundle):
         other = compare if isinstance(compare, Bundle) else Bundle.load(compare, load)
         check_same_documents(b, other)
         comparison = Comparison(
@@ -105,10 +112,12 @@ def create_app(
         raise ValueError("a service taking writes serves one bundle: not with compare")
     live = (
         LiveIndex(b, changes, load=load, writes=allow_writes, merge_at=merge_at)
-        if comparison is None and isinstance(b.path, Path) and (b.path / MANIFEST).is_file()
+        if comparison is None and isinstance(b, Bundle) and isinstance(b.path, Path) and (b.path / MANIFEST).is_file()
         else None
     )
     metrics = Metrics()
+    if isinstance(b, ShardedBundle):
+        b.observe = metrics.shard_call
     log = None
     if events is not None:
         name, version = bundle_identity(b.path, b.manifest)
@@ -124,7 +133,7 @@ def create_app(
             count=metrics.event,
         )
     highlighter = Highlighter(b.lexical)
-    batcher = SearchBatcher(live or b, observe=metrics.batch.observe)
+    batcher = SearchBatcher(live or b, observe=metrics.batch.observe, offload=isinstance(b, ShardedBundle))
 
     ready = threading.Event()  # set while the loaded bundle is being served: startup done, no shutdown yet
 
@@ -147,6 +156,7 @@ def create_app(
         yield
         gc.set_threshold(*thresholds)
         ready.clear()
+        batcher.close()
         if live is not None:
             live.close()  # graceful shutdown: in-flight searches finish, then the threads stop
         else:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from ..index.bundle import Bundle, Result
+from ..index.bundle.coordinator import ShardedBundle
 from ..index.filters import Filter
 from ..index.live import LiveIndex
 
@@ -34,14 +36,20 @@ class SearchBatcher:
 
     def __init__(
         self,
-        bundle: Bundle | LiveIndex,
+        bundle: Bundle | LiveIndex | ShardedBundle,
         cap: int = BATCH_CAP,
         observe: Callable[[int], None] | None = None,
         turns: int = GATHER_TURNS,
+        offload: bool = False,
     ) -> None:
+        """``offload``: run each pass in a thread of its own, one pass at a time, instead of on
+        the event loop (a sharded bundle's search waits on its shards, which must not block the
+        loop: Ray Serve's handles refuse to be waited on there)."""
         if turns < 1:
             raise ValueError(f"turns must be >= 1, got {turns}")
         self.bundle, self.cap, self.observe, self.turns = bundle, cap, observe, turns
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="search-pass") if offload else None
+        self._busy = False  # an offloaded pass is running
         self._waiting: list[tuple[tuple[int, str | None, str, Filter, int], str, float, asyncio.Future[Result]]] = []
         self._scheduled = False
 
@@ -55,7 +63,7 @@ class SearchBatcher:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Result] = loop.create_future()
         self._waiting.append(((k, model, merge, filters, facets), query, time.perf_counter(), future))
-        if not self._scheduled:
+        if not self._scheduled and not self._busy:
             self._scheduled = True
             loop.call_soon(self._after, self.turns)
         return future
@@ -73,14 +81,61 @@ class SearchBatcher:
         the next pass. Searches of different filters cannot share a call (one mask a call), but
         they share the pass: a search does not wait a pass per other filter waiting before it."""
         taken, self._waiting = self._waiting[: self.cap], self._waiting[self.cap :]
-        self._scheduled = bool(self._waiting)
-        if self._scheduled:
-            asyncio.get_running_loop().call_soon(self._after, self.turns)
         groups: dict[tuple[int, str | None, str, Filter, int], list] = {}
         for w in taken:
             groups.setdefault(w[0], []).append(w)
+        if self._pool is not None:  # the next pass is scheduled when this one ends (_pass_done)
+            self._scheduled, self._busy = False, True
+            self._pool.submit(self._pass_in_thread, asyncio.get_running_loop(), list(groups.items()))
+            return
+        self._scheduled = bool(self._waiting)
+        if self._scheduled:
+            asyncio.get_running_loop().call_soon(self._after, self.turns)
         for key, batch in groups.items():
             self._search(key, batch)
+
+    def _pass_in_thread(self, loop: asyncio.AbstractEventLoop, groups: list) -> None:
+        """An offloaded pass: each group searched here, its futures settled on the loop."""
+        try:
+            self._groups_in_thread(loop, groups)
+        finally:
+            loop.call_soon_threadsafe(self._pass_done)
+
+    def _groups_in_thread(self, loop: asyncio.AbstractEventLoop, groups: list) -> None:
+        for key, batch in groups:
+            start = time.perf_counter()
+            try:
+                results = self.bundle.search_many(
+                    [w[1] for w in batch], key[0], model=key[1], merge_by=key[2], filters=key[3], facets=key[4]
+                )
+            except Exception as e:  # noqa: BLE001 — each waiting handler answers it (e.g. a shard is down)
+                loop.call_soon_threadsafe(self._settle, batch, None, e, start)
+                continue
+            loop.call_soon_threadsafe(self._settle, batch, results, None, start)
+
+    def _pass_done(self) -> None:
+        self._busy = False
+        if self._waiting and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._after, self.turns)
+
+    def _settle(self, batch: list, results: list[Result] | None, error: Exception | None, start: float) -> None:
+        if error is not None or results is None:
+            for w in batch:
+                if not w[3].done():
+                    w[3].set_exception(error or RuntimeError("no results"))
+            return
+        if self.observe is not None:
+            self.observe(len(batch))
+        for (_, _, arrived, future), r in zip(batch, results, strict=True):
+            r.timing["queue_ms"] = 1000 * (start - arrived)
+            if not future.done():
+                future.set_result(r)
+
+    def close(self) -> None:
+        """Stop the pass thread (offloaded passes), after the pass it runs."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
     def _search(self, key: tuple[int, str | None, str, Filter, int], batch: list) -> None:
         """One ``search_many`` call for ``batch`` (searches of settings ``key``); each future gets
@@ -91,13 +146,6 @@ class SearchBatcher:
                 [w[1] for w in batch], key[0], model=key[1], merge_by=key[2], filters=key[3], facets=key[4]
             )
         except Exception as e:  # noqa: BLE001 — each waiting handler answers it (e.g. the vector store is down)
-            for w in batch:
-                if not w[3].done():
-                    w[3].set_exception(e)
+            self._settle(batch, None, e, start)
             return
-        if self.observe is not None:
-            self.observe(len(batch))
-        for (_, _, arrived, future), r in zip(batch, results, strict=True):
-            r.timing["queue_ms"] = 1000 * (start - arrived)
-            if not future.done():  # (cancelled: the client went away)
-                future.set_result(r)
+        self._settle(batch, results, None, start)

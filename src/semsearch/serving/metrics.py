@@ -73,8 +73,27 @@ class Metrics:
             ["kind", "outcome"],
             registry=self.registry,
         )
+        self.shard_calls = Counter(
+            "semsearch_shard_calls",
+            "A sharded bundle's calls to its shards by shard, round (stage1, rescore, complete, documents) and "
+            "outcome (ok, or failed: the shard did not answer).",
+            ["shard", "round", "outcome"],
+            registry=self.registry,
+        )
+        self.shard_seconds = Histogram(
+            "semsearch_shard_call_seconds",
+            "Time from a round's call to a shard to its answer, by shard.",
+            ["shard"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
         self._children: dict[tuple[str, int], Any] = {}
         self._event_children: dict[tuple[str, str], Any] = {}
+
+    def shard_call(self, shard: int, round_: str, seconds: float, ok: bool) -> None:
+        """One call of a sharded bundle's round to one shard (``ShardedBundle.observe``)."""
+        self.shard_calls.labels(str(shard), round_, "ok" if ok else "failed").inc()
+        self.shard_seconds.labels(str(shard)).observe(seconds)
 
     def event(self, kind: str, outcome: str) -> None:
         child = self._event_children.get((kind, outcome))

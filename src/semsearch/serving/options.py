@@ -68,6 +68,9 @@ class ServeOptions(Params):
     changes: str | None = None
     write_key: str | None = dataclasses.field(default=None, repr=False)
     merge_at: int = param(MERGE_AT, ge=0)
+    cluster: str | None = None
+    shard_replicas: int = param(1, ge=1)
+    replica_cpus: float = param(0.0, ge=0)
 
     def _label(self, name: str) -> str:
         return "serve" if name == "load" else "--" + name.replace("_", "-")
@@ -102,6 +105,38 @@ class ServeOptions(Params):
             if self.api_key is None:
                 raise ParamError(f"--expose needs an API key: set ${API_KEY_ENV} or give --api-key-file")
         self._check_writes()
+        self._check_cluster()
+
+    def _check_cluster(self) -> None:
+        """``--cluster``: a sharded bundle, served by Ray Serve (one process here: not with
+        ``--workers``); ``--shard-replicas`` and ``--replica-cpus`` only with it. A sharded bundle
+        takes no writes and is not compared (it is served for searches)."""
+        from ..index.bundle.shard import is_sharded
+
+        sharded = is_sharded(self.bundle)
+        if self.cluster is None:
+            if self.shard_replicas != 1:
+                raise ParamError("--shard-replicas needs --cluster")
+            if self.replica_cpus != 0:
+                raise ParamError("--replica-cpus needs --cluster")
+        else:
+            if not self.cluster.strip():
+                raise ParamError("--cluster needs an address: local, auto, ray://HOST:PORT or HOST:PORT")
+            if not sharded:
+                raise ParamError(
+                    f"--cluster serves a sharded bundle; {self.bundle} is not one ('semsearch index shard' makes one)"
+                )
+            if self.workers != 1:
+                raise ParamError("--cluster: Ray Serve runs the replicas; not with --workers")
+        if sharded and (self.allow_writes or self.compare is not None):
+            raise ParamError(
+                f"{self.bundle} is a sharded bundle: it is served for searches, not with "
+                + (
+                    "--allow-writes (change the plain bundle and shard it again; docs/scaling.md)"
+                    if self.allow_writes
+                    else "--compare"
+                )
+            )
 
     def _check_writes(self) -> None:
         """``--allow-writes``: not with ``--compare`` or ``--rescore``; ``--changes`` and a write key

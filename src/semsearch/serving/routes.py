@@ -26,6 +26,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..index.bundle import Bundle, Result
+from ..index.bundle.coordinator import ShardedBundle, ShardUnavailable
 from ..index.filters import MAX_FILTERS, Filter, FilterError
 from ..index.hybrid import SCORERS
 from ..index.live import Document, LiveIndex
@@ -145,7 +146,7 @@ def _text(params: dict[str, str], name: str, limit: int) -> str:
 
 def add_routes(
     app: FastAPI,
-    b: Bundle,
+    b: Bundle | ShardedBundle,
     *,
     batcher: SearchBatcher,
     highlighter: Highlighter,
@@ -177,7 +178,7 @@ def add_routes(
         live: ``b`` served with its changes and reloads (``index.live``; None: ``b`` as loaded);
             with writes on, ``POST /documents`` and ``DELETE /documents/{id}`` change it."""
 
-    def current() -> Bundle:
+    def current() -> Bundle | ShardedBundle:
         """The bundle served now (a reload swaps it)."""
         return live.base if live is not None else b
 
@@ -185,12 +186,12 @@ def add_routes(
     assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
     started = time.time()
 
-    def score_by(merge: str, bundle: Bundle = b) -> str:
+    def score_by(merge: str, bundle: Bundle | ShardedBundle = b) -> str:
         """What a hit's ``score`` is: the ranker's when the bundle has one, else the merge's."""
         return "ranker" if bundle.ranker is not None else merge
 
     guarded = (401,) * (exposure.api_key is not None) + (429,) * (exposure.rate > 0)
-    store_errors = (503,) * (b.store == "postgres")  # the PostgreSQL server may be down
+    store_errors = (503,) * (b.store == "postgres" or isinstance(b, ShardedBundle))  # the store / a shard may be down
 
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, e: BadRequest) -> JSONResponse:
@@ -200,6 +201,11 @@ def add_routes(
     async def store_down(_: Request, e: PgStoreError) -> JSONResponse:
         # the vector store's server is unreachable: the store reconnects on a later request
         return JSONResponse({"error": f"vector store unavailable: {e}"}, status_code=503, headers={"Retry-After": "1"})
+
+    @app.exception_handler(ShardUnavailable)
+    async def shard_down(_: Request, e: ShardUnavailable) -> JSONResponse:
+        # every replica of one shard is gone: an answer without its documents would look complete
+        return JSONResponse({"error": str(e), "missing_shard": e.shard}, status_code=503, headers={"Retry-After": "1"})
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
@@ -474,7 +480,7 @@ def add_routes(
         terms = {t: highlighters[t].terms(results[t].query) for t in {t for t, _ in page_hits}}
         hits = []
         for i, (t, h) in enumerate(page_hits):
-            corpus = bundles[t].corpus
+            corpus = bundles[t].corpus  # type: ignore[union-attr]  # compared bundles are plain ones (create_app)
             row = corpus.index[h.doc_id]
             title, body = corpus.titles[row], corpus.texts[row]
             hits.append(
@@ -623,7 +629,7 @@ def add_routes(
         bb = current()
         return {
             "status": "ok",
-            "documents": len(live) if live is not None else len(b.corpus),
+            "documents": len(live) if live is not None else len(b),
             "lexical": bb.manifest.get("lexical"),
             "models": [m["name"] for m in bb.manifest.get("models", [])],
             "dataset": bb.manifest.get("dataset"),
@@ -644,7 +650,7 @@ def add_routes(
         """For load balancers and orchestrators: send traffic only while this answers 200. The bundle
         is loaded and verified before the server listens; 503 before startup ends and from shutdown on."""
         if ready.is_set():
-            return JSONResponse({"status": "ready", "documents": len(live) if live is not None else len(b.corpus)})
+            return JSONResponse({"status": "ready", "documents": len(live) if live is not None else len(b)})
         return JSONResponse({"status": "not ready"}, status_code=503)
 
     @app.get(

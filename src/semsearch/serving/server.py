@@ -196,6 +196,11 @@ def serve(options: ServeOptions, announce: Callable[[], None] | None = None) -> 
     if options.events is not None and options.event_secret is None:
         # one secret for every worker of this run: a click may reach another worker than its search
         options = dataclasses.replace(options, event_secret=new_secret())
+    if options.cluster is not None:  # Ray Serve runs the replicas and the HTTP proxy
+        from .cluster import serve_until_interrupted
+
+        serve_until_interrupted(options, announce)
+        return
     app = app_from_options(options)
     sock = (listen if options.workers == 1 else reserve)(options.host, options.port)
     single = app if options.workers == 1 else None  # several workers: each loads its own, not this one

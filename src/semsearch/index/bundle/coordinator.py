@@ -35,8 +35,8 @@ from ..filters import Filter, FilterIndex, Tally
 from ..hybrid import merge, union_positions
 from ..semantic import SemanticRetriever, encoder_id
 from .options import LoadOptions
-from .search import N_LEXICAL, N_SEMANTIC, Hit, Result, check_search
-from .shard import SHARDED, Shard, Stage1, read_sharded
+from .search import N_LEXICAL, N_SEMANTIC, Bundle, Hit, Result, check_search
+from .shard import SHARDED, Shard, Stage1, is_sharded, read_sharded
 
 
 class ShardUnavailable(RuntimeError):
@@ -123,8 +123,11 @@ class ShardedBundle:
         self.offsets = [int(s["offset"]) for s in coord["shards"]]
         self.sizes = [int(s["documents"]) for s in coord["shards"]]
         self._close = close
-        lex = coord.get("lexical")
-        self.lexical = SimpleNamespace(analyzer=Analyzer.from_config(lex["analyzer"])) if lex else None
+        self.observe: Callable[[int, str, float, bool], None] | None = None
+        """Called with (shard, round, seconds, answered) for every call to a shard (the service's metrics)."""
+        self.lexical = (
+            SimpleNamespace(analyzer=Analyzer.from_config(coord["analyzer"])) if coord.get("lexical") else None
+        )
         """The lexical analyzer (the page's highlighting); the lexical models are in the shards."""
         self.semantic: dict[str, SemanticRetriever] = {}
         for e in coord.get("models", []):
@@ -154,6 +157,10 @@ class ShardedBundle:
         self._results: OrderedDict[tuple[Any, ...], Result] = OrderedDict()
         self._results_lock = threading.Lock()
         self._enc_lock = threading.Lock()
+        self._docs: OrderedDict[str, tuple[str, str, dict[str, Any]]] = OrderedDict()
+        """The recent hits' titles, texts and stored fields, fetched from their shards by the search
+        that returned them (``hits`` is called on the service's event loop, where no shard may be
+        waited for)."""
         self._dims = {e["name"]: e for e in coord.get("models", [])}
 
     @classmethod
@@ -195,18 +202,26 @@ class ShardedBundle:
     def _scatter(self, method: str, per_shard: Sequence[tuple[Any, ...]]) -> list[Any]:
         """``method`` run on every shard with its arguments, at once; its results in shard order."""
         futures = []
+        t = time.perf_counter()
         for i, (c, args) in enumerate(zip(self.clients, per_shard)):
             try:
                 futures.append(c.submit(method, *args))
             except Exception as e:  # noqa: BLE001  # any failure to reach a shard
+                self._observe(i, method, t, False)
                 raise ShardUnavailable(i, e) from e
         out = []
         for i, f in enumerate(futures):
             try:
                 out.append(f.result())
             except Exception as e:  # noqa: BLE001
+                self._observe(i, method, t, False)
                 raise ShardUnavailable(i, e) from e
+            self._observe(i, method, t, True)
         return out
+
+    def _observe(self, shard: int, method: str, t: float, ok: bool) -> None:
+        if self.observe is not None:
+            self.observe(shard, method, time.perf_counter() - t, ok)
 
     def search(self, query: str, k: int = 10, **kwargs: Any) -> Result:
         return self.search_many([query], k, **kwargs)[0]
@@ -276,7 +291,27 @@ class ShardedBundle:
                 else Result(list(found[q].hits), dict(found[q].timing), q, found[q].facets, found[q].tally)
                 for q, r in zip(queries, out)
             ]
+        self._fetch_documents([h.doc_id for r in out if r is not None for h in r.hits])
         return out  # type: ignore[return-value]  # filled
+
+    DOCUMENTS_KEPT = 50_000
+    """Hits whose documents the coordinator keeps (``_docs``)."""
+
+    def _fetch_documents(self, ids: list[str]) -> None:
+        """The documents of ``ids`` into ``_docs``: those not there fetched from the shards."""
+        with self._results_lock:
+            missing = [d for d in dict.fromkeys(ids) if d not in self._docs]
+            for d in ids:
+                if d in self._docs:
+                    self._docs.move_to_end(d)
+        if missing:
+            found: dict[str, Any] = {}
+            for part in self._scatter("documents", [(missing,)] * len(self.clients)):
+                found.update(part)
+            with self._results_lock:
+                self._docs.update(found)
+                while len(self._docs) > max(self.DOCUMENTS_KEPT, len(ids)):
+                    self._docs.popitem(last=False)
 
     def _search(
         self,
@@ -447,9 +482,12 @@ class ShardedBundle:
     def hits(self, result: Result) -> list[Hit]:
         """Plain rows for a result: each hit's title, text and stored fields, from its shard."""
         ids = [h.doc_id for h in result.hits]
-        docs: dict[str, Any] = {}
-        for part in self._scatter("documents", [(ids,)] * len(self.clients)):
-            docs.update(part)
+        with self._results_lock:
+            docs = {d: self._docs[d] for d in ids if d in self._docs}
+        if len(docs) < len(set(ids)):  # (evicted since its search: fetched again)
+            self._fetch_documents(ids)
+            with self._results_lock:
+                docs = {d: self._docs[d] for d in ids}
         return [Hit(r, h.doc_id, h.score, *docs[h.doc_id]) for r, h in enumerate(result.hits, 1)]
 
     def close(self) -> None:
@@ -457,4 +495,12 @@ class ShardedBundle:
             self._close()
 
 
-__all__ = ["LocalShards", "ShardClient", "ShardUnavailable", "ShardedBundle"]
+def open_bundle(path: str | Path, options: LoadOptions | None = None) -> Bundle | ShardedBundle:
+    """The bundle at ``path``: a plain one (``Bundle.load``) or a sharded one with every shard in
+    this process (``ShardedBundle.open_local``)."""
+    if is_sharded(path):
+        return ShardedBundle.open_local(path, options)
+    return Bundle.load(path, options)
+
+
+__all__ = ["LocalShards", "open_bundle", "ShardClient", "ShardUnavailable", "ShardedBundle"]

@@ -163,7 +163,8 @@ def split_bundle(bundle: str | Path | Bundle, out: str | Path, shards: int) -> P
             "shards": entries,
         }
         if src.lexical is not None:
-            coord["lexical"] = {"name": m["lexical"]["name"], "analyzer": src.lexical.analyzer.config()}  # type: ignore[attr-defined]  # a lexical model
+            coord["lexical"] = {"name": m["lexical"]["name"]}
+            coord["analyzer"] = src.lexical.analyzer.config()  # type: ignore[attr-defined]  # a lexical model
         for e in m.get("models", []):
             r = src.semantic[e["name"]]
             shutil.copytree(src.path / e["path"] / "encoder", tmp / "models" / e["name"] / "encoder")

@@ -1,0 +1,240 @@
+"""A sharded bundle served by Ray Serve on a two-node local Ray cluster (issue 51): the same
+answers over HTTP as the plain bundle, a killed shard replica under load costs no failed search,
+a new version rolls out under load with no failed search, and /metrics counts every shard.
+
+The cluster is two ``ray start --block`` processes on this machine (a head and a second node, each
+in its own process group, killed at the end), with a token of the test's own (Ray's token
+authentication, on by default for clusters since Ray 2.59)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from semsearch.index.bundle import Bundle
+from semsearch.index.bundle.shard import split_bundle
+
+RAY = str(Path(sys.executable).with_name("ray"))
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+QUERIES = ["deep learning", "search engine", "neural networks for retrieval", "query logs", "click", "semantic model"]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env(token: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token),
+        "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory) -> Iterator[tuple[str, dict[str, str]]]:
+    """A head node and a second node (one CPU each) on this machine: (GCS address, environment)."""
+    d = tmp_path_factory.mktemp("ray")
+    token = d / "token"
+    token.write_text(secrets.token_hex(32))
+    env = _env(token)
+    port = _port()
+    procs = []
+
+    def start(*args: str) -> None:
+        procs.append(
+            subprocess.Popen(
+                [RAY, "start", *args, "--num-cpus", "1", "--block"],
+                env=env,
+                stdout=open(d / f"node{len(procs)}.log", "w"),  # noqa: SIM115  # closed with the process
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+
+    address = f"127.0.0.1:{port}"
+    try:
+        start("--head", "--port", str(port), "--include-dashboard=false", "--disable-usage-stats")
+        deadline = time.time() + 90
+        added = False
+        while time.time() < deadline:
+            r = subprocess.run([RAY, "status", "--address", address], env=env, capture_output=True, text=True)
+            active = r.stdout.split("Pending:")[0].count(" node_") if r.returncode == 0 else 0
+            if active >= 1 and not added:
+                start("--address", address)
+                added = True
+            if active >= 2:
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(f"the two-node Ray cluster did not start: {r.stdout[-500:]} {r.stderr[-500:]}")
+        yield address, env
+    finally:
+        for p in reversed(procs):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def sharded(two_stage, tmp_path) -> tuple[Path, Path]:
+    """The tiny two-stage bundle and it split in two."""
+    return two_stage, split_bundle(two_stage, tmp_path / "S", 2)
+
+
+def _load(base: str, stop: threading.Event, stats: dict[str, int]) -> None:
+    i = 0
+    with httpx.Client(timeout=30) as c:
+        while not stop.is_set():
+            q = f"{QUERIES[i % len(QUERIES)]} {i}"
+            i += 1
+            try:
+                r = c.get(base + "/search", params={"q": q, "k": 5})
+                stats["ok" if r.status_code == 200 else f"status {r.status_code}"] = (
+                    stats.get("ok" if r.status_code == 200 else f"status {r.status_code}", 0) + 1
+                )
+            except httpx.HTTPError as e:
+                stats[type(e).__name__] = stats.get(type(e).__name__, 0) + 1
+
+
+def _replicas(address: str, env: dict[str, str], shard: str) -> list[str]:
+    code = (
+        f"import ray;ray.init(address={address!r}, log_to_driver=False);"
+        "print('\\n'.join(a['name'] for a in ray.util.list_named_actors(all_namespaces=True)"
+        f" if '#{shard}#' in a['name']))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return sorted(x for x in r.stdout.split() if x.startswith("SERVE_REPLICA"))
+
+
+def _driver(address: str, env: dict[str, str], code: str) -> None:
+    full = f"import ray;ray.init(address={address!r}, log_to_driver=False)\n{code}"
+    r = subprocess.run([sys.executable, "-c", full], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_a_sharded_bundle_served_by_ray_serve_answers_as_the_bundle_survives_a_killed_replica_and_rolls_out(
+    ray_cluster, sharded, tmp_path, serve_bundle
+):
+    address, env = ray_cluster
+    plain, shards = sharded
+    bundle = Bundle.load(plain, result_cache=0)
+    flags = ["--cluster", address, "--shard-replicas", "2", "--result-cache", "0"]
+    extra = {k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
+    with serve_bundle(shards, *flags, env=extra, start_s=240) as (base, _):
+        # the same answers as the plain bundle, through HTTP
+        for q in QUERIES:
+            got = httpx.get(base + "/search", params={"q": q, "k": 10}, timeout=60).json()["hits"]
+            want = bundle.search(q, 10).hits
+            assert [h["doc_id"] for h in got] == [h.doc_id for h in want], q
+            assert [h["score"] for h in got] == pytest.approx([h.score for h in want], abs=1e-9)
+
+        # a killed replica of shard 0 under load: no failed search, and Ray Serve replaces it
+        before = _replicas(address, env, "shard-0")
+        assert len(before) == 2
+        stop, stats = threading.Event(), {}
+        load = [threading.Thread(target=_load, args=(base, stop, stats)) for _ in range(3)]
+        for t in load:
+            t.start()
+        time.sleep(2)
+        _driver(address, env, f"ray.kill(ray.get_actor({before[0]!r}, namespace='serve'), no_restart=True)")
+        time.sleep(8)
+        stop.set()
+        for t in load:
+            t.join()
+        assert stats.get("ok", 0) > 20 and set(stats) == {"ok"}, stats
+        deadline = time.time() + 60
+        while (now := _replicas(address, env, "shard-0")) and (len(now) < 2 or before[0] in now):
+            assert time.time() < deadline, now
+            time.sleep(2)
+
+        # a new version (another folder, the same split) rolled out under load: no failed search
+        v2 = split_bundle(plain, tmp_path / "S2", 2)
+        old = _replicas(address, env, "shard-1")
+        stop, stats = threading.Event(), {}
+        load = [threading.Thread(target=_load, args=(base, stop, stats)) for _ in range(3)]
+        for t in load:
+            t.start()
+        port = int(base.rsplit(":", 1)[1])
+        _driver(
+            address,
+            env,
+            "from semsearch.serving.options import ServeOptions\n"
+            "from semsearch.serving.cluster import deploy\n"
+            f"deploy(ServeOptions.from_mapping({{'bundle': {str(v2)!r}, 'port': {port}, 'cluster': {address!r}, "
+            "'shard_replicas': 2, 'load': {'result_cache': 0}}, where='test'))",
+        )
+        time.sleep(2)
+        stop.set()
+        for t in load:
+            t.join()
+        assert stats.get("ok", 0) > 20 and set(stats) == {"ok"}, stats
+        after = _replicas(address, env, "shard-1")
+        assert len(after) == 2 and not set(after) & set(old), (old, after)  # every replica replaced
+        got = httpx.get(base + "/search", params={"q": QUERIES[0], "k": 10}, timeout=60).json()["hits"]
+        assert [h["doc_id"] for h in got] == [h.doc_id for h in bundle.search(QUERIES[0], 10).hits]
+
+        # the coordinator's /metrics counts its calls to every shard
+        metrics = httpx.get(base + "/metrics", timeout=30).text
+        for shard in ("0", "1"):
+            assert f'semsearch_shard_calls_total{{outcome="ok",round="stage1",shard="{shard}"}}' in metrics
+
+
+def test_a_shard_that_does_not_answer_fails_the_search_with_503_naming_it(sharded):
+    from fastapi.testclient import TestClient
+
+    from semsearch.index.bundle.coordinator import LocalShards, ShardedBundle
+    from semsearch.index.bundle.shard import Shard, read_sharded
+    from semsearch.serving.app import create_app
+
+    _, shards = sharded
+    local = LocalShards([Shard(shards / s["path"]) for s in read_sharded(shards)["shards"]])
+
+    class Gone:
+        def submit(self, method, *args):
+            raise ConnectionError("no replica of this shard answers")
+
+    b = ShardedBundle(shards, [local.clients()[0], Gone()], close=local.close)
+    with TestClient(create_app(b)) as c:
+        r = c.get("/search", params={"q": "deep learning"})
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert r.json()["missing_shard"] == 1 and "shard 1 is unavailable" in r.json()["error"]
+        metrics = c.get("/metrics").text
+        assert 'semsearch_shard_calls_total{outcome="failed",round="stage1",shard="1"} 1.0' in metrics
+
+
+def test_serve_refuses_cluster_options_that_do_not_fit(sharded, tmp_path):
+    from semsearch.params import ParamError
+    from semsearch.serving.options import ServeOptions
+
+    plain, shards = sharded
+    with pytest.raises(ParamError, match="not one"):
+        ServeOptions.from_mapping({"bundle": str(plain), "cluster": "local"}, where="serve")
+    with pytest.raises(ParamError, match="--workers"):
+        ServeOptions.from_mapping({"bundle": str(shards), "cluster": "local", "workers": 2}, where="serve")
+    with pytest.raises(ParamError, match="--shard-replicas needs --cluster"):
+        ServeOptions.from_mapping({"bundle": str(shards), "shard_replicas": 2}, where="serve")
+    with pytest.raises(ParamError, match="sharded bundle"):
+        ServeOptions.from_mapping({"bundle": str(shards), "allow_writes": True}, where="serve")
