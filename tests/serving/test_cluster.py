@@ -22,7 +22,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from semsearch.data import load_corpus
 from semsearch.index.bundle import Bundle
+from semsearch.index.bundle.reindex import reindex
 from semsearch.index.bundle.shard import split_bundle
 
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -170,31 +172,31 @@ def test_a_sharded_bundle_served_by_ray_serve_answers_as_the_bundle_survives_a_k
             assert time.time() < deadline, now
             time.sleep(2)
 
-        # a new version (another folder, the same split) rolled out under load: no failed search
-        v2 = split_bundle(plain, tmp_path / "S2", 2)
+        # a new version written at the served path (the plain bundle changed, sharded again) is
+        # rolled out shard by shard under load: no failed search, every replica replaced
+        corpus = load_corpus(plain / "documents.jsonl", stored_fields=True)
+        changed = corpus.ids[0]
+        corpus.titles[0] = "retrieval of query logs by click models"
+        v2 = Bundle.load(reindex(plain, corpus, tmp_path / "B2"), result_cache=0)
         old = _replicas(address, env, "shard-1")
         stop, stats = threading.Event(), {}
         load = [threading.Thread(target=_load, args=(base, stop, stats)) for _ in range(3)]
         for t in load:
             t.start()
-        port = int(base.rsplit(":", 1)[1])
-        _driver(
-            address,
-            env,
-            "from semsearch.serving.options import ServeOptions\n"
-            "from semsearch.serving.cluster import deploy\n"
-            f"deploy(ServeOptions.from_mapping({{'bundle': {str(v2)!r}, 'port': {port}, 'cluster': {address!r}, "
-            "'shard_replicas': 2, 'load': {'result_cache': 0}}, where='test'))",
-        )
+        split_bundle(v2.path, shards, 2)
+        deadline = time.time() + 180
+        while set(now := _replicas(address, env, "shard-1")) & set(old) or len(now) < 2:
+            assert time.time() < deadline, (old, now)
+            time.sleep(2)
         time.sleep(2)
         stop.set()
         for t in load:
             t.join()
         assert stats.get("ok", 0) > 20 and set(stats) == {"ok"}, stats
-        after = _replicas(address, env, "shard-1")
-        assert len(after) == 2 and not set(after) & set(old), (old, after)  # every replica replaced
-        got = httpx.get(base + "/search", params={"q": QUERIES[0], "k": 10}, timeout=60).json()["hits"]
-        assert [h["doc_id"] for h in got] == [h.doc_id for h in bundle.search(QUERIES[0], 10).hits]
+        for q in [*QUERIES, "query logs click models"]:
+            got = httpx.get(base + "/search", params={"q": q, "k": 10}, timeout=60).json()["hits"]
+            assert [h["doc_id"] for h in got] == [h.doc_id for h in v2.search(q, 10).hits], q
+        assert changed in [h["doc_id"] for h in got]
 
         # the coordinator's /metrics counts its calls to every shard
         metrics = httpx.get(base + "/metrics", timeout=30).text

@@ -11,9 +11,10 @@ read), so a killed replica costs no failed search while another replica of its s
 every replica of a shard is gone, searches fail with 503 naming the shard (``ShardUnavailable``):
 an answer without a shard's documents would look complete.
 
-A new version of the bundle rolls out by deploying the application again with the new folder
-(``deploy``): Ray Serve replaces each deployment's replicas a few at a time, starting new ones
-before stopping old ones, which finish their calls first. The new version must split the
+A new version of the bundle rolls out by deploying the application again (``deploy``; ``serve
+--cluster`` does it when a new version is written at the path it serves, e.g. by ``semsearch index
+shard`` after the plain bundle took changes): Ray Serve replaces each deployment's replicas a few
+at a time, starting new ones before stopping old ones, which finish their calls first. The new version must split the
 collection as the old did (same shard count and ranges): for a short while a search may read some
 shards at the old version and some at the new. Ray's own metrics (and its dashboard) describe the
 replicas; the coordinator's ``/metrics`` counts its calls to every shard
@@ -21,6 +22,7 @@ replicas; the coordinator's ``/metrics`` counts its calls to every shard
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,20 +31,29 @@ from typing import Any
 from ray import serve
 
 from ..index.bundle.coordinator import ShardedBundle
-from ..index.bundle.shard import Shard, read_sharded
+from ..index.bundle.shard import SHARD, SHARDED, Shard, read_sharded
+from ..models.base import ModelDirError, sha256_file
 from .options import ServeOptions
 
 APP = "semsearch"
 RETRIES = 3
 """Calls of a round to a shard before it counts as unavailable (another replica takes each retry)."""
 RETRY_WAIT_S = 0.2
+FOLLOW_S = 2.0
+"""How often ``serve --cluster`` looks for a new version of the bundle at its path."""
 
 
 @serve.deployment(max_ongoing_requests=16, health_check_period_s=2, graceful_shutdown_timeout_s=10)
 class ShardReplica:
     """One replica of one shard: the shard's folder loaded, its rounds answered."""
 
-    def __init__(self, path: str, verify: bool) -> None:
+    def __init__(self, path: str, verify: bool, digest: str) -> None:
+        """The shard folder at ``path``, which must be the one the coordinator's manifest lists
+        (``digest``: the sha256 of its ``shard.json``; a new version of the bundle has new ones,
+        so deploying it replaces the replicas)."""
+        found = sha256_file(Path(path) / SHARD)
+        if found != digest:
+            raise ModelDirError(f"{path}: not the shard its sharded bundle lists ({SHARD} changed since)")
         self.shard = Shard(path, verify=verify)
 
     def call(self, method: str, *args: Any) -> Any:
@@ -88,9 +99,12 @@ class RayShard:
 class Coordinator:
     """The ingress: the service's app over the shards' handles (module docstring)."""
 
-    def __init__(self, options: ServeOptions, shards: Sequence[Any]) -> None:
+    def __init__(self, options: ServeOptions, shards: Sequence[Any], version: str) -> None:
+        """``version``: the bundle's (``version``), checked against the folder it opens."""
         self.settings = options
         self.bundle = ShardedBundle(options.bundle, [RayShard(h) for h in shards], options.load)
+        if bundle_version(options.bundle) != version:
+            raise ModelDirError(f"{options.bundle}: changed while it was being deployed")
 
     def __serve_build_asgi_app__(self) -> Any:
         from .app import create_app
@@ -118,10 +132,20 @@ def application(options: ServeOptions) -> Any:
             name=f"shard-{i}",
             num_replicas=options.shard_replicas,
             ray_actor_options={"num_cpus": options.replica_cpus},
-        ).bind(str((path / s["path"]).resolve()), options.load.verify)
+        ).bind(str((path / s["path"]).resolve()), options.load.verify, coord["files"][f"{s['path']}/{SHARD}"])
         for i, s in enumerate(coord["shards"])
     ]
-    return Coordinator.options(ray_actor_options={"num_cpus": 0}).bind(options, shards)  # type: ignore[attr-defined]  # a Ray Serve deployment
+    return Coordinator.options(ray_actor_options={"num_cpus": 0}).bind(options, shards, bundle_version(path))  # type: ignore[attr-defined]  # a Ray Serve deployment
+
+
+def _say(message: str) -> None:
+    print(f"semsearch: {message}", file=sys.stderr, flush=True)
+
+
+def bundle_version(path: str | Path) -> str:
+    """A sharded bundle's version: the sha256 of its coordinator manifest (which lists every
+    coordinator file's and every shard manifest's sha256)."""
+    return sha256_file(Path(path) / SHARDED)
 
 
 def connect(address: str) -> bool:
@@ -162,11 +186,25 @@ def serve_until_interrupted(options: ServeOptions, announce: Any = None) -> None
     signal.signal(signal.SIGTERM, stop)  # (a supervisor's stop: the application is deleted too)
     started = connect(str(options.cluster))
     try:
+        served = bundle_version(options.bundle)
         deploy(options)
         if announce is not None:
             announce()
-        while True:
-            time.sleep(1)
+        while True:  # a new version written at the served path (index shard --out) is rolled out
+            time.sleep(FOLLOW_S)
+            try:
+                now = bundle_version(options.bundle)
+            except OSError:
+                continue  # (between the two renames of a folder swap)
+            if now != served:
+                _say(f"{options.bundle}: a new version ({now[:12]}); rolling it out shard by shard")
+                try:
+                    deploy(options)
+                    served = now
+                    _say(f"{options.bundle}: version {now[:12]} served")
+                except Exception as e:  # noqa: BLE001  # the old version keeps serving; retried on the next change
+                    _say(f"{options.bundle}: rolling out version {now[:12]} failed ({e}); the old one keeps serving")
+                    served = now
     except KeyboardInterrupt:
         pass
     finally:

@@ -36,7 +36,7 @@ from ..hybrid import merge, union_positions
 from ..semantic import SemanticRetriever, encoder_id
 from .options import LoadOptions
 from .search import N_LEXICAL, N_SEMANTIC, Bundle, Hit, Result, check_search
-from .shard import SHARDED, Shard, Stage1, is_sharded, read_sharded
+from .shard import SHARDED, Shard, ShardVersionError, Stage1, is_sharded, read_sharded
 
 
 class ShardUnavailable(RuntimeError):
@@ -277,7 +277,7 @@ class ShardedBundle:
         todo = list(dict.fromkeys(q for q, r in zip(queries, out) if r is None))
         if todo:
             found = dict(
-                zip(todo, self._search(todo, k, model, merge_by, n_lexical, n_semantic, flt, allowed, facets, t0))
+                zip(todo, self._consistent(todo, k, model, merge_by, n_lexical, n_semantic, flt, allowed, facets, t0))
             )
             if self.result_cache > 0:
                 with self._results_lock:
@@ -293,6 +293,20 @@ class ShardedBundle:
             ]
         self._fetch_documents([h.doc_id for r in out if r is not None for h in r.hits])
         return out  # type: ignore[return-value]  # filled
+
+    VERSION_RETRIES = 5
+    """Times a search runs again when its rounds reached two versions of a shard (a rollout)."""
+
+    def _consistent(self, *args: Any) -> list[Result]:
+        """``_search``, run again while a rollout gives its rounds two versions of a shard."""
+        for attempt in range(self.VERSION_RETRIES + 1):
+            try:
+                return self._search(*args)
+            except ShardUnavailable as e:
+                if not isinstance(e.__cause__, ShardVersionError) or attempt == self.VERSION_RETRIES:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     DOCUMENTS_KEPT = 50_000
     """Hits whose documents the coordinator keeps (``_docs``)."""
@@ -341,6 +355,7 @@ class ShardedBundle:
         t = time.perf_counter()
         slices = [None if allowed is None else allowed[o : o + n] for o, n in zip(self.offsets, self.sizes)]
         r1: list[list[Stage1]] = self._scatter("stage1", [(queries, vecs, name, nl, ns, flt, s) for s in slices])
+        versions = [r[0].version if r else None for r in r1]  # (the later rounds must reach these)
         ids: list[dict[int, str]] = [{} for _ in queries]
         lex, sem = [], []
         for i in range(len(queries)):
@@ -355,8 +370,8 @@ class ShardedBundle:
             exact = self._scatter(
                 "rescore",
                 [
-                    (vecs, name, [p[(p >= o) & (p < o + n)] - o for p, _, _ in lists])
-                    for o, n in zip(self.offsets, self.sizes)
+                    (vecs, name, [p[(p >= o) & (p < o + n)] - o for p, _, _ in lists], v)
+                    for o, n, v in zip(self.offsets, self.sizes, versions)
                 ],
             )
             for i, (p, _, di) in enumerate(lists):
@@ -389,7 +404,9 @@ class ShardedBundle:
             if facets:
                 pos_of = [{v: p for p, v in ids[i].items()} for i in range(len(queries))]
                 tallies = self._tallies(
-                    queries, [np.array([pos_of[i][h.doc_id] for h in hs], np.int64) for i, hs in enumerate(found_hits)]
+                    versions,
+                    queries,
+                    [np.array([pos_of[i][h.doc_id] for h in hs], np.int64) for i, hs in enumerate(found_hits)],
                 )
             timing["total_ms"] = 1000 * (time.perf_counter() - t0)
             timing["batch"] = float(len(queries))
@@ -401,7 +418,7 @@ class ShardedBundle:
         t = time.perf_counter()
         per_shard: list[tuple[Any, ...]] = []
         where: list[list[np.ndarray]] = []
-        for o, n in zip(self.offsets, self.sizes):
+        for o, n, v in zip(self.offsets, self.sizes, versions):
             pos, need_l, need_s, mine = [], [], [], []
             for c in cands:
                 sel = np.flatnonzero((c.positions >= o) & (c.positions < o + n))
@@ -412,7 +429,7 @@ class ShardedBundle:
                     np.flatnonzero(np.isnan(c.semantic_rank[sel])) if vecs is not None else np.zeros(0, np.int64)
                 )
             where.append(mine)
-            per_shard.append((queries, vecs, name, pos, need_l, need_s, True, facets > 0))
+            per_shard.append((queries, vecs, name, pos, need_l, need_s, True, facets > 0, v))
         r2 = self._scatter("complete", per_shard)
         timing["complete_ms"] = 1000 * (time.perf_counter() - t)
         t = time.perf_counter()
@@ -462,13 +479,15 @@ class ShardedBundle:
         timing["batch"] = float(len(queries))
         return [Result(h, dict(timing), q, None if tl is None else tl.counts(facets), tl) for q, h, tl in out]
 
-    def _tallies(self, queries: list[str], positions: list[np.ndarray]) -> list[Tally | None]:
+    def _tallies(
+        self, versions: list[str | None], queries: list[str], positions: list[np.ndarray]
+    ) -> list[Tally | None]:
         """The facet tally of each query's hits at ``positions`` (global), added up over the shards."""
         per_shard = []
-        for o, n in zip(self.offsets, self.sizes):
+        for o, n, v in zip(self.offsets, self.sizes, versions):
             pos = [p[(p >= o) & (p < o + n)] - o for p in positions]
             empty = [np.zeros(0, np.int64)] * len(queries)
-            per_shard.append((queries, None, None, pos, empty, empty, False, True))
+            per_shard.append((queries, None, None, pos, empty, empty, False, True, v))
         r = self._scatter("complete", per_shard)
         out: list[Tally | None] = []
         for i in range(len(queries)):

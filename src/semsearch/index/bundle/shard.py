@@ -243,6 +243,14 @@ class Stage1:
     lexical: Arrays
     semantic: Arrays
     short: bool = False
+    version: str = ""
+    """The answering shard's version (its ``shard.json``'s sha256): the later rounds of the search
+    must reach the same version (``ShardVersionError``)."""
+
+
+class ShardVersionError(RuntimeError):
+    """A round reached another version of the shard than the search's first round did (a replica
+    of a new version, during a rollout): the search is run again."""
 
 
 class Shard:
@@ -255,6 +263,7 @@ class Shard:
         if verify:
             _verify(p, meta.get("files"), SHARD)
         self.path, self.meta = p, meta
+        self.version = sha256_file(p / SHARD)
         self.index, self.offset = int(meta["shard"]), int(meta["offset"])
         try:
             self.corpus = load_corpus(p / "documents.jsonl", stored_fields=True)
@@ -348,10 +357,20 @@ class Shard:
                     sem.append((p[keep].astype(np.int64), s[keep].astype(np.float64), [ids[j] for j in p[keep]]))
             else:
                 sem = [(p, s, [ids[j] for j in p]) for p, s in ix.search_positions(vectors, n_semantic, allowed=mask)]
-        return [Stage1(lx, sm, short) for lx, sm in zip(lex, sem)]
+        return [Stage1(lx, sm, short, self.version) for lx, sm in zip(lex, sem)]
 
-    def rescore(self, vectors: np.ndarray, model: str, positions: list[np.ndarray]) -> list[np.ndarray]:
-        """Exact scores (the full vectors) of each query's short-list documents at ``positions``."""
+    def _same_version(self, version: str | None) -> None:
+        if version is not None and version != self.version:
+            raise ShardVersionError(
+                f"shard {self.index}: version {self.version[:12]}, the search began on {version[:12]}"
+            )
+
+    def rescore(
+        self, vectors: np.ndarray, model: str, positions: list[np.ndarray], version: str | None = None
+    ) -> list[np.ndarray]:
+        """Exact scores (the full vectors) of each query's short-list documents at ``positions``
+        (``version``: the shard version they are positions of)."""
+        self._same_version(version)
         ix = self.vectors[model]
         return [ix.similarity_positions(v, p) for v, p in zip(vectors, positions)]
 
@@ -365,11 +384,14 @@ class Shard:
         need_semantic: list[np.ndarray],
         features: bool,
         tally: bool,
+        version: str | None = None,
     ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None, Tally | None]]:
         """Per query, for its candidates at ``positions`` in this shard: the lexical scores of
         those at ``need_lexical`` (indices into ``positions``), the semantic scores of those at
         ``need_semantic``, the ranker's per-document feature columns of all of them
-        (``features``) and their facet tally (``tally``)."""
+        (``features``) and their facet tally (``tally``); ``version``: the shard version they are
+        positions of (``ShardVersionError`` if this is another)."""
+        self._same_version(version)
         out = []
         for i, (q, pos) in enumerate(zip(queries, positions)):
             nl, ns = need_lexical[i], need_semantic[i]
@@ -405,4 +427,4 @@ def _query_matrix(ix: VectorIndex, vectors: np.ndarray) -> np.ndarray:
     return _unit(q) if ix.metric == "cosine" else q
 
 
-__all__ = ["SHARD", "SHARDED", "Shard", "Stage1", "is_sharded", "read_sharded", "split_bundle"]
+__all__ = ["SHARD", "SHARDED", "Shard", "ShardVersionError", "Stage1", "is_sharded", "read_sharded", "split_bundle"]
