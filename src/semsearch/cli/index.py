@@ -7,7 +7,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -134,6 +134,14 @@ def index_build(
         typer.Option(
             "--vector-param",
             help="Vector index parameter NAME=VALUE (repeatable, integers), e.g. efSearch=64 (see docs/serving.md).",
+        ),
+    ] = [],
+    encoded: Annotated[
+        list[Path],
+        typer.Option(
+            "--encoded",
+            help="The documents' vectors from 'semsearch encode --shard I/N' or '--ray N' (each part's .npy, all N "
+            "parts of one encoding; repeatable): that encoder is not run again on the documents they hold.",
         ),
     ] = [],
     shards: Annotated[
@@ -281,13 +289,23 @@ def index_build(
     if rescorer is not None:
         rs = load_model(rescorer)
         _onnx_models([rs], onnx if rescorer_onnx is None else rescorer_onnx)
+    known = _encoded_vectors(encoded, names, built) if encoded else None
     if shards > 1:
         from ..data._io import tmp_dir
         from ..index.bundle.shard import split_bundle
 
         whole = tmp_dir(out_dir.with_name(f".{out_dir.name}.whole"))
         try:
-            build_bundle(corpus, built, whole / "bundle", options, ranker=rk, train_ranker=trainer, rescorer=rs)
+            build_bundle(
+                corpus,
+                built,
+                whole / "bundle",
+                options,
+                ranker=rk,
+                train_ranker=trainer,
+                rescorer=rs,
+                known_vectors=known,
+            )
             path = split_bundle(whole / "bundle", out_dir, shards)
         finally:
             shutil.rmtree(whole, ignore_errors=True)
@@ -296,8 +314,34 @@ def index_build(
             highlight=False,
         )
         return
-    path = build_bundle(corpus, built, out_dir, options, ranker=rk, train_ranker=trainer, rescorer=rs)
+    path = build_bundle(
+        corpus, built, out_dir, options, ranker=rk, train_ranker=trainer, rescorer=rs, known_vectors=known
+    )
     err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
+
+
+def _encoded_vectors(paths: list[Path], names: list[str], models: list) -> dict[str, dict[str, Any]]:
+    """``--encoded``: the parts of one documents' encoding (``encode --shard``), as the vectors of
+    the bundle's encoder that made them (the ``--models`` entry naming the model folder they were
+    encoded with), doc id -> vector; ValueError when the parts are incomplete, of queries, or of a
+    model not in ``--models``."""
+    import numpy as np
+
+    from ..index.semantic import encoder_id
+    from ..index.sharded import complete_encoding
+
+    parts = complete_encoding(paths)
+    first = parts[0]
+    if first.side != "document":
+        raise ValueError(f"--encoded {first.path}: vectors of the {first.side} side, not of documents")
+    made_by = [m for n, m in zip(names, models, strict=True) if Path(n).resolve() == Path(first.model).resolve()]
+    if not made_by:
+        raise ValueError(f"--encoded {first.path}: vectors of the model {first.model}, which --models does not name")
+    vectors: dict[str, np.ndarray] = {}
+    for e in parts:
+        rows = np.load(e.path, mmap_mode="r")
+        vectors.update(zip(e.ids, rows))
+    return {encoder_id(made_by[0]): vectors}
 
 
 @index_app.command("shard")
