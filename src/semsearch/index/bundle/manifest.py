@@ -14,6 +14,8 @@ from ...models.base import sha256_file as _sha256
 from ..semantic import encoder_id
 
 MANIFEST = "manifest.json"
+SHARDED = "sharded.json"
+"""A sharded bundle's coordinator manifest (``shard``; a sharded bundle has no ``manifest.json``)."""
 FORMAT = 2
 STORES = ("faiss", "postgres")
 SPELLING = "spelling.json"  # the bundle's spelling corrector (its documents' word counts)

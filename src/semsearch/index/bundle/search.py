@@ -27,7 +27,7 @@ from ..filters import Filter, FilterIndex, Tally
 from ..hybrid import SCORERS, Candidates, HybridHit, HybridRetriever
 from ..semantic import SemanticRetriever
 from ..vector import VectorIndex
-from .manifest import MANIFEST, _same_name, _verify_files, read_manifest
+from .manifest import MANIFEST, SHARDED, _same_name, _verify_files, read_manifest
 from .options import QUERY_CACHE, RESULT_CACHE, LoadOptions
 from .store import _open_store
 
@@ -237,6 +237,8 @@ class Bundle:
         backup = p.with_name(f".{p.name}.old")
         if not (p / MANIFEST).is_file() and (backup / MANIFEST).is_file():
             p = backup
+        if not (p / MANIFEST).is_file() and (p / SHARDED).is_file():
+            raise ModelDirError(f"{p}: a sharded bundle; serve it ('semsearch serve') or open it with ShardedBundle")
         if not (p / MANIFEST).is_file():
             raise ModelDirError(f"{p}: not a semsearch bundle (no {MANIFEST}); build one with 'semsearch index build'")
         manifest = read_manifest(p)

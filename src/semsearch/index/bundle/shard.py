@@ -41,11 +41,9 @@ from ...plugins import load_model
 from ..filters import Filter, FilterIndex, Tally
 from ..semantic import encoder_id
 from ..vector import VectorIndex
-from .manifest import MANIFEST, SPELLING
+from .manifest import MANIFEST, SHARDED, SPELLING
 from .search import Bundle
 
-SHARDED = "sharded.json"
-"""The coordinator folder's manifest (a sharded bundle has no ``manifest.json``)."""
 SHARD = "shard.json"
 """A shard folder's manifest."""
 SHARD_DIR = "shard-{:05d}"
