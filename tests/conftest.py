@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -304,3 +305,75 @@ def serve_subprocess(
 def serve_bundle() -> Callable[..., contextlib.AbstractContextManager[tuple[str, subprocess.Popen]]]:
     """``serve_subprocess``, for tests that run ``semsearch serve`` as a child process."""
     return serve_subprocess
+
+
+# -- a two-node Ray cluster on this machine (tests/serving/test_cluster.py, tests/index/test_sharded_real.py) --
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ray_env(token: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token),
+        "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory) -> Iterator[tuple[str, dict[str, str]]]:
+    """A head node and a second node (one CPU each) on this machine: (GCS address, environment)."""
+    d = tmp_path_factory.mktemp("ray")
+    token = d / "token"
+    token.write_text(secrets.token_hex(32))
+    env = _ray_env(token)
+    port = _free_port()
+    procs = []
+
+    def start(*args: str) -> None:
+        procs.append(
+            subprocess.Popen(
+                [RAY, "start", *args, "--num-cpus", "1", "--block"],
+                env=env,
+                stdout=open(d / f"node{len(procs)}.log", "w"),  # noqa: SIM115  # closed with the process
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+
+    address = f"127.0.0.1:{port}"
+    try:
+        start("--head", "--port", str(port), "--include-dashboard=false", "--disable-usage-stats")
+        deadline = time.time() + 90
+        added = False
+        while time.time() < deadline:
+            r = subprocess.run([RAY, "status", "--address", address], env=env, capture_output=True, text=True)
+            active = r.stdout.split("Pending:")[0].count(" node_") if r.returncode == 0 else 0
+            if active >= 1 and not added:
+                start("--address", address)
+                added = True
+            if active >= 2:
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(f"the two-node Ray cluster did not start: {r.stdout[-500:]} {r.stderr[-500:]}")
+        yield address, env
+    finally:
+        for p in reversed(procs):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)

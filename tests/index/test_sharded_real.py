@@ -1,8 +1,8 @@
-"""A sharded Home Depot bundle answers as the bundle, through HTTP (issue 51's done-when, in one
-process; tests/serving/test_cluster.py serves a sharded bundle on a two-node Ray cluster): the
-whole collection (54,667 titles), BM25 (english) ∪ a DSSM's vectors (flat), re-ranked by a
-LambdaMART trained in the build; split in 3; the top 100 of 200 real test queries identical, ids
-and scores, spell correction included."""
+"""A sharded Home Depot bundle answers as the bundle, through HTTP (issue 51's done-when): the whole
+collection (54,667 titles), BM25 (english) ∪ a DSSM's vectors (flat), re-ranked by a LambdaMART
+trained in the build; split in 3; the top 100 of 200 real test queries identical, ids and scores,
+spell correction included: with the shards in the service's process, and served by Ray Serve on a
+two-node local Ray cluster (``ray_cluster``)."""
 
 from __future__ import annotations
 
@@ -14,22 +14,22 @@ from typer.testing import CliRunner
 pytestmark = pytest.mark.integration
 
 
-def test_home_depot_in_three_shards_answers_as_the_bundle_through_http(shared_data: Path, tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("SEMSEARCH_DATA", str(shared_data))
-    from fastapi.testclient import TestClient
-
+@pytest.fixture(scope="module")
+def homedepot(shared_data: Path, tmp_path_factory) -> tuple[Path, Path, list[str]]:
+    """(the bundle, it split in 3, 200 test queries)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SEMSEARCH_DATA", str(shared_data))
     from semsearch.cli import app
     from semsearch.data import open_dataset
     from semsearch.index.bundle.shard import split_bundle
     from semsearch.plugins import create_model
-    from semsearch.serving import create_app
     from semsearch.text import TrigramHasher
 
+    d = tmp_path_factory.mktemp("hd")
     ds = open_dataset("homedepot")
-    titles = ds.corpus().titles
     dssm = create_model("dssm", hidden=[64], out=32)  # untrained: the vectors are a fixed projection
-    dssm.build(TrigramHasher.fit(titles[:20_000], max_words=8))
-    dssm.save(tmp_path / "dssm")
+    dssm.build(TrigramHasher.fit(ds.corpus().titles[:20_000], max_words=8))
+    dssm.save(d / "dssm")
     r = CliRunner().invoke(
         app,
         [
@@ -38,7 +38,7 @@ def test_home_depot_in_three_shards_answers_as_the_bundle_through_http(shared_da
             "--data",
             "homedepot",
             "--models",
-            f"bm25,{tmp_path / 'dssm'}",
+            f"bm25,{d / 'dssm'}",
             "--analyzer",
             "english",
             "--fields",
@@ -49,21 +49,59 @@ def test_home_depot_in_three_shards_answers_as_the_bundle_through_http(shared_da
             "--ranker-param",
             "num_boost_round=40",
             "--out",
-            str(tmp_path / "B"),
+            str(d / "B"),
         ],  # fmt: skip
     )
     assert r.exit_code == 0, r.output
-    sharded = split_bundle(tmp_path / "B", tmp_path / "S", 3)
     queries = ds.queries()
     test = [queries[q] for q in sorted(ds.qrels("test")) if queries.get(q, "").strip()][:200]
     assert len(test) == 200
+    yield d / "B", split_bundle(d / "B", d / "S", 3), test
+    mp.undo()
+
+
+def _compare(get_a, get_b, queries: list[str]) -> None:
     full = 0
-    with TestClient(create_app(tmp_path / "B")) as a, TestClient(create_app(sharded)) as b:
-        for q in test:
-            want = a.get("/search", params={"q": q, "k": 100}).json()
-            got = b.get("/search", params={"q": q, "k": 100}).json()
-            assert [h["doc_id"] for h in got["hits"]] == [h["doc_id"] for h in want["hits"]], q
-            assert [h["score"] for h in got["hits"]] == pytest.approx([h["score"] for h in want["hits"]], abs=1e-9)
-            assert got["corrected_query"] == want["corrected_query"]
-            full += len(want["hits"]) == 100
+    for q in queries:
+        want, got = get_a(q), get_b(q)
+        assert [h["doc_id"] for h in got["hits"]] == [h["doc_id"] for h in want["hits"]], q
+        assert [h["score"] for h in got["hits"]] == pytest.approx([h["score"] for h in want["hits"]], abs=1e-9)
+        assert got["corrected_query"] == want["corrected_query"]
+        full += len(want["hits"]) == 100
     assert full >= 150  # (a query's candidates, lexical ∪ semantic at depths 100 and 50, may be fewer)
+
+
+def test_home_depot_in_three_shards_answers_as_the_bundle_through_http(homedepot):
+    from fastapi.testclient import TestClient
+
+    from semsearch.serving import create_app
+
+    plain, sharded, queries = homedepot
+    with TestClient(create_app(plain)) as a, TestClient(create_app(sharded)) as b:
+        _compare(
+            lambda q: a.get("/search", params={"q": q, "k": 100}).json(),
+            lambda q: b.get("/search", params={"q": q, "k": 100}).json(),
+            queries,
+        )
+
+
+def test_home_depot_sharded_on_a_two_node_ray_cluster_answers_as_the_bundle(homedepot, ray_cluster, serve_bundle):
+    import httpx
+    from fastapi.testclient import TestClient
+
+    from semsearch.serving import create_app
+
+    plain, sharded, queries = homedepot
+    address, env = ray_cluster
+    ray_env = {k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
+    flags = ["--cluster", address, "--result-cache", "0"]
+    with TestClient(create_app(plain)) as a, serve_bundle(sharded, *flags, env=ray_env, start_s=300) as (base, _):
+        with httpx.Client(base_url=base, timeout=60) as b:
+            _compare(
+                lambda q: a.get("/search", params={"q": q, "k": 100}).json(),
+                lambda q: b.get("/search", params={"q": q, "k": 100}).json(),
+                queries,
+            )
+            metrics = b.get("/metrics").text
+    for shard in ("0", "1", "2"):
+        assert f'semsearch_shard_calls_total{{outcome="ok",round="stage1",shard="{shard}"}} 200.0' in metrics
