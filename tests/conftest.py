@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -377,3 +378,8 @@ def ray_cluster(tmp_path_factory) -> Iterator[tuple[str, dict[str, str]]]:
                 p.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+        # a killed 'ray start' leaves its address as this machine's current cluster, which a later
+        # bare ray.init (another test's local Ray) would try to join
+        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+        if current.is_file() and current.read_text().strip().endswith(f":{port}"):
+            current.unlink()

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from ..clicks.distributed import LogCounts
 
 from .common import PLAIN_HELP, _guard, _parse_params, app, err, out
 
@@ -102,3 +105,72 @@ def clicks_loop(
     results = run_loop(options)
     out.print(tables(results), markup=False, highlight=False)
     err.print(f"results in {out_dir} ({results['seconds']:,} s)", highlight=False)
+
+
+RAY_HELP = "Run on Ray Data: local (a Ray started here), auto, HOST:PORT or ray://HOST:10001 (default: this process)."
+
+
+def _counts(log_dir: Path, top_n: int, ray: str | None) -> LogCounts:
+    from ..clicks.distributed import log_counts
+
+    if top_n < 1:
+        raise ValueError(f"--top-n must be >= 1, got {top_n}")
+    counts = log_counts(log_dir, top_n=top_n, ray=ray, progress=lambda m: err.print(m, highlight=False))
+    err.print(
+        f"{counts.partitions:,} partition(s), {counts.impressions:,} impressions: {counts.cells.num_rows:,} distinct "
+        f"cells in {counts.seconds:.1f} s ({counts.impressions / max(counts.seconds, 1e-9):,.0f} impressions/s)",
+        highlight=False,
+    )
+    return counts
+
+
+@clicks_app.command("fit")
+@_guard
+def clicks_fit(
+    log_dir: Annotated[Path, typer.Argument(help="An event log, or a folder of them (a partitioned log).")],
+    out_file: Annotated[Path, typer.Option("--out", help="The fit as JSON (the examination per rank, ...).")],
+    model: Annotated[str, typer.Option(help="pbm or ubm.")] = "pbm",
+    top_n: Annotated[int, typer.Option("--top-n", help="Ranks of each impression read.")] = 10,
+    ray: Annotated[str | None, typer.Option("--ray", help=RAY_HELP)] = None,
+) -> None:
+    """Fit a click model (PBM or UBM, by EM) to a log, partition by partition (docs/clicks.md, "At
+    cluster scale"): each partition's cells counted (on Ray Data with --ray), added up, the EM run once."""
+    from ..clicks.distributed import MODELS, fit
+    from ..data._io import write_json
+
+    if model not in MODELS:
+        raise ValueError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
+    counts = _counts(log_dir, top_n, ray)
+    result = fit(counts.cells, model, positions=top_n)
+    write_json(out_file, {**result.to_json(), "impressions": counts.impressions, "partitions": counts.partitions})
+    err.print(f"{model} fitted in {result.iterations} iterations; written to {out_file}", highlight=False)
+
+
+@clicks_app.command("labels")
+@_guard
+def clicks_labels(
+    log_dir: Annotated[Path, typer.Argument(help="An event log, or a folder of them (a partitioned log).")],
+    out_file: Annotated[Path, typer.Option("--out", help="The labels as one Parquet file.")],
+    top_n: Annotated[int, typer.Option("--top-n", help="Ranks of each impression read.")] = 10,
+    propensities: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated examination per rank: clicks weighted by their inverse (default: unweighted)."
+        ),
+    ] = None,
+    levels: Annotated[int, typer.Option(help="Grades 0..levels-1 cut from the click-through rate.")] = 5,
+    ray: Annotated[str | None, typer.Option("--ray", help=RAY_HELP)] = None,
+) -> None:
+    """Per shown (query, document) pair of a log: impressions, clicks, propensity-weighted credit,
+    click-through rate, grade and most frequent rank (what the click-trained rankers and pair models
+    learn from), partition by partition (on Ray Data with --ray), into one Parquet file."""
+    from ..clicks.distributed import labels, write_labels
+
+    try:
+        prop = None if propensities is None else [float(x) for x in propensities.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--propensities: comma-separated numbers, got {propensities!r}") from None
+    counts = _counts(log_dir, top_n, ray)
+    table = labels(counts.cells, propensities=prop, levels=levels)
+    write_labels(table, out_file)
+    err.print(f"{table.num_rows:,} labelled pairs written to {out_file}", highlight=False)

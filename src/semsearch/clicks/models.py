@@ -173,6 +173,14 @@ class _ExaminationEM:
             counts.append(part_count)
         uniq, inverse = np.unique(np.concatenate(codes), return_inverse=True)
         count = np.bincount(inverse, np.concatenate(counts).astype(np.float64), minlength=len(uniq))
+        return self.fit_cells(uniq, count, n_pairs)
+
+    def fit_cells(self, uniq: np.ndarray, count: np.ndarray, n_pairs: int) -> _ExaminationEM:
+        """The EM on a log reduced to its distinct cells: ``uniq`` the sorted codes (pair ·
+        n_exam + examination index) · 2 + clicked, ``count`` how many cells of each (what a log
+        partitioned over machines adds up: ``clicks.distributed``); ``n_pairs`` pairs, indexed as
+        ``pairs`` orders them (``positions`` set)."""
+        n_exam = self._n_exam(self.positions)
         clicked = (uniq % 2).astype(bool)
         e = (uniq // 2) % n_exam
         u = uniq // 2 // n_exam

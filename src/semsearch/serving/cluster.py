@@ -33,6 +33,7 @@ from ray import serve
 from ..index.bundle.coordinator import ShardedBundle
 from ..index.bundle.shard import SHARD, SHARDED, Shard, read_sharded
 from ..models.base import ModelDirError, sha256_file
+from ..ray_cluster import connect
 from .options import ServeOptions
 
 APP = "semsearch"
@@ -146,21 +147,6 @@ def bundle_version(path: str | Path) -> str:
     """A sharded bundle's version: the sha256 of its coordinator manifest (which lists every
     coordinator file's and every shard manifest's sha256)."""
     return sha256_file(Path(path) / SHARDED)
-
-
-def connect(address: str) -> bool:
-    """Ray initialised for ``address`` ("local": a new cluster in this process; "auto": the one
-    ``ray start`` runs on this machine; ``ray://host:10001``: a remote one through Ray Client;
-    ``host:port``: a cluster's GCS address); True when this process started it."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if address == "local":
-        ray.init(include_dashboard=False, log_to_driver=False)
-        return True
-    ray.init(address=address, log_to_driver=False)
-    return False
 
 
 def deploy(options: ServeOptions) -> Any:
