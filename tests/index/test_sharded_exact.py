@@ -231,3 +231,24 @@ def test_index_shard_and_build_shards_on_the_command_line(collection, tmp_path):
     r = _run("index", "reindex", plain, "--data", plain / "documents.jsonl", "--out", tmp_path / "R",
              "--vector-param", "efSearch=10")  # fmt: skip
     assert r.exit_code != 0 and "--vector-param needs --vector-index" in r.output
+
+
+def test_an_ivfpq_subset_holds_the_documents_own_codes_and_labels():
+    """The lists' ids and codes are copied whole into the shard (a dangling pointer would leave
+    garbage labels where the arrays it pointed to were freed: checked on every list)."""
+    import faiss
+
+    from semsearch.index.vector import VectorIndex
+
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(3000, 16)).astype(np.float32)
+    ix = VectorIndex.build([f"d{i}" for i in range(3000)], v, "ivfpq", nlist=8, m=4, nbits=4, nprobe=8, rerank=20)
+    for lo, hi in [(0, 1000), (1000, 2500), (2500, 3000)]:
+        part = ix.subset(lo, hi)
+        il = part._faiss.invlists
+        labels = np.concatenate(
+            [faiss.rev_swig_ptr(il.get_ids(i), il.list_size(i)).copy() for i in range(il.nlist) if il.list_size(i)]
+        )
+        assert sorted(labels.tolist()) == list(range(hi - lo))
+        q = rng.normal(size=(5, 16)).astype(np.float32)
+        assert all(len(h) == 10 for h in part.search(q, 10))

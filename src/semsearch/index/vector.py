@@ -276,10 +276,10 @@ class VectorIndex:
                 codes = faiss.rev_swig_ptr(src.get_codes(li), size * src.code_size).copy()
                 keep = np.flatnonzero((labels >= lo) & (labels < hi))
                 if len(keep):
-                    mine = codes.reshape(size, src.code_size)[keep]
-                    dst.add_entries(
-                        li, len(keep), faiss.swig_ptr(labels[keep] - lo), faiss.swig_ptr(np.ascontiguousarray(mine))
-                    )
+                    # (held in names until add_entries has copied them: a pointer keeps no array alive)
+                    mine_ids = np.ascontiguousarray(labels[keep] - lo, dtype=np.int64)
+                    mine = np.ascontiguousarray(codes.reshape(size, src.code_size)[keep])
+                    dst.add_entries(li, len(keep), faiss.swig_ptr(mine_ids), faiss.swig_ptr(mine))
             twin._faiss.ntotal = hi - lo
             if self._exact is not None:
                 twin._exact = np.array(self._exact[lo:hi], dtype=np.float32)
