@@ -153,7 +153,10 @@ def _ray_counts(parts: Sequence[Path], top_n: int, address: str, say: Callable[[
             return pa.concat_tables([cell_counts(read_sessions(p, top_n=top_n)) for p in batch["path"]])
 
         counted = ds.map_batches(count, batch_size=1, batch_format="numpy")
-        summed = counted.groupby(list(CELL_COLUMNS)).sum("n")
+        # as many hash partitions as the cluster has CPUs: Ray Data's default (200) costs more in
+        # shuffle tasks than a small cluster sums in them
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        summed = counted.groupby(list(CELL_COLUMNS), num_partitions=cpus).sum("n")
         say(f"{len(parts)} partitions: counting and adding up on Ray Data")
         table = pa.concat_tables([ray.get(r) for r in summed.to_arrow_refs()])
         return table.rename_columns([*CELL_COLUMNS, "n"]) if len(table.column_names) == 6 else _empty()
