@@ -6,7 +6,7 @@ Each script writes its JSON under results/bench/ with a ``summary`` list
 (``_common.summary_row``); this collects them into ``--table`` (default docs/benchmarks.md,
 linked from the README) with the machine line, the load average and each script's wall time.
 A script that fails or overruns its time limit is reported as such in the table, never silently
-left out. The load tests (``load_test``, ``filtered``) need the served bundle (``make bundle``);
+left out. The load tests (``load_test``, ``filtered``, ``sharded``) need the served bundle (``make bundle``);
 without it their rows say so.
 
 Run:
@@ -103,6 +103,10 @@ PLAN: list[tuple[str, list[str], int, str]] = [
         240,
         "writes.json",
     ),
+    # the sharded service against the plain one on Home Depot (the synthetic collection: sharded.py
+    # --synthetic 4000000, about half an hour, run by hand)
+    ("sharded", ["--bundle", str(BUNDLE), "--synthetic", "0", "--seconds", "10"], 600, "sharded.json"),
+    ("click_log_ray", ["--events", "10000000"], 600, "click_log_ray.json"),
 ]
 
 
@@ -183,7 +187,7 @@ def main() -> None:
         if only and name not in only:
             continue
         print(f"== {name} {' '.join(script_args)}", flush=True)
-        if name in ("load_test", "filtered") and not (BUNDLE / "manifest.json").is_file():
+        if name in ("load_test", "filtered", "sharded") and not (BUNDLE / "manifest.json").is_file():
             results.append(
                 {
                     "name": name,

@@ -17,6 +17,8 @@ BATCH_CAP = 64
 """Most searches one pass of a worker runs together (``SearchBatcher``)."""
 NO_FILTER = Filter()
 """An unfiltered search's filter (empty)."""
+OFFLOADED_PASSES = 4
+"""Offloaded passes (a sharded bundle's) that run at once: each mostly waits for its shards."""
 GATHER_TURNS = 4
 """Turns of the event loop a search pass waits for more searches (``SearchBatcher``): enough for
 the requests read meanwhile to join the pass, few enough that a lone client hardly waits."""
@@ -42,14 +44,15 @@ class SearchBatcher:
         turns: int = GATHER_TURNS,
         offload: bool = False,
     ) -> None:
-        """``offload``: run each pass in a thread of its own, one pass at a time, instead of on
+        """``offload``: run passes in threads, up to ``OFFLOADED_PASSES`` at once, instead of on
         the event loop (a sharded bundle's search waits on its shards, which must not block the
-        loop: Ray Serve's handles refuse to be waited on there)."""
+        loop: Ray Serve's handles refuse to be waited on there; while one pass waits for its
+        shards, the next runs)."""
         if turns < 1:
             raise ValueError(f"turns must be >= 1, got {turns}")
         self.bundle, self.cap, self.observe, self.turns = bundle, cap, observe, turns
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="search-pass") if offload else None
-        self._busy = False  # an offloaded pass is running
+        self._pool = ThreadPoolExecutor(OFFLOADED_PASSES, thread_name_prefix="search-pass") if offload else None
+        self._busy = 0  # offloaded passes running
         self._waiting: list[tuple[tuple[int, str | None, str, Filter, int], str, float, asyncio.Future[Result]]] = []
         self._scheduled = False
 
@@ -63,7 +66,7 @@ class SearchBatcher:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Result] = loop.create_future()
         self._waiting.append(((k, model, merge, filters, facets), query, time.perf_counter(), future))
-        if not self._scheduled and not self._busy:
+        if not self._scheduled and self._busy < OFFLOADED_PASSES:
             self._scheduled = True
             loop.call_soon(self._after, self.turns)
         return future
@@ -85,8 +88,12 @@ class SearchBatcher:
         for w in taken:
             groups.setdefault(w[0], []).append(w)
         if self._pool is not None:  # the next pass is scheduled when this one ends (_pass_done)
-            self._scheduled, self._busy = False, True
+            self._scheduled = False
+            self._busy += 1
             self._pool.submit(self._pass_in_thread, asyncio.get_running_loop(), list(groups.items()))
+            if self._waiting and self._busy < OFFLOADED_PASSES:
+                self._scheduled = True
+                asyncio.get_running_loop().call_soon(self._after, self.turns)
             return
         self._scheduled = bool(self._waiting)
         if self._scheduled:
@@ -114,7 +121,7 @@ class SearchBatcher:
             loop.call_soon_threadsafe(self._settle, batch, results, None, start)
 
     def _pass_done(self) -> None:
-        self._busy = False
+        self._busy -= 1
         if self._waiting and not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._after, self.turns)

@@ -74,7 +74,7 @@ class _LocalClient:
         self.shard, self.pool = shard, pool
 
     def submit(self, method: str, *args: Any) -> Future[Any]:
-        return self.pool.submit(getattr(self.shard, method), *args)
+        return self.pool.submit(self.shard.call, method, *args)
 
 
 class _Ids:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,8 @@ class Shard:
         if verify:
             _verify(p, meta.get("files"), SHARD)
         self.path, self.meta = p, meta
+        self.lock = threading.Lock()
+        """Held by ``call`` around each round: the analyzers' and encoders' caches are not thread-safe."""
         self.version = sha256_file(p / SHARD)
         self.index, self.offset = int(meta["shard"]), int(meta["offset"])
         try:
@@ -304,6 +307,16 @@ class Shard:
 
     def __len__(self) -> int:
         return len(self.corpus)
+
+    ROUNDS = ("info", "stage1", "rescore", "complete", "documents")
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Round ``method`` (one of ``ROUNDS``) with ``args``, one round at a time (``lock``): what
+        a ``ShardClient`` runs, in this process or in a Ray Serve replica."""
+        if method not in self.ROUNDS:
+            raise ValueError(f"no shard round {method!r}")
+        with self.lock:
+            return getattr(self, method)(*args)
 
     def info(self) -> dict[str, Any]:
         """Which shard this is and what it holds (the coordinator checks it against its manifest)."""
