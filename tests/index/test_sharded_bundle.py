@@ -8,6 +8,7 @@ its manifest does not list, ``index build --shards`` answering as ``index build`
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 
 import numpy as np
@@ -30,21 +31,20 @@ def _run(*args: object):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-@pytest.fixture(scope="module")
-def products(tmp_path_factory):
-    """A 90-product table (distinct titles, a brand facet) and an untrained DSSM over its titles."""
+def _products(d, n: int, brands: list[str]):
+    """An ``n``-product table at ``d`` (distinct titles, a brand facet cycling through ``brands``)
+    and an untrained DSSM over its titles."""
     from semsearch.plugins import create_model
     from semsearch.text import TrigramHasher
 
-    d = tmp_path_factory.mktemp("products")
     rng = np.random.default_rng(23)
     rows, seen = [], set()
-    for i in range(90):
+    for i in range(n):
         title = ""
         while not title or title in seen:  # distinct titles: no two documents tied on one vector
             title = " ".join(rng.choice(WORDS, size=rng.integers(1, 6)))
         seen.add(title)
-        rows.append({"sku": f"k{i:03d}", "title": title, "brand": ["acme", "bolt", "crest"][i % 3]})
+        rows.append({"sku": f"k{i:03d}", "title": title, "brand": brands[i % len(brands)]})
     with (d / "products.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, ["sku", "title", "brand"])
         w.writeheader()
@@ -53,6 +53,12 @@ def products(tmp_path_factory):
     m.build(TrigramHasher.fit([r["title"] for r in rows], max_words=8))
     m.save(d / "dssm")
     return d
+
+
+@pytest.fixture(scope="module")
+def products(tmp_path_factory):
+    """90 products, 30 of each of three brands."""
+    return _products(tmp_path_factory.mktemp("products"), 90, ["acme", "bolt", "crest"])
 
 
 def _build(products, out, *extra: object, models: str | None = None):
@@ -101,6 +107,30 @@ def test_two_stage_k_larger_than_a_shard(make_two_stage, tmp_path):
             want, got = b.search(q, 50), s.search(q, 50)
             assert len(want.hits) > 15
             assert _pairs(got) == _pairs(want)
+    finally:
+        s.close()
+        b.close()
+
+
+def test_a_two_stage_table_bundle_filters_and_counts_facets_as_the_bundle(tmp_path):
+    """The packaged portable ranker over a table: stage 2's facet tally comes from the shards'
+    ``complete`` round (not the plain search's), under filters and masks."""
+    table = _products(tmp_path, 260, ["acme", "bolt", "crest", "delta", "echo"])
+    plain = _build(table, tmp_path / "B", "--ranker", "portable")
+    b = Bundle.load(plain, result_cache=0)
+    s = ShardedBundle.open_local(split_bundle(plain, tmp_path / "S", 3))
+    mask = np.zeros(260, bool)
+    mask[::3] = True
+    try:
+        assert s.two_stage and b.two_stage
+        counted = set()
+        for q in QUERIES:
+            for kw in ({"facets": 5}, {"facets": 5, "filters": ["brand:acme"]}, {"allowed": mask, "facets": 2},
+                       {"filters": ["brand:bolt", "brand:echo"], "allowed": mask, "facets": 5}):  # fmt: skip
+                want, got = b.search(q, 20, **kw), s.search(q, 20, **kw)
+                assert _pairs(got) == _pairs(want) and got.facets == want.facets, (q, kw)
+                counted.add(json.dumps(want.facets, sort_keys=True))
+        assert len(counted) > 4  # the counts depend on the query's candidates, not only on the filter
     finally:
         s.close()
         b.close()
