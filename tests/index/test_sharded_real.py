@@ -2,7 +2,9 @@
 collection (54,667 titles), BM25 (english) ∪ a DSSM's vectors (flat), re-ranked by a LambdaMART
 trained in the build; split in 3; the top 100 of 200 real test queries identical, ids and scores,
 spell correction included: with the shards in the service's process, and served by Ray Serve on a
-two-node local Ray cluster (``ray_cluster``)."""
+two-node local Ray cluster (``ray_cluster``). The same bundle's vectors re-indexed as IVF-PQ with
+exact re-scoring (``index reindex --vector-index ivfpq``) and split in 3: the coordinator's merge of
+the shards' short lists gives the bundle's top 100 too (in process)."""
 
 from __future__ import annotations
 
@@ -105,3 +107,35 @@ def test_home_depot_sharded_on_a_two_node_ray_cluster_answers_as_the_bundle(home
             metrics = b.get("/metrics").text
     for shard in ("0", "1", "2"):
         assert f'semsearch_shard_calls_total{{outcome="ok",round="stage1",shard="{shard}"}} 200.0' in metrics
+
+
+def _as_json(result) -> dict:  # type: ignore[no-untyped-def]
+    """A search result as the service's JSON carries what ``_compare`` reads."""
+    hits = [{"doc_id": h.doc_id, "score": h.score} for h in result.hits]
+    return {"hits": hits, "corrected_query": result.query}
+
+
+def test_home_depot_ivfpq_rescored_in_three_shards_answers_as_the_bundle(homedepot, tmp_path):
+    from semsearch.cli import app
+    from semsearch.index.bundle import Bundle
+    from semsearch.index.bundle.coordinator import ShardedBundle
+    from semsearch.index.bundle.options import LoadOptions
+    from semsearch.index.bundle.shard import split_bundle
+
+    plain, _, queries = homedepot
+    params = ["nlist=256", "m=8", "nbits=8", "nprobe=16", "rerank=200"]
+    r = CliRunner().invoke(
+        app,
+        ["index", "reindex", str(plain), "--data", str(plain / "documents.jsonl"), "--out", str(tmp_path / "B"),
+         "--vector-index", "ivfpq", *[x for p in params for x in ("--vector-param", p)]],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    b = Bundle.load(tmp_path / "B", result_cache=0)
+    s = ShardedBundle.open_local(split_bundle(tmp_path / "B", tmp_path / "S", 3), LoadOptions(result_cache=0))
+    try:
+        assert s.semantic["dssm"].kind == "ivfpq" and s.two_stage
+        assert s.manifest["models"][0]["params"]["rerank"] == 200  # the shards' short lists merged, re-scored
+        _compare(lambda q: _as_json(b.search(q, 100)), lambda q: _as_json(s.search(q, 100)), queries)
+    finally:
+        s.close()
+        b.close()

@@ -239,6 +239,10 @@ def index_build(
     )
     if rescorer_onnx is not None:
         _check_onnx(rescorer_onnx, "--rescorer-onnx")
+    if shards > 1 and rescorer is not None:  # (split_bundle refuses them too, but only after the build)
+        raise ValueError("--shards: a bundle with a --rescorer (a stage-3 cross-encoder) cannot be sharded")
+    if shards > 1 and store != "faiss":
+        raise ValueError(f"--shards: a sharded bundle is built with the faiss store, not --store {store}")
     weight = check_weight(RESCORE_WEIGHT if rescore_weight is None else rescore_weight, "--rescore-weight")
     options = BuildOptions.from_mapping(
         {
@@ -274,6 +278,8 @@ def index_build(
             if Path(data).is_file()
             else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus()
         )
+    if shards > len(corpus):
+        raise ValueError(f"--shards {shards}: more shards than the {len(corpus)} documents")
     # the ranker's parameters and the models' held-out folds are checked before any model is loaded
     trainer = (
         stage_ranker_trainer(

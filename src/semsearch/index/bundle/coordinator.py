@@ -36,7 +36,7 @@ from ..hybrid import merge, union_positions
 from ..semantic import SemanticRetriever, encoder_id
 from .options import LoadOptions
 from .search import N_LEXICAL, N_SEMANTIC, Bundle, Hit, Result, check_search
-from .shard import SHARDED, Shard, ShardVersionError, Stage1, is_sharded, read_sharded
+from .shard import SHARD, SHARDED, Shard, ShardVersionError, Stage1, is_sharded, read_sharded
 
 
 class ShardUnavailable(RuntimeError):
@@ -169,7 +169,14 @@ class ShardedBundle:
         opts = options or LoadOptions()
         p = Path(path)
         coord = read_sharded(p, verify=opts.verify)
-        local = LocalShards([Shard(p / s["path"], verify=opts.verify) for s in coord["shards"]])
+        shards = [Shard(p / s["path"], verify=opts.verify) for s in coord["shards"]]
+        listed = coord.get("files") or {}
+        for s, sh in zip(coord["shards"], shards):
+            # (unverified, the shard folders must still be the ones listed: two swapped shards
+            # would answer at each other's offsets; the Ray replicas check the same digest)
+            if sh.version != listed.get(f"{s['path']}/{SHARD}"):
+                raise ModelDirError(f"{sh.path}: not the shard its sharded bundle lists ({SHARD} differs)")
+        local = LocalShards(shards)
         return cls(p, local.clients(), opts, close=local.close)
 
     # -- what the service reads ---------------------------------------------------------------------
