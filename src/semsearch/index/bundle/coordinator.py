@@ -35,7 +35,7 @@ from ..filters import Filter, FilterIndex, Tally
 from ..hybrid import merge, union_positions
 from ..semantic import SemanticRetriever, encoder_id
 from .options import LoadOptions
-from .search import N_LEXICAL, N_SEMANTIC, Bundle, Hit, Result, check_search
+from .search import N_LEXICAL, N_SEMANTIC, Bundle, Hit, Result, ResultCache, check_search
 from .shard import SHARD, SHARDED, Shard, ShardVersionError, Stage1, is_sharded, read_sharded
 
 
@@ -153,9 +153,8 @@ class ShardedBundle:
         schema = coord.get("schema") or {}
         self.filters = FilterIndex([], schema.get("facets", []), schema.get("numeric", []))
         """The filterable fields (what filters parse against; each shard masks its own documents)."""
-        self.result_cache = opts.result_cache
-        self._results: OrderedDict[tuple[Any, ...], Result] = OrderedDict()
-        self._results_lock = threading.Lock()
+        self.results = ResultCache(opts.result_cache)
+        self._docs_lock = threading.Lock()
         self._enc_lock = threading.Lock()
         self._docs: OrderedDict[str, tuple[str, str, dict[str, Any]]] = OrderedDict()
         """The recent hits' titles, texts and stored fields, fetched from their shards by the search
@@ -272,34 +271,14 @@ class ShardedBundle:
             None if allowed is None else hashlib.blake2b(np.packbits(allowed).tobytes(), digest_size=16).digest(),
             facets,
         )
-        out: list[Result | None] = [None] * len(queries)
-        if self.result_cache > 0:
-            with self._results_lock:
-                for i, q in enumerate(queries):
-                    hit = self._results.get((q, *key))
-                    if hit is not None:
-                        self._results.move_to_end((q, *key))
-                        ms = 1000 * (time.perf_counter() - t0)
-                        out[i] = Result(list(hit.hits), {"cached_ms": ms, "total_ms": ms}, q, hit.facets, hit.tally)
-        todo = list(dict.fromkeys(q for q, r in zip(queries, out) if r is None))
-        if todo:
-            found = dict(
-                zip(todo, self._consistent(todo, k, model, merge_by, n_lexical, n_semantic, flt, allowed, facets, t0))
-            )
-            if self.result_cache > 0:
-                with self._results_lock:
-                    for q, r in found.items():
-                        self._results[(q, *key)] = r
-                    while len(self._results) > self.result_cache:
-                        self._results.popitem(last=False)
-            out = [
-                r
-                if r is not None
-                else Result(list(found[q].hits), dict(found[q].timing), q, found[q].facets, found[q].tally)
-                for q, r in zip(queries, out)
-            ]
-        self._fetch_documents([h.doc_id for r in out if r is not None for h in r.hits])
-        return out  # type: ignore[return-value]  # filled
+        out = self.results.answer(
+            queries,
+            key,
+            t0,
+            lambda todo: self._consistent(todo, k, model, merge_by, n_lexical, n_semantic, flt, allowed, facets, t0),
+        )
+        self._fetch_documents([h.doc_id for r in out for h in r.hits])
+        return out
 
     VERSION_RETRIES = 5
     """Times a search runs again when its rounds reached two versions of a shard (a rollout)."""
@@ -320,7 +299,7 @@ class ShardedBundle:
 
     def _fetch_documents(self, ids: list[str]) -> None:
         """The documents of ``ids`` into ``_docs``: those not there fetched from the shards."""
-        with self._results_lock:
+        with self._docs_lock:
             missing = [d for d in dict.fromkeys(ids) if d not in self._docs]
             for d in ids:
                 if d in self._docs:
@@ -329,7 +308,7 @@ class ShardedBundle:
             found: dict[str, Any] = {}
             for part in self._scatter("documents", [(missing,)] * len(self.clients)):
                 found.update(part)
-            with self._results_lock:
+            with self._docs_lock:
                 self._docs.update(found)
                 while len(self._docs) > max(self.DOCUMENTS_KEPT, len(ids)):
                     self._docs.popitem(last=False)
@@ -508,11 +487,11 @@ class ShardedBundle:
     def hits(self, result: Result) -> list[Hit]:
         """Plain rows for a result: each hit's title, text and stored fields, from its shard."""
         ids = [h.doc_id for h in result.hits]
-        with self._results_lock:
+        with self._docs_lock:
             docs = {d: self._docs[d] for d in ids if d in self._docs}
         if len(docs) < len(set(ids)):  # (evicted since its search: fetched again)
             self._fetch_documents(ids)
-            with self._results_lock:
+            with self._docs_lock:
                 docs = {d: self._docs[d] for d in ids}
         return [Hit(r, h.doc_id, h.score, *docs[h.doc_id]) for r, h in enumerate(result.hits, 1)]
 

@@ -8,7 +8,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,53 @@ class Result:
     under its filter (``FilterIndex.counts``); else None."""
     tally: Tally | None = None
     """The counts behind ``facets``, untruncated (``Tally``: a served delta adds its own)."""
+
+
+class ResultCache:
+    """The results of the ``size`` most recent distinct searches (0: none kept), by query and
+    settings; ``answer`` gives each query its kept result or its fresh one, searched once per
+    distinct query. Thread-safe: the service's passes share it."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._kept: OrderedDict[tuple[Any, ...], Result] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def answer(
+        self,
+        queries: Sequence[str],
+        settings: tuple[Any, ...],
+        t0: float,
+        search: Callable[[list[str]], list[Result]],
+    ) -> list[Result]:
+        """Each of ``queries``' result under ``settings``: a kept one (its time ``cached_ms``, since
+        ``t0``), else ``search``'s over the distinct queries not kept (then kept); every result a
+        copy of its own, so a caller may cut its hits."""
+        out: list[Result | None] = [None] * len(queries)
+        if self.size > 0:
+            with self._lock:
+                for i, q in enumerate(queries):
+                    hit = self._kept.get((q, *settings))
+                    if hit is not None:
+                        self._kept.move_to_end((q, *settings))
+                        ms = 1000 * (time.perf_counter() - t0)
+                        out[i] = Result(list(hit.hits), {"cached_ms": ms, "total_ms": ms}, q, hit.facets, hit.tally)
+        todo = list(dict.fromkeys(q for q, r in zip(queries, out, strict=True) if r is None))  # each once
+        if todo:
+            found = dict(zip(todo, search(todo), strict=True))
+            if self.size > 0:
+                with self._lock:
+                    for q, r in found.items():
+                        self._kept[(q, *settings)] = r
+                    while len(self._kept) > self.size:
+                        self._kept.popitem(last=False)
+            out = [
+                r
+                if r is not None
+                else Result(list(found[q].hits), dict(found[q].timing), q, found[q].facets, found[q].tally)
+                for q, r in zip(queries, out, strict=True)
+            ]
+        return out  # type: ignore[return-value]  # filled
 
 
 def _top(hits: Sequence[HybridHit], scores: np.ndarray, k: int) -> list[int]:
@@ -118,10 +165,8 @@ class Bundle:
         self.correct_queries = bool(correct_queries and corrector is not None)
         """Whether searches correct their queries' spelling by default (``search_many``'s ``correct``)."""
         self.store = "faiss"  # where the vectors are searched: faiss, or postgres (set by load)
-        self.result_cache = result_cache
-        """Recent distinct searches whose results are kept (``LoadOptions.result_cache``; 0: none)."""
-        self._results: OrderedDict[tuple[Any, ...], Result] = OrderedDict()
-        self._results_lock = threading.Lock()
+        self.results = ResultCache(result_cache)
+        """The recent distinct searches' results (``LoadOptions.result_cache`` of them; 0: none)."""
         for r in semantic.values():
             r.query_cache = query_cache
         self.lexical, self.semantic, self.ranker = lexical, dict(semantic), ranker
@@ -316,6 +361,11 @@ class Bundle:
         return bundle
 
     @property
+    def result_cache(self) -> int:
+        """How many recent distinct searches' results are kept (``LoadOptions.result_cache``)."""
+        return self.results.size
+
+    @property
     def filterable(self) -> bool:
         """Whether searches take filters: the bundle has facet or numeric fields and both stages
         of every model search one positional collection (not the postgres store, not a sharded
@@ -484,35 +534,12 @@ class Bundle:
         # the mask is part of a cached result's key (by digest: the array itself is not hashable)
         mask_key = None if mask is None else hashlib.blake2b(np.packbits(mask).tobytes(), digest_size=16).digest()
         settings = (k, model, merge_by, n_lexical, n_semantic, mask_key, facets)
-        out: list[Result | None] = [None] * len(queries)
-        if self.result_cache > 0:
-            with self._results_lock:
-                for i, q in enumerate(queries):
-                    hit = self._results.get((q, *settings))
-                    if hit is not None:
-                        self._results.move_to_end((q, *settings))
-                        ms = 1000 * (time.perf_counter() - t0)
-                        out[i] = Result(list(hit.hits), {"cached_ms": ms, "total_ms": ms}, q, hit.facets, hit.tally)
-        todo = list(
-            dict.fromkeys(q for q, r in zip(queries, out, strict=True) if r is None)
-        )  # each distinct query once
-        if todo:
-            found = dict(
-                zip(todo, self._search(todo, k, model, merge_by, n_lexical, n_semantic, t0, mask, facets), strict=True)
-            )
-            if self.result_cache > 0:
-                with self._results_lock:
-                    for q, r in found.items():
-                        self._results[(q, *settings)] = r
-                    while len(self._results) > self.result_cache:
-                        self._results.popitem(last=False)
-            out = [
-                r
-                if r is not None
-                else Result(list(found[q].hits), dict(found[q].timing), q, found[q].facets, found[q].tally)
-                for q, r in zip(queries, out, strict=True)
-            ]
-        return out  # type: ignore[return-value]  # filled
+        return self.results.answer(
+            queries,
+            settings,
+            t0,
+            lambda todo: self._search(todo, k, model, merge_by, n_lexical, n_semantic, t0, mask, facets),
+        )
 
     def check_search(self, queries: Sequence[str], k: int, merge_by: str, correct: bool | None, facets: int) -> None:
         """What ``search_many`` refuses before any work (``check_search``)."""
