@@ -20,5 +20,8 @@ def connect(address: str) -> bool:
     if address == "local":  # (explicitly: a bare init would join a cluster 'ray start' left here)
         ray.init(address="local", include_dashboard=False, log_to_driver=False)
         return True
-    ray.init(address=address, log_to_driver=False)
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, ValueError, RuntimeError) as e:
+        raise ValueError(f"cannot reach a Ray cluster at {address!r} ({e}); an address is {ADDRESSES}") from None
     return False

@@ -138,3 +138,13 @@ def test_clicks_fit_and_labels_on_the_command_line(logs, tmp_path):
     assert pq.read_table(tmp_path / "l.parquet").num_rows > 100
     r = CliRunner().invoke(app, ["clicks", "fit", str(tmp_path / "nothing"), "--out", str(tmp_path / "x.json")])
     assert r.exit_code != 0 and "nothing" in r.output
+
+
+def test_an_address_that_names_no_ray_cluster_is_refused_naming_it():
+    pytest.importorskip("ray") if not CI else None
+    from semsearch.ray_cluster import connect
+
+    with pytest.raises(ValueError, match="cannot reach a Ray cluster at 'foo'"):
+        connect("foo")
+    with pytest.raises(ValueError, match="address is needed"):
+        connect(" ")
