@@ -207,7 +207,9 @@ def summary(out: dict) -> list[dict]:
     """The ``make bench`` rows: each sharded way's p99 against the plain bundle's (the overhead)."""
     rows = []
     for name in ("homedepot", "synthetic"):
-        ways_ = out.get(name, {})
+        if name not in out:
+            continue
+        ways_ = out[name]
         ways_ = ways_.get("ways", ways_)
         label = "Home Depot" if name == "homedepot" else f"{out[name]['documents']:,} synthetic titles"
         for way, r in ways_.items():

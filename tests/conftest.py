@@ -329,9 +329,10 @@ def _ray_env(token: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory) -> Iterator[tuple[str, dict[str, str]]]:
-    """A head node and a second node (one CPU each) on this machine: (GCS address, environment)."""
+    """A head node and a second node (one CPU each) on this machine: (GCS address, environment).
+    Per module: a cluster left running would be joined by another test's bare ``ray.init``."""
     d = tmp_path_factory.mktemp("ray")
     token = d / "token"
     token.write_text(secrets.token_hex(32))

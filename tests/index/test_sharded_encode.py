@@ -110,7 +110,8 @@ def test_ray_runs_the_shards_as_tasks(setup, tmp_path):
         else __import__("ray")
     )
     d, ids, _ = setup
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # (address "local": not a cluster another test runs on this machine)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         r = CliRunner().invoke(
             app,
