@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from ..data._io import atomic_write
 from ..data.events import Sessions, read_sessions
-from .models import PBM, UBM, _previous_click_rank, shown_mask
+from .models import PBM, UBM, previous_click_rank, shown_mask
 
 CELL_COLUMNS = ("query", "doc", "rank", "prev", "clicked")
 """A cell's key: query text, document id, 1-based rank, 1-based rank of the last click above it (0:
@@ -62,7 +62,7 @@ def cell_counts(sessions: Sessions) -> pa.Table:
     """The counts of ``sessions``' distinct shown cells (``CELL_COLUMNS`` and ``n``)."""
     k = sessions.positions
     mask = shown_mask(sessions)
-    prev = _previous_click_rank(sessions.clicks)
+    prev = previous_click_rank(sessions.clicks)
     n_docs = max(len(sessions.doc_ids), 1)
     rows, cols = np.nonzero(mask)
     code = ((sessions.query[rows].astype(np.int64) * n_docs + sessions.docs[rows, cols]) * k + cols) * (k + 1) + prev[
@@ -211,7 +211,7 @@ def fit(cells: pa.Table, model: str = "pbm", *, positions: int = 10, **params: A
     rank = cells["rank"].to_numpy().astype(np.int64) - 1
     prev = cells["prev"].to_numpy().astype(np.int64)
     exam = rank if model == "pbm" else rank * (positions + 1) + prev
-    code = (pair_np * m._n_exam(positions) + exam) * 2 + cells["clicked"].to_numpy(zero_copy_only=False)
+    code = (pair_np * m.n_exam(positions) + exam) * 2 + cells["clicked"].to_numpy(zero_copy_only=False)
     uniq, inverse = np.unique(code, return_inverse=True)
     count = np.bincount(inverse, cells["n"].to_numpy().astype(np.float64), minlength=len(uniq))
     m.fit_cells(uniq, count, pairs.num_rows)

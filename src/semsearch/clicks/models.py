@@ -124,7 +124,7 @@ def _check(sessions: Sessions, positions: int | None = None) -> None:
 # -- position-based and user-browsing models (EM over examination × attractiveness) --------------
 
 
-def _previous_click_rank(clicks: np.ndarray) -> np.ndarray:
+def previous_click_rank(clicks: np.ndarray) -> np.ndarray:
     """For each cell, the 1-based rank of the last click above it (0: none)."""
     n, positions = clicks.shape
     ranks = np.where(clicks, np.arange(1, positions + 1), 0)
@@ -155,7 +155,8 @@ class _ExaminationEM:
         """The examination parameter of each cell of ``(n, positions)`` sessions with these clicks."""
         raise NotImplementedError
 
-    def _n_exam(self, positions: int) -> int:
+    def n_exam(self, positions: int) -> int:
+        """How many examination parameters a model of ``positions`` ranks has."""
         raise NotImplementedError
 
     def fit(self, sessions: Sessions) -> _ExaminationEM:
@@ -163,7 +164,7 @@ class _ExaminationEM:
         mask = shown_mask(sessions)
         self.positions = sessions.positions
         self.pairs, pair = _Pairs.of(sessions, mask)
-        n_exam, n_pairs = self._n_exam(self.positions), len(self.pairs.keys)
+        n_exam, n_pairs = self.n_exam(self.positions), len(self.pairs.keys)
         codes, counts = [], []
         for c in _slices(len(sessions)):  # counts of identical (pair, examination, click) cells
             m = mask[c]
@@ -180,7 +181,7 @@ class _ExaminationEM:
         n_exam + examination index) · 2 + clicked, ``count`` how many cells of each (what a log
         partitioned over machines adds up: ``clicks.distributed``); ``n_pairs`` pairs, indexed as
         ``pairs`` orders them (``positions`` set)."""
-        n_exam = self._n_exam(self.positions)
+        n_exam = self.n_exam(self.positions)
         clicked = (uniq % 2).astype(bool)
         e = (uniq // 2) % n_exam
         u = uniq // 2 // n_exam
@@ -239,7 +240,7 @@ class PBM(_ExaminationEM):
     def _exam_index(self, clicks: np.ndarray) -> np.ndarray:
         return np.broadcast_to(np.arange(clicks.shape[1]), clicks.shape)
 
-    def _n_exam(self, positions: int) -> int:
+    def n_exam(self, positions: int) -> int:
         return positions
 
     @property
@@ -262,9 +263,9 @@ class UBM(_ExaminationEM):
 
     def _exam_index(self, clicks: np.ndarray) -> np.ndarray:
         positions = clicks.shape[1]
-        return np.arange(positions) * (positions + 1) + _previous_click_rank(clicks)
+        return np.arange(positions) * (positions + 1) + previous_click_rank(clicks)
 
-    def _n_exam(self, positions: int) -> int:
+    def n_exam(self, positions: int) -> int:
         return positions * (positions + 1)
 
     @property
@@ -308,7 +309,7 @@ class CascadeModel:
         _check(sessions)
         self.positions = sessions.positions
         mask = shown_mask(sessions)
-        examined = mask & (_previous_click_rank(sessions.clicks) == 0)  # at or above the first click
+        examined = mask & (previous_click_rank(sessions.clicks) == 0)  # at or above the first click
         self.pairs, pair = _Pairs.of(sessions, examined)
         n_pairs = len(self.pairs.keys)
         clicks = np.bincount(pair[examined], sessions.clicks[examined], minlength=n_pairs)
@@ -323,7 +324,7 @@ class CascadeModel:
 
     def conditional_click_probabilities(self, sessions: Sessions) -> np.ndarray:
         mask, alpha = self._alpha(sessions)
-        return np.where(_previous_click_rank(sessions.clicks) == 0, alpha, 0.0)
+        return np.where(previous_click_rank(sessions.clicks) == 0, alpha, 0.0)
 
     def marginal_click_probabilities(self, sessions: Sessions) -> np.ndarray:
         mask, alpha = self._alpha(sessions)

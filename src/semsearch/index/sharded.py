@@ -159,7 +159,7 @@ class ShardedVectorIndex:
             raise ValueError("k must be at least 1")
         first = self.shards[0]
         q = _as_matrix(queries, first.dim, "query vectors")
-        if first._reranks:
+        if first.reranks:
             return self._rescored(q, k)
         per_shard = [s.search(q, k) for s in self.shards]
         return [merge([hits[i] for hits in per_shard], k) for i in range(len(q))]
@@ -171,15 +171,13 @@ class ShardedVectorIndex:
         qn = _unit(q) if first.metric == "cosine" else q
         n = len(self)
         short = min(n, max(k, first.params["rerank"]))
-        found = []  # per shard: (code scores, positions)
-        for s in self.shards:
-            found.append(s._faiss_search(qn, min(len(s), short)) if len(s) else (None, None))
+        found = [s.short_list(q, short) for s in self.shards]  # per shard, per query: (positions, code scores)
         out = []
         for i, qv in enumerate(qn):
             cand = []  # (code score, shard, position)
-            for j, (scores, pos) in enumerate(found):
-                if scores is not None:
-                    cand += [(float(sc), j, int(p)) for sc, p in zip(scores[i], pos[i]) if p >= 0]  # type: ignore[index]  # with scores
+            for j, shard_lists in enumerate(found):
+                pos, code = shard_lists[i]
+                cand += [(float(sc), j, int(p)) for sc, p in zip(code, pos)]
             cand = heapq.nlargest(short, cand, key=lambda c: c[0])
             lists = []
             for j, s in enumerate(self.shards):

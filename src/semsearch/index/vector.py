@@ -193,7 +193,7 @@ class VectorIndex:
             self._train(v)
         self._faiss.add(v)
         self._matrix = None
-        if self._reranks:
+        if self.reranks:
             self._exact = v.copy() if self._exact is None else np.vstack([self._exact, v])
         self._ids = DocIds([*self._ids, *ids] if len(self._ids) else ids)
         self._ranks = self._ids.ranks
@@ -211,7 +211,7 @@ class VectorIndex:
         if not self._faiss.is_trained:
             raise ValueError("add_parts: train the index first (IVF-PQ: empty_copy of a trained one)")
         empty = faiss.clone_index(self._faiss)
-        exact = np.empty((total, self.dim), dtype=np.float32) if self._reranks else None
+        exact = np.empty((total, self.dim), dtype=np.float32) if self.reranks else None
         ids: list[str] = []
         try:
             for doc_ids, vectors in parts:
@@ -288,7 +288,7 @@ class VectorIndex:
             if not twin._faiss.is_trained and len(v):
                 twin._faiss.train(v)
             twin._faiss.add(v)
-            if twin._reranks:
+            if twin.reranks:
                 twin._exact = v.copy()
         twin._ids = DocIds(ids)
         twin._ranks = twin._ids.ranks
@@ -328,7 +328,7 @@ class VectorIndex:
 
     # -- searching ------------------------------------------------------------------------------
     @property
-    def _reranks(self) -> bool:
+    def reranks(self) -> bool:
         """Whether searches re-score the index's short list with the full vectors (``_exact``)."""
         return self.kind == "hnswsq" or (self.kind == "ivfpq" and self.params.get("rerank", 0) > 0)
 
@@ -386,7 +386,7 @@ class VectorIndex:
         k = min(k, n)
         if mask is not None:
             return self._filtered(q, k, mask)
-        if self._reranks:
+        if self.reranks:
             return self._rescored(q, k)
         return self._flat_ties(q, k)
 
@@ -429,7 +429,7 @@ class VectorIndex:
             params = fs.SearchParameters(sel=sel)
         try:
             found = (
-                self._rescored(q, k, params, len(cand)) if self._reranks else self._flat_ties(q, k, params, len(cand))
+                self._rescored(q, k, params, len(cand)) if self.reranks else self._flat_ties(q, k, params, len(cand))
             )
         finally:
             del params, sel, bits  # (faiss holds raw pointers to them during the search only)
@@ -519,10 +519,22 @@ class VectorIndex:
             return -np.einsum("ij,ij->i", d, d)
         return vectors @ q
 
+    def short_list(self, queries: Any, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query vector, the ``k`` best positions by the index's own scores (IVF-PQ: the codes'),
+        before any exact re-scoring, and those scores: what a sharded search merges into the whole
+        index's short list, which ``rescore_positions`` then scores exactly where it is held."""
+        q = _as_matrix(queries, self.dim, "query vectors")
+        if self.metric == "cosine":
+            q = _unit(q)
+        if not len(self._ids) or not len(q):
+            return [(np.zeros(0, np.int64), np.zeros(0)) for _ in range(len(q))]
+        scores, pos = self._faiss_search(q, min(len(self._ids), k))
+        return [(p[p >= 0].astype(np.int64), s[p >= 0].astype(np.float64)) for s, p in zip(scores, pos)]
+
     def rescore_positions(self, qv: np.ndarray, p: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Candidates at positions ``p`` (-1: none) re-scored with the full vectors: the best
         ``k`` positions and scores, best first, equal scores by doc id. Public for the sharded
-        index, which searches each shard's quantised vectors and re-scores the merged short list."""
+        searches, which merge the shards' ``short_list``s and re-score the merged one."""
         p = np.sort(p[p >= 0])  # sorted rows: the memory-mapped file is read in order
         s = self._score(self._exact[p], qv)  # type: ignore[index]  # kept vectors
         order = np.lexsort((self._ranks[p], -s))[:k]
@@ -659,7 +671,7 @@ class VectorIndex:
             ix._faiss.hnsw.efSearch = ix.params["efSearch"]
         elif ix.kind == "ivfpq":
             ix._faiss.nprobe = ix.params["nprobe"]
-        if ix._reranks:
+        if ix.reranks:
             try:
                 ix._exact = np.load(d / EXACT, mmap_mode="r", allow_pickle=False)
             except (OSError, ValueError) as e:

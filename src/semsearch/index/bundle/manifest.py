@@ -124,27 +124,28 @@ def read_manifest(p: Path) -> dict[str, Any]:
     return manifest
 
 
-def _verify_files(p: Path, files: Mapping[str, str]) -> None:
+def _verify_files(p: Path, files: Mapping[str, str], manifest: str = MANIFEST) -> None:
     """Every file the manifest lists is there with its sha256, and nothing else is (a file
-    added or swapped in from elsewhere is refused, not served)."""
+    added or swapped in from elsewhere is refused, not served); ``manifest``: the listing file's
+    name (a bundle's, or a shard's: ``shard``)."""
     for rel, digest in files.items():
         f = p / rel
         if not f.is_file():
-            raise ModelDirError(f"{p}: missing file {rel} (listed in {MANIFEST} 'files')")
+            raise ModelDirError(f"{p}: missing file {rel} (listed in {manifest} 'files')")
         found = _sha256(f)
         if found != digest:
             raise ModelDirError(
-                f"{p}: checksum mismatch for {rel}: {MANIFEST} 'files' says sha256 {digest[:12]}…, "
+                f"{p}: checksum mismatch for {rel}: {manifest} 'files' says sha256 {digest[:12]}…, "
                 f"the file has {found[:12]}… (bundle modified or corrupt)"
             )
     extra = sorted(
         x.relative_to(p).as_posix()
         for x in p.rglob("*")
-        if x.is_file() and x.name != MANIFEST and x.relative_to(p).as_posix() not in files
+        if x.is_file() and x.name != manifest and x.relative_to(p).as_posix() not in files
     )
     if extra:
         raise ModelDirError(
-            f"{p}: file {extra[0]} is not listed in {MANIFEST} 'files' ({len(extra)} unlisted; bundle modified)"
+            f"{p}: file {extra[0]} is not listed in {manifest} 'files' ({len(extra)} unlisted; bundle modified)"
         )
 
 

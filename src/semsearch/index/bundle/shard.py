@@ -42,7 +42,7 @@ from ...plugins import load_model
 from ..filters import Filter, FilterIndex, Tally
 from ..semantic import encoder_id
 from ..vector import VectorIndex
-from .manifest import MANIFEST, SHARDED, SPELLING
+from .manifest import MANIFEST, SHARDED, SPELLING, _verify_files
 from .search import Bundle
 
 SHARD = "shard.json"
@@ -65,15 +65,10 @@ def _files(root: Path) -> dict[str, str]:
 def _verify(root: Path, files: Any, manifest: str) -> None:
     if not isinstance(files, dict) or not files:
         raise ModelDirError(f"{root / manifest}: 'files' must be a table of file -> sha256")
-    found = _files(root)
-    for rel, digest in files.items():
-        if rel not in found:
-            raise ModelDirError(f"{root}: missing file {rel} (listed in {manifest} 'files')")
-        if found[rel] != digest:
-            raise ModelDirError(f"{root}: checksum mismatch for {rel} (sharded bundle modified or corrupt)")
-    extra = sorted(set(found) - set(files))
-    if extra:
-        raise ModelDirError(f"{root}: file {extra[0]} is not listed in {manifest} 'files' (bundle modified)")
+    outside = [rel for rel in files if not isinstance(rel, str) or Path(rel).is_absolute() or ".." in Path(rel).parts]
+    if outside:
+        raise ModelDirError(f"{root / manifest}: 'files' names {outside[0]!r}, not a file inside the shard")
+    _verify_files(root, files, manifest)
 
 
 def _read_json(f: Path) -> dict[str, Any]:
@@ -358,14 +353,11 @@ class Shard:
         short = False
         if model is not None and vectors is not None and n_semantic > 0 and len(self):
             ix = self.vectors[model]
-            if ix.kind == "ivfpq" and ix._reranks and mask is None:
+            if ix.kind == "ivfpq" and ix.reranks and mask is None:
                 short = True
-                q = _query_matrix(ix, vectors)
-                scores, pos = ix._faiss_search(q, min(len(ix), max(n_semantic, ix.params["rerank"])))
-                sem = []
-                for s, p in zip(scores, pos):
-                    keep = p >= 0
-                    sem.append((p[keep].astype(np.int64), s[keep].astype(np.float64), [ids[j] for j in p[keep]]))
+                sem = [
+                    (p, s, [ids[j] for j in p]) for p, s in ix.short_list(vectors, max(n_semantic, ix.params["rerank"]))
+                ]
             else:
                 sem = [(p, s, [ids[j] for j in p]) for p, s in ix.search_positions(vectors, n_semantic, allowed=mask)]
         return [Stage1(lx, sm, short, self.version) for lx, sm in zip(lex, sem)]
@@ -429,13 +421,6 @@ class Shard:
             if i is not None:
                 out[d] = (self.corpus.titles[i], self.corpus.texts[i], self.corpus.fields(i))
         return out
-
-
-def _query_matrix(ix: VectorIndex, vectors: np.ndarray) -> np.ndarray:
-    from ..vector import _as_matrix, _unit
-
-    q = _as_matrix(vectors, ix.dim, "query vectors")
-    return _unit(q) if ix.metric == "cosine" else q
 
 
 __all__ = ["SHARD", "SHARDED", "Shard", "ShardVersionError", "Stage1", "is_sharded", "read_sharded", "split_bundle"]
