@@ -75,7 +75,7 @@ def facets_of(doc_id: str, title: str) -> dict[str, object]:
 def faceted_copy(src: Path, dst: Path) -> Path:
     """``src`` with the derived facets as stored fields (hard links for everything else)."""
     from semsearch.data import Corpus, load_corpus, write_corpus
-    from semsearch.data._io import write_json as write_json_atomic
+    from semsearch.data.files import write_json as write_json_atomic
     from semsearch.models.base import sha256_file
 
     if dst.exists():

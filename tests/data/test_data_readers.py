@@ -396,7 +396,7 @@ def test_cached_array_computes_once_and_checks_rows(tmp_path):
     a file of another row count is computed again; no path, no file; nothing half-written."""
     import numpy as np
 
-    from semsearch.data._io import cached_array
+    from semsearch.data.files import cached_array
 
     calls = []
 
@@ -420,7 +420,7 @@ def test_write_json_is_the_one_json_format_and_never_half_written(tmp_path):
     temporary file behind."""
     import json
 
-    from semsearch.data._io import write_json
+    from semsearch.data.files import write_json
 
     f = tmp_path / "sub" / "x.json"
     write_json(f, {"name": "café", "n": [1, 2]})

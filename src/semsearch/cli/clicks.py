@@ -136,7 +136,7 @@ def clicks_fit(
     """Fit a click model (PBM or UBM, by EM) to a log, partition by partition (docs/clicks.md, "At
     cluster scale"): each partition's cells counted (on Ray Data with --ray), added up, the EM run once."""
     from ..clicks.distributed import MODELS, fit
-    from ..data._io import write_json
+    from ..data.files import write_json
 
     if model not in MODELS:
         raise ValueError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")

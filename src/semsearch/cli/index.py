@@ -297,7 +297,7 @@ def index_build(
         _onnx_models([rs], onnx if rescorer_onnx is None else rescorer_onnx)
     known = _encoded_vectors(encoded, names, built) if encoded else None
     if shards > 1:
-        from ..data._io import tmp_dir
+        from ..data.files import tmp_dir
         from ..index.bundle.shard import split_bundle
 
         whole = tmp_dir(out_dir.with_name(f".{out_dir.name}.whole"))

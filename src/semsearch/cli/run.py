@@ -134,6 +134,6 @@ def evaluate_cmd(
         table.add(label, evaluate(read_run(path), qr, ms, gain=gain, queries=query_set, rel_threshold=rel_threshold))
     out.print(table.to_markdown(columns=ms), highlight=False)
     if json_out:
-        from ..data._io import write_json
+        from ..data.files import write_json
 
         write_json(json_out, table.to_json())

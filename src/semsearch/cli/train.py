@@ -167,7 +167,7 @@ def _train(
 
 def _save(m: Any, log: dict[str, Any], out_dir: Path) -> None:
     """The trained model and its log into ``out_dir``, swapped in whole."""
-    from ..data._io import atomic_dir, write_json
+    from ..data.files import atomic_dir, write_json
     from ..models.base import TRAINING_LOG
 
     # written beside --out and swapped in whole: a run killed at any point leaves the previous

@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..data._io import atomic_write
 from ..data.events import Sessions, read_sessions
+from ..data.files import atomic_write
 from .models import PBM, UBM, previous_click_rank, shown_mask
 
 CELL_COLUMNS = ("query", "doc", "rank", "prev", "clicked")

@@ -5,7 +5,6 @@ query-domain TSVs, and a catalog of the data sets under ../shared/data. Every re
 line by line and takes `skip_bad_lines`; every writer is atomic.
 """
 
-from ._io import data_root
 from .beir import (
     BeirDataset,
     Corpus,
@@ -33,6 +32,7 @@ from .domains import (
     open_domain_set,
 )
 from .errors import BadLinePolicy, DataFormatError, DataWarning
+from .files import data_root
 from .pairs import iter_clicks, iter_pairs, write_clicks, write_pairs
 from .pools import query_pools
 from .positives import pair_texts, positive_pairs

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..types import Qrels
-from ._io import PathLike, atomic_write, first_line, parse_lines, tsv_field
 from .errors import DataFormatError
+from .files import PathLike, atomic_write, first_line, parse_lines, tsv_field
 
 Fields = Literal["title+text", "title", "text"]
 """Which document fields make the text used for ranking."""

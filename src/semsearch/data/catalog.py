@@ -7,9 +7,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ._io import PathLike, data_root, first_line
 from .beir import BeirDataset
 from .domains import HEADERS, domain_names, load_query_domains
+from .files import PathLike, data_root, first_line
 
 
 def _is_beir(folder: Path) -> bool:

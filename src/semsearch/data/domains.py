@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._io import PathLike, data_root, first_line, parse_lines
 from .errors import DataFormatError
+from .files import PathLike, data_root, first_line, parse_lines
 
 HEADERS = (
     ("split", "dialogue_id", "domains", "text"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Iterator
 
-from ._io import PathLike, atomic_write, parse_lines, tsv_field
+from .files import PathLike, atomic_write, parse_lines, tsv_field
 
 PAIRS_HEADER = ("query", "title")
 CLICKS_HEADER = ("query", "doc_id", "clicks")

@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._io import PathLike
 from .beir import TSV_ID_NAMES, Corpus
 from .errors import BadLinePolicy, DataFormatError
+from .files import PathLike
 
 MAX_RECORD_BYTES = 1 << 20
 """The default bound on one line (one record) of a table file: 1 MiB."""

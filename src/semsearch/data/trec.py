@@ -12,7 +12,7 @@ import operator
 from collections.abc import Iterator, Mapping
 
 from ..types import Qrels, Run
-from ._io import PathLike, atomic_write, parse_lines, token
+from .files import PathLike, atomic_write, parse_lines, token
 
 
 def ranked(docs: Mapping[str, float]) -> list[tuple[str, float]]:

@@ -115,7 +115,7 @@ class ABResult:
         }
 
     def write(self, out_dir: str | Path) -> Path:
-        from ..data._io import atomic_write, write_json
+        from ..data.files import atomic_write, write_json
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

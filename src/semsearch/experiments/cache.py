@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..data._io import write_json
+from ..data.files import write_json
 from ..models import Model
 from ..models.base import RECIPE, TRAINING_LOG
 from ..plugins import load_model

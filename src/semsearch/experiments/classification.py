@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..data import DomainTasks, EvalSet, TrainingData, open_dataset, open_domain_set
-from ..data._io import atomic_write, write_json
+from ..data.files import atomic_write, write_json
 from ..evaluation import auc
 from ..models.classifiers import letter_trigram_features, svm_scores, word_ngram_features
 from ..models.mtdnn import MTDNN

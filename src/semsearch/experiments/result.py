@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data import write_run
-from ..data._io import atomic_write, write_json
+from ..data.files import atomic_write, write_json
 from ..evaluation import ResultTable, crosstab_markdown
 from ..types import Run
 from .spec import ExperimentSpec

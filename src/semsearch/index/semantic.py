@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..data._io import cached_array
+from ..data.files import cached_array
 from ..models.base import Model, ModelDirError
 from ..plugins import load_model
 from ..progress import Reporter

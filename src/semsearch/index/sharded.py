@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..data._io import atomic_write, write_json
+from ..data.files import atomic_write, write_json
 from ..models.base import ModelDirError
 from ..models.doc_ids import DocIds
 from ..types import Part
@@ -404,7 +404,7 @@ def read_texts(texts: Path) -> tuple[list[str], list[str]]:
     """(ids, texts) of a BEIR corpus.jsonl (title + text), a queries.jsonl, or a text file with
     one text per line (ids: line numbers from 0)."""
     from ..data import iter_corpus, join_fields, load_queries
-    from ..data._io import read_lines
+    from ..data.files import read_lines
 
     if texts.suffix == ".jsonl" and texts.name.startswith("corpus"):
         docs = list(iter_corpus(texts))

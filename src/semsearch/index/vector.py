@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data._io import write_json
+from ..data.files import write_json
 from ..models.base import ModelDirError
 from ..models.doc_ids import DocIds
 from ..models.postings import check_allowed

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..data import ranked
-from ..data._io import write_json
+from ..data.files import write_json
 from ..params import Params
 from ..progress import track
 from ..types import Run

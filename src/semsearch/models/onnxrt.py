@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..data._io import write_json
+from ..data.files import write_json
 from .base import ModelDirError
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..data._io import write_json
+from ..data.files import write_json
 from ..device import model_device
 from ..progress import track
 from . import onnxrt

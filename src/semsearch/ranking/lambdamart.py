@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..data._io import write_json
+from ..data.files import write_json
 from ..models.base import Model, ModelDirError, positions, read_config, same_length, seal, write_config
 from ..params import ParamError, Params, param
 from ..types import Qrels

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..data import EvalSet, TrainingData
-from ..data._io import cached_array
+from ..data.files import cached_array
 from ..models.static_query import StaticQueryEncoder
 from ..progress import note
 from ..text.normalize import tokenize

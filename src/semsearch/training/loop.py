@@ -312,7 +312,7 @@ def em_loop(
 def _save_checkpoint(ck: Checkpoint, net, opt, epoch, stop, rng, best_state) -> None:
     # the whole checkpoint is written beside ck.path and swapped in at once: a run killed at any
     # point resumes from the previous epoch's complete checkpoint, never a mix of two epochs
-    from ..data._io import atomic_dir
+    from ..data.files import atomic_dir
 
     with atomic_dir(ck.path) as d:
         _write_checkpoint(d, ck, net, opt, epoch, stop, rng, best_state)

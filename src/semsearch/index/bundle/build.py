@@ -17,7 +17,7 @@ import numpy as np
 
 from ... import __version__
 from ...data import Corpus, write_corpus
-from ...data._io import TMP_SUFFIX, fsync_tree, replace_dir, tmp_dir, write_json
+from ...data.files import TMP_SUFFIX, fsync_tree, replace_dir, tmp_dir, write_json
 from ...models import Model
 from ...models.base import sha256_file as _sha256
 from ...models.base import similarity_of

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ...data._io import TMP_SUFFIX, fsync_tree, replace_dir, tmp_dir, write_json
+from ...data.files import TMP_SUFFIX, fsync_tree, replace_dir, tmp_dir, write_json
 from ...models import Model
 from ...models.base import sha256_file as _sha256
 from ..hybrid import HybridRetriever

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...data import Corpus, DataFormatError, join_fields, load_corpus
-from ...data._io import TMP_SUFFIX
+from ...data.files import TMP_SUFFIX
 from ...models import Model
 from ...models.base import ModelDirError, best_k, id_ranks
 from ...models.postings import check_allowed

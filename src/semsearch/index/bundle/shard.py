@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ...data import DataFormatError, load_corpus
-from ...data._io import atomic_dir, write_json
+from ...data.files import atomic_dir, write_json
 from ...models.base import ModelDirError, sha256_file
 from ...models.lexical import LexicalModel
 from ...plugins import load_model

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ...data._io import pid_alive
+from ...data.files import pid_alive
 from ...models.base import ModelDirError
 from ..semantic import SemanticRetriever, encoder_id
 from .manifest import MANIFEST, STORES

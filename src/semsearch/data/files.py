@@ -1,4 +1,5 @@
-"""Shared plumbing for every reader and writer: the data folder, numbered line parsing and atomic writes."""
+"""Shared plumbing for every reader and writer: the data folder, numbered line parsing, atomic writes and
+folder swaps (public: every layer that writes a file uses it)."""
 
 from __future__ import annotations
 
