@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from semsearch.clicks import PBM_EXAMINATION, PositionBasedUser, Rankings, simulate, simulate_sessions
+from semsearch.clicks.log import EventLogWriter
+from semsearch.clicks.sessions import Sessions, read_sessions
 from semsearch.data import Corpus
-from semsearch.data.events import EventLogWriter, Sessions, read_sessions
 from semsearch.evaluation import evaluate
 from semsearch.ranking.features import groups
 from semsearch.ranking.lambdamart import LambdaMART

@@ -234,7 +234,7 @@ def _train_on_clicks(
     ds = None if Path(data).is_file() else open_dataset(data)
     corpus = load_corpus(data) if ds is None else ds.corpus()
     if clicks.path.is_dir():
-        from ..data.events import read_sessions
+        from ..clicks.sessions import read_sessions
         from ..training.clicks import click_pairs, examination_propensities
 
         sessions = read_sessions(clicks.path)

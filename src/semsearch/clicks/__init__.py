@@ -1,7 +1,7 @@
 """Clicks: simulated users that click like people do, and click models fitted from a click log.
 
 `simulate` runs the unbiased-LTR literature's users (position-based, cascade, DBN) against a
-ranker's precomputed rankings into the event log format of `semsearch.data.events`; `models`
+ranker's precomputed rankings into the event log format of `semsearch.clicks.log`; `models`
 fits position-based, cascade, DBN and UBM click models to a log's sessions and evaluates them by
 held-out log-likelihood and perplexity by rank (Chuklin et al., "Click Models for Web Search").
 """

@@ -37,7 +37,7 @@ P(C_r = c_r) with the marginal click probability at each rank) and `perplexity`,
 Probabilities are clipped to [1e-6, 1 − 1e-6] so that a click a model rules out (a second click
 under the cascade model) costs log 1e-6, not −∞.
 
-Sessions are `semsearch.data.events.Sessions` (column j = rank j + 1; -1: nothing shown); a cell
+Sessions are `semsearch.clicks.sessions.Sessions` (column j = rank j + 1; -1: nothing shown); a cell
 after the first empty slot of a session is treated as outside the list.
 """
 
@@ -48,7 +48,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..data.events import Sessions
+from .sessions import Sessions
 
 EPS = 1e-6
 

@@ -46,7 +46,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..data.events import EVENT_SCHEMA, IMPRESSION_SCHEMA, EventLogWriter, Sessions
+from .log import EVENT_SCHEMA, IMPRESSION_SCHEMA, EventLogWriter
+from .sessions import Sessions
 
 PBM_EXAMINATION: tuple[float, ...] = (0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08, 0.06)
 

@@ -226,7 +226,7 @@ def simulate_log(
     import shutil
 
     from ..clicks import simulate
-    from ..data.events import EventLogWriter
+    from ..clicks.log import EventLogWriter
 
     prefixes = [directory / f"first-{n}" for n in curve]
     if all(p.is_dir() for p in prefixes):
@@ -273,7 +273,7 @@ def fit_click_models(log: Path, *, seed: int, true_examination: Sequence[float] 
     log-likelihood and perplexity (Chuklin et al. 2015); PBM's examination per rank beside the
     simulator's (relative to rank 1: a position-based model identifies it only up to a factor)."""
     from ..clicks.models import DBN, PBM, UBM, CascadeModel, log_likelihood, perplexity, split_sessions
-    from ..data.events import read_sessions
+    from ..clicks.sessions import read_sessions
 
     sessions = read_sessions(log, top_n=K)
     train, test = split_sessions(sessions, 0.25, seed=seed)

@@ -194,7 +194,7 @@ def _cell(text: str) -> str:
 
 
 def read_comparison(directory: str | Path, *, salt: str = DEFAULT_SALT, head_share: float = 0.5) -> ComparisonReport:
-    """What ``serve A --compare B --events DIR`` logged, read back (``data.events.read_clicked``,
+    """What ``serve A --compare B --events DIR`` logged, read back (``clicks.sessions.read_clicked``,
     through DuckDB): for the interleaved impressions, the wins, ties, Δ_AB and sign tests of
     `evaluation.online.interleaving_summary` (Radlinski et al. 2008; Chapelle et al. 2012) over
     the clicks credited to each team; for the ab impressions, the clicked-search rate per bucket
@@ -204,7 +204,7 @@ def read_comparison(directory: str | Path, *, salt: str = DEFAULT_SALT, head_sha
 
     Raises ``ValueError`` when the log holds no impression of a comparison, or when its ab
     impressions' arms are not the buckets ``salt`` gives their users (another ``--compare-salt``)."""
-    from ..data.events import read_clicked
+    from ..clicks.sessions import read_clicked
 
     table = read_clicked(directory)
     arms = table.column("arm").to_pylist()

@@ -1,4 +1,4 @@
-"""Learning from a click log: the event log's sessions (``data.events.Sessions``) turned into the
+"""Learning from a click log: the event log's sessions (``clicks.sessions.Sessions``) turned into the
 training data the trainers already take, with the position bias in clicks corrected or not.
 
 Clicks are biased by position: under the position-based model (PBM; Joachims, Swaminathan &
@@ -48,9 +48,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..clicks.sessions import Sessions
 from ..data import TrainingData
 from ..data.beir import Corpus, Fields
-from ..data.events import Sessions
 from ..data.training import PairList
 from ..types import Qrels
 

@@ -47,7 +47,7 @@ def stage_ranker_trainer(
         params: lambdamart parameters and training arguments (one vocabulary) changed from ``TWO_STAGE``.
         model_dirs: the saved stage-1 models whose held-out folds are checked (empty: none).
         where: the parameters' origin, named in errors.
-        clicks: an event log directory (``data.events``) to learn from instead of ``data``'s judgments.
+        clicks: an event log directory (``clicks.log``) to learn from instead of ``data``'s judgments.
 
     Returns:
         The ``train_ranker`` of ``build_bundle``: given the stage-1 search, the trained ranker and its log.
@@ -117,7 +117,7 @@ def _click_trainer(clicks: str | Path, corpus: Any, fields: str, params: Mapping
     """``stage_ranker_trainer`` over an event log: the log is read and checked (schema, documents
     in the collection, clicks present) and its labels made here, before any indexing; the
     returned function trains on stage 1's hits for the log's queries."""
-    from ..data.events import read_sessions
+    from ..clicks.sessions import read_sessions
     from .clicks import click_judgments, corpus_codes
 
     try:
