@@ -14,7 +14,7 @@ Data's group-by sum), and they are all that the examination models' EM and the c
   log (the same pairs in the same order, the same sums: tested equal). DBN and the cascade model
   condition on each session's whole click sequence; they are not fitted here.
 - ``labels``: per shown (query, document) pair its impressions, clicks, inverse-propensity
-  weighted credit, click-through rate, grade and most frequent rank: what ``training.clicks``'
+  weighted credit, click-through rate, grade and most frequent rank: what ``clicks.labels``'
   ``click_judgments`` (the stage-2 ranker) and ``click_pairs`` (the pair models: a positive per
   click) take, written as one Parquet file (atomically).
 

@@ -6,7 +6,7 @@ A spec row's ``train`` block takes ``clicks = { ... }`` (`ClickSource`): the log
 (`clicks.PositionBasedUser`: examination ρ_r^η, attraction ε + (1 − ε)(2^g − 1)/(2^gmax − 1)
 with the split's grades, unjudged documents grade 0), the query stream (`clicks.QueryStream`,
 Zipf ``exponent``) and how many click pairs to collect. Every click is one positive pair, as
-``training.clicks.click_pairs`` makes them from a logged click log, but here straight from the
+``clicks.labels.click_pairs`` makes them from a logged click log, but here straight from the
 simulator's chunks into two int32 arrays (query row, document position in the collection):
 nothing goes to disk, no Python object per click, memory ≈ 8 bytes a pair plus one chunk.
 """
@@ -178,7 +178,7 @@ def simulate_click_arrays(rankings: Rankings, src: ClickSource) -> ClickArrays:
 
 
 def click_grades(rankings: Rankings, arrays: ClickArrays, levels: int = 5) -> dict[str, dict[str, int]]:
-    """Graded labels from the simulated clicks, as ``training.clicks.click_judgments`` with
+    """Graded labels from the simulated clicks, as ``clicks.labels.click_judgments`` with
     ``debias = "none"`` grades a logged click log: every document the logger showed a query
     that was searched, graded by its raw click-through rate (clicks / the query's impressions;
     each impression shows the whole top k) in ``levels`` equal bins of [0, 1]; queries without a

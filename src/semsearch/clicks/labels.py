@@ -1,5 +1,5 @@
-"""Learning from a click log: the event log's sessions (``clicks.sessions.Sessions``) turned into the
-training data the trainers already take, with the position bias in clicks corrected or not.
+"""Labels for learners from a click log: the event log's sessions (``clicks.sessions.Sessions``)
+turned into the training data the trainers take, with the position bias in clicks corrected or not.
 
 Clicks are biased by position: under the position-based model (PBM; Joachims, Swaminathan &
 Schnabel 2017, "Unbiased Learning-to-Rank with Biased Feedback"; Wang et al. 2018, "Position Bias
@@ -12,7 +12,7 @@ click-through rates therefore favour whatever the logging ranker put on top. Two
   which trades a little bias for bounded variance). Then E[Σ clicks / θ_r] / impressions = θ_1 α_qd
   for every rank the pair was shown at, so the corrected rate orders pairs by attractiveness
   whatever rank the logger gave them. The propensities are given, or fitted from the log by
-  `clicks.PBM` (EM, ``examination_rank1=1.0``: relative propensities). A PBM fitted from a log
+  `clicks.models.PBM` (EM, ``examination_rank1=1.0``: relative propensities). A PBM fitted from a log
   identifies θ only through (query, document) pairs seen at more than one rank (the likelihood
   is unchanged by (θc, α/c) otherwise), so a log of a deterministic logger without randomisation
   cannot give them: `examination_propensities` refuses such a log rather than return arbitrary values.
@@ -48,11 +48,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..clicks.sessions import Sessions
 from ..data import TrainingData
 from ..data.beir import Corpus, Fields
 from ..data.training import PairList
 from ..types import Qrels
+from .models import PBM, shown_mask
+from .sessions import Sessions
 
 Debias = Literal["none", "lightgbm", "ipw"]
 DEBIAS: tuple[str, ...] = ("none", "lightgbm", "ipw")
@@ -84,17 +85,10 @@ def corpus_codes(sessions: Sessions, doc_ids: Sequence[str], *, where: str = "th
     return out
 
 
-def _shown(sessions: Sessions) -> np.ndarray:
-    """Cells inside each session's list (shown, no empty slot above): ``clicks.models.shown_mask``."""
-    from ..clicks.models import shown_mask
-
-    return shown_mask(sessions)
-
-
 def identified_share(sessions: Sessions) -> float:
     """The share of the shown (query, document) pairs seen at two ranks or more: where a PBM fitted
     to the log learns the examination propensities from (0 for a deterministic logger)."""
-    mask = _shown(sessions)
+    mask = shown_mask(sessions)
     rows, cols = np.nonzero(mask)
     if not len(rows):
         return 0.0
@@ -129,8 +123,6 @@ def examination_propensities(sessions: Sessions, given: Sequence[float] | None =
             "from pairs seen at several ranks): give the propensities (propensities=[...], one per rank), "
             "log with some randomisation (shuffled lists), or debias with LightGBM's position-aware lambdarank"
         )
-    from ..clicks.models import PBM
-
     theta = PBM(examination_rank1=1.0).fit(sessions).examination
     return np.clip(np.asarray(theta, dtype=np.float64), 1e-6, 1.0)
 
@@ -246,7 +238,7 @@ def click_judgments(
     prop = None
     if debias == "ipw":
         prop = examination_propensities(sessions, None if propensities is None else list(propensities))
-    mask = _shown(sessions)
+    mask = shown_mask(sessions)
     rows, cols = np.nonzero(mask)
     clicked = sessions.clicks[rows, cols]
     n_docs = max(len(sessions.doc_ids), 1)
