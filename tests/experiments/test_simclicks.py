@@ -151,7 +151,7 @@ train = { split = "train", clicks = { pairs = 500, seed = 0, k = 5 } }
 
 
 def test_simulated_ab_is_seeded_and_an_a_a_test_shows_no_difference():
-    from semsearch.evaluation.online import ab_table
+    from semsearch.clicks.abtest import ab_table
     from semsearch.experiments.abtest import simulate_ab
 
     r = _rankings()

@@ -4,10 +4,10 @@ clicked-search rate in two control and two experiment buckets), as a spec of ``k
 The two rankers are rows of a ranking spec (``rankers``: run by the ordinary runner, trained
 models reused from the model directory); their test runs are shown, top ``k``, to simulated
 users: searches arrive Zipf-like over the test queries (`clicks.QueryStream`), each from one of
-``users`` user keys, bucketed by `evaluation.online.bucket_of` (four buckets, two control, two
+``users`` user keys, bucketed by `clicks.abtest.bucket_of` (four buckets, two control, two
 experiment: `BucketLayout`); a search's user sees the control or the experiment ranker's list by
 their bucket and clicks as a position-based user (`clicks.PositionBasedUser`, η, ε, the test
-grades; unjudged documents grade 0). `evaluation.online.ab_table` gives the clicked-search rate
+grades; unjudged documents grade 0). `clicks.abtest.ab_table` gives the clicked-search rate
 per bucket and segment with the tests. Everything is numpy over all searches at once; ``seeds``
 repeats the simulation with the next seeds and reports the spread.
 """
@@ -45,7 +45,7 @@ def simulate_ab(
     users uniformly among ``n_users`` keys ``u0``, ``u1``, ...; a user in an experiment bucket
     sees ``experiment``'s list, else ``control``'s (`BucketLayout`)."""
     from ..clicks import PositionBasedUser, QueryStream
-    from ..evaluation.online import BucketLayout
+    from ..clicks.abtest import BucketLayout
 
     if control.query_ids != experiment.query_ids:
         raise ValueError("the two rankings must list the same queries in the same order")
@@ -148,8 +148,8 @@ def run_ab(
     """Run the rankers spec with ``run_rankers`` (the runner's ``run_experiment``: its trained rows
     reused from ``model_dir``), then the simulation."""
     from ..clicks import Rankings
+    from ..clicks.abtest import ab_table
     from ..data import open_dataset, ranked
-    from ..evaluation.online import ab_table
     from .spec import get_spec
 
     start = time.perf_counter()

@@ -395,14 +395,14 @@ def _counterfactual(
     *,
     mix: float,
 ) -> dict[str, Any]:
-    """A − B estimated offline (``evaluation.online.counterfactual_difference``, DCG utility) from
+    """A − B estimated offline (``clicks.counterfactual.counterfactual_difference``, DCG utility) from
     ``n`` logged impressions in which A's list is shown with probability ``mix``, else B's. Each
     logged cell's propensity is its position's examination times the probability that the logger
     shows that document at all (1/2 for a document of one list only, with ``mix`` = 1/2), so IPS is
     unbiased for both candidates' utilities wherever that probability is positive (Joachims et
     al. 2017; Li et al. 2011's logging-policy propensities)."""
     from ..clicks import QueryStream
-    from ..evaluation.online import counterfactual_difference
+    from ..clicks.counterfactual import counterfactual_difference
 
     rng = np.random.default_rng([seed, 10_000])
     q = QueryStream(a.shape[0], 1.0, seed + 10_000).sample(n, rng)
@@ -440,19 +440,17 @@ def online_comparison(
     impressions and an A/B split of the clicked-search rate for ``ab_factor`` times as many (queries
     drawn Zipf-like with ``exponent``, each run its own popularity order), each
     with the impressions after which p < 0.05 holds to the end of the run
-    (``evaluation.online.impressions_to_significance``, rule "sustained"). With ``counterfactual``,
+    (``clicks.power.impressions_to_significance``, rule "sustained"). With ``counterfactual``,
     also the offline estimate of A − B (IPS, self-normalised, clipped; DCG utility) from the log
     of a 50/50 split between A and B shown to the same users (``counterfactual``), and from a log
     of B alone (``counterfactual_from_b``: documents only A ranks are never seen there)."""
     from ..clicks import QueryStream
-    from ..evaluation.online import (
-        credit,
+    from ..clicks.interleaving import credit, outcomes, team_draft_batch
+    from ..clicks.power import (
         detection_summary,
         impressions_to_significance,
-        outcomes,
         prefix_sign_test_p,
         prefix_two_proportion_p,
-        team_draft_batch,
     )
 
     qids = [q for q in qrels if q in run_a and q in run_b]
