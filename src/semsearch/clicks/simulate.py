@@ -37,15 +37,20 @@ the k ranks at most), so memory is bounded by the chunk size whatever the number
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..params import ParamError
+from ..progress import note
 from .log import EVENT_SCHEMA, IMPRESSION_SCHEMA, EventLogWriter
 from .sessions import Sessions
 
@@ -438,3 +443,66 @@ def _tables(
         schema=EVENT_SCHEMA,
     )
     return impressions, events
+
+
+class _SwitchWriter:
+    """The writer ``simulate`` appends each chunk to, pointing at one log part at a time."""
+
+    def __init__(self) -> None:
+        self.target: Any = None
+
+    def append_table(self, table: pa.Table) -> None:
+        self.target.append_table(table)
+
+
+def simulate_log(
+    rankings: Rankings,
+    user: User,
+    curve: Sequence[int],
+    directory: Path,
+    *,
+    seed: int,
+    shuffle_rate: float,
+    bundle: str,
+    chunk_size: int = 10_000,
+) -> list[Path]:
+    """Simulate ``curve[-1]`` impressions of ``rankings`` to ``user`` into an event log and return
+    one log folder per point of ``curve``: ``directory/part-i`` holds the impressions after
+    ``curve[i-1]`` up to ``curve[i]``, ``directory/first-N`` links every part up to N (hard links:
+    a prefix costs no space). One query stream runs through all the parts. A finished log (every
+    prefix there) is reused; an unfinished one is simulated again from the start."""
+    prefixes = [directory / f"first-{n}" for n in curve]
+    if all(p.is_dir() for p in prefixes):
+        return prefixes
+    if any(n % chunk_size for n in curve):
+        raise ParamError(f"curve points must be multiples of {chunk_size:,}, got {list(curve)}")
+    shutil.rmtree(directory, ignore_errors=True)
+    switch = _SwitchWriter()
+    chunks = simulate(
+        rankings,
+        user,
+        curve[-1],
+        seed=seed,
+        shuffle_rate=shuffle_rate,
+        chunk_size=chunk_size,
+        writer=switch,  # type: ignore[arg-type]  # duck-typed: simulate only calls append_table
+        bundle=bundle,
+        n_clients=100_000,
+    )
+    done, parts = 0, []
+    for i, upto in enumerate(curve):
+        part = directory / f"part-{i}"
+        with EventLogWriter(part, flush_rows=1_000_000, flush_seconds=3600) as w:
+            switch.target = w
+            while done < upto:
+                done += len(next(chunks))
+        parts.append(part)
+        tmp = directory / f".first-{upto}.tmp"
+        for p in parts:
+            for f in p.rglob("*.parquet"):
+                dst = tmp / f.relative_to(p)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.link(f, dst)
+        os.replace(tmp, prefixes[i])
+        note(f"click log {bundle}: {upto:,} impressions")
+    return prefixes
