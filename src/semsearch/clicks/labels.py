@@ -31,7 +31,8 @@ click-through rates therefore favour whatever the logging ranker put on top. Two
 propensities, 1 / θ_r positives by seeded stochastic rounding, so that a click at rank 10 weighs
 what an expected ten clicks at rank 1 do). `click_judgments` gives the stage-2 ranker graded
 (query, document) labels: the corrected or raw click-through rate of each shown pair, in
-``levels`` equal bins of [0, 1] (LightGBM's lambdarank takes integer labels).
+``levels`` equal bins of [0, 1] (LightGBM's lambdarank takes integer labels). `click_grades`
+grades simulated clicks (no log written) as `click_judgments` grades raw ones.
 
 Everything is numpy over the sessions' arrays (the log itself is joined by DuckDB in
 ``read_sessions``): no Python loop over log lines; the per-pair mappings are built over the distinct
@@ -54,6 +55,7 @@ from ..data.training import PairList
 from ..types import Qrels
 from .models import PBM, shown_mask
 from .sessions import Sessions
+from .simulate import ClickArrays, Rankings
 
 Debias = Literal["none", "lightgbm", "ipw"]
 DEBIAS: tuple[str, ...] = ("none", "lightgbm", "ipw")
@@ -282,3 +284,26 @@ def click_judgments(
         impressions=len(sessions),
         clicks=int(sessions.clicks.sum()),
     )
+
+
+def click_grades(rankings: Rankings, arrays: ClickArrays, levels: int = 5) -> dict[str, dict[str, int]]:
+    """Graded labels from simulated clicks (`clicks.simulate.simulate_click_arrays`), as
+    `click_judgments` with ``debias = "none"`` grades a logged click log: every document the logger showed a query
+    that was searched, graded by its raw click-through rate (clicks / the query's impressions;
+    each impression shows the whole top k) in ``levels`` equal bins of [0, 1]; queries without a
+    click are left out. Query ids are the rankings'."""
+    n_docs = max(len(rankings.doc_ids), 1)
+    key = arrays.q.astype(np.int64) * n_docs + arrays.d
+    pairs, counts = np.unique(key, return_counts=True)
+    clicked: dict[int, int] = dict(zip(pairs.tolist(), counts.tolist()))
+    out: dict[str, dict[str, int]] = {}
+    has_click = np.zeros(len(rankings.query_ids), bool)
+    has_click[arrays.q] = True
+    for qi in np.flatnonzero(has_click & (arrays.query_impressions > 0)).tolist():
+        imps = int(arrays.query_impressions[qi])
+        judged = {}
+        for di in rankings.docs[qi][rankings.docs[qi] >= 0].tolist():
+            rate = clicked.get(qi * n_docs + di, 0) / imps
+            judged[rankings.doc_ids[di]] = min(int(rate * levels), levels - 1)
+        out[rankings.query_ids[qi]] = judged
+    return out
