@@ -44,7 +44,7 @@ def _write_part(args: tuple[str, int, int, int]) -> tuple[int, int]:
     folder, i, n, n_queries = args
     from click_simulation import rankings
     from semsearch.clicks import PositionBasedUser, simulate
-    from semsearch.data.events import EventLogWriter
+    from semsearch.clicks.log import EventLogWriter
 
     clicks = 0
     with EventLogWriter(folder, flush_rows=500_000, max_pending_rows=2_000_000) as w:

@@ -68,8 +68,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from semsearch.clicks import PBM_EXAMINATION, CascadeUser, DBNUser, PositionBasedUser, simulate
+    from semsearch.clicks.log import EventLogWriter
     from semsearch.clicks.models import DBN, PBM, UBM, CascadeModel, log_likelihood, perplexity_by_rank, split_sessions
-    from semsearch.data.events import EventLogWriter, read_sessions
+    from semsearch.clicks.sessions import read_sessions
 
     hw = hardware(("numpy", "pyarrow", "duckdb", "numba"))
     print(hardware_line(hw))

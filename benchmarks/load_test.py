@@ -133,7 +133,7 @@ def _logged_rows(log: str) -> int:
     """Impressions in an event log (every segment's row count, from the Parquet footers)."""
     import pyarrow.parquet as pq
 
-    from semsearch.data.events import segments
+    from semsearch.clicks.log import segments
 
     return sum(pq.ParquetFile(p).metadata.num_rows for p in segments(log, "impressions"))
 

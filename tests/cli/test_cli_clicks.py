@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from semsearch.cli import app
 from semsearch.clicks import PositionBasedUser, Rankings, simulate
+from semsearch.clicks.log import EventLogWriter, segments
 from semsearch.data import open_dataset, write_clicks
-from semsearch.data.events import EventLogWriter, segments
 from semsearch.models import rank
 from semsearch.plugins import create_model
 

@@ -15,8 +15,10 @@ from typer.testing import CliRunner
 
 from semsearch.cli import app
 from semsearch.cli import clicks as clicks_cli
-from semsearch.data.events import IMPRESSION_SCHEMA, Event, EventLogWriter, Impression, read_log, write_segment
-from semsearch.evaluation.online import DEFAULT_SALT, BucketLayout, bucket_of, sign_test_p
+from semsearch.clicks.abtest import DEFAULT_SALT, BucketLayout, bucket_of
+from semsearch.clicks.interleaving import sign_test_p
+from semsearch.clicks.log import IMPRESSION_SCHEMA, Event, EventLogWriter, Impression, write_segment
+from semsearch.clicks.sessions import read_log
 from semsearch.serving.compare import arm_name
 
 runner = CliRunner()

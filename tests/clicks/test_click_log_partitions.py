@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 from semsearch.cli import app
 from semsearch.clicks import PBM, UBM, PositionBasedUser, Rankings, simulate
 from semsearch.clicks.distributed import fit, labels, log_counts, partitions, write_labels
-from semsearch.data.events import EventLogWriter, read_sessions
-from semsearch.training.clicks import click_judgments
+from semsearch.clicks.labels import click_judgments
+from semsearch.clicks.log import EventLogWriter
+from semsearch.clicks.sessions import read_sessions
 
 CI = os.environ.get("CI") == "true"
 

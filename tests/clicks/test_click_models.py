@@ -21,8 +21,8 @@ from semsearch.clicks.models import (
     perplexity_by_rank,
     split_sessions,
 )
+from semsearch.clicks.sessions import Sessions
 from semsearch.clicks.simulate import simulate_sessions
-from semsearch.data.events import Sessions
 
 
 def _sessions(

@@ -21,7 +21,8 @@ from semsearch.clicks import (
     simulate,
     simulate_sessions,
 )
-from semsearch.data.events import EventLogWriter, read_log, read_sessions
+from semsearch.clicks.log import EventLogWriter
+from semsearch.clicks.sessions import read_log, read_sessions
 
 N = 200_000
 

@@ -1,5 +1,5 @@
-"""semsearch clicks loop: the options, the simulated online comparison, and the loop end to end on
-the tiny set (every bundle served through HTTP)."""
+"""semsearch clicks loop: the options, and the loop end to end on the tiny set (every bundle served
+through HTTP); the simulated online comparison it runs is tested in tests/clicks/test_click_comparison.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from semsearch.cli import app
-from semsearch.clicks import PositionBasedUser
-from semsearch.experiments.click_loop import LoopOptions, online_comparison, run_loop, tables
+from semsearch.experiments.click_loop import LoopOptions, run_loop, tables
 from semsearch.params import ParamError
 
 
@@ -28,32 +27,6 @@ def test_options_are_checked_where_they_are_made():
         LoopOptions.from_mapping({"shufle_rate": 0.2})
     r = CliRunner().invoke(app, ["clicks", "loop", "--param", "seed=3"])
     assert r.exit_code == 2 and "--param seed: give it as --seed" in r.output
-
-
-def _runs(n_queries: int = 40, k: int = 10):
-    """Qrels with one relevant document per query (grade 4 at 'd{q}-0', grade 2 at 'd{q}-1'), a
-    ranker with them on top (A) and one with them at ranks 9-10 (B)."""
-    qrels = {f"q{i}": {f"d{i}-0": 4, f"d{i}-1": 2} for i in range(n_queries)}
-    good = {q: [f"d{q[1:]}-{j}" for j in range(k)] for q in qrels}
-    bad = {q: ids[2:] + ids[:2] for q, ids in good.items()}
-    return qrels, good, bad
-
-
-def test_interleaving_finds_the_better_ranker_quickly_and_ab_needs_more():
-    qrels, good, bad = _runs()
-    user = PositionBasedUser(4)
-    c = online_comparison(good, bad, qrels, user=user, runs=5, horizon=2000, ab_factor=5, seed=1)
-    assert c["interleaving"]["detected"] == 5 and c["interleaving"]["wins_a"] > 3 * c["interleaving"]["wins_b"]
-    assert c["interleaving"]["median_impressions"] < 500
-    assert c["ab"]["clicked_rate_a"] > c["ab"]["clicked_rate_b"]
-    assert c["ab"]["median_impressions"] > c["interleaving"]["median_impressions"]
-    assert c["counterfactual"]["ips"]["value"] > 0 and c["counterfactual"]["p_ips"] < 0.05
-    # B's log alone never shows what only A ranks high: there the estimate need not find A better
-    assert c["counterfactual_from_b"]["coverage"] <= c["counterfactual"]["coverage"]
-    # the same ranker on both sides: no lasting preference, the counterfactual difference is 0
-    same = online_comparison(good, good, qrels, user=user, runs=5, horizon=2000, ab_factor=1, seed=2)
-    assert same["interleaving"]["detected"] <= 1
-    assert same["counterfactual"]["ips"]["value"] == 0
 
 
 def test_the_loop_end_to_end_on_the_tiny_set(make_two_stage, tmp_path):

@@ -1,9 +1,8 @@
-"""Simulated clicks as a spec's training data (experiments/simclicks.py), the A/B simulation
-(experiments/abtest.py) and the specs that use them, on tiny generated fixtures."""
+"""Simulated clicks as a spec's training data (experiments/simclicks.py), and the click and A/B
+specs (experiments/abtest.py), on tiny generated fixtures."""
 
 from __future__ import annotations
 
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -12,12 +11,7 @@ import pytest
 from semsearch.clicks import Rankings
 from semsearch.data.training import PairList, TrainingData
 from semsearch.experiments import SpecError, get_spec, load_spec
-from semsearch.experiments.simclicks import (
-    ClickSource,
-    click_grades,
-    simulate_click_arrays,
-    simulated_training,
-)
+from semsearch.experiments.simclicks import ClickSource, simulated_training
 
 
 def _rankings(n_queries: int = 30, k: int = 10, n_docs: int = 200, seed: int = 1, short: bool = True) -> Rankings:
@@ -47,52 +41,6 @@ def test_click_source_checks_its_keys():
         ClickSource.of({"k": 20})
     with pytest.raises(ValueError, match="logger"):
         ClickSource.of({"logger": "dense"})
-
-
-def test_exactly_the_pairs_asked_for_seeded():
-    r = _rankings()
-    a = simulate_click_arrays(r, ClickSource(pairs=5_000, seed=3, chunk=700))
-    b = simulate_click_arrays(r, ClickSource(pairs=5_000, seed=3, chunk=700))
-    c = simulate_click_arrays(r, ClickSource(pairs=5_000, seed=4, chunk=700))
-    assert len(a.q) == len(a.d) == 5_000 and a.q.dtype == a.d.dtype == np.int32
-    assert np.array_equal(a.q, b.q) and np.array_equal(a.d, b.d)
-    assert not np.array_equal(a.d, c.d)
-    assert a.rank_counts.sum() == a.grade_counts.sum() == 5_000
-    assert a.query_impressions.sum() == a.impressions and a.clicks >= 5_000
-    # every pair is a document the logger showed its query
-    assert np.all((r.docs[a.q] == a.d[:, None]).any(axis=1))
-    # position bias: rank 1 gets more clicks than rank 10; higher grades more than grade 0 per shown cell
-    assert a.rank_counts[0] > a.rank_counts[-1]
-
-
-def test_by_impressions_keeps_every_click():
-    r = _rankings()
-    a = simulate_click_arrays(r, ClickSource(pairs=0, impressions=3_000, seed=0, chunk=256))
-    assert a.impressions == 3_000 and len(a.q) == a.clicks > 0
-
-
-def test_memory_is_bounded_by_the_pairs_and_one_chunk():
-    r = _rankings(n_queries=50)
-    tracemalloc.start()
-    a = simulate_click_arrays(r, ClickSource(pairs=200_000, seed=0, chunk=2_000))
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    assert len(a.q) == 200_000
-    # the two int32 arrays (1.6 MB) plus a chunk's lists, nowhere near a Python object per click
-    assert peak < 4_000_000, peak
-
-
-def test_click_grades_grade_shown_titles_by_click_rate():
-    r = _rankings()
-    a = simulate_click_arrays(r, ClickSource(pairs=20_000, seed=0))
-    qrels = click_grades(r, a, levels=5)
-    assert qrels and all(0 <= g <= 4 for judged in qrels.values() for g in judged.values())
-    for qid, judged in qrels.items():
-        i = r.query_ids.index(qid)
-        assert set(judged) == {r.doc_ids[d] for d in r.docs[i] if d >= 0}
-    # the most clicked grade-4 titles at rank 1 end above grade 0 on average
-    hi = [g for i, q in enumerate(r.query_ids) if q in qrels for j, g in enumerate(qrels[q].values()) if j == 0]
-    assert max(hi) >= 1
 
 
 def test_pair_list_builds_the_same_trainer_pairs_as_tuples():
@@ -148,27 +96,6 @@ train = { split = "train", clicks = { pairs = 500, seed = 0, k = 5 } }
     log = r.training["DSSM clicks"]
     assert log["clicks"]["pairs"] == 500 and log["pairs_per_second"] > 0
     assert "DSSM clicks" in r.table.rows
-
-
-def test_simulated_ab_is_seeded_and_an_a_a_test_shows_no_difference():
-    from semsearch.evaluation.online import ab_table
-    from semsearch.experiments.abtest import simulate_ab
-
-    r = _rankings()
-    k1, q1, c1 = simulate_ab(r, r, 20_000, 2_000, seed=5)
-    k2, q2, c2 = simulate_ab(r, r, 20_000, 2_000, seed=5)
-    assert np.array_equal(c1, c2) and np.array_equal(k1, k2) and np.array_equal(q1, q2)
-    t = ab_table(k1, q1, c1)
-    assert set(t.rows) >= {"control 1", "control 2", "experiment 1", "experiment 2"}
-    assert t.comparisons[0].p > 0.001  # the same ranker in both arms
-    # a better experiment ranker (grades sorted down each list) gets more clicked searches
-    full = _rankings(short=False)
-    order = np.argsort(-full.grades, axis=1, kind="stable")
-    docs, grades = np.take_along_axis(full.docs, order, 1), np.take_along_axis(full.grades, order, 1)
-    better = Rankings(full.query_ids, full.queries, full.doc_ids, docs, grades, 4)
-    worse = Rankings(full.query_ids, full.queries, full.doc_ids, docs[:, ::-1].copy(), grades[:, ::-1].copy(), 4)
-    k, q, c = simulate_ab(worse, better, 50_000, 5_000, seed=0)
-    assert ab_table(k, q, c).comparisons[0].difference > 0.02
 
 
 @pytest.mark.parametrize("name", ["clsm-table5-clicks", "bert-homedepot-clicks", "bert-table7-rankers"])

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from semsearch.cli import app
 from semsearch.clicks import PositionBasedUser, Rankings, simulate
+from semsearch.clicks.log import EventLogWriter
 from semsearch.data import open_dataset
-from semsearch.data.events import EventLogWriter
 from semsearch.index import Bundle
 from semsearch.index.bundle import read_manifest
 

@@ -20,10 +20,11 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from semsearch.cli import app as cli
+from semsearch.clicks.abtest import DEFAULT_SALT, BucketLayout, bucket_of
+from semsearch.clicks.log import Impression
+from semsearch.clicks.sessions import read_log
 from semsearch.data import open_dataset
 from semsearch.data.beir import Corpus
-from semsearch.data.events import Impression, read_log
-from semsearch.evaluation.online import DEFAULT_SALT, BucketLayout, bucket_of
 from semsearch.index import build_bundle
 from semsearch.index.bundle import Bundle
 from semsearch.params import ParamError

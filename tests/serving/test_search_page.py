@@ -60,7 +60,7 @@ def server(make_bundle, tmp_path):
 
 def _logged(log, kind: str, rows: int = 1, timeout: float = 15.0) -> list[dict]:  # type: ignore[no-untyped-def]
     """The event log's rows of ``kind`` once it holds at least ``rows`` (the writer flushes them)."""
-    from semsearch.data.events import read_log
+    from semsearch.clicks.sessions import read_log
 
     deadline = time.time() + timeout
     while True:

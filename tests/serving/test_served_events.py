@@ -28,8 +28,9 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from semsearch.cli import app as cli
-from semsearch.data import events as data_events
-from semsearch.data.events import EventLogWriter, Impression, read_log, read_sessions, segments
+from semsearch.clicks import log as click_log
+from semsearch.clicks.log import EventLogWriter, Impression, segments
+from semsearch.clicks.sessions import read_log, read_sessions
 from semsearch.serving import create_app
 from semsearch.serving.events import ID_TTL_S, SearchIds, UnknownSearch
 from semsearch.serving.exposure import Exposure
@@ -165,14 +166,14 @@ def test_exposed_service_guards_events_with_the_key_and_the_rate(bundle, tmp_pat
 def test_a_full_buffer_drops_instead_of_waiting(tmp_path, monkeypatch) -> None:
     """append(block=False) on a writer whose disk has fallen behind returns False at once."""
     release, writing = threading.Event(), threading.Event()
-    real = data_events.write_segment
+    real = click_log.write_segment
 
     def slow(*a, **k):  # type: ignore[no-untyped-def]
         writing.set()
         release.wait(30)
         return real(*a, **k)
 
-    monkeypatch.setattr(data_events, "write_segment", slow)
+    monkeypatch.setattr(click_log, "write_segment", slow)
     w = EventLogWriter(tmp_path, flush_rows=2, max_pending_rows=2, flush_seconds=60)
     rec = Impression(query_id="q", user_query="x", hit_ids=["d"])
     assert w.append(rec, block=False) and w.append(rec, block=False)

@@ -234,8 +234,8 @@ def _train_on_clicks(
     ds = None if Path(data).is_file() else open_dataset(data)
     corpus = load_corpus(data) if ds is None else ds.corpus()
     if clicks.path.is_dir():
-        from ..data.events import read_sessions
-        from ..training.clicks import click_pairs, examination_propensities
+        from ..clicks.labels import click_pairs, examination_propensities
+        from ..clicks.sessions import read_sessions
 
         sessions = read_sessions(clicks.path)
         prop = examination_propensities(sessions, clicks.propensities) if clicks.debias == "ipw" else None

@@ -1,22 +1,41 @@
-"""Clicks: simulated users that click like people do, and click models fitted from a click log.
+"""Clicks: the event log a search service writes, the sessions read back from it, simulated users,
+click models, labels for learners and the statistics that compare two rankers online.
 
-`simulate` runs the unbiased-LTR literature's users (position-based, cascade, DBN) against a
-ranker's precomputed rankings into the event log format of `semsearch.data.events`; `models`
-fits position-based, cascade, DBN and UBM click models to a log's sessions and evaluates them by
-held-out log-likelihood and perplexity by rank (Chuklin et al., "Click Models for Web Search").
+- `log`: the event log's schema (OpenSearch's User Behavior Insights fields), its records and the
+  buffered writer of atomic Parquet segments; `sessions`: a log read back, as a table, per
+  impression with its clicks, or as the `Sessions` arrays click models and learners take.
+- `simulate`: the unbiased-LTR literature's users (position-based, cascade, DBN) against a
+  ranker's precomputed rankings, into the event log's format.
+- `models`: position-based, cascade, DBN and UBM click models fitted to a log's sessions and
+  evaluated by held-out log-likelihood and perplexity by rank (Chuklin et al., "Click Models for
+  Web Search"); `distributed`: PBM and UBM fitted over a partitioned log, on Ray Data.
+- `labels`: a log's clicks as training data: clicked pairs for the pair models, graded labels for
+  the stage-2 ranker, with the position bias corrected or not.
+- Online comparison of two rankers, one module a concern: `interleaving` (team draft),
+  `abtest` (A/B buckets), `counterfactual` (IPS estimates from a log), `power` (impressions to
+  significance); `comparison` runs them on simulated users.
+
+The package sits above ``index`` and below ``training`` and ``serving``: the service logs and
+compares with it, the trainers learn from its labels. Re-exported here: what a caller needs to
+write, read, simulate, fit and label a log; the online statistics are imported from their modules
+(they load scipy).
 """
 
+from .labels import ClickJudgments, click_judgments, click_pairs, examination_propensities
+from .log import Event, EventLogWriter, Impression
 from .models import (
     DBN,
     PBM,
     UBM,
     CascadeModel,
     ClickModel,
+    fit_click_models,
     log_likelihood,
     perplexity,
     perplexity_by_rank,
     split_sessions,
 )
+from .sessions import Sessions, read_clicked, read_log, read_sessions
 from .simulate import (
     CASCADE_PROFILES,
     PBM_EXAMINATION,
@@ -29,6 +48,7 @@ from .simulate import (
     User,
     graded_attraction,
     simulate,
+    simulate_log,
     simulate_sessions,
 )
 
@@ -37,10 +57,22 @@ __all__ = [
     "PBM",
     "UBM",
     "CascadeModel",
+    "ClickJudgments",
     "ClickModel",
+    "Event",
+    "EventLogWriter",
+    "Impression",
+    "Sessions",
+    "click_judgments",
+    "click_pairs",
+    "examination_propensities",
+    "fit_click_models",
     "log_likelihood",
     "perplexity",
     "perplexity_by_rank",
+    "read_clicked",
+    "read_log",
+    "read_sessions",
     "split_sessions",
     "CASCADE_PROFILES",
     "PBM_EXAMINATION",
@@ -53,5 +85,6 @@ __all__ = [
     "User",
     "graded_attraction",
     "simulate",
+    "simulate_log",
     "simulate_sessions",
 ]

@@ -4,7 +4,7 @@ over a log partitioned into many event logs, as Ray Data tasks.
 A **partitioned log** is a folder of partitions, each an event log of its own (``impressions/`` and
 ``events/`` segments as the service writes them; ``partitions`` finds them), every click in the
 partition of its impression: each service worker or machine writing its own log, or a log
-bucketed by search id. A partition is read as sessions (``data.events.read_sessions``, a DuckDB
+bucketed by search id. A partition is read as sessions (``clicks.sessions.read_sessions``, a DuckDB
 join) and reduced to the counts of its distinct **cells**: (query, document, rank, rank of the
 click above, clicked) -> how many (``cell_counts``). Those counts add up over partitions (Ray
 Data's group-by sum), and they are all that the examination models' EM and the click labels need:
@@ -14,7 +14,7 @@ Data's group-by sum), and they are all that the examination models' EM and the c
   log (the same pairs in the same order, the same sums: tested equal). DBN and the cascade model
   condition on each session's whole click sequence; they are not fitted here.
 - ``labels``: per shown (query, document) pair its impressions, clicks, inverse-propensity
-  weighted credit, click-through rate, grade and most frequent rank: what ``training.clicks``'
+  weighted credit, click-through rate, grade and most frequent rank: what ``clicks.labels``'
   ``click_judgments`` (the stage-2 ranker) and ``click_pairs`` (the pair models: a positive per
   click) take, written as one Parquet file (atomically).
 
@@ -34,9 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..data.events import Sessions, read_sessions
 from ..data.files import atomic_write
 from .models import PBM, UBM, previous_click_rank, shown_mask
+from .sessions import Sessions, read_sessions
 
 CELL_COLUMNS = ("query", "doc", "rank", "prev", "clicked")
 """A cell's key: query text, document id, 1-based rank, 1-based rank of the last click above it (0:

@@ -37,16 +37,22 @@ the k ranks at most), so memory is bounded by the chunk size whatever the number
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..data.events import EVENT_SCHEMA, IMPRESSION_SCHEMA, EventLogWriter, Sessions
+from ..params import ParamError
+from ..progress import note
+from .log import EVENT_SCHEMA, IMPRESSION_SCHEMA, EventLogWriter
+from .sessions import Sessions
 
 PBM_EXAMINATION: tuple[float, ...] = (0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08, 0.06)
 
@@ -437,3 +443,134 @@ def _tables(
         schema=EVENT_SCHEMA,
     )
     return impressions, events
+
+
+class _SwitchWriter:
+    """The writer ``simulate`` appends each chunk to, pointing at one log part at a time."""
+
+    def __init__(self) -> None:
+        self.target: Any = None
+
+    def append_table(self, table: pa.Table) -> None:
+        self.target.append_table(table)
+
+
+def simulate_log(
+    rankings: Rankings,
+    user: User,
+    curve: Sequence[int],
+    directory: Path,
+    *,
+    seed: int,
+    shuffle_rate: float,
+    bundle: str,
+    chunk_size: int = 10_000,
+) -> list[Path]:
+    """Simulate ``curve[-1]`` impressions of ``rankings`` to ``user`` into an event log and return
+    one log folder per point of ``curve``: ``directory/part-i`` holds the impressions after
+    ``curve[i-1]`` up to ``curve[i]``, ``directory/first-N`` links every part up to N (hard links:
+    a prefix costs no space). One query stream runs through all the parts. A finished log (every
+    prefix there) is reused; an unfinished one is simulated again from the start."""
+    prefixes = [directory / f"first-{n}" for n in curve]
+    if all(p.is_dir() for p in prefixes):
+        return prefixes
+    if any(n % chunk_size for n in curve):
+        raise ParamError(f"curve points must be multiples of {chunk_size:,}, got {list(curve)}")
+    shutil.rmtree(directory, ignore_errors=True)
+    switch = _SwitchWriter()
+    chunks = simulate(
+        rankings,
+        user,
+        curve[-1],
+        seed=seed,
+        shuffle_rate=shuffle_rate,
+        chunk_size=chunk_size,
+        writer=switch,  # type: ignore[arg-type]  # duck-typed: simulate only calls append_table
+        bundle=bundle,
+        n_clients=100_000,
+    )
+    done, parts = 0, []
+    for i, upto in enumerate(curve):
+        part = directory / f"part-{i}"
+        with EventLogWriter(part, flush_rows=1_000_000, flush_seconds=3600) as w:
+            switch.target = w
+            while done < upto:
+                done += len(next(chunks))
+        parts.append(part)
+        tmp = directory / f".first-{upto}.tmp"
+        for p in parts:
+            for f in p.rglob("*.parquet"):
+                dst = tmp / f.relative_to(p)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.link(f, dst)
+        os.replace(tmp, prefixes[i])
+        note(f"click log {bundle}: {upto:,} impressions")
+    return prefixes
+
+
+@dataclass(frozen=True)
+class ClickArrays:
+    """Clicked pairs as int32 arrays (``q`` rows of the rankings' queries, ``d`` their document
+    codes) and what was simulated to get them."""
+
+    q: np.ndarray
+    d: np.ndarray
+    impressions: int
+    clicks: int  # clicks of the impressions counted (> len(q) when the last one's clicks were cut)
+    rank_counts: np.ndarray  # clicks kept per rank 1..k
+    grade_counts: np.ndarray  # clicks kept per grade 0..max_grade
+    query_impressions: np.ndarray  # impressions of each of the rankings' queries
+
+
+def simulate_click_arrays(
+    rankings: Rankings,
+    *,
+    pairs: int = 10_000_000,
+    impressions: int = 0,
+    eta: float = 1.0,
+    epsilon: float = 0.1,
+    exponent: float = 1.0,
+    seed: int = 0,
+    chunk_size: int = 500_000,
+) -> ClickArrays:
+    """Simulate position-based users (``eta``, ``epsilon``) on ``rankings``, queries drawn
+    Zipf-like (``exponent``), a chunk of ``chunk_size`` impressions at a time until ``pairs``
+    clicks (cut to exactly that many; 0: no limit) or ``impressions`` impressions (0: no limit);
+    the clicks of each chunk are copied into preallocated (or, by impressions, growing) int32
+    arrays, so memory stays about 8 bytes a click plus one chunk's lists."""
+    user = PositionBasedUser(max_grade=rankings.max_grade, eta=eta, epsilon=epsilon)
+    target = pairs
+    limit = impressions or np.iinfo(np.int64).max // 2
+    cap = target if target else max(1024, impressions)
+    q = np.empty(cap, np.int32)
+    d = np.empty(cap, np.int32)
+    ranks = np.zeros(rankings.k, np.int64)
+    grades = np.zeros(rankings.max_grade + 1, np.int64)
+    per_query = np.zeros(len(rankings.query_ids), np.int64)
+    n = seen = shown = 0
+    for chunk in simulate(rankings, user, limit, seed=seed, exponent=exponent, chunk_size=chunk_size):
+        rows, cols = np.nonzero(chunk.clicks)
+        take = len(rows) if not target else min(len(rows), target - n)
+        # clicks of the impressions kept: all of them, or up to the impression of the last click kept
+        seen += len(rows) if take == len(rows) else int(np.sum(rows <= rows[take - 1])) if take else 0
+        if n + take > len(q):  # by impressions: grow geometrically
+            grow = max(n + take, 2 * len(q))
+            q, d = np.resize(q, grow), np.resize(d, grow)
+        rows, cols = rows[:take], cols[:take]
+        q[n : n + take] = chunk.query[rows]
+        d[n : n + take] = chunk.docs[rows, cols]
+        ranks += np.bincount(cols, minlength=rankings.k)
+        grades += np.bincount(rankings.grades[chunk.query[rows], cols].astype(np.int64), minlength=len(grades))
+        n += take
+        if target and n >= target:
+            last = int(rows[-1]) + 1 if take else 0  # impressions up to the last click kept
+            shown += last
+            per_query += np.bincount(chunk.query[:last], minlength=len(per_query))
+            break
+        shown += len(chunk.query)
+        per_query += np.bincount(chunk.query, minlength=len(per_query))
+    if target and n < target:
+        raise ValueError(f"the simulation gave {n:,} clicks in {shown:,} impressions, fewer than {target:,}")
+    return ClickArrays(
+        q[:n].copy() if n < len(q) else q, d[:n].copy() if n < len(d) else d, shown, seen, ranks, grades, per_query
+    )

@@ -3,13 +3,14 @@ clicked-search rate in two control and two experiment buckets), as a spec of ``k
 
 The two rankers are rows of a ranking spec (``rankers``: run by the ordinary runner, trained
 models reused from the model directory); their test runs are shown, top ``k``, to simulated
-users: searches arrive Zipf-like over the test queries (`clicks.QueryStream`), each from one of
-``users`` user keys, bucketed by `evaluation.online.bucket_of` (four buckets, two control, two
-experiment: `BucketLayout`); a search's user sees the control or the experiment ranker's list by
-their bucket and clicks as a position-based user (`clicks.PositionBasedUser`, η, ε, the test
-grades; unjudged documents grade 0). `evaluation.online.ab_table` gives the clicked-search rate
-per bucket and segment with the tests. Everything is numpy over all searches at once; ``seeds``
-repeats the simulation with the next seeds and reports the spread.
+users (`clicks.comparison.simulate_ab`): searches arrive Zipf-like over the test queries
+(`clicks.QueryStream`), each from one of ``users`` user keys, bucketed by
+`clicks.abtest.bucket_of` (four buckets, two control, two experiment: `BucketLayout`); a search's
+user sees the control or the experiment ranker's list by their bucket and clicks as a
+position-based user (`clicks.PositionBasedUser`, η, ε, the test grades; unjudged documents grade
+0). `clicks.abtest.ab_table` gives the clicked-search rate per bucket and segment with the tests.
+Everything is numpy over all searches at once; ``seeds`` repeats the simulation with the next
+seeds and reports the spread.
 """
 
 from __future__ import annotations
@@ -27,39 +28,6 @@ from .spec import ABSpec
 
 SEGMENT_METRICS = {"all": "csr", "head": "head", "tail": "tail"}
 DIFF_ROW = "experiment − control"
-
-
-def simulate_ab(
-    control: Any,
-    experiment: Any,
-    n_searches: int,
-    n_users: int,
-    *,
-    eta: float = 1.0,
-    epsilon: float = 0.1,
-    exponent: float = 1.0,
-    seed: int = 0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(user keys, query texts, clicks per search) of ``n_searches`` searches: queries drawn by a
-    `QueryStream` over the rankings' queries (the same in both `clicks.Rankings`, row for row),
-    users uniformly among ``n_users`` keys ``u0``, ``u1``, ...; a user in an experiment bucket
-    sees ``experiment``'s list, else ``control``'s (`BucketLayout`)."""
-    from ..clicks import PositionBasedUser, QueryStream
-    from ..evaluation.online import BucketLayout
-
-    if control.query_ids != experiment.query_ids:
-        raise ValueError("the two rankings must list the same queries in the same order")
-    rng = np.random.default_rng(seed)
-    keys = np.array([f"u{i}" for i in range(n_users)])
-    arm_of = BucketLayout().arm(keys)
-    q = QueryStream(len(control.query_ids), exponent, seed).sample(n_searches, rng)
-    u = rng.integers(0, n_users, n_searches)
-    exp = arm_of[u] == 1
-    docs = np.where(exp[:, None], experiment.docs[q], control.docs[q])
-    grades = np.where(exp[:, None], experiment.grades[q], control.grades[q])
-    user = PositionBasedUser(max_grade=max(control.max_grade, experiment.max_grade), eta=eta, epsilon=epsilon)
-    clicks = user.clicks(grades, docs >= 0, rng).sum(axis=1)
-    return keys[u], np.asarray(control.queries)[q], clicks
 
 
 @dataclass
@@ -148,8 +116,9 @@ def run_ab(
     """Run the rankers spec with ``run_rankers`` (the runner's ``run_experiment``: its trained rows
     reused from ``model_dir``), then the simulation."""
     from ..clicks import Rankings
+    from ..clicks.abtest import ab_table
+    from ..clicks.comparison import simulate_ab
     from ..data import open_dataset, ranked
-    from ..evaluation.online import ab_table
     from .spec import get_spec
 
     start = time.perf_counter()

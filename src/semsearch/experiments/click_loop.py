@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import socket
 import subprocess
 import sys
@@ -194,111 +193,6 @@ def ndcg_per_query(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping
     return dict(evaluate(scored, {q: dict(j) for q, j in qrels.items()}, ["ndcg@10"]).per_query["ndcg@10"])
 
 
-# ---------------------------------------------------------------- the log
-
-
-class _SwitchWriter:
-    """The writer ``simulate`` appends each chunk to, pointing at one log part at a time."""
-
-    def __init__(self) -> None:
-        self.target: Any = None
-
-    def append_table(self, table: Any) -> None:
-        self.target.append_table(table)
-
-
-def simulate_log(
-    rankings: Any,
-    user: Any,
-    curve: Sequence[int],
-    directory: Path,
-    *,
-    seed: int,
-    shuffle_rate: float,
-    bundle: str,
-    chunk_size: int = 10_000,
-) -> list[Path]:
-    """Simulate ``curve[-1]`` impressions of ``rankings`` to ``user`` into an event log and return
-    one log folder per point of ``curve``: ``directory/part-i`` holds the impressions after
-    ``curve[i-1]`` up to ``curve[i]``, ``directory/first-N`` links every part up to N (hard links:
-    a prefix costs no space). One query stream runs through all the parts. A finished log (every
-    prefix there) is reused; an unfinished one is simulated again from the start."""
-    import shutil
-
-    from ..clicks import simulate
-    from ..data.events import EventLogWriter
-
-    prefixes = [directory / f"first-{n}" for n in curve]
-    if all(p.is_dir() for p in prefixes):
-        return prefixes
-    if any(n % chunk_size for n in curve):
-        raise ParamError(f"curve points must be multiples of {chunk_size:,}, got {list(curve)}")
-    shutil.rmtree(directory, ignore_errors=True)
-    switch = _SwitchWriter()
-    chunks = simulate(
-        rankings,
-        user,
-        curve[-1],
-        seed=seed,
-        shuffle_rate=shuffle_rate,
-        chunk_size=chunk_size,
-        writer=switch,  # type: ignore[arg-type]  # duck-typed: simulate only calls append_table
-        bundle=bundle,
-        n_clients=100_000,
-    )
-    done, parts = 0, []
-    for i, upto in enumerate(curve):
-        part = directory / f"part-{i}"
-        with EventLogWriter(part, flush_rows=1_000_000, flush_seconds=3600) as w:
-            switch.target = w
-            while done < upto:
-                done += len(next(chunks))
-        parts.append(part)
-        tmp = directory / f".first-{upto}.tmp"
-        for p in parts:
-            for f in p.rglob("*.parquet"):
-                dst = tmp / f.relative_to(p)
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                os.link(f, dst)
-        os.replace(tmp, prefixes[i])
-        note(f"click log {bundle}: {upto:,} impressions")
-    return prefixes
-
-
-# ---------------------------------------------------------------- click models
-
-
-def fit_click_models(log: Path, *, seed: int, true_examination: Sequence[float] | np.ndarray) -> list[dict[str, Any]]:
-    """PBM, UBM, cascade and DBN fitted by EM on 75 % of the log's sessions, each with its held-out
-    log-likelihood and perplexity (Chuklin et al. 2015); PBM's examination per rank beside the
-    simulator's (relative to rank 1: a position-based model identifies it only up to a factor)."""
-    from ..clicks.models import DBN, PBM, UBM, CascadeModel, log_likelihood, perplexity, split_sessions
-    from ..data.events import read_sessions
-
-    sessions = read_sessions(log, top_n=K)
-    train, test = split_sessions(sessions, 0.25, seed=seed)
-    rows = []
-    pbm = PBM(examination_rank1=1.0)
-    models: list[tuple[str, Any]] = [("PBM", pbm), ("UBM", UBM()), ("cascade", CascadeModel()), ("DBN", DBN())]
-    for name, model in models:
-        t = time.perf_counter()
-        model.fit(train)
-        row: dict[str, Any] = {
-            "model": name,
-            "sessions": len(train),
-            "log_likelihood": log_likelihood(model, test),
-            "perplexity": perplexity(model, test),
-            "fit_s": round(time.perf_counter() - t, 1),
-        }
-        if model is pbm:
-            true = np.asarray(true_examination[:K], dtype=np.float64)
-            row["examination"] = [round(float(x), 4) for x in pbm.examination]
-            row["max_error"] = float(np.max(np.abs(pbm.examination - true / true[0])))
-        rows.append(row)
-        note(f"click model {name}: held-out perplexity {row['perplexity']:.4f} ({row['fit_s']} s)")
-    return rows
-
-
 # ---------------------------------------------------------------- learning from the log
 
 
@@ -359,164 +253,6 @@ def bm25_bundle(grade_bundle: Path, out: Path) -> Path:
     return build_bundle(corpus, [lexical], out, options)
 
 
-# ---------------------------------------------------------------- online comparison, simulated
-
-
-def _codes(run: Mapping[str, Sequence[str]], qids: Sequence[str], vocab: dict[str, int], k: int) -> np.ndarray:
-    out = np.full((len(qids), k), -1, dtype=np.int64)
-    for i, q in enumerate(qids):
-        for j, d in enumerate(list(run.get(q, []))[:k]):
-            out[i, j] = vocab.setdefault(d, len(vocab))
-    return out
-
-
-def _grade_of(
-    codes: np.ndarray, qids: Sequence[str], qrels: Mapping[str, Mapping[str, int]], vocab: dict[str, int]
-) -> np.ndarray:
-    """Grades of a (queries, K) code matrix (0 for unjudged or empty)."""
-    back = {c: d for d, c in vocab.items()}
-    g = np.zeros(codes.shape, dtype=np.int8)
-    for i, q in enumerate(qids):
-        judged = qrels.get(q, {})
-        for j, c in enumerate(codes[i]):
-            if c >= 0:
-                g[i, j] = max(0, int(judged.get(back[int(c)], 0)))
-    return g
-
-
-def _counterfactual(
-    a: np.ndarray,
-    b: np.ndarray,
-    ga: np.ndarray,
-    gb: np.ndarray,
-    user: Any,
-    n: int,
-    seed: int,
-    *,
-    mix: float,
-) -> dict[str, Any]:
-    """A − B estimated offline (``evaluation.online.counterfactual_difference``, DCG utility) from
-    ``n`` logged impressions in which A's list is shown with probability ``mix``, else B's. Each
-    logged cell's propensity is its position's examination times the probability that the logger
-    shows that document at all (1/2 for a document of one list only, with ``mix`` = 1/2), so IPS is
-    unbiased for both candidates' utilities wherever that probability is positive (Joachims et
-    al. 2017; Li et al. 2011's logging-policy propensities)."""
-    from ..clicks import QueryStream
-    from ..evaluation.online import counterfactual_difference
-
-    rng = np.random.default_rng([seed, 10_000])
-    q = QueryStream(a.shape[0], 1.0, seed + 10_000).sample(n, rng)
-    show_a = rng.random(n) < mix
-    docs = np.where(show_a[:, None], a[q], b[q])
-    grades = np.where(show_a[:, None], ga[q], gb[q])
-    clicks = user.clicks(grades, docs >= 0, rng)
-    ranks = np.arange(1, K + 1)[None, None, :]
-    hit_a = (docs[:, :, None] == a[q][:, None, :]) & (docs >= 0)[:, :, None]
-    hit_b = (docs[:, :, None] == b[q][:, None, :]) & (docs >= 0)[:, :, None]
-    shown_p = mix * hit_a.any(2) + (1 - mix) * hit_b.any(2)
-    propensity = user.examination_probabilities(K)[None, :] * np.where(shown_p > 0, shown_p, 1.0)
-    est = counterfactual_difference(
-        clicks, propensity, (hit_a * ranks).max(2), (hit_b * ranks).max(2), metric="dcg", k=K
-    )
-    return {**est.to_json(), "p_ips": est.p_value("ips"), "share_from_a": mix}
-
-
-def online_comparison(
-    run_a: Mapping[str, Sequence[str]],
-    run_b: Mapping[str, Sequence[str]],
-    qrels: Mapping[str, Mapping[str, int]],
-    *,
-    user: Any,
-    runs: int,
-    horizon: int,
-    ab_factor: int,
-    seed: int,
-    counterfactual: bool = True,
-    log_impressions: int = 200_000,
-    exponent: float = 1.0,
-) -> dict[str, Any]:
-    """Simulated online comparison of rankers A and B on ``qrels``' queries (Zipf-like traffic):
-    in each of ``runs`` runs, team-draft interleaving (Radlinski et al. 2008) for ``horizon``
-    impressions and an A/B split of the clicked-search rate for ``ab_factor`` times as many (queries
-    drawn Zipf-like with ``exponent``, each run its own popularity order), each
-    with the impressions after which p < 0.05 holds to the end of the run
-    (``evaluation.online.impressions_to_significance``, rule "sustained"). With ``counterfactual``,
-    also the offline estimate of A − B (IPS, self-normalised, clipped; DCG utility) from the log
-    of a 50/50 split between A and B shown to the same users (``counterfactual``), and from a log
-    of B alone (``counterfactual_from_b``: documents only A ranks are never seen there)."""
-    from ..clicks import QueryStream
-    from ..evaluation.online import (
-        credit,
-        detection_summary,
-        impressions_to_significance,
-        outcomes,
-        prefix_sign_test_p,
-        prefix_two_proportion_p,
-        team_draft_batch,
-    )
-
-    qids = [q for q in qrels if q in run_a and q in run_b]
-    vocab: dict[str, int] = {}
-    a, b = _codes(run_a, qids, vocab, K), _codes(run_b, qids, vocab, K)
-    ga, gb = _grade_of(a, qids, qrels, vocab), _grade_of(b, qids, qrels, vocab)
-    inter, ab, wins, clicked_a, clicked_b = [], [], [0, 0, 0], [], []
-    for r in range(runs):
-        rng = np.random.default_rng([seed, r])
-        stream = QueryStream(len(qids), exponent, seed + r)
-        q = stream.sample(horizon, rng)
-        ids, teams = team_draft_batch(a[q], b[q], K, rng)
-        grades = np.zeros(ids.shape, dtype=np.int8)
-        for j in range(K):  # each interleaved document's grade, from whichever list it came
-            col = ids[:, j]
-            in_a = a[q] == col[:, None]
-            in_b = b[q] == col[:, None]
-            grades[:, j] = np.where(in_a.any(1), (ga[q] * in_a).max(1), np.where(in_b.any(1), (gb[q] * in_b).max(1), 0))
-        clicks = user.clicks(grades, ids >= 0, rng)
-        o = outcomes(*credit(teams, clicks))
-        wins[0] += int((o > 0).sum())
-        wins[1] += int((o < 0).sum())
-        wins[2] += int((o == 0).sum())
-        inter.append(impressions_to_significance(prefix_sign_test_p(o)))
-        n_ab = horizon * ab_factor // 2
-        qa, qb = stream.sample(n_ab, rng), stream.sample(n_ab, rng)
-        ca = user.clicks(ga[qa], a[qa] >= 0, rng).any(1)
-        cb = user.clicks(gb[qb], b[qb] >= 0, rng).any(1)
-        clicked_a.append(float(ca.mean()))
-        clicked_b.append(float(cb.mean()))
-        # B is the control: a better A raises the experiment's clicked-search rate
-        ab.append(impressions_to_significance(prefix_two_proportion_p(cb, ca), impressions_per_step=2))
-    di, da = detection_summary(inter), detection_summary(ab)
-    median = di.median
-    result: dict[str, Any] = {
-        "queries": len(qids),
-        "runs": runs,
-        "horizon": horizon,
-        "interleaving": {
-            "median_impressions": median,
-            "detected": di.detected,
-            "per_run": list(di.per_run),
-            "wins_a": wins[0],
-            "wins_b": wins[1],
-            "ties": wins[2],
-        },
-        "ab": {
-            "horizon": horizon * ab_factor,
-            "median_impressions": da.median,
-            "detected": da.detected,
-            "per_run": list(da.per_run),
-            "clicked_rate_a": float(np.mean(clicked_a)),
-            "clicked_rate_b": float(np.mean(clicked_b)),
-            "impressions_for_interleaving_power": (
-                da.impressions_for(di.power_at(median)) if math.isfinite(median) else math.inf
-            ),
-        },
-    }
-    if counterfactual:
-        result["counterfactual"] = _counterfactual(a, b, ga, gb, user, log_impressions, seed, mix=0.5)
-        result["counterfactual_from_b"] = _counterfactual(a, b, ga, gb, user, log_impressions, seed, mix=0.0)
-    return result
-
-
 # ---------------------------------------------------------------- the loop
 
 
@@ -532,7 +268,13 @@ def run_loop(o: LoopOptions) -> dict[str, Any]:
     ``tables.md`` under ``o.out`` and returns the results. Logs, bundles and served runs already
     under ``o.out`` from an identical earlier step are reused."""
     from ..clicks import PositionBasedUser, Rankings
+    from ..clicks.comparison import online_comparison
+    from ..clicks.models import fit_click_models
+    from ..clicks.simulate import simulate_log
     from ..data import open_dataset
+    from ..index.bundle import MANIFEST
+    from ..models.base import sha256_file
+    from .result import json_default
 
     start = time.perf_counter()
     out, grade = Path(o.out), Path(o.bundle)
@@ -567,7 +309,10 @@ def run_loop(o: LoopOptions) -> dict[str, Any]:
         results["click_models"][name] = {
             "impressions": fit_at,
             "models": fit_click_models(
-                prefixes[o.curve.index(fit_at)], seed=o.seed, true_examination=user.examination_probabilities(K)
+                prefixes[o.curve.index(fit_at)],
+                seed=o.seed,
+                true_examination=user.examination_probabilities(K),
+                top_n=K,
             ),
         }
         for i, (n, prefix) in enumerate(zip(o.curve, prefixes, strict=True)):
@@ -588,13 +333,13 @@ def run_loop(o: LoopOptions) -> dict[str, Any]:
     runs: dict[str, dict[str, list[str]]] = {}
     for key, path in bundles.items():
         cache = out / "runs" / f"{path.name}.json"
-        if cache.is_file() and json.loads(cache.read_text())["manifest"] == _manifest_sha(path):
+        if cache.is_file() and json.loads(cache.read_text())["manifest"] == sha256_file(path / MANIFEST):
             runs[key] = json.loads(cache.read_text())["run"]
             continue
         with served(path, out / "serve.log") as base:
             runs[key] = http_top_k(base, test_q)
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps({"manifest": _manifest_sha(path), "run": runs[key]}))
+        cache.write_text(json.dumps({"manifest": sha256_file(path / MANIFEST), "run": runs[key]}))
         note(f"served {key}: {len(runs[key]):,} test queries through HTTP")
     per = {key: ndcg_per_query(run, test) for key, run in runs.items()}
     served_ndcg = {key: float(np.mean(list(p.values()))) for key, p in per.items()}
@@ -632,27 +377,14 @@ def run_loop(o: LoopOptions) -> dict[str, Any]:
             horizon=o.horizon,
             ab_factor=o.ab_factor,
             seed=o.seed,
+            k=K,
         )
         results["goal5"].append({"a": a, "b": b, "delta_ndcg@10": delta, **comparison})
         note(f"online comparison {a} vs {b}: {time.perf_counter() - t:.0f} s")
     results["seconds"] = round(time.perf_counter() - start)
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=_json_default) + "\n")
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=json_default) + "\n")
     (out / "tables.md").write_text(tables(results) + "\n")
     return results
-
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, float | np.floating) and not math.isfinite(float(x)):
-        return None
-    if isinstance(x, np.integer | np.floating):
-        return x.item()
-    raise TypeError(type(x).__name__)
-
-
-def _manifest_sha(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256((path / "manifest.json").read_bytes()).hexdigest()
 
 
 def _p(x: float) -> str:

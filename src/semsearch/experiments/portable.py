@@ -19,9 +19,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..index.bundle import MANIFEST
+from ..models.base import sha256_file
 from ..params import Params, param
 from ..progress import note
-from .click_loop import _json_default, _manifest_sha, http_top_k, ndcg_per_query, served
+from .click_loop import http_top_k, ndcg_per_query, served
+from .result import json_default
 
 SYSTEMS = ("BM25", "semantic only", "RRF (BM25, semantic)", "portable two-stage")
 
@@ -148,13 +151,13 @@ def run(o: PortableOptions) -> dict[str, Any]:
         per: dict[str, dict[str, float]] = {}
         for system, (path, merge) in bundles.items():
             cache = d / "runs" / f"{path.name}-{merge or 'default'}-{o.split}.json"
-            if cache.is_file() and json.loads(cache.read_text())["manifest"] == _manifest_sha(path):
+            if cache.is_file() and json.loads(cache.read_text())["manifest"] == sha256_file(path / MANIFEST):
                 served_run = json.loads(cache.read_text())["run"]
             else:
                 with served(path, out / "serve.log") as base:
                     served_run = http_top_k(base, test_q, merge=merge)
                 cache.parent.mkdir(parents=True, exist_ok=True)
-                cache.write_text(json.dumps({"manifest": _manifest_sha(path), "run": served_run}))
+                cache.write_text(json.dumps({"manifest": sha256_file(path / MANIFEST), "run": served_run}))
             per[system] = ndcg_per_query(served_run, test)
             note(f"{name}, {system}: nDCG@10 {np.mean(list(per[system].values())):.3f} over {len(per[system])} queries")
         rows = {}
@@ -173,7 +176,7 @@ def run(o: PortableOptions) -> dict[str, Any]:
             "rows": rows,
         }
     results["seconds"] = round(time.perf_counter() - start)
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=_json_default) + "\n")
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=json_default) + "\n")
     (out / "tables.md").write_text(tables(results) + "\n")
     return results
 

@@ -4,10 +4,13 @@ of a ranking spec (table, chosen parameters, runs) with its Markdown/JSON/TREC w
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..data import write_run
 from ..data.files import atomic_write, write_json
@@ -131,3 +134,13 @@ class ExperimentResult:
 def slug(label: str) -> str:
     """A row label as a file name: runs of other characters as one underscore, lower case."""
     return re.sub(r"[^\w.-]+", "_", label).strip("_").lower()
+
+
+def json_default(x: Any) -> Any:
+    """``json.dumps``' fallback for a results file: numpy numbers as Python ones, a non-finite
+    float as null (JSON has no inf or NaN)."""
+    if isinstance(x, float | np.floating) and not math.isfinite(float(x)):
+        return None
+    if isinstance(x, np.integer | np.floating):
+        return x.item()
+    raise TypeError(type(x).__name__)

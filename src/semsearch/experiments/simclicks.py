@@ -6,8 +6,9 @@ A spec row's ``train`` block takes ``clicks = { ... }`` (`ClickSource`): the log
 (`clicks.PositionBasedUser`: examination ρ_r^η, attraction ε + (1 − ε)(2^g − 1)/(2^gmax − 1)
 with the split's grades, unjudged documents grade 0), the query stream (`clicks.QueryStream`,
 Zipf ``exponent``) and how many click pairs to collect. Every click is one positive pair, as
-``training.clicks.click_pairs`` makes them from a logged click log, but here straight from the
-simulator's chunks into two int32 arrays (query row, document position in the collection):
+``clicks.labels.click_pairs`` makes them from a logged click log, but here straight from the
+simulator's chunks into two int32 arrays (query row, document position in the collection;
+`clicks.simulate.simulate_click_arrays`):
 nothing goes to disk, no Python object per click, memory ≈ 8 bytes a pair plus one chunk.
 """
 
@@ -19,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..clicks import PositionBasedUser, Rankings, simulate
+from ..clicks.labels import click_grades
+from ..clicks.simulate import Rankings, simulate_click_arrays
 from ..data import TrainingData
 from ..data.beir import BeirDataset
 from ..data.training import PairList
@@ -57,7 +59,9 @@ class ClickSource:
     exponent: float = 1.0
     seed: int = 0
     chunk: int = 500_000  # impressions simulated at a time (memory bound)
-    judgments: bool = False  # also graded labels from the clicks (`click_grades`), for trainers that read qrels
+    judgments: bool = (
+        False  # also graded labels from the clicks (`clicks.labels.click_grades`), for trainers that read qrels
+    )
     levels: int = 5  # grades of ``judgments``: the raw click-through rate in ``levels`` equal bins of [0, 1]
 
     @classmethod
@@ -120,86 +124,6 @@ def logger_rankings(
     return Rankings(qids, [texts[q] for q in qids], list(corpus.ids), docs, grades, max_grade=top_grade)
 
 
-@dataclass(frozen=True)
-class ClickArrays:
-    """Clicked pairs as int32 arrays (``q`` rows of the rankings' queries, ``d`` their document
-    codes) and what was simulated to get them."""
-
-    q: np.ndarray
-    d: np.ndarray
-    impressions: int
-    clicks: int  # clicks of the impressions counted (> len(q) when the last one's clicks were cut)
-    rank_counts: np.ndarray  # clicks kept per rank 1..k
-    grade_counts: np.ndarray  # clicks kept per grade 0..max_grade
-    query_impressions: np.ndarray  # impressions of each of the rankings' queries
-
-
-def simulate_click_arrays(rankings: Rankings, src: ClickSource) -> ClickArrays:
-    """Simulate ``src``'s users on ``rankings`` a chunk at a time until ``src.pairs`` clicks
-    (cut to exactly that many) or ``src.impressions`` impressions; the clicks of each chunk are
-    copied into preallocated (or, by impressions, growing) int32 arrays, so memory stays about
-    8 bytes a click plus one chunk's lists."""
-    user = PositionBasedUser(max_grade=rankings.max_grade, eta=src.eta, epsilon=src.epsilon)
-    target = src.pairs
-    limit = src.impressions or np.iinfo(np.int64).max // 2
-    cap = target if target else max(1024, src.impressions)
-    q = np.empty(cap, np.int32)
-    d = np.empty(cap, np.int32)
-    ranks = np.zeros(rankings.k, np.int64)
-    grades = np.zeros(rankings.max_grade + 1, np.int64)
-    per_query = np.zeros(len(rankings.query_ids), np.int64)
-    n = seen = shown = 0
-    for chunk in simulate(rankings, user, limit, seed=src.seed, exponent=src.exponent, chunk_size=src.chunk):
-        rows, cols = np.nonzero(chunk.clicks)
-        take = len(rows) if not target else min(len(rows), target - n)
-        # clicks of the impressions kept: all of them, or up to the impression of the last click kept
-        seen += len(rows) if take == len(rows) else int(np.sum(rows <= rows[take - 1])) if take else 0
-        if n + take > len(q):  # by impressions: grow geometrically
-            grow = max(n + take, 2 * len(q))
-            q, d = np.resize(q, grow), np.resize(d, grow)
-        rows, cols = rows[:take], cols[:take]
-        q[n : n + take] = chunk.query[rows]
-        d[n : n + take] = chunk.docs[rows, cols]
-        ranks += np.bincount(cols, minlength=rankings.k)
-        grades += np.bincount(rankings.grades[chunk.query[rows], cols].astype(np.int64), minlength=len(grades))
-        n += take
-        if target and n >= target:
-            last = int(rows[-1]) + 1 if take else 0  # impressions up to the last click kept
-            shown += last
-            per_query += np.bincount(chunk.query[:last], minlength=len(per_query))
-            break
-        shown += len(chunk.query)
-        per_query += np.bincount(chunk.query, minlength=len(per_query))
-    if target and n < target:
-        raise ValueError(f"the simulation gave {n:,} clicks in {shown:,} impressions, fewer than {target:,}")
-    return ClickArrays(
-        q[:n].copy() if n < len(q) else q, d[:n].copy() if n < len(d) else d, shown, seen, ranks, grades, per_query
-    )
-
-
-def click_grades(rankings: Rankings, arrays: ClickArrays, levels: int = 5) -> dict[str, dict[str, int]]:
-    """Graded labels from the simulated clicks, as ``training.clicks.click_judgments`` with
-    ``debias = "none"`` grades a logged click log: every document the logger showed a query
-    that was searched, graded by its raw click-through rate (clicks / the query's impressions;
-    each impression shows the whole top k) in ``levels`` equal bins of [0, 1]; queries without a
-    click are left out. Query ids are the rankings'."""
-    n_docs = max(len(rankings.doc_ids), 1)
-    key = arrays.q.astype(np.int64) * n_docs + arrays.d
-    pairs, counts = np.unique(key, return_counts=True)
-    clicked: dict[int, int] = dict(zip(pairs.tolist(), counts.tolist()))
-    out: dict[str, dict[str, int]] = {}
-    has_click = np.zeros(len(rankings.query_ids), bool)
-    has_click[arrays.q] = True
-    for qi in np.flatnonzero(has_click & (arrays.query_impressions > 0)).tolist():
-        imps = int(arrays.query_impressions[qi])
-        judged = {}
-        for di in rankings.docs[qi][rankings.docs[qi] >= 0].tolist():
-            rate = clicked.get(qi * n_docs + di, 0) / imps
-            judged[rankings.doc_ids[di]] = min(int(rate * levels), levels - 1)
-        out[rankings.query_ids[qi]] = judged
-    return out
-
-
 def simulated_training(
     ds: BeirDataset, split: str, fields_: str, raw: Mapping[str, Any], corpus: Any = None
 ) -> tuple[TrainingData, dict[str, Any]]:
@@ -212,7 +136,16 @@ def simulated_training(
     t0 = time.perf_counter()
     rankings = logger_rankings(ds, split, fields_, src.k, src.analyzer, corpus)
     t1 = time.perf_counter()
-    arrays = simulate_click_arrays(rankings, src)
+    arrays = simulate_click_arrays(
+        rankings,
+        pairs=src.pairs,
+        impressions=src.impressions,
+        eta=src.eta,
+        epsilon=src.epsilon,
+        exponent=src.exponent,
+        seed=src.seed,
+        chunk_size=src.chunk,
+    )
     t2 = time.perf_counter()
     queries = dict(zip(rankings.query_ids, rankings.queries))
     data = TrainingData(

@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from .. import __version__
-from ..evaluation.online import DEFAULT_SALT
+from ..clicks.abtest import DEFAULT_SALT
 from ..index.bundle import MANIFEST, Bundle, LoadOptions
 from ..index.bundle.coordinator import ShardedBundle, open_bundle
 from ..index.live import LiveIndex

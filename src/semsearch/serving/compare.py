@@ -2,7 +2,7 @@
 
 **Interleave** (``--compare-mode interleave``, the default): every ``/search`` runs both bundles
 for the query and shows a team-draft interleaving of their rankings (Radlinski, Kurup & Joachims
-2008, "How does clickthrough data reflect retrieval quality?", CIKM; `evaluation.online.team_draft`).
+2008, "How does clickthrough data reflect retrieval quality?", CIKM; `clicks.interleaving.team_draft`).
 A page at ``offset`` with ``k`` hits is the slice ``[offset, offset + k)`` of the interleaving of
 the first ``offset + k`` hits of each ranking. The interleaving's coins come from a generator
 seeded with the answer's search id (its nonce, `seed_of`), so the log alone reproduces every page
@@ -16,7 +16,7 @@ of the clicked document; an impression with clicks is won by the team with more 
 ``semsearch clicks compare``).
 
 **A/B** (``--compare-mode ab``): each user is hashed to one of four buckets by the client id it
-sends (``X-Client-Id``; `evaluation.online.bucket_of` with ``--compare-salt``), the 2020
+sends (``X-Client-Id``; `clicks.abtest.bucket_of` with ``--compare-salt``), the 2020
 semantic-retrieval paper's Table 7 layout: buckets control-1 and control-2 are served by A,
 experiment-1 and experiment-2 by B. A search without a client id is bucketed by its search id's
 nonce, so each such search is a user of its own (the log reproduces the bucket either way: the key
@@ -37,18 +37,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ..evaluation.online import (
-    DEFAULT_SALT,
-    TEAM_A,
-    TEAM_B,
-    ABTable,
-    BucketLayout,
-    InterleavingSummary,
-    ab_table,
-    bucket_of,
-    interleaving_summary,
-    team_draft,
-)
+from ..clicks.abtest import DEFAULT_SALT, ABTable, BucketLayout, ab_table, bucket_of
+from ..clicks.interleaving import TEAM_A, TEAM_B, InterleavingSummary, interleaving_summary, team_draft
 from ..index.bundle import Bundle
 from .batching import SearchBatcher
 from .events import nonce_of
@@ -59,7 +49,7 @@ if TYPE_CHECKING:
 Mode = Literal["interleave", "ab"]
 MODES: tuple[Mode, Mode] = ("interleave", "ab")
 TEAMS = ("A", "B")
-"""Team names by team code (`evaluation.online.TEAM_A` = 0, ``TEAM_B`` = 1)."""
+"""Team names by team code (`clicks.interleaving.TEAM_A` = 0, ``TEAM_B`` = 1)."""
 INTERLEAVE_ARM = "interleave"
 
 
@@ -194,17 +184,17 @@ def _cell(text: str) -> str:
 
 
 def read_comparison(directory: str | Path, *, salt: str = DEFAULT_SALT, head_share: float = 0.5) -> ComparisonReport:
-    """What ``serve A --compare B --events DIR`` logged, read back (``data.events.read_clicked``,
+    """What ``serve A --compare B --events DIR`` logged, read back (``clicks.sessions.read_clicked``,
     through DuckDB): for the interleaved impressions, the wins, ties, Δ_AB and sign tests of
-    `evaluation.online.interleaving_summary` (Radlinski et al. 2008; Chapelle et al. 2012) over
+    `clicks.interleaving.interleaving_summary` (Radlinski et al. 2008; Chapelle et al. 2012) over
     the clicks credited to each team; for the ab impressions, the clicked-search rate per bucket
-    on all, head and tail queries with Wilson intervals and the tests (`evaluation.online.ab_table`,
+    on all, head and tail queries with Wilson intervals and the tests (`clicks.abtest.ab_table`,
     the 2020 paper's Table 7 layout), each search's user the client id or else the search id's
     nonce, as the service bucketed them.
 
     Raises ``ValueError`` when the log holds no impression of a comparison, or when its ab
     impressions' arms are not the buckets ``salt`` gives their users (another ``--compare-salt``)."""
-    from ..data.events import read_clicked
+    from ..clicks.sessions import read_clicked
 
     table = read_clicked(directory)
     arms = table.column("arm").to_pylist()

@@ -1,5 +1,5 @@
 """The served search's event log (``semsearch serve --events DIR``): a search id on every answer,
-an impression per answer and the clicks sent to ``POST /events``, written by ``data.events``.
+an impression per answer and the clicks sent to ``POST /events``, written by ``clicks.log``.
 
 **Search ids any worker can verify.** Several worker processes serve one port (``SO_REUSEPORT``),
 so a click may reach another worker than the search it names, and the workers share nothing. A
@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..data.events import EventLogWriter, Kind, event_row, impression_row
+from ..clicks.log import EventLogWriter, Kind, event_row, impression_row
 
 ID_TTL_S = 24 * 3600
 """How long a search id accepts clicks (seconds)."""

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from ..evaluation.online import DEFAULT_SALT
+from ..clicks.abtest import DEFAULT_SALT
 from ..index.bundle.options import LoadOptions
 from ..index.live import MERGE_AT
 from ..params import ParamError, Params, param

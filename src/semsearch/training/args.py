@@ -357,7 +357,7 @@ class RankerArgs(Params):
     # the fold a stage-1 model was trained without (``semsearch train --hold-out I/N``, counted from 1), so the
     # ranker learns how far to trust that model's scores on queries it never saw
     train_fold: str = ""
-    # a ranker learnt from a click log (``index build --train-ranker --clicks DIR``; training.clicks):
+    # a ranker learnt from a click log (``index build --train-ranker --clicks DIR``; clicks.labels):
     # the position-bias correction ("lightgbm": LightGBM's position-debiased lambdarank; "ipw":
     # inverse-propensity weighted click-through rates; "none": raw ones), the relative examination
     # propensities per rank for "ipw" (empty: fitted to the log by a PBM), the grades the

@@ -309,7 +309,7 @@ def fit_stage_ranker(
     dev (``choose_search_effort``). With ``positions`` (labels from clicks: query id -> document
     -> the rank it was shown at), each training row carries its rank, ``unshown`` for a candidate
     the log never showed, and LightGBM's position-debiased lambdarank learns from them
-    (``training.clicks``).
+    (``clicks.labels``).
 
     Args:
         model: the ranker trained in place.

@@ -1,7 +1,7 @@
 """The stage-2 ranker a bundle build trains (``index build --train-ranker``): LambdaMART learning
 from what the bundle's stage 1 returns for a data set's train queries, its stage depths and trees
 chosen on the dev queries; or (``--clicks DIR``) for an event log's queries, labelled by their
-clicks with the position bias corrected (``training.clicks``), depths and trees chosen on a
+clicks with the position bias corrected (``clicks.labels``), depths and trees chosen on a
 held-out share of the log's queries: no grades at all."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def stage_ranker_trainer(
         params: lambdamart parameters and training arguments (one vocabulary) changed from ``TWO_STAGE``.
         model_dirs: the saved stage-1 models whose held-out folds are checked (empty: none).
         where: the parameters' origin, named in errors.
-        clicks: an event log directory (``data.events``) to learn from instead of ``data``'s judgments.
+        clicks: an event log directory (``clicks.log``) to learn from instead of ``data``'s judgments.
 
     Returns:
         The ``train_ranker`` of ``build_bundle``: given the stage-1 search, the trained ranker and its log.
@@ -117,8 +117,8 @@ def _click_trainer(clicks: str | Path, corpus: Any, fields: str, params: Mapping
     """``stage_ranker_trainer`` over an event log: the log is read and checked (schema, documents
     in the collection, clicks present) and its labels made here, before any indexing; the
     returned function trains on stage 1's hits for the log's queries."""
-    from ..data.events import read_sessions
-    from .clicks import click_judgments, corpus_codes
+    from ..clicks.labels import click_judgments, corpus_codes
+    from ..clicks.sessions import read_sessions
 
     try:
         kwargs, args_ = recipe("lambdamart", {**TWO_STAGE, **params}, where=where)

@@ -1,5 +1,6 @@
-"""The event log (semsearch.data.events): UBI-named Parquet segments, the buffered writer, the
-sessions view joined in DuckDB, errors for malformed logs, and a SIGKILL crash test."""
+"""The event log (semsearch.clicks.log, read back by semsearch.clicks.sessions): UBI-named Parquet
+segments, the buffered writer, the sessions view joined in DuckDB, errors for malformed logs, and a
+SIGKILL crash test."""
 
 from __future__ import annotations
 
@@ -18,23 +19,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from semsearch.data.errors import DataFormatError
-from semsearch.data.events import (
+from semsearch.clicks.log import (
     EVENT_SCHEMA,
     IMPRESSION_LOG_SCHEMA,
     IMPRESSION_SCHEMA,
     Event,
     EventLogWriter,
     Impression,
-    Sessions,
     event_row,
     impression_row,
     impressions_table,
-    read_log,
-    read_sessions,
     segments,
     write_segment,
 )
+from semsearch.clicks.sessions import Sessions, read_log, read_sessions
+from semsearch.data.errors import DataFormatError
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -262,7 +261,7 @@ CHILD = textwrap.dedent(
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
-    from semsearch.data.events import EventLogWriter, Event, Impression, impressions_table
+    from semsearch.clicks.log import EventLogWriter, Event, Impression, impressions_table
 
     # mostly bulk tables (the writer then spends most of its time writing segments, where a kill
     # is the most likely to tear one), and single records too

@@ -1,4 +1,4 @@
-"""Learning from a click log (semsearch.training.clicks): clicked pairs for the pair models, graded
+"""Learning from a click log (semsearch.clicks.labels): clicked pairs for the pair models, graded
 labels with and without the position-bias correction, and a ranker learnt from a log whose logger
 shows the relevant documents low: raw clicks are misled by position, the debiased labels are not."""
 
@@ -10,18 +10,19 @@ import numpy as np
 import pytest
 
 from semsearch.clicks import PBM_EXAMINATION, PositionBasedUser, Rankings, simulate, simulate_sessions
-from semsearch.data import Corpus
-from semsearch.data.events import EventLogWriter, Sessions, read_sessions
-from semsearch.evaluation import evaluate
-from semsearch.ranking.features import groups
-from semsearch.ranking.lambdamart import LambdaMART
-from semsearch.training.clicks import (
+from semsearch.clicks.labels import (
     click_judgments,
     click_pairs,
     corpus_codes,
     examination_propensities,
     identified_share,
 )
+from semsearch.clicks.log import EventLogWriter
+from semsearch.clicks.sessions import Sessions, read_sessions
+from semsearch.data import Corpus
+from semsearch.evaluation import evaluate
+from semsearch.ranking.features import groups
+from semsearch.ranking.lambdamart import LambdaMART
 from semsearch.training.lambdamart import row_positions, train_booster
 
 K = 10

@@ -1,5 +1,6 @@
-"""Online comparison of rankers (semsearch.evaluation.online): team-draft interleaving and its
-credit, the sign test and power helpers, A/B buckets, counterfactual (IPS) estimates.
+"""Online comparison of rankers: team-draft interleaving and its credit, the sign test
+(semsearch.clicks.interleaving), power helpers (clicks.power), A/B buckets (clicks.abtest),
+counterfactual (IPS) estimates (clicks.counterfactual).
 
 Clicks come from a tiny position-based simulator defined here (examination ρ by rank, P(click |
 grade g) = 0.1 + 0.9 (2^g − 1) / (2^gmax − 1)); it is deliberately independent of the project's
@@ -16,34 +17,40 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, chisquare
 
-from semsearch.evaluation.online import (
+from semsearch.clicks.abtest import (
+    BucketLayout,
+    ab_table,
+    bucket_of,
+    clustered_rate_test,
+    head_queries,
+    two_proportion_ztest,
+    wilson_interval,
+)
+from semsearch.clicks.counterfactual import (
+    Estimate,
+    candidate_ranks,
+    counterfactual_difference,
+    counterfactual_estimate,
+    rank_weights,
+)
+from semsearch.clicks.interleaving import (
     NO_TEAM,
     TEAM_A,
     TEAM_B,
-    BucketLayout,
-    Estimate,
-    ab_sample_size,
-    ab_table,
-    bucket_of,
-    candidate_ranks,
-    clustered_rate_test,
-    counterfactual_difference,
-    counterfactual_estimate,
     credit,
-    detection_summary,
-    head_queries,
-    impressions_to_significance,
-    interleaving_sample_size,
     interleaving_summary,
     outcomes,
-    prefix_sign_test_p,
-    prefix_two_proportion_p,
-    rank_weights,
     sign_test_p,
     team_draft,
     team_draft_batch,
-    two_proportion_ztest,
-    wilson_interval,
+)
+from semsearch.clicks.power import (
+    ab_sample_size,
+    detection_summary,
+    impressions_to_significance,
+    interleaving_sample_size,
+    prefix_sign_test_p,
+    prefix_two_proportion_p,
 )
 
 A, B = TEAM_A, TEAM_B

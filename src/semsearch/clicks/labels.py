@@ -1,5 +1,5 @@
-"""Learning from a click log: the event log's sessions (``data.events.Sessions``) turned into the
-training data the trainers already take, with the position bias in clicks corrected or not.
+"""Labels for learners from a click log: the event log's sessions (``clicks.sessions.Sessions``)
+turned into the training data the trainers take, with the position bias in clicks corrected or not.
 
 Clicks are biased by position: under the position-based model (PBM; Joachims, Swaminathan &
 Schnabel 2017, "Unbiased Learning-to-Rank with Biased Feedback"; Wang et al. 2018, "Position Bias
@@ -12,7 +12,7 @@ click-through rates therefore favour whatever the logging ranker put on top. Two
   which trades a little bias for bounded variance). Then E[Σ clicks / θ_r] / impressions = θ_1 α_qd
   for every rank the pair was shown at, so the corrected rate orders pairs by attractiveness
   whatever rank the logger gave them. The propensities are given, or fitted from the log by
-  `clicks.PBM` (EM, ``examination_rank1=1.0``: relative propensities). A PBM fitted from a log
+  `clicks.models.PBM` (EM, ``examination_rank1=1.0``: relative propensities). A PBM fitted from a log
   identifies θ only through (query, document) pairs seen at more than one rank (the likelihood
   is unchanged by (θc, α/c) otherwise), so a log of a deterministic logger without randomisation
   cannot give them: `examination_propensities` refuses such a log rather than return arbitrary values.
@@ -31,7 +31,8 @@ click-through rates therefore favour whatever the logging ranker put on top. Two
 propensities, 1 / θ_r positives by seeded stochastic rounding, so that a click at rank 10 weighs
 what an expected ten clicks at rank 1 do). `click_judgments` gives the stage-2 ranker graded
 (query, document) labels: the corrected or raw click-through rate of each shown pair, in
-``levels`` equal bins of [0, 1] (LightGBM's lambdarank takes integer labels).
+``levels`` equal bins of [0, 1] (LightGBM's lambdarank takes integer labels). `click_grades`
+grades simulated clicks (no log written) as `click_judgments` grades raw ones.
 
 Everything is numpy over the sessions' arrays (the log itself is joined by DuckDB in
 ``read_sessions``): no Python loop over log lines; the per-pair mappings are built over the distinct
@@ -50,9 +51,11 @@ import pyarrow.compute as pc
 
 from ..data import TrainingData
 from ..data.beir import Corpus, Fields
-from ..data.events import Sessions
 from ..data.training import PairList
 from ..types import Qrels
+from .models import PBM, shown_mask
+from .sessions import Sessions
+from .simulate import ClickArrays, Rankings
 
 Debias = Literal["none", "lightgbm", "ipw"]
 DEBIAS: tuple[str, ...] = ("none", "lightgbm", "ipw")
@@ -84,17 +87,10 @@ def corpus_codes(sessions: Sessions, doc_ids: Sequence[str], *, where: str = "th
     return out
 
 
-def _shown(sessions: Sessions) -> np.ndarray:
-    """Cells inside each session's list (shown, no empty slot above): ``clicks.models.shown_mask``."""
-    from ..clicks.models import shown_mask
-
-    return shown_mask(sessions)
-
-
 def identified_share(sessions: Sessions) -> float:
     """The share of the shown (query, document) pairs seen at two ranks or more: where a PBM fitted
     to the log learns the examination propensities from (0 for a deterministic logger)."""
-    mask = _shown(sessions)
+    mask = shown_mask(sessions)
     rows, cols = np.nonzero(mask)
     if not len(rows):
         return 0.0
@@ -129,8 +125,6 @@ def examination_propensities(sessions: Sessions, given: Sequence[float] | None =
             "from pairs seen at several ranks): give the propensities (propensities=[...], one per rank), "
             "log with some randomisation (shuffled lists), or debias with LightGBM's position-aware lambdarank"
         )
-    from ..clicks.models import PBM
-
     theta = PBM(examination_rank1=1.0).fit(sessions).examination
     return np.clip(np.asarray(theta, dtype=np.float64), 1e-6, 1.0)
 
@@ -246,7 +240,7 @@ def click_judgments(
     prop = None
     if debias == "ipw":
         prop = examination_propensities(sessions, None if propensities is None else list(propensities))
-    mask = _shown(sessions)
+    mask = shown_mask(sessions)
     rows, cols = np.nonzero(mask)
     clicked = sessions.clicks[rows, cols]
     n_docs = max(len(sessions.doc_ids), 1)
@@ -290,3 +284,26 @@ def click_judgments(
         impressions=len(sessions),
         clicks=int(sessions.clicks.sum()),
     )
+
+
+def click_grades(rankings: Rankings, arrays: ClickArrays, levels: int = 5) -> dict[str, dict[str, int]]:
+    """Graded labels from simulated clicks (`clicks.simulate.simulate_click_arrays`), as
+    `click_judgments` with ``debias = "none"`` grades a logged click log: every document the logger showed a query
+    that was searched, graded by its raw click-through rate (clicks / the query's impressions;
+    each impression shows the whole top k) in ``levels`` equal bins of [0, 1]; queries without a
+    click are left out. Query ids are the rankings'."""
+    n_docs = max(len(rankings.doc_ids), 1)
+    key = arrays.q.astype(np.int64) * n_docs + arrays.d
+    pairs, counts = np.unique(key, return_counts=True)
+    clicked: dict[int, int] = dict(zip(pairs.tolist(), counts.tolist()))
+    out: dict[str, dict[str, int]] = {}
+    has_click = np.zeros(len(rankings.query_ids), bool)
+    has_click[arrays.q] = True
+    for qi in np.flatnonzero(has_click & (arrays.query_impressions > 0)).tolist():
+        imps = int(arrays.query_impressions[qi])
+        judged = {}
+        for di in rankings.docs[qi][rankings.docs[qi] >= 0].tolist():
+            rate = clicked.get(qi * n_docs + di, 0) / imps
+            judged[rankings.doc_ids[di]] = min(int(rate * levels), levels - 1)
+        out[rankings.query_ids[qi]] = judged
+    return out
