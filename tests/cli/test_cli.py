@@ -105,7 +105,7 @@ def test_run_full_and_rerank_a_run_file_and_queries_file(tiny_data, tmp_path):
     assert rr.read_text() == ""
 
 
-def test_index_build_with_vector_params(tiny_data, tmp_path, trained_clsm):
+def test_index_build_withvector_params(tiny_data, tmp_path, trained_clsm):
     """``--vector-param`` reaches the bundle's vector index (and is saved with it)."""
     from semsearch.index import Bundle
 
@@ -134,15 +134,15 @@ def test_index_build_with_vector_params(tiny_data, tmp_path, trained_clsm):
 def test_vector_params_are_checked_without_the_vectors():
     """Names and integer values are checked before anything is encoded, for every kind, and only
     those: ivfpq's sub-quantisers must divide the vectors' dimension, unknown until they exist."""
-    from semsearch.cli.common import _vector_params
+    from semsearch.cli.common import vector_params
 
-    assert _vector_params("ivfpq", []) == {} and _vector_params("ivfpq", ["nprobe=64", "m=48"]) == {
+    assert vector_params("ivfpq", []) == {} and vector_params("ivfpq", ["nprobe=64", "m=48"]) == {
         "nprobe": 64,
         "m": 48,
     }
-    assert _vector_params("hnswsq", ["efSearch=64"]) == {"efSearch": 64}
+    assert vector_params("hnswsq", ["efSearch=64"]) == {"efSearch": 64}
     with pytest.raises(ValueError, match="kind must be one of"):
-        _vector_params("annoy", [])
+        vector_params("annoy", [])
 
 
 def test_index_build_and_search(tiny_data, tmp_path):

@@ -11,15 +11,15 @@ import typer
 if TYPE_CHECKING:
     from ..evaluation import QueryFold
 from .common import (
-    _guard,
-    _parse_params,
     app,
     err,
+    guard,
+    parse_params,
 )
 
 
 @app.command("train")
-@_guard
+@guard
 def train_cmd(
     model: Annotated[
         str, typer.Argument(help="Model to train: dssm, clsm, mt-dnn (or any trainable registered model).")
@@ -87,7 +87,7 @@ def train_cmd(
             f"{model} ({family(model)} family) is not trainable: it needs no training; use it directly "
             f"(semsearch run --model {model} ...)"
         )
-    model_kw, args = recipe(model, _parse_params(param), where="--param")  # validated before any data is read
+    model_kw, args = recipe(model, parse_params(param), where="--param")  # validated before any data is read
     fold = QueryFold.parse(hold_out, "--hold-out") if hold_out is not None else None
     source = _click_source(clicks, debias, propensities, fold) if clicks is not None else None
     if source is not None and (split != "train" or threshold != 3):
