@@ -145,6 +145,23 @@ def test_vector_params_are_checked_without_the_vectors():
         vector_params("annoy", [])
 
 
+def test_typed_requests_check_their_flags_together(tmp_path):
+    """The commands' typed objects refuse a flag given without the one it needs, whatever its
+    value (the default too), naming both, before anything is read; a good request carries the
+    options the layer below reads."""
+    from semsearch.cli.build import BuildRequest
+    from semsearch.serving.options import ServeOptions
+
+    with pytest.raises(ValueError, match="--merge-at needs --allow-writes"):
+        ServeOptions.from_cli(tmp_path / "none", merge_at=5000)
+    with pytest.raises(ValueError, match="--rescore-weight needs --rescorer"):
+        BuildRequest("tiny", tmp_path / "B", rescore_weight=1.0)
+    with pytest.raises(ValueError, match="--max-record-bytes needs a file as --data"):
+        BuildRequest(str(tmp_path / "none"), tmp_path / "B", max_record_bytes=10)
+    ok = BuildRequest(str(tmp_path / "none"), tmp_path / "B", vector_index="hnsw", vector_param=["efSearch=64"])
+    assert ok.names == ["bm25"] and not ok.table and ok.options.index_params == {"efSearch": 64}
+
+
 def test_index_build_and_search(tiny_data, tmp_path):
     idx = tmp_path / "idx"
     assert invoke("index", "build", "--data", "tiny", "--out", str(idx), "--analyzer", "english").exit_code == 0

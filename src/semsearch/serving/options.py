@@ -24,6 +24,18 @@ EXPOSED_RATE = 20.0
 """Requests a second per client and worker when the service is exposed and no rate is given."""
 
 
+def _keys(api_key_file: Path | None, write_key_file: Path | None, allow_writes: bool) -> tuple[str | None, str | None]:
+    """``serve``'s API key and write key: each read from its file, or else from $SEMSEARCH_API_KEY /
+    $SEMSEARCH_WRITE_KEY (the write key only with --allow-writes); None: no key."""
+    write_key = read_key_file(str(write_key_file), "--write-key-file") if write_key_file is not None else None
+    if write_key is None and allow_writes and os.environ.get(WRITE_KEY_ENV):
+        write_key = check_key(os.environ[WRITE_KEY_ENV], f"${WRITE_KEY_ENV}")
+    api_key = read_key_file(str(api_key_file)) if api_key_file is not None else None
+    if api_key is None and os.environ.get(API_KEY_ENV):
+        api_key = check_key(os.environ[API_KEY_ENV], f"${API_KEY_ENV}")
+    return api_key, write_key
+
+
 @dataclasses.dataclass(frozen=True)
 class ServeOptions(Params):
     """How ``semsearch serve`` runs; messages name each field by its command-line flag.
@@ -111,37 +123,21 @@ class ServeOptions(Params):
         from $SEMSEARCH_API_KEY / $SEMSEARCH_WRITE_KEY (the write key only with --allow-writes);
         the paths are made absolute (the worker processes may start elsewhere). The rest is
         ``check``'s, as for any ``ServeOptions``."""
-        needs(
-            "--rescore",
-            rescore,
-            {"--rescore-depth": rescore_depth is not None, "--rescore-weight": rescore_weight is not None},
-        )
-        needs("--events", events != "off", {"--events-flush-seconds": events_flush_seconds is not None})
-        needs(
-            "--compare",
-            compare is not None,
-            {"--compare-mode": compare_mode is not None, "--compare-salt": compare_salt is not None},
-        )
-        needs(
-            "--allow-writes",
-            allow_writes,
-            {
-                "--changes": changes is not None,
-                "--write-key-file": write_key_file is not None,
-                "--merge-at": merge_at is not None,
+        # each flag that only means something with another: (that one, given?) -> flag -> value (None: not given)
+        owners: dict[tuple[str, bool], dict[str, object]] = {
+            ("--rescore", rescore): {"--rescore-depth": rescore_depth, "--rescore-weight": rescore_weight},
+            ("--events", events != "off"): {"--events-flush-seconds": events_flush_seconds},
+            ("--compare", compare is not None): {"--compare-mode": compare_mode, "--compare-salt": compare_salt},
+            ("--allow-writes", allow_writes): {
+                "--changes": changes,
+                "--write-key-file": write_key_file,
+                "--merge-at": merge_at,
             },
-        )
-        needs(
-            "--cluster",
-            cluster is not None,
-            {"--shard-replicas": shard_replicas is not None, "--replica-cpus": replica_cpus is not None},
-        )
-        write_key = read_key_file(str(write_key_file), "--write-key-file") if write_key_file is not None else None
-        if write_key is None and allow_writes and os.environ.get(WRITE_KEY_ENV):
-            write_key = check_key(os.environ[WRITE_KEY_ENV], f"${WRITE_KEY_ENV}")
-        api_key = read_key_file(str(api_key_file)) if api_key_file is not None else None
-        if api_key is None and os.environ.get(API_KEY_ENV):
-            api_key = check_key(os.environ[API_KEY_ENV], f"${API_KEY_ENV}")
+            ("--cluster", cluster is not None): {"--shard-replicas": shard_replicas, "--replica-cpus": replica_cpus},
+        }
+        for (owner, present), flags in owners.items():
+            needs(owner, present, {flag: value is not None for flag, value in flags.items()})
+        api_key, write_key = _keys(api_key_file, write_key_file, allow_writes)
         load: dict[str, Any] = {
             "store": store,
             "rescore": rescore,
