@@ -102,6 +102,15 @@ class Params:
         return type(self).from_mapping({**self.as_dict(), **changes}, where=where)
 
 
+def needs(owner: str, present: bool, given: Mapping[str, bool]) -> None:
+    """Refuse each option of ``given`` that was given (True) while ``owner`` is absent
+    (``present`` False), naming both: ``ParamError("--changes needs --allow-writes")``. Options
+    that only mean something with another are checked this way before any work."""
+    for option, was_given in given.items():
+        if was_given and not present:
+            raise ParamError(f"{option} needs {owner}")
+
+
 def split(raw: Mapping[str, Any], *types_: type[Params], where: str = "") -> list[Params]:
     """One mapping of names spread over several parameter types (a kind's model parameters and its
     trainer's arguments share one vocabulary): each name goes to the first type that has it."""

@@ -105,7 +105,7 @@ def test_run_full_and_rerank_a_run_file_and_queries_file(tiny_data, tmp_path):
     assert rr.read_text() == ""
 
 
-def test_index_build_with_vector_params(tiny_data, tmp_path, trained_clsm):
+def test_index_build_withvector_params(tiny_data, tmp_path, trained_clsm):
     """``--vector-param`` reaches the bundle's vector index (and is saved with it)."""
     from semsearch.index import Bundle
 
@@ -134,15 +134,32 @@ def test_index_build_with_vector_params(tiny_data, tmp_path, trained_clsm):
 def test_vector_params_are_checked_without_the_vectors():
     """Names and integer values are checked before anything is encoded, for every kind, and only
     those: ivfpq's sub-quantisers must divide the vectors' dimension, unknown until they exist."""
-    from semsearch.cli.common import _vector_params
+    from semsearch.cli.common import vector_params
 
-    assert _vector_params("ivfpq", []) == {} and _vector_params("ivfpq", ["nprobe=64", "m=48"]) == {
+    assert vector_params("ivfpq", []) == {} and vector_params("ivfpq", ["nprobe=64", "m=48"]) == {
         "nprobe": 64,
         "m": 48,
     }
-    assert _vector_params("hnswsq", ["efSearch=64"]) == {"efSearch": 64}
+    assert vector_params("hnswsq", ["efSearch=64"]) == {"efSearch": 64}
     with pytest.raises(ValueError, match="kind must be one of"):
-        _vector_params("annoy", [])
+        vector_params("annoy", [])
+
+
+def test_typed_requests_check_their_flags_together(tmp_path):
+    """The commands' typed objects refuse a flag given without the one it needs, whatever its
+    value (the default too), naming both, before anything is read; a good request carries the
+    options the layer below reads."""
+    from semsearch.cli.build import BuildRequest
+    from semsearch.serving.options import ServeOptions
+
+    with pytest.raises(ValueError, match="--merge-at needs --allow-writes"):
+        ServeOptions.from_cli(tmp_path / "none", merge_at=5000)
+    with pytest.raises(ValueError, match="--rescore-weight needs --rescorer"):
+        BuildRequest("tiny", tmp_path / "B", rescore_weight=1.0)
+    with pytest.raises(ValueError, match="--max-record-bytes needs a file as --data"):
+        BuildRequest(str(tmp_path / "none"), tmp_path / "B", max_record_bytes=10)
+    ok = BuildRequest(str(tmp_path / "none"), tmp_path / "B", vector_index="hnsw", vector_param=["efSearch=64"])
+    assert ok.names == ["bm25"] and not ok.table and ok.options.index_params == {"efSearch": 64}
 
 
 def test_index_build_and_search(tiny_data, tmp_path):

@@ -13,7 +13,7 @@ import typer
 if TYPE_CHECKING:
     from ..clicks.distributed import LogCounts
 
-from .common import PLAIN_HELP, _guard, _parse_params, app, err, out
+from .common import PLAIN_HELP, app, err, guard, out, parse_params
 
 clicks_app = typer.Typer(
     help="Learn from clicks and compare rankers online: read an event log back, run the click loop.",
@@ -27,7 +27,7 @@ DEFAULT_SALT = "semsearch-ab"
 
 
 @clicks_app.command("compare")
-@_guard
+@guard
 def compare_cmd(
     log_dir: Annotated[
         Path, typer.Argument(help="Event log directory of `semsearch serve A --compare B --events DIR`.")
@@ -61,7 +61,7 @@ def compare_cmd(
 
 
 @clicks_app.command("loop")
-@_guard
+@guard
 def clicks_loop(
     bundle: Annotated[
         Path, typer.Option(help="The grade-trained two-stage bundle (make serve's) the click-learnt bundles build on.")
@@ -97,7 +97,7 @@ def clicks_loop(
         "loggers": [x.strip() for x in loggers.split(",") if x.strip()],
         "seed": seed,
     }
-    extra = _parse_params(param)
+    extra = parse_params(param)
     clash = sorted(set(extra) & set(given))
     if clash:
         raise ValueError(f"--param {clash[0]}: give it as --{clash[0]}")
@@ -125,7 +125,7 @@ def _counts(log_dir: Path, top_n: int, ray: str | None) -> LogCounts:
 
 
 @clicks_app.command("fit")
-@_guard
+@guard
 def clicks_fit(
     log_dir: Annotated[Path, typer.Argument(help="An event log, or a folder of them (a partitioned log).")],
     out_file: Annotated[Path, typer.Option("--out", help="The fit as JSON (the examination per rank, ...).")],
@@ -147,7 +147,7 @@ def clicks_fit(
 
 
 @clicks_app.command("labels")
-@_guard
+@guard
 def clicks_labels(
     log_dir: Annotated[Path, typer.Argument(help="An event log, or a folder of them (a partitioned log).")],
     out_file: Annotated[Path, typer.Option("--out", help="The labels as one Parquet file.")],

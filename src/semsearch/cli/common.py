@@ -1,5 +1,5 @@
 """What every command shares: the ``semsearch`` Typer app, the consoles, the error guard (exit
-code 2 on bad input) and the option parsers."""
+code 2 on bad input) and the option parsers, public to every cli module."""
 
 from __future__ import annotations
 
@@ -35,13 +35,15 @@ EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 
-def _fail(message: str) -> None:
+def fail(message: str) -> None:
+    """Print ``message`` as one ``error:`` line on stderr and exit with code 2 (bad input)."""
     err.print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
-def _guard(fn: F) -> F:
-    """Turn the layers' input errors into one clear line and exit code 2 (no traceback)."""
+def guard(fn: F) -> F:
+    """Wrap a command so that the layers' input errors (ValueError and its kin: a bad option, an
+    unreadable file, an unknown model) end it with one clear line and exit code 2, no traceback."""
     import functools
 
     @functools.wraps(fn)
@@ -62,14 +64,15 @@ def _guard(fn: F) -> F:
             PgStoreError,
         ) as e:
             msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-            _fail(str(msg))
+            fail(str(msg))
 
     return cast(F, wrapper)
 
 
-def _parse_params(pairs: list[str]) -> dict[str, Any]:
-    """NAME=VALUE pairs; VALUE is read as JSON (numbers, lists like [5,10,20], true) or else taken
-    as a string (stats=exclude-query-pool): the parameter's type then decides whether it may be one."""
+def parse_params(pairs: list[str]) -> dict[str, Any]:
+    """``--param``-style NAME=VALUE pairs as a mapping; VALUE is read as JSON (numbers, lists like
+    [5,10,20], true) or else taken as a string (stats=exclude-query-pool): the parameter's type then
+    decides whether it may be one."""
     params: dict[str, Any] = {}
     for p in pairs:
         k, eq, v = p.partition("=")
@@ -86,13 +89,13 @@ def _parse_params(pairs: list[str]) -> dict[str, Any]:
     return params
 
 
-def _vector_params(kind: str, pairs: list[str]) -> dict[str, int]:
+def vector_params(kind: str, pairs: list[str]) -> dict[str, int]:
     """``--vector-param`` pairs for a vector index of ``kind``, checked before anything is encoded:
     known names, integer values (``VectorIndex.check_params``; the rest, e.g. ivfpq's ``m``
     dividing the dimension, once the vectors exist)."""
     from ..index import VectorIndex
 
-    params = _parse_params(pairs)
+    params = parse_params(pairs)
     for k, v in params.items():
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"--vector-param {k}: expected an integer, got {v!r}")
@@ -104,12 +107,13 @@ def _vector_params(kind: str, pairs: list[str]) -> dict[str, int]:
     return params
 
 
-def _model(name_or_dir: str, param: list[str], analyzer: str | None) -> Model:
-    """The model named on the command line, with its --param and --analyzer options."""
+def named_model(name_or_dir: str, param: list[str], analyzer: str | None) -> Model:
+    """The model named on the command line (a registered kind or a saved model directory), made
+    with its ``--param`` pairs and ``--analyzer``; a bad parameter's message starts ``--param:``."""
     from ..params import ParamError
     from ..plugins import resolve_model
 
-    params = _parse_params(param)
+    params = parse_params(param)
     if analyzer:
         params["analyzer"] = analyzer
     try:
@@ -118,7 +122,7 @@ def _model(name_or_dir: str, param: list[str], analyzer: str | None) -> Model:
         raise ParamError(f"--param: {e}") from None
 
 
-def _bundle_models(names: list[str], param: list[str], analyzer: str | None) -> list[Model]:
+def bundle_models(names: list[str], param: list[str], analyzer: str | None) -> list[Model]:
     """``index build``'s models; ``--param`` and ``--analyzer`` go to the lexical one (the neural
     models are saved directories or off-the-shelf kinds)."""
     from ..plugins import KINDS
@@ -126,21 +130,13 @@ def _bundle_models(names: list[str], param: list[str], analyzer: str | None) -> 
     lexical = [n for n in names if n in KINDS and KINDS[n].family in ("lexical", "termdep")]
     if (param or analyzer) and not lexical:
         raise ValueError("--param and --analyzer set the lexical model's parameters; --models names none")
-    return [_model(n, param, analyzer) if n in lexical else _model(n, [], None) for n in names]
+    return [named_model(n, param, analyzer) if n in lexical else named_model(n, [], None) for n in names]
 
 
 ONNX_CHOICES = ("fp32", "int8", "off")
 
 
-def _needs(owner: str, present: bool, given: dict[str, bool]) -> None:
-    """Each option of ``given`` that was given (True) without ``owner`` is refused, naming both
-    (checked before any work)."""
-    for option, was_given in given.items():
-        if was_given and not present:
-            raise ValueError(f"{option} needs {owner}")
-
-
-def _check_onnx(precision: str, option: str = "--onnx") -> None:
+def check_onnx(precision: str, option: str = "--onnx") -> None:
     """``--onnx`` (or ``option``): one of ONNX_CHOICES, and onnxruntime importable unless 'off'
     (checked before any work)."""
     from ..models import onnxrt
@@ -154,7 +150,7 @@ def _check_onnx(precision: str, option: str = "--onnx") -> None:
         )
 
 
-def _onnx_models(models: list[Model], precision: str) -> None:
+def onnx_models(models: list[Model], precision: str) -> None:
     """Transformer models run inference (encoding the collection, and later the service's queries)
     through ONNX Runtime at ``precision``, or in torch with 'off'. A saved model whose folder holds
     an export of that precision keeps it; otherwise its current weights are exported now."""

@@ -9,9 +9,9 @@ import typer
 
 from .common import (
     PLAIN_HELP,
-    _fail,
-    _guard,
     app,
+    fail,
+    guard,
     out,
 )
 
@@ -22,7 +22,7 @@ app.add_typer(data_app, name="data")
 
 
 @data_app.command("list")
-@_guard
+@guard
 def data_list() -> None:
     """List the data sets found under the data root."""
     from ..data import data_root, list_datasets
@@ -30,14 +30,14 @@ def data_list() -> None:
     root = data_root()
     names = list_datasets(root)
     if not names:
-        _fail(f"no data sets under {root} (set SEMSEARCH_DATA)")
+        fail(f"no data sets under {root} (set SEMSEARCH_DATA)")
     out.print(f"data root: {root}")
     for n in names:
         out.print(f"  {n}")
 
 
 @data_app.command("info")
-@_guard
+@guard
 def data_info(
     name: Annotated[str, typer.Argument(help="Data set name under the data root, or a folder path.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a summary.")] = False,

@@ -4,354 +4,255 @@ from-shards`` and ``semsearch search``: build, retrain, reindex, merge and query
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from ..params import needs
 from .common import (
     PLAIN_HELP,
-    _bundle_models,
-    _check_onnx,
-    _guard,
-    _needs,
-    _onnx_models,
-    _parse_params,
-    _vector_params,
     app,
     err,
+    guard,
     out,
+    parse_params,
+    vector_params,
 )
 
 index_app = typer.Typer(help="Build saved search indexes.", no_args_is_help=True, **PLAIN_HELP)
 app.add_typer(index_app, name="index")
 
 
-_LITERAL_FIELDS = ("title+text", "title", "text")
-
-
-def _is_table(data: str, fields: str, id_column: str | None, facets: str | None, numeric: str | None) -> bool:
-    """Whether ``--data`` is read as a table (``data.load_table``): a CSV or Parquet file, or any
-    file with --id, --facets, --numeric or a --fields column list. A TSV or JSON lines file without
-    them stays the id/title/text layout it always was (BEIR's corpus.jsonl, id<TAB>title[<TAB>text])."""
-    from ..data.table import TABLE_SUFFIXES
-
-    path = Path(data)
-    if not path.is_file():
-        if id_column or facets or numeric or fields not in _LITERAL_FIELDS:
-            raise ValueError(f"--id, --facets, --numeric and --fields COLUMNS read a table file; {data} is not a file")
-        return False
-    if TABLE_SUFFIXES.get(path.suffix.lower()) in ("csv", "parquet"):
-        return True
-    return bool(id_column or facets or numeric or fields not in _LITERAL_FIELDS)
+# index build's flags, in --help order (BuildRequest, cli/build.py, checks them together)
+BuildDataOpt = Annotated[
+    str,
+    typer.Option(
+        help="Documents: a BEIR-layout data set (name or folder), a TSV file of id<TAB>title[<TAB>text] lines, "
+        "or a table: CSV/TSV with a header, JSON lines or Parquet (see --id, --fields, --facets, --numeric)."
+    ),
+]
+BuildOutDirOpt = Annotated[Path, typer.Option("--out", help="Bundle directory to create (replaced atomically).")]
+BuildModelsOpt = Annotated[
+    str,
+    typer.Option(
+        "--models",
+        "--model",
+        help="Comma-separated models: at most one lexical (bm25, ...) and any saved neural encoders.",
+    ),
+]
+BuildParamOpt = Annotated[list[str], typer.Option("--param", help="Lexical model parameter NAME=VALUE (repeatable).")]
+BuildAnalyzerOpt = Annotated[str | None, typer.Option(help="Lexical models: paper (default), english, cjk or auto.")]
+BuildFieldsOpt = Annotated[
+    str,
+    typer.Option(
+        help="Document fields searched: title+text, title or text; for a table, its columns, comma-separated "
+        "(the first is the hit's title, the others joined its text)."
+    ),
+]
+BuildIdColumnOpt = Annotated[
+    str | None,
+    typer.Option("--id", help="Table: the id column (default: one named id, _id, doc_id, ...)."),
+]
+BuildFacetsOpt = Annotated[
+    str | None, typer.Option(help="Table: keyword columns, comma-separated, stored with each document.")
+]
+BuildNumericOpt = Annotated[
+    str | None, typer.Option(help="Table: number columns (range fields), comma-separated, stored typed.")
+]
+BuildMaxRecordBytesOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="A file as --data: the longest line (record) read, in bytes (default 1 MiB); a longer one is refused."
+    ),
+]
+BuildRankerOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Saved ranker directory to include (optional); 'portable': the packaged ranker learnt on Home "
+        "Depot that re-ranks any collection without judgments (needs bm25 and all-MiniLM-L6-v2; docs/serving.md)."
+    ),
+]
+BuildTrainRankerOpt = Annotated[
+    bool,
+    typer.Option(
+        "--train-ranker",
+        help="Train a stage-2 LambdaMART ranker on stage 1's hits for the train queries (see docs/serving.md).",
+    ),
+]
+BuildRankerParamOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--ranker-param",
+        help="--train-ranker: ranker parameter NAME=VALUE (repeatable), e.g. stage_depths=[[100,100]].",
+    ),
+]
+BuildClicksOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--clicks",
+        help="--train-ranker: learn from this event log directory's clicks instead of judgments, position-"
+        "debiased (--ranker-param debias=lightgbm, the default, ipw or none; see docs/training.md).",
+    ),
+]
+BuildVectorIndexOpt = Annotated[
+    str,
+    typer.Option(
+        "--vector-index",
+        help="Vector index kind: flat, hnsw, hnswsq (HNSW over 8-bit codes, hits re-scored exactly) or ivfpq.",
+    ),
+]
+BuildVectorParamOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--vector-param",
+        help="Vector index parameter NAME=VALUE (repeatable, integers), e.g. efSearch=64 (see docs/serving.md).",
+    ),
+]
+BuildEncodedOpt = Annotated[
+    list[Path],
+    typer.Option(
+        "--encoded",
+        help="The documents' vectors from 'semsearch encode --shard I/N' or '--ray N' (each part's .npy, all N "
+        "parts of one encoding; repeatable): that encoder is not run again on the documents they hold.",
+    ),
+]
+BuildShardsOpt = Annotated[
+    int,
+    typer.Option(
+        "--shards",
+        min=1,
+        help="Write a sharded bundle of this many shards (served over several processes or machines: "
+        "docs/scaling.md); 1: a plain bundle.",
+    ),
+]
+BuildStoreOpt = Annotated[
+    str,
+    typer.Option(help="Vector store: faiss or postgres (PostgreSQL + pgvector, HNSW; the faiss index is kept too)."),
+]
+BuildPgDataOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="postgres store: the embedded server's data (default BUNDLE/../.semsearch-pg; or $SEMSEARCH_PG_DSN)."
+    ),
+]
+BuildSkipBadLinesOpt = Annotated[bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")]
+BuildVectorCacheOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--vector-cache",
+        help="Directory keeping document vectors between builds, so a rebuild does not encode again.",
+    ),
+]
+BuildOnnxOpt = Annotated[
+    str,
+    typer.Option(
+        "--onnx",
+        help="Transformer encoders' inference: fp32 or int8 through ONNX Runtime, or off (torch).",
+    ),
+]
+BuildRescorerOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--rescorer",
+        help="Stage 3: a trained cross-encoder directory kept to re-score the first hits under serve --rescore.",
+    ),
+]
+BuildRescoreDepthOpt = Annotated[
+    int, typer.Option("--rescore-depth", help="--rescorer: how many of the ranked hits it re-scores.")
+]
+BuildRescoreWeightOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--rescore-weight",
+        help="--rescorer: weight W in z(ranker) + W * z(cross-encoder) (default 1; inf: its order alone).",
+    ),
+]
+BuildRescorerOnnxOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--rescorer-onnx",
+        help="--rescorer: its inference, fp32, int8 or off as --onnx (default: --onnx's; see docs/serving.md).",
+    ),
+]
+BuildCorrectQueriesOpt = Annotated[
+    bool,
+    typer.Option(help="Keep a spelling corrector of the documents' words; the service corrects queries with it."),
+]
 
 
 @index_app.command("build")
-@_guard
+@guard
 def index_build(
-    data: Annotated[
-        str,
-        typer.Option(
-            help="Documents: a BEIR-layout data set (name or folder), a TSV file of id<TAB>title[<TAB>text] lines, "
-            "or a table: CSV/TSV with a header, JSON lines or Parquet (see --id, --fields, --facets, --numeric)."
-        ),
-    ],
-    out_dir: Annotated[Path, typer.Option("--out", help="Bundle directory to create (replaced atomically).")],
-    models: Annotated[
-        str,
-        typer.Option(
-            "--models",
-            "--model",
-            help="Comma-separated models: at most one lexical (bm25, ...) and any saved neural encoders.",
-        ),
-    ] = "bm25",
-    param: Annotated[list[str], typer.Option("--param", help="Lexical model parameter NAME=VALUE (repeatable).")] = [],
-    analyzer: Annotated[str | None, typer.Option(help="Lexical models: paper (default), english, cjk or auto.")] = None,
-    fields: Annotated[
-        str,
-        typer.Option(
-            help="Document fields searched: title+text, title or text; for a table, its columns, comma-separated "
-            "(the first is the hit's title, the others joined its text)."
-        ),
-    ] = "title+text",
-    id_column: Annotated[
-        str | None,
-        typer.Option("--id", help="Table: the id column (default: one named id, _id, doc_id, ...)."),
-    ] = None,
-    facets: Annotated[
-        str | None, typer.Option(help="Table: keyword columns, comma-separated, stored with each document.")
-    ] = None,
-    numeric: Annotated[
-        str | None, typer.Option(help="Table: number columns (range fields), comma-separated, stored typed.")
-    ] = None,
-    max_record_bytes: Annotated[
-        int | None,
-        typer.Option(
-            help="A file as --data: the longest line (record) read, in bytes (default 1 MiB); a longer one is refused."
-        ),
-    ] = None,
-    ranker: Annotated[
-        Path | None,
-        typer.Option(
-            help="Saved ranker directory to include (optional); 'portable': the packaged ranker learnt on Home "
-            "Depot that re-ranks any collection without judgments (needs bm25 and all-MiniLM-L6-v2; docs/serving.md)."
-        ),
-    ] = None,
-    train_ranker: Annotated[
-        bool,
-        typer.Option(
-            "--train-ranker",
-            help="Train a stage-2 LambdaMART ranker on stage 1's hits for the train queries (see docs/serving.md).",
-        ),
-    ] = False,
-    ranker_param: Annotated[
-        list[str],
-        typer.Option(
-            "--ranker-param",
-            help="--train-ranker: ranker parameter NAME=VALUE (repeatable), e.g. stage_depths=[[100,100]].",
-        ),
-    ] = [],
-    clicks: Annotated[
-        Path | None,
-        typer.Option(
-            "--clicks",
-            help="--train-ranker: learn from this event log directory's clicks instead of judgments, position-"
-            "debiased (--ranker-param debias=lightgbm, the default, ipw or none; see docs/training.md).",
-        ),
-    ] = None,
-    vector_index: Annotated[
-        str,
-        typer.Option(
-            "--vector-index",
-            help="Vector index kind: flat, hnsw, hnswsq (HNSW over 8-bit codes, hits re-scored exactly) or ivfpq.",
-        ),
-    ] = "flat",
-    vector_param: Annotated[
-        list[str],
-        typer.Option(
-            "--vector-param",
-            help="Vector index parameter NAME=VALUE (repeatable, integers), e.g. efSearch=64 (see docs/serving.md).",
-        ),
-    ] = [],
-    encoded: Annotated[
-        list[Path],
-        typer.Option(
-            "--encoded",
-            help="The documents' vectors from 'semsearch encode --shard I/N' or '--ray N' (each part's .npy, all N "
-            "parts of one encoding; repeatable): that encoder is not run again on the documents they hold.",
-        ),
-    ] = [],
-    shards: Annotated[
-        int,
-        typer.Option(
-            "--shards",
-            min=1,
-            help="Write a sharded bundle of this many shards (served over several processes or machines: "
-            "docs/scaling.md); 1: a plain bundle.",
-        ),
-    ] = 1,
-    store: Annotated[
-        str,
-        typer.Option(
-            help="Vector store: faiss or postgres (PostgreSQL + pgvector, HNSW; the faiss index is kept too)."
-        ),
-    ] = "faiss",
-    pg_data: Annotated[
-        Path | None,
-        typer.Option(
-            help="postgres store: the embedded server's data (default BUNDLE/../.semsearch-pg; or $SEMSEARCH_PG_DSN)."
-        ),
-    ] = None,
-    skip_bad_lines: Annotated[
-        bool, typer.Option(help="Skip (and count) malformed input lines instead of stopping.")
-    ] = False,
-    vector_cache: Annotated[
-        Path | None,
-        typer.Option(
-            "--vector-cache",
-            help="Directory keeping document vectors between builds, so a rebuild does not encode again.",
-        ),
-    ] = None,
-    onnx: Annotated[
-        str,
-        typer.Option(
-            "--onnx",
-            help="Transformer encoders' inference: fp32 or int8 through ONNX Runtime, or off (torch).",
-        ),
-    ] = "fp32",
-    rescorer: Annotated[
-        Path | None,
-        typer.Option(
-            "--rescorer",
-            help="Stage 3: a trained cross-encoder directory kept to re-score the first hits under serve --rescore.",
-        ),
-    ] = None,
-    rescore_depth: Annotated[
-        int, typer.Option("--rescore-depth", help="--rescorer: how many of the ranked hits it re-scores.")
-    ] = 10,
-    rescore_weight: Annotated[
-        float | None,
-        typer.Option(
-            "--rescore-weight",
-            help="--rescorer: weight W in z(ranker) + W * z(cross-encoder) (default 1; inf: its order alone).",
-        ),
-    ] = None,
-    rescorer_onnx: Annotated[
-        str | None,
-        typer.Option(
-            "--rescorer-onnx",
-            help="--rescorer: its inference, fp32, int8 or off as --onnx (default: --onnx's; see docs/serving.md).",
-        ),
-    ] = None,
-    correct_queries: Annotated[
-        bool,
-        typer.Option(help="Keep a spelling corrector of the documents' words; the service corrects queries with it."),
-    ] = True,
+    data: BuildDataOpt,
+    out_dir: BuildOutDirOpt,
+    models: BuildModelsOpt = "bm25",
+    param: BuildParamOpt = [],
+    analyzer: BuildAnalyzerOpt = None,
+    fields: BuildFieldsOpt = "title+text",
+    id_column: BuildIdColumnOpt = None,
+    facets: BuildFacetsOpt = None,
+    numeric: BuildNumericOpt = None,
+    max_record_bytes: BuildMaxRecordBytesOpt = None,
+    ranker: BuildRankerOpt = None,
+    train_ranker: BuildTrainRankerOpt = False,
+    ranker_param: BuildRankerParamOpt = [],
+    clicks: BuildClicksOpt = None,
+    vector_index: BuildVectorIndexOpt = "flat",
+    vector_param: BuildVectorParamOpt = [],
+    encoded: BuildEncodedOpt = [],
+    shards: BuildShardsOpt = 1,
+    store: BuildStoreOpt = "faiss",
+    pg_data: BuildPgDataOpt = None,
+    skip_bad_lines: BuildSkipBadLinesOpt = False,
+    vector_cache: BuildVectorCacheOpt = None,
+    onnx: BuildOnnxOpt = "fp32",
+    rescorer: BuildRescorerOpt = None,
+    rescore_depth: BuildRescoreDepthOpt = 10,
+    rescore_weight: BuildRescoreWeightOpt = None,
+    rescorer_onnx: BuildRescorerOnnxOpt = None,
+    correct_queries: BuildCorrectQueriesOpt = True,
 ) -> None:
     """Build a search bundle (documents, lexical index, one vector index per neural model, manifest with checksums)."""
-    from ..data import MAX_RECORD_BYTES, load_corpus, load_table, open_dataset
-    from ..index import build_bundle
-    from ..index.bundle import RESCORE_WEIGHT, BuildOptions
-    from ..index.bundle.build import included_ranker
-    from ..plugins import load_model
-    from ..ranking.rescore import check_weight
-    from ..training.stage_ranker import stage_ranker_trainer
+    from .build import BuildRequest, build
 
-    start = time.perf_counter()
-    names = [m.strip() for m in models.split(",") if m.strip()]
-    if not names:
-        raise ValueError("--models is empty")
-    if ranker is not None and train_ranker:
-        raise ValueError("give --ranker (a saved ranker) or --train-ranker, not both")
-    _needs("--train-ranker", train_ranker, {"--ranker-param": bool(ranker_param), "--clicks": clicks is not None})
-    _check_onnx(onnx)
-    _needs(
-        "--rescorer",
-        rescorer is not None,
-        {
-            "--rescore-depth": rescore_depth != 10,
-            "--rescore-weight": rescore_weight is not None,
-            "--rescorer-onnx": rescorer_onnx is not None,
-        },
+    request = BuildRequest(
+        data=data,
+        out_dir=out_dir,
+        models=models,
+        param=param,
+        analyzer=analyzer,
+        fields=fields,
+        id_column=id_column,
+        facets=facets,
+        numeric=numeric,
+        max_record_bytes=max_record_bytes,
+        ranker=ranker,
+        train_ranker=train_ranker,
+        ranker_param=ranker_param,
+        clicks=clicks,
+        vector_index=vector_index,
+        vector_param=vector_param,
+        encoded=encoded,
+        shards=shards,
+        store=store,
+        pg_data=pg_data,
+        skip_bad_lines=skip_bad_lines,
+        vector_cache=vector_cache,
+        onnx=onnx,
+        rescorer=rescorer,
+        rescore_depth=rescore_depth,
+        rescore_weight=rescore_weight,
+        rescorer_onnx=rescorer_onnx,
+        correct_queries=correct_queries,
     )
-    if rescorer_onnx is not None:
-        _check_onnx(rescorer_onnx, "--rescorer-onnx")
-    if shards > 1 and rescorer is not None:  # (split_bundle refuses them too, but only after the build)
-        raise ValueError("--shards: a bundle with a --rescorer (a stage-3 cross-encoder) cannot be sharded")
-    if shards > 1 and store != "faiss":
-        raise ValueError(f"--shards: a sharded bundle is built with the faiss store, not --store {store}")
-    weight = check_weight(RESCORE_WEIGHT if rescore_weight is None else rescore_weight, "--rescore-weight")
-    options = BuildOptions.from_mapping(
-        {
-            "dataset": data,
-            "fields": fields if fields in ("title+text", "title", "text") else "title+text",
-            "vector_index": vector_index,
-            "index_params": _vector_params(vector_index, vector_param),
-            "store": store,
-            "pg_data": None if pg_data is None else str(pg_data),
-            "vector_cache": None if vector_cache is None else str(vector_cache),
-            "rescore_depth": rescore_depth,
-            "rescore_weight": weight,
-            "spelling": correct_queries,
-        },
-        where="index build",
-    )
-    if _is_table(data, fields, id_column, facets, numeric):
-        corpus = load_table(
-            data,
-            id=id_column,
-            fields=None if fields == "title+text" else fields,  # None: the columns title and text, those present
-            facets=facets,
-            numeric=numeric,
-            max_record_bytes=MAX_RECORD_BYTES if max_record_bytes is None else max_record_bytes,
-            skip_bad_lines=skip_bad_lines,
-        )
-        fields = "title+text"  # the table's --fields columns are the documents' title and text
-    else:
-        bound = MAX_RECORD_BYTES if max_record_bytes is None else max_record_bytes
-        _needs("a file as --data", Path(data).is_file(), {"--max-record-bytes": max_record_bytes is not None})
-        corpus = (
-            load_corpus(data, skip_bad_lines=skip_bad_lines, max_line_bytes=bound)
-            if Path(data).is_file()
-            else open_dataset(data, skip_bad_lines=skip_bad_lines).corpus()
-        )
-    if shards > len(corpus):
-        raise ValueError(f"--shards {shards}: more shards than the {len(corpus)} documents")
-    # the ranker's parameters and the models' held-out folds are checked before any model is loaded
-    trainer = (
-        stage_ranker_trainer(
-            data, corpus, fields, _parse_params(ranker_param), [n for n in names if Path(n).is_dir()], clicks=clicks
-        )
-        if train_ranker
-        else None
-    )
-    built = _bundle_models(names, param, analyzer)
-    _onnx_models(built, onnx)
-    rk = included_ranker(ranker, corpus, options.fields) if ranker is not None else None
-    rs = None
-    if rescorer is not None:
-        rs = load_model(rescorer)
-        _onnx_models([rs], onnx if rescorer_onnx is None else rescorer_onnx)
-    known = _encoded_vectors(encoded, names, built) if encoded else None
-    if shards > 1:
-        from ..data.files import tmp_dir
-        from ..index.bundle.shard import split_bundle
-
-        whole = tmp_dir(out_dir.with_name(f".{out_dir.name}.whole"))
-        try:
-            build_bundle(
-                corpus,
-                built,
-                whole / "bundle",
-                options,
-                ranker=rk,
-                train_ranker=trainer,
-                rescorer=rs,
-                known_vectors=known,
-            )
-            path = split_bundle(whole / "bundle", out_dir, shards)
-        finally:
-            shutil.rmtree(whole, ignore_errors=True)
-        err.print(
-            f"sharded bundle ({shards} shards) written to {path} in {time.perf_counter() - start:.1f} s",
-            highlight=False,
-        )
-        return
-    path = build_bundle(
-        corpus, built, out_dir, options, ranker=rk, train_ranker=trainer, rescorer=rs, known_vectors=known
-    )
-    err.print(f"bundle written to {path} in {time.perf_counter() - start:.1f} s", highlight=False)
-
-
-def _encoded_vectors(paths: list[Path], names: list[str], models: list) -> dict[str, dict[str, Any]]:
-    """``--encoded``: the parts of one documents' encoding (``encode --shard``), as the vectors of
-    the bundle's encoder that made them (the ``--models`` entry naming the model folder they were
-    encoded with), doc id -> vector; ValueError when the parts are incomplete, of queries, or of a
-    model not in ``--models``."""
-    import numpy as np
-
-    from ..index.semantic import encoder_id
-    from ..index.sharded import complete_encoding
-
-    parts = complete_encoding(paths)
-    first = parts[0]
-    if first.side != "document":
-        raise ValueError(f"--encoded {first.path}: vectors of the {first.side} side, not of documents")
-    made_by = [m for n, m in zip(names, models, strict=True) if Path(n).resolve() == Path(first.model).resolve()]
-    if not made_by:
-        raise ValueError(f"--encoded {first.path}: vectors of the model {first.model}, which --models does not name")
-    vectors: dict[str, np.ndarray] = {}
-    for e in parts:
-        rows = np.load(e.path, mmap_mode="r")
-        vectors.update(zip(e.ids, rows))
-    return {encoder_id(made_by[0]): vectors}
+    build(request)
 
 
 @index_app.command("shard")
-@_guard
+@guard
 def index_shard(
     bundle: Annotated[Path, typer.Argument(help="A built bundle (faiss store).")],
     out_dir: Annotated[Path, typer.Option("--out", help="The sharded bundle's directory (replaced atomically).")],
@@ -370,7 +271,7 @@ def index_shard(
 
 
 @index_app.command("retrain")
-@_guard
+@guard
 def index_retrain(
     bundle: Annotated[
         Path, typer.Argument(help="A built bundle (faiss store) whose stage 1 the new ranker learns from.")
@@ -411,7 +312,7 @@ def index_retrain(
     if clicks is None and not source:
         raise ValueError(f"{bundle} does not name the data set it was built from: give --data or --clicks")
     trainer = stage_ranker_trainer(
-        source or "", corpus, manifest.get("fields", "title+text"), _parse_params(ranker_param), clicks=clicks
+        source or "", corpus, manifest.get("fields", "title+text"), parse_params(ranker_param), clicks=clicks
     )
     learnt = f"clicks of {clicks}" if clicks is not None else f"judgments of {source}"
     path = retrain_ranker(bundle, out_dir, trainer, note={"learnt_from": learnt})
@@ -421,7 +322,7 @@ def index_retrain(
 
 
 @index_app.command("reindex")
-@_guard
+@guard
 def index_reindex(
     bundle: Annotated[Path, typer.Argument(help="A built bundle (faiss store) whose models index the documents.")],
     data: Annotated[Path, typer.Option("--data", help="The documents: a corpus.jsonl (_id, title, text).")],
@@ -450,8 +351,8 @@ def index_reindex(
 
     start = time.perf_counter()
     corpus = load_corpus(data, stored_fields=True)
-    _needs("--vector-index", vector_index is not None, {"--vector-param": bool(vector_param)})
-    params = _vector_params(vector_index, vector_param) if vector_index is not None else None
+    needs("--vector-index", vector_index is not None, {"--vector-param": bool(vector_param)})
+    params = vector_params(vector_index, vector_param) if vector_index is not None else None
     path = reindex(bundle, corpus, out_dir, reuse=reuse, vector_index=vector_index, index_params=params)
     err.print(
         f"bundle written to {path} in {time.perf_counter() - start:.1f} s ({len(corpus):,} documents)", highlight=False
@@ -459,7 +360,7 @@ def index_reindex(
 
 
 @index_app.command("merge")
-@_guard
+@guard
 def index_merge(
     bundle: Annotated[Path, typer.Argument(help="A bundle served with --allow-writes.")],
     changes: Annotated[
@@ -487,7 +388,7 @@ def index_merge(
 
 
 @index_app.command("from-shards")
-@_guard
+@guard
 def index_from_shards_cmd(
     shards: Annotated[
         list[Path],
@@ -520,7 +421,7 @@ def index_from_shards_cmd(
     (``--one-index``: all shards in one index)."""
     from ..index.sharded import ShardedVectorIndex, one_index_from_encoded
 
-    params = _parse_params(param)
+    params = parse_params(param)
     if one_index:
         one = one_index_from_encoded(shards, kind=kind, metric=metric, train_sample=train_sample, **params)
         one.save(out)
@@ -532,7 +433,7 @@ def index_from_shards_cmd(
 
 
 @app.command("search")
-@_guard
+@guard
 def search_cmd(
     query: Annotated[str, typer.Argument(help="The query text.")],
     index: Annotated[Path, typer.Option(help="Bundle directory from `semsearch index build`.")],

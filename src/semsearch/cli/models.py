@@ -11,17 +11,17 @@ import typer
 from rich.table import Table
 
 from .common import (
-    _check_onnx,
-    _guard,
-    _onnx_models,
     app,
+    check_onnx,
     err,
+    guard,
+    onnx_models,
     out,
 )
 
 
 @app.command("classify")
-@_guard
+@guard
 def classify_cmd(
     queries: Annotated[list[str], typer.Argument(help="Query texts to classify.")],
     model: Annotated[Path, typer.Option(help="Saved MT-DNN directory (semsearch train mt-dnn ...).")],
@@ -52,7 +52,7 @@ def classify_cmd(
 
 
 @app.command("encode")
-@_guard
+@guard
 def encode_cmd(
     model: Annotated[Path, typer.Option(help="Saved encoder directory (dssm, clsm, ...).")],
     texts: Annotated[Path, typer.Option(help="Texts: one per line, or BEIR queries.jsonl / corpus.jsonl.")],
@@ -115,7 +115,7 @@ def encode_cmd(
 
 
 @app.command("export-onnx")
-@_guard
+@guard
 def export_onnx_cmd(
     model: Annotated[Path, typer.Argument(help="Saved transformer model directory (bert-rep or bert-rel).")],
     precision: Annotated[
@@ -131,20 +131,20 @@ def export_onnx_cmd(
     from ..models.transformer import TransformerModel
     from ..plugins import load_model
 
-    _check_onnx(precision)
+    check_onnx(precision)
     if precision == "off":
         raise ValueError("--precision must be fp32 or int8")
     m = load_model(model)
     if not isinstance(m, TransformerModel):
         raise ValueError(f"{model}: a {m.name} model is not a transformer (bert-rep or bert-rel)")
-    _onnx_models([m], precision)
+    onnx_models([m], precision)
     m.save_onnx(model)
     seal(model)  # the folder's checksums now cover the export
     err.print(f"wrote {model / 'model.onnx'} ({precision})", highlight=False)
 
 
 @app.command("explain")
-@_guard
+@guard
 def explain_cmd(
     query: Annotated[str, typer.Argument(help="Query text.")],
     document: Annotated[str, typer.Argument(help="Document (title) text.")],

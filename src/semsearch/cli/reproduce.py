@@ -9,15 +9,15 @@ import typer
 
 from .common import (
     EXIT_CHECK_FAILED,
-    _guard,
     app,
     err,
+    guard,
     out,
 )
 
 
 @app.command("reproduce")
-@_guard
+@guard
 def reproduce_cmd(
     names: Annotated[list[str] | None, typer.Argument(help="Experiment names (see --list) or spec files.")] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the registered experiments.")] = False,

@@ -12,16 +12,16 @@ if TYPE_CHECKING:
     from ..data import Fields
 
 from .common import (
-    _guard,
-    _model,
     app,
     err,
+    guard,
+    named_model,
     out,
 )
 
 
 @app.command("run")
-@_guard
+@guard
 def run_cmd(
     model: Annotated[
         str, typer.Option(help="Registered model name (bm25, ulm, tfidf, random, ...) or a saved model directory.")
@@ -64,7 +64,7 @@ def run_cmd(
     else:
         all_q = ds.queries()
         qs = {q: all_q[q] for q in ds.qrels(split)} if split in ds.splits else all_q
-    m = _model(model, param, analyzer)
+    m = named_model(model, param, analyzer)
     corpus = ds.corpus()
     texts = corpus.joined(cast("Fields", fields))  # join_fields refuses other values
     if correct_queries:
@@ -98,7 +98,7 @@ def run_cmd(
 
 
 @app.command("evaluate")
-@_guard
+@guard
 def evaluate_cmd(
     runs: Annotated[
         list[Path], typer.Argument(help="TREC run files; the first is the baseline unless --baseline is given.")

@@ -1,25 +1,39 @@
 """Typed options of the search service (``semsearch serve``): what bundle, how it is loaded, the
 guards it keeps, where it listens and how many worker processes serve it. Validated once when
-made (the command line builds one from its flags); the service and each of its worker processes
-receive this object as it is, never settings re-read from the environment."""
+made (the command line builds one from its flags with ``ServeOptions.from_cli``); the service and
+each of its worker processes receive this object as it is, never settings re-read from the
+environment."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from ..clicks.abtest import DEFAULT_SALT
 from ..index.bundle.options import LoadOptions
 from ..index.live import MERGE_AT
-from ..params import ParamError, Params, param
-from .exposure import API_KEY_ENV, WRITE_KEY_ENV, Exposure, ExposureError, check_key, is_loopback
+from ..params import ParamError, Params, needs, param
+from .exposure import API_KEY_ENV, WRITE_KEY_ENV, Exposure, ExposureError, check_key, is_loopback, read_key_file
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 MIN_SECRET_CHARS = 16
 EXPOSED_RATE = 20.0
 """Requests a second per client and worker when the service is exposed and no rate is given."""
+
+
+def _keys(api_key_file: Path | None, write_key_file: Path | None, allow_writes: bool) -> tuple[str | None, str | None]:
+    """``serve``'s API key and write key: each read from its file, or else from $SEMSEARCH_API_KEY /
+    $SEMSEARCH_WRITE_KEY (the write key only with --allow-writes); None: no key."""
+    write_key = read_key_file(str(write_key_file), "--write-key-file") if write_key_file is not None else None
+    if write_key is None and allow_writes and os.environ.get(WRITE_KEY_ENV):
+        write_key = check_key(os.environ[WRITE_KEY_ENV], f"${WRITE_KEY_ENV}")
+    api_key = read_key_file(str(api_key_file)) if api_key_file is not None else None
+    if api_key is None and os.environ.get(API_KEY_ENV):
+        api_key = check_key(os.environ[API_KEY_ENV], f"${API_KEY_ENV}")
+    return api_key, write_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +85,94 @@ class ServeOptions(Params):
     cluster: str | None = None
     shard_replicas: int = param(1, ge=1)
     replica_cpus: float = param(0.0, ge=0)
+
+    @classmethod
+    def from_cli(
+        cls,
+        bundle: Path,
+        *,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        store: str | None = None,
+        workers: int = 1,
+        loop: str = "asyncio",
+        result_cache: int | None = None,
+        expose: bool = False,
+        api_key_file: Path | None = None,
+        rate_limit: float | None = None,
+        rescore: bool = False,
+        rescore_depth: int | None = None,
+        rescore_weight: float | None = None,
+        correct_queries: bool = True,
+        events: str = "off",
+        events_flush_seconds: float | None = None,
+        compare: Path | None = None,
+        compare_mode: str | None = None,
+        compare_salt: str | None = None,
+        allow_writes: bool = False,
+        changes: Path | None = None,
+        merge_at: int | None = None,
+        cluster: str | None = None,
+        shard_replicas: int | None = None,
+        replica_cpus: float | None = None,
+        write_key_file: Path | None = None,
+    ) -> ServeOptions:
+        """The options ``semsearch serve``'s flags ask for (None: a flag not given, its default
+        kept). A flag that only means something with another is refused without it, whatever its
+        value (``--changes needs --allow-writes``); the keys are read from their files, or else
+        from $SEMSEARCH_API_KEY / $SEMSEARCH_WRITE_KEY (the write key only with --allow-writes);
+        the paths are made absolute (the worker processes may start elsewhere). The rest is
+        ``check``'s, as for any ``ServeOptions``."""
+        # each flag that only means something with another: (that one, given?) -> flag -> value (None: not given)
+        owners: dict[tuple[str, bool], dict[str, object]] = {
+            ("--rescore", rescore): {"--rescore-depth": rescore_depth, "--rescore-weight": rescore_weight},
+            ("--events", events != "off"): {"--events-flush-seconds": events_flush_seconds},
+            ("--compare", compare is not None): {"--compare-mode": compare_mode, "--compare-salt": compare_salt},
+            ("--allow-writes", allow_writes): {
+                "--changes": changes,
+                "--write-key-file": write_key_file,
+                "--merge-at": merge_at,
+            },
+            ("--cluster", cluster is not None): {"--shard-replicas": shard_replicas, "--replica-cpus": replica_cpus},
+        }
+        for (owner, present), flags in owners.items():
+            needs(owner, present, {flag: value is not None for flag, value in flags.items()})
+        api_key, write_key = _keys(api_key_file, write_key_file, allow_writes)
+        load: dict[str, Any] = {
+            "store": store,
+            "rescore": rescore,
+            "rescore_depth": rescore_depth,
+            "rescore_weight": rescore_weight,
+            "correct_queries": correct_queries,
+        }
+        given = {  # the flags not given keep the fields' defaults
+            "events_flush_seconds": events_flush_seconds,
+            "compare": None if compare is None else str(compare.resolve()),
+            "compare_mode": compare_mode,
+            "compare_salt": compare_salt,
+            "changes": None if changes is None else str(changes.resolve()),
+            "merge_at": merge_at,
+            "cluster": cluster,
+            "shard_replicas": shard_replicas,
+            "replica_cpus": replica_cpus,
+        }
+        return cls.from_mapping(
+            {
+                "bundle": str(bundle.resolve()),
+                "load": {**load, **({} if result_cache is None else {"result_cache": result_cache})},
+                "host": host,
+                "port": port,
+                "workers": workers,
+                "loop": loop,
+                "expose": expose,
+                "api_key": api_key,
+                "rate_limit": rate_limit,
+                "events": None if events == "off" else str(Path(events).resolve()),
+                "allow_writes": allow_writes,
+                "write_key": write_key,
+                **{name: value for name, value in given.items() if value is not None},
+            }
+        )
 
     def _label(self, name: str) -> str:
         return "serve" if name == "load" else "--" + name.replace("_", "-")
