@@ -23,7 +23,7 @@ clicks_app = typer.Typer(
 app.add_typer(clicks_app, name="clicks")
 
 DEFAULT_SALT = "semsearch-ab"
-"""``evaluation.online.DEFAULT_SALT`` (spelt out so that ``--help`` does not import scipy; a test checks they agree)."""
+"""``clicks.abtest.DEFAULT_SALT`` (spelt out so that ``--help`` does not import scipy; a test checks they agree)."""
 
 
 @clicks_app.command("compare")
