@@ -537,6 +537,13 @@ class LambdaMARTRanker(Model):
         )
 
     @property
+    def pair_words(self) -> DocWords | None:
+        """The collection's words the pair features count (``use_texts``; None: no word-count
+        pair features, or no texts yet); its ``vocab`` is every word the documents hold, as
+        ``tokenize`` splits them."""
+        return self._words
+
+    @property
     def doc_ids(self) -> Sequence[str]:
         return self._ids or (self.models[0].doc_ids if self.models else [])
 

@@ -33,7 +33,7 @@ from .events import EventLog, bundle_identity, new_secret
 from .exposure import BodyLimit, Exposure, Guard
 from .highlighter import Highlighter
 from .http import HeadAsGet, KnownParameters, declared_parameters
-from .metrics import MULTIPROC_ENV, Metrics, _Measure
+from .metrics import MULTIPROC_ENV, Measure, Metrics
 from .options import ServeOptions
 from .routes import MAX_K, MAX_QUERY_CHARS, add_routes
 
@@ -190,7 +190,7 @@ def create_app(
     )
     app.add_middleware(BodyLimit)
     app.add_middleware(Guard, exposure=exposure)
-    app.add_middleware(_Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]  # BaseRoute.path
+    app.add_middleware(Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]  # BaseRoute.path
     app.add_middleware(HeadAsGet)  # outermost: HEAD answered wherever GET is, every answer without its body
     add_routes(
         app,

@@ -16,7 +16,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
-class _Measure:
+class Measure:
     """Pure ASGI middleware counting every HTTP request into ``Metrics`` and adding
     ``X-Content-Type-Options: nosniff`` to every answer (Starlette's ``BaseHTTPMiddleware`` costs a
     task and a stream per request)."""
