@@ -1,4 +1,5 @@
-"""The service's Prometheus metrics and the ASGI middleware that counts every request."""
+"""The service's telemetry: its Prometheus metrics and the ASGI middleware that counts every request
+(the IR measures, NDCG and the rest, are ``evaluation.metrics``)."""
 
 from __future__ import annotations
 
