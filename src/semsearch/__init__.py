@@ -1,7 +1,7 @@
 """semsearch: learn, measure and serve semantic search models.
 
-Layers (see DESIGN.md): data -> text -> models -> training -> index -> ranking -> serving,
-with evaluation reading runs from anywhere and experiments tying them together.
+Each subpackage and module is a layer importing only those below it; the order is pyproject.toml's
+import-linter contract (checked by tests/project/test_layers.py), explained in docs/design.md.
 """
 
 import os

@@ -23,7 +23,7 @@ from semsearch.data import Corpus
 from semsearch.evaluation import evaluate
 from semsearch.ranking.features import groups
 from semsearch.ranking.lambdamart import LambdaMART
-from semsearch.training.lambdamart import row_positions, train_booster
+from semsearch.training.ranker import row_positions, train_booster
 
 K = 10
 

@@ -21,7 +21,7 @@ def test_click_loop_on_homedepot(shared_data: Path, tmp_path: Path) -> None:
     from semsearch.plugins import create_model
     from semsearch.training import fit
     from semsearch.training.args import EncoderArgs
-    from semsearch.training.stage_ranker import stage_ranker_trainer
+    from semsearch.training.ranker import stage_ranker_trainer
 
     ds = open_dataset("homedepot")
     dssm = create_model("dssm")

@@ -36,15 +36,15 @@ def pg_server():  # type: ignore[no-untyped-def]
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"PostgreSQL with pgvector unavailable: {e}")
         pytest.skip(f"PostgreSQL with pgvector unavailable: {e}")
-    bundle_mod._SERVERS[str(data.resolve())] = server  # the one bundles on this data directory use
+    bundle_mod.SERVERS[str(data.resolve())] = server  # the one bundles on this data directory use
     yield tmp, data
-    bundle_mod._SERVERS.pop(str(data.resolve()), None)
+    bundle_mod.SERVERS.pop(str(data.resolve()), None)
     server.stop()
     shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _restart(data: Path) -> None:
-    bundle_mod._SERVERS[str(data.resolve())] = EmbeddedPostgres(data)
+    bundle_mod.SERVERS[str(data.resolve())] = EmbeddedPostgres(data)
 
 
 def test_store_down_gives_503_and_recovers(trained_clsm, pg_server, monkeypatch) -> None:
@@ -60,7 +60,7 @@ def test_store_down_gives_503_and_recovers(trained_clsm, pg_server, monkeypatch)
         assert before.status_code == 200 and before.json()["hits"]
         assert "503" in c.app.openapi()["paths"]["/search"]["get"]["responses"]
 
-        bundle_mod._SERVERS[str(data.resolve())].stop()  # between queries
+        bundle_mod.SERVERS[str(data.resolve())].stop()  # between queries
         first = c.get(q)
         assert first.status_code == 503 and first.headers["retry-after"] == "1"
         assert "vector store unavailable: PostgreSQL" in first.json()["error"] and str(data) in first.json()["error"]
@@ -90,7 +90,7 @@ def test_store_down_gives_503_and_recovers(trained_clsm, pg_server, monkeypatch)
         t = threading.Thread(target=load)
         t.start()
         wait_for(5)
-        bundle_mod._SERVERS[str(data.resolve())].stop()
+        bundle_mod.SERVERS[str(data.resolve())].stop()
         wait_for(len(statuses) + 5)
         _restart(data)
         wait_for(len(statuses) + 5)

@@ -103,7 +103,7 @@ def test_two_stage_ranker_scores_candidates_as_hits(two_stage) -> None:
     """A tiny two-stage bundle: the served path (arrays) ranks exactly as stage 1's hits scored
     one by one (``score_hits``) and ordered by (score, doc id)."""
     from semsearch.index import Bundle
-    from semsearch.index.bundle import _top
+    from semsearch.index.bundle import top_positions
 
     b = Bundle.load(two_stage, result_cache=0)
     queries = ["red cat", "blue dog item", "green", "fish tree rock lamp", "zebra unknownword"]
@@ -118,9 +118,9 @@ def test_two_stage_ranker_scores_candidates_as_hits(two_stage) -> None:
     for k in (1, 3, 50):
         got = b.search_many(queries, k)
         for res, hits, s in zip(got, found, scores):
-            want = [hits[i] for i in _top(hits, s, k)]
+            want = [hits[i] for i in top_positions(hits, s, k)]
             assert [h.doc_id for h in res.hits] == [h.doc_id for h in want]
-            assert [h.score for h in res.hits] == [float(s[i]) for i in _top(hits, s, k)]
+            assert [h.score for h in res.hits] == [float(s[i]) for i in top_positions(hits, s, k)]
             assert [(h.lexical, h.semantic, h.lexical_rank, h.semantic_rank, h.sources) for h in res.hits] == [
                 (h.lexical, h.semantic, h.lexical_rank, h.semantic_rank, h.sources) for h in want
             ]

@@ -29,7 +29,7 @@ def test_two_stage_beats_bm25_served(shared_data: Path, tmp_path: Path) -> None:
     from semsearch.ranking.lambdamart import TWO_STAGE
     from semsearch.serving import create_app
     from semsearch.training import recipe
-    from semsearch.training.lambdamart import fit_stage_ranker
+    from semsearch.training.ranker import fit_stage_ranker
 
     ds = open_dataset("homedepot")
     queries, full = ds.queries(), ds.corpus()

@@ -66,7 +66,7 @@ def test_doc_words_pair_features_as_pair_columns() -> None:
 
 
 def test_top_k_as_the_full_sort() -> None:
-    from semsearch.index.bundle import _top
+    from semsearch.index.bundle import top_positions
     from semsearch.index.hybrid import HybridHit, Source
 
     rng = np.random.default_rng(11)
@@ -75,7 +75,7 @@ def test_top_k_as_the_full_sort() -> None:
         s = rng.integers(0, 4, size=n).astype(np.float64)  # many ties at the cut
         for k in (1, 3, 10, 50):
             want = sorted(range(n), key=lambda i: (-float(s[i]), hits[i].doc_id))[:k]
-            assert _top(hits, s, k) == want
+            assert top_positions(hits, s, k) == want
 
 
 def test_ranker_features_by_position_as_by_id() -> None:

@@ -12,7 +12,7 @@ from semsearch.models import rank
 from semsearch.plugins import create_model
 from semsearch.training import fit
 from semsearch.training.args import PairwiseArgs
-from semsearch.training.lambdamart import fit_ranker
+from semsearch.training.ranker import fit_ranker
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from semsearch.models import ModelDirError, rank
 from semsearch.params import ParamError
 from semsearch.plugins import create_model, load_model
 from semsearch.ranking import LambdaMART, LambdaMARTParams, LambdaMARTRanker, groups, pair_columns, run_columns
-from semsearch.training.lambdamart import cross_validated, fit_ranker, train_booster
+from semsearch.training.ranker import cross_validated, fit_ranker, train_booster
 
 FAST = {"num_boost_round": 40, "min_data_in_leaf": 5, "num_leaves": 7, "early_stopping": 10}
 

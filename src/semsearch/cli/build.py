@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ..data import Corpus
     from ..index.bundle import BuildOptions
     from ..models import Model
-    from ..training.stage_ranker import StageTrainer
+    from ..training.ranker import StageTrainer
 
 LITERAL_FIELDS = ("title+text", "title", "text")
 """``--fields`` values that name the id/title/text layout's fields (anything else: table columns)."""
@@ -206,7 +206,7 @@ def _corpus(r: BuildRequest) -> Corpus:
 def _ranker_trainer(r: BuildRequest, corpus: Corpus) -> StageTrainer:
     """``--train-ranker``: its parameters and the saved models' held-out folds checked now, before
     any model is loaded (a table's ``--fields`` columns are its documents' title and text)."""
-    from ..training.stage_ranker import stage_ranker_trainer
+    from ..training.ranker import stage_ranker_trainer
 
     fields = "title+text" if r.table else r.fields
     model_dirs = [n for n in r.names if Path(n).is_dir()]

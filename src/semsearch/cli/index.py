@@ -300,7 +300,7 @@ def index_retrain(
     indexed or encoded again, every other file is shared with BUNDLE (hard links)."""
     from ..index.bundle import Bundle
     from ..index.bundle.retrain import retrain_ranker
-    from ..training.stage_ranker import stage_ranker_trainer
+    from ..training.ranker import stage_ranker_trainer
 
     start = time.perf_counter()
     if clicks is not None and data is not None:

@@ -499,7 +499,7 @@ class EventLogWriter:
                     return
             try:
                 self._drain(due)
-            except BaseException as e:  # kept for the caller: raised by its next call
+            except BaseException as e:  # noqa: BLE001  # kept for the caller: raised by its next call
                 with self._changed:
                     self._error = e
                     self._changed.notify_all()

@@ -408,7 +408,7 @@ def load_table(
 
     try:
         pf = pq.ParquetFile(path)
-    except Exception as e:  # noqa: BLE001  (pyarrow's errors: ArrowInvalid, OSError)
+    except Exception as e:  # noqa: BLE001  # pyarrow's errors: ArrowInvalid, OSError, ...
         raise DataFormatError(path, None, f"not a readable Parquet file ({e})") from None
     return _read_arrow(os.fspath(path), pf, builder("row"), max_record_bytes, skip_bad_lines)
 

@@ -212,7 +212,7 @@ def click_bundle(
     from ..index.bundle import read_manifest
     from ..index.bundle.retrain import retrain_ranker
     from ..index.bundle.search import Bundle
-    from ..training.stage_ranker import stage_ranker_trainer
+    from ..training.ranker import stage_ranker_trainer
 
     params = {**(ranker_params or {}), "debias": debias, "unshown": unshown, "stage_depths": stage_depths}
     learnt = f"clicks of {log} ({json.dumps(params, sort_keys=True)})"

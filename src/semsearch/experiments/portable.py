@@ -82,7 +82,7 @@ def train_ranker(o: PortableOptions) -> Path:
     from ..index.bundle.retrain import retrain_ranker
     from ..index.bundle.search import Bundle
     from ..ranking.lambdamart import PORTABLE
-    from ..training.stage_ranker import stage_ranker_trainer
+    from ..training.ranker import stage_ranker_trainer
 
     out = Path(o.out) / o.source
     two = out / "two-stage"

@@ -458,7 +458,7 @@ def _ltr_run(
     the test and dev queries are scored by the final models. Under ``cvK`` (no training split) it
     is cross-validated over the test queries. The log, with the feature importance (Table 5), goes into ``training``."""
     from ..ranking import LambdaMART, groups, mean_importance, pair_columns, run_columns
-    from ..training.lambdamart import cross_validated, train_booster
+    from ..training.ranker import cross_validated, train_booster
 
     spec = ctx.spec
     try:

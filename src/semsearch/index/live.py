@@ -162,7 +162,7 @@ class Delta:
         if base.ranker is not None and base.two_stage:
             ranker = copy.copy(base.ranker)
             ranker.use_texts(ids, texts)  # type: ignore[attr-defined]  # lambdamart
-        pair_words = getattr(ranker, "_words", None)  # (the pair features' words: the same tokenize)
+        pair_words = getattr(ranker, "pair_words", None)  # (the pair features' words: the same tokenize)
         words = frozenset(pair_words.vocab if pair_words is not None else (w for t in texts for w in tokenize(t)))
         own = _counts([(ix, None) for ix in indexes.values()], indexes)
         return cls(corpus, {}, ranker, words, tuple(docs), indexes, semantic).weighted(base, own)
@@ -412,7 +412,7 @@ class LiveIndex:
     def _merge_quietly(self) -> None:
         try:
             self.merge()
-        except Exception as e:  # noqa: BLE001 — reported; the changes stay in the log and the delta
+        except Exception as e:  # noqa: BLE001  # reported; the changes stay in the log and the delta
             import sys
 
             print(f"semsearch: merge failed: {e}", file=sys.stderr, flush=True)
@@ -451,7 +451,7 @@ class LiveIndex:
                 spacing = min(VISIBLE, max(SPACING, 3 * self._build_s))
                 if time.monotonic() - self._applied_at >= spacing:
                     self.catch_up()
-            except Exception as e:  # noqa: BLE001 — a bad rebuild or log is reported, the service keeps its state
+            except Exception as e:  # noqa: BLE001  # a bad rebuild or log is reported, the service keeps its state
                 import sys
 
                 print(f"semsearch: live index: {e}", file=sys.stderr, flush=True)

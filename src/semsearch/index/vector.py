@@ -69,7 +69,9 @@ def set_threads(n: int) -> None:
     faiss.omp_set_num_threads(int(n))
 
 
-def _as_matrix(x: Any, dim: int, what: str) -> np.ndarray:
+def as_matrix(x: Any, dim: int, what: str) -> np.ndarray:
+    """``x`` as a C-contiguous float32 ``(n, dim)`` matrix (an empty 1-d array: 0 rows), or
+    ValueError naming ``what`` for another shape or NaN / infinite values."""
     a = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
     if a.ndim == 1 and a.size == 0:
         a = a.reshape(0, dim)
@@ -80,7 +82,8 @@ def _as_matrix(x: Any, dim: int, what: str) -> np.ndarray:
     return a
 
 
-def _unit(a: np.ndarray) -> np.ndarray:
+def unit_rows(a: np.ndarray) -> np.ndarray:
+    """``a``'s rows scaled to length 1 (a zero row stays zero): cosine as inner product."""
     norms = np.linalg.norm(a, axis=1, keepdims=True)
     return a / np.maximum(norms, 1e-12)
 
@@ -162,7 +165,7 @@ class VectorIndex:
         ivf.nprobe = p["nprobe"]
         return ivf
 
-    def _train(self, vectors: np.ndarray) -> None:
+    def train(self, vectors: np.ndarray) -> None:
         """IVF-PQ: k-means for the coarse lists and the product quantiser, on ``vectors``; HNSW-SQ:
         each dimension's range for the 8-bit codes."""
         if self.kind != "ivfpq":
@@ -179,7 +182,7 @@ class VectorIndex:
 
     def add(self, doc_ids: Sequence[str], vectors: Any) -> None:
         """Add documents; an untrained IVF-PQ index trains on this first batch."""
-        v = _as_matrix(vectors, self.dim, "vectors")
+        v = as_matrix(vectors, self.dim, "vectors")
         ids = [str(d) for d in doc_ids]
         if len(ids) != len(v):
             raise ValueError(f"{len(ids)} doc ids but {len(v)} vectors")
@@ -188,9 +191,9 @@ class VectorIndex:
         if not ids:
             return
         if self.metric == "cosine":
-            v = _unit(v)
+            v = unit_rows(v)
         if not self._faiss.is_trained:
-            self._train(v)
+            self.train(v)
         self._faiss.add(v)
         self._matrix = None
         if self.reranks:
@@ -215,14 +218,14 @@ class VectorIndex:
         ids: list[str] = []
         try:
             for doc_ids, vectors in parts:
-                v = _as_matrix(vectors, self.dim, "vectors")
+                v = as_matrix(vectors, self.dim, "vectors")
                 part = [str(d) for d in doc_ids]
                 if len(part) != len(v):
                     raise ValueError(f"{len(part)} doc ids but {len(v)} vectors")
                 if len(ids) + len(v) > total:
                     raise ValueError(f"add_parts: more than the {total} documents announced")
                 if self.metric == "cosine":
-                    v = _unit(v)
+                    v = unit_rows(v)
                 self._faiss.add(v)
                 if exact is not None:
                     exact[len(ids) : len(ids) + len(v)] = v
@@ -374,7 +377,7 @@ class VectorIndex:
         it marks True, inside the search (``_filtered``), not by dropping hits after it."""
         if k < 1:
             raise ValueError("k must be at least 1")
-        q = _as_matrix(queries, self.dim, "query vectors")
+        q = as_matrix(queries, self.dim, "query vectors")
         n = len(self._ids)
         mask = check_allowed(allowed, n)
         if len(q) == 0:
@@ -382,7 +385,7 @@ class VectorIndex:
         if n == 0 or (mask is not None and not mask.any()):
             return [(np.zeros(0, np.int64), np.zeros(0)) for _ in range(len(q))]
         if self.metric == "cosine":
-            q = _unit(q)
+            q = unit_rows(q)
         k = min(k, n)
         if mask is not None:
             return self._filtered(q, k, mask)
@@ -523,9 +526,9 @@ class VectorIndex:
         """Per query vector, the ``k`` best positions by the index's own scores (IVF-PQ: the codes'),
         before any exact re-scoring, and those scores: what a sharded search merges into the whole
         index's short list, which ``rescore_positions`` then scores exactly where it is held."""
-        q = _as_matrix(queries, self.dim, "query vectors")
+        q = as_matrix(queries, self.dim, "query vectors")
         if self.metric == "cosine":
-            q = _unit(q)
+            q = unit_rows(q)
         if not len(self._ids) or not len(q):
             return [(np.zeros(0, np.int64), np.zeros(0)) for _ in range(len(q))]
         scores, pos = self._faiss_search(q, min(len(self._ids), k))
@@ -553,11 +556,11 @@ class VectorIndex:
 
     def similarity_positions(self, query: Any, positions: np.ndarray) -> np.ndarray:
         """``similarity`` of the documents at ``positions`` (int, in the index)."""
-        q = _as_matrix(np.asarray(query, dtype=np.float32).reshape(1, -1), self.dim, "query vector")
+        q = as_matrix(np.asarray(query, dtype=np.float32).reshape(1, -1), self.dim, "query vector")
         if len(q) != 1:
             raise ValueError(f"similarity takes one query vector, got {len(q)}")
         if self.metric == "cosine":
-            q = _unit(q)
+            q = unit_rows(q)
         if not len(positions):
             return np.zeros(0, dtype=np.float64)
         return self._score(self.stored_vectors()[positions], q[0]).astype(np.float64)

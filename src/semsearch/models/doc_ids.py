@@ -215,7 +215,7 @@ class DocIds(Sequence[str]):
 
     def __init__(self, ids: Iterable[str] | DocIds = ()):
         if isinstance(ids, DocIds):
-            self._buf, self._off, self._order = ids._buf, ids._off, ids._order
+            self._buf, self._off, self._order = ids._buf, ids._off, ids._order  # noqa: SLF001  # same class
             return
         self._buf, self._off = _encode(ids)
         self._order = self._sorted_order()

@@ -324,14 +324,14 @@ class LexicalModel(IndexedModel):
         self._pools: Mapping[str, Collection[str]] | None = None
 
     def with_params(self, **params: Any) -> LexicalModel:
-        clone = super().with_params(**params)
-        clone._stats, clone._pools = self._stats, self._pools  # type: ignore[attr-defined]  # same class
-        clone.pruning = self.pruning  # type: ignore[attr-defined]  # same class
-        return clone  # type: ignore[return-value]  # same class
+        clone: LexicalModel = super().with_params(**params)  # type: ignore[assignment]  # same class
+        clone._stats, clone._pools = self._stats, self._pools
+        clone.pruning = self.pruning
+        return clone
 
     def with_stats(self, stats: CollectionStats | None) -> LexicalModel:
         """A copy that weights terms with other background statistics (None: the index's own)."""
-        clone = self.with_params()
+        clone: LexicalModel = self.with_params()
         clone._stats = stats
         return clone
 
@@ -349,7 +349,7 @@ class LexicalModel(IndexedModel):
         if not 0 <= lo <= hi <= len(ix):
             raise ValueError(f"subset: positions {lo}..{hi} outside the {len(ix)} documents")
         part = LexicalIndex(ix.analyzer, ix.vocab, ix.doc_ids[lo:hi], ix.counts[lo:hi])
-        clone = self.with_params()
+        clone: LexicalModel = self.with_params()
         clone.use_index(part)
         clone._stats = self.collection_stats
         return clone
@@ -381,7 +381,7 @@ class LexicalModel(IndexedModel):
                 raise ModelDirError(
                     f"{f}: statistics of {len(st.df)} terms, the index has {len(model.lexical_index.vocab)}"
                 )
-            model._stats = st
+            model._stats = st  # noqa: SLF001  # same class
         return model
 
     def prepare(self) -> None:
@@ -478,6 +478,11 @@ class LexicalModel(IndexedModel):
     def _query_weights(self, ix: LexicalIndex, qcounts: sp.csr_matrix) -> sp.csr_matrix:
         return qcounts
 
+    @classmethod
+    def _weighs_queries(cls) -> bool:
+        """This kind overrides ``_query_weights``: its query weights are not the term counts."""
+        return cls._query_weights is not LexicalModel._query_weights
+
     def _doc_addend(self, ix: LexicalIndex) -> np.ndarray | None:
         return None
 
@@ -515,7 +520,7 @@ class LexicalModel(IndexedModel):
         hit = cache.get(query)
         if hit is None:
             ix = self.lexical_index
-            if type(self)._query_weights is LexicalModel._query_weights:  # the counts: no scipy matrix
+            if not self._weighs_queries():  # the counts: no scipy matrix
                 ids = ix.vocab.encode(ix.analyzer(query))
                 counts: dict[int, int] = {}
                 for t in ids:  # (a few terms: a dict counts them with less overhead than np.unique)
@@ -614,7 +619,7 @@ class LexicalModel(IndexedModel):
         Models whose query weights are the counts get them without building a scipy matrix (most
         of a single query's cost otherwise); the same arrays."""
         ix = self.lexical_index
-        if type(self)._query_weights is not LexicalModel._query_weights:
+        if self._weighs_queries():
             qc = ix.query_counts(queries)
             q = self._query_weights(ix, qc).astype(np.float32).tocsr()
             return q.indptr, q.indices, q.data, np.asarray(qc.sum(axis=1), dtype=np.float64).ravel()

@@ -20,7 +20,7 @@ from torch import nn
 
 from ..text import Bags
 from .hparams import MTDNNParams
-from .neural import DSSM, DSSMTower, NeuralEncoder, _glorot
+from .neural import DSSM, DSSMTower, NeuralEncoder, glorot
 
 # the paper's Restaurant, Hotel, Flight and Nightlife domains, as the SGD file names them
 
@@ -44,16 +44,16 @@ class MTDNNNet(nn.Module):
         self.cls_l3 = nn.ModuleList(nn.Linear(l2, out) for _ in range(n_domains))  # W2ᵗ, Eq. 2
         self.cls_out = nn.ModuleList(nn.Linear(out, 1) for _ in range(n_domains))  # W3ᵗ, Eq. 3
         for layer in [*self.cls_l3, *self.cls_out]:
-            _glorot(layer.weight, layer.in_features, layer.out_features, gen)
+            glorot(layer.weight, layer.in_features, layer.out_features, gen)
             nn.init.zeros_(layer.bias)
         self.ranking, self.share = ranking, share
         if ranking:
             self.sq = nn.Linear(l2, out)
-            _glorot(self.sq.weight, l2, out, gen)
+            glorot(self.sq.weight, l2, out, gen)
             nn.init.zeros_(self.sq.bias)
             if share == "all":
                 self.sd = nn.Linear(l2, out)
-                _glorot(self.sd.weight, l2, out, gen)
+                glorot(self.sd.weight, l2, out, gen)
                 nn.init.zeros_(self.sd.bias)
             else:
                 self.doc_tower = DSSMTower(vocab, [l2], out, gen)
@@ -73,17 +73,17 @@ class MTDNNNet(nn.Module):
 
     def query(self, x: Bags) -> torch.Tensor:
         """Q^{Sq}: the ranking task's query representation."""
-        self._need_ranking()
+        self.require_ranking()
         return torch.tanh(self.sq(self.l2(x)))
 
     def doc(self, x: Bags) -> torch.Tensor:
         """D^{Sd}: through the shared l2 (Figure 1) or the document's own tower (Figure 3)."""
-        self._need_ranking()
+        self.require_ranking()
         if self.share == "all":
             return torch.tanh(self.sd(self.l2(x)))
         return self.doc_tower(x)
 
-    def _need_ranking(self) -> None:
+    def require_ranking(self) -> None:
         if not self.ranking:
             raise ValueError("this MT-DNN was built without the ranking task; it only classifies")
 
@@ -100,7 +100,7 @@ class MTDNN(DSSM):
 
     # its towers share a first layer and sit behind per-task heads (MTDNNNet), not DSSM's two
     # ``DSSMTower``s, so it encodes through the trigram bags of each text
-    _encode = NeuralEncoder._encode
+    _encode = NeuralEncoder._encode  # noqa: SLF001  # a base class's method, DSSM's override skipped
 
     def build(self, hasher, seed: int = 0) -> None:
         p = self.p
@@ -129,5 +129,5 @@ class MTDNN(DSSM):
         return np.zeros((0, self.p.l2), np.float32) if out is None else out.cpu().numpy()
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str]) -> None:
-        self._require()._need_ranking()
+        self._require().require_ranking()
         super().index(doc_ids, texts)

@@ -50,7 +50,7 @@ into the result, so an encoding does not pay page faults (the kernel zeroing new
 layers per chunk, a concatenation and a normalised copy. The values are the same either way."""
 
 
-def _glorot(t: torch.Tensor, fan_in: int, fan_out: int, gen: torch.Generator) -> None:
+def glorot(t: torch.Tensor, fan_in: int, fan_out: int, gen: torch.Generator) -> None:
     """Uniform ±sqrt(6 / (fan_in + fan_out)), the initialisation the papers follow."""
     r = float(np.sqrt(6.0 / (fan_in + fan_out)))
     with torch.no_grad():
@@ -381,9 +381,9 @@ class DSSMTower(nn.Module):
         self.embed = nn.EmbeddingBag(vocab, sizes[0], mode="sum")
         self.bias = nn.Parameter(torch.zeros(sizes[0]))
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
-        _glorot(self.embed.weight, vocab, sizes[0], gen)
+        glorot(self.embed.weight, vocab, sizes[0], gen)
         for layer in cast("Iterable[nn.Linear]", self.layers):
-            _glorot(layer.weight, layer.in_features, layer.out_features, gen)
+            glorot(layer.weight, layer.in_features, layer.out_features, gen)
             nn.init.zeros_(layer.bias)
 
     def forward(self, x: Bags | WordBags) -> torch.Tensor:
@@ -476,9 +476,9 @@ class CLSMTower(nn.Module):
         self.pad = nn.Parameter(torch.zeros(window * conv))  # the <s> word's trigram vector · W_c
         self.bias = nn.Parameter(torch.zeros(conv))
         self.semantic = nn.Linear(conv, out)
-        _glorot(self.embed.weight, window * vocab, conv, gen)
-        _glorot(self.pad, window * vocab, conv, gen)
-        _glorot(self.semantic.weight, conv, out, gen)
+        glorot(self.embed.weight, window * vocab, conv, gen)
+        glorot(self.pad, window * vocab, conv, gen)
+        glorot(self.semantic.weight, conv, out, gen)
         nn.init.zeros_(self.semantic.bias)
 
     def forward(self, x: WindowBatch) -> torch.Tensor:
@@ -740,7 +740,7 @@ class CLSM(NeuralEncoder):
 
     def copy_from(self, other: NeuralEncoder) -> None:
         super().copy_from(other)
-        self._table = other._table  # type: ignore[attr-defined]  # a CLSM
+        self._table = other._table  # type: ignore[attr-defined]  # noqa: SLF001  # a CLSM: same class
 
     def _make_tower(self, vocab: int, gen: torch.Generator) -> nn.Module:
         return CLSMTower(vocab, self.p.window, self.p.conv, self.p.out, gen)

@@ -252,7 +252,7 @@ def _eager_attention(bert: PreTrainedModel) -> Iterator[None]:
     (its MatMuls, Transposes and Softmaxes stay apart); the eager one fuses into ``Attention``,
     ``BiasGelu`` and ``EmbedLayerNormalization`` nodes, with the same vectors (the export is
     checked against torch either way)."""
-    before = bert.config._attn_implementation
+    before = bert.config._attn_implementation  # noqa: SLF001  # transformers has no public getter of it
     bert.set_attn_implementation("eager")
     try:
         yield

@@ -212,9 +212,9 @@ class _PositionalModel(IndexedModel):
         self._cache: dict[Any, Any] = {}
 
     def with_params(self, **params: Any) -> _PositionalModel:
-        clone = super().with_params(**params)
-        clone._cache = self._cache  # type: ignore[attr-defined]  # same class
-        return clone  # type: ignore[return-value]  # same class
+        clone: _PositionalModel = super().with_params(**params)  # type: ignore[assignment]  # same class
+        clone._cache = self._cache
+        return clone
 
     def use_index(self, index: PositionalIndex) -> None:
         super().use_index(index)
@@ -361,7 +361,7 @@ class LatentConceptExpansion(SequentialDependence):
         """Top-50 documents of the whole collection by SDM and their scores (cached)."""
         key = ("fb", self._sdm_key(), query)
         if key not in self._cache:
-            s = SequentialDependence._score_all(self, query)  # plain SDM, not the expanded query
+            s = super()._score_all(query)  # plain SDM, not the expanded query
             top = best_k(s, self.positional_index.id_order, 50)
             self._cache[key] = (top, s[top])
         return self._cache[key]
@@ -419,9 +419,7 @@ class LatentConceptExpansion(SequentialDependence):
         return out
 
     def _expanded(self, query: str, at: np.ndarray | None) -> np.ndarray:
-        base = (
-            SequentialDependence._sdm(self, query, at) if at is not None else self._weights @ self.features(query, None)
-        )
+        base = super()._sdm(query, at) if at is not None else self._weights @ self.features(query, None)
         if self.p.fb_weight == 0:
             return base
         return base + self.p.fb_weight * self._expansion_feature(query, at)

@@ -211,7 +211,7 @@ class TransformerModel(TrainedModel):
         listed = self.__dict__.get("_listed")
         if listed is None or listed[0] is not net:
             listed = self._listed = (net, list(net.parameters()))
-        return sum(p._version for p in listed[1])
+        return sum(p._version for p in listed[1])  # noqa: SLF001  # torch's in-place counter: no public name
 
     def attach_runner(self, runner: OnnxRunner) -> None:
         """Run inference through ``runner`` (an export of the current weights) while the model is on

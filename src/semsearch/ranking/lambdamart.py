@@ -43,7 +43,7 @@ RANKER_JSON = "ranker.json"
 
 @dataclass(frozen=True)
 class BoosterParams(Params):
-    """LambdaMART's settings (saved in ``ranker.json``); training is ``training.lambdamart``."""
+    """LambdaMART's settings (saved in ``ranker.json``); training is ``training.ranker``."""
 
     kind = "lambdamart"
 
@@ -89,7 +89,7 @@ maximum of it."""
 
 class LambdaMART:
     """A LightGBM lambdarank booster over named feature columns (trained by
-    ``training.lambdamart.train_booster``)."""
+    ``training.ranker.train_booster``)."""
 
     def __init__(self, feature_names: Sequence[str], **params: Any):
         if len(set(feature_names)) != len(feature_names) or not feature_names:
@@ -439,7 +439,7 @@ class LambdaMARTRanker(Model):
     itself (``score``, ``rank``). Build one with ``from_models`` (or by name through the registry,
     ``plugins.create_model("lambdamart", features=[...])``, which resolves the feature models);
     ``pair_features``: names from ``features.PAIR_FEATURES``; other keywords: booster parameters.
-    Trained by ``training.lambdamart`` (``training.fit``)."""
+    Trained by ``training.ranker`` (``training.fit``)."""
 
     name = "lambdamart"
     Params = LambdaMARTParams
@@ -535,6 +535,13 @@ class LambdaMARTRanker(Model):
             if all(hasattr(m, "score_positions") and list(m.doc_ids) == self._ids for m in self.models)
             else None
         )
+
+    @property
+    def pair_words(self) -> DocWords | None:
+        """The collection's words the pair features count (``use_texts``; None: no word-count
+        pair features, or no texts yet); its ``vocab`` is every word the documents hold, as
+        ``tokenize`` splits them."""
+        return self._words
 
     @property
     def doc_ids(self) -> Sequence[str]:

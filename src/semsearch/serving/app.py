@@ -5,7 +5,7 @@ Everything is loaded at startup; the request path only reads, except that with a
 (``events``) it appends impressions and clicks to a bounded buffer that a thread writes out. ``/search`` runs on the
 event loop and each search runs its lexical stage there while its semantic stage runs in one of
 the bundle's threads; the other handlers are plain functions in FastAPI's thread pool (the
-handlers: ``routes``; the micro-batching of searches: ``batching``; the metrics: ``metrics``; the
+handlers: ``routes``; the micro-batching of searches: ``batching``; the metrics: ``telemetry``; the
 guards: ``exposure``). Bad input gets a 4xx answer with a JSON body ``{"error": "..."}``.
 ``/metrics`` is the Prometheus text format, added up over all worker processes when there are
 several."""
@@ -33,9 +33,9 @@ from .events import EventLog, bundle_identity, new_secret
 from .exposure import BodyLimit, Exposure, Guard
 from .highlighter import Highlighter
 from .http import HeadAsGet, KnownParameters, declared_parameters
-from .metrics import MULTIPROC_ENV, Metrics, _Measure
 from .options import ServeOptions
 from .routes import MAX_K, MAX_QUERY_CHARS, add_routes
+from .telemetry import MULTIPROC_ENV, Measure, Metrics
 
 GC_YOUNG = 20_000
 """Allocations between the cyclic GC's young-generation passes in a serving worker."""
@@ -190,7 +190,7 @@ def create_app(
     )
     app.add_middleware(BodyLimit)
     app.add_middleware(Guard, exposure=exposure)
-    app.add_middleware(_Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]  # BaseRoute.path
+    app.add_middleware(Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]  # BaseRoute.path
     app.add_middleware(HeadAsGet)  # outermost: HEAD answered wherever GET is, every answer without its body
     add_routes(
         app,

@@ -115,7 +115,7 @@ class SearchBatcher:
                 results = self.bundle.search_many(
                     [w[1] for w in batch], key[0], model=key[1], merge_by=key[2], filters=key[3], facets=key[4]
                 )
-            except Exception as e:  # noqa: BLE001 — each waiting handler answers it (e.g. a shard is down)
+            except Exception as e:  # noqa: BLE001  # each waiting handler answers it (e.g. a shard is down)
                 loop.call_soon_threadsafe(self._settle, batch, None, e, start)
                 continue
             loop.call_soon_threadsafe(self._settle, batch, results, None, start)
@@ -152,7 +152,7 @@ class SearchBatcher:
             results = self.bundle.search_many(
                 [w[1] for w in batch], key[0], model=key[1], merge_by=key[2], filters=key[3], facets=key[4]
             )
-        except Exception as e:  # noqa: BLE001 — each waiting handler answers it (e.g. the vector store is down)
+        except Exception as e:  # noqa: BLE001  # each waiting handler answers it (e.g. the vector store is down)
             self._settle(batch, None, e, start)
             return
         self._settle(batch, results, None, start)

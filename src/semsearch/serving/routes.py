@@ -37,7 +37,7 @@ from .compare import INTERLEAVE_ARM, TEAMS, Comparison, interleave, seed_of
 from .events import CLIENT_HEADER, CLIENT_ID, EventLog, UnknownSearch, bundle_identity, new_nonce, valid_client_id
 from .exposure import Exposure
 from .highlighter import Highlighter
-from .metrics import Metrics
+from .telemetry import Metrics
 
 MAX_QUERY_CHARS = 1000
 MAX_K = 1000

@@ -37,7 +37,7 @@ from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
 from .events import new_secret
-from .metrics import MULTIPROC_ENV
+from .telemetry import MULTIPROC_ENV
 
 if TYPE_CHECKING:
     from .options import ServeOptions

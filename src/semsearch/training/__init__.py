@@ -44,7 +44,7 @@ TRAINERS: dict[str, str] = {
     "translation": "translation:train_translation",
     "projection": "projection:train_projection",
     "distill": "distill:train_static_query",
-    "ranker": "lambdamart:train_ranker",
+    "ranker": "ranker:train_ranker",
     "plugin": "_own",
 }
 

@@ -19,8 +19,8 @@ from ..hybrid import Source
 from .build import StageSearch, build_bundle, is_encoder
 from .manifest import FORMAT, MANIFEST, SPELLING, STORES, read_manifest
 from .options import QUERY_CACHE, RESCORE_WEIGHT, RESULT_CACHE, BuildOptions, LoadOptions
-from .search import N_LEXICAL, N_SEMANTIC, Bundle, Hit, Result, _top
-from .store import _SERVERS, PG_DSN_ENV, pg_dsn
+from .search import N_LEXICAL, N_SEMANTIC, Bundle, Hit, Result, top_positions
+from .store import PG_DSN_ENV, SERVERS, pg_dsn
 
 __all__ = [
     "FORMAT",
@@ -40,8 +40,8 @@ __all__ = [
     "Result",
     "Source",
     "StageSearch",
-    "_SERVERS",
-    "_top",
+    "SERVERS",
+    "top_positions",
     "build_bundle",
     "is_encoder",
     "pg_dsn",

@@ -27,7 +27,7 @@ from ..hybrid import HybridHit, HybridRetriever
 from ..semantic import SemanticRetriever, encoder_id
 from .manifest import FORMAT, MANIFEST, SPELLING
 from .options import BuildOptions, Fields
-from .store import PG_DSN_ENV, _collection_prefix, _drop_collections, _drop_orphans, pg_dsn
+from .store import PG_DSN_ENV, collection_prefix, drop_collections, drop_orphans, pg_dsn
 
 
 def is_encoder(model: Any) -> bool:
@@ -182,10 +182,10 @@ def build_bundle(
             manifest["postgres"] = {
                 "data": None if (postgres_dsn or os.environ.get(PG_DSN_ENV)) else str(data_dir.resolve())
             }
-        prefix = _collection_prefix(out)
+        prefix = collection_prefix(out)
         build_tag = f"{prefix}_{os.getpid()}_{secrets.token_hex(2)}"
         if dsn is not None:
-            _drop_orphans(dsn, out, prefix)
+            drop_orphans(dsn, out, prefix)
         retrievers = []
         for i, (enc, name) in enumerate(zip(encoders, names, strict=True)):
             metric = "cosine" if similarity_of(enc) == "cosine" else "ip"
@@ -258,9 +258,9 @@ def build_bundle(
             old_dsn = None
             try:
                 old_dsn = pg_dsn((previous.get("postgres") or {}).get("data"), postgres_dsn)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001  # no server for the old store: its collections stay (disk, not correctness)
                 pass
-            _drop_collections(previous, old_dsn)
+            drop_collections(previous, old_dsn)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -212,14 +212,14 @@ class ShardedBundle:
         for i, (c, args) in enumerate(zip(self.clients, per_shard)):
             try:
                 futures.append(c.submit(method, *args))
-            except Exception as e:  # noqa: BLE001  # any failure to reach a shard
+            except Exception as e:  # any failure to reach a shard
                 self._observe(i, method, t, False)
                 raise ShardUnavailable(i, e) from e
         out = []
         for i, f in enumerate(futures):
             try:
                 out.append(f.result())
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # any failure of a shard's answer
                 self._observe(i, method, t, False)
                 raise ShardUnavailable(i, e) from e
             self._observe(i, method, t, True)

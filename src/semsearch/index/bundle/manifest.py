@@ -124,7 +124,7 @@ def read_manifest(p: Path) -> dict[str, Any]:
     return manifest
 
 
-def _verify_files(p: Path, files: Mapping[str, str], manifest: str = MANIFEST) -> None:
+def verify_files(p: Path, files: Mapping[str, str], manifest: str = MANIFEST) -> None:
     """Every file the manifest lists is there with its sha256, and nothing else is (a file
     added or swapped in from elsewhere is refused, not served); ``manifest``: the listing file's
     name (a bundle's, or a shard's: ``shard``)."""
@@ -149,7 +149,7 @@ def _verify_files(p: Path, files: Mapping[str, str], manifest: str = MANIFEST) -
         )
 
 
-def _same_name(p: Path, key: str, manifest_name: str, model: Any) -> None:
+def same_name(p: Path, key: str, manifest_name: str, model: Any) -> None:
     """The model loaded from ``key``'s directory is the one the manifest names."""
     found = encoder_id(model)
     if found != manifest_name:

@@ -2,7 +2,8 @@
 from the bundle's own stage 1 (its lexical index ∪ its first vector index), and the new bundle
 shares every other file with the old one (hard links where the file system allows, else copies).
 What a click log teaches (``index retrain --clicks``) reaches the service in the time a ranker
-trains, not a build's."""
+trains, not a build's. This module only swaps a trained ranker into a bundle: the ranker itself is
+``ranking.lambdamart``'s, its training ``training.ranker``'s (handed in as ``train_ranker``)."""
 
 from __future__ import annotations
 

@@ -27,9 +27,9 @@ from ..filters import Filter, FilterIndex, Tally
 from ..hybrid import SCORERS, Candidates, HybridHit, HybridRetriever
 from ..semantic import SemanticRetriever
 from ..vector import VectorIndex
-from .manifest import MANIFEST, SHARDED, _same_name, _verify_files, read_manifest
+from .manifest import MANIFEST, SHARDED, read_manifest, same_name, verify_files
 from .options import QUERY_CACHE, RESULT_CACHE, LoadOptions
-from .store import _open_store
+from .store import open_store
 
 N_LEXICAL, N_SEMANTIC = 300, 20
 """Stage-1 depths of a search without a two-stage ranker (the BERT paper's Sec. 4.4)."""
@@ -106,7 +106,7 @@ class ResultCache:
         return out  # type: ignore[return-value]  # filled
 
 
-def _top(hits: Sequence[HybridHit], scores: np.ndarray, k: int) -> list[int]:
+def top_positions(hits: Sequence[HybridHit], scores: np.ndarray, k: int) -> list[int]:
     """Positions of the ``k`` best hits by (score desc, doc id): only the hits scoring at least the
     k-th best score (ties at the cut included) are sorted by that key, not all the candidates."""
     s = np.asarray(scores, dtype=np.float64)
@@ -288,7 +288,7 @@ class Bundle:
             raise ModelDirError(f"{p}: not a semsearch bundle (no {MANIFEST}); build one with 'semsearch index build'")
         manifest = read_manifest(p)
         if opts.verify:
-            _verify_files(p, manifest["files"])
+            verify_files(p, manifest["files"])
         try:
             corpus = load_corpus(p / "documents.jsonl", stored_fields=True)
             corpus.schema = manifest.get("schema")
@@ -301,27 +301,27 @@ class Bundle:
         lex = manifest.get("lexical")
         lexical = load_model(p / lex["path"]) if lex else None
         if lex:
-            _same_name(p, "lexical.name", lex["name"], lexical)
+            same_name(p, "lexical.name", lex["name"], lexical)
         store = opts.store or manifest.get("store", "faiss")
         semantic = {}
         for i, m in enumerate(manifest.get("models", [])):
             r = SemanticRetriever.load(p / m["path"])
-            _same_name(p, f"models[{i}].name", m["name"], r.encoder)
+            same_name(p, f"models[{i}].name", m["name"], r.encoder)
             if r.dim != m["dim"]:
                 raise ModelDirError(
                     f"{p / MANIFEST}: 'models[{i}].dim' says {m['dim']}, "
                     f"the {m['name']} encoder in {m['path']} embeds in {r.dim} dimensions"
                 )
-            _open_store(store, r, p / m["path"], m, manifest)
+            open_store(store, r, p / m["path"], m, manifest)
             semantic[m["name"]] = r
         rk = manifest.get("ranker")
         ranker = load_model(p / rk["path"]) if rk else None
         if rk:
-            _same_name(p, "ranker.name", rk["name"], ranker)
+            same_name(p, "ranker.name", rk["name"], ranker)
         rs = manifest.get("rescorer")
         rescorer = load_model(p / rs["path"]) if rs else None
         if rs:
-            _same_name(p, "rescorer.name", rs["name"], rescorer)
+            same_name(p, "rescorer.name", rs["name"], rescorer)
             if not is_pair_scorer(rescorer):
                 raise ModelDirError(f"{p / MANIFEST}: 'rescorer' is a {rs['name']} model, not a cross-encoder")
         rescore_depth = opts.rescore_depth
@@ -650,7 +650,7 @@ class Bundle:
                 )
             ranked = []
             for hits, s in zip(found, scores, strict=True):
-                ranked.append([replace(hits[i], score=float(s[i])) for i in _top(hits, s, self._kept(k))])
+                ranked.append([replace(hits[i], score=float(s[i])) for i in top_positions(hits, s, self._kept(k))])
             found = ranked
             timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
         if self.rescore:

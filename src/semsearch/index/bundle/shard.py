@@ -42,7 +42,7 @@ from ...plugins import load_model
 from ..filters import Filter, FilterIndex, Tally
 from ..semantic import encoder_id
 from ..vector import VectorIndex
-from .manifest import MANIFEST, SHARDED, SPELLING, _verify_files
+from .manifest import MANIFEST, SHARDED, SPELLING, verify_files
 from .search import Bundle
 
 SHARD = "shard.json"
@@ -68,7 +68,7 @@ def _verify(root: Path, files: Any, manifest: str) -> None:
     outside = [rel for rel in files if not isinstance(rel, str) or Path(rel).is_absolute() or ".." in Path(rel).parts]
     if outside:
         raise ModelDirError(f"{root / manifest}: 'files' names {outside[0]!r}, not a file inside the shard")
-    _verify_files(root, files, manifest)
+    verify_files(root, files, manifest)
 
 
 def _read_json(f: Path) -> dict[str, Any]:

@@ -21,7 +21,8 @@ manifest: it may carry a password). Without it, an embedded server runs on the d
 the manifest names."""
 
 
-_SERVERS: dict[str, Any] = {}
+SERVERS: dict[str, Any] = {}
+"""The embedded PostgreSQL servers this process runs, by resolved data directory (``pg_dsn``)."""
 _SERVERS_LOCK = threading.Lock()
 
 
@@ -37,19 +38,19 @@ def pg_dsn(data: str | Path | None, dsn: str | None = None) -> str:
 
     key = str(Path(data).resolve())
     with _SERVERS_LOCK:
-        if key not in _SERVERS:
+        if key not in SERVERS:
             Path(key).parent.mkdir(parents=True, exist_ok=True)
-            _SERVERS[key] = EmbeddedPostgres(key)
-        return str(_SERVERS[key].dsn)
+            SERVERS[key] = EmbeddedPostgres(key)
+        return str(SERVERS[key].dsn)
 
 
-def _collection_prefix(out: Path) -> str:
+def collection_prefix(out: Path) -> str:
     """``semsearch_<hash of the bundle path>``: the PostgreSQL collections of builds of ``out``
     are named ``<prefix>_<pid>_<tag>_<i>``, so the next build knows which are its own."""
     return "semsearch_" + hashlib.sha1(str(Path(out).resolve()).encode()).hexdigest()[:8]
 
 
-def _drop_orphans(dsn: str, out: Path, prefix: str) -> list[str]:
+def drop_orphans(dsn: str, out: Path, prefix: str) -> list[str]:
     """Drop the collections a killed build of ``out`` created but never swapped in: named by this
     bundle path's prefix, their build's process gone, and listed by neither the bundle at ``out``
     nor its ``.old`` backup. Returns their names."""
@@ -74,7 +75,7 @@ def _drop_orphans(dsn: str, out: Path, prefix: str) -> list[str]:
     return orphans
 
 
-def _drop_collections(manifest: dict[str, Any] | None, dsn: str | None) -> None:
+def drop_collections(manifest: dict[str, Any] | None, dsn: str | None) -> None:
     """Best effort: drop the postgres collections of a bundle that has just been replaced."""
     if not manifest or manifest.get("store") != "postgres" or dsn is None:
         return
@@ -89,11 +90,11 @@ def _drop_collections(manifest: dict[str, Any] | None, dsn: str | None) -> None:
                         drop_collection(conn, m["collection"])
         finally:
             conn.close()
-    except Exception:  # noqa: BLE001 — a stale collection costs disk, never correctness
+    except Exception:  # noqa: BLE001  # a stale collection costs disk, never correctness
         pass
 
 
-def _open_store(
+def open_store(
     store: str, retriever: SemanticRetriever, path: Path, entry: dict[str, Any], manifest: dict[str, Any]
 ) -> None:
     """Swap the retriever's faiss index for the PostgreSQL collection the manifest names, checked

@@ -1,4 +1,5 @@
-"""The service's Prometheus metrics and the ASGI middleware that counts every request."""
+"""The service's telemetry: its Prometheus metrics and the ASGI middleware that counts every request
+(the IR measures, NDCG and the rest, are ``evaluation.metrics``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
-class _Measure:
+class Measure:
     """Pure ASGI middleware counting every HTTP request into ``Metrics`` and adding
     ``X-Content-Type-Options: nosniff`` to every answer (Starlette's ``BaseHTTPMiddleware`` costs a
     task and a stream per request)."""
