@@ -143,6 +143,13 @@ class SearchRequest:
             self.facets,
         )
 
+    def result_key(self, *documents: Any) -> tuple[Any, ...]:
+        """The key a searcher keeps this request's result under (``ResultCache``), beside the
+        query as searched: the options that shape the ranking, with ``documents`` standing for
+        the documents it may return (hashable: a mask's digest, a filter), which the searcher
+        computes (``correct`` is in the query searched)."""
+        return (self.depth, self.model, self.merge_by, self.n_lexical, self.n_semantic, self.facets, *documents)
+
 
 @dataclass(frozen=True)
 class Capabilities:

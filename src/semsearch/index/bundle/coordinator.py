@@ -246,15 +246,9 @@ class ShardedBundle(SearchBase):
             if not flt:
                 flt = None
         allowed = o.allowed
-        key = (
-            o.depth,
-            o.model,
-            o.merge_by,
-            o.n_lexical,
-            o.n_semantic,
+        key = o.result_key(
             None if flt is None else repr(flt),
             None if allowed is None else hashlib.blake2b(np.packbits(allowed).tobytes(), digest_size=16).digest(),
-            o.facets,
         )
         out = self.results.answer(
             queries,

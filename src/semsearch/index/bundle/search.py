@@ -420,10 +420,9 @@ class Bundle(SearchBase):
                 mask = fmask if mask is None else mask & fmask
         # the mask is part of a cached result's key (by digest: the array itself is not hashable)
         mask_key = None if mask is None else hashlib.blake2b(np.packbits(mask).tobytes(), digest_size=16).digest()
-        settings = (o.depth, o.model, o.merge_by, o.n_lexical, o.n_semantic, mask_key, o.facets)
         return self.results.answer(
             queries,
-            settings,
+            o.result_key(mask_key),
             t0,
             lambda todo: self._search(todo, o, t0, mask),
         )
