@@ -65,7 +65,7 @@ def check_query(query: str) -> None:
         raise ValueError("empty query")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False)  # (no field-wise ==: a mask is an array; ``options`` compares requests)
 class SearchRequest:
     """One search and every option it takes; the options a searcher does not need to know are
     checked when the request is made (a blank query, ``k`` < 1, ``offset`` < 0, an unknown
@@ -155,8 +155,9 @@ class SearchRequest:
 class Capabilities:
     """What a searcher does beyond searching (the service reads these, never the searcher's class).
 
-    ``writes``: takes document changes (``upsert``, ``delete``); ``explain``: ``explain`` and
-    ``explain_rank`` answer (a sharded bundle's refuse); ``fallible``: a search may fail because a
+    ``writes``: takes document changes (``upsert``, ``delete``); ``explain``: the bundle it
+    serves (``BundleSearcher.base``, a compared pair's A) answers ``explain`` and
+    ``explain_rank`` (a sharded bundle's refuse); ``fallible``: a search may fail because a
     vector store or a shard elsewhere does not answer (the service's 503); ``remote``: a search
     waits on other processes (the service runs its passes in threads, and reports each call
     through ``Observed.observe``)."""

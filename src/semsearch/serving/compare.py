@@ -181,10 +181,10 @@ class ComparedPair(SearchBase):
         return results  # type: ignore[return-value]  # filled
 
     def hits(self, result: Result) -> list[Hit]:
-        """Plain rows of a compared result's hits, each from its team's bundle."""
-        teams = result.teams if isinstance(result, ComparedResult) else [TEAM_A] * len(result.hits)
+        """Plain rows of a compared result's hits (this pair's answer), each from its team's bundle."""
+        assert isinstance(result, ComparedResult)  # (a pair answers with these)
         out = []
-        for rank, (t, h) in enumerate(zip(teams, result.hits, strict=True), 1):
+        for rank, (t, h) in enumerate(zip(result.teams, result.hits, strict=True), 1):
             corpus = self.bundles[t].corpus
             i = corpus.index[h.doc_id]
             out.append(Hit(rank, h.doc_id, h.score, corpus.titles[i], corpus.texts[i], corpus.fields(i)))
