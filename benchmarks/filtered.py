@@ -25,7 +25,7 @@ encoder and ranker, so the unfiltered figures are the served search's.
    unfiltered, each request with a random ``bucket`` (1 %), each with a random ``half`` (50 %);
    per kind the median run by p99 (p50/p95/p99, throughput) with every run's p99, and the ratio
    of each filtered median p99 to the unfiltered one. A filtered search shares a
-   ``search_many`` call only with searches of the same filter, so at 1 % (100 filters) most
+   ``search_requests`` call only with searches of the same filter, so at 1 % (100 filters) most
    calls run one search (a pass runs one call per filter).
 
 Prints and writes JSON (default results/bench/filtered.json). Target (issue 50): filtered p99 <

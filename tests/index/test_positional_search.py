@@ -102,14 +102,14 @@ def test_a_retriever_over_other_documents_is_not_positional(stages) -> None:
 def test_two_stage_ranker_scores_candidates_as_hits(two_stage) -> None:
     """A tiny two-stage bundle: the served path (arrays) ranks exactly as stage 1's hits scored
     one by one (``score_hits``) and ordered by (score, doc id)."""
-    from semsearch.index import Bundle
+    from semsearch.index import Bundle, SearchRequest
     from semsearch.index.bundle import top_positions
 
     b = Bundle.load(two_stage, result_cache=0)
     queries = ["red cat", "blue dog item", "green", "fish tree rock lamp", "zebra unknownword"]
     hybrid = b._hybrid[next(iter(b._hybrid))]
     assert b.two_stage and hybrid.positional
-    found, _ = b._stage1(queries, 10, None, "union", 5, 5)
+    found, _ = b._stage1(queries, SearchRequest(queries[0], 10, n_lexical=5, n_semantic=5))
     scores = b.ranker.score_hits(queries, found)
     cands, _ = hybrid.candidates(queries, n_lexical=b.ranker.n_lexical, n_semantic=b.ranker.n_semantic)
     fast = b.ranker.score_candidates(queries, cands)

@@ -10,7 +10,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from semsearch.index import Bundle
+from semsearch.index import Bundle, Capabilities, SearchRequest
 from semsearch.models.transformer import _padded_batches
 from semsearch.serving.app import SearchBatcher
 
@@ -98,7 +98,7 @@ def _batched(batcher: SearchBatcher, requests: list[tuple[str, int]]) -> list:
     """The batcher's answers to ``requests`` (query, k) all made in one turn of the event loop."""
 
     async def run() -> list:
-        return await asyncio.gather(*(batcher.search(q, k, None, "union") for q, k in requests))
+        return await asyncio.gather(*(batcher.search(SearchRequest(q, k)) for q, k in requests))
 
     return asyncio.run(run())
 
@@ -126,12 +126,12 @@ def test_a_pass_waits_a_few_turns_of_the_loop_for_more_searches(two_stage):
     batcher = SearchBatcher(b, observe=sizes.append, turns=3)
 
     async def run() -> list:
-        futures = [batcher.search("red cat", 5, None, "union")]
+        futures = [batcher.search(SearchRequest("red cat", 5))]
         for q in ("blue dog item", "green"):  # one and two turns later
             await asyncio.sleep(0)
-            futures.append(batcher.search(q, 5, None, "union"))
+            futures.append(batcher.search(SearchRequest(q, 5)))
         first = await asyncio.gather(*futures)
-        return [*first, await batcher.search("red", 5, None, "union")]
+        return [*first, await batcher.search(SearchRequest("red", 5))]
 
     results = asyncio.run(run())
     assert sizes == [3, 1]
@@ -143,12 +143,14 @@ def test_a_pass_waits_a_few_turns_of_the_loop_for_more_searches(two_stage):
 
 def test_a_failed_pass_fails_each_of_its_searches():
     class Broken:
-        def search_many(self, *args, **kwargs):
+        capabilities = Capabilities()
+
+        def search_requests(self, *args, **kwargs):
             raise RuntimeError("vector store down")
 
     async def run() -> list:
         batcher = SearchBatcher(Broken())  # type: ignore[arg-type]
-        return await asyncio.gather(*(batcher.search(q, 5, None, "union") for q in ("a", "b")), return_exceptions=True)
+        return await asyncio.gather(*(batcher.search(SearchRequest(q, 5)) for q in ("a", "b")), return_exceptions=True)
 
     assert [str(e) for e in asyncio.run(run())] == ["vector store down"] * 2
 

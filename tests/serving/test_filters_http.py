@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from semsearch.cli import app
+from semsearch.index import SearchRequest
 from semsearch.index.bundle import Bundle
 from semsearch.serving import create_app
 from semsearch.serving.batching import SearchBatcher
@@ -116,7 +117,7 @@ def test_a_bundle_without_fields_refuses_any_filter(make_bundle, tmp_path) -> No
 
 def test_micro_batches_never_mix_filters(catalog) -> None:
     """Searches waiting together with different filters run in one pass but in different
-    ``search_many`` calls, each with its own filter; the same filter written in another order
+    ``search_requests`` calls, each with its own filter; the same filter written in another order
     shares a call."""
     b = Bundle.load(catalog)
     sizes: list[int] = []
@@ -126,10 +127,10 @@ def test_micro_batches_never_mix_filters(catalog) -> None:
 
     async def run():  # type: ignore[no-untyped-def]
         return await asyncio.gather(
-            batcher.search("drill", 10, None, "union", f1, 5),
-            batcher.search("drill", 10, None, "union", f2, 5),
-            batcher.search("hammer drill", 10, None, "union", f2b, 5),
-            batcher.search("drill", 10, None, "union"),
+            batcher.search(SearchRequest("drill", 10, filters=f1, facets=5)),
+            batcher.search(SearchRequest("drill", 10, filters=f2, facets=5)),
+            batcher.search(SearchRequest("hammer drill", 10, filters=f2b, facets=5)),
+            batcher.search(SearchRequest("drill", 10)),
         )
 
     passes: list[int] = []

@@ -1,14 +1,20 @@
 """Indexes for serving and merging: saved search indexes, run fusion (interpolation, RRF), the
-faiss vector index, semantic and hybrid (lexical ∪ semantic) retrieval."""
+faiss vector index, semantic and hybrid (lexical ∪ semantic) retrieval, and the one search
+protocol every served index answers (``searcher``: ``SearchRequest`` → ``Result``)."""
 
 from .bundle import Bundle, Hit, Result, build_bundle
 from .fusion import interpolate, rrf
 from .hybrid import HybridHit, HybridRetriever, Source, merge, merge_runs
+from .searcher import BundleSearcher, Capabilities, Searcher, SearchRequest
 from .semantic import SemanticRetriever
 from .vector import IndexMismatchError, VectorIndex, recall_at_k, set_threads
 
 __all__ = [
     "Bundle",
+    "BundleSearcher",
+    "Capabilities",
+    "SearchRequest",
+    "Searcher",
     "Hit",
     "Result",
     "HybridHit",

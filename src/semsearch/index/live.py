@@ -42,10 +42,11 @@ from ..data import Corpus, join_fields
 from ..models.base import best_k
 from ..models.lexical import CollectionStats, LexicalIndex, LexicalModel
 from ..text.normalize import tokenize
-from .bundle import MANIFEST, N_LEXICAL, N_SEMANTIC, Bundle, Hit, LoadOptions, Result
+from .bundle import MANIFEST, Bundle, LoadOptions
 from .changes import LOG, ChangeLog, Position, pack_vectors, unpack_vectors
 from .filters import Filter, FilterIndex, Tally
 from .hybrid import Candidates, HybridHit, HybridRetriever
+from .searcher import Capabilities, Hit, Result, SearchBase, SearchRequest
 from .semantic import SemanticRetriever
 
 CHANGES_SEQ = "changes_seq"
@@ -320,9 +321,9 @@ class LiveState:
         )
 
 
-class LiveIndex:
-    """A bundle served with its change log (the module docstring). ``search_many`` and ``hits``
-    take the place of ``Bundle``'s; ``upsert`` and ``delete`` write; ``start`` runs the thread
+class LiveIndex(SearchBase):
+    """A bundle served with its change log (the module docstring): a ``Searcher`` whose searches
+    and ``hits`` take the place of ``Bundle``'s; ``upsert`` and ``delete`` write; ``start`` runs the thread
     that follows the log and the bundle's manifest (``reload``), ``close`` stops it."""
 
     def __init__(
@@ -553,76 +554,53 @@ class LiveIndex:
             return query
         return fixed
 
-    def search_many(
-        self,
-        queries: Sequence[str],
-        k: int = 10,
-        *,
-        model: str | None = None,
-        merge_by: str = "union",
-        n_lexical: int = N_LEXICAL,
-        n_semantic: int = N_SEMANTIC,
-        correct: bool | None = None,
-        filters: Filter | str | Sequence[str] | None = None,
-        facets: int = 0,
-    ) -> list[Result]:
-        """``Bundle.search_many`` over the served documents (the base without its tombstones,
+    @property
+    def capabilities(self) -> Capabilities:
+        """It takes changes when started with ``writes``; it explains as its bundle does."""
+        return Capabilities(writes=self.writes, explain=True, fallible=self._state.base.store == "postgres")
+
+    def check(self, request: SearchRequest) -> None:
+        """The bundle's checks; a mask of document positions is refused (the served documents
+        are not the base's positions): ``filters`` select documents here."""
+        if request.allowed is not None:
+            raise ValueError("a live index takes filters, not a mask of document positions (allowed)")
+        self._state.base.check(request)
+
+    def search_group(self, requests: Sequence[SearchRequest]) -> list[Result]:
+        """``Bundle.search_group`` over the served documents (the base without its tombstones,
         and the delta). ``filters`` go inside every segment's stages (each segment's mask: its
         documents the filter allows, less the ones not current); ``facets`` counts the candidates
         of all segments together. Each result remembers the state it was searched on (``hits``)."""
         st = self._state
         base = st.base
+        o = requests[0]
+        filters = o.filters
         flt = filters if isinstance(filters, Filter) or filters is None else base.filters.parse(filters)
+        k, model, facets = o.depth, o.model, o.facets
         if not st.segments and not st.dead:
-            out = base.search_many(
-                queries,
-                k,
-                model=model,
-                merge_by=merge_by,
-                n_lexical=n_lexical,
-                n_semantic=n_semantic,
-                correct=correct,
-                filters=flt,
-                facets=facets,
-            )
+            out = base.search_requests([replace(r, filters=flt, offset=0, k=k) for r in requests])
         else:
-            base.check_search(queries, k, merge_by, correct, facets)
-            qs = [self._searched(st, q, correct) for q in queries]
+            qs = [self._searched(st, r.query, o.correct) for r in requests]
             hybrid = base.hybrid(model)
             if base.two_stage and hybrid.positional and getattr(base.ranker, "positional", False):
                 out = self._ranked(st, hybrid, model, qs, k, flt, facets)
             else:
-                out = self._merged(st, qs, k, model, merge_by, n_lexical, n_semantic, flt, facets)
+                out = self._merged(st, qs, o, flt)
         for r in out:
             r.state = st  # type: ignore[attr-defined]  # read back by hits()
         return out
 
-    def _merged(
-        self,
-        st: LiveState,
-        qs: list[str],
-        k: int,
-        model: str | None,
-        merge_by: str,
-        n_lexical: int,
-        n_semantic: int,
-        flt: Filter | None = None,
-        facets: int = 0,
-    ) -> list[Result]:
-        """Without a two-stage ranker: each segment searched alone (a delta segment's current copies
-        the filter allows), hits merged by score; the facets count every segment's stage-1 hits."""
+    def _merged(self, st: LiveState, qs: list[str], o: SearchRequest, flt: Filter | None) -> list[Result]:
+        """Without a two-stage ranker, under ``o``'s options: each segment searched alone (the
+        base's documents not tombstoned and a delta segment's current copies, that the filter
+        allows), hits merged by score; the facets count every segment's stage-1 hits."""
         base = st.base
         t0 = time.perf_counter()
-        found = base.search_many(
-            qs,
-            k,
-            model=model,
-            merge_by=merge_by,
-            n_lexical=n_lexical,
-            n_semantic=n_semantic,
-            correct=False,
-            allowed=self._allowed(st, flt),
-            facets=facets,
+        k, model, merge_by, facets = o.depth, o.model, o.merge_by, o.facets
+        allowed = self._allowed(st, flt)
+        # the base's (the queries as searched: not corrected again), at the request's depth
+        found = base.search_requests(
+            [replace(o, query=q, k=k, offset=0, correct=False, allowed=allowed, filters=None) for q in qs]
         )
         tallies = [r.tally for r in found]
         delta_hits: list[list[HybridHit]] = [[] for _ in qs]
@@ -633,8 +611,8 @@ class LiveIndex:
                 qs,
                 None,
                 scorer=merge_by,
-                n_lexical=max(n_lexical, k),
-                n_semantic=max(n_semantic, 1),
+                n_lexical=max(o.n_lexical, k),
+                n_semantic=max(o.n_semantic, 1),
                 allowed=self._seg_allowed(st, seg, flt),
             )
             delta_hits = [a + b for a, b in zip(delta_hits, found_seg, strict=True)]

@@ -25,10 +25,11 @@ from fastapi_offline import FastAPIOffline
 from .. import __version__
 from ..clicks.abtest import DEFAULT_SALT
 from ..index.bundle import MANIFEST, Bundle, LoadOptions
-from ..index.bundle.coordinator import ShardedBundle, open_bundle
+from ..index.bundle.coordinator import open_bundle
 from ..index.live import LiveIndex
+from ..index.searcher import BundleSearcher, Observed, Searcher
 from .batching import SearchBatcher
-from .compare import Comparison, check_same_documents
+from .compare import ComparedPair, Comparison, check_same_documents
 from .events import EventLog, bundle_identity, new_secret
 from .exposure import BodyLimit, Exposure, Guard
 from .highlighter import Highlighter
@@ -44,7 +45,7 @@ DOCS_STATIC = "/docs-static"
 
 
 def create_app(
-    bundle: str | Path | Bundle | ShardedBundle,
+    bundle: str | Path | BundleSearcher,
     *,
     load: LoadOptions | None = None,
     max_query_chars: int = MAX_QUERY_CHARS,
@@ -65,7 +66,8 @@ def create_app(
 
     Args:
         bundle: a bundle directory (loaded and verified now; a sharded bundle's with every shard
-            in this process) or a loaded ``Bundle`` or ``ShardedBundle`` (e.g. over Ray Serve shards).
+            in this process) or a loaded one (``BundleSearcher``: a ``Bundle`` or a
+            ``ShardedBundle``, e.g. over Ray Serve shards).
         load: how a directory is loaded (None: ``LoadOptions()``).
         max_query_chars: longest query accepted (longer: 422).
         max_k: largest ``k`` accepted and the depth pages are cut from (``routes.add_routes``).
@@ -85,38 +87,41 @@ def create_app(
         changes: the change log's directory.
         merge_at: changed documents at which a background merge starts (0: never).
 
-    Without ``compare``, the bundle is served through an ``index.LiveIndex``: each worker follows
-    the change log and picks up a bundle rebuilt at the served path (``index.live``).
+    Without ``compare``, a plain bundle is served through an ``index.LiveIndex``: each worker
+    follows the change log and picks up a bundle rebuilt at the served path (``index.live``). The
+    searches go to one ``index.Searcher``: the live index, the bundle, or the compared pair
+    (``serving.compare.ComparedPair``).
 
     Returns:
         The FastAPI app, ready to serve."""
     exposure = exposure or Exposure()
-    b = bundle if isinstance(bundle, (Bundle, ShardedBundle)) else open_bundle(bundle, load)
-    if isinstance(b, ShardedBundle) and (compare is not None or allow_writes):
+    b = open_bundle(bundle, load) if isinstance(bundle, str | Path) else bundle
+    plain = b.base  # the plain bundle in this process (None: sharded, its documents in its shards)
+    if plain is None and (compare is not None or allow_writes):
         raise ValueError(
             f"{b.path}: a sharded bundle is served for searches: not with "
             + ("--compare" if compare is not None else "--allow-writes (changes go to a plain bundle; docs/scaling.md)")
         )
     comparison = None
-    if compare is not None and isinstance(b, Bundle):
-        other = compare if isinstance(compare, Bundle) else Bundle.load(compare, load)
-        check_same_documents(b, other)
+    if compare is not None and plain is not None:
+        other = Bundle.load(compare, load) if isinstance(compare, str | Path) else compare
+        check_same_documents(plain, other)
         comparison = Comparison(
-            other,
-            SearchBatcher(other),
+            ComparedPair(plain, other, mode=compare_mode, salt=compare_salt),  # type: ignore[arg-type]  # checked by ComparedPair
             Highlighter(other.lexical),
-            mode=compare_mode,  # type: ignore[arg-type]  # checked by Comparison
-            salt=compare_salt,
         )
     if allow_writes and comparison is not None:
         raise ValueError("a service taking writes serves one bundle: not with compare")
     live = (
-        LiveIndex(b, changes, load=load, writes=allow_writes, merge_at=merge_at)
-        if comparison is None and isinstance(b, Bundle) and isinstance(b.path, Path) and (b.path / MANIFEST).is_file()
+        LiveIndex(plain, changes, load=load, writes=allow_writes, merge_at=merge_at)
+        if comparison is None
+        and plain is not None
+        and isinstance(plain.path, Path)
+        and (plain.path / MANIFEST).is_file()
         else None
     )
     metrics = Metrics()
-    if isinstance(b, ShardedBundle):
+    if isinstance(b, Observed):  # its calls to other processes (a sharded bundle's shards) counted
         b.observe = metrics.shard_call
     log = None
     if events is not None:
@@ -133,7 +138,8 @@ def create_app(
             count=metrics.event,
         )
     highlighter = Highlighter(b.lexical)
-    batcher = SearchBatcher(live or b, observe=metrics.batch.observe, offload=isinstance(b, ShardedBundle))
+    served: Searcher = comparison.pair if comparison is not None else live or b
+    batcher = SearchBatcher(served, observe=metrics.batch.observe)
 
     ready = threading.Event()  # set while the loaded bundle is being served: startup done, no shutdown yet
 

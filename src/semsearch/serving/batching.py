@@ -1,5 +1,5 @@
 """Dynamic micro-batching of a worker's searches: the searches that arrive together run as one
-``Bundle.search_many`` pass."""
+``Searcher.search_requests`` pass."""
 
 from __future__ import annotations
 
@@ -7,16 +7,12 @@ import asyncio
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from ..index.bundle import Bundle, Result
-from ..index.bundle.coordinator import ShardedBundle
-from ..index.filters import Filter
-from ..index.live import LiveIndex
+from ..index.searcher import Result, Searcher, SearchRequest
 
 BATCH_CAP = 64
 """Most searches one pass of a worker runs together (``SearchBatcher``)."""
-NO_FILTER = Filter()
-"""An unfiltered search's filter (empty)."""
 OFFLOADED_PASSES = 4
 """Offloaded passes (a sharded bundle's) that run at once: each mostly waits for its shards."""
 GATHER_TURNS = 4
@@ -27,9 +23,10 @@ the requests read meanwhile to join the pass, few enough that a lone client hard
 class SearchBatcher:
     """Dynamic micro-batching of one worker's searches (``/search``): the searches that arrive while
     a pass runs wait for the next pass, which takes all of them (at most ``cap``) and searches
-    those of the same settings together (``Bundle.search_many``: one encoder call, one vector
-    search, one ranker prediction), one call per distinct settings (filter included: one mask a
-    call) in the order they arrived. A pass starts ``turns`` turns of the event loop after its first search
+    those of the same options together (``Searcher.search_requests`` of each run of equal
+    ``SearchRequest.options``: one encoder call, one vector search, one ranker prediction), one
+    call per distinct options (filter included: one mask a call) in the order they arrived. A
+    pass starts ``turns`` turns of the event loop after its first search
     arrived (default ``GATHER_TURNS``), so that the requests read in the meantime join it: a
     request read in one turn reaches the batcher in a later one (uvicorn runs each request as a
     task), and a pass started at once would take only those already waiting: several small passes
@@ -38,34 +35,31 @@ class SearchBatcher:
 
     def __init__(
         self,
-        bundle: Bundle | LiveIndex | ShardedBundle,
+        searcher: Searcher,
         cap: int = BATCH_CAP,
         observe: Callable[[int], None] | None = None,
         turns: int = GATHER_TURNS,
-        offload: bool = False,
     ) -> None:
-        """``offload``: run passes in threads, up to ``OFFLOADED_PASSES`` at once, instead of on
-        the event loop (a sharded bundle's search waits on its shards, which must not block the
-        loop: Ray Serve's handles refuse to be waited on there; while one pass waits for its
-        shards, the next runs)."""
+        """A searcher whose searches wait on other processes (``Capabilities.remote``: a sharded
+        bundle's on its shards) has its passes run in threads, up to ``OFFLOADED_PASSES`` at
+        once, instead of on the event loop (such a wait must not block the loop: Ray Serve's
+        handles refuse to be waited on there; while one pass waits for its shards, the next runs)."""
         if turns < 1:
             raise ValueError(f"turns must be >= 1, got {turns}")
-        self.bundle, self.cap, self.observe, self.turns = bundle, cap, observe, turns
+        self.searcher, self.cap, self.observe, self.turns = searcher, cap, observe, turns
+        offload = searcher.capabilities.remote
         self._pool = ThreadPoolExecutor(OFFLOADED_PASSES, thread_name_prefix="search-pass") if offload else None
         self._busy = 0  # offloaded passes running
-        self._waiting: list[tuple[tuple[int, str | None, str, Filter, int], str, float, asyncio.Future[Result]]] = []
+        self._waiting: list[tuple[tuple[Any, ...], SearchRequest, float, asyncio.Future[Result]]] = []
         self._scheduled = False
 
-    def search(
-        self, query: str, k: int, model: str | None, merge: str, filters: Filter = NO_FILTER, facets: int = 0
-    ) -> asyncio.Future[Result]:
-        """A future of ``Bundle.search(query, k, model=model, merge_by=merge, filters=filters,
-        facets=facets)``'s result, with the ms it waited for its pass (``timing["queue_ms"]``).
-        Only searches of the same settings, filter included (a parsed ``Filter`` is canonical),
-        share a ``search_many`` call: it takes one filter."""
+    def search(self, request: SearchRequest) -> asyncio.Future[Result]:
+        """A future of ``searcher.search_request(request)``'s result, with the ms it waited for its
+        pass (``timing["queue_ms"]``). Only searches of equal options, filter included (a parsed
+        ``Filter`` is canonical), share a ``search_requests`` call: it takes one filter."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Result] = loop.create_future()
-        self._waiting.append(((k, model, merge, filters, facets), query, time.perf_counter(), future))
+        self._waiting.append((request.options, request, time.perf_counter(), future))
         if not self._scheduled and self._busy < OFFLOADED_PASSES:
             self._scheduled = True
             loop.call_soon(self._after, self.turns)
@@ -84,7 +78,7 @@ class SearchBatcher:
         the next pass. Searches of different filters cannot share a call (one mask a call), but
         they share the pass: a search does not wait a pass per other filter waiting before it."""
         taken, self._waiting = self._waiting[: self.cap], self._waiting[self.cap :]
-        groups: dict[tuple[int, str | None, str, Filter, int], list] = {}
+        groups: dict[tuple[Any, ...], list] = {}
         for w in taken:
             groups.setdefault(w[0], []).append(w)
         if self._pool is not None:  # the next pass is scheduled when this one ends (_pass_done)
@@ -109,12 +103,10 @@ class SearchBatcher:
             loop.call_soon_threadsafe(self._pass_done)
 
     def _groups_in_thread(self, loop: asyncio.AbstractEventLoop, groups: list) -> None:
-        for key, batch in groups:
+        for _, batch in groups:
             start = time.perf_counter()
             try:
-                results = self.bundle.search_many(
-                    [w[1] for w in batch], key[0], model=key[1], merge_by=key[2], filters=key[3], facets=key[4]
-                )
+                results = self.searcher.search_requests([w[1] for w in batch])
             except Exception as e:  # noqa: BLE001  # each waiting handler answers it (e.g. a shard is down)
                 loop.call_soon_threadsafe(self._settle, batch, None, e, start)
                 continue
@@ -144,14 +136,12 @@ class SearchBatcher:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def _search(self, key: tuple[int, str | None, str, Filter, int], batch: list) -> None:
-        """One ``search_many`` call for ``batch`` (searches of settings ``key``); each future gets
-        its result or the call's exception."""
+    def _search(self, key: tuple[Any, ...], batch: list) -> None:
+        """One ``search_requests`` call for ``batch`` (searches of options ``key``); each future
+        gets its result or the call's exception."""
         start = time.perf_counter()
         try:
-            results = self.bundle.search_many(
-                [w[1] for w in batch], key[0], model=key[1], merge_by=key[2], filters=key[3], facets=key[4]
-            )
+            results = self.searcher.search_requests([w[1] for w in batch])
         except Exception as e:  # noqa: BLE001  # each waiting handler answers it (e.g. the vector store is down)
             self._settle(batch, None, e, start)
             return

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -40,8 +40,8 @@ import numpy as np
 from ..clicks.abtest import DEFAULT_SALT, ABTable, BucketLayout, ab_table, bucket_of
 from ..clicks.interleaving import TEAM_A, TEAM_B, InterleavingSummary, interleaving_summary, team_draft
 from ..index.bundle import Bundle
-from .batching import SearchBatcher
-from .events import nonce_of
+from ..index.searcher import Capabilities, Hit, Result, SearchBase, SearchRequest
+from .events import new_nonce, nonce_of
 
 if TYPE_CHECKING:
     from .highlighter import Highlighter
@@ -87,27 +87,119 @@ def check_same_documents(a: Bundle, b: Bundle) -> None:
 
 
 @dataclass
-class Comparison:
-    """What a worker needs to compare its bundle (A) with ``other`` (B): B's batcher and
-    highlighter, the mode and, for ab, the bucket layout (Table 7's: buckets 0 and 1 control,
-    2 and 3 experiment)."""
+class ComparedResult(Result):
+    """A compared search's answer: each hit's team code (``TEAM_A`` / ``TEAM_B``), the arm it was
+    served under (``interleave`` or an ab bucket's name), the team that served an ab answer
+    (None when interleaved: both did) and the text each team searched."""
 
-    other: Bundle
-    batcher: SearchBatcher
-    highlighter: Highlighter
-    mode: Mode = "interleave"
-    salt: str = DEFAULT_SALT
+    teams: list[int] = field(default_factory=list)
+    arm: str = INTERLEAVE_ARM
+    team: int | None = None
+    searched: tuple[str, str] = ("", "")
 
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"compare mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        self.layout = BucketLayout(salt=self.salt)
+    def cut(self, offset: int) -> None:
+        super().cut(offset)
+        if offset:
+            self.teams = self.teams[offset:]
+
+
+class ComparedPair(SearchBase):
+    """Two bundles (A, B) over one collection answering as one ``Searcher`` (the module
+    docstring): interleaved, a request's ``nonce`` seeds the draw; ab, its ``client`` (else its
+    nonce) picks the bucket. Its results are ``ComparedResult``s; a request without a nonce gets
+    one drawn (``events.new_nonce``)."""
+
+    def __init__(self, a: Bundle, b: Bundle, mode: Mode = "interleave", salt: str = DEFAULT_SALT):
+        if mode not in MODES:
+            raise ValueError(f"compare mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.bundles = (a, b)
+        self.mode, self.salt = mode, salt
+        self.layout = BucketLayout(salt=salt)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """A's explanations; a search fails when either bundle's store does."""
+        return Capabilities(explain=True, fallible=any(x.capabilities.fallible for x in self.bundles))
 
     def assign(self, client_id: str | None, nonce: str) -> tuple[str, int]:
         """ab mode: the arm (bucket name) and team code of a user (by client id, else the search's
         nonce)."""
         bucket = int(bucket_of([client_id if client_id is not None else nonce], self.layout.n_buckets, self.salt)[0])
         return arm_name(self.layout, bucket), TEAM_A if bucket in self.layout.control else TEAM_B
+
+    def check(self, request: SearchRequest) -> None:
+        """Each bundle's checks: a model named must be one of both."""
+        for x in self.bundles:
+            x.check(request)
+
+    def search_group(self, requests: Sequence[SearchRequest]) -> list[Result]:
+        nonces = [r.nonce if r.nonce is not None else new_nonce() for r in requests]
+        deep = [replace(r, offset=0, k=r.depth) for r in requests]
+        n = requests[0].depth
+        if self.mode == "interleave":
+            a, b = (x.search_requests(deep) for x in self.bundles)
+            out: list[Result] = []
+            for ra, rb, nonce in zip(a, b, nonces, strict=True):
+                found = [{h.doc_id: h for h in r.hits} for r in (ra, rb)]
+                ids, codes = interleave([h.doc_id for h in ra.hits], [h.doc_id for h in rb.hits], 0, n, seed_of(nonce))
+                timing = {**ra.timing, **{f"b_{name}": ms for name, ms in rb.timing.items()}}
+                hits = [found[t][d] for d, t in zip(ids, codes, strict=True)]
+                out.append(
+                    ComparedResult(
+                        hits, timing, ra.query, ra.facets, ra.tally, codes, INTERLEAVE_ARM, None, (ra.query, rb.query)
+                    )
+                )
+            return out
+        assigned = [self.assign(r.client, nonce) for r, nonce in zip(requests, nonces, strict=True)]
+        results: list[Result | None] = [None] * len(requests)
+        for team in (TEAM_A, TEAM_B):
+            at = [i for i, (_, t) in enumerate(assigned) if t == team]
+            if not at:
+                continue
+            for i, r in zip(at, self.bundles[team].search_requests([deep[i] for i in at]), strict=True):
+                results[i] = ComparedResult(
+                    r.hits,
+                    r.timing,
+                    r.query,
+                    r.facets,
+                    r.tally,
+                    [team] * len(r.hits),
+                    assigned[i][0],
+                    team,
+                    (r.query, r.query),
+                )
+        return results  # type: ignore[return-value]  # filled
+
+    def hits(self, result: Result) -> list[Hit]:
+        """Plain rows of a compared result's hits (this pair's answer), each from its team's bundle."""
+        assert isinstance(result, ComparedResult)  # (a pair answers with these)
+        out = []
+        for rank, (t, h) in enumerate(zip(result.teams, result.hits, strict=True), 1):
+            corpus = self.bundles[t].corpus
+            i = corpus.index[h.doc_id]
+            out.append(Hit(rank, h.doc_id, h.score, corpus.titles[i], corpus.texts[i], corpus.fields(i)))
+        return out
+
+    def close(self) -> None:
+        for x in self.bundles:
+            x.close()
+
+
+@dataclass
+class Comparison:
+    """What a worker needs to compare its bundle (A) with ``other`` (B): the pair searched as one
+    (``ComparedPair``) and B's highlighter."""
+
+    pair: ComparedPair
+    highlighter: Highlighter
+
+    @property
+    def other(self) -> Bundle:
+        return self.pair.bundles[1]
+
+    @property
+    def mode(self) -> Mode:
+        return self.pair.mode
 
 
 def interleave(a: Sequence[str], b: Sequence[str], offset: int, k: int, seed: int) -> tuple[list[str], list[int]]:
@@ -237,6 +329,8 @@ __all__ = [
     "INTERLEAVE_ARM",
     "MODES",
     "TEAMS",
+    "ComparedPair",
+    "ComparedResult",
     "Comparison",
     "ComparisonReport",
     "arm_name",

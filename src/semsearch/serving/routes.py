@@ -8,12 +8,12 @@ ranker."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -25,15 +25,16 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..index.bundle import Bundle, Result
-from ..index.bundle.coordinator import ShardedBundle, ShardUnavailable
+from ..index.bundle import Bundle
+from ..index.bundle.coordinator import ShardUnavailable
 from ..index.filters import MAX_FILTERS, Filter, FilterError
 from ..index.hybrid import SCORERS
 from ..index.live import Document, LiveIndex
 from ..index.pgstore import PgStoreError
+from ..index.searcher import BundleSearcher, SearchRequest
 from . import schemas
 from .batching import SearchBatcher
-from .compare import INTERLEAVE_ARM, TEAMS, Comparison, interleave, seed_of
+from .compare import TEAMS, ComparedResult, Comparison
 from .events import CLIENT_HEADER, CLIENT_ID, EventLog, UnknownSearch, bundle_identity, new_nonce, valid_client_id
 from .exposure import Exposure
 from .highlighter import Highlighter
@@ -146,7 +147,7 @@ def _text(params: dict[str, str], name: str, limit: int) -> str:
 
 def add_routes(
     app: FastAPI,
-    b: Bundle | ShardedBundle,
+    b: BundleSearcher,
     *,
     batcher: SearchBatcher,
     highlighter: Highlighter,
@@ -164,7 +165,8 @@ def add_routes(
     Args:
         app: the FastAPI app the routes are added to.
         b: the loaded bundle every search runs on.
-        batcher: the micro-batcher the searches go through.
+        batcher: the micro-batcher the searches go through (over the served ``Searcher``: the
+            live index, ``b`` itself, or the compared pair).
         highlighter: marks the title words that matched a query term.
         metrics: the worker's Prometheus metrics.
         ready: set while the bundle is served (``/ready`` answers 200).
@@ -178,7 +180,7 @@ def add_routes(
         live: ``b`` served with its changes and reloads (``index.live``; None: ``b`` as loaded);
             with writes on, ``POST /documents`` and ``DELETE /documents/{id}`` change it."""
 
-    def current() -> Bundle | ShardedBundle:
+    def current() -> BundleSearcher:
         """The bundle served now (a reload swaps it)."""
         return live.base if live is not None else b
 
@@ -186,12 +188,12 @@ def add_routes(
     assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
     started = time.time()
 
-    def score_by(merge: str, bundle: Bundle | ShardedBundle = b) -> str:
+    def score_by(merge: str, bundle: BundleSearcher = b) -> str:
         """What a hit's ``score`` is: the ranker's when the bundle has one, else the merge's."""
         return "ranker" if bundle.ranker is not None else merge
 
     guarded = (401,) * (exposure.api_key is not None) + (429,) * (exposure.rate > 0)
-    store_errors = (503,) * (b.store == "postgres" or isinstance(b, ShardedBundle))  # the store / a shard may be down
+    store_errors = (503,) * b.capabilities.fallible  # the store / a shard may be down
 
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, e: BadRequest) -> JSONResponse:
@@ -391,14 +393,15 @@ def add_routes(
             where = "both compared bundles" if compare is not None else "this bundle"
             raise BadRequest(f"no model {model!r} in {where}", 422)
         flt, facets = _filter(pairs), _facets(params)
+        # one deterministic ranking, cut: the top offset + k, then the page (ties broken by id)
+        wanted = SearchRequest(text, kk, offset=start, model=model, merge_by=merge, filters=flt, facets=facets)
         if compare is not None:
-            return await compared(text, kk, start, merge, model, client, flt, facets)
-        # one deterministic ranking, cut: the top offset + k, then the page (Bundle.search breaks ties by id)
-        result = await batcher.search(text, start + kk, model, merge, flt, facets)
-        page_hits = result.hits[start:]
+            return await compared(wanted, client, flt)
+        result = await batcher.search(wanted)
+        page_hits = result.hits
         terms = highlighter.terms(result.query)  # the words searched (spell-corrected or as typed)
         hits = []
-        rows = live.hits(result, page_hits) if live is not None else b.hits(Result(page_hits, result.timing))
+        rows = batcher.searcher.hits(result)
         for row, h in zip(rows, page_hits, strict=True):
             field = "title" if row.title else "text"
             shown = row.title or row.text
@@ -450,39 +453,24 @@ def add_routes(
     bundles = (b, compare.other) if compare is not None else (b,)
     identities = [bundle_identity(x.path, x.manifest) for x in bundles]
     highlighters = (highlighter, compare.highlighter) if compare is not None else (highlighter,)
-    batchers = (batcher, compare.batcher) if compare is not None else (batcher,)
 
-    async def compared(
-        text: str, kk: int, start: int, merge: str, model: str | None, client: str | None, flt: Filter, facets: int
-    ) -> Response:
+    async def compared(wanted: SearchRequest, client: str | None, flt: Filter) -> Response:
         """/search comparing A and B (``serving.compare``): their interleaving, or the user's arm's
-        bundle alone; each hit says its team, the answer its arm."""
-        assert compare is not None
+        bundle alone (``ComparedPair``); each hit says its team, the answer its arm."""
         nonce = new_nonce()  # the search id's random part, drawn first: it seeds the interleaving
-        served_by: tuple[str, str] | None = None
-        if compare.mode == "interleave":
-            results = await asyncio.gather(*(x.search(text, start + kk, model, merge, flt, facets) for x in batchers))
-            found = [{h.doc_id: h for h in r.hits} for r in results]
-            ranked = [[h.doc_id for h in r.hits] for r in results]
-            ids, codes = interleave(ranked[0], ranked[1], start, kk, seed_of(nonce))
-            page_hits = [(t, found[t][d]) for d, t in zip(ids, codes, strict=True)]
-            arm, lead = INTERLEAVE_ARM, results[0]
-            timing = {**lead.timing, **{f"b_{name}": ms for name, ms in results[1].timing.items()}}
-            scores = score_by(merge)  # A's; B's hits carry B's scores
-        else:
-            arm, team = compare.assign(client, nonce)
-            lead = await batchers[team].search(text, start + kk, model, merge, flt, facets)
-            results = [lead, lead]
-            page_hits = [(team, h) for h in lead.hits[start:]]
-            timing, served_by = lead.timing, identities[team]
-            scores = score_by(merge, bundles[team])
+        result = await batcher.search(replace(wanted, client=client, nonce=nonce))
+        assert isinstance(result, ComparedResult)  # (the compared pair's answer)
+        text, kk, start, merge = wanted.query, wanted.k, wanted.offset, wanted.merge_by
+        arm, lead, timing = result.arm, result, result.timing
+        page_hits = list(zip(result.teams, result.hits, strict=True))
+        served_by = None if result.team is None else identities[result.team]
+        # A's when interleaved (B's hits carry B's scores); the serving team's in ab
+        scores = score_by(merge, bundles[result.team or 0])
         # the words each shown team searched (its bundle's spelling correction and analyzer)
-        terms = {t: highlighters[t].terms(results[t].query) for t in {t for t, _ in page_hits}}
+        terms = {t: highlighters[t].terms(result.searched[t]) for t in {t for t, _ in page_hits}}
         hits = []
-        for i, (t, h) in enumerate(page_hits):
-            corpus = bundles[t].corpus  # type: ignore[union-attr]  # compared bundles are plain ones (create_app)
-            row = corpus.index[h.doc_id]
-            title, body = corpus.titles[row], corpus.texts[row]
+        for i, ((t, h), row) in enumerate(zip(page_hits, batcher.searcher.hits(result), strict=True)):
+            title, body = row.title, row.text
             hits.append(
                 {
                     "rank": start + i + 1,
@@ -495,7 +483,7 @@ def add_routes(
                     "semantic_score": h.semantic,
                     "lexical_rank": h.lexical_rank,
                     "semantic_rank": h.semantic_rank,
-                    "fields": corpus.fields(row),
+                    "fields": row.fields,
                     "highlight_field": "title" if title else "text",
                     "highlights": highlighters[t].spans(terms[t], title or body),
                     "team": TEAMS[t],

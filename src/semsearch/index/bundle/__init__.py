@@ -16,10 +16,11 @@ Modules: ``build`` (the atomic build), ``manifest`` (format, checksums, shape ch
 ``options`` (``BuildOptions``, ``LoadOptions``)."""
 
 from ..hybrid import Source
+from ..searcher import N_LEXICAL, N_SEMANTIC, Hit, Result
 from .build import StageSearch, build_bundle, is_encoder
 from .manifest import FORMAT, MANIFEST, SPELLING, STORES, read_manifest
 from .options import QUERY_CACHE, RESCORE_WEIGHT, RESULT_CACHE, BuildOptions, LoadOptions
-from .search import N_LEXICAL, N_SEMANTIC, Bundle, Hit, Result, top_positions
+from .search import Bundle, top_positions
 from .store import PG_DSN_ENV, SERVERS, pg_dsn
 
 __all__ = [

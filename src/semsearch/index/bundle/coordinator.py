@@ -33,9 +33,10 @@ from ...plugins import load_model
 from ...text import Analyzer, SpellCorrector
 from ..filters import Filter, FilterIndex, Tally
 from ..hybrid import merge, union_positions
+from ..searcher import BundleSearcher, Capabilities, Hit, Result, SearchBase, SearchRequest
 from ..semantic import SemanticRetriever, encoder_id
 from .options import LoadOptions
-from .search import N_LEXICAL, N_SEMANTIC, Bundle, Hit, Result, ResultCache, check_search
+from .search import Bundle, ResultCache
 from .shard import SHARD, SHARDED, Shard, ShardVersionError, Stage1, is_sharded, read_sharded
 
 
@@ -99,11 +100,16 @@ def _merged(parts: list[tuple[np.ndarray, np.ndarray, list[str]]], offsets: Sequ
     return pos[order].astype(np.int64), scores[order], [ids[i] for i in order]
 
 
-class ShardedBundle:
-    """A sharded bundle searched through its shards (module docstring); what the service needs
-    of a ``Bundle``: ``search_many``, ``hits``, ``filters`` and the bundle's description."""
+class ShardedBundle(SearchBase):
+    """A sharded bundle searched through its shards (module docstring); a ``BundleSearcher``
+    like a ``Bundle``: the same requests and answers, ``hits``, ``filters`` and the bundle's
+    description."""
 
     store = "faiss"
+    capabilities = Capabilities(fallible=True, remote=True)
+    """Its shards may not answer (``ShardUnavailable``); a search waits on them; no explain."""
+    base = None
+    """No plain bundle in this process (the documents are in the shards)."""
 
     def __init__(
         self,
@@ -229,53 +235,26 @@ class ShardedBundle:
         if self.observe is not None:
             self.observe(shard, method, time.perf_counter() - t, ok)
 
-    def search(self, query: str, k: int = 10, **kwargs: Any) -> Result:
-        return self.search_many([query], k, **kwargs)[0]
-
-    def search_many(
-        self,
-        queries: Sequence[str],
-        k: int = 10,
-        *,
-        model: str | None = None,
-        merge_by: str = "union",
-        n_lexical: int = N_LEXICAL,
-        n_semantic: int = N_SEMANTIC,
-        correct: bool | None = None,
-        allowed: np.ndarray | None = None,
-        filters: Filter | str | Sequence[str] | None = None,
-        facets: int = 0,
-    ) -> list[Result]:
-        """``Bundle.search_many`` over the shards: the same arguments, checks and answers."""
+    def search_group(self, requests: Sequence[SearchRequest]) -> list[Result]:
+        """``Bundle.search_group`` over the shards: the same requests and answers."""
         t0 = time.perf_counter()
-        check_search(queries, k, merge_by, correct, facets, self.corrector is not None)
-        if model is not None and model not in self.semantic:
-            raise ValueError(f"no model {model!r} in this bundle (has {', '.join(self.semantic) or 'none'})")
-        queries = [self.searched(q, correct) for q in queries]
+        o = requests[0]
+        queries = [self.searched(r.query, o.correct) for r in requests]
         flt = None
-        if filters is not None:
-            flt = filters if isinstance(filters, Filter) else self.filters.parse(filters)
+        if o.filters is not None:
+            flt = o.filters if isinstance(o.filters, Filter) else self.filters.parse(o.filters)
             if not flt:
                 flt = None
-        if allowed is not None:
-            allowed = np.asarray(allowed, dtype=bool)
-            if allowed.shape != (len(self),):
-                raise ValueError(f"allowed must be {len(self)} booleans, got shape {allowed.shape}")
-        key = (
-            k,
-            model,
-            merge_by,
-            n_lexical,
-            n_semantic,
+        allowed = o.allowed
+        key = o.result_key(
             None if flt is None else repr(flt),
             None if allowed is None else hashlib.blake2b(np.packbits(allowed).tobytes(), digest_size=16).digest(),
-            facets,
         )
         out = self.results.answer(
             queries,
             key,
             t0,
-            lambda todo: self._consistent(todo, k, model, merge_by, n_lexical, n_semantic, flt, allowed, facets, t0),
+            lambda todo: self._consistent(todo, o, flt, t0),
         )
         self._fetch_documents([h.doc_id for r in out for h in r.hits])
         return out
@@ -313,25 +292,15 @@ class ShardedBundle:
                 while len(self._docs) > max(self.DOCUMENTS_KEPT, len(ids)):
                     self._docs.popitem(last=False)
 
-    def _search(
-        self,
-        queries: list[str],
-        k: int,
-        model: str | None,
-        merge_by: str,
-        n_lexical: int,
-        n_semantic: int,
-        flt: Filter | None,
-        allowed: np.ndarray | None,
-        facets: int,
-        t0: float,
-    ) -> list[Result]:
+    def _search(self, queries: list[str], req: SearchRequest, flt: Filter | None, t0: float) -> list[Result]:
+        """The rounds of a search of ``queries`` under ``req``'s options (``flt``: its filter parsed)."""
+        k, model, merge_by, allowed, facets = req.depth, req.model, req.merge_by, req.allowed, req.facets
         timing: dict[str, float] = {}
         name = model if model is not None else next(iter(self.semantic), None)
         if self.two_stage:
             nl, ns = self.n_lexical_rank, self.n_semantic_rank
         else:
-            nl, ns = max(n_lexical, k), max(n_semantic, 1)
+            nl, ns = max(req.n_lexical, k), max(req.n_semantic, 1)
         t = time.perf_counter()
         vecs = None
         if name is not None and ns > 0:
@@ -500,7 +469,7 @@ class ShardedBundle:
             self._close()
 
 
-def open_bundle(path: str | Path, options: LoadOptions | None = None) -> Bundle | ShardedBundle:
+def open_bundle(path: str | Path, options: LoadOptions | None = None) -> BundleSearcher:
     """The bundle at ``path``: a plain one (``Bundle.load``) or a sharded one with every shard in
     this process (``ShardedBundle.open_local``)."""
     if is_sharded(path):

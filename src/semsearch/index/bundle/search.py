@@ -9,7 +9,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,39 +24,13 @@ from ...plugins import load_model
 from ...ranking.rescore import check_weight, is_pair_scorer, rescore_top
 from ...text import SpellCorrector
 from ..filters import Filter, FilterIndex, Tally
-from ..hybrid import SCORERS, Candidates, HybridHit, HybridRetriever
+from ..hybrid import Candidates, HybridHit, HybridRetriever
+from ..searcher import Capabilities, Hit, Result, SearchBase, SearchRequest
 from ..semantic import SemanticRetriever
 from ..vector import VectorIndex
 from .manifest import MANIFEST, SHARDED, read_manifest, same_name, verify_files
 from .options import QUERY_CACHE, RESULT_CACHE, LoadOptions
 from .store import open_store
-
-N_LEXICAL, N_SEMANTIC = 300, 20
-"""Stage-1 depths of a search without a two-stage ranker (the BERT paper's Sec. 4.4)."""
-
-
-@dataclass(frozen=True)
-class Hit:
-    rank: int
-    doc_id: str
-    score: float
-    title: str
-    text: str
-    fields: dict[str, Any] = field(default_factory=dict)  # the document's stored fields (a table's other columns)
-
-
-@dataclass
-class Result:
-    """One query's answer: hits (merged, best first) and the time each stage took (ms)."""
-
-    hits: list[HybridHit]
-    timing: dict[str, float] = field(default_factory=dict)
-    query: str = ""  # the text searched: the query, spell-corrected when the bundle corrects queries
-    facets: dict[str, Any] | None = None
-    """With ``facets`` asked of ``search_many``: the facet counts of the query's stage-1 candidates
-    under its filter (``FilterIndex.counts``); else None."""
-    tally: Tally | None = None
-    """The counts behind ``facets``, untruncated (``Tally``: a served delta adds its own)."""
 
 
 class ResultCache:
@@ -117,30 +91,12 @@ def top_positions(hits: Sequence[HybridHit], scores: np.ndarray, k: int) -> list
     return sorted(idx, key=lambda i: (-float(s[i]), hits[i].doc_id))[:k]
 
 
-def check_search(
-    queries: Sequence[str], k: int, merge_by: str, correct: bool | None, facets: int, corrects: bool
-) -> None:
-    """What a bundle's ``search_many`` refuses before any work (its Raises): a blank query, ``k`` <
-    1, an unknown ``merge_by``, ``correct`` without a spelling corrector (``corrects``: the
-    bundle has one), ``facets`` < 0."""
-    blank = [i for i, q in enumerate(queries) if not q.strip()]
-    if blank:
-        raise ValueError("empty query" if len(queries) == 1 else f"empty query at position {blank[0]}")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if merge_by not in SCORERS:
-        raise ValueError(f"merge must be one of {', '.join(SCORERS)}, got {merge_by!r}")
-    if correct and not corrects:
-        raise ValueError("this bundle has no spelling corrector (build it again to have one)")
-    if facets < 0:
-        raise ValueError(f"facets must be >= 0, got {facets}")
-
-
-class Bundle:
+class Bundle(SearchBase):
     """A loaded bundle: documents, the lexical model, the semantic retrievers, the ranker."""
 
     QUERY_CACHE = QUERY_CACHE
     RESULT_CACHE = RESULT_CACHE
+    semantic: dict[str, SemanticRetriever]
 
     def __init__(
         self,
@@ -417,133 +373,59 @@ class Bundle:
             return self.corrector.correct(query)  # type: ignore[union-attr]  # guarded
         return query
 
-    def search(
-        self,
-        query: str,
-        k: int = 10,
-        *,
-        model: str | None = None,
-        merge_by: str = "union",
-        n_lexical: int = N_LEXICAL,
-        n_semantic: int = N_SEMANTIC,
-        correct: bool | None = None,
-        allowed: np.ndarray | None = None,
-        filters: Filter | str | Sequence[str] | None = None,
-        facets: int = 0,
-    ) -> Result:
+    @property
+    def capabilities(self) -> Capabilities:
+        """It explains; with the postgres store a search may find the store down."""
+        return Capabilities(explain=True, fallible=self.store == "postgres")
+
+    @property
+    def base(self) -> Bundle:
+        """The plain bundle searched in this process: itself (``BundleSearcher``)."""
+        return self
+
+    def search_group(self, requests: Sequence[SearchRequest]) -> list[Result]:
         """Lexical top ``n_lexical`` and semantic top ``n_semantic`` (run concurrently by the
         ``HybridRetriever`` of ``model``), merged by ``merge_by``; re-ranked by the ranker if the
-        bundle has one; the top ``k`` with their sources and a timing breakdown. The default merge,
-        union, keeps the lexical ranking a weak encoder could spoil. A two-stage bundle (its ranker
-        has stage features) retrieves at the depths its ranker was trained for, and every hit's
-        score is the ranker's. ``search_many`` of one query.
+        bundle has one; the top ``depth`` with their sources and a timing breakdown. The default
+        merge, union, keeps the lexical ranking a weak encoder could spoil. A two-stage bundle (its
+        ranker has stage features) retrieves at the depths its ranker was trained for, and every
+        hit's score is the ranker's.
 
-        Args:
-            query: the query text (not blank).
-            k: the hits returned, >= 1.
-            model: the encoder whose semantic stage runs (None: the bundle's first, if any).
-            merge_by: "union" (lexical order, semantic-only hits after), "rrf" or "interpolate" (weight 0.5, min-max).
-            n_lexical: lexical stage-1 depth (at least ``k``).
-            n_semantic: semantic stage-1 depth.
-            correct: search the query spell-corrected (``SpellCorrector``; None: as the bundle was loaded).
-            allowed: bool per document position (the corpus's order), True where a document may be
-                returned (None: all); applied inside every stage's top-k (``search_many``).
-            filters: filter expressions on the facet and numeric fields (``index.filters``: e.g.
-                ``["brand:DEWALT", "price:[10,100]"]``) or a parsed ``Filter``; AND'ed with ``allowed``.
-            facets: count the top this many values of each facet field among the query's stage-1
-                candidates under the filter (``Result.facets``; 0: no counts).
+        The queries are searched in one pass (the service's micro-batches): one encoder call and
+        one vector search for all of them, one feature matrix and one ranker prediction for all
+        their candidates. Each query gets the hits it gets alone (a batched encoder may round its
+        embedding in the last bit, so scores agree to float rounding); the timing is the batch's
+        (``batch``: how many distinct queries it searched). A spell-corrected query is searched
+        with the corrected text in every stage.
 
-        Returns:
-            The query's ``Result``: its hits, best first, the stage times in ms and the text searched.
+        ``allowed`` (one mask for the group) keeps every stage inside the documents it marks
+        True: the lexical kernel's and the vector search's top-k are taken over them alone (each
+        stage's depth filled from them), and so are the ranker's candidates; the answer is the
+        search of the collection holding only those documents (with the whole collection's
+        statistics). ``filters`` (``index.filters``) compile to such a mask (cached per filter),
+        AND'ed with ``allowed``. With ``facets`` > 0 each result carries the facet counts of its
+        query's stage-1 candidates under the mask (the lexical ∪ semantic hits at the stage
+        depths: the set the ranker orders), the top ``facets`` values per facet field.
 
         Raises:
-            ValueError: a blank query, ``k`` < 1, an unknown ``merge_by`` or ``model``, or ``correct``
-                without a spelling corrector in the bundle."""
-        return self.search_many(
-            [query],
-            k,
-            model=model,
-            merge_by=merge_by,
-            n_lexical=n_lexical,
-            n_semantic=n_semantic,
-            correct=correct,
-            allowed=allowed,
-            filters=filters,
-            facets=facets,
-        )[0]
-
-    def search_many(
-        self,
-        queries: Sequence[str],
-        k: int = 10,
-        *,
-        model: str | None = None,
-        merge_by: str = "union",
-        n_lexical: int = N_LEXICAL,
-        n_semantic: int = N_SEMANTIC,
-        correct: bool | None = None,
-        allowed: np.ndarray | None = None,
-        filters: Filter | str | Sequence[str] | None = None,
-        facets: int = 0,
-    ) -> list[Result]:
-        """``search`` for several queries in one pass (the service's micro-batches): one encoder call
-        and one vector search for all of them, one feature matrix and one ranker prediction for all
-        their candidates. Each query gets the hits ``search`` gives it alone (a batched encoder may
-        round its embedding in the last bit, so scores agree to float rounding); the timing is the
-        batch's (``batch``: how many distinct queries it searched). A spell-corrected query is
-        searched with the corrected text in every stage.
-
-        ``allowed`` (one mask for the whole call: bool per document position in the corpus's
-        order; None: all) keeps every stage inside the documents it marks True: the lexical
-        kernel's and the vector search's top-k are taken over them alone (each stage's depth
-        filled from them), and so are the ranker's candidates; the answer is the search of the
-        collection holding only those documents (with the whole collection's statistics).
-        ``filters`` (``index.filters``) compile to such a mask (cached per filter), AND'ed with
-        ``allowed``. With ``facets`` > 0 each result carries the facet counts of its query's
-        stage-1 candidates under the mask (the lexical ∪ semantic hits at the stage depths: the
-        set the ranker orders), the top ``facets`` values per facet field.
-
-        Args:
-            queries: the query texts (none blank).
-            k: the hits returned per query, >= 1.
-            model: the encoder whose semantic stage runs (None: the bundle's first, if any).
-            merge_by: "union" (lexical order, semantic-only hits after), "rrf" or "interpolate" (weight 0.5, min-max).
-            n_lexical: lexical stage-1 depth (at least ``k``).
-            n_semantic: semantic stage-1 depth.
-            correct: search each query spell-corrected (``SpellCorrector``; None: as the bundle was loaded).
-            allowed: the documents that may be returned (None: all).
-            filters: filter expressions or a parsed ``Filter`` (None: none).
-            facets: facet values counted per field (0: none).
-
-        Returns:
-            One ``Result`` per query, in order; ``Result.query`` is the text searched.
-
-        Raises:
-            ValueError: a blank query, ``k`` < 1, an unknown ``merge_by`` or ``model``, or ``correct``
-                without a spelling corrector in the bundle.
             FilterError: a filter expression that does not read against the bundle's fields."""
         t0 = time.perf_counter()
-        self.check_search(queries, k, merge_by, correct, facets)
-        queries = [self.searched(q, correct) for q in queries]
-        mask = check_allowed(allowed, len(self.corpus))
-        if filters is not None:
-            flt = filters if isinstance(filters, Filter) else self.filters.parse(filters)
+        o = requests[0]
+        queries = [self.searched(r.query, o.correct) for r in requests]
+        mask = check_allowed(o.allowed, len(self.corpus))
+        if o.filters is not None:
+            flt = o.filters if isinstance(o.filters, Filter) else self.filters.parse(o.filters)
             fmask = self.filters.mask(flt)
             if fmask is not None:
                 mask = fmask if mask is None else mask & fmask
         # the mask is part of a cached result's key (by digest: the array itself is not hashable)
         mask_key = None if mask is None else hashlib.blake2b(np.packbits(mask).tobytes(), digest_size=16).digest()
-        settings = (k, model, merge_by, n_lexical, n_semantic, mask_key, facets)
         return self.results.answer(
             queries,
-            settings,
+            o.result_key(mask_key),
             t0,
-            lambda todo: self._search(todo, k, model, merge_by, n_lexical, n_semantic, t0, mask, facets),
+            lambda todo: self._search(todo, o, t0, mask),
         )
-
-    def check_search(self, queries: Sequence[str], k: int, merge_by: str, correct: bool | None, facets: int) -> None:
-        """What ``search_many`` refuses before any work (``check_search``)."""
-        check_search(queries, k, merge_by, correct, facets, self.corrector is not None)
 
     def __len__(self) -> int:
         return len(self.corpus)
@@ -562,28 +444,21 @@ class Bundle:
         return self._locks[id(model)]
 
     def _stage1(
-        self,
-        queries: list[str],
-        k: int,
-        model: str | None,
-        merge_by: str,
-        n_lexical: int,
-        n_semantic: int,
-        allowed: np.ndarray | None = None,
-        every: bool = False,
+        self, queries: list[str], o: SearchRequest, allowed: np.ndarray | None = None, every: bool = False
     ) -> tuple[list[list[HybridHit]], dict[str, float]]:
-        """Stage 1 of ``search_many`` (and of ``explain_rank``): each query's merged hits from
-        ``model``'s hybrid, all of them when a ranker re-orders them or ``every`` says so (the
-        caller cuts them), at the ranker's depths in a two-stage bundle."""
-        hybrid = self.hybrid(model)
+        """Stage 1 of ``search_group`` (and of ``explain_rank``) under ``o``'s options: each
+        query's merged hits from the model's hybrid, all of them when a ranker re-orders them or
+        ``every`` says so (the caller cuts them), at the ranker's depths in a two-stage bundle."""
+        k = o.depth
+        hybrid = self.hybrid(o.model)
         if self.two_stage:
             n_lexical, n_semantic = self.ranker.n_lexical, self.ranker.n_semantic  # type: ignore[union-attr]  # two-stage
         else:
-            n_lexical, n_semantic = max(n_lexical, k), max(n_semantic, 1)
+            n_lexical, n_semantic = max(o.n_lexical, k), max(o.n_semantic, 1)
         return hybrid.timed_search(
             queries,
             None if self.ranker is not None or every else self._kept(k),
-            scorer=merge_by,
+            scorer=o.merge_by,
             n_lexical=n_lexical,
             n_semantic=n_semantic,
             allowed=allowed,
@@ -613,26 +488,17 @@ class Bundle:
         timing["rank_ms"] = 1000 * (time.perf_counter() - t2)
         return found, timing, cands
 
-    def _search(
-        self,
-        queries: list[str],
-        k: int,
-        model: str | None,
-        merge_by: str,
-        n_lexical: int,
-        n_semantic: int,
-        t0: float,
-        allowed: np.ndarray | None = None,
-        facets: int = 0,
-    ) -> list[Result]:
-        hybrid = self.hybrid(model)
+    def _search(self, queries: list[str], o: SearchRequest, t0: float, allowed: np.ndarray | None) -> list[Result]:
+        """Stages 1-3 for ``queries`` under ``o``'s options (their ``depth`` best hits each)."""
+        k, facets = o.depth, o.facets
+        hybrid = self.hybrid(o.model)
         counted: list[Tally | None] = [None] * len(queries)
         if self.two_stage and hybrid.positional:  # (the merge order does not matter: all re-ranked)
             found, timing, cands = self._ranked(hybrid, queries, self._kept(k), allowed)
             if facets:
                 counted = [self.filters.tally(c.positions) for c in cands]
         else:
-            found, timing = self._stage1(queries, k, model, merge_by, n_lexical, n_semantic, allowed, every=facets > 0)
+            found, timing = self._stage1(queries, o, allowed, every=facets > 0)
             if facets:
                 index = self.corpus.index
                 counted = [
@@ -687,7 +553,7 @@ class Bundle:
             raise ValueError("empty query")
         query = self.searched(query)  # the text search() ranks
         rk: Any = self.ranker
-        (hits,), _ = self._stage1([query], 1, model, "union", N_LEXICAL, N_SEMANTIC)  # as search() with its defaults
+        (hits,), _ = self._stage1([query], SearchRequest(query, 1, model=model))  # as search() with its defaults
         at = next((i for i, h in enumerate(hits) if h.doc_id == doc_id), None)
         if at is None:
             return {
