@@ -104,7 +104,18 @@ def create_app(
     log = None if events is None else _event_log(b, comparison, metrics, events, event_secret, events_flush_seconds)
     highlighter = Highlighter(b.lexical)
     batcher = SearchBatcher(live or b, observe=metrics.batch.observe, offload=isinstance(b, ShardedBundle))
-    state = ServiceState(b, batcher, highlighter, metrics, exposure, log, comparison, live, max_query_chars, max_k)
+    state = ServiceState(
+        b,
+        batcher,
+        highlighter,
+        metrics,
+        exposure=exposure,
+        events=log,
+        compare=comparison,
+        live=live,
+        max_query_chars=max_query_chars,
+        max_k=max_k,
+    )
     # FastAPIOffline: /docs (Swagger UI 5) and /redoc from files in the package, not FastAPI's
     # default CDN, so they work on a machine without network
     app = FastAPIOffline(
