@@ -29,10 +29,11 @@ from semsearch.index import build_bundle
 from semsearch.index.bundle import Bundle
 from semsearch.params import ParamError
 from semsearch.plugins import create_model
-from semsearch.serving import create_app, routes, schemas
+from semsearch.serving import create_app, schemas
 from semsearch.serving.compare import TEAMS, arm_name, check_same_documents, interleave, read_comparison, seed_of
 from semsearch.serving.events import SearchIds
 from semsearch.serving.options import ServeOptions
+from semsearch.serving.routers import compare as compare_router
 
 TOPICS = ["red", "blue", "green", "cat", "dog", "bird", "fish", "tree", "rock", "lamp", "door", "sofa"]
 IMPRESSIONS = 300
@@ -51,7 +52,7 @@ def pair(tiny_data, tmp_path) -> tuple[Path, Path]:
 def seeded_ids(monkeypatch) -> None:
     """Search-id nonces from a seeded generator: the interleavings, and so the test, are reproducible."""
     rng = np.random.default_rng(5)
-    monkeypatch.setattr(routes, "new_nonce", lambda: f"{int(rng.integers(0, 2**63)):016x}")
+    monkeypatch.setattr(compare_router, "new_nonce", lambda: f"{int(rng.integers(0, 2**63)):016x}")
 
 
 def relevant(query: str, title: str) -> bool:
@@ -128,11 +129,11 @@ def test_interleaving_logs_teams_and_the_better_bundle_wins(pair, tmp_path, seed
         assert "arm" in doc["SearchResponse"]["properties"] and "arm" not in doc["SearchResponse"]["required"]
         r = c.get("/search", params={"q": "red", "model": "clsm"})
         assert r.status_code == 422 and "in both compared bundles" in r.json()["error"]
-        other = app.state.compare.other
+        other = app.state.service.compare.other
         # the log reproduces each page: both rankings of offset + k, the coins from the search id
         for s in answers[:40]:
             n = s["offset"] + s["k"]
-            ranked = [[h.doc_id for h in x.search(s["query"], n).hits] for x in (app.state.bundle, other)]
+            ranked = [[h.doc_id for h in x.search(s["query"], n).hits] for x in (app.state.service.bundle, other)]
             ids, teams = interleave(ranked[0], ranked[1], s["offset"], s["k"], seed_of(s["search_id"]))
             assert ids == [h["doc_id"] for h in s["hits"]] and [TEAMS[t] for t in teams] == [
                 h["team"] for h in s["hits"]
@@ -168,7 +169,7 @@ def test_ab_buckets_are_stable_per_client_and_served_by_their_arm(pair, tmp_path
     seen: dict[str, set[str]] = {}
     app = create_app(a, compare=b, compare_mode="ab", compare_salt=salt, events=log, events_flush_seconds=0.2)
     with TestClient(app) as c:
-        own = {"A": app.state.bundle, "B": app.state.compare.other}
+        own = {"A": app.state.service.bundle, "B": app.state.service.compare.other}
         for i in range(4 * len(clients)):
             client, q = clients[i % len(clients)], query(i)
             s = c.get("/search", params={"q": q, "k": 4}, headers={"X-Client-Id": client}).json()

@@ -104,7 +104,7 @@ def test_unknown_forged_and_expired_ids_get_404(bundle, tmp_path) -> None:
         for bad in forged:
             r = c.post("/events", json=click(s) | {"query_id": bad})
             assert r.status_code == 404 and "search id" in r.json()["error"], bad
-        app.state.events.ids.clock = lambda: time.time() + ID_TTL_S + 10
+        app.state.service.events.ids.clock = lambda: time.time() + ID_TTL_S + 10
         r = c.post("/events", json=click(s))
         assert r.status_code == 404 and "expired" in r.json()["error"]
     # another worker of the same service (same secret, nothing shared) accepts the id

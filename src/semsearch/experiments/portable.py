@@ -100,7 +100,7 @@ def train_ranker(o: PortableOptions) -> Path:
 def _served_text(query: str) -> str:
     """The query as the service accepts it: at most ``MAX_QUERY_CHARS`` characters, cut at a space
     (a few CISI queries are whole abstracts), the same text for every system compared."""
-    from ..serving.routes import MAX_QUERY_CHARS
+    from ..serving.state import MAX_QUERY_CHARS
 
     if len(query) <= MAX_QUERY_CHARS:
         return query

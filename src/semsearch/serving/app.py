@@ -2,24 +2,24 @@
 each tagged with its source): ``create_app`` builds the FastAPI app for one loaded bundle.
 
 Everything is loaded at startup; the request path only reads, except that with an event log
-(``events``) it appends impressions and clicks to a bounded buffer that a thread writes out. ``/search`` runs on the
-event loop and each search runs its lexical stage there while its semantic stage runs in one of
-the bundle's threads; the other handlers are plain functions in FastAPI's thread pool (the
-handlers: ``routes``; the micro-batching of searches: ``batching``; the metrics: ``telemetry``; the
-guards: ``exposure``). Bad input gets a 4xx answer with a JSON body ``{"error": "..."}``.
-``/metrics`` is the Prometheus text format, added up over all worker processes when there are
-several."""
+(``events``) it appends impressions and clicks to a bounded buffer that a thread writes out.
+``/search`` runs on the event loop and each search runs its lexical stage there while its semantic
+stage runs in one of the bundle's threads; the other handlers are plain functions in FastAPI's
+thread pool (the handlers: ``routers``, one router per concern over the ``state.ServiceState``
+they share; the micro-batching of searches: ``batching``; the metrics: ``telemetry``; the guards:
+``exposure``). Bad input gets a 4xx answer with a JSON body ``{"error": "..."}``. ``/metrics`` is
+the Prometheus text format, added up over all worker processes when there are several."""
 
 from __future__ import annotations
 
 import gc
 import sys
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.routing import iter_route_contexts
 from fastapi_offline import FastAPIOffline
 
 from .. import __version__
@@ -35,7 +35,8 @@ from .exposure import BodyLimit, Exposure, Guard
 from .highlighter import Highlighter
 from .http import HeadAsGet, KnownParameters, declared_parameters
 from .options import ServeOptions
-from .routes import MAX_K, MAX_QUERY_CHARS, add_routes
+from .routers import install
+from .state import MAX_K, MAX_QUERY_CHARS, ServiceState
 from .telemetry import MULTIPROC_ENV, Measure, Metrics
 
 GC_YOUNG = 20_000
@@ -70,7 +71,7 @@ def create_app(
             ``ShardedBundle``, e.g. over Ray Serve shards).
         load: how a directory is loaded (None: ``LoadOptions()``).
         max_query_chars: longest query accepted (longer: 422).
-        max_k: largest ``k`` accepted and the depth pages are cut from (``routes.add_routes``).
+        max_k: largest ``k`` accepted and the depth pages are cut from (``state.ServiceState``).
         exposure: the API key and rate limit (None: none, for loopback).
         events: the event-log directory (None: off; ``/events`` answers 409).
         events_flush_seconds: how often the log's buffered records are written.
@@ -95,6 +96,60 @@ def create_app(
     Returns:
         The FastAPI app, ready to serve."""
     exposure = exposure or Exposure()
+    b, comparison = _bundles(bundle, load, compare, compare_mode, compare_salt, allow_writes)
+    plain = b.base  # the plain bundle in this process (None: sharded, its documents in its shards)
+    live = (
+        LiveIndex(plain, changes, load=load, writes=allow_writes, merge_at=merge_at)
+        if comparison is None
+        and plain is not None
+        and isinstance(plain.path, Path)
+        and (plain.path / MANIFEST).is_file()
+        else None
+    )
+    metrics = Metrics()
+    if isinstance(b, Observed):  # its calls to other processes (a sharded bundle's shards) counted
+        b.observe = metrics.shard_call
+    log = None if events is None else _event_log(b, comparison, metrics, events, event_secret, events_flush_seconds)
+    highlighter = Highlighter(b.lexical)
+    served: Searcher = comparison.pair if comparison is not None else live or b
+    batcher = SearchBatcher(served, observe=metrics.batch.observe)
+    state = ServiceState(
+        b,
+        batcher,
+        highlighter,
+        metrics,
+        exposure=exposure,
+        events=log,
+        compare=comparison,
+        live=live,
+        max_query_chars=max_query_chars,
+        max_k=max_k,
+    )
+    # FastAPIOffline: /docs (Swagger UI 5) and /redoc from files in the package, not FastAPI's
+    # default CDN, so they work on a machine without network
+    app = FastAPIOffline(
+        title="semsearch",
+        version=__version__,
+        lifespan=lifespan,
+        static_url=DOCS_STATIC,
+        description="Lexical ∪ semantic search over a semsearch bundle.",
+    )
+    app.state.service = state
+    _add_middleware(app, state)
+    install(app, state)
+    return app
+
+
+def _bundles(
+    bundle: str | Path | BundleSearcher,
+    load: LoadOptions | None,
+    compare: str | Path | Bundle | None,
+    compare_mode: str,
+    compare_salt: str,
+    allow_writes: bool,
+) -> tuple[BundleSearcher, Comparison | None]:
+    """The served bundle, loaded, and its comparison with ``compare`` (None: none); a sharded
+    bundle is served for searches alone, a service taking writes serves one bundle."""
     b = open_bundle(bundle, load) if isinstance(bundle, str | Path) else bundle
     plain = b.base  # the plain bundle in this process (None: sharded, its documents in its shards)
     if plain is None and (compare is not None or allow_writes):
@@ -112,80 +167,71 @@ def create_app(
         )
     if allow_writes and comparison is not None:
         raise ValueError("a service taking writes serves one bundle: not with compare")
-    live = (
-        LiveIndex(plain, changes, load=load, writes=allow_writes, merge_at=merge_at)
-        if comparison is None
-        and plain is not None
-        and isinstance(plain.path, Path)
-        and (plain.path / MANIFEST).is_file()
-        else None
+    return b, comparison
+
+
+def _event_log(
+    b: BundleSearcher,
+    comparison: Comparison | None,
+    metrics: Metrics,
+    events: str | Path,
+    event_secret: str | None,
+    events_flush_seconds: float,
+) -> EventLog:
+    """The worker's event log in ``events``, its records naming the served bundle (both, interleaved)."""
+    name, version = bundle_identity(b.path, b.manifest)
+    if comparison is not None and comparison.mode == "interleave":  # every list holds both
+        other_name, other_version = bundle_identity(comparison.other.path, comparison.other.manifest)
+        name, version = f"{name}+{other_name}", f"{version}+{other_version}"
+    return EventLog(
+        events,
+        secret=event_secret or new_secret(),
+        flush_seconds=events_flush_seconds,
+        bundle=name,
+        bundle_version=version,
+        count=metrics.event,
     )
-    metrics = Metrics()
-    if isinstance(b, Observed):  # its calls to other processes (a sharded bundle's shards) counted
-        b.observe = metrics.shard_call
-    log = None
-    if events is not None:
-        name, version = bundle_identity(b.path, b.manifest)
-        if comparison is not None and comparison.mode == "interleave":  # every list holds both
-            other_name, other_version = bundle_identity(comparison.other.path, comparison.other.manifest)
-            name, version = f"{name}+{other_name}", f"{version}+{other_version}"
-        log = EventLog(
-            events,
-            secret=event_secret or new_secret(),
-            flush_seconds=events_flush_seconds,
-            bundle=name,
-            bundle_version=version,
-            count=metrics.event,
-        )
-    highlighter = Highlighter(b.lexical)
-    served: Searcher = comparison.pair if comparison is not None else live or b
-    batcher = SearchBatcher(served, observe=metrics.batch.observe)
 
-    ready = threading.Event()  # set while the loaded bundle is being served: startup done, no shutdown yet
 
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        # the loaded bundle (indexes, documents, models: millions of objects) lives as long as the
-        # process: keep it out of the garbage collector's scans, whose full passes over it would
-        # pause searches under load
-        gc.collect()
-        gc.freeze()
-        # a request's objects die by reference counting; young-generation passes at the default
-        # threshold would run many times a second in a busy worker for nothing
-        thresholds = gc.get_threshold()
-        gc.set_threshold(GC_YOUNG, *thresholds[1:])
-        if log is not None:
-            log.start()  # here, in the worker process: the writer's thread does not survive a fork
-        if live is not None:
-            live.start()  # (likewise: the thread following the change log and the manifest)
-        ready.set()
-        yield
-        gc.set_threshold(*thresholds)
-        ready.clear()
-        batcher.close()
-        if live is not None:
-            live.close()  # graceful shutdown: in-flight searches finish, then the threads stop
-        else:
-            b.close()
-        if comparison is not None:
-            comparison.other.close()
-        if log is not None:
-            log.close()  # the buffered events written
-        print(STOPPED, file=sys.stderr, flush=True)
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The worker's serving time: its threads started (in the worker process: they do not
+    survive a fork), ``ready`` set; at the end everything closed, the buffered events written."""
+    state: ServiceState = app.state.service
+    b, log, live, comparison, ready, batcher = (
+        state.bundle, state.events, state.live, state.compare, state.ready, state.batcher
+    )  # fmt: skip
+    # the loaded bundle (indexes, documents, models: millions of objects) lives as long as the
+    # process: keep it out of the garbage collector's scans, whose full passes over it would
+    # pause searches under load
+    gc.collect()
+    gc.freeze()
+    # a request's objects die by reference counting; young-generation passes at the default
+    # threshold would run many times a second in a busy worker for nothing
+    thresholds = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG, *thresholds[1:])
+    if log is not None:
+        log.start()  # here, in the worker process: the writer's thread does not survive a fork
+    if live is not None:
+        live.start()  # (likewise: the thread following the change log and the manifest)
+    ready.set()
+    yield
+    gc.set_threshold(*thresholds)
+    ready.clear()
+    batcher.close()
+    if live is not None:
+        live.close()  # graceful shutdown: in-flight searches finish, then the threads stop
+    else:
+        b.close()
+    if comparison is not None:
+        comparison.other.close()
+    if log is not None:
+        log.close()  # the buffered events written
+    print(STOPPED, file=sys.stderr, flush=True)
 
-    # FastAPIOffline: /docs (Swagger UI 5) and /redoc from files in the package, not FastAPI's
-    # default CDN, so they work on a machine without network
-    app = FastAPIOffline(
-        title="semsearch",
-        version=__version__,
-        lifespan=lifespan,
-        static_url=DOCS_STATIC,
-        description="Lexical ∪ semantic search over a semsearch bundle.",
-    )
-    app.state.bundle, app.state.metrics, app.state.events = b, metrics, log
-    app.state.compare = comparison
-    app.state.live = live
 
+def _add_middleware(app: FastAPI, state: ServiceState) -> None:
+    """The guards and measures every request goes through, outermost last."""
     # the guard runs inside the measuring middleware, so refusals (401, 413, 414, 429) are counted too
     # a chunked body (no Content-Length for the guard to check) is cut off at its path's limit as it is read
     # innermost: a query parameter the operation does not declare is refused by name (after the guards)
@@ -195,24 +241,12 @@ def create_app(
         closed=("/static/", DOCS_STATIC + "/", "/openapi.json"),
     )
     app.add_middleware(BodyLimit)
-    app.add_middleware(Guard, exposure=exposure)
-    app.add_middleware(Measure, metrics=metrics, paths=lambda: {r.path for r in app.routes})  # type: ignore[attr-defined]  # BaseRoute.path
-    app.add_middleware(HeadAsGet)  # outermost: HEAD answered wherever GET is, every answer without its body
-    add_routes(
-        app,
-        b,
-        batcher=batcher,
-        highlighter=highlighter,
-        metrics=metrics,
-        ready=ready,
-        exposure=exposure,
-        events=log,
-        max_query_chars=max_query_chars,
-        max_k=max_k,
-        compare=comparison,
-        live=live,
+    app.add_middleware(Guard, exposure=state.exposure)
+    # (each route's path, those of the included routers' routes too)
+    app.add_middleware(
+        Measure, metrics=state.metrics, paths=lambda: {r.path for r in iter_route_contexts(app.routes) if r.path}
     )
-    return app
+    app.add_middleware(HeadAsGet)  # outermost: HEAD answered wherever GET is, every answer without its body
 
 
 def app_from_options(options: ServeOptions) -> FastAPI:
