@@ -102,7 +102,7 @@ def test_buckets_are_bounded_and_per_client() -> None:
 def test_page_asks_for_the_key_once(bundle, tmp_path) -> None:
     """Headless Chromium on a keyed service: the first search answers 401, the page asks for the
     key, keeps it for the tab and sends it in the header (never in the URL), clicks included."""
-    from test_search_page import CHROMIUM, _need_chromium, _serve
+    from test_search_page import CHROMIUM, PAGE_WAIT_MS, _need_chromium, _serve
 
     _need_chromium()
     from playwright.sync_api import sync_playwright
@@ -122,10 +122,10 @@ def test_page_asks_for_the_key_once(bundle, tmp_path) -> None:
             sent: list[tuple[str, str | None]] = []
             page.on("request", lambda r: sent.append((r.url, r.headers.get("x-api-key"))))
             page.goto(url + "/?q=red+cat")
-            page.wait_for_selector("li.hit .tag", timeout=15_000)
+            page.wait_for_selector("li.hit .tag", timeout=PAGE_WAIT_MS)
             page.fill("#q", "blue dog")
             page.press("#q", "Enter")
-            page.wait_for_selector("#status:has-text('results')", timeout=15_000)
+            page.wait_for_selector("#status:has-text('results')", timeout=PAGE_WAIT_MS)
             assert len(asked) == 1 and "API key" in asked[0]
             searches = [(u, k) for u, k in sent if "/search?" in u]
             assert searches[-1][1] == KEY and all(KEY not in u for u, _ in sent)
