@@ -5,6 +5,7 @@ child process."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import secrets
 import signal
@@ -24,6 +25,7 @@ from semsearch.index import build_bundle
 from semsearch.models import Model
 from semsearch.plugins import create_model
 from semsearch.training import fit, recipe
+from waiting import WAIT_S, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -255,14 +257,14 @@ SRC = str(REPO / "src")
 
 @contextlib.contextmanager
 def serve_subprocess(
-    bundle: Path, *flags: str, env: dict[str, str | None] | None = None, start_s: float = 90.0
+    bundle: Path, *flags: str, env: dict[str, str | None] | None = None, start_s: float = WAIT_S
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """``semsearch serve BUNDLE FLAGS`` in a child process on a free loopback port, with this
     checkout's sources first on PYTHONPATH (``env``: more variables; None removes one); yields
-    (base URL, process) once /health answers, and stops it with SIGTERM (kill after 20 s) on
-    leaving."""
-    import httpx
-
+    (base URL, process) once the command has announced its address, which it does when every
+    worker answers ready (``serving.server.announce_when_ready``: the first /health to answer may
+    come from one worker while the others still load), and stops it with SIGTERM (kill after
+    20 s) on leaving. Its stderr goes to a file, which the process's ``stderr`` reads."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -276,30 +278,34 @@ def serve_subprocess(
             full.pop(k, None)
         else:
             full[k] = v
-    server = subprocess.Popen(
-        [sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--port", str(port), *flags],
-        env=full,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + start_s
-        while True:
-            assert server.poll() is None and time.time() < deadline, "server did not start"
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        yield base, server
-    finally:
-        server.send_signal(signal.SIGTERM)
+    with tempfile.NamedTemporaryFile(prefix="semsearch-serve-", suffix=".log") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--port", str(port), *flags],
+            env=full,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        server.stderr = open(log.name, "rb")  # noqa: SIM115  # the log from its start; closed on leaving
+
+        def said() -> str:
+            return Path(log.name).read_text(errors="replace")
+
+        def announced() -> bool:
+            assert server.poll() is None, f"semsearch serve exited ({server.returncode}):\n{said()[-3000:]}"
+            return f":{port}/ (" in said()  # "serving BUNDLE on http://HOST:PORT/ (N workers…)"
+
         try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            wait_until(announced, lambda: f"semsearch serve to announce port {port}:\n{said()[-3000:]}", start_s)
+            yield f"http://127.0.0.1:{port}", server
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+            server.stderr.close()
+            server.stderr = io.BytesIO(Path(log.name).read_bytes())  # the whole log, readable after the exit
 
 
 @pytest.fixture
@@ -354,7 +360,7 @@ def ray_cluster(tmp_path_factory) -> Iterator[tuple[str, dict[str, str]]]:
     address = f"127.0.0.1:{port}"
     try:
         start("--head", "--port", str(port), "--include-dashboard=false", "--disable-usage-stats")
-        deadline = time.time() + 90
+        deadline = time.time() + WAIT_S
         added = False
         while time.time() < deadline:
             r = subprocess.run([RAY, "status", "--address", address], env=env, capture_output=True, text=True)

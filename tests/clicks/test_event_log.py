@@ -34,6 +34,7 @@ from semsearch.clicks.log import (
 )
 from semsearch.clicks.sessions import Sessions, read_log, read_sessions
 from semsearch.data.errors import DataFormatError
+from waiting import wait_until
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -119,15 +120,11 @@ def test_writer_flushes_at_flush_rows_and_after_flush_seconds(tmp_path: Path) ->
     with EventLogWriter(tmp_path / "rows", flush_rows=5, flush_seconds=600) as w:
         for i in range(5):
             w.append(_imp(i, ["a"]))
-        deadline = time.time() + 10
-        while not segments(tmp_path / "rows", "impressions") and time.time() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: segments(tmp_path / "rows", "impressions"), "a segment written at 5 rows", every=0.01)
         assert len(read_log(tmp_path / "rows", "impressions")) == 5  # written before close, by row count
     with EventLogWriter(tmp_path / "time", flush_rows=1000, flush_seconds=0.2) as w:
         w.append(Event("s0", "a", 1))
-        deadline = time.time() + 10
-        while not segments(tmp_path / "time", "events") and time.time() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: segments(tmp_path / "time", "events"), "a segment written after 0.2 s", every=0.01)
         assert len(read_log(tmp_path / "time", "events")) == 1  # written before close, by age
         assert not segments(tmp_path / "time", "impressions")
 

@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from semsearch.index import Bundle, build_bundle
 from semsearch.index.bundle import LoadOptions
 from semsearch.models import ModelDirError
 from semsearch.plugins import create_model
+from waiting import wait_until
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -128,9 +128,7 @@ def test_killed_build_leaves_old_bundle_loadable(make_bundle, tmp_path):
     )
     try:
         tmp = old.with_name(f"b.tmp-{proc.pid}")
-        deadline = time.time() + 60
-        while not (tmp / "lexical").is_dir() and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.1)
+        wait_until(lambda: (tmp / "lexical").is_dir() or proc.poll() is not None, "the build's slow step", every=0.1)
         assert (tmp / "lexical").is_dir(), "the build never reached its slow step"
     finally:
         proc.send_signal(signal.SIGKILL)

@@ -25,6 +25,7 @@ import numpy as np
 
 from semsearch.index import Bundle
 from semsearch.plugins import load_model
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLS = int(os.environ.get("SEMSEARCH_CRASH_KILLS", "20"))
@@ -209,9 +210,7 @@ def test_postgres_replace_killed(pg_dsn, tmp_path) -> None:
         assert got in (current, target)  # the previous collection, or the complete new one: never a mix
         current = got
     assert kills.killed >= KILLS // 2, f"only {kills.killed} of {KILLS} runs were killed before finishing"
-    deadline = time.time() + 20  # the server rolls back a killed client's transaction when it sees the socket close
-    while stray_tables() and time.time() < deadline:
-        time.sleep(0.2)
-    assert stray_tables() == []
+    # the server rolls back a killed client's transaction when it sees the socket close
+    wait_until(lambda: stray_tables() == [], lambda: f"killed loads' tables rolled back: {stray_tables()}", every=0.2)
     _run([sys.executable, str(script), pg_dsn, "2"])
     assert answers() == new and stray_tables() == []

@@ -9,7 +9,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from semsearch.index import bundle as bundle_mod
 from semsearch.index.pgstore import EmbeddedPostgres, PgStoreError, PgVectorStore
 from semsearch.plugins import create_model
 from semsearch.serving import create_app
+from waiting import wait_until
 
 
 @pytest.fixture
@@ -82,10 +82,11 @@ def test_store_down_gives_503_and_recovers(trained_clsm, pg_server, monkeypatch)
                 statuses.append(c.get(q).status_code)
 
         def wait_for(n: int) -> None:
-            deadline = time.monotonic() + 60
-            while len(statuses) < n:
-                assert time.monotonic() < deadline and t.is_alive(), statuses
-                time.sleep(0.01)
+            def answered() -> bool:
+                assert t.is_alive(), statuses
+                return len(statuses) >= n
+
+            wait_until(answered, lambda: f"{n} answers: {statuses}", every=0.01)
 
         t = threading.Thread(target=load)
         t.start()

@@ -11,6 +11,7 @@ import pytest
 
 from semsearch.index.pgstore import PgVectorStore, check_name, connect, list_collections, load_collection
 from semsearch.index.vector import IndexMismatchError, VectorIndex, recall_at_k
+from waiting import WAIT_S
 
 
 def _data(n: int = 400, dim: int = 16, seed: int = 0) -> tuple[list[str], np.ndarray]:
@@ -215,7 +216,7 @@ def test_reader_during_swap_waits_then_sees_new(pg_dsn: str) -> None:
             t.start()
             time.sleep(0.5)
             assert not result  # blocked on the writer's lock, not answering from the old table
-        t.join(timeout=30)
+        t.join(timeout=WAIT_S)  # (returns as soon as the search answers)
     assert result and result[0][0][0][0] == new_ids[-1]
     reader.close()
 
@@ -233,7 +234,7 @@ def test_concurrent_searches_on_one_store(pg_dsn: str) -> None:
         for t in threads:
             t.start()
         for t in threads:
-            t.join(timeout=30)
+            t.join(timeout=WAIT_S)
     assert [h for i in range(4) for h in parts[i]] == serial
 
 

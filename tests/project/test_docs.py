@@ -1,15 +1,21 @@
 """The README is a front page and the docs site builds: `mkdocs build --strict` (broken links,
-anchors and nav fail), the README's length and first screen, and its headline figures generated
-from the one results file the reproduction pages are built from (figures are typed once)."""
+anchors and nav fail) with the API reference rendered from the docstrings, the README's length and
+first screen, and its headline figures generated from the one results file the reproduction pages
+are built from (figures are typed once)."""
 
 from __future__ import annotations
 
+import html
+import importlib
 import importlib.util
+import inspect
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -24,10 +30,13 @@ def _hook():
     return module
 
 
-def test_mkdocs_build_strict(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The docs site, built once with ``mkdocs build --strict`` (a warning fails the build)."""
+    out = tmp_path_factory.mktemp("docs") / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -35,8 +44,45 @@ def test_mkdocs_build_strict(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    page = (tmp_path / "site" / "reproductions" / "homedepot" / "index.html").read_text(encoding="utf-8")
+    return out
+
+
+def _text(page: Path) -> str:
+    """A built page's text: tags dropped, entities decoded, whitespace runs made one space."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page.read_text(encoding="utf-8"))).split())
+
+
+def test_mkdocs_build_strict(site):
+    page = (site / "reproductions" / "homedepot" / "index.html").read_text(encoding="utf-8")
     assert "spec_table" not in page and "<table" in page
+
+
+def test_api_reference_renders_every_export(site):
+    """Each docs/api page renders its package's exports (``__all__``) from the docstrings: an
+    export is a heading under the package's path or, when the page renders it on its own, under
+    its defining module's; and Bundle's docstring is on the index page, so the test fails when
+    mkdocstrings stops rendering."""
+    pages = {
+        m.group(1): md
+        for md in sorted((ROOT / "docs" / "api").glob("*.md"))
+        if (m := re.search(r"^::: (semsearch\.\w+)\s*$", md.read_text(encoding="utf-8"), re.M))
+    }
+    assert {"semsearch.index", "semsearch.clicks", "semsearch.evaluation", "semsearch.data"} <= set(pages)
+    for name, md in pages.items():
+        built = site / "api" / md.stem / "index.html"
+        assert built.exists(), f"{md.relative_to(ROOT)} was not built (is it in mkdocs.yml's nav?)"
+        ids = set(re.findall(r'id="([\w.]+)"', built.read_text(encoding="utf-8")))
+        package = importlib.import_module(name)
+        missing = []
+        for export in package.__all__:
+            obj = getattr(package, export)
+            defined = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"
+            if f"{name}.{export}" not in ids and defined not in ids:
+                missing.append(export)
+        assert not missing, f"{built} lacks {missing}: an export without a docstring is not rendered (give it one)"
+    bundle = importlib.import_module("semsearch.index").Bundle
+    summary = " ".join(inspect.getdoc(bundle).split("\n\n")[0].replace("`", "").split())
+    assert summary in _text(site / "api" / "semsearch.index" / "index.html"), "Bundle's docstring is not rendered"
 
 
 def test_readme_is_a_front_page():

@@ -18,8 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from waiting import WAIT_S
+
 REPO = Path(__file__).resolve().parents[2]
-START_S = 120
+START_S = WAIT_S
 
 
 @pytest.fixture
@@ -84,5 +86,5 @@ def test_nothing_is_announced_before_the_server_answers():
     time.sleep(0.5)
     assert not said.is_set() and thread.is_alive()  # nothing listens: no announcement
     stop.set()
-    thread.join(5)
+    thread.join(WAIT_S)  # (returns as soon as the thread ends)
     assert not thread.is_alive() and not said.is_set()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -21,6 +20,7 @@ from semsearch.data import load_corpus
 from semsearch.index.bundle import Bundle
 from semsearch.index.bundle.reindex import reindex
 from semsearch.index.bundle.shard import split_bundle
+from waiting import wait_until
 
 QUERIES = ["deep learning", "search engine", "neural networks for retrieval", "query logs", "click", "semantic model"]
 
@@ -86,17 +86,22 @@ def test_a_sharded_bundle_served_by_ray_serve_answers_as_the_bundle_survives_a_k
         load = [threading.Thread(target=_load, args=(base, stop, stats)) for _ in range(3)]
         for t in load:
             t.start()
-        time.sleep(2)
-        _driver(address, env, f"ray.kill(ray.get_actor({before[0]!r}, namespace='serve'), no_restart=True)")
-        time.sleep(8)
-        stop.set()
-        for t in load:
-            t.join()
+        try:
+            wait_until(lambda: stats.get("ok", 0) >= 10 or set(stats) - {"ok"}, lambda: f"searches under load: {stats}")
+            _driver(address, env, f"ray.kill(ray.get_actor({before[0]!r}, namespace='serve'), no_restart=True)")
+            killed = stats.get("ok", 0)
+            # the load goes on until Ray Serve has replaced the replica, and for 20 searches at least
+            wait_until(
+                lambda: not (now := _replicas(address, env, "shard-0")) or (len(now) >= 2 and before[0] not in now),
+                f"Ray Serve to replace the killed replica {before[0]} of shard-0",
+                every=2,
+            )
+            wait_until(lambda: stats.get("ok", 0) >= killed + 20 or set(stats) - {"ok"}, lambda: f"searches: {stats}")
+        finally:
+            stop.set()
+            for t in load:
+                t.join()
         assert stats.get("ok", 0) > 20 and set(stats) == {"ok"}, stats
-        deadline = time.time() + 60
-        while (now := _replicas(address, env, "shard-0")) and (len(now) < 2 or before[0] in now):
-            assert time.time() < deadline, now
-            time.sleep(2)
 
         # a new version written at the served path (the plain bundle changed, sharded again) is
         # rolled out shard by shard under load: no failed search, every replica replaced
@@ -109,15 +114,19 @@ def test_a_sharded_bundle_served_by_ray_serve_answers_as_the_bundle_survives_a_k
         load = [threading.Thread(target=_load, args=(base, stop, stats)) for _ in range(3)]
         for t in load:
             t.start()
-        split_bundle(v2.path, shards, 2)
-        deadline = time.time() + 180
-        while set(now := _replicas(address, env, "shard-1")) & set(old) or len(now) < 2:
-            assert time.time() < deadline, (old, now)
-            time.sleep(2)
-        time.sleep(2)
-        stop.set()
-        for t in load:
-            t.join()
+        try:
+            split_bundle(v2.path, shards, 2)
+            wait_until(
+                lambda: not set(now := _replicas(address, env, "shard-1")) & set(old) and len(now) >= 2,
+                f"the new version to replace shard-1's replicas {old}",
+                every=2,
+            )
+            rolled = stats.get("ok", 0)
+            wait_until(lambda: stats.get("ok", 0) >= rolled + 20 or set(stats) - {"ok"}, lambda: f"searches: {stats}")
+        finally:
+            stop.set()
+            for t in load:
+                t.join()
         assert stats.get("ok", 0) > 20 and set(stats) == {"ok"}, stats
         for q in [*QUERIES, "query logs click models"]:
             got = httpx.get(base + "/search", params={"q": q, "k": 10}, timeout=60).json()["hits"]

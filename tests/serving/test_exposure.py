@@ -5,7 +5,6 @@ Retry-After; the OpenAPI contract documents what is enabled; the page asks for t
 
 from __future__ import annotations
 
-import os
 import re
 
 import httpx
@@ -103,7 +102,7 @@ def test_buckets_are_bounded_and_per_client() -> None:
 def test_page_asks_for_the_key_once(bundle, tmp_path) -> None:
     """Headless Chromium on a keyed service: the first search answers 401, the page asks for the
     key, keeps it for the tab and sends it in the header (never in the URL), clicks included."""
-    from test_search_page import CHROMIUM, _need_chromium, _serve
+    from test_search_page import CHROMIUM, PAGE_WAIT_MS, _need_chromium, _serve
 
     _need_chromium()
     from playwright.sync_api import sync_playwright
@@ -123,10 +122,10 @@ def test_page_asks_for_the_key_once(bundle, tmp_path) -> None:
             sent: list[tuple[str, str | None]] = []
             page.on("request", lambda r: sent.append((r.url, r.headers.get("x-api-key"))))
             page.goto(url + "/?q=red+cat")
-            page.wait_for_selector("li.hit .tag", timeout=15_000)
+            page.wait_for_selector("li.hit .tag", timeout=PAGE_WAIT_MS)
             page.fill("#q", "blue dog")
             page.press("#q", "Enter")
-            page.wait_for_selector("#status:has-text('results')", timeout=15_000)
+            page.wait_for_selector("#status:has-text('results')", timeout=PAGE_WAIT_MS)
             assert len(asked) == 1 and "API key" in asked[0]
             searches = [(u, k) for u, k in sent if "/search?" in u]
             assert searches[-1][1] == KEY and all(KEY not in u for u, _ in sent)
@@ -137,42 +136,14 @@ def test_page_asks_for_the_key_once(bundle, tmp_path) -> None:
             browser.close()
 
 
-def test_served_with_workers_requires_key(bundle) -> None:
+def test_served_with_workers_requires_key(bundle, serve_bundle) -> None:
     """Two worker processes behind `serve`: the key reaches them through the environment."""
-    import socket
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root / "src"), "SEMSEARCH_API_KEY": KEY, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--port", str(port), "--workers", "2"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        base, deadline = f"http://127.0.0.1:{port}", time.time() + 60
-        while time.time() < deadline:
-            assert proc.poll() is None, proc.communicate()[1][-2000:]
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        for _ in range(6):  # both workers answer (connections are spread over them)
+    with serve_bundle(bundle, "--workers", "2", env={"SEMSEARCH_API_KEY": KEY}) as (base, server):
+        # announced: both workers ready (new connections are spread over them)
+        for _ in range(6):
             assert httpx.get(base + "/search?q=red", timeout=10).status_code == 401
             assert httpx.get(base + "/search?q=red", headers={"X-API-Key": KEY}, timeout=10).status_code == 200
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    assert "API key required ($SEMSEARCH_API_KEY)" in err
+    assert "API key required ($SEMSEARCH_API_KEY)" in server.stderr.read().decode(errors="replace")
 
 
 def test_serve_options_validate_once_and_keep_the_key_out_of_reprs(tmp_path):

@@ -22,8 +22,11 @@ from semsearch.data import Corpus, open_dataset
 from semsearch.index import build_bundle
 from semsearch.plugins import create_model
 from semsearch.serving import create_app
+from waiting import WAIT_S, wait_until
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PAGE_WAIT_MS = int(WAIT_S * 1000)
+"""How long the page is waited for to show what a test checks (Playwright counts milliseconds)."""
 
 
 def _free_port() -> int:
@@ -39,9 +42,7 @@ def _serve(app) -> Iterator[str]:  # type: ignore[no-untyped-def]
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     t = threading.Thread(target=srv.run, daemon=True)
     t.start()
-    deadline = time.time() + 20
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: srv.started or not t.is_alive(), "uvicorn to start")
     assert srv.started, "uvicorn did not start"
     try:
         yield f"http://127.0.0.1:{port}"
@@ -58,7 +59,7 @@ def server(make_bundle, tmp_path):
         yield url
 
 
-def _logged(log, kind: str, rows: int = 1, timeout: float = 15.0) -> list[dict]:  # type: ignore[no-untyped-def]
+def _logged(log, kind: str, rows: int = 1, timeout: float = WAIT_S) -> list[dict]:  # type: ignore[no-untyped-def]
     """The event log's rows of ``kind`` once it holds at least ``rows`` (the writer flushes them)."""
     from semsearch.clicks.sessions import read_log
 
@@ -91,8 +92,8 @@ def test_search_page_in_headless_chromium(server, tmp_path):
             page.fill("#q", "red cat")
             page.select_option("#merge", "rrf")
             page.press("#q", "Enter")
-            page.wait_for_selector("li.hit .tag", timeout=15_000)
-            page.wait_for_selector("li.hit mark", timeout=15_000)  # query terms that matched, from /search
+            page.wait_for_selector("li.hit .tag", timeout=PAGE_WAIT_MS)
+            page.wait_for_selector("li.hit mark", timeout=PAGE_WAIT_MS)  # query terms that matched, from /search
             tags = page.locator("li.hit .tag").all_inner_texts()
             assert tags and set(tags) <= {"LEXICAL", "SEMANTIC", "BOTH"}
             assert "ms" in page.inner_text("#status") and "scored by rrf" in page.inner_text("#status")
@@ -129,12 +130,12 @@ def test_search_page_in_headless_chromium(server, tmp_path):
             page.evaluate("document.getElementById('q').removeAttribute('maxlength')")
             page.fill("#q", "x" * 1001)  # past the server's limit: the page shows the JSON error
             page.press("#q", "Enter")
-            page.wait_for_selector("#status .err", timeout=15_000)
+            page.wait_for_selector("#status .err", timeout=PAGE_WAIT_MS)
             page.goto(server + "/docs")  # Swagger UI from local files (the machine has no network)
-            page.wait_for_selector(".swagger-ui .opblock-summary-path", timeout=15_000)
+            page.wait_for_selector(".swagger-ui .opblock-summary-path", timeout=PAGE_WAIT_MS)
             assert "/search" in page.locator(".opblock-summary-path").all_inner_texts()
             page.goto(server + "/redoc")  # ReDoc too: the page's CSP is not theirs
-            page.wait_for_selector("text=Lexical ∪ semantic search", timeout=15_000)
+            page.wait_for_selector("text=Lexical ∪ semantic search", timeout=PAGE_WAIT_MS)
         finally:
             browser.close()
     assert (tmp_path / "search-page.png").stat().st_size > 1000
@@ -164,7 +165,7 @@ def test_html_in_ids_and_titles_is_shown_as_text(trained_clsm, tiny_data, tmp_pa
             page.goto(url + "/")
             page.fill("#q", "red cat")
             page.press("#q", "Enter")
-            page.wait_for_selector("li.hit mark", timeout=15_000)
+            page.wait_for_selector("li.hit mark", timeout=PAGE_WAIT_MS)
             for d in page.locator("li.hit details.why summary").all():
                 d.click()  # every "why" open: still text only
             text = page.inner_text("#results")
@@ -201,7 +202,7 @@ def test_url_holds_the_query_and_history_restores_it(server):
     from playwright.sync_api import expect, sync_playwright
 
     def first_titles(page) -> list[str]:  # type: ignore[no-untyped-def]
-        page.wait_for_selector("li.hit .title", timeout=15_000)
+        page.wait_for_selector("li.hit .title", timeout=PAGE_WAIT_MS)
         return page.locator("li.hit .title").all_inner_texts()
 
     with sync_playwright() as p:
@@ -258,7 +259,7 @@ def test_highlights_are_text_marks_at_utf16_offsets(tiny_data, tmp_path):
             dialogs: list[str] = []
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
             page.goto(url + "/?q=drill")
-            page.wait_for_selector("li.hit mark", timeout=15_000)
+            page.wait_for_selector("li.hit mark", timeout=PAGE_WAIT_MS)
             titles = dict(zip(page.locator("li.hit .score").all_inner_texts(), page.locator("li.hit .title").all()))
             by_id = {k.split(" · ")[0]: v for k, v in titles.items()}
             assert set(by_id) == {"p1", "e1", "e2"}
@@ -293,7 +294,7 @@ def test_pages_continue_each_other_and_live_in_history(server):
     top6 = [h["doc_id"] for h in httpx.get(server + "/search", params={"q": "red", "k": 6}).json()["hits"]]
 
     def shown(page) -> tuple[list[str], list[int]]:  # type: ignore[no-untyped-def]
-        page.wait_for_selector("li.hit .score", timeout=15_000)
+        page.wait_for_selector("li.hit .score", timeout=PAGE_WAIT_MS)
         ids = [s.split(" · ")[0] for s in page.locator("li.hit .score").all_inner_texts()]
         return ids, page.locator("li.hit").evaluate_all("els => els.map(e => e.value)")
 
@@ -381,7 +382,7 @@ def test_ranker_score_and_its_contributions_on_demand(make_bundle, tmp_path):
         try:
             page = browser.new_page()
             page.goto(url + "/?q=red%20cat&k=5")
-            page.wait_for_selector("li.hit .score", timeout=15_000)
+            page.wait_for_selector("li.hit .score", timeout=PAGE_WAIT_MS)
             assert "scored by ranker" in page.inner_text("#status")
             assert page.locator("#merge").is_disabled()  # the ranker orders results: no merge choice
             first = page.locator("li.hit").first
@@ -389,7 +390,7 @@ def test_ranker_score_and_its_contributions_on_demand(make_bundle, tmp_path):
             assert first.locator(".score").inner_text() == f"{doc} · ranker 2.0000"  # the fake ranker: both words
             assert calls == []  # nothing fetched until a "why" is opened
             first.locator("details.why summary").click()
-            first.locator("table.contrib td").first.wait_for(timeout=15_000)
+            first.locator("table.contrib td").first.wait_for(timeout=PAGE_WAIT_MS)
             rows = first.locator("table.contrib tr").all_inner_texts()
             assert "bm25" in rows[1] and "1.2500" in rows[1] and SCRIPT in rows[2]
             assert "bias 0.5000" in first.locator("details.why").inner_text()
@@ -434,7 +435,7 @@ def test_facets_narrow_filters_come_off_and_fields_show_as_text(tmp_path):
         try:
             page = browser.new_page()
             page.goto(url + "/?q=red+drill")
-            page.wait_for_selector("li.hit dl.fields", timeout=15_000)
+            page.wait_for_selector("li.hit dl.fields", timeout=PAGE_WAIT_MS)
             assert page.locator("li.hit").count() == 4
             fields = page.inner_text("#results")
             for shown in ("brand", "DEWALT", "price", "<i>note</i>", SCRIPT, IMG):
@@ -457,7 +458,7 @@ def test_facets_narrow_filters_come_off_and_fields_show_as_text(tmp_path):
             page.go_back()  # history holds each narrowing
             _until(page, "new URLSearchParams(location.search).getAll('filter').length === 2")
             page.goto(url + "/?q=red+drill")
-            page.wait_for_selector("#facets a.narrow", timeout=15_000)
+            page.wait_for_selector("#facets a.narrow", timeout=PAGE_WAIT_MS)
             page.locator("#facets a.narrow", has_text="onerror").click()  # the HTML value, a filter like any
             _until(page, "document.querySelectorAll('li.hit').length === 1")
             assert "A3" in page.inner_text("#results")
@@ -470,7 +471,7 @@ def new_filters(page):  # type: ignore[no-untyped-def]
     return page.evaluate("new URLSearchParams(location.search).getAll('filter')")
 
 
-def _until(page, expression: str, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+def _until(page, expression: str, timeout: float = WAIT_S) -> None:  # type: ignore[no-untyped-def]
     """Poll a JavaScript expression until it is true (the page's CSP forbids wait_for_function's eval)."""
     deadline = time.time() + timeout
     while not page.evaluate(expression):

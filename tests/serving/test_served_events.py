@@ -34,6 +34,7 @@ from semsearch.clicks.sessions import read_log, read_sessions
 from semsearch.serving import create_app
 from semsearch.serving.events import ID_TTL_S, SearchIds, UnknownSearch
 from semsearch.serving.exposure import Exposure
+from waiting import WAIT_S, wait_until
 
 KEY = "k" * 20 + "-secret-0123456789"
 SECRET = "s" * 32
@@ -177,7 +178,7 @@ def test_a_full_buffer_drops_instead_of_waiting(tmp_path, monkeypatch) -> None:
     w = EventLogWriter(tmp_path, flush_rows=2, max_pending_rows=2, flush_seconds=60)
     rec = Impression(query_id="q", user_query="x", hit_ids=["d"])
     assert w.append(rec, block=False) and w.append(rec, block=False)
-    assert writing.wait(10)  # both rows taken for a segment that the disk has not written yet
+    assert writing.wait(WAIT_S)  # both rows taken for a segment that the disk has not written yet
     t = time.monotonic()
     assert w.append(rec, block=False) is False and time.monotonic() - t < 1
     release.set()
@@ -250,22 +251,23 @@ def test_sigkill_of_the_served_search_leaves_whole_segments_and_loses_at_most_a_
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--port", str(port), "--workers", "2"]
     cmd += ["--events", str(log), "--events-flush-seconds", str(FLUSH_S)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    said = tmp_path / "serve.log"
+    with open(said, "wb") as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     answered: list[tuple[float, str, str]] = []  # (time answered, kind, search id)
     pids: set[int] = set()
+
+    def announced() -> bool:  # "serving BUNDLE on http://HOST:PORT/ (2 workers…)": both workers ready
+        assert proc.poll() is None, said.read_text(errors="replace")[-3000:]
+        return f":{port}/ (" in said.read_text(errors="replace")
+
     try:
-        deadline = time.time() + 90
-        while True:
-            assert proc.poll() is None and time.time() < deadline, "server did not start"
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        wait_until(announced, lambda: f"semsearch serve to announce port {port}: {said.read_text()[-3000:]}")
         words = ["red", "cat", "blue", "dog", "green", "lamp", "house", "tree"]
-        end, i = time.time() + 4.0, 0
-        while time.time() < end:
+        # traffic for 4 s at least, and until both workers have answered 20 searches and clicks
+        end, give_up, i = time.time() + 4.0, time.time() + WAIT_S, 0
+        while time.time() < end or (time.time() < give_up and not (len(pids) == 2 and len(answered) > 20)):
             q = f"{words[i % 8]} {words[(i // 8) % 8]}"
             with httpx.Client(timeout=10) as c:  # a new connection each time: either worker
                 s = c.get(base + "/search", params={"q": q, "k": 5}).json()

@@ -12,6 +12,7 @@ import socket
 import pytest
 
 from semsearch.serving.server import WorkerSocket, listen, reserve
+from waiting import WAIT_S
 
 
 def _accepted_nodelay(sock: socket.socket) -> tuple[int, int]:
@@ -31,7 +32,7 @@ def _accepted_nodelay(sock: socket.socket) -> tuple[int, int]:
         host, port = sock.getsockname()[:2]
         _, writer = await asyncio.open_connection(host, port)
         try:
-            return await asyncio.wait_for(seen, 10)
+            return await asyncio.wait_for(seen, WAIT_S)
         finally:
             writer.close()
             server.close()
@@ -59,9 +60,9 @@ def test_a_spawned_worker_keeps_nodelay():
     p = ctx.Process(target=_child, args=(sock, out))
     p.start()
     try:
-        proto, nodelay = out.get(timeout=60)
+        proto, nodelay = out.get(timeout=WAIT_S)  # (a spawned process imports the package first)
     finally:
-        p.join(30)
+        p.join(WAIT_S)
         sock.close()
     assert p.exitcode == 0
     assert proto == socket.IPPROTO_TCP and nodelay != 0

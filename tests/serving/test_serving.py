@@ -147,9 +147,9 @@ def test_metrics_add_up_over_worker_processes(tiny_data, tmp_path, serve_bundle)
     ):
         assert [p.name for p in tmp.iterdir()][0].startswith("semsearch-metrics-")
         for i in range(n):  # a new connection each: the kernel spreads them over the workers
-            assert httpx.get(base + "/search", params={"q": f"red cat {i}", "k": 3}).status_code == 200
+            assert httpx.get(base + "/search", params={"q": f"red cat {i}", "k": 3}, timeout=60).status_code == 200
         for _ in range(6):
-            text = httpx.get(base + "/metrics").text
+            text = httpx.get(base + "/metrics", timeout=60).text
             c = re.search(r'^semsearch_requests_total\{path="/search",status="200"\} (\S+)$', text, re.M)
             assert c and float(c.group(1)) == n, text
             count = re.search(r"^semsearch_request_seconds_count (\S+)$", text, re.M)

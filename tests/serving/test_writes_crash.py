@@ -21,6 +21,7 @@ import httpx
 
 from semsearch.index.bundle import Bundle
 from semsearch.index.live import LiveIndex
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 3
@@ -32,22 +33,22 @@ def _start(bundle: Path, changes: Path) -> tuple[subprocess.Popen, str]:
         port = s.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "SEMSEARCH_PROGRESS": "0"}
     cmd = [sys.executable, "-m", "semsearch.cli", "serve", str(bundle), "--port", str(port), "--workers", "2"]
-    server = subprocess.Popen(
-        [*cmd, "--allow-writes", "--changes", str(changes)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group: the kill takes the workers too
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while True:
-        assert server.poll() is None and time.time() < deadline, "server did not start"
-        try:
-            if httpx.get(base + "/ready", timeout=2).status_code == 200:
-                return server, base
-        except httpx.TransportError:
-            time.sleep(0.2)
+    said = changes.parent / "serve.log"
+    with open(said, "wb") as err:
+        server = subprocess.Popen(
+            [*cmd, "--allow-writes", "--changes", str(changes)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,  # its own process group: the kill takes the workers too
+        )
+
+    def announced() -> bool:  # "serving BUNDLE on http://HOST:PORT/ (2 workers…)": both workers ready
+        assert server.poll() is None, said.read_text(errors="replace")[-3000:]
+        return f":{port}/ (" in said.read_text(errors="replace")
+
+    wait_until(announced, lambda: f"semsearch serve to announce port {port}: {said.read_text()[-3000:]}")
+    return server, f"http://127.0.0.1:{port}"
 
 
 def test_sigkill_mid_stream_loses_no_acknowledged_change(make_bundle, tmp_path):
@@ -59,10 +60,10 @@ def test_sigkill_mid_stream_loses_no_acknowledged_change(make_bundle, tmp_path):
     lock = threading.Lock()
     for rnd_no in range(ROUNDS):
         server, base = _start(bundle, changes)
-        stop = threading.Event()
+        stop, acked_before = threading.Event(), len(acked)
 
         def client(c: int, rnd_no: int = rnd_no, base: str = base, stop: threading.Event = stop) -> None:
-            with httpx.Client(base_url=base, timeout=10) as http:
+            with httpx.Client(base_url=base, timeout=60) as http:
                 i = 0
                 while not stop.is_set():
                     i += 1
@@ -85,12 +86,15 @@ def test_sigkill_mid_stream_loses_no_acknowledged_change(make_bundle, tmp_path):
         threads = [threading.Thread(target=client, args=(c,)) for c in range(4)]
         for t in threads:
             t.start()
-        time.sleep(rnd.uniform(1.0, 3.0))
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
-        stop.set()
-        for t in threads:
-            t.join()
+        try:
+            wait_until(lambda n=acked_before: len(acked) > n, "a change acknowledged in this round")
+            time.sleep(rnd.uniform(1.0, 3.0))  # the kill at a random point of the stream
+        finally:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+            stop.set()
+            for t in threads:
+                t.join()
         assert acked, "no change was acknowledged before the kill"
         # what a restarted service serves: the bundle with the log replayed
         live = LiveIndex(Bundle.load(bundle), changes, writes=True)
@@ -110,7 +114,7 @@ def test_sigkill_mid_stream_loses_no_acknowledged_change(make_bundle, tmp_path):
     server, base = _start(bundle, changes)
     try:
         kept = [d for _, op, d in acked if op == "upsert" and d not in tried]
-        r = httpx.get(base + "/search", params={"q": f"zorb {kept[-1]}", "k": 5})
+        r = httpx.get(base + "/search", params={"q": f"zorb {kept[-1]}", "k": 5}, timeout=60)
         assert kept[-1] in [h["doc_id"] for h in r.json()["hits"]]
     finally:
         os.killpg(server.pid, signal.SIGTERM)

@@ -55,6 +55,7 @@ from .log import EVENT_SCHEMA, IMPRESSION_SCHEMA, EventLogWriter
 from .sessions import Sessions
 
 PBM_EXAMINATION: tuple[float, ...] = (0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08, 0.06)
+"""The position-based user's examination probabilities ρ_r for ranks 1-10 (Joachims et al. 2017)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ CASCADE_PROFILES: dict[str, CascadeProfile] = {
     "navigational": CascadeProfile(click=(0.05, 0.3, 0.5, 0.7, 0.95), stop=(0.2, 0.3, 0.5, 0.7, 0.9)),
     "informational": CascadeProfile(click=(0.4, 0.6, 0.7, 0.8, 0.9), stop=(0.1, 0.2, 0.3, 0.4, 0.5)),
 }
+"""The cascade user's profiles by name (Hofmann, Whiteson & de Rijke 2013), for grades 0-4."""
 
 
 def graded_attraction(max_grade: int, epsilon: float = 0.1) -> np.ndarray:

@@ -38,6 +38,8 @@ def top1_crosstab(
 
 
 def crosstab_markdown(table: Mapping[str, Mapping[str, int]], row_label: str, column_label: str) -> str:
+    """A ``top1_crosstab`` table as a markdown table: one row per bin of ``row_label``'s top-1,
+    one column per bin of ``column_label``'s."""
     names = list(table)
     lines = [f"| {row_label} \\\\ {column_label} | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     lines += [f"| {r} | " + " | ".join(str(table[r][c]) for c in names) + " |" for r in names]

@@ -36,6 +36,7 @@ from semsearch.types import Qrels, Run
 __all__ = ["EvalResult", "VALID_METRICS", "auc", "canonical_metric", "evaluate", "parse_metric"]
 
 VALID_METRICS = ("ndcg", "ndcg@k", "recall@k", "p@k", "mrr", "mrr@k", "map", "map@k", "success@k")
+"""The metric names `parse_metric` accepts, k a positive integer cut-off."""
 _NEEDS_CUT = {"recall", "p", "success"}
 _NO_LABELS = np.zeros(0, dtype=np.int64)
 _METRIC_RE = re.compile(r"^(ndcg|recall|p|mrr|map|success)(?:@([1-9]\d*))?$")

@@ -17,6 +17,7 @@ from semsearch.evaluation.significance import paired_ttest
 __all__ = ["MARKERS", "ResultTable", "metric_header"]
 
 MARKERS = "αβγδεζηθικλμνξοπρστυφχψω"
+"""The significance markers, one per baseline in order: at most this many baselines a table."""
 _HEADER = {"ndcg": "NDCG", "recall": "Recall", "p": "P", "mrr": "MRR", "map": "MAP", "success": "Success"}
 _GAIN_NOTE = {"exp": "2^label − 1 (papers)", "linear": "label (trec_eval)"}
 

@@ -3,8 +3,10 @@ faiss vector index, semantic and hybrid (lexical ∪ semantic) retrieval, and th
 protocol every served index answers (``searcher``: ``SearchRequest`` → ``Result``)."""
 
 from .bundle import Bundle, Hit, Result, build_bundle
+from .bundle.coordinator import ShardedBundle, open_bundle
 from .fusion import interpolate, rrf
 from .hybrid import HybridHit, HybridRetriever, Source, merge, merge_runs
+from .live import LiveIndex
 from .searcher import BundleSearcher, Capabilities, Searcher, SearchRequest
 from .semantic import SemanticRetriever
 from .vector import IndexMismatchError, VectorIndex, recall_at_k, set_threads
@@ -20,6 +22,9 @@ __all__ = [
     "HybridHit",
     "HybridRetriever",
     "IndexMismatchError",
+    "LiveIndex",
+    "ShardedBundle",
+    "open_bundle",
     "SemanticRetriever",
     "Source",
     "VectorIndex",

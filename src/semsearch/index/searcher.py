@@ -32,6 +32,8 @@ N_LEXICAL, N_SEMANTIC = 300, 20
 
 @dataclass(frozen=True)
 class Hit:
+    """One hit as plain values (``hits``): its rank from 1, id, score and document."""
+
     rank: int
     doc_id: str
     score: float
