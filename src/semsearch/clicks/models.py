@@ -654,3 +654,99 @@ def fit_click_models(
         rows.append(row)
         note(f"click model {name}: held-out perplexity {row['perplexity']:.4f} ({row['fit_s']} s)")
     return rows
+
+
+# -- fitting several models to a log, with their held-out figures (``semsearch clicks fit``) -----------
+
+MODEL_NAMES = ("pbm", "ubm", "dbn", "cascade")
+"""The click models by name: `PBM`, `UBM`, `DBN`, `CascadeModel`."""
+
+
+def make_model(name: str, *, prior: tuple[float, float] = (1.0, 1.0), max_iter: int | None = None) -> Any:
+    """A click model by name (`MODEL_NAMES`) with a prior and an EM iteration cap (None: the model's
+    default; the cascade model's closed form has none)."""
+    kinds: dict[str, Any] = {"pbm": PBM, "ubm": UBM, "dbn": DBN, "cascade": CascadeModel}
+    if name not in kinds:
+        raise ValueError(f"model must be one of {', '.join(MODEL_NAMES)}, got {name!r}")
+    if max_iter is not None and max_iter < 1:
+        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+    _check_prior(prior)
+    if name == "cascade" or max_iter is None:
+        return kinds[name](prior=prior)
+    return kinds[name](prior=prior, max_iter=max_iter)
+
+
+def _summary(name: str, model: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"pairs": int(len(model.pairs.keys))}
+    if name == "cascade":
+        out["pooled_attractiveness"] = float(model.alpha[-1])
+        return out
+    change = model.last_change if np.isfinite(model.last_change) else None
+    out.update(iterations=model.iterations, converged=model.converged, last_change=change)
+    if name == "dbn":
+        out.update(continuation=float(model.continuation), pooled_attractiveness=float(model.a[-1]))
+    else:
+        out.update(examination=np.asarray(model.examination).tolist(), pooled_attractiveness=float(model.alpha[-1]))
+    return out
+
+
+def held_out(model: Any, test: Sessions) -> dict[str, Any]:
+    """A fitted model's figures on held-out sessions: mean log-likelihood per session, perplexity
+    and perplexity by rank (None for a rank no session shows)."""
+    by_rank = perplexity_by_rank(model, test)
+    return {
+        "sessions": len(test),
+        "log_likelihood": log_likelihood(model, test),
+        "perplexity": float(np.nanmean(by_rank)),
+        "perplexity_by_rank": [None if np.isnan(x) else float(x) for x in by_rank],
+    }
+
+
+@dataclass
+class ModelFits:
+    """Click models fitted to a log: ``models`` (name -> the model fitted on all the sessions),
+    ``report`` (name -> its parameters' summary and, with a held-out share, ``held_out``: the
+    figures of the same model fitted on the rest)."""
+
+    models: dict[str, Any]
+    report: dict[str, dict[str, Any]]
+
+    def attractiveness(self) -> pa.Table:
+        """Every model's per-(query, document) parameters, one row a (model, query, document):
+        ``model``, ``query``, ``doc``, ``attractiveness``, ``satisfaction`` (DBN; else null)."""
+        parts = []
+        for name, model in self.models.items():
+            t = model.attractiveness()
+            if "satisfaction" not in t.column_names:
+                t = t.append_column("satisfaction", pa.nulls(t.num_rows, pa.float64()))
+            parts.append(t.add_column(0, "model", pa.array([name] * t.num_rows, pa.string())))
+        return pa.concat_tables(parts)
+
+
+def fit_models(
+    sessions: Sessions,
+    names: Sequence[str] = MODEL_NAMES,
+    *,
+    prior: tuple[float, float] = (1.0, 1.0),
+    max_iter: int | None = None,
+    test_fraction: float = 0.25,
+    seed: int = 0,
+) -> ModelFits:
+    """Each named model fitted to all of ``sessions``; with ``test_fraction`` > 0 also fitted to a
+    seeded random share of the rest and scored on the share held out (`held_out`)."""
+    if not names:
+        raise ValueError("no click model named")
+    for name in names:
+        make_model(name, prior=prior, max_iter=max_iter)  # checks the names and settings first
+    split = split_sessions(sessions, test_fraction, seed) if test_fraction > 0 else None
+    models, report = {}, {}
+    for name in names:
+        t = time.perf_counter()
+        models[name] = make_model(name, prior=prior, max_iter=max_iter).fit(sessions)
+        report[name] = _summary(name, models[name])
+        if split is not None:
+            report[name]["held_out"] = held_out(
+                make_model(name, prior=prior, max_iter=max_iter).fit(split[0]), split[1]
+            )
+        report[name]["seconds"] = round(time.perf_counter() - t, 3)
+    return ModelFits(models, report)
