@@ -203,7 +203,7 @@ def clicks_fit(
         raise ValueError(f"--top-n must be >= 1, got {top_n}")
     if attractiveness is not None and attractiveness.suffix not in (".parquet", ".tsv"):
         raise ValueError(f"--attractiveness: a .parquet or .tsv file, got {attractiveness}")
-    settings = {"format": fmt, "top_n": top_n, "prior": list(pseudo), "max_iter": max_iter}
+    settings: dict[str, object] = {"format": fmt, "top_n": top_n, "prior": list(pseudo), "max_iter": max_iter}
     if fmt == "log" and (ray is not None or (log_dir.is_dir() and not (log_dir / "impressions").is_dir())):
         _fit_partitioned(log_dir, out_file, names, pseudo, max_iter, attractiveness, top_n, ray, settings)
         return
@@ -211,7 +211,7 @@ def clicks_fit(
         raise ValueError("--ray reads a partitioned event log (--format log)")
     if not log_dir.exists():
         raise FileNotFoundError(f"{log_dir}: no such click log")
-    sessions = load_sessions(log_dir, fmt, top_n=top_n)  # type: ignore[arg-type]  # checked against FORMATS
+    sessions = load_sessions(log_dir, fmt, top_n=top_n)
     err.print(
         f"{len(sessions):,} impressions of {len(sessions.queries):,} queries read from {log_dir}", highlight=False
     )
