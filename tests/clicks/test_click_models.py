@@ -54,15 +54,16 @@ def test_pbm_em_update_by_hand() -> None:
     """Two sessions of one query: [d0, d1] with d0 clicked, [d1, d0] with nothing clicked. From
     θ = α = 1/2, an unclicked cell has P(E = 1 | C = 0) = θ(1 − α)/(1 − θα) = 1/3 and
     P(A = 1 | C = 0) = α(1 − θ)/(1 − θα) = 1/3, a clicked one 1 and 1. So
-    θ_1 = (1 + 1/3)/2 = 2/3, θ_2 = (1/3 + 1/3)/2 = 1/3, α_d0 = (1 + 1/3)/2 = 2/3, α_d1 = 1/3."""
+    θ_1 = (1 + 1/3)/2 = 2/3, θ_2 = (1/3 + 1/3)/2 = 1/3, α_d0 = (1 + 1/3)/2 = 2/3, α_d1 = 1/3
+    (maximum likelihood: prior (0, 0))."""
     s = _sessions([[0, 1], [1, 0]], [[1, 0], [0, 0]])
-    m = PBM(max_iter=1).fit(s)
+    m = PBM(max_iter=1, prior=(0, 0)).fit(s)
     assert np.allclose(m.examination, [2 / 3, 1 / 3])
     assert np.allclose(m.alpha[:2], [2 / 3, 1 / 3])
     # second step by hand: cells (θ, α) = rank 1 d0 clicked; rank 2 d1 (1/3, 1/3); rank 1 d1 (2/3, 1/3);
     # rank 2 d0 (1/3, 2/3). P(E|C=0) = θ(1−α)/(1−θα): 2/9 / (8/9) = 1/4; 4/9 / (7/9) = 4/7; 1/9 / (7/9) = 1/7
     # P(A|C=0) = α(1−θ)/(1−θα): 2/9 / (8/9) = 1/4; 1/9 / (7/9) = 1/7; 4/9 / (7/9) = 4/7
-    m2 = PBM(max_iter=2).fit(s)
+    m2 = PBM(max_iter=2, prior=(0, 0)).fit(s)
     assert np.allclose(m2.examination, [(1 + 4 / 7) / 2, (1 / 4 + 1 / 7) / 2])
     assert np.allclose(m2.alpha[:2], [(1 + 4 / 7) / 2, (1 / 4 + 1 / 7) / 2])
 
@@ -70,9 +71,11 @@ def test_pbm_em_update_by_hand() -> None:
 def test_cascade_mle_by_hand() -> None:
     """[d0, d1, d2] click at 2: d0 and d1 examined, d1 clicked; [d1, d0, d2] no click: all three
     examined; [d0, d2, d1] clicks at 1 and 3: only d0 examined (stop at the first click).
-    α_d0 = 1/3, α_d1 = 1/2, α_d2 = 0/1; the pooled value 2/6."""
+    α_d0 = 1/3, α_d1 = 1/2, α_d2 = 0/1 (maximum likelihood); the pooled value 2/6. With the
+    prior (1, 1): (1 + 1)/(3 + 2), (1 + 1)/(2 + 2), (0 + 1)/(1 + 2)."""
     s = _sessions([[0, 1, 2], [1, 0, 2], [0, 2, 1]], [[0, 1, 0], [0, 0, 0], [1, 0, 1]])
-    m = CascadeModel().fit(s)
+    assert np.allclose(CascadeModel().fit(s).alpha, [2 / 5, 2 / 4, 1 / 3, 2 / 6])
+    m = CascadeModel(prior=(0, 0)).fit(s)
     assert np.allclose(m.alpha, [1 / 3, 1 / 2, 0.0, 2 / 6])
     # conditional: α until the first click, 0 after; marginal: α_r Π_{i<r} (1 − α_i)
     probe = _sessions([[1, 0, 2]], [[1, 0, 0]])
@@ -210,7 +213,7 @@ def test_held_out_likelihood_prefers_the_model_that_generated_the_log() -> None:
 
 def test_unseen_pairs_get_the_pooled_estimate_and_shapes_are_checked() -> None:
     s = _sessions([[0, 1], [1, 0]], [[1, 0], [0, 0]])
-    m = PBM(max_iter=1).fit(s)
+    m = PBM(max_iter=1, prior=(0, 0)).fit(s)
     new = _sessions([[2, 0]], [[0, 0]])  # d2 never shown in training
     p = m.conditional_click_probabilities(new)
     assert p[0, 0] == pytest.approx(m.examination[0] * m.alpha[-1])
@@ -224,17 +227,17 @@ def test_unseen_pairs_get_the_pooled_estimate_and_shapes_are_checked() -> None:
 
 
 def test_a_beta_prior_smooths_sparse_pairs() -> None:
-    """With pseudo-counts (1, 1), the hand case's first M-step gives α_d0 = (1 + 1/3 + 1)/(2 + 2)
-    = 7/12 and α_d1 = (2/3 + 1)/4 = 5/12 (θ is unchanged: the prior is on α). On a sparse log
-    (1,000 queries, 20,000 impressions) the smoothed PBM and DBN predict held-out clicks better
-    than their maximum-likelihood fits."""
+    """With pseudo-counts (1, 1) (the default), the hand case's first M-step gives α_d0 = (1 + 1/3
+    + 1)/(2 + 2) = 7/12 and α_d1 = (2/3 + 1)/4 = 5/12, and θ the same (the prior is on every
+    probability, as in PyClick). On a sparse log (1,000 queries, 20,000 impressions) every
+    smoothed model predicts held-out clicks better than its maximum-likelihood fit."""
     s = _sessions([[0, 1], [1, 0]], [[1, 0], [0, 0]])
-    m = PBM(max_iter=1, prior=(1.0, 1.0)).fit(s)
-    assert np.allclose(m.alpha[:2], [7 / 12, 5 / 12]) and np.allclose(m.examination, [2 / 3, 1 / 3])
+    m = PBM(max_iter=1).fit(s)
+    assert np.allclose(m.alpha[:2], [7 / 12, 5 / 12]) and np.allclose(m.examination, [7 / 12, 5 / 12])
     r = _rankings(n_queries=1000)
     train, test = split_sessions(simulate_sessions(r, DBNUser(4), 20_000, seed=6, shuffle_rate=0.5), 0.25, seed=1)
-    for model in (PBM, DBN):
-        mle, smooth = model().fit(train), model(prior=(1.0, 1.0)).fit(train)
+    for model in (PBM, UBM, DBN, CascadeModel):
+        mle, smooth = model(prior=(0, 0)).fit(train), model().fit(train)
         assert log_likelihood(smooth, test) > log_likelihood(mle, test)
 
 
@@ -249,3 +252,59 @@ def test_fits_do_not_depend_on_the_chunking_of_the_log(model: type, monkeypatch:
     chunked = model(max_iter=5).fit(log) if model is not CascadeModel else model().fit(log)
     assert np.array_equal(whole.pairs.keys, chunked.pairs.keys)
     assert np.allclose(whole.conditional_click_probabilities(log), chunked.conditional_click_probabilities(log))
+
+
+@pytest.mark.parametrize("model", [PBM, UBM, CascadeModel, DBN])
+def test_a_model_fitted_on_one_read_scores_another_read_of_the_same_log(model: type, tmp_path) -> None:
+    """Read A: a log of 1,200 impressions; read B: its last 600 impressions, logged alone. Each
+    read codes queries and documents by its own sorted vocabularies (B lacks documents A has, so
+    the same document has another code in B). A model fitted on A scores read B as it scores the
+    same impressions of read A: its parameters are keyed by the (query, document) strings."""
+    from semsearch.clicks import EventLogWriter, simulate
+    from semsearch.clicks.sessions import read_sessions
+
+    r = _rankings(n_queries=300, k=5, n_docs=3000)
+    with EventLogWriter(tmp_path / "a") as a_log, EventLogWriter(tmp_path / "b") as b_log:
+        for _ in simulate(r, DBNUser(4), 600, seed=3, shuffle_rate=0.5, writer=a_log, start_ms=0, id_prefix="x"):
+            pass
+        a_log.flush()
+        for writer in (a_log, b_log):
+            for _ in simulate(r, DBNUser(4), 600, seed=4, shuffle_rate=0.5, writer=writer, start_ms=10**6):
+                pass
+    a = read_sessions(tmp_path / "a", top_n=5)
+    b = read_sessions(tmp_path / "b", top_n=5)
+    assert len(a) == 1200 and b.doc_ids != a.doc_ids and b.queries != a.queries
+    a_tail = a.take(np.arange(600, 1200))
+    assert a_tail.search_ids is not None and a_tail.search_ids.equals(b.search_ids)
+    m = model().fit(a)
+    assert np.allclose(m.conditional_click_probabilities(b), m.conditional_click_probabilities(a_tail), rtol=0, atol=0)
+    assert np.allclose(m.marginal_click_probabilities(b), m.marginal_click_probabilities(a_tail), rtol=0, atol=0)
+    assert log_likelihood(m, b) == log_likelihood(m, a_tail)
+    assert np.array_equal(perplexity_by_rank(m, b), perplexity_by_rank(m, a_tail))
+    # a model fitted on B, scoring A: A's pairs B never saw get the pooled value
+    mb = model().fit(b)
+    assert np.allclose(mb.conditional_click_probabilities(a_tail), mb.conditional_click_probabilities(b))
+    # the per-pair table is keyed by strings
+    table = m.attractiveness()
+    assert {"query", "doc", "attractiveness"} <= set(table.column_names) and table.num_rows == len(m.pairs.keys)
+    assert set(zip(table["query"].to_pylist(), table["doc"].to_pylist(), strict=True)) >= {
+        (b.queries[q], b.doc_ids[d]) for q, d in zip(b.query, b.docs[:, 0], strict=True)
+    }
+
+
+def test_em_that_reaches_its_cap_says_so(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SEMSEARCH_PROGRESS", "1")
+    r = _rankings(n_queries=20, k=5, n_docs=200)
+    log = simulate_sessions(r, DBNUser(4), 2000, seed=9, shuffle_rate=0.5)
+    for model in (PBM(max_iter=3), UBM(max_iter=3), DBN(max_iter=3)):
+        model.fit(log)
+        assert not model.converged and model.iterations == 3 and model.last_change > model.tol
+        err = capsys.readouterr().err
+        assert f"{type(model).__name__}: EM stopped at its cap of 3 iterations" in err
+    done = PBM(max_iter=2000).fit(log)
+    assert done.converged and done.iterations < 2000 and 0 <= done.last_change < done.tol
+    exact = PBM(max_iter=7, tol=None).fit(log)  # as PyClick: a fixed number of iterations, no note
+    assert exact.iterations == 7 and not exact.converged
+    assert "EM stopped" not in capsys.readouterr().err
+    with pytest.raises(ValueError, match="prior: two pseudo-counts >= 0"):
+        PBM(prior=(-1, 1)).fit(log)

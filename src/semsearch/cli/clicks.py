@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from ..clicks.distributed import LogCounts
 
 from .common import PLAIN_HELP, app, err, guard, out, parse_params
@@ -124,26 +126,148 @@ def _counts(log_dir: Path, top_n: int, ray: str | None) -> LogCounts:
     return counts
 
 
+def _pair(text: str, option: str) -> tuple[float, float]:
+    try:
+        a, b = (float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"{option}: two comma-separated numbers A,B, got {text!r}") from None
+    return a, b
+
+
+def _write_pairs(table: pa.Table, path: Path) -> None:
+    """A table as Parquet (``.parquet``) or tab-separated text (``.tsv``), written whole or not at all."""
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    from ..data.files import atomic_write
+
+    with atomic_write(path, binary=True) as f:
+        if path.suffix == ".parquet":
+            pq.write_table(table, f)
+        else:
+            pcsv.write_csv(table, f, pcsv.WriteOptions(delimiter="\t"))
+
+
 @clicks_app.command("fit")
 @guard
 def clicks_fit(
-    log_dir: Annotated[Path, typer.Argument(help="An event log, or a folder of them (a partitioned log).")],
-    out_file: Annotated[Path, typer.Option("--out", help="The fit as JSON (the examination per rank, ...).")],
-    model: Annotated[str, typer.Option(help="pbm or ubm.")] = "pbm",
+    log_dir: Annotated[
+        Path,
+        typer.Argument(help="The click log: an event log or a folder of them (log), a file (yandex), a folder (ubi)."),
+    ],
+    out_file: Annotated[Path, typer.Option("--out", help="The fits and their held-out evaluation as JSON.")],
+    model: Annotated[str, typer.Option(help="Comma-separated models: pbm, ubm, dbn, cascade, or all.")] = "all",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="log (the event log's Parquet segments), yandex (the Yandex/PyClick search log), "
+            "ubi (OpenSearch UBI ubi_queries.jsonl and ubi_events.jsonl in one folder).",
+        ),
+    ] = "log",
+    prior: Annotated[
+        str, typer.Option(help="Beta pseudo-counts A,B added to every probability (0,0: maximum likelihood).")
+    ] = "1,1",
+    max_iter: Annotated[
+        int | None, typer.Option("--max-iter", min=1, help="EM iteration cap (default: each model's, 200 or 100).")
+    ] = None,
+    attractiveness: Annotated[
+        Path | None,
+        typer.Option(help="Write each (model, query, document)'s attractiveness here (.parquet or .tsv)."),
+    ] = None,
+    test_fraction: Annotated[
+        float, typer.Option("--test-fraction", min=0.0, max=0.9, help="Share of sessions held out (0: none).")
+    ] = 0.25,
+    seed: Annotated[int, typer.Option(help="Seed of the held-out split.")] = 0,
     top_n: Annotated[int, typer.Option("--top-n", help="Ranks of each impression read.")] = 10,
     ray: Annotated[str | None, typer.Option("--ray", help=RAY_HELP)] = None,
 ) -> None:
-    """Fit a click model (PBM or UBM, by EM) to a log, partition by partition (docs/clicks.md, "At
-    cluster scale"): each partition's cells counted (on Ray Data with --ray), added up, the EM run once."""
+    """Fit click models (PBM, UBM and DBN by EM, the cascade model in closed form; docs/clicks.md) to
+    a log and score each on a held-out share of its sessions: log-likelihood per session and
+    perplexity by rank. A partitioned log, or --ray, fits PBM or UBM from the partitions' added-up
+    cell counts (docs/clicks.md, "At cluster scale"), with no held-out evaluation."""
+    from ..clicks.formats import FORMATS, load_sessions
+    from ..clicks.models import MODEL_NAMES, fit_models
+    from ..data.files import write_json
+
+    names = list(MODEL_NAMES) if model.strip() == "all" else [m.strip() for m in model.split(",") if m.strip()]
+    bad = [m for m in names if m not in MODEL_NAMES]
+    if bad or not names:
+        raise ValueError(f"--model: comma-separated names of {', '.join(MODEL_NAMES)} or all, got {model!r}")
+    if fmt not in FORMATS:
+        raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    pseudo = _pair(prior, "--prior")
+    if min(pseudo) < 0:
+        raise ValueError(f"--prior: pseudo-counts >= 0, got {prior!r}")
+    if top_n < 1:
+        raise ValueError(f"--top-n must be >= 1, got {top_n}")
+    if attractiveness is not None and attractiveness.suffix not in (".parquet", ".tsv"):
+        raise ValueError(f"--attractiveness: a .parquet or .tsv file, got {attractiveness}")
+    settings: dict[str, object] = {"format": fmt, "top_n": top_n, "prior": list(pseudo), "max_iter": max_iter}
+    if fmt == "log" and (ray is not None or (log_dir.is_dir() and not (log_dir / "impressions").is_dir())):
+        _fit_partitioned(log_dir, out_file, names, pseudo, max_iter, attractiveness, top_n, ray, settings)
+        return
+    if ray is not None:
+        raise ValueError("--ray reads a partitioned event log (--format log)")
+    if not log_dir.exists():
+        raise FileNotFoundError(f"{log_dir}: no such click log")
+    sessions = load_sessions(log_dir, fmt, top_n=top_n)
+    err.print(
+        f"{len(sessions):,} impressions of {len(sessions.queries):,} queries read from {log_dir}", highlight=False
+    )
+    fits = fit_models(sessions, names, prior=pseudo, max_iter=max_iter, test_fraction=test_fraction, seed=seed)
+    if attractiveness is not None:
+        _write_pairs(fits.attractiveness(), attractiveness)
+    write_json(
+        out_file,
+        {
+            "log": str(log_dir),
+            "impressions": len(sessions),
+            **settings,
+            "test_fraction": test_fraction,
+            "seed": seed,
+            "models": fits.report,
+        },
+    )
+    for name, row in fits.report.items():
+        ho = row.get("held_out")
+        figures = f"held-out log-likelihood {ho['log_likelihood']:.4f}, perplexity {ho['perplexity']:.4f}" if ho else ""
+        steps = "" if name == "cascade" else f"{row['iterations']} iterations{'' if row['converged'] else ' (cap)'}; "
+        err.print(f"{name}: {steps}{figures}", highlight=False)
+    err.print(f"written to {out_file}" + (f" and {attractiveness}" if attractiveness else ""), highlight=False)
+
+
+def _fit_partitioned(
+    log_dir: Path,
+    out_file: Path,
+    names: list[str],
+    prior: tuple[float, float],
+    max_iter: int | None,
+    attractiveness: Path | None,
+    top_n: int,
+    ray: str | None,
+    settings: dict[str, object],
+) -> None:
+    import pyarrow as pa
+
     from ..clicks.distributed import MODELS, fit
     from ..data.files import write_json
 
-    if model not in MODELS:
-        raise ValueError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
+    if len(names) != 1 or names[0] not in MODELS:
+        raise ValueError(
+            f"a partitioned log (or --ray) fits one of {', '.join(MODELS)} from cell counts; DBN and the "
+            f"cascade model need each session's clicks: fit them on one event log (--model, got {','.join(names)})"
+        )
     counts = _counts(log_dir, top_n, ray)
-    result = fit(counts.cells, model, positions=top_n)
-    write_json(out_file, {**result.to_json(), "impressions": counts.impressions, "partitions": counts.partitions})
-    err.print(f"{model} fitted in {result.iterations} iterations; written to {out_file}", highlight=False)
+    params: dict[str, object] = {"prior": prior} | ({"max_iter": max_iter} if max_iter is not None else {})
+    result = fit(counts.cells, names[0], positions=top_n, **params)
+    if attractiveness is not None:
+        _write_pairs(result.pairs.add_column(0, "model", pa.array([names[0]] * result.pairs.num_rows)), attractiveness)
+    write_json(
+        out_file,
+        {**result.to_json(), **settings, "impressions": counts.impressions, "partitions": counts.partitions},
+    )
+    err.print(f"{names[0]} fitted in {result.iterations} iterations; written to {out_file}", highlight=False)
 
 
 @clicks_app.command("labels")

@@ -3,12 +3,15 @@ click models, labels for learners and the statistics that compare two rankers on
 
 - `log`: the event log's schema (OpenSearch's User Behavior Insights fields), its records and the
   buffered writer of atomic Parquet segments; `sessions`: a log read back, as a table, per
-  impression with its clicks, or as the `Sessions` arrays click models and learners take.
+  impression with its clicks, or as the `Sessions` arrays click models and learners take;
+  `formats`: logs in other tools' formats (the Yandex search log PyClick reads, OpenSearch UBI
+  JSON) read into the same tables and sessions, and written out.
 - `simulate`: the unbiased-LTR literature's users (position-based, cascade, DBN) against a
   ranker's precomputed rankings, into the event log's format.
-- `models`: position-based, cascade, DBN and UBM click models fitted to a log's sessions and
-  evaluated by held-out log-likelihood and perplexity by rank (Chuklin et al., "Click Models for
-  Web Search"); `distributed`: PBM and UBM fitted over a partitioned log, on Ray Data.
+- `models`: position-based, cascade, DBN and UBM click models (a Beta prior on every parameter,
+  keyed by (query, document) strings) fitted to a log's sessions and evaluated by held-out
+  log-likelihood and perplexity by rank (Chuklin et al., "Click Models for Web Search");
+  `distributed`: PBM and UBM fitted over a partitioned log, on Ray Data.
 - `labels`: a log's clicks as training data: clicked pairs for the pair models, graded labels for
   the stage-2 ranker, with the position bias corrected or not.
 - Online comparison of two rankers, one module a concern: `interleaving` (team draft),
@@ -21,6 +24,7 @@ write, read, simulate, fit and label a log; the online statistics are imported f
 (they load scipy).
 """
 
+from .formats import LogTables, load_sessions, read_ubi, read_yandex, write_ubi, write_yandex
 from .labels import ClickJudgments, click_judgments, click_pairs, examination_propensities
 from .log import Event, EventLogWriter, Impression
 from .models import (
@@ -30,6 +34,7 @@ from .models import (
     CascadeModel,
     ClickModel,
     fit_click_models,
+    fit_models,
     log_likelihood,
     perplexity,
     perplexity_by_rank,
@@ -62,18 +67,25 @@ __all__ = [
     "Event",
     "EventLogWriter",
     "Impression",
+    "LogTables",
     "Sessions",
     "click_judgments",
     "click_pairs",
     "examination_propensities",
     "fit_click_models",
+    "fit_models",
+    "load_sessions",
     "log_likelihood",
     "perplexity",
     "perplexity_by_rank",
     "read_clicked",
     "read_log",
     "read_sessions",
+    "read_ubi",
+    "read_yandex",
     "split_sessions",
+    "write_ubi",
+    "write_yandex",
     "CASCADE_PROFILES",
     "PBM_EXAMINATION",
     "CascadeProfile",

@@ -169,7 +169,7 @@ def _ray_counts(parts: Sequence[Path], top_n: int, address: str, say: Callable[[
 class ClickFit:
     """A click model fitted to a partitioned log: ``examination`` (PBM: θ per rank; UBM: θ[rank - 1,
     rank of the click above]), ``attractiveness`` per (query, document) pair, the pooled value for
-    pairs not seen, the EM's iterations."""
+    pairs not seen, the EM's iterations and whether it converged before its cap (and its last gain)."""
 
     model: str
     positions: int
@@ -177,6 +177,8 @@ class ClickFit:
     pairs: pa.Table  # query, doc, attractiveness
     pooled: float
     iterations: int
+    converged: bool = True
+    last_change: float = float("nan")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -186,13 +188,15 @@ class ClickFit:
             "pairs": self.pairs.num_rows,
             "pooled_attractiveness": round(self.pooled, 9),
             "iterations": self.iterations,
+            "converged": self.converged,
+            "last_change": self.last_change if np.isfinite(self.last_change) else None,
         }
 
 
 def fit(cells: pa.Table, model: str = "pbm", *, positions: int = 10, **params: Any) -> ClickFit:
-    """``model`` ("pbm" or "ubm", ``clicks.models``' with ``params``) fitted by EM to a log's added-up
-    cell counts: the fit ``model.fit(read_sessions(whole log))`` gives (the same pairs, in the order
-    of their query and document, and the same EM)."""
+    """``model`` ("pbm" or "ubm", ``clicks.models``' with ``params``: ``prior``, ``max_iter``, ...)
+    fitted by EM to a log's added-up cell counts: the fit ``model.fit(read_sessions(whole log))``
+    gives (the same pairs, in the order of their query and document, and the same EM)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
     if not cells.num_rows:
@@ -223,6 +227,8 @@ def fit(cells: pa.Table, model: str = "pbm", *, positions: int = 10, **params: A
         pairs.append_column("attractiveness", pa.array(m.alpha[:-1])),
         float(m.alpha[-1]),
         m.iterations,
+        m.converged,
+        m.last_change,
     )
 
 

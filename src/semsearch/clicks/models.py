@@ -24,12 +24,21 @@ their estimation follow Chuklin, Markov & de Rijke, "Click Models for Web Search
   exact posteriors of the examination chain from a forward-backward pass per session (a compiled
   loop over the sessions, `_kernels.dbn_em_sums`) and γ learnt unless given.
 
-Every model fills (query, document) pairs missing from its training log with the pooled estimate
-(all its training cells counted as one pair). A pair seen a few times gets extreme maximum
-likelihood estimates (one click in one view: α = 1); PBM, UBM and DBN take ``prior = (p, q)``,
-pseudo-counts of attracted (satisfied) and not, which makes the M-step the MAP estimate under a
-Beta(p + 1, q + 1) prior (default (0, 0): maximum likelihood). EM stops when the log-likelihood
-gains less than ``tol`` an iteration, or after ``max_iter``.
+A model's parameters are keyed by the (query, document) strings: a fitted model keeps its training
+vocabularies, and the sessions it scores (another read of the log, another log) are mapped into
+them, so codes that differ between two reads cannot mix pairs up. Pairs missing from the training
+log get the pooled estimate (all its training cells counted as one pair).
+
+A pair seen a few times gets extreme maximum likelihood estimates (one click in one view: α = 1).
+Every model takes ``prior = (a, b)``: pseudo-counts of a "yes" and b "no" added to every
+probability it estimates (attractiveness, examination, satisfaction, continuation), so each
+M-step is the posterior mean under a Beta(a, b) prior (the MAP under Beta(a + 1, b + 1)). The
+default (1, 1) is what PyClick (Chuklin, Markov & de Rijke's reference implementation) does
+implicitly: each of its parameters starts every EM iteration at 1/2 as numerator 1 over
+denominator 2. (0, 0) is maximum likelihood. EM stops when its objective (the log-likelihood plus
+the log-prior, per cell or per session) gains less than ``tol`` an iteration; one that reaches
+``max_iter`` first says so on stderr with its last gain and records ``converged = False``;
+``tol=None`` runs exactly ``max_iter`` iterations, as PyClick does.
 
 Evaluation as in the book's ch. 5: `log_likelihood` (mean over sessions of log P(session's
 clicks), from the conditional click probabilities), `perplexity_by_rank` (2^−mean log2
@@ -51,6 +60,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..progress import note
 from .sessions import Sessions, read_sessions
@@ -62,6 +73,11 @@ class ClickModel(Protocol):
     """A fitted click model: click probabilities for each cell of a `Sessions`."""
 
     def fit(self, sessions: Sessions) -> ClickModel: ...
+
+    def attractiveness(self) -> pa.Table:
+        """Each training (query, document) pair's fitted attractiveness (``query``, ``doc``,
+        ``attractiveness``, and any other per-pair parameter)."""
+        ...
 
     def conditional_click_probabilities(self, sessions: Sessions) -> np.ndarray:
         """P(C_r = 1 | the session's clicks above r), ``(n, positions)``."""
@@ -91,11 +107,23 @@ def _pair_keys(sessions: Sessions, rows: slice = slice(None)) -> np.ndarray:
     return sessions.query[rows].astype(np.int64)[:, None] * max(len(sessions.doc_ids), 1) + sessions.docs[rows]
 
 
+def _code_map(into: list[str], names: list[str]) -> np.ndarray:
+    """Each of ``names``' position in ``into`` (-1: absent), an int64 array of len(names)."""
+    if names is into or names == into:
+        return np.arange(len(names), dtype=np.int64)
+    found = pc.index_in(pa.array(names, pa.string()), value_set=pa.array(into, pa.string()))
+    return np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), np.int64)
+
+
 @dataclass
 class _Pairs:
-    """The (query, document) pairs a model has parameters for: sorted keys query·n_docs + doc."""
+    """The (query, document) pairs a model has parameters for: sorted keys query·n_docs + doc, the
+    codes into the training sessions' ``queries`` and ``doc_ids`` (kept, so that other sessions'
+    codes are translated by string, not trusted)."""
 
     keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    queries: list[str] = field(default_factory=list)
+    doc_ids: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, sessions: Sessions, mask: np.ndarray) -> tuple[_Pairs, np.ndarray]:
@@ -106,17 +134,53 @@ class _Pairs:
         index = np.empty(mask.shape, dtype=np.int32)
         for c in chunks:
             index[c] = np.where(mask[c], np.searchsorted(unique, _pair_keys(sessions, c)), -1)
-        return cls(unique), index
+        return cls(unique, sessions.queries, sessions.doc_ids), index
 
     def lookup(self, sessions: Sessions, mask: np.ndarray) -> np.ndarray:
-        """Each masked cell's pair index, len(keys) (the pooled slot) for pairs not seen in training."""
-        keys = _pair_keys(sessions)
-        pos = np.searchsorted(self.keys, keys)
-        pos = np.minimum(pos, max(len(self.keys) - 1, 0))
-        found = mask & (len(self.keys) > 0)
+        """Each masked cell's pair index, len(keys) (the pooled slot) for pairs not seen in
+        training; the sessions' query and document codes are first mapped into the training
+        vocabularies by their strings."""
+        query = _code_map(self.queries, sessions.queries)[sessions.query]
+        doc_map = _code_map(self.doc_ids, sessions.doc_ids)
+        docs = np.where(sessions.docs >= 0, doc_map[np.maximum(sessions.docs, 0)], -1)
+        known = mask & (query >= 0)[:, None] & (docs >= 0)
+        keys = query[:, None] * max(len(self.doc_ids), 1) + docs
+        pos = np.minimum(np.searchsorted(self.keys, keys), max(len(self.keys) - 1, 0))
+        found = known & (len(self.keys) > 0)
         if len(self.keys):
             found &= self.keys[pos] == keys
         return np.where(found, pos, len(self.keys))
+
+    def table(self) -> pa.Table:
+        """The pairs as strings, in key order: ``query``, ``doc``."""
+        n_docs = max(len(self.doc_ids), 1)
+        return pa.table(
+            {
+                "query": pa.array(self.queries, pa.string()).take(pa.array(self.keys // n_docs)),
+                "doc": pa.array(self.doc_ids, pa.string()).take(pa.array(self.keys % n_docs)),
+            }
+        )
+
+
+def _check_prior(prior: tuple[float, float]) -> None:
+    if len(prior) != 2 or min(prior) < 0:
+        raise ValueError(f"prior: two pseudo-counts >= 0, got {prior!r}")
+
+
+def _log_prior(p: np.ndarray, prior: tuple[float, float]) -> float:
+    """Σ a log p + b log(1 − p): the log of the Beta(a + 1, b + 1) density the M-step maximises
+    (up to its constant), for the EM's objective."""
+    if prior == (0.0, 0.0) or not len(p):
+        return 0.0
+    q = np.clip(p, 1e-12, 1 - 1e-12)
+    return float(prior[0] * np.log(q).sum() + prior[1] * np.log1p(-q).sum())
+
+
+def _cap_note(name: str, max_iter: int, change: float, tol: float) -> None:
+    note(
+        f"{name}: EM stopped at its cap of {max_iter} iterations, the objective still gaining "
+        f"{change:.3g} an iteration (tol {tol:g}); raise max_iter for the fit it was converging to"
+    )
 
 
 def _check(sessions: Sessions, positions: int | None = None) -> None:
@@ -145,16 +209,18 @@ class _ExaminationEM:
     the log is first reduced to counts of those triples and each iteration costs their number."""
 
     max_iter: int = 200
-    tol: float = 1e-9  # on the log-likelihood per cell
+    tol: float | None = 1e-9  # on the objective per cell; None: exactly max_iter iterations
     init_examination: float = 0.5
     init_attractiveness: float = 0.5
-    prior: tuple[float, float] = (0.0, 0.0)
+    prior: tuple[float, float] = (1.0, 1.0)
     examination_rank1: float | None = None
     pairs: _Pairs = field(default_factory=_Pairs)
     theta: np.ndarray = field(default_factory=lambda: np.zeros(0))
     alpha: np.ndarray = field(default_factory=lambda: np.zeros(1))  # per pair, then the pooled value
     positions: int = 0
     iterations: int = 0
+    converged: bool = False
+    last_change: float = float("nan")  # the objective's gain in the last iteration
 
     def _exam_index(self, clicks: np.ndarray) -> np.ndarray:
         """The examination parameter of each cell of ``(n, positions)`` sessions with these clicks."""
@@ -185,38 +251,55 @@ class _ExaminationEM:
         """The EM on a log reduced to its distinct cells: ``uniq`` the sorted codes (pair ·
         n_exam + examination index) · 2 + clicked, ``count`` how many cells of each (what a log
         partitioned over machines adds up: ``clicks.distributed``); ``n_pairs`` pairs, indexed as
-        ``pairs`` orders them (``positions`` set)."""
+        ``pairs`` orders them (``positions`` set). The M-step adds the prior's pseudo-counts to θ
+        and α alike, so with ``tol=None`` and the same start it is PyClick's EM step for step."""
+        _check_prior(self.prior)
+        pa_, pb = self.prior
         n_exam = self.n_exam(self.positions)
         clicked = (uniq % 2).astype(bool)
         e = (uniq // 2) % n_exam
         u = uniq // 2 // n_exam
-        e_count = np.bincount(e, count, minlength=n_exam)
-        u_count = np.bincount(u, count, minlength=n_pairs)
+        e_denominator = np.bincount(e, count, minlength=n_exam) + pa_ + pb
+        u_denominator = np.bincount(u, count, minlength=n_pairs) + pa_ + pb
         theta = np.full(n_exam, self.init_examination)
         alpha = np.full(n_pairs, self.init_attractiveness)
-        total, last_ll = count.sum(), -np.inf
-        self.iterations = 0
+        total, last = count.sum(), -np.inf
+        self.iterations, self.converged, self.last_change = 0, False, float("nan")
         for _ in range(self.max_iter):
             t, a = theta[e], alpha[u]
             unclicked = np.maximum(1.0 - t * a, 1e-12)
             post_e = np.where(clicked, 1.0, t * (1.0 - a) / unclicked)
             post_a = np.where(clicked, 1.0, a * (1.0 - t) / unclicked)
             new_theta = np.divide(
-                np.bincount(e, count * post_e, minlength=n_exam), e_count, out=theta.copy(), where=e_count > 0
+                np.bincount(e, count * post_e, minlength=n_exam) + pa_,
+                e_denominator,
+                out=theta.copy(),
+                where=e_denominator > 0,
             )
-            new_alpha = (np.bincount(u, count * post_a, minlength=n_pairs) + self.prior[0]) / (
-                u_count + sum(self.prior)
+            new_alpha = np.divide(
+                np.bincount(u, count * post_a, minlength=n_pairs) + pa_,
+                u_denominator,
+                out=alpha.copy(),
+                where=u_denominator > 0,
             )
             theta, alpha = new_theta, new_alpha
             self.iterations += 1
-            # converged when the log-likelihood per cell gains less than tol (the parameters
-            # themselves keep drifting along the ridge of equal likelihood (θc, α/c), and the
-            # α of rarely seen pairs creeps towards 0 or 1 for hundreds of iterations)
+            if self.tol is None:
+                continue
+            # converged when the objective (log-likelihood plus log-prior) per cell gains less
+            # than tol (the parameters themselves keep drifting along the ridge of equal
+            # likelihood (θc, α/c), and the α of rarely seen pairs creeps towards 0 or 1 for
+            # hundreds of iterations without a prior)
             p = np.clip(theta[e] * alpha[u], 1e-12, 1 - 1e-12)
-            ll = float((count * np.where(clicked, np.log(p), np.log1p(-p))).sum() / total)
-            if ll - last_ll < self.tol:
+            ll = (count * np.where(clicked, np.log(p), np.log1p(-p))).sum()
+            objective = float((ll + _log_prior(theta, self.prior) + _log_prior(alpha, self.prior)) / total)
+            self.last_change = objective - last
+            last = objective
+            if self.last_change < self.tol:
+                self.converged = True
                 break
-            last_ll = ll
+        if self.tol is not None and not self.converged:
+            _cap_note(type(self).__name__, self.max_iter, self.last_change, self.tol)
         if self.examination_rank1 is not None:
             # the likelihood is the same for (θc, α/c): rescale the maximum found to the anchor
             scale = self.examination_rank1 / theta[0]  # θ_1 (UBM: θ_{1,0}, rank 1 has no click above)
@@ -227,6 +310,11 @@ class _ExaminationEM:
         post_a = np.where(clicked, 1.0, a * (1.0 - t) / np.maximum(1.0 - t * a, 1e-12))
         self.alpha = np.append(alpha, (count * post_a).sum() / count.sum())
         return self
+
+    def attractiveness(self) -> pa.Table:
+        """Each training (query, document) pair's fitted attractiveness: ``query``, ``doc``,
+        ``attractiveness``."""
+        return self.pairs.table().append_column("attractiveness", pa.array(self.alpha[:-1]))
 
     def _cell_params(self, sessions: Sessions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         _check(sessions, self.positions)
@@ -303,8 +391,10 @@ class UBM(_ExaminationEM):
 
 @dataclass
 class CascadeModel:
-    """Cascade model: α per (query, document) = clicks / examinations (see module docstring)."""
+    """Cascade model: α per (query, document) = (clicks + a) / (examinations + a + b), the prior's
+    pseudo-counts (a, b) added to the closed-form MLE (see module docstring)."""
 
+    prior: tuple[float, float] = (1.0, 1.0)
     pairs: _Pairs = field(default_factory=_Pairs)
     alpha: np.ndarray = field(default_factory=lambda: np.zeros(1))
     views: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # examinations per pair
@@ -312,6 +402,7 @@ class CascadeModel:
 
     def fit(self, sessions: Sessions) -> CascadeModel:
         _check(sessions)
+        _check_prior(self.prior)
         self.positions = sessions.positions
         mask = shown_mask(sessions)
         examined = mask & (previous_click_rank(sessions.clicks) == 0)  # at or above the first click
@@ -319,8 +410,15 @@ class CascadeModel:
         n_pairs = len(self.pairs.keys)
         clicks = np.bincount(pair[examined], sessions.clicks[examined], minlength=n_pairs)
         self.views = np.bincount(pair[examined], minlength=n_pairs)
-        self.alpha = np.append(clicks / self.views, clicks.sum() / max(self.views.sum(), 1))
+        a, b = self.prior
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_pair = (clicks + a) / (self.views + a + b)
+        self.alpha = np.append(per_pair, clicks.sum() / max(self.views.sum(), 1))
         return self
+
+    def attractiveness(self) -> pa.Table:
+        """Each training (query, document) pair's α: ``query``, ``doc``, ``attractiveness``."""
+        return self.pairs.table().append_column("attractiveness", pa.array(self.alpha[:-1]))
 
     def _alpha(self, sessions: Sessions) -> tuple[np.ndarray, np.ndarray]:
         _check(sessions, self.positions)
@@ -390,9 +488,9 @@ class DBN:
 
     gamma: float | None = None
     max_iter: int = 100
-    tol: float = 1e-7  # on the log-likelihood per session
+    tol: float | None = 1e-7  # on the objective per session; None: exactly max_iter iterations
     init: float = 0.5
-    prior: tuple[float, float] = (0.0, 0.0)
+    prior: tuple[float, float] = (1.0, 1.0)
     init_gamma: float = 0.9
     pairs: _Pairs = field(default_factory=_Pairs)
     a: np.ndarray = field(default_factory=lambda: np.zeros(1))
@@ -400,11 +498,15 @@ class DBN:
     continuation: float = 0.9
     positions: int = 0
     iterations: int = 0
+    converged: bool = False
+    last_change: float = float("nan")
 
     def fit(self, sessions: Sessions) -> DBN:
         from ._kernels import dbn_em_sums
 
         _check(sessions)
+        _check_prior(self.prior)
+        pa_, pb = self.prior
         self.positions = sessions.positions
         mask = shown_mask(sessions)
         clicks = np.ascontiguousarray(sessions.clicks & mask)
@@ -414,26 +516,39 @@ class DBN:
         length = mask.sum(axis=1).astype(np.int64)
         views = np.bincount(cell[mask], minlength=n_pairs + 1).astype(np.float64)
         clicked = np.bincount(cell[clicks], minlength=n_pairs + 1).astype(np.float64)
+        seen = np.arange(n_pairs + 1) < n_pairs  # the pooled slot is set after the EM
         a = np.full(n_pairs + 1, self.init)
         s = np.full(n_pairs + 1, self.init)
         gamma = self.gamma if self.gamma is not None else self.init_gamma
         attracted, satisfied = np.zeros(n_pairs + 1), np.zeros(n_pairs + 1)
-        last_ll = -np.inf
-        self.iterations = 0
+        last = -np.inf
+        self.iterations, self.converged, self.last_change = 0, False, float("nan")
         for _ in range(self.max_iter):
             attracted[:] = 0.0
             satisfied[:] = 0.0
             moved, could, loglik = dbn_em_sums(cell, clicks, length, a, s, gamma, attracted, satisfied)
-            new_a = np.divide(attracted + self.prior[0], views + sum(self.prior), out=a.copy(), where=views > 0)
-            new_s = np.divide(satisfied + self.prior[0], clicked + sum(self.prior), out=s.copy(), where=clicked > 0)
-            new_gamma = gamma if self.gamma is not None or could <= 0 else min(moved / could, 1.0)
+            # the objective of the parameters before this update: log-likelihood plus log-prior
+            objective = (
+                loglik
+                + _log_prior(a[seen & (views > 0)], self.prior)
+                + _log_prior(s[seen & (clicked > 0)], self.prior)
+                + (_log_prior(np.array([gamma]), self.prior) if self.gamma is None else 0.0)
+            ) / len(sessions)
+            new_a = np.divide(attracted + pa_, views + pa_ + pb, out=a.copy(), where=views > 0)
+            new_s = np.divide(satisfied + pa_, clicked + pa_ + pb, out=s.copy(), where=clicked > 0)
+            learn_gamma = self.gamma is None and could + pa_ + pb > 0
+            new_gamma = min((moved + pa_) / (could + pa_ + pb), 1.0) if learn_gamma else gamma
             a, s, gamma = new_a, new_s, new_gamma
             self.iterations += 1
-            # converged when the log-likelihood per session (of the parameters before this
-            # update) gains less than tol
-            if loglik / len(sessions) - last_ll < self.tol:
+            if self.tol is None:
+                continue
+            self.last_change = objective - last
+            last = objective
+            if self.last_change < self.tol:
+                self.converged = True
                 break
-            last_ll = loglik / len(sessions)
+        if self.tol is not None and not self.converged:
+            _cap_note("DBN", self.max_iter, self.last_change, self.tol)
         # the pooled slot: every training cell as one pair, under the fitted parameters
         attracted[:] = 0.0
         satisfied[:] = 0.0
@@ -442,6 +557,12 @@ class DBN:
         s[n_pairs] = satisfied[:n_pairs].sum() / max(clicked[:n_pairs].sum(), 1.0)
         self.a, self.s, self.continuation = a, s, gamma
         return self
+
+    def attractiveness(self) -> pa.Table:
+        """Each training (query, document) pair's attractiveness and satisfaction: ``query``,
+        ``doc``, ``attractiveness``, ``satisfaction``."""
+        table = self.pairs.table().append_column("attractiveness", pa.array(self.a[:-1]))
+        return table.append_column("satisfaction", pa.array(self.s[:-1]))
 
     def _params(self, sessions: Sessions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         _check(sessions, self.positions)
@@ -533,3 +654,99 @@ def fit_click_models(
         rows.append(row)
         note(f"click model {name}: held-out perplexity {row['perplexity']:.4f} ({row['fit_s']} s)")
     return rows
+
+
+# -- fitting several models to a log, with their held-out figures (``semsearch clicks fit``) -----------
+
+MODEL_NAMES = ("pbm", "ubm", "dbn", "cascade")
+"""The click models by name: `PBM`, `UBM`, `DBN`, `CascadeModel`."""
+
+
+def make_model(name: str, *, prior: tuple[float, float] = (1.0, 1.0), max_iter: int | None = None) -> Any:
+    """A click model by name (`MODEL_NAMES`) with a prior and an EM iteration cap (None: the model's
+    default; the cascade model's closed form has none)."""
+    kinds: dict[str, Any] = {"pbm": PBM, "ubm": UBM, "dbn": DBN, "cascade": CascadeModel}
+    if name not in kinds:
+        raise ValueError(f"model must be one of {', '.join(MODEL_NAMES)}, got {name!r}")
+    if max_iter is not None and max_iter < 1:
+        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+    _check_prior(prior)
+    if name == "cascade" or max_iter is None:
+        return kinds[name](prior=prior)
+    return kinds[name](prior=prior, max_iter=max_iter)
+
+
+def _summary(name: str, model: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"pairs": int(len(model.pairs.keys))}
+    if name == "cascade":
+        out["pooled_attractiveness"] = float(model.alpha[-1])
+        return out
+    change = model.last_change if np.isfinite(model.last_change) else None
+    out.update(iterations=model.iterations, converged=model.converged, last_change=change)
+    if name == "dbn":
+        out.update(continuation=float(model.continuation), pooled_attractiveness=float(model.a[-1]))
+    else:
+        out.update(examination=np.asarray(model.examination).tolist(), pooled_attractiveness=float(model.alpha[-1]))
+    return out
+
+
+def held_out(model: Any, test: Sessions) -> dict[str, Any]:
+    """A fitted model's figures on held-out sessions: mean log-likelihood per session, perplexity
+    and perplexity by rank (None for a rank no session shows)."""
+    by_rank = perplexity_by_rank(model, test)
+    return {
+        "sessions": len(test),
+        "log_likelihood": log_likelihood(model, test),
+        "perplexity": float(np.nanmean(by_rank)),
+        "perplexity_by_rank": [None if np.isnan(x) else float(x) for x in by_rank],
+    }
+
+
+@dataclass
+class ModelFits:
+    """Click models fitted to a log: ``models`` (name -> the model fitted on all the sessions),
+    ``report`` (name -> its parameters' summary and, with a held-out share, ``held_out``: the
+    figures of the same model fitted on the rest)."""
+
+    models: dict[str, Any]
+    report: dict[str, dict[str, Any]]
+
+    def attractiveness(self) -> pa.Table:
+        """Every model's per-(query, document) parameters, one row a (model, query, document):
+        ``model``, ``query``, ``doc``, ``attractiveness``, ``satisfaction`` (DBN; else null)."""
+        parts = []
+        for name, model in self.models.items():
+            t = model.attractiveness()
+            if "satisfaction" not in t.column_names:
+                t = t.append_column("satisfaction", pa.nulls(t.num_rows, pa.float64()))
+            parts.append(t.add_column(0, "model", pa.array([name] * t.num_rows, pa.string())))
+        return pa.concat_tables(parts)
+
+
+def fit_models(
+    sessions: Sessions,
+    names: Sequence[str] = MODEL_NAMES,
+    *,
+    prior: tuple[float, float] = (1.0, 1.0),
+    max_iter: int | None = None,
+    test_fraction: float = 0.25,
+    seed: int = 0,
+) -> ModelFits:
+    """Each named model fitted to all of ``sessions``; with ``test_fraction`` > 0 also fitted to a
+    seeded random share of the rest and scored on the share held out (`held_out`)."""
+    if not names:
+        raise ValueError("no click model named")
+    for name in names:
+        make_model(name, prior=prior, max_iter=max_iter)  # checks the names and settings first
+    split = split_sessions(sessions, test_fraction, seed) if test_fraction > 0 else None
+    models, report = {}, {}
+    for name in names:
+        t = time.perf_counter()
+        models[name] = make_model(name, prior=prior, max_iter=max_iter).fit(sessions)
+        report[name] = _summary(name, models[name])
+        if split is not None:
+            report[name]["held_out"] = held_out(
+                make_model(name, prior=prior, max_iter=max_iter).fit(split[0]), split[1]
+            )
+        report[name]["seconds"] = round(time.perf_counter() - t, 3)
+    return ModelFits(models, report)

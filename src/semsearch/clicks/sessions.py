@@ -288,3 +288,55 @@ def _fill_docs(docs: np.ndarray, rows: np.ndarray, batch: pa.RecordBatch, vocab:
     col = offsets[parent] + (np.arange(len(flat)) - starts[parent])
     keep = col < docs.shape[1]
     docs[rows[parent[keep]], col[keep]] = codes[keep]
+
+
+def sessions_from_tables(
+    impressions: pa.Table, events: pa.Table, *, top_n: int = 10, action: str = "click", where: str = "log"
+) -> Sessions:
+    """The sessions view of a log held in memory as two tables (the impression and event columns
+    of `clicks.log`, e.g. a log read from another format by `clicks.formats`), by the rules of
+    `read_sessions`: impressions in table order; documents at positions 1..``top_n`` (hit i of an
+    impression with offset o at position o + i + 1); a click counts when its ``query_id`` names an
+    impression, ``action_name == action`` and its ``object_id`` is the document shown at its
+    ``position`` (repeated clicks count once); ``queries`` and ``doc_ids`` sorted. Two impressions
+    with one ``query_id`` are an error naming ``where``."""
+    if top_n < 1:
+        raise ValueError(f"top_n must be >= 1, got {top_n}")
+    n = impressions.num_rows
+    ids = impressions.column("query_id").combine_chunks()
+    if pc.count_distinct(ids).as_py() != n:
+        counts = pc.value_counts(ids)
+        dup = counts.field("values").filter(pc.greater(counts.field("counts"), 1))[0].as_py()
+        raise DataFormatError(where, None, f"query_id {dup!r} names more than one impression")
+    hits = impressions.column("hit_ids").combine_chunks()
+    flat = pc.list_flatten(hits)
+    doc_vocab = pc.unique(flat.filter(pc.is_valid(flat))).sort() if len(flat) else pa.array([], pa.string())
+    query_text = impressions.column("user_query").combine_chunks()
+    query_vocab = pc.unique(query_text).sort() if n else pa.array([], pa.string())
+    if "offset" in impressions.column_names:
+        offset = pc.fill_null(impressions.column("offset"), 0).to_numpy().astype(np.int64)
+    else:
+        offset = np.zeros(n, np.int64)
+    docs = np.full((n, top_n), -1, np.int32)
+    _fill_docs(docs, np.arange(n, dtype=np.int64), pa.record_batch({"hit_ids": hits, "off": offset}), doc_vocab)
+    click = np.zeros((n, top_n), bool)
+    ev = events.filter(pc.equal(events.column("action_name"), action)) if events.num_rows else events
+    if ev.num_rows and n:
+        row = pc.index_in(ev.column("query_id"), value_set=ids)
+        position = pc.fill_null(ev.column("position"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        row_np = np.asarray(pc.fill_null(row, -1).to_numpy(zero_copy_only=False), np.int64)
+        col = position - 1
+        ok = (row_np >= 0) & (col >= 0) & (col < top_n)
+        obj = pc.fill_null(pc.index_in(ev.column("object_id"), value_set=doc_vocab), -2)
+        obj_np = np.asarray(obj.to_numpy(zero_copy_only=False), np.int64)
+        r, c, o = row_np[ok], col[ok], obj_np[ok]
+        shown = docs[r, c] == o  # the document at that position is the one clicked (-1: nothing shown)
+        click[r[shown], c[shown]] = True
+    return Sessions(
+        docs=docs,
+        clicks=click & (docs >= 0),
+        query=np.asarray(pc.index_in(query_text, value_set=query_vocab).to_numpy(zero_copy_only=False), np.int32),
+        queries=query_vocab.to_pylist(),
+        doc_ids=doc_vocab.to_pylist(),
+        search_ids=ids.cast(pa.string()),
+    )
