@@ -1,6 +1,7 @@
 """Online comparison of rankers: team-draft interleaving and its credit, the sign test
 (semsearch.clicks.interleaving), power helpers (clicks.power), A/B buckets (clicks.abtest),
-counterfactual (IPS) estimates (clicks.counterfactual).
+counterfactual (IPS) estimates of rankers (clicks.counterfactual; its bandit estimators are in
+test_counterfactual.py).
 
 Clicks come from a tiny position-based simulator defined here (examination ρ by rank, P(click |
 grade g) = 0.1 + 0.9 (2^g − 1) / (2^gmax − 1)); it is deliberately independent of the project's
@@ -491,11 +492,11 @@ def test_ips_hand_case() -> None:
     clicks = np.array([[1, 0, 1]])
     prop = np.array([0.5, 0.25, 0.2])
     ranks = np.array([[2, 0, 1]])  # clicked docs ranked 2nd and 1st by the candidate
-    est = counterfactual_estimate(clicks, prop, ranks, clip=4.0)
+    est = counterfactual_estimate(clicks, prop, ranks)
     d2 = 1 / math.log2(3)
-    assert est.ips.value == pytest.approx(d2 / 0.5 + 1 / 0.2)
-    assert est.clipped.value == pytest.approx(d2 * 2 + 1 * 4.0)  # 1/0.2 = 5 clipped to 4
-    assert est.snips.value == pytest.approx((d2 / 0.5 + 1 / 0.2) / (1 / 0.5 + 1 / 0.2))
+    assert est.clip is None and est.ips.value == pytest.approx(d2 / 0.5 + 1 / 0.2)  # no clipping by default
+    clipped = counterfactual_estimate(clicks, prop, ranks, clip=4.0)
+    assert clipped.ips.value == pytest.approx(d2 * 2 + 1 * 4.0)  # 1/0.2 = 5 clipped to 4
     assert (est.n_impressions, est.n_clicks, est.coverage) == (1, 2, 1.0)
     clicks_est = counterfactual_estimate(clicks, prop, ranks, metric="clicks")
     assert clicks_est.ips.value == pytest.approx(0.25 / 0.5 + 0.5 / 0.2)  # λ(r) = ρ_r
@@ -507,6 +508,9 @@ def test_ips_hand_case() -> None:
         counterfactual_estimate(clicks, np.array([0.5, 0.25, 0.0]), ranks)
     with pytest.raises(ValueError, match="clicks"):
         counterfactual_estimate(clicks, np.tile(prop, (1, 1)), ranks, metric="clicks")
+    for bad in (0.0, -1.0, math.nan, True):
+        with pytest.raises(ValueError, match="clip"):
+            counterfactual_estimate(clicks, prop, ranks, clip=bad)
 
 
 def _logged(n: int, seed: int) -> tuple[np.ndarray, list[str], list[list[str]], np.ndarray, np.ndarray]:
@@ -537,15 +541,15 @@ def test_ips_is_unbiased_on_a_simulated_position_based_log(metric: str) -> None:
         ranks = candidate_ranks(queries, shown, _rankings(order))
         w = lam[np.where(ranks <= 10, ranks, 0)]
         truth[name] = float((w * gamma).sum(axis=1).mean())  # the estimand, from the simulator's γ
-        est = counterfactual_estimate(clicks, RHO, ranks, metric=metric, clip=5.0)
+        est = counterfactual_estimate(clicks, RHO, ranks, metric=metric, n_bootstrap=200)
         estimates[name] = est
         assert abs(est.ips.z(truth[name])) < 3, (name, est.ips, truth[name])
+        assert est.ips.interval is not None and est.ips.interval[0] < truth[name] < est.ips.interval[1]
         # clipping at 5 caps the weight of ranks 7-10 (ρ < 0.2): expectation Σ λ γ min(1, 5ρ)
+        clipped = counterfactual_estimate(clicks, RHO, ranks, metric=metric, clip=5.0, n_bootstrap=0)
         clipped_truth = float((w * gamma * np.minimum(1.0, 5.0 * RHO)).sum(axis=1).mean())
-        assert abs(est.clipped.z(clipped_truth)) < 3 and clipped_truth < truth[name]
-        assert est.clipped.se < est.ips.se
-        ratio = float((w * gamma).sum() / gamma.sum())
-        assert abs(est.snips.z(ratio)) < 3, (name, est.snips, ratio)
+        assert abs(clipped.ips.z(clipped_truth)) < 3 and clipped_truth < truth[name]
+        assert clipped.ips.se < est.ips.se and clipped.ips.interval is None
         # ignoring the position bias (propensity 1) is far off: the test can tell a wrong weighting
         naive = counterfactual_estimate(clicks, np.ones(10), ranks, metric=metric)
         assert abs(naive.ips.z(truth[name])) > 10
@@ -553,10 +557,11 @@ def test_ips_is_unbiased_on_a_simulated_position_based_log(metric: str) -> None:
     assert true_diff > 0
     ranks_a = candidate_ranks(queries, shown, _rankings(ideal(grades)))
     ranks_b = candidate_ranks(queries, shown, _rankings(shuffled(grades, 7)))
-    diff = counterfactual_difference(clicks, RHO, ranks_a, ranks_b, metric=metric, clip=5.0)
+    diff = counterfactual_difference(clicks, RHO, ranks_a, ranks_b, metric=metric, n_bootstrap=200)
     assert diff.ips.value == pytest.approx(estimates["ideal"].ips.value - estimates["shuffled"].ips.value)
-    assert np.sign(diff.ips.value) == np.sign(diff.snips.value) == np.sign(true_diff)
-    assert abs(diff.ips.z(true_diff)) < 3 and diff.p_value("ips") < 1e-6
+    assert np.sign(diff.ips.value) == np.sign(true_diff)
+    assert abs(diff.ips.z(true_diff)) < 3 and diff.p_value() < 1e-6
+    assert diff.ips.interval is not None and diff.ips.interval[0] > 0  # the interval excludes no difference
     assert diff.ips.se < math.hypot(estimates["ideal"].ips.se, estimates["shuffled"].ips.se)  # pairing helps
     assert json.loads(json.dumps(diff.to_json()))["ips"]["value"] == pytest.approx(diff.ips.value)
 
@@ -571,6 +576,7 @@ def test_counterfactual_sign_agrees_for_a_small_difference() -> None:
     rb = candidate_ranks(queries, shown, _rankings(worse))
     lam = rank_weights("dcg", 10)
     true_diff = float(((lam[np.where(ra <= 10, ra, 0)] - lam[np.where(rb <= 10, rb, 0)]) * gamma).sum(axis=1).mean())
-    diff = counterfactual_difference(clicks, RHO, ra, rb)
-    assert true_diff > 0 and diff.ips.value > 0 and diff.snips.value > 0 and diff.clipped.value > 0
+    diff = counterfactual_difference(clicks, RHO, ra, rb, n_bootstrap=0)
+    clipped = counterfactual_difference(clicks, RHO, ra, rb, clip=10.0, n_bootstrap=0)
+    assert true_diff > 0 and diff.ips.value > 0 and clipped.ips.value > 0
     assert abs(diff.ips.z(true_diff)) < 3
