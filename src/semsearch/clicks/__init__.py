@@ -15,8 +15,9 @@ click models, labels for learners and the statistics that compare two rankers on
 - `labels`: a log's clicks as training data: clicked pairs for the pair models, graded labels for
   the stage-2 ranker, with the position bias corrected or not.
 - Online comparison of two rankers, one module a concern: `interleaving` (team draft),
-  `abtest` (A/B buckets), `counterfactual` (IPS estimates from a log), `power` (impressions to
-  significance); `comparison` runs them on simulated users.
+  `abtest` (A/B buckets), `counterfactual` (off-policy estimates: IPS, SNIPS, DM, DR, with
+  bootstrap intervals), `power` (impressions to significance); `comparison` runs them on
+  simulated users.
 
 The package sits above ``index`` and below ``training`` and ``serving``: the service logs and
 compares with it, the trainers learn from its labels. Re-exported here: what a caller needs to
