@@ -33,8 +33,6 @@ import numpy as np
 import pytest
 import torch
 
-from waiting import WAIT_S
-
 RTOL = 1e-3  # per-epoch losses, relative (module docstring)
 WTOL = 1e-3  # final weights, absolute (weights are O(0.1-1); measured differences are below 1e-5)
 # Weights the loss cannot see, left out of the weight comparison: the cross-encoder's hinge is over
@@ -268,7 +266,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _torchrun(args: list[str], env: dict[str, str], timeout: float = WAIT_S) -> subprocess.CompletedProcess[str]:
+TORCHRUN_S = 300.0
+"""The bound on one launch (tests/waiting.py's WAIT_S; not imported: torchrun runs this file as a
+script too, without tests/ on its path)."""
+
+
+def _torchrun(args: list[str], env: dict[str, str], timeout: float = TORCHRUN_S) -> subprocess.CompletedProcess[str]:
     """Two gloo processes on the loopback interface (torchrun's static rendezvous on 127.0.0.1), in
     a session of their own: a hung launch is killed whole, workers included."""
     cmd = [
