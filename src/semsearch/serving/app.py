@@ -12,6 +12,7 @@ the Prometheus text format, added up over all worker processes when there are se
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import sys
 from collections.abc import AsyncIterator
@@ -204,8 +205,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.bundle, state.events, state.live, state.compare, state.ready, state.batcher
     )  # fmt: skip
     # before /ready: each compiled kernel a search (and a change) runs is compiled or loaded from
-    # numba's cache now, not by the first request of each kind
-    app.state.warm_searches = warm_up(state)
+    # numba's cache now, not by the first request of each kind (in a thread, as the batcher runs
+    # a remote searcher's passes: a sharded bundle's calls to Ray Serve shards wait, which a
+    # deployment's event loop may not)
+    app.state.warm_searches = await asyncio.to_thread(warm_up, state)
     # the OpenAPI document, generated once and kept by FastAPI: the check of query parameters
     # (``http.KnownParameters``) reads it at the first request that has any
     app.openapi()
@@ -258,6 +261,12 @@ def warm_up(state: ServiceState) -> int:
     searchers = [served, *(state.bundles if state.compare is not None else ())]
     requests: list[SearchRequest] = []
     n = 0
+    # the warm-up's calls to other processes (a sharded bundle's shards) are not the service's:
+    # not counted in its metrics
+    observed = state.bundle if isinstance(state.bundle, Observed) else None
+    observe = observed.observe if observed is not None else None
+    if observed is not None:
+        observed.observe = None
     try:
         models: list[str | None] = [*state.models] or [None]  # (None: the bundle's own, a lexical one's none)
         for model in models:
@@ -280,6 +289,9 @@ def warm_up(state: ServiceState) -> int:
             n += state.live.warm(requests)
     except Exception as e:  # noqa: BLE001  # reported; the first searches pay for what did not run
         print(f"semsearch: warm-up: {e}", file=sys.stderr, flush=True)
+    finally:
+        if observed is not None:
+            observed.observe = observe
     return n
 
 
