@@ -110,3 +110,102 @@ def test_without_allow_writes_the_endpoints_say_so(bundle):
 def test_serve_options_check_the_write_settings(fields, message):
     with pytest.raises(ParamError, match=message):
         ServeOptions.from_mapping({"bundle": "/tmp/b", **fields})
+
+
+# -- a bundle built from a table takes its rows (issue 60 item 6) --------------------------------------
+CATALOG = [
+    ("A1", "Cordless drill 18V", "Brushless motor", "DEWALT", "99.5", "yellow"),
+    ("A2", "Cordless drill 12V compact", "Light drill for small jobs", "RYOBI", "59", "green"),
+    ("A3", "Hammer drill", "Drills masonry and concrete", "DEWALT", "149", ""),
+]
+
+
+@pytest.fixture
+def catalog(tmp_path):  # type: ignore[no-untyped-def]
+    """``index build --data catalog.csv --id sku --fields name,description --facets brand --numeric price``."""
+    from typer.testing import CliRunner
+
+    from semsearch.cli import app as cli
+
+    lines = ["sku,name,description,brand,price,color"] + [",".join(r) for r in CATALOG]
+    (tmp_path / "catalog.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = ["--id", "sku", "--fields", "name,description", "--facets", "brand", "--numeric", "price"]
+    r = CliRunner().invoke(
+        cli, ["index", "build", "--data", str(tmp_path / "catalog.csv"), "--out", str(tmp_path / "t"), *args]
+    )
+    assert r.exit_code == 0, r.output
+    return tmp_path / "t"
+
+
+def test_a_catalog_bundle_takes_its_own_rows(catalog, tmp_path):
+    with TestClient(create_app(catalog, allow_writes=True, changes=tmp_path / "c")) as client:
+        row = {
+            "sku": "Z1",
+            "name": "Zorblax drill",
+            "description": "A drill that zorbs",
+            "brand": " ACME ",
+            "price": 12,
+        }
+        r = client.post("/documents", params={"wait": "true"}, json={"documents": [row]})
+        assert r.status_code == 200, r.text
+        hit = client.get("/search", params={"q": "zorblax"}).json()["hits"][0]
+        # mapped as the build maps a row: the first searched column the title, the others the text;
+        # the facet trimmed as the build trims it, a missing stored column absent
+        assert (hit["doc_id"], hit["title"], hit["text"]) == ("Z1", "Zorblax drill", "A drill that zorbs")
+        assert hit["fields"] == {"brand": "ACME", "price": 12}
+        one = client.get("/search", params=[("q", "drill"), ("filter", "brand:ACME")]).json()["hits"]
+        assert [h["doc_id"] for h in one] == ["Z1"]
+        # a row of the table replaced by the same row changed: what the build stored, now the new values
+        old = client.get("/search", params={"q": "hammer"}).json()["hits"][0]
+        assert old["doc_id"] == "A3" and old["fields"] == {"brand": "DEWALT", "price": 149, "color": ""}
+        new = {
+            "sku": "A3",
+            "name": "Hammer drill",
+            "description": "SDS plus",
+            "brand": ["DEWALT", "PRO"],
+            "color": "red",
+        }
+        assert client.post("/documents", params={"wait": "true"}, json={"documents": [new]}).status_code == 200
+        hit = client.get("/search", params={"q": "hammer"}).json()["hits"][0]
+        assert hit["text"] == "SDS plus" and hit["fields"] == {
+            "brand": ["DEWALT", "PRO"],
+            "price": None,
+            "color": "red",
+        }
+        assert [
+            h["doc_id"] for h in client.get("/search", params=[("q", "drill"), ("filter", "brand:PRO")]).json()["hits"]
+        ] == ["A3"]
+        assert client.delete("/documents/Z1", params={"wait": "true"}).status_code == 200
+        assert "Z1" not in _ids(client, "zorblax")
+        # the OpenAPI contract's body is the table's row, and its links read the id column
+        doc = client.get("/openapi.json").json()
+        row_schema = doc["components"]["schemas"]["DocumentRow"]
+        assert set(row_schema["properties"]) == {"sku", "name", "description", "brand", "price", "color"}
+        assert row_schema["required"] == ["sku"] and row_schema["additionalProperties"] is False
+        links = doc["paths"]["/documents"]["post"]["responses"]["200"]["links"]
+        assert links["SearchUpserted"]["parameters"] == {"q": "$request.body#/documents/0/sku"}
+        assert "DocumentIn" not in doc["components"]["schemas"]
+        # the changes merge into the bundle as a rebuild of the same rows would hold them
+        client.app.state.service.live.merge()  # type: ignore[attr-defined]
+        hit = client.get("/search", params={"q": "hammer"}).json()["hits"][0]
+        assert hit["fields"] == {"brand": ["DEWALT", "PRO"], "price": None, "color": "red"}
+
+
+@pytest.mark.parametrize(
+    ("row", "says"),
+    [
+        ({"sku": "a", "name": "x", "colour": "red"}, "unknown column 'colour'"),
+        ({"id": "a", "title": "x"}, "unknown column 'id'"),  # the id/title/text shape is not this bundle's
+        ({"name": "x"}, "sku: Field required"),
+        ({"sku": "a", "price": "12"}, "price: Value error, expected a number"),
+        ({"sku": "a", "price": True}, "price: Value error, expected a number"),
+        ({"sku": "a", "brand": 3}, "brand: Value error, expected a string, a list of strings or null"),
+        ({"sku": "a", "name": ["x"]}, "name: Value error, expected text"),
+        ({"sku": "a/b", "name": "x"}, "sku"),
+    ],
+)
+def test_a_catalog_row_is_refused_naming_the_column(catalog, tmp_path, row, says):
+    with TestClient(create_app(catalog, allow_writes=True, changes=tmp_path / "c")) as client:
+        r = client.post("/documents", json={"documents": [row]})
+        assert r.status_code == 422, r.text
+        assert says in r.json()["error"], r.json()

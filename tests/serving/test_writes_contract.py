@@ -1,5 +1,6 @@
-"""The write endpoints against the OpenAPI contract (issue 50 item 6): schemathesis runs every
-phase, with all its checks, on a tiny bundle served with ``allow_writes``, in process; its
+"""The write endpoints against the OpenAPI contract (issue 50 item 6, issue 60 item 6: both shapes
+of a document, id/title/text/fields and a catalogue's row): schemathesis runs every phase, with
+all its checks, on a tiny bundle of each kind served with ``allow_writes``, in process; its
 stateful phase follows the contract's links (``POST /documents`` → ``GET /search`` by the
 upserted title → ``DELETE /documents/{id}`` of a hit → ``GET /search`` by the deleted id) with 0
 failures, and the test asserts such a chain ran: an upsert answered 200, then a search, a
@@ -7,12 +8,16 @@ delete answered 200 and a search after it, within one scenario."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 import schemathesis
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import Status, events, from_schema
+from typer.testing import CliRunner
 
+from semsearch.cli import app as cli
 from semsearch.serving import create_app
 
 CONFIG: dict[str, Any] = {
@@ -25,6 +30,23 @@ CONFIG: dict[str, Any] = {
         {"include-path": "/search", "generation": {"max-examples": 60}},
     ],
 }
+# A table's bundle filters /search on its facet and numeric fields: the filter's grammar is the
+# handler's (a value that does not read against a field is a 422 naming it, e.g. "price: abc"),
+# which no schema pattern states, and a request of many long filters is over the URL bound (414,
+# which schemathesis does not count as a rejection). Those two checks are left out for /search
+# there (docs/filters.md); every check stays on for the writes.
+CATALOG_CONFIG: dict[str, Any] = {
+    **CONFIG,
+    "operations": [
+        {
+            **op,
+            "checks": {"positive_data_acceptance": {"enabled": False}, "negative_data_rejection": {"enabled": False}},
+        }
+        if op.get("include-path") == "/search"
+        else op
+        for op in CONFIG["operations"]
+    ],
+}
 SEEN: list[tuple[str, str, str, int, str]] = []  # (phase, method, path, status, scenario)
 
 
@@ -35,9 +57,37 @@ def record_writes(ctx: Any, response: Any, case: Any) -> bool | None:
     return None
 
 
-def test_writes_keep_the_contract_and_the_stateful_chain_passes(make_bundle, tmp_path):
-    app = create_app(make_bundle(tmp_path / "b"), allow_writes=True, changes=tmp_path / "changes")
-    schema = schemathesis.openapi.from_asgi("/openapi.json", app, config=SchemathesisConfig.from_dict(CONFIG))
+CATALOG = [
+    ("A1", "Cordless drill 18V", "Brushless motor", "DEWALT", "99.5", "yellow"),
+    ("A2", "Cordless drill 12V compact", "Light drill for small jobs", "RYOBI", "59", "green"),
+    ("A3", "Hammer drill", "Drills masonry and concrete", "DEWALT", "149", ""),
+    ("A4", "Drill bit set", "Twenty bits for wood and metal", "BOSCH", "", "blue"),
+]
+
+
+def catalog_bundle(root: Path) -> Path:
+    """A bundle built from a table (``catalog.csv --id sku --fields name,description --facets
+    brand --numeric price``; ``color`` stored): its documents are rows of the table."""
+    root.mkdir(parents=True, exist_ok=True)
+    lines = ["sku,name,description,brand,price,color"] + [",".join(r) for r in CATALOG]
+    (root / "catalog.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = ["--id", "sku", "--fields", "name,description", "--facets", "brand", "--numeric", "price"]
+    r = CliRunner().invoke(
+        cli, ["index", "build", "--data", str(root / "catalog.csv"), "--out", str(root / "b"), *args]
+    )
+    assert r.exit_code == 0, r.output
+    return root / "b"
+
+
+@pytest.mark.parametrize("kind", ["id-title-text", "catalog"])
+def test_writes_keep_the_contract_and_the_stateful_chain_passes(kind, make_bundle, tmp_path):
+    """Both shapes of a document: id, title, text and fields (a BEIR folder's bundle) and a
+    catalogue's row (a table's bundle), each the contract of its bundle's ``POST /documents``."""
+    SEEN.clear()
+    bundle = make_bundle(tmp_path / "b") if kind == "id-title-text" else catalog_bundle(tmp_path / "t")
+    app = create_app(bundle, allow_writes=True, changes=tmp_path / "changes")
+    config = CONFIG if kind == "id-title-text" else CATALOG_CONFIG
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app, config=SchemathesisConfig.from_dict(config))
     schema = schema.include(path_regex="^/(documents|search)")
     failures: list[str] = []
     errors: list[str] = []
@@ -66,7 +116,7 @@ def test_writes_keep_the_contract_and_the_stateful_chain_passes(make_bundle, tmp
             errors.append(f"{event.label}: {event.info.format()}" if hasattr(event.info, "format") else repr(event))
         elif isinstance(event, events.FatalError):
             errors.append(repr(event.exception))
-    print(cases)
+    print(cases, {s for _, m, p, s, _ in SEEN if m == "POST" and p == "/documents"})
     assert not errors, "\n\n".join(errors)
     assert not failures, f"{len(failures)} failed checks:\n\n" + "\n\n".join(dict.fromkeys(failures))
     assert any(k.startswith("stateful") for k in cases), cases
@@ -86,3 +136,5 @@ def test_writes_keep_the_contract_and_the_stateful_chain_passes(make_bundle, tmp
 
     assert any(upsert_search_delete_search(c) for c in stateful_chains), stateful_chains[:5]
     assert any(m == "POST" and s == 422 for _, m, _p, s, _ in SEEN)  # invalid bodies were generated and refused
+    body = app.openapi()["paths"]["/documents"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body["$ref"].endswith("/DocumentsIn" if kind == "id-title-text" else "/DocumentRowsIn")

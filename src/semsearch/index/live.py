@@ -483,16 +483,7 @@ class LiveIndex(SearchBase):
             raise ValueError("no documents to upsert")
         docs = list({d.id: d for d in docs}.values())  # an id twice: the later one, as two upserts
         base = self._state.base
-        texts = [join_fields(d.title, d.text, base.manifest.get("fields", "title+text")) for d in docs]
-        vectors = {}
-        for name, r in base.semantic.items():
-            enc = r.encoder
-            if getattr(enc, "document_encoder", None) is not None and enc.document_encoder is not enc:  # type: ignore[attr-defined]  # checked
-                v = enc.encode_documents(texts)  # a separate document model: not the one searches use
-            else:
-                with base.lock(r):
-                    v = enc.encode_documents(texts)
-            vectors[name] = pack_vectors(np.asarray(v, dtype=np.float32))
+        vectors = _encoded(base, docs)
         # the batch indexed alone first: a document the segment cannot take fails here, before it
         # is logged (a logged change is replayed by every start)
         Delta.build(base, docs, {name: unpack_vectors(v) for name, v in vectors.items()})
@@ -513,6 +504,25 @@ class LiveIndex(SearchBase):
         if wait:
             self.catch_up(seq)
         return seq
+
+    def warm(self, requests: Sequence[SearchRequest]) -> int:
+        """Run once what the first change and the searches after it would run first (the delta's
+        compiled kernels, its encoders, its index build), so that they do not: the base's first
+        document is upserted again into a scratch state (its base copy tombstoned, the new one
+        in a delta segment), never logged nor served, and each of ``requests`` (checked) is
+        searched on it. The searches run; none when no change can come (no change log)."""
+        st = self._state
+        base = st.base
+        if self.log is None or not len(base.corpus):
+            return 0
+        c = base.corpus
+        doc = Document(c.ids[0], c.titles[0], c.texts[0], dict(c.fields(0)))
+        record = {"seq": st.seq + 1, "op": "upsert", "docs": [doc.record()], "vectors": _encoded(base, [doc])}
+        scratch = st.apply([record])
+        for r in requests:
+            self.check(r)
+            self._search_on(scratch, [r])
+        return len(requests)
 
     # -- merge ------------------------------------------------------------------------------------
     def merge(self) -> Path:
@@ -571,7 +581,10 @@ class LiveIndex(SearchBase):
         and the delta). ``filters`` go inside every segment's stages (each segment's mask: its
         documents the filter allows, less the ones not current); ``facets`` counts the candidates
         of all segments together. Each result remembers the state it was searched on (``hits``)."""
-        st = self._state
+        return self._search_on(self._state, requests)
+
+    def _search_on(self, st: LiveState, requests: Sequence[SearchRequest]) -> list[Result]:
+        """``search_group`` on the state ``st``."""
         base = st.base
         o = requests[0]
         filters = o.filters
@@ -777,6 +790,22 @@ class LiveIndex(SearchBase):
             c = st.base.corpus
             out.append(Hit(r, h.doc_id, h.score, c.titles[i], c.texts[i], c.fields(i)))
         return out
+
+
+def _encoded(base: Bundle, docs: Sequence[Document]) -> dict[str, Any]:
+    """Per semantic model of ``base``, the vectors its served encoder gives ``docs`` (their
+    fields joined as the bundle's are), packed for the change log."""
+    texts = [join_fields(d.title, d.text, base.manifest.get("fields", "title+text")) for d in docs]
+    vectors = {}
+    for name, r in base.semantic.items():
+        enc = r.encoder
+        if getattr(enc, "document_encoder", None) is not None and enc.document_encoder is not enc:  # type: ignore[attr-defined]  # checked
+            v = enc.encode_documents(texts)  # a separate document model: not the one searches use
+        else:
+            with base.lock(r):
+                v = enc.encode_documents(texts)
+        vectors[name] = pack_vectors(np.asarray(v, dtype=np.float32))
+    return vectors
 
 
 class _Ids:

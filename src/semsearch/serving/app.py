@@ -12,10 +12,12 @@ the Prometheus text format, added up over all worker processes when there are se
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -26,8 +28,9 @@ from .. import __version__
 from ..clicks.abtest import DEFAULT_SALT
 from ..index.bundle import MANIFEST, Bundle, LoadOptions
 from ..index.bundle.coordinator import open_bundle
+from ..index.filters import FacetClause, Filter, RangeClause
 from ..index.live import LiveIndex
-from ..index.searcher import BundleSearcher, Observed, Searcher
+from ..index.searcher import BundleSearcher, Hit, Observed, Searcher, SearchRequest
 from .batching import SearchBatcher
 from .compare import ComparedPair, Comparison, check_same_documents
 from .events import EventLog, bundle_identity, new_secret
@@ -201,6 +204,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     b, log, live, comparison, ready, batcher = (
         state.bundle, state.events, state.live, state.compare, state.ready, state.batcher
     )  # fmt: skip
+    # before /ready: each compiled kernel a search (and a change) runs is compiled or loaded from
+    # numba's cache now, not by the first request of each kind (in a thread, as the batcher runs
+    # a remote searcher's passes: a sharded bundle's calls to Ray Serve shards wait, which a
+    # deployment's event loop may not)
+    app.state.warm_searches = await asyncio.to_thread(warm_up, state)
+    # the OpenAPI document, generated once and kept by FastAPI: the check of query parameters
+    # (``http.KnownParameters``) reads it at the first request that has any
+    app.openapi()
     # the loaded bundle (indexes, documents, models: millions of objects) lives as long as the
     # process: keep it out of the garbage collector's scans, whose full passes over it would
     # pause searches under load
@@ -228,6 +239,92 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if log is not None:
         log.close()  # the buffered events written
     print(STOPPED, file=sys.stderr, flush=True)
+
+
+WARM_WORDS = 8
+"""Words of the warm-up query (a document's first words: every stage finds something)."""
+
+
+def warm_up(state: ServiceState) -> int:
+    """Run each kind of search the service answers once, before it is ready, in this worker: on
+    the served searcher (and, compared, on each bundle alone, as the ab arms search), per model,
+    without a filter and (a bundle with facet or numeric fields) with one on the first hit's
+    value, the hits' rows read and highlighted as /search does; then, on a live index that can
+    change, the same searches on a scratch delta (``LiveIndex.warm``). The first search of each
+    kind otherwise pays for loading or compiling its numba kernels and for its first calls
+    (docs/serving.md has the figures). A failing warm-up search (a vector store down at start)
+    is reported and the service starts anyway: it recovers as a search would. The searches run."""
+    served = state.batcher.searcher
+    bundle = state.current()
+    query = _warm_query(bundle)
+    facets = 10 if state.filterable else 0
+    searchers = [served, *(state.bundles if state.compare is not None else ())]
+    requests: list[SearchRequest] = []
+    n = 0
+    # the warm-up's calls to other processes (a sharded bundle's shards) are not the service's:
+    # not counted in its metrics
+    observed = state.bundle if isinstance(state.bundle, Observed) else None
+    observe = observed.observe if observed is not None else None
+    if observed is not None:
+        observed.observe = None
+    try:
+        models: list[str | None] = [*state.models] or [None]  # (None: the bundle's own, a lexical one's none)
+        for model in models:
+            plain = SearchRequest(query, 10, model=model, facets=facets)
+            for s in searchers:
+                result = s.search_request(plain)
+                rows = s.hits(result)
+                terms = state.highlighter.terms(result.query)
+                for row in rows:
+                    state.highlighter.spans(terms, row.title or row.text)
+                n += 1
+                flt = _warm_filter(bundle, rows) if state.filterable else None
+                if flt is not None:
+                    s.search_request(replace(plain, filters=flt))
+                    n += 1
+                    if s is served:
+                        requests.append(replace(plain, filters=flt))
+            requests.append(plain)
+        if state.live is not None:
+            n += state.live.warm(requests)
+    except Exception as e:  # noqa: BLE001  # reported; the first searches pay for what did not run
+        print(f"semsearch: warm-up: {e}", file=sys.stderr, flush=True)
+    finally:
+        if observed is not None:
+            observed.observe = observe
+    return n
+
+
+def _warm_query(bundle: BundleSearcher) -> str:
+    """A query every stage finds something for: a document's first words (a sharded bundle's
+    most frequent words, from its spelling corrector; else a word)."""
+    plain = bundle.base
+    if plain is not None:
+        c = plain.corpus
+        for i in range(min(len(c), 100)):
+            words = f"{c.titles[i]} {c.texts[i]}".split()
+            if words:
+                return " ".join(words[:WARM_WORDS])[:MAX_QUERY_CHARS]
+    if bundle.corrector is not None and bundle.corrector.counts:
+        counts = bundle.corrector.counts
+        return " ".join(sorted(counts, key=counts.__getitem__, reverse=True)[:WARM_WORDS])
+    return "search"
+
+
+def _warm_filter(bundle: BundleSearcher, rows: list[Hit]) -> Filter | None:
+    """A filter on a facet value (else a numeric field's whole range) of the first hit, which
+    allows it (None: the hits have no such value)."""
+    fi = bundle.filters
+    for row in rows[:1]:
+        for name in fi.facets:
+            v = row.fields.get(name)
+            value = v if isinstance(v, str) else v[0] if isinstance(v, list) and v else None
+            if value is not None:
+                return Filter((FacetClause(name, (value,)),))
+        for name in fi.numeric:
+            if row.fields.get(name) is not None:
+                return Filter((RangeClause(name, ((None, None),)),))
+    return None
 
 
 def _add_middleware(app: FastAPI, state: ServiceState) -> None:
@@ -277,4 +374,5 @@ __all__ = [
     "SearchBatcher",
     "app_from_options",
     "create_app",
+    "warm_up",
 ]

@@ -7,9 +7,11 @@ break, not a silent addition."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, create_model, model_validator
 
 from .events import CLIENT_ID
 
@@ -213,6 +215,11 @@ MAX_BATCH = 1000
 MAX_ID_CHARS = 256
 MAX_TEXT_CHARS = 20_000
 FieldValue = str | int | float | bool | None | list[str]
+ID_PATTERN = r"^(?!\.\.?$)(?=.*[^\s])[^\x00-\x1f\x7f-\x9f/]+$"
+ID_DOC = (
+    "an existing id is replaced; not blank, no control characters or '/', not '.' or '..' (it is a path "
+    "segment of DELETE /documents/{doc_id})."
+)
 
 
 class DocumentIn(_Model):
@@ -221,11 +228,7 @@ class DocumentIn(_Model):
     model_config = ConfigDict(extra="forbid", regex_engine="python-re")  # (the id's pattern looks ahead)
 
     id: str = Field(
-        min_length=1,
-        max_length=MAX_ID_CHARS,
-        pattern=r"^(?!\.\.?$)(?=.*[^\s])[^\x00-\x1f\x7f-\x9f/]+$",
-        description="The document's id (an existing id is replaced): not blank, no control characters or '/', "
-        "not '.' or '..' (it is a path segment of DELETE /documents/{doc_id}).",
+        min_length=1, max_length=MAX_ID_CHARS, pattern=ID_PATTERN, description=f"The document's id: {ID_DOC}"
     )
     title: str = Field("", max_length=MAX_TEXT_CHARS, description="The title.")
     text: str = Field("", max_length=MAX_TEXT_CHARS, description="The body text.")
@@ -242,6 +245,132 @@ class DocumentsIn(_Model):
         max_length=MAX_BATCH,
         description="The documents (at most 1000, 4 MiB in all); an id given twice: the later one is kept.",
     )
+
+
+def _short(value: Any) -> str:
+    r = repr(value)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _text(value: Any) -> str:
+    """A searched column's value: text (null: empty), at most ``MAX_TEXT_CHARS`` characters."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"expected text or null (a searched column), got {_short(value)}")
+    if len(value) > MAX_TEXT_CHARS:
+        raise ValueError(f"longer than {MAX_TEXT_CHARS} characters")
+    return value
+
+
+def _facet(value: Any) -> str | list[str] | None:
+    """A facet column's value as the build reads it (``data.table``): a string (blank: null) or a
+    list of strings (blanks dropped)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return [v for v in value if v.strip()]
+    raise ValueError(f"expected a string, a list of strings or null (a facet column), got {_short(value)}")
+
+
+def _number(value: Any) -> int | float | None:
+    """A numeric column's value: an int or a finite float (not a boolean, not text), or null."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a number or null (a numeric column), got {_short(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number")
+    return value
+
+
+_TEXT = {"anyOf": [{"type": "string", "maxLength": MAX_TEXT_CHARS}, {"type": "null"}]}
+Text = Annotated[str, PlainValidator(_text), WithJsonSchema(_TEXT)]
+Facet = Annotated[
+    str | list[str] | None,
+    PlainValidator(_facet),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}, {"type": "null"}]}),
+]
+Number = Annotated[
+    int | float | None, PlainValidator(_number), WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "null"}]})
+]
+
+
+def rows_body(schema: Mapping[str, Any]) -> type[BaseModel]:
+    """``POST /documents``'s body for a bundle built from a table (``index build --data
+    catalog.csv --id ... --fields ...``): ``{"documents": [row, ...]}``, each row in the
+    catalogue's own shape, its columns as the bundle manifest's ``schema`` names them (the id
+    column, the searched ``fields``, ``facets``, ``numeric`` and ``stored`` columns); any other
+    column is refused (the row's model: ``DocumentRow``, the body's: ``DocumentRowsIn``)."""
+    id_col, fields = schema["id"], list(schema.get("fields", []))
+    facets, numeric = list(schema.get("facets", [])), list(schema.get("numeric", []))
+    columns: dict[str, tuple[Any, Any]] = {
+        "c0": (
+            str,
+            Field(
+                alias=id_col,
+                min_length=1,
+                max_length=MAX_ID_CHARS,
+                pattern=ID_PATTERN,
+                description=f"The id column: {ID_DOC}",
+            ),
+        )
+    }
+    searched = (
+        f"Searched (the first of {', '.join(fields)} is each hit's title, the others joined make its text, "
+        f"as the build joins them); text or null, at most {MAX_TEXT_CHARS:,} characters."
+    )
+    kinds: list[tuple[str, Any, str]] = []
+    for name in dict.fromkeys([*fields, *facets, *numeric, *schema.get("stored", [])]):
+        if name in numeric:
+            kinds.append((name, Number, "A numeric column (filters by range): a number or null."))
+        elif name in fields:
+            kinds.append((name, Text, searched))
+        elif name in facets:
+            kinds.append((name, Facet, "A facet column (filters and counts): a string, a list of strings or null."))
+        else:
+            kinds.append((name, Any, "A stored column, returned with hits: any JSON value."))
+    for i, (name, kind, doc) in enumerate(kinds, 1):
+        columns[f"c{i}"] = (kind, Field(None, alias=name, description=doc))
+    known = [id_col, *(name for name, _, _ in kinds)]
+
+    def known_columns(cls: type[BaseModel], data: Any) -> Any:
+        """An unknown column named, with the columns there are (before any other error)."""
+        if isinstance(data, dict):
+            unknown = [k for k in data if k not in known]
+            if unknown:
+                raise ValueError(
+                    f"unknown column {unknown[0]!r}: this bundle's documents are rows of the table it was built "
+                    f"from, with the columns {', '.join(known)}"
+                )
+        return data
+
+    row: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        "DocumentRow",
+        __config__=ConfigDict(extra="forbid", regex_engine="python-re"),
+        __validators__={"known_columns": model_validator(mode="before")(known_columns)},
+        __doc__=(
+            f"One document in the catalogue's own shape, a row of the table the bundle was built from: "
+            f"{id_col!r} its id; {', '.join(map(repr, fields))} searched; a missing facet or numeric column "
+            "is null, a missing searched column empty. Any other column is refused."
+        ),
+        **columns,
+    )
+    body: type[BaseModel] = create_model(
+        "DocumentRowsIn",
+        __config__=ConfigDict(extra="forbid"),
+        documents=(
+            list[row],  # type: ignore[valid-type]  # a model made here
+            Field(
+                min_length=1,
+                max_length=MAX_BATCH,
+                description="The rows (at most 1000, 4 MiB in all); an id given twice: the later one is kept.",
+            ),
+        ),
+    )
+    return body
 
 
 class DocumentsAccepted(_Model):

@@ -20,7 +20,8 @@ def install(app: FastAPI, state: ServiceState) -> None:
     app.include_router(compare.router(state) if state.compare is not None else search.router(state))
     for concern in (explain, events, documents, operations, page):
         app.include_router(concern.router(state))
-    app.openapi = lambda: contract(FastAPI.openapi(app), REQUIRED, state.stored)  # type: ignore[method-assign]  # override
+    id_field = documents.id_field(state)
+    app.openapi = lambda: contract(FastAPI.openapi(app), REQUIRED, state.stored, id_field)  # type: ignore[method-assign]  # override
 
 
 __all__ = ["install"]
