@@ -31,8 +31,11 @@ click-through rates therefore favour whatever the logging ranker put on top. Two
 propensities, 1 / θ_r positives by seeded stochastic rounding, so that a click at rank 10 weighs
 what an expected ten clicks at rank 1 do). `click_judgments` gives the stage-2 ranker graded
 (query, document) labels: the corrected or raw click-through rate of each shown pair, in
-``levels`` equal bins of [0, 1] (LightGBM's lambdarank takes integer labels). `click_grades`
-grades simulated clicks (no log written) as `click_judgments` grades raw ones.
+``levels`` equal bins of [0, 1] (LightGBM's lambdarank takes integer labels); given the log's
+clients (`clicks.trust.ClientActivity`), it counts each client once per pair with a bounded
+weight and sets aside the clients no person could be (`clicks.trust.TrustPolicy`), and says how
+many (`ClickJudgments.trust`). `click_grades` grades simulated clicks (no log written) as
+`click_judgments` grades raw ones.
 
 Everything is numpy over the sessions' arrays (the log itself is joined by DuckDB in
 ``read_sessions``): no Python loop over log lines; the per-pair mappings are built over the distinct
@@ -56,6 +59,7 @@ from ..types import Qrels
 from .models import PBM, shown_mask
 from .sessions import Sessions
 from .simulate import ClickArrays, Rankings
+from .trust import ClientActivity, TrustPolicy, TrustReport, assess, report, trusted_rows
 
 Debias = Literal["none", "lightgbm", "ipw"]
 DEBIAS: tuple[str, ...] = ("none", "lightgbm", "ipw")
@@ -177,7 +181,9 @@ class ClickJudgments:
     """Graded (query, document) labels from a click log, for a ranker: ``qrels[qid][doc]`` the
     grade of each shown pair, ``positions[qid][doc]`` the 1-based rank it was most often shown at
     (for ``lightgbm``), ``unshown`` the position given to candidates never shown (one past the
-    log's last), ``queries`` the query texts by id."""
+    log's last), ``queries`` the query texts by id, ``impressions`` and ``clicks`` the whole log's,
+    ``trust`` what the client policy set aside (None: the log's clients were not given, every
+    impression counted)."""
 
     queries: dict[str, str]
     qrels: Qrels
@@ -187,6 +193,7 @@ class ClickJudgments:
     propensities: list[float] | None
     impressions: int
     clicks: int
+    trust: TrustReport | None = None
 
     def split(self, dev_share: float, seed: int = 0) -> tuple[ClickJudgments, ClickJudgments]:
         """(train, dev): a seeded ``dev_share`` of the queries (at least one, and one left to train on) held out."""
@@ -208,6 +215,7 @@ class ClickJudgments:
                     self.propensities,
                     self.impressions,
                     self.clicks,
+                    self.trust,
                 )
             )
         return parts[0], parts[1]
@@ -221,6 +229,8 @@ def click_judgments(
     levels: int = 5,
     max_weight: float = 10.0,
     min_impressions: int = 1,
+    clients: ClientActivity | None = None,
+    policy: TrustPolicy | None = None,
 ) -> ClickJudgments:
     """Per shown (query, document) pair of the log, a grade 0..``levels`` − 1 from its click-through
     rate: raw clicks / impressions (``none``, and ``lightgbm``, whose position array carries the
@@ -230,13 +240,36 @@ def click_judgments(
     times are left out (their rate is noise). Query ids ``c0``, ``c1``, ... follow
     ``sessions.queries``; queries without a clicked pair are left out (nothing to order).
 
+    With ``clients`` (who made each impression, `clicks.trust.read_activity`), the clients
+    ``policy`` (default `TrustPolicy()`) sets aside are left out (propensities fitted without
+    them), and a pair's rate is the weighted mean over its clients of each client's own rate on
+    it: a client counts once per pair, its weight at most 1 (`TrustPolicy.max_client_queries`);
+    an impression without a client id is a client of its own. Without ``clients`` every
+    impression counts (the rate is clicks / impressions, as when each impression is its own client).
+
     Raises:
-        ValueError: an unknown ``debias``, an empty log or one without clicks."""
+        ValueError: an unknown ``debias``, an empty log or one without clicks, ``policy`` without
+            ``clients``, or ``clients`` not describing ``sessions``."""
     if debias not in DEBIAS:
         raise ValueError(f"debias must be one of {', '.join(DEBIAS)}, got {debias!r}")
     if not 2 <= levels <= 31:
         raise ValueError(f"levels must be in 2..31 (LightGBM's lambdarank labels), got {levels}")
+    if policy is not None and clients is None:
+        raise ValueError("a trust policy needs the log's clients (clicks.trust.read_activity)")
     _check_sessions(sessions)
+    impressions, total_clicks = len(sessions), int(sessions.clicks.sum())
+    trust = None
+    vote_weight = np.ones(0)
+    if clients is not None:
+        policy = policy or TrustPolicy()
+        verdict = assess(sessions, clients, policy)
+        trust = report(sessions, clients, verdict, policy)
+        keep_rows = trusted_rows(clients, verdict)
+        if not keep_rows.any():
+            raise ValueError(f"the trust policy set aside every one of the log's {trust.clients:,} clients")
+        sessions, clients = sessions.take(keep_rows), clients.take(np.flatnonzero(keep_rows))
+        _check_sessions(sessions)
+        vote_weight = verdict.weight
     prop = None
     if debias == "ipw":
         prop = examination_propensities(sessions, None if propensities is None else list(propensities))
@@ -247,8 +280,12 @@ def click_judgments(
     key = sessions.query[rows].astype(np.int64) * n_docs + sessions.docs[rows, cols]
     pairs, inv = np.unique(key, return_inverse=True)
     shown = np.bincount(inv, minlength=len(pairs))
-    credit = np.bincount(inv, clicked * click_weights(cols, prop, max_weight), minlength=len(pairs))
-    rate = np.minimum(credit / shown, 1.0)
+    credit = clicked * click_weights(cols, prop, max_weight)
+    if clients is None:
+        votes, rated = shown.astype(np.float64), np.bincount(inv, credit, minlength=len(pairs))
+    else:
+        votes, rated = _client_votes(inv, rows, credit, clients, vote_weight, len(pairs))
+    rate = np.minimum(rated / votes, 1.0)
     grade = np.minimum(np.floor(rate * levels), levels - 1).astype(np.int64)
     # each pair's most frequent rank: counts of (pair, rank), the largest per pair
     k = sessions.positions
@@ -260,7 +297,7 @@ def click_judgments(
     keep = shown >= min_impressions
     q_of, d_of = pairs // n_docs, pairs % n_docs
     has_click = np.zeros(len(sessions.queries), bool)
-    has_click[q_of[keep & (credit > 0)]] = True
+    has_click[q_of[keep & (rated > 0)]] = True
     keep &= has_click[q_of]
     qrels: Qrels = {}
     positions: dict[str, dict[str, int]] = {}
@@ -281,9 +318,34 @@ def click_judgments(
         unshown=k + 1,
         debias=debias,
         propensities=None if prop is None else [round(float(x), 6) for x in prop],
-        impressions=len(sessions),
-        clicks=int(sessions.clicks.sum()),
+        impressions=impressions,
+        clicks=total_clicks,
+        trust=trust,
     )
+
+
+def _client_votes(
+    inv: np.ndarray,
+    rows: np.ndarray,
+    credit: np.ndarray,
+    clients: ClientActivity,
+    weight: np.ndarray,
+    n_pairs: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair, the summed weights of the clients that were shown it and the summed weighted
+    rates: each (pair, client) one vote, its rate the client's credit on the pair over its
+    impressions of it, its weight the client's (an impression without a client: its own, 1)."""
+    n_known = len(clients.client_ids)
+    client = clients.client[rows].astype(np.int64)
+    unit = np.where(client >= 0, client, n_known + rows.astype(np.int64))
+    n_units = n_known + int(rows.max(initial=-1)) + 1
+    vote, vote_inv = np.unique(inv.astype(np.int64) * n_units + unit, return_inverse=True)
+    seen = np.bincount(vote_inv, minlength=len(vote))
+    own_rate = np.bincount(vote_inv, credit, minlength=len(vote)) / seen
+    u = vote % n_units
+    w = np.where(u < n_known, weight[np.minimum(u, max(n_known - 1, 0))] if n_known else 1.0, 1.0)
+    pair = vote // n_units
+    return np.bincount(pair, w, minlength=n_pairs), np.bincount(pair, w * own_rate, minlength=n_pairs)
 
 
 def click_grades(rankings: Rankings, arrays: ClickArrays, levels: int = 5) -> dict[str, dict[str, int]]:

@@ -30,6 +30,7 @@ from . import held_out, recipe
 from .args import RankerArgs
 
 if TYPE_CHECKING:  # the bundle build hands its stage-1 search in; importing index.bundle would load faiss
+    from ..clicks.trust import TrustPolicy
     from ..index.bundle import StageSearch
 
 
@@ -421,6 +422,7 @@ def stage_ranker_trainer(
     *,
     where: str = "--ranker-param",
     clicks: str | Path | None = None,
+    trust: TrustPolicy | bool = True,
 ) -> StageTrainer:
     """The function that trains a two-stage ranker (``TWO_STAGE`` with the ``params`` changes) on
     the bundle's stage 1, over data set ``data``'s train split, choosing depths and trees on its
@@ -436,6 +438,9 @@ def stage_ranker_trainer(
         model_dirs: the saved stage-1 models whose held-out folds are checked (empty: none).
         where: the parameters' origin, named in errors.
         clicks: an event log directory (``clicks.log``) to learn from instead of ``data``'s judgments.
+        trust: with ``clicks``, the policy that counts each client once per pair and sets aside the
+            clients no person could be (``clicks.trust``; its counts go in the training log's
+            ``trust``): True for ``TrustPolicy()``'s defaults, False to count every impression, unguarded.
 
     Returns:
         The ``train_ranker`` of ``build_bundle``: given the stage-1 search, the trained ranker and its log.
@@ -447,7 +452,7 @@ def stage_ranker_trainer(
             one showing documents the collection lacks (``data.DataFormatError`` names the file
             and column)."""
     if clicks is not None:
-        return _click_trainer(clicks, corpus, fields, params, where)
+        return _click_trainer(clicks, corpus, fields, params, where, trust)
     if Path(data).is_file():
         raise ValueError(
             "--train-ranker needs a data set with train and dev judgments (a BEIR-layout folder), not a TSV file"
@@ -501,12 +506,15 @@ def stage_ranker_trainer(
     return train_ranker
 
 
-def _click_trainer(clicks: str | Path, corpus: Any, fields: str, params: Mapping[str, Any], where: str) -> StageTrainer:
+def _click_trainer(
+    clicks: str | Path, corpus: Any, fields: str, params: Mapping[str, Any], where: str, trust: TrustPolicy | bool
+) -> StageTrainer:
     """``stage_ranker_trainer`` over an event log: the log is read and checked (schema, documents
     in the collection, clicks present) and its labels made here, before any indexing; the
     returned function trains on stage 1's hits for the log's queries."""
     from ..clicks.labels import click_judgments, corpus_codes
     from ..clicks.sessions import read_sessions
+    from ..clicks.trust import TrustPolicy, read_activity
 
     try:
         kwargs, args_ = recipe("lambdamart", {**TWO_STAGE, **params}, where=where)
@@ -529,6 +537,8 @@ def _click_trainer(clicks: str | Path, corpus: Any, fields: str, params: Mapping
         levels=args.click_levels,
         max_weight=args.max_weight,
         min_impressions=args.min_impressions,
+        clients=read_activity(clicks, sessions) if trust is not False else None,
+        policy=trust if isinstance(trust, TrustPolicy) else None,
     )
     train_j, dev_j = judged.split(args.click_dev, seed=int(kwargs.get("seed", 0)))
     train = EvalSet(train_j.queries, {}, train_j.qrels)
@@ -565,6 +575,7 @@ def _click_trainer(clicks: str | Path, corpus: Any, fields: str, params: Mapping
             + ("left out" if args.unshown == "drop" else "= 0"),
             "debias": args.debias,
             "propensities": judged.propensities,
+            "trust": None if judged.trust is None else judged.trust.as_dict(),
         }
 
     return train_ranker
