@@ -13,7 +13,9 @@ click models, labels for learners and the statistics that compare two rankers on
   log-likelihood and perplexity by rank (Chuklin et al., "Click Models for Web Search");
   `distributed`: PBM and UBM fitted over a partitioned log, on Ray Data.
 - `labels`: a log's clicks as training data: clicked pairs for the pair models, graded labels for
-  the stage-2 ranker, with the position bias corrected or not.
+  the stage-2 ranker, with the position bias corrected or not; `trust`: the clients no person
+  could be (rate, never skipping, fixed intervals, one document on many queries) set aside and
+  each client counted once per pair, with a bounded weight (`TrustPolicy`).
 - Online comparison of two rankers, one module a concern: `interleaving` (team draft),
   `abtest` (A/B buckets), `counterfactual` (off-policy estimates: IPS, SNIPS, DM, DR, with
   bootstrap intervals), `power` (impressions to significance); `comparison` runs them on
@@ -57,8 +59,11 @@ from .simulate import (
     simulate_log,
     simulate_sessions,
 )
+from .trust import TrustPolicy, TrustReport
 
 __all__ = [
+    "TrustPolicy",
+    "TrustReport",
     "DBN",
     "PBM",
     "UBM",
