@@ -15,7 +15,7 @@ from ..compare import TEAMS, ComparedResult
 from ..events import new_nonce
 from ..state import ServiceState, service_of
 from .common import JSON
-from .search import add_search_route, read
+from .search import add_search_route, hit_json, read
 
 
 def _hits(
@@ -25,27 +25,11 @@ def _hits(
     highlighters = state.highlighters
     # the words each shown team searched (its bundle's spelling correction and analyzer)
     terms = {t: highlighters[t].terms(result.searched[t]) for t in {t for t, _ in page_hits}}
-    hits = []
-    for i, ((t, h), row) in enumerate(zip(page_hits, state.batcher.searcher.hits(result), strict=True)):
-        title, body = row.title, row.text
-        hits.append(
-            {
-                "rank": start + i + 1,
-                "doc_id": h.doc_id,
-                "title": title,
-                "text": body,
-                "source": h.sources.name,
-                "score": h.score,
-                "lexical_score": h.lexical,
-                "semantic_score": h.semantic,
-                "lexical_rank": h.lexical_rank,
-                "semantic_rank": h.semantic_rank,
-                "fields": row.fields,
-                "highlight_field": "title" if title else "text",
-                "highlights": highlighters[t].spans(terms[t], title or body),
-                "team": TEAMS[t],
-            }
-        )
+    rows = state.batcher.searcher.hits(result)
+    hits = [
+        {**hit_json(start + i + 1, h, row, highlighters[t], terms[t]), "team": TEAMS[t]}
+        for i, ((t, h), row) in enumerate(zip(page_hits, rows, strict=True))
+    ]
     return hits
 
 

@@ -14,10 +14,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ...index.filters import MAX_FILTERS, Filter, FilterError
-from ...index.hybrid import SCORERS
-from ...index.searcher import SearchRequest
+from ...index.hybrid import SCORERS, HybridHit
+from ...index.searcher import Hit, SearchRequest
 from .. import schemas
 from ..events import CLIENT_HEADER, CLIENT_ID, valid_client_id
+from ..highlighter import Highlighter
 from ..state import ServiceState, service_of
 from .common import JSON, Direct, integer, query_doc, query_param, query_text, strict_pairs
 from .errors import BadRequest
@@ -131,6 +132,28 @@ def read(request: Request, state: ServiceState) -> Asked:
     return Asked(text, kk, start, merge, model, client, flt, facets)
 
 
+def hit_json(rank: int, h: HybridHit, row: Hit, highlighter: Highlighter, terms: frozenset[str]) -> dict[str, Any]:
+    """One hit of a /search answer: its absolute ``rank``, stage scores and ranks, stored document
+    (``row``) and the spans of ``terms`` (``Highlighter.terms``) in its title, or its text when the
+    title is empty; the compared /search adds the hit's team."""
+    field = "title" if row.title else "text"
+    return {
+        "rank": rank,
+        "doc_id": h.doc_id,
+        "title": row.title,
+        "text": row.text,
+        "source": h.sources.name,
+        "score": h.score,
+        "lexical_score": h.lexical,
+        "semantic_score": h.semantic,
+        "lexical_rank": h.lexical_rank,
+        "semantic_rank": h.semantic_rank,
+        "fields": row.fields,
+        "highlight_field": field,
+        "highlights": highlighter.spans(terms, row.title or row.text),
+    }
+
+
 async def search(request: Request) -> Response:
     """/search over the served bundle (``SEARCH_DOC``)."""
     state = service_of(request)
@@ -142,28 +165,8 @@ async def search(request: Request) -> Response:
     )
     page_hits = result.hits
     terms = highlighter.terms(result.query)  # the words searched (spell-corrected or as typed)
-    hits = []
     rows = batcher.searcher.hits(result)
-    for row, h in zip(rows, page_hits, strict=True):
-        field = "title" if row.title else "text"
-        shown = row.title or row.text
-        hits.append(
-            {
-                "rank": start + row.rank,
-                "doc_id": h.doc_id,
-                "title": row.title,
-                "text": row.text,
-                "source": h.sources.name,
-                "score": h.score,
-                "lexical_score": h.lexical,
-                "semantic_score": h.semantic,
-                "lexical_rank": h.lexical_rank,
-                "semantic_rank": h.semantic_rank,
-                "fields": row.fields,
-                "highlight_field": field,
-                "highlights": highlighter.spans(terms, shown),
-            }
-        )
+    hits = [hit_json(start + row.rank, h, row, highlighter, terms) for row, h in zip(rows, page_hits, strict=True)]
     more = len(page_hits) == kk and start + 2 * kk <= max_k
     search_id = None
     if events is not None:  # the impression goes to the log's buffer; its thread writes it
