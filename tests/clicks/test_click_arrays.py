@@ -8,30 +8,13 @@ import tracemalloc
 
 import numpy as np
 
-from semsearch.clicks import Rankings
+from click_rankings import random_rankings
 from semsearch.clicks.labels import click_grades
 from semsearch.clicks.simulate import simulate_click_arrays
 
 
-def _rankings(n_queries: int = 30, k: int = 10, n_docs: int = 200, seed: int = 1, short: bool = True) -> Rankings:
-    rng = np.random.default_rng(seed)
-    docs = np.stack([rng.choice(n_docs, k, replace=False) for _ in range(n_queries)]).astype(np.int32)
-    if short:
-        docs[0, 6:] = -1  # a short list
-    grades = rng.integers(0, 5, docs.shape).astype(np.int8)
-    grades[docs < 0] = 0
-    return Rankings(
-        [f"q{i}" for i in range(n_queries)],
-        [f"query {i}" for i in range(n_queries)],
-        [f"d{i}" for i in range(n_docs)],
-        docs,
-        grades,
-        max_grade=4,
-    )
-
-
 def test_exactly_the_pairs_asked_for_seeded():
-    r = _rankings()
+    r = random_rankings()
     a = simulate_click_arrays(r, pairs=5_000, seed=3, chunk_size=700)
     b = simulate_click_arrays(r, pairs=5_000, seed=3, chunk_size=700)
     c = simulate_click_arrays(r, pairs=5_000, seed=4, chunk_size=700)
@@ -47,13 +30,13 @@ def test_exactly_the_pairs_asked_for_seeded():
 
 
 def test_by_impressions_keeps_every_click():
-    r = _rankings()
+    r = random_rankings()
     a = simulate_click_arrays(r, pairs=0, impressions=3_000, seed=0, chunk_size=256)
     assert a.impressions == 3_000 and len(a.q) == a.clicks > 0
 
 
 def test_memory_is_bounded_by_the_pairs_and_one_chunk():
-    r = _rankings(n_queries=50)
+    r = random_rankings(n_queries=50)
     tracemalloc.start()
     a = simulate_click_arrays(r, pairs=200_000, seed=0, chunk_size=2_000)
     _, peak = tracemalloc.get_traced_memory()
@@ -64,7 +47,7 @@ def test_memory_is_bounded_by_the_pairs_and_one_chunk():
 
 
 def test_click_grades_grade_shown_titles_by_click_rate():
-    r = _rankings()
+    r = random_rankings()
     a = simulate_click_arrays(r, pairs=20_000, seed=0)
     qrels = click_grades(r, a, levels=5)
     assert qrels and all(0 <= g <= 4 for judged in qrels.values() for g in judged.values())

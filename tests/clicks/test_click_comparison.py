@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from click_rankings import random_rankings
 from semsearch.clicks import PositionBasedUser, Rankings
 from semsearch.clicks.abtest import ab_table
 from semsearch.clicks.comparison import online_comparison, simulate_ab
@@ -36,25 +37,8 @@ def test_interleaving_finds_the_better_ranker_quickly_and_ab_needs_more():
     assert same["counterfactual"]["ips"]["value"] == 0
 
 
-def _rankings(n_queries: int = 30, k: int = 10, n_docs: int = 200, seed: int = 1, short: bool = True) -> Rankings:
-    rng = np.random.default_rng(seed)
-    docs = np.stack([rng.choice(n_docs, k, replace=False) for _ in range(n_queries)]).astype(np.int32)
-    if short:
-        docs[0, 6:] = -1  # a short list
-    grades = rng.integers(0, 5, docs.shape).astype(np.int8)
-    grades[docs < 0] = 0
-    return Rankings(
-        [f"q{i}" for i in range(n_queries)],
-        [f"query {i}" for i in range(n_queries)],
-        [f"d{i}" for i in range(n_docs)],
-        docs,
-        grades,
-        max_grade=4,
-    )
-
-
 def test_simulated_ab_is_seeded_and_an_a_a_test_shows_no_difference():
-    r = _rankings()
+    r = random_rankings()
     k1, q1, c1 = simulate_ab(r, r, 20_000, 2_000, seed=5)
     k2, q2, c2 = simulate_ab(r, r, 20_000, 2_000, seed=5)
     assert np.array_equal(c1, c2) and np.array_equal(k1, k2) and np.array_equal(q1, q2)
@@ -62,7 +46,7 @@ def test_simulated_ab_is_seeded_and_an_a_a_test_shows_no_difference():
     assert set(t.rows) >= {"control 1", "control 2", "experiment 1", "experiment 2"}
     assert t.comparisons[0].p > 0.001  # the same ranker in both arms
     # a better experiment ranker (grades sorted down each list) gets more clicked searches
-    full = _rankings(short=False)
+    full = random_rankings(short=False)
     order = np.argsort(-full.grades, axis=1, kind="stable")
     docs, grades = np.take_along_axis(full.docs, order, 1), np.take_along_axis(full.grades, order, 1)
     better = Rankings(full.query_ids, full.queries, full.doc_ids, docs, grades, 4)

@@ -8,27 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from semsearch.clicks import Rankings
 from semsearch.data.training import PairList, TrainingData
 from semsearch.experiments import SpecError, get_spec, load_spec
 from semsearch.experiments.simclicks import ClickSource, simulated_training
-
-
-def _rankings(n_queries: int = 30, k: int = 10, n_docs: int = 200, seed: int = 1, short: bool = True) -> Rankings:
-    rng = np.random.default_rng(seed)
-    docs = np.stack([rng.choice(n_docs, k, replace=False) for _ in range(n_queries)]).astype(np.int32)
-    if short:
-        docs[0, 6:] = -1  # a short list
-    grades = rng.integers(0, 5, docs.shape).astype(np.int8)
-    grades[docs < 0] = 0
-    return Rankings(
-        [f"q{i}" for i in range(n_queries)],
-        [f"query {i}" for i in range(n_queries)],
-        [f"d{i}" for i in range(n_docs)],
-        docs,
-        grades,
-        max_grade=4,
-    )
 
 
 def test_click_source_checks_its_keys():
